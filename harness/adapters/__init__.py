@@ -1,0 +1,94 @@
+"""Era adapters: stable operations resolved against whatever MB a run faces.
+
+Suites never import MB paths. They ask for an operation ("pack these right-padded rows in
+batch", "build PackedSeqParams from this batch"...). Each operation lists candidate
+implementations, newest era first; a candidate *probes* (module exists, symbol exists,
+signature accepts a parameter, config field exists) and, when it fits, adapts MB's output to
+one canonical form. When no candidate fits, the case is :class:`Untestable` with the list of
+what was tried, so a missing or renamed API is a bisect "skip", never a pass or a fail.
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib
+import inspect
+from dataclasses import dataclass
+from typing import Any, Callable
+
+from harness.plugin import Untestable
+
+
+class NotHere(Exception):
+    """A candidate does not fit this MB (probe failed); try the next one."""
+
+
+def load_module(name: str) -> Any:
+    """Import an MB module; absent -> NotHere, broken import -> Untestable (with the cause).
+
+    A module that exists but fails to import (syntax error, missing dependency) makes the case
+    untestable on this commit rather than failed: the packing behaviour was never reached.
+    """
+    try:
+        spec = importlib.util.find_spec(name)
+    except ModuleNotFoundError:
+        spec = None
+    except Exception as exc:  # parent package broken
+        raise Untestable(f"import of {name} failed: {type(exc).__name__}: {exc}") from exc
+    if spec is None:
+        raise NotHere(f"no module {name}")
+    try:
+        return importlib.import_module(name)
+    except Exception as exc:
+        raise Untestable(f"import of {name} failed: {type(exc).__name__}: {exc}") from exc
+
+
+def symbol(module: str, name: str) -> Any:
+    mod = load_module(module)
+    if not hasattr(mod, name):
+        raise NotHere(f"{module} has no {name}")
+    return getattr(mod, name)
+
+
+def accepts(fn: Callable[..., Any], *params: str) -> bool:
+    try:
+        sig = inspect.signature(fn)
+    except (TypeError, ValueError):
+        return False
+    return all(p in sig.parameters for p in params)
+
+
+@dataclass(frozen=True)
+class Candidate:
+    era: str  # human label, e.g. "data/packing (v0.6+)"
+    probe: Callable[[], Callable[..., Any]]
+
+
+class Operation:
+    """A named operation with era candidates; resolves once per process."""
+
+    def __init__(self, name: str, candidates: list[Candidate]) -> None:
+        self.name = name
+        self.candidates = candidates
+
+    @functools.cached_property
+    def resolved(self) -> tuple[str, Callable[..., Any]]:
+        tried = []
+        for cand in self.candidates:
+            try:
+                return cand.era, cand.probe()
+            except NotHere as exc:
+                tried.append(f"{cand.era}: {exc}")
+        raise Untestable(f"operation '{self.name}' not found in this Megatron-Bridge ({'; '.join(tried)})")
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        try:
+            _, fn = self.resolved
+        except Untestable:
+            self.__dict__.pop("resolved", None)  # re-raise fresh each time, never cache a failure object
+            raise
+        return fn(*args, **kwargs)
+
+    @property
+    def era(self) -> str:
+        return self.resolved[0]

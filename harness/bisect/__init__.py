@@ -1,0 +1,1 @@
+"""Bisection of regressions: the pure algorithm, the verdict cache."""

@@ -1,0 +1,368 @@
+"""Multi-case, k-ary bisection as a pure state machine (no git, no subprocess, no I/O).
+
+Why pure: the driver (git, workspaces, the test runner, retries, the cache) is where
+things go wrong in practice; keeping the decision logic free of it lets us test every
+culprit position, skip pattern and flaky sequence with scripted oracles in milliseconds.
+
+Model (mozregression-style explicit states):
+
+* ``commits[0..n-1]`` is a linear candidate list, oldest first. ``commits[0]`` is the
+  known-good endpoint, ``commits[-1]`` the known-bad one.
+* A *probe* evaluates one commit and yields one :class:`~harness.verdict.Verdict` per
+  case. Probes are shared: every case sees every probe. Per case, PASS is "good", FAIL is
+  "bad", UNTESTABLE, ERROR and a missing case are "skip" (git bisect's exit code 125).
+* Each case is bisected independently over the shared probes and ends in one
+  :class:`CaseStatus`. ``OPEN`` is the only non-terminal state.
+
+Endpoints: with ``verify_endpoints=True`` (default) the endpoints are probed first, because
+a "known good" that fails (or a "known bad" that passes) means there is nothing to bisect
+for that case (``NOT_REPRODUCED``). With ``verify_endpoints=False`` they are *assumed* good
+and bad, like ``git bisect good/bad`` typed by a user, unless a recorded probe says otherwise.
+
+Retries: :meth:`Bisection.record` may be called again for the same commit. A case is FLAKY
+when its *decisive* verdicts disagree at one commit (PASS in one record, FAIL in another);
+a FLAKY case is never blamed on anything. A skip followed by a decisive verdict is not
+flaky: that is what a retry of an ERROR/UNTESTABLE probe is for; the decisive verdict wins
+and a note records it.
+
+Non-monotonic evidence (a PASS above the first FAIL, which shared probes can produce) keeps
+git bisect's semantics: first bad = lowest bad commit, last good = highest good commit
+below it; the case gets a note so a person can look.
+"""
+
+from __future__ import annotations
+
+import enum
+import math
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+
+from harness.errors import UsageError
+from harness.verdict import Verdict
+
+
+class CaseStatus(enum.Enum):
+    """Where one case's bisection stands."""
+
+    OPEN = "open"  # still narrowing; the only non-terminal state
+    FOUND = "found"  # exactly one first-bad commit, its parent in the list is good
+    AMBIGUOUS = "ambiguous"  # culprit among several commits, all but the last skipped
+    FLAKY = "flaky"  # PASS and FAIL both observed at one commit: blame nothing
+    NOT_REPRODUCED = "not_reproduced"  # endpoints do not show good -> bad
+
+    @property
+    def terminal(self) -> bool:
+        return self is not CaseStatus.OPEN
+
+
+class _Mark(enum.Enum):
+    """What a commit says about one case once all its records are combined."""
+
+    GOOD = "good"
+    BAD = "bad"
+    SKIP = "skip"
+    FLAKY = "flaky"
+
+
+@dataclass(frozen=True)
+class CaseOutcome:
+    """The result of bisecting one case (a snapshot; recomputed from the records)."""
+
+    case_id: str
+    status: CaseStatus
+    culprit: str | None = None  # FOUND: the first bad commit
+    last_good: str | None = None  # FOUND/AMBIGUOUS: the last good commit before it
+    candidates: tuple[str, ...] = ()  # AMBIGUOUS: oldest first, the first bad is one of them
+    flaky_commits: tuple[str, ...] = ()  # FLAKY: commits with disagreeing verdicts
+    evaluations: int = 0  # record() calls made while this case was still OPEN
+    notes: tuple[str, ...] = ()
+
+    def describe(self, short: int = 12) -> str:
+        """One human line, used by :meth:`Bisection.summary`."""
+
+        def s(sha: str | None) -> str:
+            return (sha or "?")[:short]
+
+        head = f"{self.case_id}: {self.status.value}"
+        if self.status is CaseStatus.FOUND:
+            head += f" first bad {s(self.culprit)} (last good {s(self.last_good)})"
+        elif self.status is CaseStatus.AMBIGUOUS:
+            head += f" first bad is one of {', '.join(s(c) for c in self.candidates)}"
+        elif self.status is CaseStatus.FLAKY:
+            head += f" at {', '.join(s(c) for c in self.flaky_commits)}"
+        head += f" [{self.evaluations} evaluations]"
+        return "; ".join([head, *self.notes])
+
+
+@dataclass
+class _CaseState:
+    """Mutable per-case bookkeeping: observed verdicts per commit index."""
+
+    seen: dict[int, list[Verdict | None]] = field(default_factory=dict)
+    evaluations: int = 0
+
+
+def _combine(observed: Sequence[Verdict | None]) -> _Mark:
+    """Fold the verdicts of all records of one commit for one case into a mark."""
+    has_pass = Verdict.PASS in observed
+    has_fail = Verdict.FAIL in observed
+    if has_pass and has_fail:
+        return _Mark.FLAKY
+    if has_pass:
+        return _Mark.GOOD
+    if has_fail:
+        return _Mark.BAD
+    return _Mark.SKIP
+
+
+class Bisection:
+    """Bisect every case of a suite at once over one linear list of commits.
+
+    Usage::
+
+        b = Bisection(commits, cases)
+        while not b.done:
+            for sha in b.next_probes(k):
+                b.record(sha, evaluate(sha))   # dict[case_id, Verdict]
+        print(b.summary())
+    """
+
+    def __init__(
+        self,
+        commits: Sequence[str],
+        cases: Iterable[str],
+        *,
+        verify_endpoints: bool = True,
+    ) -> None:
+        self._commits: tuple[str, ...] = tuple(commits)
+        if len(self._commits) < 2:
+            raise UsageError("bisection needs at least two commits (a good and a bad one)")
+        if len(set(self._commits)) != len(self._commits):
+            raise UsageError("the commit list to bisect contains duplicates")
+        self._index = {c: i for i, c in enumerate(self._commits)}
+        self._cases: dict[str, _CaseState] = {c: _CaseState() for c in cases}
+        if not self._cases:
+            raise UsageError("bisection needs at least one case")
+        self._verify_endpoints = verify_endpoints
+        self._probed: dict[int, int] = {}  # commit index -> number of records
+        self._order: list[str] = []  # distinct probed commits, first-probe order
+
+    # ------------------------------------------------------------------ inputs
+
+    @property
+    def commits(self) -> tuple[str, ...]:
+        return self._commits
+
+    @property
+    def cases(self) -> tuple[str, ...]:
+        return tuple(self._cases)
+
+    @property
+    def probes(self) -> tuple[str, ...]:
+        """Distinct commits recorded so far, in the order they were first recorded."""
+        return tuple(self._order)
+
+    @property
+    def evaluations(self) -> int:
+        """Total record() calls (retries included)."""
+        return sum(self._probed.values())
+
+    def record(self, commit: str, verdicts: Mapping[str, Verdict]) -> None:
+        """Add one evaluation of ``commit``; may be called again for retries.
+
+        Cases missing from ``verdicts`` count as skipped; unknown case ids are ignored
+        (a suite may grow cases the bisection was not asked about).
+        """
+        idx = self._index.get(commit)
+        if idx is None:
+            raise ValueError(f"commit {commit!r} is not in the bisection range")
+        open_before = {c for c in self._cases if self.outcome(c).status is CaseStatus.OPEN}
+        for case_id, state in self._cases.items():
+            state.seen.setdefault(idx, []).append(verdicts.get(case_id))
+            if case_id in open_before:
+                state.evaluations += 1
+        if idx not in self._probed:
+            self._order.append(commit)
+        self._probed[idx] = self._probed.get(idx, 0) + 1
+
+    # ------------------------------------------------------------- per case
+
+    def _mark(self, state: _CaseState, idx: int) -> _Mark | None:
+        """The combined mark of a commit for a case, None when never probed."""
+        observed = state.seen.get(idx)
+        if observed is None:
+            return None
+        return _combine(observed)
+
+    def _endpoint_mark(self, state: _CaseState, idx: int, assumed: _Mark) -> _Mark | None:
+        """Endpoints are assumed unless probed; None = still to be verified."""
+        mark = self._mark(state, idx)
+        if mark is not None:
+            return mark
+        return None if self._verify_endpoints else assumed
+
+    def _interval(self, state: _CaseState, *, speculative: bool) -> tuple[int, int, list[str]]:
+        """(last good, first bad, notes) using git bisect semantics.
+
+        ``speculative`` assumes unverified endpoints hold, so interior probes can be
+        chosen in the same parallel round as the endpoints.
+        """
+        last = len(self._commits) - 1
+        marks = {i: _combine(v) for i, v in state.seen.items()}
+        if speculative or not self._verify_endpoints:
+            marks.setdefault(0, _Mark.GOOD)
+            marks.setdefault(last, _Mark.BAD)
+        bad = min(i for i, m in marks.items() if m is _Mark.BAD)
+        good = max(i for i, m in marks.items() if m is _Mark.GOOD and i < bad)
+        notes: list[str] = []
+        later_goods = sorted(i for i, m in marks.items() if m is _Mark.GOOD and i > bad)
+        if later_goods:
+            notes.append(
+                "non-monotonic: good at "
+                + ", ".join(self._commits[i][:12] for i in later_goods)
+                + f" after first bad {self._commits[bad][:12]}; git bisect semantics kept"
+            )
+        return good, bad, notes
+
+    def outcome(self, case_id: str) -> CaseOutcome:
+        """The current result for one case (OPEN while undecided)."""
+        state = self._cases[case_id]
+
+        def make(status: CaseStatus, *, notes: list[str], culprit: str | None = None,
+                 last_good: str | None = None, candidates: tuple[str, ...] = (),
+                 flaky_commits: tuple[str, ...] = ()) -> CaseOutcome:
+            return CaseOutcome(case_id, status, culprit, last_good, candidates, flaky_commits,
+                               state.evaluations, tuple(notes))
+
+        notes = self._retry_notes(state)
+        flaky = sorted(i for i, v in state.seen.items() if _combine(v) is _Mark.FLAKY)
+        if flaky:
+            return make(CaseStatus.FLAKY, flaky_commits=tuple(self._commits[i] for i in flaky), notes=notes)
+        last = len(self._commits) - 1
+        start = self._endpoint_mark(state, 0, _Mark.GOOD)
+        end = self._endpoint_mark(state, last, _Mark.BAD)
+        problems = self._endpoint_problems(start, end)
+        if problems:
+            return make(CaseStatus.NOT_REPRODUCED, notes=notes + problems)
+        if start is None or end is None:
+            return make(CaseStatus.OPEN, notes=notes)
+        good, bad, interval_notes = self._interval(state, speculative=False)
+        notes += interval_notes
+        if any(i not in state.seen for i in range(good + 1, bad)):
+            return make(CaseStatus.OPEN, notes=notes)
+        if bad == good + 1:
+            return make(CaseStatus.FOUND, culprit=self._commits[bad], last_good=self._commits[good], notes=notes)
+        return make(
+            CaseStatus.AMBIGUOUS,
+            last_good=self._commits[good],
+            candidates=self._commits[good + 1 : bad + 1],
+            notes=notes + [f"{bad - good - 1} commit(s) before the first bad one were all skipped"],
+        )
+
+    @staticmethod
+    def _endpoint_problems(start: _Mark | None, end: _Mark | None) -> list[str]:
+        """Why the endpoints do not show good -> bad (empty while unknown or fine)."""
+        problems: list[str] = []
+        if start is not None and start is not _Mark.GOOD:
+            problems.append(f"good endpoint is {start.value}, not good")
+        if end is not None and end is not _Mark.BAD:
+            problems.append(f"bad endpoint is {end.value}, not bad")
+        return problems
+
+    def _retry_notes(self, state: _CaseState) -> list[str]:
+        """Mention retries that turned a skip into a decisive verdict (not flaky)."""
+        notes = []
+        for i, observed in sorted(state.seen.items()):
+            kinds = set(observed)
+            if len(observed) > 1 and len(kinds) > 1 and _combine(observed) in (_Mark.GOOD, _Mark.BAD):
+                names = "/".join(sorted(v.value if v else "missing" for v in kinds))
+                notes.append(f"retries at {self._commits[i][:12]} disagreed ({names}); decisive verdict kept")
+        return notes
+
+    def outcomes(self) -> dict[str, CaseOutcome]:
+        return {c: self.outcome(c) for c in self._cases}
+
+    @property
+    def done(self) -> bool:
+        """True when every case reached a terminal status."""
+        return all(o.status.terminal for o in self.outcomes().values())
+
+    # ------------------------------------------------------------ choosing
+
+    def next_probes(self, k: int = 1) -> list[str]:
+        """Up to ``k`` unprobed commits to evaluate next (in parallel); [] when done.
+
+        Endpoints still to verify come first. The remaining slots split the open
+        intervals of all OPEN cases: repeatedly take the widest gap between split points
+        (a case's last good, first bad and the commits already picked this round) and
+        pick its midpoint, or, when the midpoint was already probed (skipped), the
+        nearest unprobed commit around it, alternating sides, as ``git bisect skip``
+        does. A pick inside several cases' intervals splits all of them: that is how
+        probes are shared.
+        """
+        if k < 1:
+            raise ValueError("k must be at least 1")
+        open_cases = [s for c, s in self._cases.items() if self.outcome(c).status is CaseStatus.OPEN]
+        if not open_cases:
+            return []
+        picks: list[int] = []
+        if self._verify_endpoints:
+            picks = [i for i in (0, len(self._commits) - 1) if i not in self._probed][:k]
+        intervals = [self._interval(s, speculative=True)[:2] for s in open_cases]
+        while len(picks) < k:
+            pick = self._best_pick(intervals, open_cases, picks)
+            if pick is None:
+                break
+            picks.append(pick)
+        return [self._commits[i] for i in picks]
+
+    def _best_pick(
+        self, intervals: list[tuple[int, int]], states: list[_CaseState], picks: list[int]
+    ) -> int | None:
+        """The next commit to pick, from the widest gap that still has an unprobed one."""
+        taken = set(picks)
+        gaps: dict[tuple[int, int], int] = {}
+        for (good, bad), state in zip(intervals, states):
+            inner = sorted(p for p in taken if good < p < bad)
+            points = [good, *inner, bad]
+            for lo, hi in zip(points, points[1:]):
+                gaps[(lo, hi)] = gaps.get((lo, hi), 0) + 1
+        # widest first, then the gap shared by most cases, then the oldest
+        for lo, hi in sorted(gaps, key=lambda g: (-(g[1] - g[0]), -gaps[g], g[0])):
+            pick = self._near_midpoint(lo, hi, taken)
+            if pick is not None:
+                return pick
+        return None
+
+    def _near_midpoint(self, lo: int, hi: int, taken: set[int]) -> int | None:
+        """Midpoint of (lo, hi), else nearest free index alternating sides; None if none."""
+        mid = (lo + hi) // 2
+        for dist in range(0, hi - lo):
+            for cand in (mid + dist, mid - dist) if dist else (mid,):
+                if lo < cand < hi and cand not in taken and cand not in self._probed:
+                    return cand
+        return None
+
+    # ------------------------------------------------------------ reporting
+
+    def summary(self) -> str:
+        """A few lines for a terminal: totals, then one line per case."""
+        outcomes = self.outcomes()
+        counts: dict[str, int] = {}
+        for o in outcomes.values():
+            counts[o.status.value] = counts.get(o.status.value, 0) + 1
+        totals = ", ".join(f"{n} {s}" for s, n in sorted(counts.items()))
+        head = (
+            f"bisection over {len(self._commits)} commits: {len(self._order)} probed, "
+            f"{self.evaluations} evaluations; {totals}"
+        )
+        return "\n".join([head, *(o.describe() for o in outcomes.values())])
+
+
+def max_steps(n_commits: int, k: int = 1) -> int:
+    """Upper bound of interior probe rounds for one culprit: ceil(log_{k+1}(n-1)).
+
+    Useful for progress estimates; the endpoints (when verified) add one round.
+    """
+    candidates = max(n_commits - 1, 1)
+    return math.ceil(math.log(candidates, k + 1) - 1e-12) if candidates > 1 else 0

@@ -1,0 +1,53 @@
+"""Command line entry point: ``harness <command>``.
+
+Every user error is a :class:`HarnessError`, printed as one line (exit code 2); nothing is
+lost on such an error because commands write results atomically and only at the end.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from harness import __version__
+from harness.errors import HarnessError
+
+COMMANDS = ("run", "fixtures", "bisect", "nightly", "mutate")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="harness",
+        description="Verify sequence packing in Megatron-Bridge against golden fixtures, and bisect regressions.",
+        epilog="Start with 'harness run' (tests the MB installed here). 'harness bisect GOOD..BAD --repo MB_CHECKOUT' "
+               "finds the commit that broke each failing case. Every command has --help.")
+    parser.add_argument("--version", action="version", version=f"harness {__version__}")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    import importlib
+
+    for name in COMMANDS:
+        try:
+            module = importlib.import_module(f"harness.commands.{name}")
+        except ModuleNotFoundError as exc:
+            if exc.name != f"harness.commands.{name}":
+                raise
+            continue  # command not shipped in this build
+        module.add_parser(sub)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        return int(args.func(args) or 0)
+    except HarnessError as exc:
+        print(exc.one_line(), file=sys.stderr)
+        return exc.exit_code
+    except KeyboardInterrupt:
+        print("harness: interrupted; results written so far are kept", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,107 @@
+"""``harness fixtures``: the only way goldens change.
+
+``record`` runs the suites in record mode against the target (obtained values go to a
+staging directory, never into ``fixtures/``), shows for every case whether its golden is new,
+changed (with the diff) or unchanged, and writes new/changed goldens only with ``--yes`` or an
+interactive "y". ``verify`` reads every golden and reports corrupt ones.
+"""
+
+from __future__ import annotations
+
+import argparse
+import shutil
+import sys
+from pathlib import Path
+from typing import TextIO
+
+from harness import runner
+from harness.commands.run import add_target_args
+from harness.errors import CorruptFile, HarnessError
+from harness.golden.compare import Comparator
+from harness.golden.storage import golden_path, read_golden, write_golden
+from harness.target import Target, require_mb
+
+
+def add_parser(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("fixtures", help="record or verify golden fixtures",
+                       description="Goldens change only here: 'record' shows what would change and writes only "
+                                   "after confirmation (--yes); 'verify' checks every golden file is readable.")
+    fsub = p.add_subparsers(dest="fixtures_cmd", required=True)
+    r = fsub.add_parser("record", help="record goldens from the current target (shows the diff first)")
+    add_target_args(r)
+    r.add_argument("--suite", action="append", metavar="NAME", help="suite to record (repeatable; default all)")
+    r.add_argument("-k", dest="keyword", help="pytest -k expression to select cases")
+    r.add_argument("--yes", action="store_true", help="write the new and changed goldens without asking")
+    r.add_argument("--fixtures", type=Path, default=runner.FIXTURES_DIR, help="golden root (default fixtures/)")
+    r.set_defaults(func=record)
+    v = fsub.add_parser("verify", help="check that every golden file parses")
+    v.add_argument("--fixtures", type=Path, default=runner.FIXTURES_DIR)
+    v.set_defaults(func=verify)
+
+
+def record(args: argparse.Namespace, out: TextIO = sys.stdout) -> int:
+    tgt = Target.from_args(args.mb_src)
+    require_mb(tgt)
+    staging = runner.temp_out_dir()
+    try:
+        opts = runner.RunOptions(suites=args.suite, keyword=args.keyword, record=True,
+                                 obtained_dir=staging / "obtained", fixtures_dir=args.fixtures)
+        result = runner.run_suites(tgt, opts, staging, progress=None)
+        broken = [c for c in result.cases if c.verdict.value in ("fail", "error")]
+        for c in broken:
+            print(f"not recordable: {c.case_id}: {c.message.splitlines()[0] if c.message else ''}", file=out)
+        changes = _changes(staging / "obtained", args.fixtures, out)
+        if not changes:
+            print("goldens are up to date; nothing to write", file=out)
+            return 1 if broken else 0
+        if not (args.yes or _confirm(f"write {len(changes)} golden file(s)?")):
+            print(f"nothing written; rerun with --yes to accept these {len(changes)} change(s)", file=out)
+            return 1
+        for src, dest in changes:
+            write_golden(dest, read_golden(src))
+        print(f"wrote {len(changes)} golden file(s) under {args.fixtures}", file=out)
+        return 1 if broken else 0
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+
+
+def _changes(obtained_root: Path, fixtures_root: Path, out: TextIO) -> list[tuple[Path, Path]]:
+    """Compare staged values with goldens; print new/changed ones; return what to write."""
+    changes = []
+    for src in sorted(obtained_root.rglob("*.json")):
+        new = read_golden(src)
+        dest = golden_path(fixtures_root, new.suite, new.case)
+        if not dest.exists():
+            print(f"NEW      {new.suite}::{new.case}", file=out)
+            changes.append((src, dest))
+            continue
+        try:
+            old = read_golden(dest)
+        except CorruptFile as exc:
+            print(f"REPLACE  {new.suite}::{new.case} (current golden unreadable: {exc})", file=out)
+            changes.append((src, dest))
+            continue
+        cmp = Comparator(old.tolerances).compare(old.value, new.value, old.sidecar, new.sidecar)
+        if not cmp.ok:
+            print(f"CHANGED  {new.suite}::{new.case}\n  " + cmp.text().replace("\n", "\n  "), file=out)
+            changes.append((src, dest))
+    return changes
+
+
+def _confirm(question: str) -> bool:
+    if not sys.stdin.isatty():
+        return False
+    return input(f"{question} [y/N] ").strip().lower() in ("y", "yes")
+
+
+def verify(args: argparse.Namespace, out: TextIO = sys.stdout) -> int:
+    bad = 0
+    files = sorted(p for p in Path(args.fixtures).rglob("*.json"))
+    for path in files:
+        try:
+            read_golden(path)
+        except (CorruptFile, HarnessError) as exc:
+            bad += 1
+            print(f"corrupt: {exc}", file=out)
+    print(f"{len(files) - bad} golden file(s) ok, {bad} corrupt", file=out)
+    return 1 if bad else 0

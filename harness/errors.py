@@ -1,0 +1,34 @@
+"""The one user-facing exception family.
+
+Anything a user can cause (bad input, a broken environment, a corrupt file) raises a
+``HarnessError`` subclass; the CLI prints it as one line and exits with ``exit_code``.
+Anything else escaping is a bug in the harness and keeps its traceback.
+"""
+
+from __future__ import annotations
+
+
+class HarnessError(Exception):
+    """Base of every error the CLI reports as a one-line message."""
+
+    exit_code: int = 2
+
+    def one_line(self) -> str:
+        text = " ".join(str(self).split())
+        return f"harness: error: {text}"
+
+
+class UsageError(HarnessError):
+    """Bad arguments: unknown ref, empty range, unknown suite..."""
+
+
+class EnvironmentProblem(HarnessError):
+    """The environment cannot run the job (no MB importable, no Python 3.12, no git)."""
+
+
+class CorruptFile(HarnessError):
+    """A golden, cache or result file exists but cannot be read or has a wrong schema."""
+
+
+class GitError(HarnessError):
+    """A git operation on the user's repository or the harness clone failed."""

@@ -1,0 +1,292 @@
+"""Nightly history: every run's verdicts in one parquet file, and the trend page built on it.
+
+Why parquet through pandas: the store grows by (cases x nights) rows and is read whole to
+draw a trend, which a columnar file does in milliseconds; it is also what people load in a
+notebook when they want to ask their own question.
+
+Why the whole file is rewritten on append: parquet cannot be appended in place, and writing
+a new file next to the old one then renaming it means a killed nightly leaves the previous
+history intact. An advisory lock serialises two appenders so neither loses the other's run.
+The schema version lives in the parquet key-value metadata; a newer version than this code
+knows is refused rather than half-understood.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import io
+import math
+from pathlib import Path
+from typing import Any, Iterator
+
+import pandas as pd
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from harness.atomicio import atomic_write_bytes
+from harness.errors import CorruptFile, UsageError
+from harness.results import RunResult
+from harness.verdict import Verdict
+
+HISTORY_KIND = "harness-history"
+HISTORY_SCHEMA = 1
+_META_KIND = b"harness.kind"
+_META_VERSION = b"harness.schema_version"
+
+#: Columns of the store, one row per case per run, in this order.
+COLUMNS: dict[str, str] = {
+    "run_seq": "int64",  # append order: breaks ties and orders runs without a start time
+    "run_id": "string",
+    "started": "string",  # ISO-8601 as recorded by the run
+    "commit": "string",
+    "run_duration_s": "float64",
+    "case_id": "string",
+    "suite": "string",
+    "verdict": "string",
+    "duration_s": "float64",
+    "source": "string",
+    "message": "string",
+}
+#: Messages are kept for the trend page's tooltips, not as an archive of logs.
+MAX_MESSAGE_CHARS = 500
+
+
+def _empty() -> pd.DataFrame:
+    return pd.DataFrame({name: pd.Series(dtype=dtype) for name, dtype in COLUMNS.items()})
+
+
+def _run_frame(run: RunResult, commit: str, seq: int) -> pd.DataFrame:
+    """The rows one run contributes; a run without cases still gets no rows (nothing to trend)."""
+    rows = [
+        {
+            "run_seq": seq,
+            "run_id": run.run_id,
+            "started": run.started or "",
+            "commit": commit,
+            "run_duration_s": float(run.duration_s),
+            "case_id": c.case_id,
+            "suite": c.suite,
+            "verdict": c.verdict.value,
+            "duration_s": float(c.duration_s),
+            "source": c.source,
+            "message": (c.message or "")[:MAX_MESSAGE_CHARS],
+        }
+        for c in run.cases
+    ]
+    frame = pd.DataFrame(rows, columns=list(COLUMNS)) if rows else _empty()
+    return frame.astype(COLUMNS)
+
+
+@contextlib.contextmanager
+def _locked(store: Path) -> Iterator[None]:
+    """Hold an exclusive advisory lock next to the store for a read-modify-write cycle."""
+    store.parent.mkdir(parents=True, exist_ok=True)
+    lock_path = store.with_name(f".{store.name}.lock")
+    with open(lock_path, "a+b") as fh:
+        fcntl.flock(fh.fileno(), fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(fh.fileno(), fcntl.LOCK_UN)
+
+
+def _check_metadata(store: Path, metadata: dict[bytes, bytes] | None) -> None:
+    """Refuse a file that is not ours or was written by a newer harness."""
+    metadata = metadata or {}
+    if metadata.get(_META_KIND) != HISTORY_KIND.encode():
+        raise CorruptFile(f"{store}: not a {HISTORY_KIND} file (no harness metadata)")
+    raw = metadata.get(_META_VERSION, b"")
+    try:
+        version = int(raw)
+    except ValueError:
+        raise CorruptFile(f"{store}: bad schema_version {raw!r}") from None
+    if version > HISTORY_SCHEMA:
+        raise CorruptFile(
+            f"{store}: schema_version {version} is newer than this harness understands "
+            f"({HISTORY_SCHEMA}); upgrade the harness"
+        )
+    if version < HISTORY_SCHEMA:
+        raise CorruptFile(f"{store}: schema_version {version} is too old and cannot be migrated")
+
+
+def load(store: Path) -> pd.DataFrame:
+    """The whole history (empty frame with the right columns when the store does not exist)."""
+    store = Path(store)
+    if not store.exists():
+        return _empty()
+    try:
+        table = pq.read_table(store)
+    except (pa.ArrowException, OSError) as exc:
+        raise CorruptFile(f"{store}: unreadable history file ({exc})") from None
+    _check_metadata(store, table.schema.metadata)
+    missing = [c for c in COLUMNS if c not in table.column_names]
+    if missing:
+        raise CorruptFile(f"{store}: history file lacks columns {missing}")
+    return table.to_pandas().loc[:, list(COLUMNS)].astype(COLUMNS)
+
+
+def _write(store: Path, df: pd.DataFrame) -> None:
+    """Serialise with our metadata into memory, then replace the store atomically."""
+    table = pa.Table.from_pandas(df.loc[:, list(COLUMNS)].astype(COLUMNS), preserve_index=False)
+    meta = dict(table.schema.metadata or {})
+    meta[_META_KIND] = HISTORY_KIND.encode()
+    meta[_META_VERSION] = str(HISTORY_SCHEMA).encode()
+    table = table.replace_schema_metadata(meta)
+    buf = io.BytesIO()
+    pq.write_table(table, buf)
+    atomic_write_bytes(store, buf.getvalue())
+
+
+def append_run(store: Path, run: RunResult, commit: str) -> pd.DataFrame:
+    """Add ``run`` (tested at ``commit``) to the store and return the new history.
+
+    Appending a run_id already present replaces its rows, so re-uploading a nightly after a
+    retry does not count it twice.
+    """
+    store = Path(store)
+    with _locked(store):
+        df = load(store)
+        df = df[df["run_id"] != run.run_id]
+        seq = int(df["run_seq"].max()) + 1 if len(df) else 0
+        new = _run_frame(run, commit, seq)
+        parts = [p for p in (df, new) if len(p)]
+        df = pd.concat(parts, ignore_index=True) if parts else _empty()
+        _write(store, df)
+    return df
+
+
+# --------------------------------------------------------------------------------------------
+# Trend
+# --------------------------------------------------------------------------------------------
+
+
+def _runs(df: pd.DataFrame) -> pd.DataFrame:
+    """One row per run, ordered by start time (append order when any time is missing)."""
+    runs = df.groupby("run_id", sort=False).agg(
+        run_seq=("run_seq", "first"), started=("started", "first"), commit=("commit", "first"),
+        duration_s=("run_duration_s", "first"),
+    ).reset_index()
+    stamps = pd.to_datetime(runs["started"], utc=True, errors="coerce", format="ISO8601")
+    if len(runs) and stamps.notna().all():
+        runs = runs.assign(_t=stamps).sort_values(["_t", "run_seq"]).drop(columns="_t")
+    else:
+        runs = runs.sort_values("run_seq")
+    return runs.reset_index(drop=True)
+
+
+def _clean(value: Any) -> Any:
+    """Plain Python values for the template (no pandas NA or numpy scalars)."""
+    if value is None or value is pd.NA:
+        return None
+    if isinstance(value, float) and math.isnan(value):
+        return None
+    return value.item() if hasattr(value, "item") else value
+
+
+def trend(df: pd.DataFrame) -> dict[str, Any]:
+    """Per case the verdict series over runs (oldest first), what changed since the previous
+    run, and the run durations.
+
+    ``newly_failing``: FAIL in the latest run and not FAIL in the run before (passing,
+    untestable, errored or absent). ``newly_fixed``: PASS now and FAIL in the run before.
+    Only FAIL counts as failing: ERROR is a harness problem, not a change in Megatron-Bridge.
+    """
+    runs = _runs(df)
+    run_ids = list(runs["run_id"])
+    run_list = [
+        {"run_id": str(r.run_id), "commit": str(r.commit), "started": str(r.started),
+         "duration_s": _clean(r.duration_s), "counts": {v.value: 0 for v in Verdict}}
+        for r in runs.itertuples()
+    ]
+    position = {rid: i for i, rid in enumerate(run_ids)}
+    cases: dict[str, dict[str, Any]] = {}
+    for row in df.sort_values(["suite", "case_id"]).itertuples():
+        entry = cases.setdefault(str(row.case_id), {"suite": str(row.suite), "source": str(row.source),
+                                                    "series": [None] * len(run_ids),
+                                                    "messages": [""] * len(run_ids)})
+        i = position[row.run_id]
+        entry["series"][i] = str(row.verdict)
+        entry["messages"][i] = str(row.message or "")
+        if str(row.verdict) in run_list[i]["counts"]:
+            run_list[i]["counts"][str(row.verdict)] += 1
+    newly_failing, newly_fixed = [], []
+    if len(run_ids) >= 1:
+        latest = run_list[-1]
+        for cid, entry in cases.items():
+            now = entry["series"][-1]
+            before = entry["series"][-2] if len(run_ids) >= 2 else None
+            change = {"case_id": cid, "suite": entry["suite"], "previous": before, "current": now,
+                      "commit": latest["commit"], "run_id": latest["run_id"],
+                      "message": entry["messages"][-1]}
+            if len(run_ids) >= 2 and now == Verdict.FAIL.value and before != Verdict.FAIL.value:
+                newly_failing.append(change)
+            elif now == Verdict.PASS.value and before == Verdict.FAIL.value:
+                newly_fixed.append(change)
+    return {
+        "runs": run_list,
+        "cases": cases,
+        "newly_failing": newly_failing,
+        "newly_fixed": newly_fixed,
+        "durations": [{"run_id": r["run_id"], "commit": r["commit"], "duration_s": r["duration_s"]}
+                      for r in run_list],
+    }
+
+
+def _durations_chart(durations: list[dict[str, Any]]) -> dict[str, Any]:
+    """Bar geometry of run durations (seconds) for an inline SVG."""
+    values = [float(d["duration_s"] or 0.0) for d in durations]
+    top = max(values, default=0.0) or 1.0
+    left, plot_h, base_y = 60.0, 160.0, 180.0
+    bar_w = max(3.0, min(64.0, 900.0 / max(len(values), 1)))
+    label_every = max(1, math.ceil(56.0 / bar_w))  # a 7-character hash needs about 50 px
+    bars = []
+    for i, (d, v) in enumerate(zip(durations, values)):
+        h = round(v / top * plot_h, 2)
+        bars.append({"x": round(left + i * bar_w + 1, 2), "w": round(bar_w - 2, 2), "y": round(base_y - h, 2),
+                     "h": h, "title": f"{d['run_id']} @ {str(d['commit'])[:10]}: {v:.1f} s",
+                     "cx": round(left + i * bar_w + bar_w / 2, 2),
+                     "label": str(d["commit"])[:7], "show_label": i % label_every == 0})
+    return {"bars": bars, "width": round(left + len(values) * bar_w + 20, 2), "height": 210.0,
+            "base_y": base_y, "top_y": base_y - plot_h, "left": left, "max_s": top}
+
+
+def _grid(tr: dict[str, Any]) -> list[dict[str, Any]]:
+    """Cases grouped by suite for the verdict grid, each with one cell per run."""
+    suites: dict[str, list[dict[str, Any]]] = {}
+    for cid, entry in tr["cases"].items():
+        cells = [{"verdict": v or "absent", "title": f"{cid} @ {r['commit'][:10]} ({r['run_id']}): {v or 'not run'}"
+                  + (f" - {m}" if m else "")}
+                 for v, m, r in zip(entry["series"], entry["messages"], tr["runs"])]
+        suites.setdefault(entry["suite"], []).append({"case_id": cid, "cells": cells, "latest": entry["series"][-1]})
+    return [{"name": name, "cases": members} for name, members in sorted(suites.items())]
+
+
+_UNSAFE_SCHEMES = ("javascript:", "data:", "vbscript:")
+
+
+def _checked_links(links: dict[str, str] | None) -> dict[str, str]:
+    """Bisect links are caller data put into href attributes: escaping stops markup, but a
+    ``javascript:`` address would still run when clicked, so such schemes are refused."""
+    out = {}
+    for case_id, href in (links or {}).items():
+        if str(href).strip().lower().startswith(_UNSAFE_SCHEMES):
+            raise UsageError(f"bisect link for {case_id} has an unsafe scheme: {href!r}")
+        out[str(case_id)] = str(href)
+    return out
+
+
+def render_trend_report(store: Path, out_path: Path, bisect_links: dict[str, str] | None = None) -> Path:
+    """Write the trend page of the history in ``store``; ``bisect_links`` maps a case id to
+    the (relative) address of the bisect report that hunted it, shown next to the case."""
+    from harness.report.render import render_template  # the report package owns templates
+
+    tr = trend(load(Path(store)))
+    context = {
+        "trend": tr,
+        "grid": _grid(tr),
+        "chart": _durations_chart(tr["durations"]),
+        "links": _checked_links(bisect_links),
+        "store_name": Path(store).name,
+    }
+    return render_template("trend.html.j2", context, Path(out_path))

@@ -1,0 +1,213 @@
+"""pytest plugin: golden checks, verdict classification and result collection.
+
+Loaded with ``-p harness.plugin`` (``harness run`` does this; ``pytest suites/`` picks it up
+from ``suites/conftest.py``). Verdicts are decided where the exception is still at hand (the
+worker, with pytest-xdist) and travel to the controller in ``report.user_properties``, so
+results are read back as data, never by parsing pytest's text.
+
+Classification of a failing case:
+* :class:`GoldenMismatch` or ``AssertionError``: FAIL (MB behaves differently than pinned);
+* :class:`harness.adapters.Untestable` or a pytest skip: UNTESTABLE (with the reason);
+* any other exception raised from Megatron code (a frame under ``megatron/``): FAIL, MB broke;
+* anything else: ERROR, a bug in the harness or a suite, never blamed on MB.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+import traceback
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from harness.golden.compare import Comparator, Tolerance
+from harness.golden.serializer import encode
+from harness.golden.storage import Golden, golden_path, read_golden, write_golden
+from harness.verdict import Verdict
+
+PROP = "harness_case"
+
+
+class GoldenMismatch(AssertionError):
+    """The obtained value differs from the golden (or no golden exists)."""
+
+    def __init__(self, text: str, diff_data: dict[str, Any] | None) -> None:
+        super().__init__(text)
+        self.diff_data = diff_data
+
+
+class Untestable(Exception):
+    """The case cannot be evaluated on this target (missing operation, CUDA-only code...)."""
+
+
+def suite_of(item: pytest.Item) -> str:
+    name = Path(str(item.fspath)).stem
+    return name[5:] if name.startswith("test_") else name
+
+
+def case_of(item: pytest.Item) -> str:
+    cls = item.cls.__name__ + "." if getattr(item, "cls", None) else ""
+    return cls + item.name
+
+
+class GoldenChecker:
+    """The ``golden`` fixture: one golden per case, compared with per-field tolerances."""
+
+    def __init__(self, fixtures_root: Path, obtained_root: Path, suite: str, case: str,
+                 record: bool, provenance: dict[str, Any]) -> None:
+        self.fixtures_root = fixtures_root
+        self.obtained_root = obtained_root
+        self.suite = suite
+        self.case = case
+        self.record = record
+        self.provenance = provenance
+        self.checked = False
+
+    def check(self, value: Any, tolerances: dict[str, tuple[float, float]] | None = None) -> None:
+        """Compare ``value`` with the golden; raise :class:`GoldenMismatch` with a diff."""
+        if self.checked:
+            raise RuntimeError("one golden check per case: put everything in one dict")
+        self.checked = True
+        tols = {k: Tolerance(*v) for k, v in (tolerances or {}).items()}
+        sidecar: dict[str, Any] = {}
+        encoded = encode(value, sidecar)
+        obtained = Golden(self.suite, self.case, encoded, sidecar, tols, self.provenance)
+        path = golden_path(self.fixtures_root, self.suite, self.case)
+        if self.record:
+            write_golden(golden_path(self.obtained_root, self.suite, self.case), obtained)
+            return
+        if not path.exists():
+            out = golden_path(self.obtained_root, self.suite, self.case)
+            write_golden(out, obtained)
+            raise GoldenMismatch(f"no golden at {path}; obtained value written to {out}; "
+                                 "review and accept it with `harness fixtures record`", None)
+        golden = read_golden(path)
+        merged = {**golden.tolerances, **tols}
+        result = Comparator(merged).compare(golden.value, encoded, golden.sidecar, sidecar)
+        if not result.ok:
+            out = golden_path(self.obtained_root, self.suite, self.case)
+            write_golden(out, obtained)
+            raise GoldenMismatch(f"golden mismatch ({path}):\n{result.text()}", result.to_json())
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    group = parser.getgroup("harness")
+    group.addoption("--harness-results", default=None, help="write case verdicts (JSON) to this file")
+    group.addoption("--harness-fixtures", default=None, help="golden root (default: <rootdir>/fixtures)")
+    group.addoption("--harness-obtained", default=None,
+                    help="where obtained values go on mismatch (default: <rootdir>/reports/obtained)")
+    group.addoption("--harness-record", action="store_true", help="write obtained values for every case; never fail on goldens")
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line("markers", "gpu: needs a CUDA GPU (and Transformer Engine); skipped with a reason elsewhere")
+    config.addinivalue_line("markers", "import_group(name): which MB import the case needs: 'light' or 'full'")
+    config._harness_cases = []  # type: ignore[attr-defined]
+
+
+def _root(config: pytest.Config, opt: str, default: str) -> Path:
+    value = config.getoption(opt)
+    return Path(value) if value else Path(str(config.rootpath)) / default
+
+
+def _provenance() -> dict[str, Any]:
+    from harness.target import describe_running_target
+
+    return describe_running_target()
+
+
+@pytest.fixture
+def golden(request: pytest.FixtureRequest) -> GoldenChecker:
+    """Compare a case's obtained value to its golden file (see :class:`GoldenChecker`)."""
+    config = request.config
+    return GoldenChecker(
+        _root(config, "--harness-fixtures", "fixtures"),
+        _root(config, "--harness-obtained", "reports/obtained"),
+        suite_of(request.node), case_of(request.node),
+        bool(config.getoption("--harness-record")), _provenance(),
+    )
+
+
+def _from_megatron(excinfo: pytest.ExceptionInfo) -> bool:
+    for entry in traceback.extract_tb(excinfo.tb):
+        parts = Path(entry.filename).parts
+        if "megatron" in parts and "harness" not in parts:
+            return True
+    return False
+
+
+def classify(excinfo: pytest.ExceptionInfo | None, skipped: bool, longrepr: Any) -> tuple[Verdict, str, Any]:
+    """Map an outcome to (verdict, message, structured diff)."""
+    if excinfo is None:
+        if skipped:
+            reason = longrepr[2] if isinstance(longrepr, tuple) else str(longrepr)
+            return Verdict.UNTESTABLE, reason.removeprefix("Skipped: "), None
+        return Verdict.PASS, "", None
+    exc = excinfo.value
+    if isinstance(exc, Untestable):
+        return Verdict.UNTESTABLE, f"untestable: {exc}", None
+    if isinstance(exc, GoldenMismatch):
+        return Verdict.FAIL, str(exc), exc.diff_data
+    if isinstance(exc, (AssertionError, pytest.fail.Exception)):
+        return Verdict.FAIL, f"assertion failed: {exc}", None
+    if isinstance(exc, pytest.skip.Exception):
+        return Verdict.UNTESTABLE, str(exc), None
+    if _from_megatron(excinfo):
+        return Verdict.FAIL, f"Megatron raised {type(exc).__name__}: {exc}", None
+    return Verdict.ERROR, f"harness error {type(exc).__name__}: {exc}", None
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
+    outcome = yield
+    report = outcome.get_result()
+    decisive = call.when == "call" or report.failed or report.skipped
+    if not decisive or any(k == PROP for k, _ in report.user_properties):
+        return
+    excinfo = call.excinfo if report.failed or (call.excinfo and call.excinfo.errisinstance(Untestable)) else None
+    verdict, message, diff_data = classify(excinfo, report.skipped, report.longrepr)
+    if excinfo is not None and excinfo.errisinstance(Untestable):
+        report.outcome = "skipped"
+        report.longrepr = (str(item.fspath), item.location[1] or 0, f"untestable: {excinfo.value}")
+    if call.when == "setup" and verdict is Verdict.FAIL and not report.skipped:
+        verdict = Verdict.ERROR  # a fixture broke: the harness's problem, not MB's
+    report.user_properties.append((PROP, {
+        "case_id": f"{suite_of(item)}::{case_of(item)}", "suite": suite_of(item), "verdict": verdict.value,
+        "message": message[:20000], "diff": message if diff_data else "", "diff_data": diff_data,
+        "source": "golden",
+    }))
+
+
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    for key, value in report.user_properties:
+        if key == PROP:
+            value = dict(value, duration_s=round(report.duration, 4))
+            _CASES.append(value)
+
+
+_CASES: list[dict[str, Any]] = []
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    path = session.config.getoption("--harness-results")
+    if not path or hasattr(session.config, "workerinput"):
+        return
+    seen: dict[str, dict[str, Any]] = {}
+    for case in _CASES:  # a setup error and a teardown error for one case: keep the worst
+        prev = seen.get(case["case_id"])
+        if prev is None or _rank(case["verdict"]) > _rank(prev["verdict"]):
+            seen[case["case_id"]] = case
+    from harness.atomicio import write_versioned_json
+
+    write_versioned_json(Path(path), "harness-cases", 1, {"finished": time.time(), "pid": os.getpid(),
+                                                         "cases": list(seen.values())})
+
+
+def _rank(verdict: str) -> int:
+    return {"pass": 0, "untestable": 1, "error": 2, "fail": 3}[verdict]
+
+
+__all__ = ["GoldenMismatch", "Untestable", "GoldenChecker", "classify", "json"]

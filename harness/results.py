@@ -1,0 +1,88 @@
+"""Result records of a run: what the plugin writes and every report reads.
+
+One ``results.json`` per run (kind ``harness-run``), versioned and written atomically.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from harness.atomicio import read_versioned_json, write_versioned_json
+from harness.verdict import Verdict
+
+RUN_KIND = "harness-run"
+RUN_SCHEMA = 1
+
+
+@dataclass
+class CaseResult:
+    """The verdict of one case, with what a person needs to understand it."""
+
+    case_id: str  # "<suite>::<case>", stable across commits (it keys bisect verdicts)
+    suite: str
+    verdict: Verdict
+    duration_s: float = 0.0
+    message: str = ""  # one paragraph: failure summary, untestable reason, error
+    diff: str = ""  # human-readable golden diff (terminal and HTML)
+    diff_data: dict[str, Any] | None = None  # structured diff (first index, errors, rows)
+    source: str = "golden"  # "golden" or "upstream": which source of verdicts
+
+    def to_json(self) -> dict[str, Any]:
+        doc = dataclasses.asdict(self)
+        doc["verdict"] = self.verdict.value
+        return doc
+
+    @classmethod
+    def from_json(cls, doc: dict[str, Any]) -> "CaseResult":
+        names = {f.name for f in dataclasses.fields(cls)}
+        kwargs = {k: v for k, v in doc.items() if k in names}
+        kwargs["verdict"] = Verdict(doc["verdict"])
+        return cls(**kwargs)
+
+
+@dataclass
+class RunResult:
+    """One run of the suites against one target."""
+
+    run_id: str
+    target: dict[str, Any]
+    versions: dict[str, str]
+    machine: dict[str, Any]
+    import_mode: str
+    standins: list[str] = field(default_factory=list)
+    started: str = ""
+    duration_s: float = 0.0
+    cases: list[CaseResult] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+
+    def counts(self) -> dict[str, int]:
+        out = {v.value: 0 for v in Verdict}
+        for c in self.cases:
+            out[c.verdict.value] += 1
+        return out
+
+    @property
+    def ok(self) -> bool:
+        return not any(c.verdict in (Verdict.FAIL, Verdict.ERROR) for c in self.cases)
+
+    def to_json(self) -> dict[str, Any]:
+        doc = dataclasses.asdict(self)
+        doc["cases"] = [c.to_json() for c in self.cases]
+        return doc
+
+    @classmethod
+    def from_json(cls, doc: dict[str, Any]) -> "RunResult":
+        names = {f.name for f in dataclasses.fields(cls)}
+        kwargs = {k: v for k, v in doc.items() if k in names}
+        kwargs["cases"] = [CaseResult.from_json(c) for c in doc.get("cases", [])]
+        return cls(**kwargs)
+
+    def save(self, path: Path) -> None:
+        write_versioned_json(path, RUN_KIND, RUN_SCHEMA, self.to_json())
+
+    @classmethod
+    def load(cls, path: Path) -> "RunResult":
+        return cls.from_json(read_versioned_json(path, RUN_KIND, RUN_SCHEMA))

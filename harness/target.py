@@ -1,0 +1,157 @@
+"""What Megatron-Bridge a run tests, and how to describe it.
+
+A target is either the MB importable in the environment (the default) or a source tree given
+with ``--mb-src`` (an MB checkout's ``src/``, or a tree the bisect driver materialised), put
+first on the subprocess's ``PYTHONPATH``. Identity is read without importing MB (its package
+``__init__`` costs ~20 s): version from ``package_info.py``, commit from git or from the
+``HARNESS_TARGET_COMMIT`` variable the bisect driver sets.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import importlib.metadata as md
+import importlib.util
+import os
+import platform
+import re
+import subprocess
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import harness
+from harness.errors import EnvironmentProblem, UsageError
+
+HARNESS_ROOT = Path(__file__).resolve().parent.parent
+SITE_DIR = Path(__file__).resolve().parent / "standins" / "site"
+
+
+@dataclass(frozen=True)
+class Target:
+    """The MB under test: ``src`` None means the installed one."""
+
+    src: Path | None = None
+    commit: str | None = None
+
+    @classmethod
+    def from_args(cls, mb_src: str | None, commit: str | None = None) -> "Target":
+        if mb_src is None:
+            return cls()
+        src = Path(mb_src).expanduser().resolve()
+        if (src / "src" / "megatron" / "bridge").is_dir():
+            src = src / "src"  # accept the checkout root too
+        if not (src / "megatron" / "bridge").is_dir():
+            raise UsageError(f"--mb-src {mb_src}: no megatron/bridge package under it (give an MB checkout or its src/)")
+        return cls(src, commit or git_commit(src))
+
+    def pythonpath(self, extra: list[str] | None = None) -> str:
+        """PYTHONPATH for a subprocess: target source, stand-ins, the harness itself."""
+        parts = ([str(self.src)] if self.src else []) + [str(SITE_DIR), str(HARNESS_ROOT)] + (extra or [])
+        old = os.environ.get("PYTHONPATH")
+        return os.pathsep.join(parts + ([old] if old else []))
+
+    def env(self, standins_log: Path | None = None) -> dict[str, str]:
+        env = dict(os.environ)
+        env["PYTHONPATH"] = self.pythonpath()
+        env["PYTHONDONTWRITEBYTECODE"] = "1"  # never write __pycache__ into a user's checkout
+        if self.commit:
+            env["HARNESS_TARGET_COMMIT"] = self.commit
+        if standins_log:
+            env["HARNESS_STANDINS_LOG"] = str(standins_log)
+        return env
+
+
+def git_commit(path: Path) -> str | None:
+    """HEAD of the git tree containing ``path`` (with ``-dirty`` when modified), or None."""
+    try:
+        tracked = subprocess.run(["git", "-C", str(path), "ls-files", "--", "."], capture_output=True, text=True,
+                                 timeout=30)
+        if tracked.returncode != 0 or not tracked.stdout.strip():
+            return None  # not a git tree, or a tree ignored by an enclosing repo (a venv inside a repo)
+        sha = subprocess.run(["git", "-C", str(path), "rev-parse", "HEAD"], capture_output=True, text=True,
+                             timeout=30, check=True).stdout.strip()
+        dirty = subprocess.run(["git", "-C", str(path), "status", "--porcelain", "--untracked-files=no", "--", "."],
+                               capture_output=True, text=True, timeout=60).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return sha + ("-dirty" if dirty else "")
+
+
+def _dist_version(name: str) -> str:
+    try:
+        return md.version(name)
+    except md.PackageNotFoundError:
+        return "not installed"
+
+
+def mb_location() -> Path | None:
+    """Directory of the ``megatron.bridge`` package this interpreter would import."""
+    try:
+        spec = importlib.util.find_spec("megatron.bridge")
+    except (ImportError, ValueError):
+        return None
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    return Path(list(spec.submodule_search_locations)[0])
+
+
+def mb_version(location: Path | None) -> str:
+    """Version from ``package_info.py`` without importing MB."""
+    if location is None:
+        return "not importable"
+    info = location / "package_info.py"
+    try:
+        text = info.read_text(encoding="utf-8")
+    except OSError:
+        return "unknown"
+    parts = {k: v for k, v in re.findall(r"^(MAJOR|MINOR|PATCH|PRE_RELEASE)\s*=\s*['\"]?([^'\"\n]*)['\"]?", text, re.M)}
+    if {"MAJOR", "MINOR", "PATCH"} <= parts.keys():
+        return f"{parts['MAJOR']}.{parts['MINOR']}.{parts['PATCH']}{parts.get('PRE_RELEASE', '')}"
+    return "unknown"
+
+
+def versions() -> dict[str, str]:
+    """Versions of everything that decides a verdict (recorded in every result)."""
+    loc = mb_location()
+    return {
+        "megatron-bridge": mb_version(loc),
+        "megatron-core": _dist_version("megatron-core"),
+        "torch": _dist_version("torch"),
+        "transformers": _dist_version("transformers"),
+        "python": platform.python_version(),
+        "harness": harness.__version__,
+    }
+
+
+def describe_running_target() -> dict[str, Any]:
+    """Provenance of values produced in this process (goes into goldens)."""
+    loc = mb_location()
+    return {
+        "mb_version": mb_version(loc),
+        "mb_commit": os.environ.get("HARNESS_TARGET_COMMIT") or (git_commit(loc) if loc else None),
+        "torch": _dist_version("torch"),
+        "megatron_core": _dist_version("megatron-core"),
+        "harness": harness.__version__,
+        "date": _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
+    }
+
+
+def machine() -> dict[str, Any]:
+    """CPU/GPU description without importing torch in the parent (cheap, no CUDA init)."""
+    gpu = None
+    try:
+        out = subprocess.run(["nvidia-smi", "--query-gpu=name", "--format=csv,noheader"], capture_output=True,
+                             text=True, timeout=20)
+        if out.returncode == 0 and out.stdout.strip():
+            gpu = out.stdout.strip().splitlines()[0]
+    except (OSError, subprocess.SubprocessError):
+        pass
+    return {"hostname": platform.node(), "platform": platform.platform(), "cpus": os.cpu_count(),
+            "accelerator": gpu or "CPU only"}
+
+
+def require_mb(target: Target) -> None:
+    """Fail early, in one line, when no MB is importable for this target."""
+    if target.src is None and mb_location() is None:
+        raise EnvironmentProblem("no megatron.bridge importable in this environment; run scripts/setup.sh or give --mb-src")

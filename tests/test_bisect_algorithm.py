@@ -1,0 +1,315 @@
+"""The bisection state machine against scripted verdict oracles (no git, no I/O)."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Mapping
+
+import pytest
+
+from harness.bisect.algorithm import Bisection, CaseStatus, max_steps
+from harness.errors import UsageError
+from harness.verdict import Verdict
+
+P, F, U, E = Verdict.PASS, Verdict.FAIL, Verdict.UNTESTABLE, Verdict.ERROR
+
+Oracle = Callable[[int], Mapping[str, Verdict]]
+
+
+def shas(n: int) -> list[str]:
+    return [f"c{i:03d}" for i in range(n)]
+
+
+def idx(sha: str) -> int:
+    return int(sha[1:])
+
+
+def step(culprit: int, skips: frozenset[int] = frozenset(), skip_verdict: Verdict = U) -> Callable[[int], Verdict]:
+    """A case that passes before ``culprit`` and fails from it on, skipping ``skips``."""
+
+    def verdict(i: int) -> Verdict:
+        if i in skips:
+            return skip_verdict
+        return P if i < culprit else F
+
+    return verdict
+
+
+def oracle_of(**cases: Callable[[int], Verdict]) -> Oracle:
+    return lambda i: {name: fn(i) for name, fn in cases.items()}
+
+
+def drive(b: Bisection, oracle: Oracle, k: int = 1, max_rounds: int = 200) -> int:
+    """Run rounds until done; returns the number of rounds."""
+    rounds = 0
+    while not b.done:
+        probes = b.next_probes(k)
+        assert probes, "an unfinished bisection must propose probes"
+        assert len(probes) <= k
+        assert len(set(probes)) == len(probes)
+        for sha in probes:
+            assert sha not in b.probes, "a commit is never proposed twice"
+            b.record(sha, oracle(idx(sha)))
+        rounds += 1
+        assert rounds <= max_rounds
+    assert b.next_probes(k) == []
+    return rounds
+
+
+# ----------------------------------------------------------------- one culprit
+
+
+@pytest.mark.parametrize("n", range(2, 51))
+def test_single_culprit_every_position_within_log_bound(n: int) -> None:
+    commits = shas(n)
+    for culprit in range(1, n):
+        b = Bisection(commits, ["a"], verify_endpoints=False)
+        drive(b, oracle_of(a=step(culprit)))
+        out = b.outcome("a")
+        assert out.status is CaseStatus.FOUND
+        assert out.culprit == commits[culprit]
+        assert out.last_good == commits[culprit - 1]
+        assert out.evaluations <= math.ceil(math.log2(n)) + 1
+        assert out.evaluations == len(b.probes)
+
+
+@pytest.mark.parametrize("n", [2, 3, 4, 7, 16, 33, 50])
+def test_verified_endpoints_cost_exactly_two_more(n: int) -> None:
+    commits = shas(n)
+    for culprit in range(1, n):
+        b = Bisection(commits, ["a"])
+        first = b.next_probes(1)
+        assert first == [commits[0]], "endpoints are verified first"
+        drive(b, oracle_of(a=step(culprit)))
+        out = b.outcome("a")
+        assert (out.status, out.culprit) == (CaseStatus.FOUND, commits[culprit])
+        assert out.evaluations <= math.ceil(math.log2(n - 1)) + 2
+        assert {commits[0], commits[-1]} <= set(b.probes)
+
+
+def test_max_steps_matches_worst_case() -> None:
+    assert [max_steps(n) for n in (2, 3, 5, 9, 17)] == [0, 1, 2, 3, 4]
+    assert max_steps(17, k=3) == 2
+
+
+# ----------------------------------------------------------------- skips
+
+
+@pytest.mark.parametrize("offsets", [(0,), (-1,), (1,), (-1, 1), (-1, 0, 1), (-2, -1)])
+@pytest.mark.parametrize("skip_verdict", [U, E])
+def test_skips_around_the_culprit(offsets: tuple[int, ...], skip_verdict: Verdict) -> None:
+    n, culprit = 30, 14
+    commits = shas(n)
+    skips = frozenset(culprit + o for o in offsets)
+    b = Bisection(commits, ["a"])
+    drive(b, oracle_of(a=step(culprit, skips, skip_verdict)))
+    out = b.outcome("a")
+    if culprit not in skips and culprit - 1 not in skips:
+        assert out.status is CaseStatus.FOUND
+        assert out.culprit == commits[culprit]
+    else:
+        # the good/bad boundary is hidden by skipped commits: git bisect's "could be any of"
+        assert out.status is CaseStatus.AMBIGUOUS
+        last_good = max(i for i in range(culprit) if i not in skips)
+        first_bad = min(i for i in range(culprit, n) if i not in skips)
+        assert out.last_good == commits[last_good]
+        assert out.candidates == tuple(commits[last_good + 1 : first_bad + 1])
+        assert commits[culprit] in out.candidates
+
+
+def test_skipped_midpoint_picks_nearest_neighbours_alternating() -> None:
+    commits = shas(11)
+    b = Bisection(commits, ["a"], verify_endpoints=False)
+    assert b.next_probes(1) == [commits[5]]
+    b.record(commits[5], {"a": U})
+    assert b.next_probes(1) == [commits[6]]
+    b.record(commits[6], {"a": U})
+    assert b.next_probes(1) == [commits[4]]
+    b.record(commits[4], {})  # a case missing from the verdicts is a skip too
+    assert b.next_probes(1) == [commits[7]]
+
+
+def test_all_skipped_range_is_ambiguous_with_all_candidates() -> None:
+    n = 9
+    commits = shas(n)
+    b = Bisection(commits, ["a"])
+    drive(b, lambda i: {"a": P if i == 0 else F if i == n - 1 else U})
+    out = b.outcome("a")
+    assert out.status is CaseStatus.AMBIGUOUS
+    assert out.last_good == commits[0]
+    assert out.candidates == tuple(commits[1:])
+    assert out.evaluations == n
+    assert "ambiguous" in b.summary()
+
+
+# ------------------------------------------------------------- endpoints
+
+
+@pytest.mark.parametrize(
+    ("good_end", "bad_end", "reason"),
+    [(F, F, "good endpoint is bad"), (P, P, "bad endpoint is good"), (U, F, "good endpoint is skip"), (P, E, "bad endpoint is skip")],
+)
+def test_endpoints_not_showing_regression(good_end: Verdict, bad_end: Verdict, reason: str) -> None:
+    commits = shas(8)
+    b = Bisection(commits, ["a", "ok"])
+    probes = drive(b, lambda i: {"a": good_end if i == 0 else bad_end if i == 7 else P, "ok": step(3)(i)}, k=2)
+    out = b.outcome("a")
+    assert out.status is CaseStatus.NOT_REPRODUCED
+    assert any(reason in n for n in out.notes)
+    assert out.evaluations <= 2, "no interior probe is spent on a case that does not reproduce"
+    assert b.outcome("ok").culprit == commits[3]
+    assert probes >= 2
+
+
+def test_not_reproduced_stops_everything_after_endpoints() -> None:
+    b = Bisection(shas(40), ["a"])
+    drive(b, lambda i: {"a": P})
+    assert b.outcome("a").status is CaseStatus.NOT_REPRODUCED
+    assert len(b.probes) == 2
+
+
+def test_assumed_endpoints_can_be_contradicted_by_a_probe() -> None:
+    commits = shas(5)
+    b = Bisection(commits, ["a"], verify_endpoints=False)
+    b.record(commits[0], {"a": F})
+    assert b.outcome("a").status is CaseStatus.NOT_REPRODUCED
+
+
+# ------------------------------------------------------------------ flaky
+
+
+def test_flaky_retry_marks_case_flaky_and_never_blames() -> None:
+    commits = shas(10)
+    b = Bisection(commits, ["a", "b"])
+    for sha in b.next_probes(2):
+        b.record(sha, {"a": step(4)(idx(sha)), "b": step(6)(idx(sha))})
+    mid = b.next_probes(1)[0]
+    b.record(mid, {"a": P, "b": step(6)(idx(mid))})
+    b.record(mid, {"a": F, "b": step(6)(idx(mid))})  # retry disagrees for "a" only
+    out = b.outcome("a")
+    assert out.status is CaseStatus.FLAKY
+    assert out.flaky_commits == (mid,)
+    assert out.culprit is None
+    drive(b, oracle_of(a=step(4), b=step(6)))
+    assert b.outcome("a").status is CaseStatus.FLAKY
+    assert b.outcome("b").culprit == commits[6]
+    assert "flaky" in b.summary()
+
+
+def test_retry_turning_error_into_verdict_is_not_flaky() -> None:
+    commits = shas(3)
+    b = Bisection(commits, ["a"])
+    b.record(commits[0], {"a": P})
+    b.record(commits[2], {"a": F})
+    b.record(commits[1], {"a": E})
+    b.record(commits[1], {"a": F})
+    out = b.outcome("a")
+    assert (out.status, out.culprit) == (CaseStatus.FOUND, commits[1])
+    assert any("retries" in n for n in out.notes)
+    assert b.evaluations == 4 and len(b.probes) == 3
+
+
+def test_flaky_at_an_endpoint() -> None:
+    commits = shas(6)
+    b = Bisection(commits, ["a"])
+    b.record(commits[0], {"a": P})
+    b.record(commits[0], {"a": F})
+    assert b.outcome("a").status is CaseStatus.FLAKY
+    assert b.done and b.next_probes(3) == []
+
+
+# --------------------------------------------------------- several culprits
+
+
+def separate_cost(n: int, culprit: int) -> int:
+    b = Bisection(shas(n), ["x"])
+    drive(b, oracle_of(x=step(culprit)))
+    return len(b.probes)
+
+
+@pytest.mark.parametrize("culprits", [(10, 30), (5, 21, 38), (12, 12, 13)])
+def test_independent_culprits_share_probes(culprits: tuple[int, ...]) -> None:
+    n = 41
+    commits = shas(n)
+    names = [f"case{j}" for j in range(len(culprits))]
+    b = Bisection(commits, names)
+    drive(b, oracle_of(**{name: step(c) for name, c in zip(names, culprits)}))
+    for name, c in zip(names, culprits):
+        assert b.outcome(name).culprit == commits[c]
+    separate = sum(separate_cost(n, c) for c in culprits)
+    assert len(b.probes) < separate
+
+
+def test_two_culprits_scripted_probe_sequence() -> None:
+    commits = shas(17)
+    b = Bisection(commits, ["a", "b"], verify_endpoints=False)
+    seen = []
+    while not b.done:
+        (sha,) = b.next_probes(1)
+        seen.append(idx(sha))
+        b.record(sha, {"a": step(3)(idx(sha)), "b": step(12)(idx(sha))})
+    # 8 splits both cases; each then narrows alone in 3 probes; separately each needs log2(16) = 4
+    assert seen[0] == 8
+    assert b.outcome("a").culprit == commits[3] and b.outcome("b").culprit == commits[12]
+    assert len(seen) == 7 < 2 * 4
+
+
+def test_non_monotonic_evidence_keeps_git_semantics_and_notes_it() -> None:
+    commits = shas(9)
+    b = Bisection(commits, ["a"], verify_endpoints=False)
+    # commit 3 is bad, commit 6 passes again (e.g. a revert), commit 2 good
+    b.record(commits[6], {"a": P})
+    b.record(commits[3], {"a": F})
+    b.record(commits[2], {"a": P})
+    out = b.outcome("a")
+    assert (out.status, out.culprit, out.last_good) == (CaseStatus.FOUND, commits[3], commits[2])
+    assert any("non-monotonic" in n for n in out.notes)
+
+
+# ----------------------------------------------------------------- k-ary
+
+
+@pytest.mark.parametrize("n", range(2, 51))
+def test_three_parallel_probes_rounds_within_log4_bound(n: int) -> None:
+    commits = shas(n)
+    bound = math.ceil(math.log(n, 4)) + 1
+    for culprit in range(1, n):
+        b = Bisection(commits, ["a"])
+        rounds = drive(b, oracle_of(a=step(culprit)), k=3)
+        assert b.outcome("a").culprit == commits[culprit]
+        assert rounds <= bound, (n, culprit, rounds, b.probes)
+
+
+def test_parallel_round_splits_union_of_open_intervals() -> None:
+    commits = shas(33)
+    b = Bisection(commits, ["a", "b"], verify_endpoints=False)
+    b.record(commits[16], {"a": F, "b": P})  # a in (0, 16], b in (16, 32]
+    picks = sorted(idx(s) for s in b.next_probes(2))
+    assert picks == [8, 24]
+
+
+# ------------------------------------------------------------ edge cases
+
+
+def test_invalid_inputs() -> None:
+    with pytest.raises(UsageError):
+        Bisection(["a"], ["x"])
+    with pytest.raises(UsageError):
+        Bisection(["a", "a"], ["x"])
+    with pytest.raises(UsageError):
+        Bisection(["a", "b"], [])
+    b = Bisection(["a", "b"], ["x"])
+    with pytest.raises(ValueError):
+        b.record("zzz", {})
+    with pytest.raises(ValueError):
+        b.next_probes(0)
+
+
+def test_two_commit_range_needs_only_endpoints() -> None:
+    b = Bisection(["g", "b"], ["x"])
+    assert b.next_probes(5) == ["g", "b"]
+    b.record("g", {"x": P, "extra": F})
+    b.record("b", {"x": F})
+    assert b.outcome("x").culprit == "b"
+    assert b.done
+    assert "found" in b.summary()

@@ -1,0 +1,218 @@
+"""The SQLite verdict cache: round trips, attempts, corruption, kill -9 safety."""
+
+from __future__ import annotations
+
+import os
+import signal
+import sqlite3
+import subprocess
+import sys
+import textwrap
+import time
+from datetime import datetime, timezone
+from pathlib import Path
+
+import pytest
+
+from harness.bisect.cache import SCHEMA_VERSION, CacheKey, VerdictCache, suite_hash
+from harness.errors import CorruptFile
+from harness.results import CaseResult
+from harness.verdict import Verdict
+
+ROOT = Path(__file__).resolve().parents[1]
+KEY = CacheKey("a" * 40, "suitehash", "py3.12-cpu")
+
+
+def test_round_trip_and_attempts(tmp_path: Path) -> None:
+    db = tmp_path / "cache.sqlite"
+    with VerdictCache(db) as cache:
+        assert cache.latest(KEY) is None
+        when = datetime(2025, 1, 2, 3, 4, 5, tzinfo=timezone.utc)
+        first = cache.record(KEY, {"s::a": Verdict.ERROR, "s::b": Verdict.PASS}, {"s::a": "boom"}, 12.5, when)
+        second = cache.record(KEY, {"s::a": Verdict.FAIL, "s::b": Verdict.PASS}, {"s::a": "diff at 3"}, 3.0)
+        assert (first.attempt, second.attempt) == (1, 2)
+    with VerdictCache(db) as cache:  # survives reopening
+        got = cache.attempts(KEY)
+        assert [e.attempt for e in got] == [1, 2]
+        assert got[0].verdicts == {"s::a": Verdict.ERROR, "s::b": Verdict.PASS}
+        assert got[0].messages == {"s::a": "boom", "s::b": ""}
+        assert got[0].duration_s == 12.5
+        assert got[0].evaluated_at == "2025-01-02T03:04:05+00:00"
+        assert cache.latest(KEY) == got[1]
+        assert cache.commits("suitehash", "py3.12-cpu") == [KEY.commit]
+
+
+def test_key_parts_are_independent(tmp_path: Path) -> None:
+    with VerdictCache(tmp_path / "c.sqlite") as cache:
+        cache.record(KEY, {"x": Verdict.PASS})
+        for other in (
+            CacheKey("b" * 40, KEY.suite_hash, KEY.env_key),
+            CacheKey(KEY.commit, "changed-suite", KEY.env_key),
+            CacheKey(KEY.commit, KEY.suite_hash, "py3.12-cuda"),
+        ):
+            assert cache.latest(other) is None
+            assert cache.record(other, {"x": Verdict.FAIL}).attempt == 1
+
+
+def test_record_results_from_case_results(tmp_path: Path) -> None:
+    cases = [
+        CaseResult("pack::one", "pack", Verdict.PASS),
+        CaseResult("pack::two", "pack", Verdict.UNTESTABLE, message="no such op in this era"),
+    ]
+    with VerdictCache(tmp_path / "c.sqlite") as cache:
+        ev = cache.record_results(KEY, cases, duration_s=4.0)
+        assert cache.latest(KEY) == ev
+        assert ev.messages["pack::two"] == "no such op in this era"
+
+
+def test_wal_mode_and_schema_version(tmp_path: Path) -> None:
+    db = tmp_path / "c.sqlite"
+    VerdictCache(db).close()
+    con = sqlite3.connect(db)
+    assert con.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+    assert con.execute("SELECT version FROM schema_version").fetchone()[0] == SCHEMA_VERSION
+    con.close()
+
+
+def test_newer_schema_is_refused(tmp_path: Path) -> None:
+    db = tmp_path / "c.sqlite"
+    VerdictCache(db).close()
+    con = sqlite3.connect(db)
+    con.execute("UPDATE schema_version SET version = ?", (SCHEMA_VERSION + 1,))
+    con.commit()
+    con.close()
+    with pytest.raises(CorruptFile, match="newer than this harness") as info:
+        VerdictCache(db)
+    assert str(db) in info.value.one_line()
+
+
+@pytest.mark.parametrize(
+    "content",
+    [b"this is not a database at all" * 100, b"SQLite format 3\x00" + b"\xff" * 4000],
+    ids=["text", "bad-header"],
+)
+def test_corrupt_file_is_one_line_with_advice(tmp_path: Path, content: bytes) -> None:
+    db = tmp_path / "c.sqlite"
+    db.write_bytes(content)
+    with pytest.raises(CorruptFile) as info:
+        VerdictCache(db)
+    line = info.value.one_line()
+    assert "\n" not in line
+    assert str(db) in line and "--no-cache" in line and "delete" in line
+
+
+def test_foreign_sqlite_database_is_refused(tmp_path: Path) -> None:
+    db = tmp_path / "c.sqlite"
+    con = sqlite3.connect(db)
+    con.execute("CREATE TABLE other (x)")
+    con.commit()
+    con.close()
+    with pytest.raises(CorruptFile, match="not a harness verdict cache"):
+        VerdictCache(db)
+
+
+def test_unknown_verdict_value_is_corrupt(tmp_path: Path) -> None:
+    db = tmp_path / "c.sqlite"
+    with VerdictCache(db) as cache:
+        cache.record(KEY, {"x": Verdict.PASS})
+    con = sqlite3.connect(db)
+    con.execute("UPDATE case_verdicts SET verdict = 'maybe'")
+    con.commit()
+    con.close()
+    with VerdictCache(db) as cache, pytest.raises(CorruptFile, match="maybe"):
+        cache.attempts(KEY)
+
+
+# ------------------------------------------------------------------ kill -9
+
+WRITER = textwrap.dedent(
+    """
+    import sys
+    from harness.bisect.cache import CacheKey, VerdictCache
+    from harness.verdict import Verdict
+
+    cache = VerdictCache(sys.argv[1])
+    n_cases, start = int(sys.argv[2]), int(sys.argv[3])
+    i = start
+    while True:
+        verdicts = {f"case{j}": Verdict.PASS if (i + j) % 3 else Verdict.FAIL for j in range(n_cases)}
+        cache.record(CacheKey(f"{i:040x}", "s", "e"), verdicts, {c: "m" * 300 for c in verdicts}, float(i))
+        i += 1
+        if i == start + 3:
+            print("ready", flush=True)
+    """
+)
+
+
+def kill_writer_midway(db: Path, n_cases: int, start: int, delay: float) -> None:
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    proc = subprocess.Popen(
+        [sys.executable, "-c", WRITER, str(db), str(n_cases), str(start)], stdout=subprocess.PIPE, env=env, text=True
+    )
+    try:
+        assert proc.stdout is not None
+        assert proc.stdout.readline().strip() == "ready"
+        time.sleep(delay)
+    finally:
+        os.kill(proc.pid, signal.SIGKILL)
+        proc.wait()
+    assert proc.returncode == -signal.SIGKILL
+
+
+def test_kill_9_leaves_only_complete_evaluations(tmp_path: Path) -> None:
+    db = tmp_path / "c.sqlite"
+    n_cases = 400
+    for round_, delay in enumerate((0.0, 0.05, 0.13, 0.31)):
+        kill_writer_midway(db, n_cases, start=round_ * 100_000, delay=delay)
+    with VerdictCache(db) as cache:
+        commits = cache.commits("s", "e")
+        assert len(commits) >= 4 * 3
+        for sha in commits:
+            (ev,) = cache.attempts(CacheKey(sha, "s", "e"))
+            i = int(sha, 16)
+            assert len(ev.verdicts) == n_cases
+            assert ev.verdicts == {f"case{j}": Verdict.PASS if (i + j) % 3 else Verdict.FAIL for j in range(n_cases)}
+            assert ev.duration_s == float(i)
+    con = sqlite3.connect(db)
+    orphans = con.execute(
+        "SELECT count(*) FROM case_verdicts WHERE evaluation_id NOT IN (SELECT id FROM evaluations)"
+    ).fetchone()[0]
+    assert orphans == 0
+    assert con.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
+    con.close()
+
+
+# ------------------------------------------------------------------ suite_hash
+
+
+def make_tree(root: Path) -> list[Path]:
+    suites, fixtures = root / "suites", root / "fixtures"
+    (suites / "pack").mkdir(parents=True)
+    fixtures.mkdir()
+    (suites / "pack" / "case.py").write_text("def test(): ...\n")
+    (fixtures / "data.bin").write_bytes(b"\x00\x01\x02")
+    return [suites, fixtures]
+
+
+def test_suite_hash_is_stable_and_content_sensitive(tmp_path: Path) -> None:
+    paths = make_tree(tmp_path / "one")
+    copy = make_tree(tmp_path / "two")
+    h = suite_hash(paths)
+    assert h == suite_hash(copy), "depends on content and relative paths, not location"
+    assert h == suite_hash(list(reversed(paths))), "order of the list does not matter"
+    cache_dir = paths[0] / "pack" / "__pycache__"
+    cache_dir.mkdir()
+    (cache_dir / "case.cpython-312.pyc").write_bytes(b"junk")
+    assert suite_hash(paths) == h, "bytecode caches are ignored"
+    (paths[1] / "data.bin").write_bytes(b"\x00\x01\x03")
+    assert suite_hash(paths) != h
+    (paths[1] / "data.bin").write_bytes(b"\x00\x01\x02")
+    (paths[1] / "data.bin").rename(paths[1] / "renamed.bin")
+    assert suite_hash(paths) != h, "renames change the hash"
+
+
+def test_suite_hash_absent_differs_from_empty(tmp_path: Path) -> None:
+    empty = tmp_path / "fixtures"
+    absent_hash = suite_hash([empty])
+    empty.mkdir()
+    assert suite_hash([empty]) != absent_hash

@@ -1,0 +1,542 @@
+"""Reports, JUnit and the nightly history, checked on recorded results (no Megatron-Bridge).
+
+HTML is checked by parsing it into a small element tree, never by searching the template
+text, so the tests say what a reader of the page sees: which cells are highlighted, which
+commit is blamed, which cases newly fail.
+"""
+
+from __future__ import annotations
+
+import xml.etree.ElementTree as ET
+from dataclasses import dataclass, field
+from html.parser import HTMLParser
+from pathlib import Path
+from typing import Any, Callable, Iterator
+
+import pandas as pd
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from harness import history
+from harness.errors import CorruptFile, UsageError
+from harness.report import render_bisect_report, render_run_report, write_junit
+from harness.report.render import row_window
+from harness.results import CaseResult, RunResult
+from harness.verdict import Verdict
+
+XSS = "<script>alert('pwned')</script>"
+
+# --------------------------------------------------------------------------------------------
+# A tiny DOM built with the stdlib parser
+# --------------------------------------------------------------------------------------------
+
+VOID = {"area", "base", "br", "col", "embed", "hr", "img", "input", "link", "meta", "source", "track", "wbr"}
+
+
+@dataclass
+class Node:
+    tag: str
+    attrs: dict[str, str]
+    children: list["Node | str"] = field(default_factory=list)
+    parent: "Node | None" = None
+
+    @property
+    def classes(self) -> set[str]:
+        return set(self.attrs.get("class", "").split())
+
+    def text(self) -> str:
+        return "".join(c if isinstance(c, str) else c.text() for c in self.children)
+
+    def iter(self) -> Iterator["Node"]:
+        for c in self.children:
+            if isinstance(c, Node):
+                yield c
+                yield from c.iter()
+
+    def find_all(self, tag: str | None = None, cls: str | None = None, **attrs: str) -> list["Node"]:
+        out = []
+        for n in self.iter():
+            if tag is not None and n.tag != tag:
+                continue
+            if cls is not None and cls not in n.classes:
+                continue
+            if any(n.attrs.get(k.replace("_", "-")) != v for k, v in attrs.items()):
+                continue
+            out.append(n)
+        return out
+
+    def find(self, tag: str | None = None, cls: str | None = None, **attrs: str) -> "Node":
+        found = self.find_all(tag, cls, **attrs)
+        assert found, f"no <{tag} class={cls} {attrs}> found"
+        return found[0]
+
+    def by_id(self, ident: str) -> "Node":
+        return self.find(id=ident)
+
+
+class _TreeBuilder(HTMLParser):
+    def __init__(self) -> None:
+        super().__init__(convert_charrefs=True)
+        self.root = Node("#document", {})
+        self.stack = [self.root]
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        node = Node(tag, {k: v or "" for k, v in attrs}, parent=self.stack[-1])
+        self.stack[-1].children.append(node)
+        if tag not in VOID:
+            self.stack.append(node)
+
+    def handle_startendtag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        self.stack[-1].children.append(Node(tag, {k: v or "" for k, v in attrs}, parent=self.stack[-1]))
+
+    def handle_endtag(self, tag: str) -> None:
+        if tag in VOID:
+            return
+        for i in range(len(self.stack) - 1, 0, -1):
+            if self.stack[i].tag == tag:
+                del self.stack[i:]
+                return
+        raise AssertionError(f"unbalanced </{tag}>")
+
+    def handle_data(self, data: str) -> None:
+        self.stack[-1].children.append(data)
+
+
+def parse_html(path: Path) -> Node:
+    builder = _TreeBuilder()
+    builder.feed(path.read_text(encoding="utf-8"))
+    builder.close()
+    assert len(builder.stack) == 1, f"unclosed elements: {[n.tag for n in builder.stack[1:]]}"
+    return builder.root
+
+
+def external_urls(doc: Node) -> list[str]:
+    """Every attribute value or inline style that would make the browser fetch from outside."""
+    bad = []
+    for n in doc.iter():
+        for name, value in n.attrs.items():
+            v = value.strip().lower()
+            if name in {"src", "href", "xlink:href", "action", "srcset", "poster", "data"} and (
+                v.startswith(("http:", "https:", "//", "ftp:", "ws:", "wss:"))
+            ):
+                bad.append(f"{n.tag}[{name}]={value}")
+        if n.tag in {"link", "iframe", "img", "object", "embed", "video", "audio", "source"}:
+            bad.append(f"<{n.tag}> element")
+        if n.tag == "script" and "src" in n.attrs:
+            bad.append("script with src")
+        if n.tag == "style" and ("url(" in n.text() or "@import" in n.text()):
+            bad.append("style with url()/@import")
+    return bad
+
+
+# --------------------------------------------------------------------------------------------
+# Recorded results
+# --------------------------------------------------------------------------------------------
+
+
+def _row_mismatch(path: str, expected: list[Any], obtained: list[Any], **extra: Any) -> dict[str, Any]:
+    return {"path": path, "kind": "tensor", "expected": None, "obtained": None, "first_index": None,
+            "max_abs": None, "max_rel": None, "n_mismatch": None,
+            "expected_row": expected, "obtained_row": obtained, **extra}
+
+
+LONG_EXPECTED = list(range(1000))
+LONG_OBTAINED = [(-1 if i in (10, 900) else i) for i in range(1000)]
+
+
+def sample_run(run_id: str = "run-1", started: str = "2025-05-01T02:00:00+00:00") -> RunResult:
+    """A run with every verdict, every kind of diff, an upstream section and hostile text."""
+    cases = [
+        CaseResult("packing::basic", "packing", Verdict.PASS, 0.12),
+        CaseResult("packing::loss_mask", "packing", Verdict.FAIL, 0.3, message="loss mask differs",
+                   diff="rows[0].loss_mask differs at 2, 5",
+                   diff_data={"mismatches": [_row_mismatch("rows[0].loss_mask", [1, 1, 1, 0, 1, 1],
+                                                           [1, 1, 0, 0, 1, 0], first_index=[2], n_mismatch=2)]}),
+        CaseResult("packing::cu_seqlens", "packing", Verdict.FAIL, 0.2, message="boundary moved",
+                   diff="cu_seqlens differ",
+                   diff_data={"mismatches": [
+                       _row_mismatch("rows[0].cu_seqlens_padded", [0, 4, 9, 12], [0, 5, 9, 12])]}),
+        CaseResult("packing::long_tokens", "packing", Verdict.FAIL, 0.4, message="two tokens differ",
+                   diff="tokens differ at 10 and 900",
+                   diff_data={"mismatches": [_row_mismatch("rows[1].tokens", LONG_EXPECTED, LONG_OBTAINED)]}),
+        CaseResult("packing::logits", "packing", Verdict.FAIL, 0.5, message="float drift",
+                   diff="logits max abs 1.5e-3",
+                   diff_data={"mismatches": [{"path": "rows[0].logits", "kind": "tensor", "expected": "tensor(4, 8)",
+                                              "obtained": "tensor(4, 8)", "first_index": [0, 3], "max_abs": 0.0015,
+                                              "max_rel": 0.02, "n_mismatch": 3, "expected_row": None,
+                                              "obtained_row": None}]}),
+        CaseResult("packing::needs_cuda", "packing", Verdict.UNTESTABLE, 0.0,
+                   message="needs CUDA: pack_sequences uses torch.cuda"),
+        CaseResult("packing::hostile", "packing", Verdict.FAIL, 0.1, message=f"message with {XSS}",
+                   diff=f"diff with {XSS}", diff_data=None),
+        CaseResult("config::seq_len_too_small", "config", Verdict.FAIL, 0.05, message="config accepted",
+                   diff="outcome: expected error, got ok",
+                   diff_data={"mismatches": [
+                       {"path": "outcome", "kind": "value", "expected": "error", "obtained": "ok"},
+                       {"path": "error_class", "kind": "value", "expected": "ValueError", "obtained": None},
+                   ]}),
+        CaseResult("config::ok", "config", Verdict.PASS, 0.01),
+        CaseResult("adapters::boom", "adapters", Verdict.ERROR, 0.0, message="KeyError: 'rows' in adapter"),
+        CaseResult("upstream::tests/unit/test_packing.py::test_pack", "upstream", Verdict.PASS, 1.0, source="upstream"),
+        CaseResult("upstream::tests/unit/test_packing.py::test_flaky", "upstream", Verdict.FAIL, 1.0,
+                   message="flaky: failed 1 of 3 attempts", diff="AssertionError", source="upstream"),
+    ]
+    return RunResult(
+        run_id=run_id,
+        target={"version": "0.6.2", "commit": "a" * 40, "path": "/src/Megatron-Bridge"},
+        versions={"megatron-core": "0.19.2", "torch": "2.13.0"},
+        machine={"cpu": "AMD EPYC 7B13 (2 cores)", "gpu": "", "ram_gb": 8},
+        import_mode="installed",
+        standins=["transformer_engine"],
+        started=started,
+        duration_s=93.4,
+        cases=cases,
+        notes=[f"note with {XSS}", "stand-in transformer_engine used"],
+    )
+
+
+GOOD, BAD = "1" * 40, "9" * 40
+COMMITS = [{"sha": f"{i}" * 40, "subject": f"commit {i}", "author": "Dev <dev@example.com>",
+            "date": f"2025-04-0{i}T10:00:00Z"} for i in range(2, 9)]
+
+
+def sample_bisect() -> dict[str, Any]:
+    """Seven commits; case A blames commit 5, case B is left ambiguous between 6, 7, 8."""
+    probes = {
+        COMMITS[1]["sha"]: {"packing::a": "pass", "packing::b": "pass"},
+        COMMITS[3]["sha"]: {"packing::a": "fail", "packing::b": "pass"},
+        COMMITS[2]["sha"]: {"packing::a": "pass"},
+        COMMITS[4]["sha"]: {"packing::b": "untestable"},
+        COMMITS[5]["sha"]: {"packing::b": "untestable"},
+        COMMITS[6]["sha"]: {"packing::a": "fail", "packing::b": "fail"},
+    }
+    return {
+        "range": {"good": GOOD, "bad": BAD, "n_commits": len(COMMITS)},
+        "commits": COMMITS,
+        "probes": probes,
+        "cases": [
+            {"case_id": "packing::a", "status": "found",
+             "culprit": {**COMMITS[3], "subject": "packing: drop last token <b>fast</b>",
+                         "files": ["src/megatron/bridge/data/packing.py"],
+                         "diff": "--- a/packing.py\n+++ b/packing.py\n-    end = n\n+    end = n - 1\n"},
+             "candidates": [COMMITS[3]["sha"]], "evaluations": 3, "golden_diff": "loss_mask differs at 7",
+             "source": "golden"},
+            {"case_id": "packing::b", "status": "ambiguous", "culprit": None,
+             "candidates": [COMMITS[4]["sha"], COMMITS[5]["sha"], COMMITS[6]["sha"]], "evaluations": 4,
+             "golden_diff": "", "source": "golden"},
+            {"case_id": "packing::c", "status": "not_reproduced", "culprit": None, "candidates": [],
+             "evaluations": 1, "golden_diff": "", "source": "upstream"},
+        ],
+        "duration_s": 412.0,
+        "evaluations": 8,
+    }
+
+
+@pytest.fixture
+def run_html(tmp_path: Path) -> Node:
+    return parse_html(render_run_report(sample_run(), tmp_path / "run.html"))
+
+
+def _mismatch_block(doc: Node, path: str) -> Node:
+    return doc.find("div", cls="row-mismatch", data_path=path)
+
+
+def _highlighted(block: Node, row_cls: str) -> list[int]:
+    row = block.find("tr", cls=row_cls)
+    return [int(td.attrs["data-index"]) for td in row.find_all("td", cls="diff-cell")]
+
+
+# --------------------------------------------------------------------------------------------
+# Run report
+# --------------------------------------------------------------------------------------------
+
+
+def test_run_report_highlights_exactly_the_differing_positions(run_html: Node) -> None:
+    block = _mismatch_block(run_html, "rows[0].loss_mask")
+    assert _highlighted(block, "row-expected") == [2, 5]
+    assert _highlighted(block, "row-obtained") == [2, 5]
+    expected_cells = [td.text() for td in block.find("tr", cls="row-expected").find_all("td")]
+    assert expected_cells == ["1", "1", "1", "0", "1", "1"]
+
+
+def test_long_rows_are_windowed_around_every_difference(run_html: Node) -> None:
+    block = _mismatch_block(run_html, "rows[1].tokens")
+    assert _highlighted(block, "row-obtained") == [10, 900]
+    shown = [int(td.attrs["data-index"]) for td in block.find("tr", cls="row-expected").find_all("td")
+             if "data-index" in td.attrs]
+    assert len(shown) < 100 and 0 not in shown and 999 not in shown
+    assert block.find_all("td", cls="gap"), "elided stretches must be marked"
+
+
+def test_row_window_keeps_short_rows_whole_and_caps_long_ones() -> None:
+    assert row_window(5, [1]) == [0, 1, 2, 3, 4]
+    window = row_window(100_000, list(range(0, 100_000, 3)))
+    assert len([p for p in window if p is not None]) <= 240 and window[-1] is None
+
+
+def test_cu_seqlens_are_drawn_as_segments_with_moved_boundaries_marked(run_html: Node) -> None:
+    block = _mismatch_block(run_html, "rows[0].cu_seqlens_padded")
+    svg = block.find("svg", cls="segments")
+    assert len(svg.find_all("rect")) == 6  # three sequences per side
+    bad = sorted(line.find("title").text() for line in svg.find_all("line", cls="tick-bad"))
+    assert bad == ["expected boundary 1 = 4", "obtained boundary 1 = 5"]
+    assert _highlighted(block, "row-expected") == [1]
+    assert not _mismatch_block(run_html, "rows[0].loss_mask").find_all("svg")
+
+
+def test_float_and_config_mismatches_show_errors_and_expected_vs_actual(run_html: Node) -> None:
+    logits = run_html.find(data_case_id="packing::logits", cls="case")
+    cells = [td.text() for td in logits.find("tr", cls="mismatch").find_all("td")]
+    assert cells == ["rows[0].logits", "tensor", "tensor(4, 8)", "tensor(4, 8)", "[0, 3]", "0.0015", "0.02", "3"]
+    config = run_html.find(data_case_id="config::seq_len_too_small", cls="case")
+    rows = {tr.find_all("td")[0].text(): (tr.find("td", cls="expected").text(), tr.find("td", cls="obtained").text())
+            for tr in config.find_all("tr", cls="mismatch")}
+    assert rows == {"outcome": ("error", "ok"), "error_class": ("ValueError", "null")}
+    header = [th.text() for th in config.find("table", cls="mismatches").find_all("th")]
+    assert header == ["path", "kind", "expected", "obtained"]  # no empty numeric-error columns
+
+
+def test_matrix_counts_sections_and_untestable_reasons(run_html: Node) -> None:
+    counts = {b.attrs["data-count"]: int(b.text().split()[0]) for b in run_html.by_id("counts").find_all("span")
+              if "data-count" in b.attrs}
+    assert counts == {"pass": 3, "fail": 7, "untestable": 1, "error": 1}
+    golden = {tr.attrs["data-case-id"] for tr in run_html.by_id("golden-cases").find_all("tr", cls="case-row")}
+    upstream = {tr.attrs["data-case-id"] for tr in run_html.by_id("upstream-cases").find_all("tr", cls="case-row")}
+    assert upstream == {"upstream::tests/unit/test_packing.py::test_pack",
+                        "upstream::tests/unit/test_packing.py::test_flaky"}
+    assert golden.isdisjoint(upstream) and len(golden) == 10
+    buttons = [b.attrs["data-filter"] for b in run_html.find_all("button")]
+    assert buttons == ["all", "pass", "fail", "untestable", "error"]
+    reason = run_html.by_id("untestable-table").find("td", cls="reason").text()
+    assert reason == "needs CUDA: pack_sequences uses torch.cuda"
+    target = run_html.by_id("target").text()
+    assert "0.6.2" in target and "a" * 40 in target and "transformer_engine" in target
+
+
+def test_case_text_is_escaped_not_executed(tmp_path: Path) -> None:
+    out = render_run_report(sample_run(), tmp_path / "run.html")
+    doc = parse_html(out)
+    scripts = doc.find_all("script")
+    assert len(scripts) == 1 and "pwned" not in scripts[0].text()  # only the filter script
+    hostile = doc.find(data_case_id="packing::hostile", cls="case")
+    assert XSS in hostile.find("p", cls="msg").text()  # shown as text to the reader
+    assert XSS in hostile.find("pre", cls="diff-text").text()
+    assert f"note with {XSS}" in doc.by_id("notes").text()
+
+
+def test_reports_load_nothing_from_outside(tmp_path: Path) -> None:
+    store = tmp_path / "history.parquet"
+    history.append_run(store, sample_run(), "a" * 40)
+    pages = [
+        render_run_report(sample_run(), tmp_path / "run.html"),
+        render_bisect_report(sample_bisect(), tmp_path / "bisect.html"),
+        history.render_trend_report(store, tmp_path / "trend.html", {"packing::loss_mask": "bisect.html"}),
+    ]
+    for page in pages:
+        doc = parse_html(page)
+        assert external_urls(doc) == [], page.name
+        csp = doc.find("meta", http_equiv="Content-Security-Policy").attrs["content"]
+        assert "default-src 'none'" in csp
+
+
+def test_report_writes_are_atomic_and_versioned(tmp_path: Path) -> None:
+    out = render_run_report(sample_run(), tmp_path / "sub" / "run.html")
+    assert sorted(p.name for p in out.parent.iterdir()) == ["run.html"]  # no temp file left over
+    doc = parse_html(out)
+    assert doc.find("meta", name="harness-report-schema").attrs["content"] == "1"
+    assert doc.find("meta", name="harness-report-kind").attrs["content"] == "run"
+
+
+def test_run_report_of_an_empty_run(tmp_path: Path) -> None:
+    empty = RunResult(run_id="empty", target={}, versions={}, machine={}, import_mode="source")
+    doc = parse_html(render_run_report(empty, tmp_path / "empty.html"))
+    assert doc.by_id("failures").text() == "Failures (0)"
+    assert not doc.find_all("tr", cls="case-row")
+
+
+# --------------------------------------------------------------------------------------------
+# Bisect report
+# --------------------------------------------------------------------------------------------
+
+
+def test_bisect_report_names_the_culprit(tmp_path: Path) -> None:
+    doc = parse_html(render_bisect_report(sample_bisect(), tmp_path / "bisect.html"))
+    found = doc.find("div", cls="bcase", data_case_id="packing::a")
+    assert found.find("td", cls="culprit-sha").text() == COMMITS[3]["sha"]
+    assert found.find("td", cls="culprit-subject").text() == "packing: drop last token <b>fast</b>"
+    assert "src/megatron/bridge/data/packing.py" in found.find("table", cls="culprit").text()
+    assert "+    end = n - 1" in found.find("details", cls="culprit-diff").find("pre").text()
+    culprit_cells = [r for r in doc.by_id("timeline").find_all("rect") if "culprit" in r.classes]
+    assert len(culprit_cells) == 1 and "fail" in culprit_cells[0].classes
+
+
+def test_bisect_report_lists_candidates_when_skips_leave_several(tmp_path: Path) -> None:
+    doc = parse_html(render_bisect_report(sample_bisect(), tmp_path / "bisect.html"))
+    amb = doc.find("div", cls="bcase", data_case_id="packing::b")
+    assert "3 candidates" in amb.find("p", cls="note").text()
+    listed = [tr.find("td").text() for tr in amb.find("table", cls="candidates").find("tbody").find_all("tr")]
+    assert listed == [COMMITS[4]["sha"], COMMITS[5]["sha"], COMMITS[6]["sha"]]
+    assert not amb.find_all("table", cls="culprit")
+    not_rep = doc.find("div", cls="bcase", data_case_id="packing::c")
+    assert not_rep.attrs["data-status"] == "not_reproduced" and not_rep.find_all("p", cls="note")
+
+
+def test_bisect_timeline_colours_probes_per_case(tmp_path: Path) -> None:
+    doc = parse_html(render_bisect_report(sample_bisect(), tmp_path / "bisect.html"))
+    rects = [r for r in doc.by_id("timeline").find_all("rect") if "data-probed" in r.attrs]
+    assert len(rects) == 3 * len(COMMITS)  # one lane per case, one cell per commit
+    probed = [r for r in rects if r.attrs["data-probed"] == "true"]
+    assert len(probed) == sum(len(v) for v in sample_bisect()["probes"].values())
+    assert {c for r in probed for c in r.classes} - {"culprit"} == {"pass", "fail", "untestable"}
+
+
+def test_bisect_report_of_a_partial_record(tmp_path: Path) -> None:
+    """Fields missing from bisect.json (an interrupted run) do not stop the report."""
+    partial = {"range": {"good": GOOD}, "cases": [{"case_id": "x::y", "status": "found", "culprit": {"sha": BAD}}]}
+    doc = parse_html(render_bisect_report(partial, tmp_path / "partial.html"))
+    assert doc.find("td", cls="culprit-sha").text() == BAD
+    assert doc.by_id("timeline").find_all("rect") == []
+
+
+# --------------------------------------------------------------------------------------------
+# JUnit
+# --------------------------------------------------------------------------------------------
+
+
+def test_junit_counts_match_verdicts(tmp_path: Path) -> None:
+    run = sample_run()
+    root = ET.parse(write_junit(run, tmp_path / "junit.xml")).getroot()
+    assert root.tag == "testsuites"
+    suites = {s.get("name"): s for s in root.findall("testsuite")}
+    assert set(suites) == {"packing", "config", "adapters", "upstream"}
+    cases = root.findall("testsuite/testcase")
+    assert len(cases) == len(run.cases)
+    assert len(root.findall("testsuite/testcase/failure")) == 7 == int(root.get("failures"))
+    assert len(root.findall("testsuite/testcase/skipped")) == 1 == int(root.get("skipped"))
+    assert len(root.findall("testsuite/testcase/error")) == 1 == int(root.get("errors"))
+    assert sum(int(s.get("failures")) for s in suites.values()) == 7
+    assert suites["packing"].get("tests") == "7" and suites["packing"].get("failures") == "5"
+    skipped = root.find("testsuite/testcase/skipped")
+    assert skipped.get("message") == "needs CUDA: pack_sequences uses torch.cuda"
+    loss = root.find("testsuite/testcase[@name='loss_mask']/failure")
+    assert loss.text == "rows[0].loss_mask differs at 2, 5"
+    flaky = root.find("testsuite/testcase[@name='tests/unit/test_packing.py::test_flaky']")
+    assert flaky.find("properties/property[@name='flaky']").get("value") == "true"
+    version = suites["packing"].find("properties/property[@name='harness.schema_version']")
+    assert version.get("value") == "1"
+
+
+def test_junit_survives_control_characters(tmp_path: Path) -> None:
+    run = sample_run()
+    run.cases[1].diff = "bad\x00byte\x1b[31m red"
+    root = ET.parse(write_junit(run, tmp_path / "junit.xml")).getroot()
+    assert root.find("testsuite/testcase[@name='loss_mask']/failure").text == "badbyte[31m red"
+
+
+# --------------------------------------------------------------------------------------------
+# History
+# --------------------------------------------------------------------------------------------
+
+
+def _second_run() -> RunResult:
+    """Next night: loss_mask fixed, basic and config::ok start failing."""
+    run = sample_run("run-2", started="2025-05-02T02:00:00+00:00")
+    run.duration_s = 120.0
+    for c in run.cases:
+        if c.case_id == "packing::loss_mask":
+            c.verdict, c.message = Verdict.PASS, ""
+        elif c.case_id in ("packing::basic", "config::ok"):
+            c.verdict, c.message = Verdict.FAIL, f"broke {XSS}"
+    return run
+
+
+def test_history_append_reload_and_newly_failing(tmp_path: Path) -> None:
+    store = tmp_path / "nightly" / "history.parquet"
+    history.append_run(store, sample_run(), "a" * 40)
+    history.append_run(store, _second_run(), "b" * 40)
+    df = history.load(store)
+    assert len(df) == 2 * len(sample_run().cases)
+    assert sorted(df["run_id"].unique()) == ["run-1", "run-2"]
+    tr = history.trend(df)
+    assert [r["commit"] for r in tr["runs"]] == ["a" * 40, "b" * 40]
+    assert sorted(c["case_id"] for c in tr["newly_failing"]) == ["config::ok", "packing::basic"]
+    assert [c["case_id"] for c in tr["newly_fixed"]] == ["packing::loss_mask"]
+    assert tr["cases"]["packing::loss_mask"]["series"] == ["fail", "pass"]
+    assert [d["duration_s"] for d in tr["durations"]] == [93.4, 120.0]
+    assert sorted(p.name for p in store.parent.iterdir()) == [".history.parquet.lock", "history.parquet"]
+
+
+def test_history_orders_runs_by_time_not_append_order(tmp_path: Path) -> None:
+    store = tmp_path / "history.parquet"
+    history.append_run(store, _second_run(), "b" * 40)
+    history.append_run(store, sample_run(), "a" * 40)  # older run uploaded late
+    tr = history.trend(history.load(store))
+    assert [r["run_id"] for r in tr["runs"]] == ["run-1", "run-2"]
+    assert [c["case_id"] for c in tr["newly_fixed"]] == ["packing::loss_mask"]
+
+
+def test_history_reappending_a_run_replaces_it(tmp_path: Path) -> None:
+    store = tmp_path / "history.parquet"
+    history.append_run(store, sample_run(), "a" * 40)
+    history.append_run(store, sample_run(), "a" * 40)
+    assert len(history.load(store)) == len(sample_run().cases)
+
+
+def test_history_refuses_newer_schema(tmp_path: Path) -> None:
+    store = tmp_path / "history.parquet"
+    history.append_run(store, sample_run(), "a" * 40)
+    table = pq.read_table(store)
+    meta = {**table.schema.metadata, b"harness.schema_version": b"99"}
+    pq.write_table(table.replace_schema_metadata(meta), store)
+    with pytest.raises(CorruptFile, match="newer"):
+        history.load(store)
+    with pytest.raises(CorruptFile):
+        history.append_run(store, _second_run(), "b" * 40)
+    assert pq.read_table(store).schema.metadata[b"harness.schema_version"] == b"99"  # left untouched
+
+
+@pytest.mark.parametrize(
+    "writer",
+    [
+        lambda p: p.write_bytes(b"not a parquet file at all"),
+        lambda p: pq.write_table(pa.table({"x": [1, 2]}), p),  # parquet, but not ours
+    ],
+    ids=["garbage", "foreign-parquet"],
+)
+def test_history_unreadable_files_raise_corrupt_file(tmp_path: Path, writer: Callable[[Path], None]) -> None:
+    store = tmp_path / "history.parquet"
+    writer(store)
+    with pytest.raises(CorruptFile, match=str(store.name)):
+        history.load(store)
+
+
+def test_history_of_missing_store_is_empty(tmp_path: Path) -> None:
+    df = history.load(tmp_path / "none.parquet")
+    assert isinstance(df, pd.DataFrame) and df.empty and "verdict" in df.columns
+    assert history.trend(df)["newly_failing"] == []
+
+
+def test_trend_report_shows_newly_failing_rows_and_bisect_links(tmp_path: Path) -> None:
+    store = tmp_path / "history.parquet"
+    history.append_run(store, sample_run(), "a" * 40)
+    history.append_run(store, _second_run(), "b" * 40)
+    out = history.render_trend_report(store, tmp_path / "trend.html", {"packing::basic": "bisect-basic.html"})
+    doc = parse_html(out)
+    rows = doc.by_id("newly-failing").find("tbody").find_all("tr")
+    assert sorted(r.attrs["data-case-id"] for r in rows) == ["config::ok", "packing::basic"]
+    basic = next(r for r in rows if r.attrs["data-case-id"] == "packing::basic")
+    assert basic.find("a", cls="bisect-link").attrs["href"] == "bisect-basic.html"
+    assert XSS in basic.find("td", cls="msg").text()
+    fixed = [r.attrs["data-case-id"] for r in doc.by_id("newly-fixed").find("tbody").find_all("tr")]
+    assert fixed == ["packing::loss_mask"]
+    grid_row = doc.by_id("trend-grid").find("tr", data_case_id="packing::loss_mask")
+    assert [td.attrs["data-verdict"] for td in grid_row.find_all("td", cls="t")] == ["fail", "pass"]
+    assert len(doc.by_id("durations").find_all("rect", cls="bar")) == 2
+
+
+def test_trend_report_of_an_empty_store_and_unsafe_links(tmp_path: Path) -> None:
+    doc = parse_html(history.render_trend_report(tmp_path / "none.parquet", tmp_path / "trend.html"))
+    assert not doc.find_all("table", id="trend-grid") and not doc.find_all("svg")
+    with pytest.raises(UsageError, match="unsafe"):
+        history.render_trend_report(tmp_path / "none.parquet", tmp_path / "t.html", {"a::b": " JavaScript:alert(1)"})
