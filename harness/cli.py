@@ -12,7 +12,7 @@ import sys
 from harness import __version__
 from harness.errors import HarnessError
 
-COMMANDS = ("run", "fixtures", "bisect", "nightly", "mutate")
+COMMANDS = ("run", "fixtures", "bisect", "nightly", "mutate", "matrix")
 
 
 def build_parser() -> argparse.ArgumentParser:

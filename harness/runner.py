@@ -32,19 +32,30 @@ SUITES_DIR = HARNESS_ROOT / "suites"
 FIXTURES_DIR = HARNESS_ROOT / "fixtures"
 
 
-def available_suites() -> list[str]:
+UPSTREAM = "upstream"  # MB's own packing tests, replayed from the target's tree (harness.upstream)
+
+
+def golden_suites() -> list[str]:
     return sorted(p.stem[5:] for p in SUITES_DIR.glob("test_*.py"))
 
 
+def available_suites() -> list[str]:
+    return golden_suites() + [UPSTREAM]
+
+
 def suite_files(names: list[str] | None) -> list[Path]:
-    """Suite names (``packing_algorithms``...) to files; unknown names are a usage error."""
+    """Golden suite names (``packing_algorithms``...) to files; unknown names are a usage error.
+
+    ``None`` means every golden suite. The ``upstream`` suite has no file here; it is run by
+    :mod:`harness.upstream` (see :func:`run_suites`).
+    """
     known = available_suites()
     if not names:
-        return [SUITES_DIR / f"test_{n}.py" for n in known]
+        return [SUITES_DIR / f"test_{n}.py" for n in golden_suites()]
     unknown = [n for n in names if n not in known]
     if unknown:
         raise UsageError(f"unknown suite(s) {', '.join(unknown)}; known: {', '.join(known)}")
-    return [SUITES_DIR / f"test_{n}.py" for n in names]
+    return [SUITES_DIR / f"test_{n}.py" for n in names if n != UPSTREAM]
 
 
 @dataclass
@@ -115,6 +126,8 @@ def run_suites(tgt: Target, opts: RunOptions, out_dir: Path, progress: TextIO | 
     """Run the selected suites against ``tgt``; everything lands under ``out_dir``."""
     files = suite_files(opts.suites)
     out_dir.mkdir(parents=True, exist_ok=True)
+    if not files:  # only the upstream suite was asked for
+        return _run_upstream_only(tgt, opts, out_dir)
     cases_file = out_dir / "cases.json"
     if cases_file.exists():
         cases_file.unlink()
@@ -129,10 +142,33 @@ def run_suites(tgt: Target, opts: RunOptions, out_dir: Path, progress: TextIO | 
     timed_out, tail = _stream(proc, progress, t0 + opts.timeout_s)
     duration = time.monotonic() - t0
     cases, notes = _collect(cases_file, files, timed_out, proc.returncode, tail, opts.timeout_s)
+    if opts.suites and UPSTREAM in opts.suites:
+        up_cases, up_notes = _upstream(tgt, opts, out_dir)
+        cases += up_cases
+        notes += up_notes
+        duration = time.monotonic() - t0
     result = RunResult(
         run_id=out_dir.name, target=_target_doc(tgt), versions=_target_versions(tgt), machine=target_mod.machine(),
         import_mode="full", standins=sorted(set(filter(None, standins_log.read_text().splitlines()))),
         started=started.strftime("%Y-%m-%dT%H:%M:%SZ"), duration_s=round(duration, 2), cases=cases, notes=notes)
+    result.save(out_dir / "results.json")
+    return result
+
+
+def _upstream(tgt: Target, opts: RunOptions, out_dir: Path) -> tuple[list[CaseResult], list[str]]:
+    from harness.upstream import run_upstream
+
+    return run_upstream(tgt, opts, out_dir / "upstream")
+
+
+def _run_upstream_only(tgt: Target, opts: RunOptions, out_dir: Path) -> RunResult:
+    started = _dt.datetime.now(_dt.timezone.utc)
+    t0 = time.monotonic()
+    cases, notes = _upstream(tgt, opts, out_dir)
+    result = RunResult(
+        run_id=out_dir.name, target=_target_doc(tgt), versions=_target_versions(tgt), machine=target_mod.machine(),
+        import_mode="upstream", standins=[], started=started.strftime("%Y-%m-%dT%H:%M:%SZ"),
+        duration_s=round(time.monotonic() - t0, 2), cases=cases, notes=notes)
     result.save(out_dir / "results.json")
     return result
 

@@ -30,6 +30,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--out", type=Path, help="output directory (default reports/<run-id>)")
     p.add_argument("--timeout", type=float, default=1800.0, help="seconds before the suite process is killed")
     p.add_argument("-j", "--jobs", type=int, default=1, help="pytest-xdist workers (default 1)")
+    p.add_argument("--fixtures", type=Path, default=runner.FIXTURES_DIR, help="golden root (default fixtures/)")
     p.add_argument("--quiet", action="store_true", help="no live progress")
     p.set_defaults(func=run)
 
@@ -42,7 +43,8 @@ def run(args: argparse.Namespace, out: TextIO = sys.stdout) -> int:
     tgt = Target.from_args(args.mb_src)
     require_mb(tgt)
     out_dir = args.out or HARNESS_ROOT / "reports" / runner.new_run_id()
-    opts = runner.RunOptions(suites=args.suite, keyword=args.keyword, timeout_s=args.timeout, jobs=args.jobs)
+    opts = runner.RunOptions(suites=args.suite, keyword=args.keyword, timeout_s=args.timeout, jobs=args.jobs,
+                             fixtures_dir=args.fixtures)
     result = runner.run_suites(tgt, opts, Path(out_dir), progress=None if args.quiet else sys.stderr)
     write_junit(result, Path(out_dir) / "junit.xml")
     report = render_run_report(result, Path(out_dir) / "report.html")

@@ -121,8 +121,7 @@ class Comparator:
             return
         if isinstance(exp, list) and isinstance(obt, list):
             if _is_flat_numeric(exp) and _is_flat_numeric(obt) and len(exp) == len(obt):
-                self._tensor(path, np.array(exp, dtype=float), np.array(obt, dtype=float), out,
-                             compare_dtype=False)
+                self._tensor(path, np.array(exp), np.array(obt), out, compare_dtype=False)
                 return
             if len(exp) != len(obt):
                 out.mismatches.append(Mismatch(f"{path}", "shape", f"len {len(exp)}", f"len {len(obt)}",
@@ -192,7 +191,7 @@ def _is_num(x: Any) -> bool:
 
 
 def _is_flat_numeric(x: list[Any]) -> bool:
-    return bool(x) and all(_is_num(v) for v in x) and any(isinstance(v, float) for v in x)
+    return bool(x) and all(_is_num(v) for v in x)
 
 
 def _kind(node: Any) -> str:

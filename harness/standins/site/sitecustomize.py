@@ -1,6 +1,8 @@
 """Loaded by every Python process the harness starts (its directory is put on PYTHONPATH).
 
-It installs the scoped transformer_engine stand-in so ``import megatron.bridge`` works on CPU.
+It installs the scoped transformer_engine stand-in so ``import megatron.bridge`` works on CPU,
+and, with ``HARNESS_IMPORT_MODE=light``, the light-import finder (package ``__init__`` files of
+``megatron.bridge`` are not executed; see :mod:`harness.standins.light`).
 """
 
 try:
@@ -11,3 +13,15 @@ except Exception as _exc:  # never break the interpreter start
     import sys as _sys
 
     print(f"harness sitecustomize: stand-ins not installed: {_exc}", file=_sys.stderr)
+
+try:
+    import os as _os
+
+    if _os.environ.get("HARNESS_IMPORT_MODE") == "light":
+        from harness.standins import light as _light
+
+        _light.install()
+except Exception as _exc:
+    import sys as _sys
+
+    print(f"harness sitecustomize: light import not installed: {_exc}", file=_sys.stderr)

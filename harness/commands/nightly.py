@@ -1,0 +1,248 @@
+"""``harness nightly``: one nightly run, added to the history, with the trend page and an
+optional automatic bisection of what newly broke.
+
+Steps: run the suites (as ``harness run`` does), write ``junit.xml`` and ``report.html``,
+append the verdicts to the parquet history under the commit tested, render ``trend.html``
+and print the cases that newly fail or were fixed since the previous nightly. With
+``--auto-bisect``, cases that PASSED in the previous nightly and FAIL now are handed to
+``harness bisect PREV..THIS`` (run as a subprocess, so a crash there cannot lose the
+nightly's results), and its report is linked from the trend page.
+
+Layout under ``--out DIR``::
+
+    DIR/trend.html            the history's trend page (bisect links when one ran)
+    DIR/report.html           this run's report        DIR/junit.xml   this run's JUnit
+    DIR/runs/<run-id>/        the runner's raw output (results.json, obtained values)
+    DIR/bisect/               ``harness bisect`` output (bisect.json, report.html)
+
+The run id is fresh on every call even when ``DIR`` is reused (the history replaces rows of
+a run id it already holds, so a fixed ``--out reports/nightly`` must not mean a fixed id).
+
+Which commit a run is filed under: ``--commit`` when given, else the git commit of
+``--mb-src``, else the version of the installed MB (a version is no git commit, so such a
+run cannot be the end of an automatic bisection; the command says so).
+
+Exit codes: 0 every case passed (untestable allowed), 1 a case failed or erred (whatever the
+bisection found), 2 usage or environment error, found before the suites run when possible.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shlex
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, TextIO
+
+from harness import gitrepo, history, runner
+from harness.commands.run import add_target_args, print_summary
+from harness.errors import HarnessError, UsageError
+from harness.report.render import render_run_report, write_junit
+from harness.results import RunResult
+from harness.target import HARNESS_ROOT, Target, require_mb
+from harness.verdict import Verdict
+
+DEFAULT_HISTORY = HARNESS_ROOT / "reports" / "history.parquet"
+BISECT_DIR = "bisect"
+#: Address of the bisect report as seen from DIR/trend.html.
+BISECT_LINK = f"{BISECT_DIR}/report.html"
+
+
+def add_parser(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "nightly", help="run the suites, add the run to the history, render the trend (optionally bisect)",
+        description="Run the golden suites like 'harness run', append the verdicts to the history store "
+                    "under the commit tested, write trend.html, report.html and junit.xml under --out, and "
+                    "print what newly fails or was fixed since the previous nightly. With --auto-bisect, "
+                    "cases that passed last night and fail now are bisected between the two nightlies' "
+                    "commits with 'harness bisect' (report linked from trend.html).",
+        epilog="Exit 0 when every case passed, 1 when any case failed, 2 on a usage or environment error.")
+    add_target_args(p)
+    p.add_argument("--history", type=Path, default=DEFAULT_HISTORY, metavar="FILE",
+                   help="parquet history store (default reports/history.parquet; created when missing)")
+    p.add_argument("--out", type=Path, metavar="DIR", help="output directory (default reports/nightly-<run-id>)")
+    p.add_argument("--suite", action="append", metavar="NAME",
+                   help=f"suite to run (repeatable; default all: {', '.join(runner.available_suites())})")
+    p.add_argument("--commit", metavar="SHA",
+                   help="commit to file the run under (default: git commit of --mb-src, else the installed "
+                        "MB's version)")
+    p.add_argument("--auto-bisect", action="store_true",
+                   help="bisect cases that passed in the previous nightly and fail now (needs --repo)")
+    p.add_argument("--repo", type=Path, metavar="MB_CHECKOUT",
+                   help="MB git checkout holding both nightlies' commits (for --auto-bisect)")
+    p.add_argument("--fixtures", type=Path, default=runner.FIXTURES_DIR, help="golden root (default fixtures/)")
+    p.add_argument("--timeout", type=float, default=1800.0, help="seconds before the suite process is killed")
+    p.add_argument("-j", "--jobs", type=int, default=1, help="pytest-xdist workers (default 1)")
+    p.add_argument("--quiet", action="store_true", help="no live progress")
+    p.set_defaults(func=run)
+
+
+@dataclass
+class BisectPlan:
+    """What the nightly decided about bisecting: a command, or the one-line reason not to."""
+
+    cases: list[dict[str, Any]]
+    command: list[str] | None = None
+    reason: str = ""
+
+
+def run(args: argparse.Namespace, out: TextIO = sys.stdout) -> int:
+    repo = _check_args(args)
+    tgt = _target(args)
+    require_mb(tgt)
+    store = Path(args.history).expanduser().resolve()
+    history.load(store)  # a corrupt or too-new store fails now, not after hours of suites
+    run_id = runner.new_run_id()
+    out_dir = Path(args.out).expanduser().resolve() if args.out else HARNESS_ROOT / "reports" / f"nightly-{run_id}"
+    run_dir = out_dir / "runs" / run_id
+
+    opts = runner.RunOptions(suites=args.suite, timeout_s=args.timeout, jobs=args.jobs,
+                             fixtures_dir=getattr(args, "fixtures", runner.FIXTURES_DIR))
+    result = runner.run_suites(tgt, opts, run_dir, progress=None if args.quiet else sys.stderr)
+    junit = write_junit(result, out_dir / "junit.xml")
+    report = render_run_report(result, out_dir / "report.html")
+    print_summary(result, out)
+
+    commit = run_commit(args.commit, tgt, result)
+    df = history.append_run(store, result, commit)
+    tr = history.trend(df)
+    trend_page = out_dir / "trend.html"
+    history.render_trend_report(store, trend_page)  # written before any bisect: a killed bisect keeps it
+    print(f"\nnightly {result.run_id}: filed under {commit} in {store} ({len(tr['runs'])} runs)", file=out)
+    if tr["runs"] and tr["runs"][-1]["run_id"] != result.run_id:
+        print("note: a stored run started later than this one; the changes below are relative to the latest "
+              "stored run", file=out)
+    _print_changes(tr, out)
+
+    if args.auto_bisect:
+        plan = plan_bisect(tr, repo, out_dir / BISECT_DIR)
+        links = _execute(plan, out_dir / BISECT_DIR, out)
+        if links:
+            history.render_trend_report(store, trend_page, bisect_links=links)
+
+    print(f"\ntrend:   {trend_page}\nreport:  {report}\njunit:   {junit}\nresults: {run_dir / 'results.json'}",
+          file=out)
+    return 0 if result.ok and result.cases else 1
+
+
+# --------------------------------------------------------------------------------------------
+# Arguments and identity
+# --------------------------------------------------------------------------------------------
+
+
+def _check_args(args: argparse.Namespace) -> gitrepo.GitRepo | None:
+    """Usage errors before anything runs; the opened --repo when bisecting."""
+    runner.suite_files(args.suite)  # unknown suite names
+    if args.auto_bisect and args.repo is None:
+        raise UsageError("--auto-bisect needs --repo MB_CHECKOUT (the git checkout to bisect in)")
+    if args.repo is not None and not args.auto_bisect:
+        raise UsageError("--repo is only used with --auto-bisect")
+    if args.commit is not None and not args.commit.strip():
+        raise UsageError("--commit is empty")
+    return gitrepo.open_repo(args.repo) if args.repo is not None else None
+
+
+def _target(args: argparse.Namespace) -> Target:
+    if args.mb_src is None:
+        return Target(None, args.commit)  # the installed MB; the commit only labels the run
+    return Target.from_args(args.mb_src, args.commit)
+
+
+def run_commit(explicit: str | None, tgt: Target, result: RunResult) -> str:
+    """--commit, else the target's git commit, else the MB version the run saw."""
+    if explicit:
+        return explicit.strip()
+    if tgt.commit:
+        return tgt.commit
+    return str(result.versions.get("megatron-bridge") or "unknown")
+
+
+# --------------------------------------------------------------------------------------------
+# Changes and bisection
+# --------------------------------------------------------------------------------------------
+
+
+def _print_changes(tr: dict[str, Any], out: TextIO) -> None:
+    failing, fixed = tr["newly_failing"], tr["newly_fixed"]
+    if len(tr["runs"]) < 2:
+        print("first run in this history: nothing to compare with", file=out)
+        return
+    print(f"newly failing ({len(failing)}):" if failing else "newly failing: none", file=out)
+    for c in failing:
+        print(f"  {c['case_id']}  (previous nightly: {c['previous'] or 'not run'})", file=out)
+    print(f"newly fixed ({len(fixed)}):" if fixed else "newly fixed: none", file=out)
+    for c in fixed:
+        print(f"  {c['case_id']}", file=out)
+
+
+def regressions(tr: dict[str, Any]) -> list[dict[str, Any]]:
+    """Newly failing cases that PASSED in the previous nightly (only those have a good end)."""
+    return [c for c in tr["newly_failing"] if c["previous"] == Verdict.PASS.value]
+
+
+def bisect_command(good: str, bad: str, repo: Path, out_dir: Path, suites: list[str]) -> list[str]:
+    """The ``harness bisect`` command line (through this interpreter, not an installed script)."""
+    cmd = [sys.executable, "-m", "harness", "bisect", f"{good}..{bad}", "--repo", str(repo), "--out", str(out_dir)]
+    for s in suites:
+        cmd += ["--suite", s]
+    return cmd
+
+
+def _clean_commit(commit: str) -> tuple[str, bool]:
+    return (commit[: -len("-dirty")], True) if commit.endswith("-dirty") else (commit, False)
+
+
+def plan_bisect(tr: dict[str, Any], repo: gitrepo.GitRepo | None, out_dir: Path) -> BisectPlan:
+    """Decide whether the two latest nightlies give a range to bisect the regressions in."""
+    cases = regressions(tr)
+    if not cases:
+        return BisectPlan(cases, reason="nothing that passed in the previous nightly fails now")
+    if repo is None or len(tr["runs"]) < 2:
+        return BisectPlan(cases, reason="no previous nightly in the history")
+    prev_raw, this_raw = tr["runs"][-2]["commit"], tr["runs"][-1]["commit"]
+    prev, _ = _clean_commit(prev_raw)
+    this, dirty = _clean_commit(this_raw)
+    try:
+        good = repo.resolve(prev)
+    except HarnessError:
+        return BisectPlan(cases, reason=f"the previous nightly's commit {prev_raw!r} is not a commit in {repo.path}")
+    try:
+        bad = repo.resolve(this)
+    except HarnessError:
+        return BisectPlan(cases, reason=f"this nightly's commit {this_raw!r} is not a commit in {repo.path}")
+    if good == bad:
+        return BisectPlan(cases, reason=f"both nightlies tested {good[:12]}{' (this one with local changes)' if dirty else ''}: "
+                                        "nothing to bisect (flaky case or a change outside MB)")
+    if not repo.is_ancestor(good, bad):
+        return BisectPlan(cases, reason=f"the previous nightly's commit {good[:12]} is not an ancestor of {bad[:12]}")
+    suites = sorted({c["suite"] for c in cases})
+    return BisectPlan(cases, command=bisect_command(prev, this, repo.path, out_dir, suites),
+                      reason="this nightly's tree had local changes; bisecting its commit" if dirty else "")
+
+
+def _execute(plan: BisectPlan, out_dir: Path, out: TextIO) -> dict[str, str]:
+    """Run the planned bisection; links case_id -> report for the trend page (none on failure)."""
+    if plan.command is None:
+        print(f"auto-bisect: no bisect: {plan.reason}", file=out)
+        return {}
+    if plan.reason:
+        print(f"auto-bisect: note: {plan.reason}", file=out)
+    print(f"auto-bisect: {len(plan.cases)} regression(s): {shlex.join(plan.command)}", file=out, flush=True)
+    report = out_dir / "report.html"
+    if report.exists():
+        os.unlink(report)  # a stale report from an earlier night must not be linked
+    try:
+        proc = subprocess.run(plan.command, stdin=subprocess.DEVNULL, check=False)
+    except OSError as exc:
+        print(f"auto-bisect: could not start harness bisect: {exc}", file=out)
+        return {}
+    meaning = {0: "every culprit found", 1: "not every culprit found", 2: "usage or environment error"}
+    print(f"auto-bisect: harness bisect exited {proc.returncode} "
+          f"({meaning.get(proc.returncode, 'crashed')}); report: {report if report.exists() else 'none written'}",
+          file=out)
+    if not report.exists():
+        return {}
+    return {c["case_id"]: BISECT_LINK for c in plan.cases}

@@ -1,0 +1,132 @@
+"""Fault catalogue: small source patches that inject a known packing regression into MB.
+
+Each :class:`Fault` is data: a file of the ``megatron.bridge`` package, an exact snippet
+that must occur there exactly once, and its replacement. Applying one is a plain string
+replacement (no diff/patch tooling, no line numbers), so the catalogue survives unrelated
+edits of the surrounding code; when MB changes the snippet itself, :func:`apply` says so
+in one line instead of silently patching nothing.
+
+Used by tests/test_bisect_command.py (commits that inject a fault into a temporary git
+repository built from the installed MB) and usable by anyone checking that a suite catches
+a regression: copy MB's ``src``, ``apply`` a fault, ``harness run --mb-src`` it.
+
+``suite`` and ``fails`` say which golden suite catches the fault and which case ids it
+turns to FAIL (checked against MB 0.6.2 with ``harness run --mb-src <tree>/src``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+
+@dataclass(frozen=True)
+class Fault:
+    name: str
+    path: str  # relative to the megatron/bridge package directory
+    old: str
+    new: str
+    description: str
+    suite: str = ""  # the suite that catches it ("" for a breakage that is not a behaviour fault)
+    fails: tuple[str, ...] = ()  # case ids (suite::case) that FAIL with the fault applied
+
+    def apply_to(self, package_dir: Path) -> None:
+        apply(package_dir, self)
+
+    def revert_from(self, package_dir: Path) -> None:
+        apply(package_dir, self.reverse())
+
+    def reverse(self) -> "Fault":
+        return Fault(self.name + "-revert", self.path, self.new, self.old, "revert " + self.description)
+
+
+def apply(package_dir: Path, fault: Fault) -> Path:
+    """Replace ``fault.old`` by ``fault.new`` in ``package_dir/fault.path``; returns the file."""
+    target = Path(package_dir) / fault.path
+    text = target.read_text(encoding="utf-8")
+    count = text.count(fault.old)
+    if count != 1:
+        raise ValueError(f"fault {fault.name}: expected the snippet once in {fault.path}, found it {count} times")
+    target.write_text(text.replace(fault.old, fault.new), encoding="utf-8")
+    return target
+
+
+_PSP = "packed_seq_params::"
+_IBP = "in_batch_packing::"
+_CFG = "config_validation::"
+
+CU_SEQLENS_OFF_BY_ONE = Fault(
+    name="cu_seqlens_off_by_one",
+    path="training/utils/packed_seq_utils.py",
+    old="cu_seqlens_padded = cu_seqlens_padded[: torch.argmin(cu_seqlens_padded)]",
+    new="cu_seqlens_padded = cu_seqlens_padded[: torch.argmin(cu_seqlens_padded) + 1]",
+    description="sentinel stripping without a precomputed argmin keeps one -1 in cu_seqlens",
+    suite="packed_seq_params",
+    fails=(
+        _PSP + "test_offline_sentinel_stripped[bounds0-2-False]",
+        _PSP + "test_offline_sentinel_stripped[bounds2-5-False]",
+        _PSP + "test_offline_padded_and_unpadded[unpadded0-padded0]",
+        _PSP + "test_offline_padded_and_unpadded[unpadded1-padded1]",
+        _PSP + "test_offline_padded_and_unpadded[unpadded2-padded2]",
+    ),
+)
+
+ALIGNMENT_PAD_LOSS_MASK_ONE = Fault(
+    name="alignment_pad_loss_mask_one",
+    path="data/packing/in_batch.py",
+    old='output_pad_values: dict[str, int | float] = {"labels": ignore_index, "loss_mask": 0, **extra_pad_values}',
+    new='output_pad_values: dict[str, int | float] = {"labels": ignore_index, "loss_mask": 1, **extra_pad_values}',
+    description="in-batch alignment padding gets loss mask 1 (padding reaches the loss)",
+    suite="in_batch_packing",
+    fails=(
+        _IBP + "test_pack_right_padded[2-3-20-2-1-False]",
+        _IBP + "test_pack_right_padded[3-5-32-4-1-False]",
+        _IBP + "test_pack_right_padded[4-4-17-2-2-True]",
+    ),
+)
+
+POSITION_IDS_NOT_RESET = Fault(
+    name="position_ids_not_reset",
+    path="data/packing/in_batch.py",
+    old='packed["position_ids"][0, offset : offset + length] = row["position_ids"]',
+    new='packed["position_ids"][0, offset : offset + length] = row["position_ids"] + offset',
+    description="in-batch packing continues position ids across sequences instead of restarting at 0",
+    suite="in_batch_packing",
+    fails=(
+        _IBP + "test_pack_right_padded[0-2-16-1-1-False]",
+        _IBP + "test_pack_right_padded[1-4-24-1-1-False]",
+        _IBP + "test_pack_right_padded[2-3-20-2-1-False]",
+        _IBP + "test_pack_right_padded[3-5-32-4-1-False]",
+        _IBP + "test_pack_right_padded[4-4-17-2-2-True]",
+        _IBP + "test_pack_right_padded[5-8-12-1-1-False]",
+    ),
+)
+
+PAD_CU_SEQLENS_RULE_DROPPED = Fault(
+    name="pad_cu_seqlens_rule_dropped",
+    path="training/config.py",
+    old="if pad_cu_seqlens and not pad_to_max_length:",
+    new="if False and pad_cu_seqlens and not pad_to_max_length:  # rule dropped",
+    description="validate() no longer requires pad_to_max_length for offline pad_cu_seqlens",
+    suite="config_validation",
+    fails=(_CFG + "test_packing_rule[pad_cu_seqlens_without_pad_to_max_length]",),
+)
+
+# Why not the offline-vs-in-batch exclusivity rule: dropping it is masked in MB 0.6.2, the
+# golden case (offline packing with micro-batch size 4) is still rejected by the offline
+# micro-batch-size rule, so no suite can see it (checked; the case keeps passing).
+
+# Not a behaviour fault: makes the in-batch packing module unimportable (a bisect must skip
+# the commits carrying it for the in-batch cases, and keep using them for the others).
+IN_BATCH_SYNTAX_ERROR = Fault(
+    name="in_batch_syntax_error",
+    path="data/packing/in_batch.py",
+    old="def _ceil_to_multiple(value: int, multiple: int) -> int:",
+    new="def _ceil_to_multiple(value: int, multiple: int) -> int:\n    return (",
+    description="syntax error in data/packing/in_batch.py (module cannot be imported)",
+)
+
+FAULTS: dict[str, Fault] = {f.name: f for f in (
+    CU_SEQLENS_OFF_BY_ONE, ALIGNMENT_PAD_LOSS_MASK_ONE, POSITION_IDS_NOT_RESET,
+    PAD_CU_SEQLENS_RULE_DROPPED, IN_BATCH_SYNTAX_ERROR,
+)}
