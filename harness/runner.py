@@ -11,6 +11,7 @@ from __future__ import annotations
 import datetime as _dt
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -68,6 +69,32 @@ class RunOptions:
     obtained_dir: Path | None = None
     fixtures_dir: Path = FIXTURES_DIR
     extra_pytest: list[str] = field(default_factory=list)
+    import_mode: str = "auto"  # see IMPORT_MODES
+
+
+IMPORT_MODES = ("auto", "light", "full")
+"""How MB is imported for the golden suites (``harness run --import``).
+
+* ``auto`` (default): cases marked ``import_group("light")`` run in one pytest process with
+  light import (``HARNESS_IMPORT_MODE=light``: package ``__init__`` files of ``megatron.bridge``
+  are not executed, see :mod:`harness.standins.light`), the other cases (``full`` or unmarked)
+  in a second process with the normal import; verdicts are merged into one result whose
+  ``import_mode`` reads ``auto (light: N cases, full: M cases)``.
+* ``full``: every case in one process with the normal import (the reference behaviour).
+* ``light``: only the light-group cases are run (light import); full-group cases are not
+  selected and a note says how many were left out. For fast iteration on packing code.
+"""
+
+_GROUP_RE = re.compile(r"import_group\(\s*['\"](\w+)['\"]")
+
+
+def file_groups(path: Path) -> set[str]:
+    """Import groups a suite file mentions (unmarked files belong to ``full``)."""
+    try:
+        found = set(_GROUP_RE.findall(path.read_text(encoding="utf-8")))
+    except OSError:
+        found = set()
+    return found or {"full"}
 
 
 def new_run_id() -> str:
@@ -75,7 +102,8 @@ def new_run_id() -> str:
 
 
 def _pytest_cmd(files: list[Path], opts: RunOptions, cases_file: Path, obtained: Path) -> list[str]:
-    cmd = [sys.executable, "-m", "pytest", *map(str, files), "-p", "harness.plugin", "-p", "no:cacheprovider",
+    cmd = [sys.executable, "-m", "pytest", *map(str, files), "-p", "harness.plugin", "-p", "harness.standins.light",
+           "-p", "no:cacheprovider",
            "-q", "--no-header", "-rN", "--color=no", "-W", "ignore",
            "--rootdir", str(HARNESS_ROOT), "-c", str(HARNESS_ROOT / "suites" / "pytest.ini"),
            "--harness-results", str(cases_file), "--harness-obtained", str(obtained),
@@ -128,20 +156,65 @@ def run_suites(tgt: Target, opts: RunOptions, out_dir: Path, progress: TextIO | 
     out_dir.mkdir(parents=True, exist_ok=True)
     if not files:  # only the upstream suite was asked for
         return _run_upstream_only(tgt, opts, out_dir)
-    cases_file = out_dir / "cases.json"
-    if cases_file.exists():
-        cases_file.unlink()
+    mode = opts.import_mode
+    if mode not in IMPORT_MODES:
+        raise UsageError(f"unknown import mode {mode!r}; known: {', '.join(IMPORT_MODES)}")
     obtained = opts.obtained_dir or out_dir / "obtained"
     standins_log = out_dir / "standins.log"
     standins_log.write_text("")
     started = _dt.datetime.now(_dt.timezone.utc)
     t0 = time.monotonic()
-    proc = subprocess.Popen(_pytest_cmd(files, opts, cases_file, obtained), cwd=HARNESS_ROOT,
-                            env=tgt.env(standins_log), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                            stdin=subprocess.DEVNULL, start_new_session=True)
-    timed_out, tail = _stream(proc, progress, t0 + opts.timeout_s)
+    deadline = t0 + opts.timeout_s
+    # (group selected in the child, HARNESS_IMPORT_MODE, files); group None = no selection
+    if mode == "full":
+        plan: list[tuple[str | None, str, list[Path]]] = [(None, "full", files)]
+    else:
+        light_files = [f for f in files if "light" in file_groups(f)]
+        full_files = [f for f in files if file_groups(f) - {"light"}]
+        plan = [("light", "light", light_files)]
+        if mode == "auto":
+            plan.append(("full", "full", full_files))
+    cases: list[CaseResult] = []
+    notes: list[str] = []
+    per_group: dict[str, int] = {}
+    for group, import_env, group_files in plan:
+        if not group_files:
+            continue
+        cases_file = out_dir / (f"cases-{group}.json" if group else "cases.json")
+        if cases_file.exists():
+            cases_file.unlink()
+        env = tgt.env(standins_log)
+        env["HARNESS_IMPORT_MODE"] = import_env
+        if group:
+            env["HARNESS_IMPORT_GROUP"] = group
+        else:
+            env.pop("HARNESS_IMPORT_GROUP", None)
+        proc = subprocess.Popen(_pytest_cmd(group_files, opts, cases_file, obtained), cwd=HARNESS_ROOT,
+                                env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                stdin=subprocess.DEVNULL, start_new_session=True)
+        remaining = max(1.0, deadline - time.monotonic())
+        timed_out, tail = _stream(proc, progress, time.monotonic() + remaining)
+        g_cases, g_notes = _collect(cases_file, group_files, timed_out, proc.returncode, tail, opts.timeout_s,
+                                    empty_ok=group is not None)
+        if group and timed_out:  # the whole-suite placeholders must not collide between groups
+            for c in g_cases:
+                c.case_id = f"{c.case_id}[{group} import]"
+        cases += g_cases
+        notes += [f"[{group} import] {n}" if group else n for n in g_notes]
+        per_group[import_env] = per_group.get(import_env, 0) + len(g_cases)
+    if mode == "auto":
+        import_mode = f"auto (light: {per_group.get('light', 0)} cases, full: {per_group.get('full', 0)} cases)"
+    elif mode == "light":
+        left = [f.stem[5:] for f in files if file_groups(f) - {"light"}]
+        import_mode = f"light ({per_group.get('light', 0)} cases)"
+        if left:
+            notes.append(f"--import light: full-import cases not run (suites {', '.join(left)}); "
+                         "use --import auto or full")
+    else:
+        import_mode = "full"
+    if not cases and mode != "light":
+        notes.append("no case was selected")
     duration = time.monotonic() - t0
-    cases, notes = _collect(cases_file, files, timed_out, proc.returncode, tail, opts.timeout_s)
     if opts.suites and UPSTREAM in opts.suites:
         up_cases, up_notes = _upstream(tgt, opts, out_dir)
         cases += up_cases
@@ -149,7 +222,7 @@ def run_suites(tgt: Target, opts: RunOptions, out_dir: Path, progress: TextIO | 
         duration = time.monotonic() - t0
     result = RunResult(
         run_id=out_dir.name, target=_target_doc(tgt), versions=_target_versions(tgt), machine=target_mod.machine(),
-        import_mode="full", standins=sorted(set(filter(None, standins_log.read_text().splitlines()))),
+        import_mode=import_mode, standins=sorted(set(filter(None, standins_log.read_text().splitlines()))),
         started=started.strftime("%Y-%m-%dT%H:%M:%SZ"), duration_s=round(duration, 2), cases=cases, notes=notes)
     result.save(out_dir / "results.json")
     return result
@@ -174,7 +247,7 @@ def _run_upstream_only(tgt: Target, opts: RunOptions, out_dir: Path) -> RunResul
 
 
 def _collect(cases_file: Path, files: list[Path], timed_out: bool, rc: int | None, tail: str,
-             timeout_s: float) -> tuple[list[CaseResult], list[str]]:
+             timeout_s: float, empty_ok: bool = False) -> tuple[list[CaseResult], list[str]]:
     notes: list[str] = []
     if timed_out:
         reason = f"timeout: the suite process ran past {timeout_s:.0f} s and was killed"
@@ -184,10 +257,10 @@ def _collect(cases_file: Path, files: list[Path], timed_out: bool, rc: int | Non
     except (FileNotFoundError, CorruptFile):
         reason = f"the suite process exited with code {rc} before reporting verdicts: {_last_lines(tail)}"
         return [_whole_suite(f, Verdict.ERROR, reason) for f in files], [reason]
-    if rc not in (0, 1):
-        notes.append(f"pytest exited with code {rc}: {_last_lines(tail)}")
     cases = [CaseResult.from_json(c) for c in doc["cases"]]
-    if not cases:
+    if rc not in (0, 1) and not (rc == 5 and not cases):  # 5: nothing selected (e.g. by -k in one group)
+        notes.append(f"pytest exited with code {rc}: {_last_lines(tail)}")
+    if not cases and not empty_ok:
         notes.append("no case was selected")
     return cases, notes
 

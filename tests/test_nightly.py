@@ -259,7 +259,7 @@ def test_auto_bisect_runs_harness_bisect_and_links_it(tmp_path: Path, fake_runne
 
     rc, text = go(common + ["--commit", c0])
     assert rc == 0 and fake_bisect.commands == []
-    assert "no bisect: nothing that passed" in text
+    assert "auto-bisect: no bisect: no previous nightly in the history" in text
 
     rc, text = go(common + ["--commit", c2])
     assert rc == 1

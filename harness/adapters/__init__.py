@@ -19,6 +19,9 @@ from typing import Any, Callable
 from harness.plugin import Untestable
 
 
+__all__ = ["Candidate", "NotHere", "Operation", "Untestable", "accepts", "load_module", "symbol"]
+
+
 class NotHere(Exception):
     """A candidate does not fit this MB (probe failed); try the next one."""
 
@@ -87,7 +90,10 @@ class Operation:
         except Untestable:
             self.__dict__.pop("resolved", None)  # re-raise fresh each time, never cache a failure object
             raise
-        return fn(*args, **kwargs)
+        try:
+            return fn(*args, **kwargs)
+        except NotHere as exc:  # a late probe (output shape/keys checked after the call)
+            raise Untestable(f"operation '{self.name}' ({self.resolved[0]}): {exc}") from exc
 
     @property
     def era(self) -> str:

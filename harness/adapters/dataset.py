@@ -95,9 +95,9 @@ prepare_packed = Operation("prepare_packed", [
 ])
 
 
-def _dataset_probe(module: str) -> Callable[[], Callable[..., Any]]:
+def _dataset_probe(module: str, cls_name: str = "GPTSFTPackedDataset") -> Callable[[], Callable[..., Any]]:
     def probe() -> Callable[..., Any]:
-        cls = symbol(module, "GPTSFTPackedDataset")
+        cls = symbol(module, cls_name)
         if not accepts(cls.__init__, "pad_cu_seqlens"):
             raise NotHere(f"{module}.GPTSFTPackedDataset has no pad_cu_seqlens")
         takes_mult = accepts(cls.__init__, "pad_seq_to_mult")
@@ -128,6 +128,26 @@ packed_dataset = Operation("packed_dataset", [
     Candidate("data/packing/gpt_sft", _dataset_probe("megatron.bridge.data.packing.gpt_sft")),
     Candidate("data/datasets/sft", _dataset_probe("megatron.bridge.data.datasets.sft")),
     Candidate("data/datasets/gpt_sft", _dataset_probe("megatron.bridge.data.datasets.gpt_sft")),
+])
+
+
+packed_parquet_dataset = Operation("packed_parquet_dataset", [
+    Candidate("data/packing/parquet", _dataset_probe("megatron.bridge.data.packing.parquet",
+                                                      "GPTSFTPackedParquetDataset")),
+])
+
+
+def _write_parquet() -> Callable[..., Path]:
+    fn = symbol("megatron.bridge.data.packing.parquet", "write_packed_parquet")
+
+    def call(rows: list[dict[str, list[int]]], path: Path) -> Path:
+        fn(rows, path)
+        return path
+    return call
+
+
+write_rows_parquet = Operation("write_rows_parquet", [
+    Candidate("data/packing/parquet.write_packed_parquet", _write_parquet),
 ])
 
 

@@ -9,17 +9,32 @@ Canonical forms (all tensors become Python lists so goldens read the same in eve
   ``cu_seqlens_unpadded`` (real-token boundaries; None in eras that do not emit it),
   ``max_seqlen``.
 
-Eras: ``training/utils/packed_seq_utils.get_packed_seq_params`` (v0.2+) vs
-``training/gpt_step.get_packed_seq_params`` (v0.1); ``data/packing/in_batch`` (from mid 2026,
-keys ``cu_seqlens_q``/``cu_seqlens_q_padded``) vs ``training/vlm_step.pack_batch_sequences``
-(a 7-tuple whose ``cu_seqlens`` are the padded boundaries).
+Eras (from ``git log -S`` on MB's ``src``):
+
+* packed-seq params: ``training/utils/packed_seq_utils.get_packed_seq_params`` (v0.2.0 on;
+  reads ``cu_seqlens_unpadded`` from v0.4.0 [5b2d692a9, 2026-01-20] and current-MCore keys
+  ``cu_seqlens_q`` from v0.6.0) vs ``training/gpt_step.get_packed_seq_params`` (v0.1.x). A batch
+  key the era's builder never reads (``cu_seqlens_unpadded`` before 2026-01) makes the case
+  untestable there, not failed: the feature did not exist yet.
+* in-batch packing, newest first:
+  ``data/packing/in_batch.pack_right_padded_sequence_batch_to_mcore_thd`` (e577829e1,
+  2026-07-09, v0.6.0 on); the same function in ``data/sequence_batching`` (59ae409f5,
+  2026-06-29); ``data/sequence_batching.pad_or_pack_sequence(enable_in_batch_packing=True)``
+  (ebd55d7bc, 2026-06-25, legacy keys ``cu_seqlens``/``cu_seqlens_unpadded``/``max_seqlen``);
+  ``training/vlm_step.pack_batch_sequences`` (af2f35814, 2026-01-29, v0.4.0 to v0.5.1; a
+  7-tuple whose ``cu_seqlens`` are the padded boundaries; an 8th element, when present, is
+  taken as the unpadded boundaries). Before 2026-01-29 MB had no in-batch packing: untestable.
 """
 
 from __future__ import annotations
 
 from typing import Any, Callable
 
+import inspect
+from collections.abc import Mapping
+
 from harness.adapters import Candidate, NotHere, Operation, accepts, symbol
+from harness.plugin import Untestable
 
 
 def as_list(value: Any) -> Any:
@@ -64,40 +79,107 @@ def canonical_params(params: Any) -> dict[str, Any]:
     }
 
 
+def _source(fn: Any) -> str:
+    try:
+        return inspect.getsource(fn)
+    except (OSError, TypeError):
+        return ""
+
+
+# batch keys a builder must read for a case using them to be meaningful in its era
+_ERA_KEYS = ("cu_seqlens_unpadded", "cu_seqlens_q")
+
+
 def _params_probe(module: str) -> Callable[[], Callable[..., dict[str, Any]]]:
     def probe() -> Callable[..., dict[str, Any]]:
         fn = symbol(module, "get_packed_seq_params")
+        source = _source(fn)
 
         def call(batch: dict[str, Any]) -> dict[str, Any]:
+            for key in _ERA_KEYS:
+                if key in batch and source and key not in source:
+                    raise Untestable(f"{module}.get_packed_seq_params does not read '{key}' in this era "
+                                     "(feature not present yet)")
             return canonical_params(fn(batch))
         return call
     return probe
 
 
 packed_seq_params = Operation("packed_seq_params", [
-    Candidate("training/utils/packed_seq_utils", _params_probe("megatron.bridge.training.utils.packed_seq_utils")),
-    Candidate("training/gpt_step", _params_probe("megatron.bridge.training.gpt_step")),
+    Candidate("training/utils/packed_seq_utils (v0.2+)", _params_probe("megatron.bridge.training.utils.packed_seq_utils")),
+    Candidate("training/gpt_step (v0.1)", _params_probe("megatron.bridge.training.gpt_step")),
 ])
 
 
-def _in_batch_new() -> Callable[..., dict[str, Any]]:
-    fn = symbol("megatron.bridge.data.packing.in_batch", "pack_right_padded_sequence_batch_to_mcore_thd")
-    if not accepts(fn, "pad_to_multiple_of", "pad_token_id"):
-        raise NotHere("pack_right_padded_sequence_batch_to_mcore_thd lacks pad_to_multiple_of/pad_token_id")
+def _batch_in(tokens, labels, loss_mask, position_ids, attention_mask) -> dict[str, Any]:
+    batch = {"tokens": tokens.clone(), "labels": labels.clone(), "loss_mask": loss_mask.clone(),
+             "position_ids": position_ids.clone()}
+    if attention_mask is not None:
+        batch["attention_mask"] = attention_mask.clone()
+    return batch
+
+
+def canonical_thd_batch(batch: Mapping[str, Any]) -> dict[str, Any]:
+    """A packed batch in either key family to the canonical in-batch form.
+
+    Current MCore keys: ``cu_seqlens_q`` (real-token boundaries) and, when alignment padding was
+    inserted, ``cu_seqlens_q_padded`` (physical); ``max_seqlen_q``. Legacy Bridge keys:
+    ``cu_seqlens`` (physical, maybe with ``-1`` sentinels), ``cu_seqlens_unpadded``, ``max_seqlen``.
+    """
+    if "cu_seqlens_q" in batch:
+        unpadded = _flat(batch["cu_seqlens_q"])
+        padded = _flat(batch.get("cu_seqlens_q_padded"))
+        padded = padded if padded is not None else unpadded
+        max_seqlen = batch.get("max_seqlen_q")
+    elif "cu_seqlens" in batch:
+        padded = strip_sentinel(_flat(batch["cu_seqlens"]))
+        unpadded = strip_sentinel(_flat(batch.get("cu_seqlens_unpadded")))
+        max_seqlen = batch.get("max_seqlen")
+    else:
+        raise NotHere(f"packed batch has neither cu_seqlens_q nor cu_seqlens (keys {sorted(batch)})")
+    return {"tokens": _flat(batch["tokens"]), "labels": _flat(batch["labels"]),
+            "loss_mask": _flat(batch["loss_mask"]), "position_ids": _flat(batch["position_ids"]),
+            "cu_seqlens_padded": padded, "cu_seqlens_unpadded": unpadded, "max_seqlen": _int_or_none(max_seqlen)}
+
+
+def strip_sentinel(values: list[int] | None) -> list[int] | None:
+    """Drop the ``-1`` padding MB's collate appends to ``cu_seqlens`` (everything from the first -1)."""
+    if values is None:
+        return None
+    out = []
+    for v in values:
+        if v == -1:
+            break
+        out.append(v)
+    return out
+
+
+def _in_batch_direct(module: str) -> Callable[[], Callable[..., dict[str, Any]]]:
+    def probe() -> Callable[..., dict[str, Any]]:
+        fn = symbol(module, "pack_right_padded_sequence_batch_to_mcore_thd")
+        if not accepts(fn, "pad_to_multiple_of", "pad_token_id"):
+            raise NotHere("pack_right_padded_sequence_batch_to_mcore_thd lacks pad_to_multiple_of/pad_token_id")
+
+        def call(tokens, labels, loss_mask, position_ids, attention_mask=None, *, pad_token_id: int = 0,
+                 pad_to_multiple_of: int = 1) -> dict[str, Any]:
+            batch = _batch_in(tokens, labels, loss_mask, position_ids, attention_mask)
+            ret = fn(batch, pad_token_id=pad_token_id, pad_to_multiple_of=pad_to_multiple_of)
+            return canonical_thd_batch(ret if isinstance(ret, Mapping) else batch)
+        return call
+    return probe
+
+
+def _in_batch_pad_or_pack() -> Callable[..., dict[str, Any]]:
+    fn = symbol("megatron.bridge.data.sequence_batching", "pad_or_pack_sequence")
+    if not accepts(fn, "enable_in_batch_packing", "in_batch_packing_pad_to_multiple_of", "pad_token_id"):
+        raise NotHere("pad_or_pack_sequence lacks enable_in_batch_packing/in_batch_packing_pad_to_multiple_of")
 
     def call(tokens, labels, loss_mask, position_ids, attention_mask=None, *, pad_token_id: int = 0,
              pad_to_multiple_of: int = 1) -> dict[str, Any]:
-        batch = {"tokens": tokens.clone(), "labels": labels.clone(), "loss_mask": loss_mask.clone(),
-                 "position_ids": position_ids.clone()}
-        if attention_mask is not None:
-            batch["attention_mask"] = attention_mask.clone()
-        fn(batch, pad_token_id=pad_token_id, pad_to_multiple_of=pad_to_multiple_of)
-        unpadded = _flat(batch["cu_seqlens_q"])
-        padded = _flat(batch.get("cu_seqlens_q_padded")) or unpadded
-        return {"tokens": _flat(batch["tokens"]), "labels": _flat(batch["labels"]),
-                "loss_mask": _flat(batch["loss_mask"]), "position_ids": _flat(batch["position_ids"]),
-                "cu_seqlens_padded": padded, "cu_seqlens_unpadded": unpadded,
-                "max_seqlen": _int_or_none(batch["max_seqlen_q"])}
+        batch = _batch_in(tokens, labels, loss_mask, position_ids, attention_mask)
+        ret = fn(batch, sequence_length=None, enable_in_batch_packing=True,
+                 in_batch_packing_pad_to_multiple_of=pad_to_multiple_of, pad_token_id=pad_token_id)
+        return canonical_thd_batch(ret if isinstance(ret, Mapping) else batch)
     return call
 
 
@@ -110,14 +192,20 @@ def _in_batch_vlm_step() -> Callable[..., dict[str, Any]]:
              pad_to_multiple_of: int = 1) -> dict[str, Any]:
         out = fn(tokens.clone(), labels.clone(), loss_mask.clone(), attention_mask, position_ids.clone(),
                  pad_token_id=pad_token_id, pad_to_multiple_of=pad_to_multiple_of)
-        p_tokens, p_labels, p_loss, _attn, p_pos, cu, max_seqlen = out
+        if not isinstance(out, tuple) or len(out) not in (7, 8):
+            raise NotHere(f"vlm_step.pack_batch_sequences returned {type(out).__name__} "
+                          f"of length {len(out) if isinstance(out, tuple) else '?'}; expected a 7- or 8-tuple")
+        p_tokens, p_labels, p_loss, _attn, p_pos, cu, max_seqlen = out[:7]
+        unpadded = strip_sentinel(_flat(out[7])) if len(out) == 8 and out[7] is not None else None
         return {"tokens": _flat(p_tokens), "labels": _flat(p_labels), "loss_mask": _flat(p_loss),
-                "position_ids": _flat(p_pos), "cu_seqlens_padded": _flat(cu), "cu_seqlens_unpadded": None,
-                "max_seqlen": _int_or_none(max_seqlen)}
+                "position_ids": _flat(p_pos), "cu_seqlens_padded": strip_sentinel(_flat(cu)),
+                "cu_seqlens_unpadded": unpadded, "max_seqlen": _int_or_none(max_seqlen)}
     return call
 
 
 pack_in_batch = Operation("pack_in_batch", [
-    Candidate("data/packing/in_batch", _in_batch_new),
-    Candidate("training/vlm_step.pack_batch_sequences", _in_batch_vlm_step),
+    Candidate("data/packing/in_batch (v0.6+)", _in_batch_direct("megatron.bridge.data.packing.in_batch")),
+    Candidate("data/sequence_batching direct (2026-06-29)", _in_batch_direct("megatron.bridge.data.sequence_batching")),
+    Candidate("data/sequence_batching.pad_or_pack_sequence (2026-06-25)", _in_batch_pad_or_pack),
+    Candidate("training/vlm_step.pack_batch_sequences (v0.4-v0.5)", _in_batch_vlm_step),
 ])

@@ -51,6 +51,8 @@ def record(args: argparse.Namespace, out: TextIO = sys.stdout) -> int:
         for c in broken:
             print(f"not recordable: {c.case_id}: {c.message.splitlines()[0] if c.message else ''}", file=out)
         changes = _changes(staging / "obtained", args.fixtures, out)
+        stale = [] if args.keyword else _stale(staging / "obtained", args.fixtures, result, out)
+        changes += [(None, path) for path in stale]
         if not changes:
             print("goldens are up to date; nothing to write", file=out)
             return 1 if broken else 0
@@ -58,14 +60,18 @@ def record(args: argparse.Namespace, out: TextIO = sys.stdout) -> int:
             print(f"nothing written; rerun with --yes to accept these {len(changes)} change(s)", file=out)
             return 1
         for src, dest in changes:
-            write_golden(dest, read_golden(src))
+            if src is None:
+                dest.unlink()
+                dest.with_suffix(".npz").unlink(missing_ok=True)
+            else:
+                write_golden(dest, read_golden(src))
         print(f"wrote {len(changes)} golden file(s) under {args.fixtures}", file=out)
         return 1 if broken else 0
     finally:
         shutil.rmtree(staging, ignore_errors=True)
 
 
-def _changes(obtained_root: Path, fixtures_root: Path, out: TextIO) -> list[tuple[Path, Path]]:
+def _changes(obtained_root: Path, fixtures_root: Path, out: TextIO) -> list[tuple[Path | None, Path]]:
     """Compare staged values with goldens; print new/changed ones; return what to write."""
     changes = []
     for src in sorted(obtained_root.rglob("*.json")):
@@ -86,6 +92,19 @@ def _changes(obtained_root: Path, fixtures_root: Path, out: TextIO) -> list[tupl
             print(f"CHANGED  {new.suite}::{new.case}\n  " + cmp.text().replace("\n", "\n  "), file=out)
             changes.append((src, dest))
     return changes
+
+
+def _stale(obtained_root: Path, fixtures_root: Path, result, out: TextIO) -> list[Path]:
+    """Goldens of the recorded suites that no case produced any more (renamed or removed cases)."""
+    suites = {c.suite for c in result.cases}
+    produced = {p.relative_to(obtained_root) for p in obtained_root.rglob("*.json")} if obtained_root.exists() else set()
+    stale = []
+    for suite in sorted(suites):
+        for path in sorted((fixtures_root / suite).glob("*.json")):
+            if path.relative_to(fixtures_root) not in produced:
+                print(f"STALE    {suite}/{path.name} (no case produces it; removed on --yes)", file=out)
+                stale.append(path)
+    return stale
 
 
 def _confirm(question: str) -> bool:

@@ -111,7 +111,7 @@ def run(args: argparse.Namespace, out: TextIO = sys.stdout) -> int:
     tr = history.trend(df)
     trend_page = out_dir / "trend.html"
     history.render_trend_report(store, trend_page)  # written before any bisect: a killed bisect keeps it
-    print(f"\nnightly {result.run_id}: filed under {commit} in {store} ({len(tr['runs'])} runs)", file=out)
+    print(f"\nnightly {result.run_id}: filed under {commit} in {store} ({_plural(len(tr['runs']), 'run')})", file=out)
     if tr["runs"] and tr["runs"][-1]["run_id"] != result.run_id:
         print("note: a stored run started later than this one; the changes below are relative to the latest "
               "stored run", file=out)
@@ -149,6 +149,10 @@ def _target(args: argparse.Namespace) -> Target:
     if args.mb_src is None:
         return Target(None, args.commit)  # the installed MB; the commit only labels the run
     return Target.from_args(args.mb_src, args.commit)
+
+
+def _plural(n: int, word: str) -> str:
+    return f"{n} {word}{'' if n == 1 else 's'}"
 
 
 def run_commit(explicit: str | None, tgt: Target, result: RunResult) -> str:
@@ -198,10 +202,12 @@ def _clean_commit(commit: str) -> tuple[str, bool]:
 def plan_bisect(tr: dict[str, Any], repo: gitrepo.GitRepo | None, out_dir: Path) -> BisectPlan:
     """Decide whether the two latest nightlies give a range to bisect the regressions in."""
     cases = regressions(tr)
+    if len(tr["runs"]) < 2:
+        return BisectPlan(cases, reason="no previous nightly in the history")
     if not cases:
         return BisectPlan(cases, reason="nothing that passed in the previous nightly fails now")
-    if repo is None or len(tr["runs"]) < 2:
-        return BisectPlan(cases, reason="no previous nightly in the history")
+    if repo is None:
+        return BisectPlan(cases, reason="no --repo to bisect in")
     prev_raw, this_raw = tr["runs"][-2]["commit"], tr["runs"][-1]["commit"]
     prev, _ = _clean_commit(prev_raw)
     this, dirty = _clean_commit(this_raw)

@@ -32,6 +32,10 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("-j", "--jobs", type=int, default=1, help="pytest-xdist workers (default 1)")
     p.add_argument("--fixtures", type=Path, default=runner.FIXTURES_DIR, help="golden root (default fixtures/)")
     p.add_argument("--quiet", action="store_true", help="no live progress")
+    p.add_argument("--import", dest="import_mode", choices=runner.IMPORT_MODES, default="auto",
+                   help="how MB is imported: auto (default) runs light-group cases without executing MB's package "
+                        "__init__ files and the others with the full import; full imports MB normally for every "
+                        "case; light runs only the light-group cases")
     p.set_defaults(func=run)
 
 
@@ -44,7 +48,7 @@ def run(args: argparse.Namespace, out: TextIO = sys.stdout) -> int:
     require_mb(tgt)
     out_dir = args.out or HARNESS_ROOT / "reports" / runner.new_run_id()
     opts = runner.RunOptions(suites=args.suite, keyword=args.keyword, timeout_s=args.timeout, jobs=args.jobs,
-                             fixtures_dir=args.fixtures)
+                             fixtures_dir=args.fixtures, import_mode=getattr(args, "import_mode", "auto"))
     result = runner.run_suites(tgt, opts, Path(out_dir), progress=None if args.quiet else sys.stderr)
     write_junit(result, Path(out_dir) / "junit.xml")
     report = render_run_report(result, Path(out_dir) / "report.html")

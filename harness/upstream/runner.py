@@ -188,7 +188,7 @@ def child_env(tgt: Target, tree: Path) -> dict[str, str]:
     return env
 
 
-def pytest_command(tree: Path, runnable: list[Resolved], spec: Path, events: Path) -> list[str]:
+def build_command(tree: Path, runnable: list[Resolved], spec: Path, events: Path) -> list[str]:
     files = sorted({r.variant.file for r in runnable if r.variant})
     return [sys.executable, "-m", "pytest", *files, "--rootdir", str(tree), "-p", "no:cacheprovider",
             "-p", "harness.upstream.runner", "--harness-upstream-spec", str(spec),
@@ -204,7 +204,7 @@ def _run_pytest(tgt: Target, tree: Path, runnable: list[Resolved], timeout_s: fl
                                             for r in runnable if r.variant]}, indent=1))
     if events.exists():
         events.unlink()
-    cmd = pytest_command(tree, runnable, spec, events)
+    cmd = build_command(tree, runnable, spec, events)
     run = _Run()
     t0 = time.monotonic()
     with log.open("wb") as sink:
@@ -274,8 +274,12 @@ def _cases(resolved: list[Resolved], run: _Run, count_rule: str) -> list[CaseRes
             collect_errors[e["nodeid"].split("::")[0]] = e.get("message", "")
         elif e.get("ev") == "phase":
             phases.setdefault(e["nodeid"], []).append(e)
+    broken_verdict = Verdict.UNTESTABLE
     if run.timed_out:
         broken = "timeout: MB's pytest ran past the time limit and was killed"
+    elif run.rc == 3:  # pytest INTERNALERROR: this plugin or pytest broke, not MB
+        broken_verdict = Verdict.ERROR
+        broken = f"harness error: MB's pytest stopped with an internal error (code 3): {run.tail}"
     elif not started or not collected:
         broken = (f"MB's pytest exited with code {run.rc} before running tests (conftest or import failure "
                   f"in this environment): {run.tail}")
@@ -299,7 +303,7 @@ def _cases(resolved: list[Resolved], run: _Run, count_rule: str) -> list[CaseRes
                 cases.append(_case(f"{SUITE}::{r.variant.file}", Verdict.UNTESTABLE, problem))
             elif broken and not collected:
                 problem = broken
-                cases.append(_case(f"{SUITE}::{name}", Verdict.UNTESTABLE, broken))
+                cases.append(_case(f"{SUITE}::{name}", broken_verdict, broken))
             else:
                 k = f' -k "{r.variant.k}"' if r.variant.k else ""
                 cases.append(_case(f"{SUITE}::{name}", Verdict.UNTESTABLE,
@@ -374,6 +378,26 @@ def pytest_configure(config: Any) -> None:
         config.pluginmanager.register(_EventsPlugin(Path(spec), Path(events)), "harness-upstream-events")
 
 
+try:  # the child has pytest; the parent imports this module without needing it
+    from pytest import hookimpl as _hookimpl
+
+    _wrapper_hook = _hookimpl(wrapper=True)
+except ImportError:  # pragma: no cover
+    def _wrapper_hook(fn: Any) -> Any:
+        return fn
+
+_CUDA_MARKERS = ("Found no NVIDIA driver", "Torch not compiled with CUDA enabled", "No CUDA GPUs are available",
+                 "CUDA driver initialization failed", "libcudart functions unavailable")
+
+
+def _environment_reason(exc: BaseException) -> str | None:
+    """The reason when ``exc`` is a limit of this environment (no CUDA, missing package), not MB's."""
+    text = str(exc)
+    if isinstance(exc, (RuntimeError, AssertionError)) and any(m in text for m in _CUDA_MARKERS):
+        return f"needs CUDA: {text.splitlines()[0] if text else type(exc).__name__}"
+    return _third_party_import_error(exc)
+
+
 def _third_party_import_error(exc: BaseException) -> str | None:
     """The reason when ``exc`` is an import failure of this environment, not of MB's code."""
     if not isinstance(exc, ImportError):
@@ -427,6 +451,16 @@ class _EventsPlugin:
         items[:] = keep
         self.emit(ev="collected", selected=len(keep), deselected=len(drop))
 
+    @_wrapper_hook
+    def pytest_runtest_call(self, item: Any):  # noqa: ANN201 - pluggy wrapper
+        """``.cuda()`` as a CPU no-op while MB's test body runs (MB moves batches to the GPU)."""
+        if "torch" not in sys.modules:  # a test module without torch: nothing to patch, no torch import
+            return (yield)
+        from harness.standins.cuda import cpu_cuda_calls
+
+        with cpu_cuda_calls():
+            return (yield)
+
     def pytest_runtest_makereport(self, item: Any, call: Any) -> None:
         self._call = call  # read in logreport: the exception is still at hand here
 
@@ -445,7 +479,7 @@ class _EventsPlugin:
                 verdict, message = Verdict.UNTESTABLE, f"skipped by MB: {reason.removeprefix('Skipped: ')}"
         else:
             text = str(report.longreprtext)
-            env_reason = _third_party_import_error(exc) if exc is not None else None
+            env_reason = _environment_reason(exc) if exc is not None else None
             if env_reason:
                 verdict, message = Verdict.UNTESTABLE, f"{env_reason} ({report.when})"
             else:

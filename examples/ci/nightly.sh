@@ -1,0 +1,43 @@
+#!/usr/bin/env bash
+# One nightly for any scheduler (cron, Jenkins, GitLab, the GitHub workflow next to this file):
+# set up the harness, test the Megatron-Bridge checkout $MB as it stands, add the run to the
+# history, and bisect what newly broke since the previous nightly.
+#
+# Environment:
+#   MB        (required) a Megatron-Bridge git checkout at the commit to test, with full history
+#   HISTORY   history store, kept between nightlies  (default: <harness>/reports/history.parquet)
+#   OUT       output directory, wiped first          (default: <harness>/reports/nightly)
+#   SUITES    space-separated suite names            (default: empty = every golden suite in suites/,
+#             forward_cpu / forward_gpu included once they are there; add "upstream" for MB's own tests)
+#   HARNESS_VENV  where scripts/setup.sh puts the environment (default: <harness>/.venv)
+#   SKIP_SETUP=1  reuse the environment as is
+#
+# Exit status is harness nightly's: 0 every case passed, 1 a case failed, 2 usage/environment.
+set -euo pipefail
+HARNESS_DIR="$(cd "$(dirname "$0")/../.." && pwd)"
+MB="${MB:?set MB to a Megatron-Bridge git checkout}"
+HISTORY="${HISTORY:-$HARNESS_DIR/reports/history.parquet}"
+OUT="${OUT:-$HARNESS_DIR/reports/nightly}"
+SUITES="${SUITES:-}"
+VENV="${HARNESS_VENV:-$HARNESS_DIR/.venv}"
+
+if [ "${SKIP_SETUP:-0}" != 1 ]; then
+  HARNESS_VENV="$VENV" "$HARNESS_DIR/scripts/setup.sh"
+fi
+
+# Last night's report pages must not be mistaken for tonight's (the history is elsewhere).
+if [ -f "$OUT/trend.html" ] || [ -d "$OUT/runs" ]; then
+  rm -rf -- "$OUT"
+fi
+mkdir -p "$OUT" "$(dirname "$HISTORY")"
+
+suite_args=()
+for s in $SUITES; do suite_args+=(--suite "$s"); done
+
+set +e
+"$VENV/bin/harness" nightly --mb-src "$MB/src" --history "$HISTORY" --out "$OUT" \
+  --auto-bisect --repo "$MB" ${suite_args[@]+"${suite_args[@]}"} 2>&1 | tee "$OUT/nightly.log"
+rc=${PIPESTATUS[0]}
+set -e
+echo "nightly.sh: harness nightly exited $rc; pages under $OUT (trend.html, report.html, bisect/report.html)"
+exit "$rc"

@@ -1,0 +1,236 @@
+"""CPU forward of MCore's real GPTModel on packed (THD) batches, compared to unpacked runs.
+
+* :func:`init_cpu_parallel` - gloo process group of world size 1 (file store in a temp dir),
+  ``parallel_state.initialize_model_parallel(1, 1)``, CPU-friendly RNG tracker.
+* :class:`SegmentedSDPAttention` - MCore's ``DotProductAttention`` for the unpacked path; with
+  ``packed_seq_params`` (THD) it runs causal SDPA separately on every physical segment
+  (``cu_seqlens_*_padded`` when present, else ``cu_seqlens_*``), attending only to the
+  segment's real tokens (``cu_seqlens_*`` lengths), as TE's THD kernels do. Padding slots
+  produce zeros.
+* :func:`tiny_gpt` - a 2-layer GPTModel (hidden 64, 4 heads, vocab 128) on the local spec with
+  the attention above, learned absolute positions (so ``position_ids`` matter: with RoPE in
+  THD mode MCore derives positions from ``cu_seqlens`` and ignores ``position_ids``).
+* :func:`compare_packed` - logits and masked loss of a packed row vs each sequence alone.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import tempfile
+from dataclasses import dataclass, field
+from typing import Any, Iterator
+
+import torch
+
+from harness.adapters import Candidate, NotHere, Operation, symbol
+from harness.standins.cuda import cpu_cuda_calls
+
+VOCAB = 128
+HIDDEN = 64
+HEADS = 4
+LAYERS = 2
+MAX_POS = 128
+
+_STATE: dict[str, Any] = {}
+
+
+def init_cpu_parallel(seed: int = 1234) -> None:
+    """World-size-1 gloo group + MCore model parallel state (idempotent within a process)."""
+    import torch.distributed as dist
+    from megatron.core import parallel_state
+    from megatron.core.tensor_parallel import random as mp_random
+
+    if not dist.is_initialized():
+        store_dir = tempfile.mkdtemp(prefix="harness-pg-")
+        dist.init_process_group("gloo", init_method=f"file://{os.path.join(store_dir, 'store')}", rank=0,
+                                world_size=1)
+        _STATE["store_dir"] = store_dir
+    if not parallel_state.model_parallel_is_initialized():
+        with cpu_cuda_calls():
+            parallel_state.initialize_model_parallel(1, 1)
+    with cpu_cuda_calls():
+        try:  # the default tracker forks CUDA RNG states; the inference tracker does not
+            mp_random.model_parallel_cuda_manual_seed(seed, inference_rng_tracker=True)
+        except TypeError:
+            mp_random.model_parallel_cuda_manual_seed(seed)
+
+
+def _dpa_base() -> Any:
+    return symbol("megatron.core.transformer.dot_product_attention", "DotProductAttention")
+
+
+def segmented_attention_class() -> type:
+    base = _dpa_base()
+    if "SegmentedSDPAttention" in _STATE:
+        return _STATE["SegmentedSDPAttention"]
+
+    class SegmentedSDPAttention(base):  # type: ignore[misc, valid-type]
+        """Reference THD core attention: per-segment causal SDPA (see module docstring)."""
+
+        def forward(self, query, key, value, attention_mask, attn_mask_type=None, attention_bias=None,
+                    packed_seq_params=None, **kwargs):  # noqa: ANN001 - MCore's signature
+            if packed_seq_params is None:
+                return super().forward(query, key, value, attention_mask, attn_mask_type=attn_mask_type,
+                                       attention_bias=attention_bias, packed_seq_params=None)
+            return thd_reference_attention(query, key, value, packed_seq_params)
+
+    _STATE["SegmentedSDPAttention"] = SegmentedSDPAttention
+    return SegmentedSDPAttention
+
+
+def _segments(params: Any) -> list[tuple[int, int, int]]:
+    """(start, physical end, real length) per segment from PackedSeqParams."""
+    logical = params.cu_seqlens_q.reshape(-1).tolist()
+    physical = params.cu_seqlens_q_padded.reshape(-1).tolist() if params.cu_seqlens_q_padded is not None else logical
+    out = []
+    for i in range(min(len(physical), len(logical)) - 1):
+        start, end = int(physical[i]), int(physical[i + 1])
+        real = int(logical[i + 1]) - int(logical[i])
+        if end > start:
+            out.append((start, end, max(0, min(real, end - start))))
+    return out
+
+
+def thd_reference_attention(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, params: Any) -> torch.Tensor:
+    """query/key/value [t, heads, dim] -> [t, heads*dim]; causal within each segment only."""
+    t, heads, dim = query.shape
+    if key.shape[1] != heads:  # grouped-query attention
+        rep = heads // key.shape[1]
+        key, value = key.repeat_interleave(rep, dim=1), value.repeat_interleave(rep, dim=1)
+    out = torch.zeros_like(query)
+    for start, _end, real in _segments(params):
+        if real == 0:
+            continue
+        q = query[start:start + real].transpose(0, 1)  # [heads, real, dim]
+        k = key[start:start + real].transpose(0, 1)
+        v = value[start:start + real].transpose(0, 1)
+        o = torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True)
+        out[start:start + real] = o.transpose(0, 1)
+    return out.reshape(t, heads * dim)
+
+
+def tiny_config(**overrides: Any) -> Any:
+    cfg_cls = symbol("megatron.core.transformer.transformer_config", "TransformerConfig")
+    kwargs = dict(num_layers=LAYERS, hidden_size=HIDDEN, num_attention_heads=HEADS, use_cpu_initialization=True,
+                  params_dtype=torch.float32, attention_dropout=0.0, hidden_dropout=0.0, masked_softmax_fusion=False,
+                  bias_activation_fusion=False, bias_dropout_fusion=False, gradient_accumulation_fusion=False,
+                  apply_rope_fusion=False, persist_layer_norm=False, pipeline_dtype=torch.float32)
+    kwargs.update(overrides)
+    return cfg_cls(**kwargs)
+
+
+def tiny_gpt(seed: int = 1234) -> Any:
+    """The tiny GPTModel with :class:`SegmentedSDPAttention` (eval mode, fp32, CPU)."""
+    init_cpu_parallel(seed)
+    spec_fn = symbol("megatron.core.models.gpt.gpt_layer_specs", "get_gpt_layer_local_spec")
+    gpt_cls = symbol("megatron.core.models.gpt", "GPTModel")
+    spec = spec_fn()
+    spec.submodules.self_attention.submodules.core_attention = segmented_attention_class()
+    torch.manual_seed(seed)
+    with cpu_cuda_calls():
+        model = gpt_cls(config=tiny_config(), transformer_layer_spec=spec, vocab_size=VOCAB,
+                        max_sequence_length=MAX_POS, position_embedding_type="learned_absolute")
+    model.eval()
+    return model
+
+
+def _params_probe(module: str):  # noqa: ANN202
+    def probe():  # noqa: ANN202
+        return symbol(module, "get_packed_seq_params")
+    return probe
+
+
+mb_packed_seq_params = Operation("packed_seq_params_object", [
+    Candidate("training/utils/packed_seq_utils", _params_probe("megatron.bridge.training.utils.packed_seq_utils")),
+    Candidate("training/gpt_step", _params_probe("megatron.bridge.training.gpt_step")),
+])
+
+
+def params_from_boundaries(cu_seqlens: list[int], cu_seqlens_padded: list[int] | None, max_seqlen: int) -> Any:
+    """PackedSeqParams built by MB's own builder from a batch carrying these boundaries."""
+    batch: dict[str, Any] = {"cu_seqlens_q": torch.tensor([cu_seqlens], dtype=torch.int32),
+                             "cu_seqlens_kv": torch.tensor([cu_seqlens], dtype=torch.int32),
+                             "max_seqlen_q": torch.tensor([[max_seqlen]], dtype=torch.int32),
+                             "max_seqlen_kv": torch.tensor([[max_seqlen]], dtype=torch.int32)}
+    if cu_seqlens_padded is not None:
+        batch["cu_seqlens_q_padded"] = torch.tensor([cu_seqlens_padded], dtype=torch.int32)
+        batch["cu_seqlens_kv_padded"] = batch["cu_seqlens_q_padded"]
+    return mb_packed_seq_params(batch)
+
+
+@dataclass
+class Comparison:
+    max_abs_logit_err: float
+    packed_loss: float
+    unpacked_loss: float
+    packed_mask_sum: float
+    unpacked_mask_sum: float
+    per_sequence_err: list[float] = field(default_factory=list)
+
+    def ok(self, atol: float) -> bool:
+        return (self.max_abs_logit_err <= atol and abs(self.packed_loss - self.unpacked_loss) <= atol * max(1.0, abs(self.unpacked_loss))
+                and self.packed_mask_sum == self.unpacked_mask_sum)
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"max_abs_logit_err": self.max_abs_logit_err, "packed_loss": self.packed_loss,
+                "unpacked_loss": self.unpacked_loss, "packed_mask_sum": self.packed_mask_sum,
+                "unpacked_mask_sum": self.unpacked_mask_sum}
+
+
+@torch.no_grad()
+def logits(model: Any, tokens: torch.Tensor, position_ids: torch.Tensor, packed_seq_params: Any = None) -> torch.Tensor:
+    mask = None
+    if packed_seq_params is None:  # MCore's default causal mask is built on "cuda": pass one (True = masked)
+        n = tokens.numel()
+        mask = torch.triu(torch.ones(n, n, dtype=torch.bool), diagonal=1).reshape(1, 1, n, n)
+    with cpu_cuda_calls():
+        out = model(input_ids=tokens.reshape(1, -1).long(), position_ids=position_ids.reshape(1, -1).long(),
+                    attention_mask=mask, packed_seq_params=packed_seq_params)
+    return out.reshape(-1, out.shape[-1]).float()
+
+
+def _ce(lg: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+    safe = labels.clone().long()
+    safe[(safe < 0) | (safe >= lg.shape[-1])] = 0
+    return torch.nn.functional.cross_entropy(lg, safe, reduction="none")
+
+
+@torch.no_grad()
+def compare_packed(model: Any, packed: dict[str, Any], sequences: list[dict[str, Any]]) -> Comparison:
+    """Packed row vs every sequence alone.
+
+    ``packed``: ``tokens``, ``position_ids``, ``labels``, ``loss_mask`` (1-D) and ``params``
+    (PackedSeqParams). ``sequences``: ground truth, each ``offset`` (start in the packed row),
+    ``tokens``, ``labels``, ``loss_mask`` - taken from the data before packing, never from the
+    packed boundaries, so wrong boundaries or positions show as a mismatch.
+    """
+    t = torch.as_tensor(packed["tokens"])
+    lg = logits(model, t, torch.as_tensor(packed["position_ids"]), packed["params"])
+    ce = _ce(lg, torch.as_tensor(packed["labels"]))
+    mask = torch.as_tensor(packed["loss_mask"]).float()
+    packed_loss = float((ce * mask).sum())
+    errs, un_loss, un_mask = [], 0.0, 0.0
+    for s in sequences:
+        n = len(s["tokens"])
+        ref = logits(model, torch.as_tensor(s["tokens"]), torch.arange(n))
+        got = lg[s["offset"]:s["offset"] + n]
+        errs.append(float((got - ref).abs().max()) if got.shape == ref.shape else float("inf"))
+        m = torch.as_tensor(s["loss_mask"]).float()
+        un_loss += float((_ce(ref, torch.as_tensor(s["labels"])) * m).sum())
+        un_mask += float(m.sum())
+    return Comparison(max(errs), packed_loss, un_loss, float(mask.sum()), un_mask, errs)
+
+
+@contextlib.contextmanager
+def deterministic() -> Iterator[None]:
+    prev = torch.are_deterministic_algorithms_enabled()
+    torch.use_deterministic_algorithms(True)
+    try:
+        yield
+    finally:
+        torch.use_deterministic_algorithms(prev)
+
+
+__all__ = ["init_cpu_parallel", "segmented_attention_class", "tiny_gpt", "compare_packed", "Comparison",
+           "params_from_boundaries", "thd_reference_attention", "NotHere"]

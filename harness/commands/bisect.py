@@ -1,0 +1,87 @@
+"""``harness bisect GOOD..BAD --repo PATH``: find the commit that broke each failing case.
+
+The user's repository is only read (``rev-parse``, ``rev-list``, ``show``, ``diff-tree``,
+``status`` with ``--no-optional-locks``; the private mirror is cloned from it): no checkout,
+no ``refs/bisect``, no stash, no index or config write. A dirty working tree is therefore
+harmless but irrelevant: uncommitted changes are not part of any commit being bisected. We
+print a warning rather than refuse (``--allow-dirty`` silences it), because refusing would
+stop a user from working in the repository while a long bisection runs, which is exactly
+what this design allows.
+
+Exit codes: 0 every bisected case has a single first-bad commit; 1 some case is ambiguous,
+flaky or not reproduced, or nothing fails at BAD while passing at GOOD; 2 usage error
+(unknown ref, GOOD not an ancestor of BAD, empty range, unknown suite...).
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as _dt
+import sys
+from pathlib import Path
+from typing import TextIO
+
+from harness import runner
+from harness.bisect.driver import BisectOptions, default_cache_dir, run_bisection, summary_lines, write_outputs
+from harness.errors import UsageError
+from harness.target import HARNESS_ROOT
+
+
+def add_parser(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "bisect", help="find the first bad commit of every case that fails at BAD and passes at GOOD",
+        description="Bisect GOOD..BAD of a Megatron-Bridge repository, all failing cases at once: evaluate "
+                    "both endpoints, then probe commits (in parallel with -j) until every case that FAILs at BAD "
+                    "and PASSes at GOOD has its first bad commit. Commits where a case cannot run (import "
+                    "error, missing API) are skipped for that case. Verdicts are cached per (commit, suites, "
+                    "environment), so an interrupted bisection resumes where it stopped. The repository is "
+                    "only read, never checked out or modified. Writes bisect.json and report.html.",
+        epilog="example: harness bisect v0.5.0..main --repo ~/Megatron-Bridge -j 4 --suite in_batch_packing")
+    p.add_argument("range", metavar="GOOD..BAD", help="known good and known bad commits (any git revision names)")
+    p.add_argument("--repo", required=True, type=Path, metavar="PATH", help="the Megatron-Bridge git repository")
+    p.add_argument("--first-parent", action="store_true",
+                   help="follow only the first parent of merges (bisect merges as units)")
+    p.add_argument("-j", "--jobs", type=int, default=1, metavar="N", help="evaluations in parallel (default 1)")
+    p.add_argument("--retries", type=int, default=0, metavar="N",
+                   help="evaluate each probed commit N more times; disagreeing verdicts mark a case flaky")
+    p.add_argument("--timeout", type=float, default=1800.0, metavar="S",
+                   help="seconds before one evaluation is killed (the commit is then skipped)")
+    p.add_argument("--no-cache", action="store_true", help="ignore (and do not add to) the verdict cache")
+    p.add_argument("--cache-dir", type=Path, metavar="DIR",
+                   help=f"verdict cache, mirror and workspaces (default $HARNESS_CACHE or {default_cache_dir()})")
+    p.add_argument("--suite", action="append", metavar="NAME",
+                   help=f"suite to run (repeatable; default all: {', '.join(runner.available_suites())})")
+    p.add_argument("-k", dest="keyword", metavar="EXPR", help="pytest -k expression to select cases")
+    p.add_argument("--out", type=Path, metavar="DIR", help="output directory (default reports/bisect-<timestamp>)")
+    p.add_argument("--allow-dirty", action="store_true",
+                   help="do not warn about uncommitted changes in --repo (they are never bisected)")
+    p.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
+    p.set_defaults(func=run)
+
+
+def parse_range(text: str) -> tuple[str, str]:
+    if ".." not in text or "..." in text:
+        raise UsageError(f"range {text!r} must be GOOD..BAD (two revisions separated by '..')")
+    good, bad = text.split("..", 1)
+    if not good or not bad:
+        raise UsageError(f"range {text!r} must name both GOOD and BAD (GOOD..BAD)")
+    return good, bad
+
+
+def run(args: argparse.Namespace, out: TextIO = sys.stdout) -> int:
+    good, bad = parse_range(args.range)
+    if args.suite:
+        runner.suite_files(args.suite)  # unknown suite names: usage error before any git work
+    out_dir = args.out or HARNESS_ROOT / "reports" / f"bisect-{_dt.datetime.now().strftime('%Y%m%d-%H%M%S')}"
+    opts = BisectOptions(
+        repo=args.repo, good=good, bad=bad, first_parent=args.first_parent, jobs=args.jobs, retries=args.retries,
+        timeout_s=args.timeout, use_cache=not args.no_cache,
+        cache_dir=args.cache_dir or default_cache_dir(), suites=tuple(args.suite) if args.suite else None,
+        keyword=args.keyword, out_dir=Path(out_dir), allow_dirty=args.allow_dirty)
+    result = run_bisection(opts, progress=None if args.quiet else sys.stderr)
+    json_path, report = write_outputs(result.doc, Path(out_dir))
+    print("\n".join(summary_lines(result.doc)), file=out)
+    if result.message:
+        print(f"\n{result.message}", file=out)
+    print(f"\nbisect: {json_path}\nreport: {report}", file=out)
+    return result.exit_code

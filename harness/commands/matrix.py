@@ -1,0 +1,135 @@
+"""``harness matrix``: run the golden suites on many MB refs and print a ref x suite table.
+
+Each ref's ``src`` is exported with ``git archive <ref> src`` into a cache directory (the
+mirror's refs are only read, never changed; ``src`` only, because mirrors may lack large docs
+blobs). Each ref is run with :func:`harness.runner.run_suites`; the table shows
+pass/fail/untestable/error counts per suite, and ``matrix.json`` keeps every run's cases.
+
+Default refs: the last v0.1 tag (no v0.1.0 final was tagged, so the newest v0.1.0rc*), every
+release tag vX.Y.Z from v0.2.0 through v0.6.0, and the newest commit (HEAD).
+Exit code: 0 when no case is ERROR (failures are MB behaviour, reported in the table), 1 otherwise.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import shutil
+import subprocess
+import sys
+import tarfile
+import io
+from pathlib import Path
+from typing import TextIO
+
+from harness import runner
+from harness.atomicio import write_versioned_json
+from harness.errors import UsageError
+from harness.target import HARNESS_ROOT, Target
+from harness.verdict import Verdict
+
+CACHE = HARNESS_ROOT / ".harness-cache" / "matrix-src"
+_RELEASE = re.compile(r"^v(\d+)\.(\d+)\.(\d+)$")
+_RC01 = re.compile(r"^v0\.1\.0rc(\d+)$")
+
+
+def add_parser(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("matrix", help="run the suites on many MB refs (tags, commits) and print a table",
+                       description="Export each ref's src/ from an MB git repository (a bare mirror works), run the "
+                                   "golden suites on it and print a ref x suite table of pass/fail/untestable/error.")
+    p.add_argument("--repo", required=True, type=Path, help="MB git repository or bare mirror")
+    p.add_argument("--refs", help="comma-separated refs (default: newest v0.1.0rc*, v0.2.0..v0.6.0 releases, HEAD)")
+    p.add_argument("--suite", action="append", metavar="NAME", help="suite to run (repeatable; default all golden)")
+    p.add_argument("--import", dest="import_mode", choices=runner.IMPORT_MODES, default="auto")
+    p.add_argument("--out", type=Path, help="output directory (default reports/matrix-<run-id>)")
+    p.add_argument("--cache", type=Path, default=CACHE, help=f"where ref sources are exported (default {CACHE})")
+    p.add_argument("--timeout", type=float, default=1800.0, help="seconds per ref before its suite process is killed")
+    p.add_argument("--quiet", action="store_true")
+    p.set_defaults(func=run)
+
+
+def _git(repo: Path, *args: str) -> str:
+    out = subprocess.run(["git", "-C", str(repo), *args], capture_output=True, text=True, timeout=300)
+    if out.returncode != 0:
+        raise UsageError(f"git {' '.join(args)} failed in {repo}: {out.stderr.strip()[:300]}")
+    return out.stdout
+
+
+def default_refs(tags: list[str]) -> list[str]:
+    rc01 = sorted((int(m.group(1)), t) for t in tags if (m := _RC01.match(t)))
+    rel = sorted((tuple(map(int, m.groups())), t) for t in tags if (m := _RELEASE.match(t)))
+    refs = [rc01[-1][1]] if rc01 else []
+    refs += [t for v, t in rel if (0, 2, 0) <= v <= (0, 6, 0)]
+    return refs + ["HEAD"]
+
+
+def export_src(repo: Path, ref: str, cache: Path) -> tuple[Path, str]:
+    """``src/`` of ``ref`` under ``cache/<sha>/src`` (reused when present); returns (src, sha)."""
+    sha = _git(repo, "rev-parse", "--verify", f"{ref}^{{commit}}").strip()
+    dest = cache / sha
+    src = dest / "src"
+    if (src / "megatron" / "bridge").is_dir() and (dest / ".complete").exists():
+        return src, sha
+    if dest.exists():
+        shutil.rmtree(dest)
+    dest.mkdir(parents=True)
+    proc = subprocess.run(["git", "-C", str(repo), "archive", "--format=tar", sha, "src"], capture_output=True,
+                          timeout=600)
+    if not proc.stdout:
+        raise UsageError(f"git archive {ref} src failed: {proc.stderr.decode(errors='replace').strip()[:300]}")
+    with tarfile.open(fileobj=io.BytesIO(proc.stdout)) as tar:
+        tar.extractall(dest, filter="data")
+    if not (src / "megatron" / "bridge").is_dir():
+        raise UsageError(f"{ref}: no src/megatron/bridge in its tree")
+    (dest / ".complete").write_text(sha + "\n")
+    return src, sha
+
+
+def _counts(cases: list, suite: str) -> dict[str, int]:
+    cs = [c for c in cases if c.suite == suite]
+    return {v.value: sum(c.verdict is v for c in cs) for v in Verdict}
+
+
+def run(args: argparse.Namespace, out: TextIO = sys.stdout) -> int:
+    repo = Path(args.repo).expanduser().resolve()
+    if not repo.exists():
+        raise UsageError(f"--repo {args.repo}: no such directory")
+    refs = [r.strip() for r in args.refs.split(",") if r.strip()] if args.refs else \
+        default_refs(_git(repo, "tag", "--list").split())
+    out_dir = Path(args.out) if args.out else HARNESS_ROOT / "reports" / f"matrix-{runner.new_run_id()}"
+    out_dir.mkdir(parents=True, exist_ok=True)
+    rows: list[dict] = []
+    any_error = False
+    for ref in refs:
+        src, sha = export_src(repo, ref, Path(args.cache))
+        if not args.quiet:
+            print(f"matrix: {ref} ({sha[:9]})", file=sys.stderr)
+        opts = runner.RunOptions(suites=args.suite, timeout_s=args.timeout, import_mode=args.import_mode)
+        ref_dir = out_dir / re.sub(r"[^A-Za-z0-9._-]", "_", ref)
+        result = runner.run_suites(Target(src=src, commit=sha), opts, ref_dir, progress=None)
+        suites = sorted({c.suite for c in result.cases})
+        any_error |= any(c.verdict is Verdict.ERROR for c in result.cases)
+        rows.append({"ref": ref, "commit": sha, "mb_version": result.versions.get("megatron-bridge"),
+                     "import_mode": result.import_mode, "duration_s": result.duration_s,
+                     "suites": {s: _counts(result.cases, s) for s in suites},
+                     "problems": [{"case_id": c.case_id, "verdict": c.verdict.value, "message": c.message[:4000]}
+                                  for c in result.cases if c.verdict is not Verdict.PASS],
+                     "notes": result.notes, "results": str(ref_dir / "results.json")})
+        write_versioned_json(out_dir / "matrix.json", "harness-matrix", 1, {"repo": str(repo), "refs": rows})
+    print_table(rows, out)
+    print(f"\nmatrix: {out_dir / 'matrix.json'}", file=out)
+    return 1 if any_error else 0
+
+
+def print_table(rows: list[dict], out: TextIO) -> None:
+    suites = sorted({s for r in rows for s in r["suites"]})
+    width = max([len(s) for s in suites] + [10])
+    print(f"\n{'ref':<14}{'commit':<11}" + "".join(f"{s[:width]:>{width + 2}}" for s in suites), file=out)
+    print(f"{'':<25}" + "".join(f"{'p/f/u/e':>{width + 2}}" for _ in suites), file=out)
+    for r in rows:
+        cells = []
+        for s in suites:
+            n = r["suites"].get(s)
+            cells.append(f"{n['pass']}/{n['fail']}/{n['untestable']}/{n['error']}" if n else "-")
+        print(f"{r['ref']:<14}{r['commit'][:9]:<11}" + "".join(f"{c:>{width + 2}}" for c in cells), file=out)

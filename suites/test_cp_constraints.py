@@ -1,0 +1,79 @@
+"""Context/sequence-parallel padding multiples chosen by ``ConfigContainer.validate``.
+
+Documented rule (docs/training/packed-sequences.md, "Derive the internal sequence alignment"):
+``cp_multiple = 2*CP if CP > 1 else 1``; ``sp_multiple = CP*TP`` with sequence parallelism and
+TP > 1; the alignment is their lcm, and with an evaluation CP it must satisfy both topologies.
+THD with CP splits every sequence into 2*CP chunks, SP splits the token dimension over TP, so
+the multiple MB writes into the collate config must be divisible by these; a sequence length
+the multiple does not divide is refused. The packed batch built with that multiple then has
+every sequence boundary on the grid.
+"""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from harness.adapters import cp as cp_ops
+from harness.adapters import thd
+from suites import _inputs
+
+pytestmark = pytest.mark.import_group("full")
+
+TOPOLOGIES = [(1, 1, False), (2, 1, False), (4, 1, False), (1, 2, True), (1, 4, True), (2, 2, True),
+              (4, 2, True), (2, 4, False)]
+
+
+def _required(cp: int, tp: int, sp: bool) -> list[int]:
+    req = [2 * cp] if cp > 1 else []
+    if sp and tp > 1:
+        req += [tp, cp * tp]
+    return req
+
+
+@pytest.mark.parametrize("cp,tp,sp", TOPOLOGIES)
+def test_in_batch_multiple(golden, cp, tp, sp):
+    out = cp_ops.collate_padding_multiple(cp, tp, sp, in_batch=True)
+    assert out["accepted"], out["message"]
+    m = out["multiple"]
+    for r in _required(cp, tp, sp):
+        assert m % r == 0, f"CP{cp} TP{tp} SP{sp}: multiple {m} is not divisible by {r}"
+    assert m == math.lcm(1, *_required(cp, tp, sp)), "the documented alignment is the lcm (no over-padding)"
+    # the packed batch built with that multiple keeps every boundary on the CP/SP grid
+    batch, lengths = _inputs.right_padded_batch(cp * 10 + tp, 4, 19)
+    packed = thd.pack_in_batch(batch["tokens"], batch["labels"], batch["loss_mask"], batch["position_ids"],
+                               pad_token_id=_inputs.PAD_ID, pad_to_multiple_of=m)
+    assert all(b % m == 0 for b in packed["cu_seqlens_padded"])
+    golden.check({"multiple": m, "cu_seqlens_padded": packed["cu_seqlens_padded"]})
+
+
+@pytest.mark.parametrize("cp,tp,sp,base", [(2, 1, False, 6), (4, 1, False, 128), (2, 2, True, 3), (1, 1, False, 5)])
+def test_collate_multiple_without_in_batch(golden, cp, tp, sp, base):
+    out = cp_ops.collate_padding_multiple(cp, tp, sp, in_batch=False, pad_to_multiple_of=base)
+    assert out["accepted"], out["message"]
+    m = out["multiple"]
+    assert m % base == 0, "the user's pad_to_multiple_of is kept (raised, never lowered)"
+    for r in _required(cp, tp, sp):
+        assert m % r == 0, f"collate multiple {m} not divisible by {r}"
+    assert m == math.lcm(base, *_required(cp, tp, sp))
+    golden.check({"multiple": m})
+
+
+@pytest.mark.parametrize("cp,eval_cp", [(2, 4), (4, 2), (1, 2)])
+def test_eval_cp_multiple(golden, cp, eval_cp):
+    out = cp_ops.collate_padding_multiple(cp, 1, False, in_batch=True, eval_cp=eval_cp)
+    assert out["accepted"], out["message"]
+    for size in (cp, eval_cp):
+        if size > 1:
+            assert out["multiple"] % (2 * size) == 0, f"eval/training CP {size} both constrain the multiple"
+    golden.check({"multiple": out["multiple"]})
+
+
+@pytest.mark.parametrize("cp,tp,sp,seq", [(2, 1, False, 1002), (4, 1, False, 1004), (2, 2, True, 1002),
+                                          (4, 1, False, 1008)])
+def test_seq_length_divisibility(golden, cp, tp, sp, seq):
+    out = cp_ops.collate_padding_multiple(cp, tp, sp, in_batch=True, seq_length=seq)
+    req = math.lcm(1, *_required(cp, tp, sp))
+    assert out["accepted"] == (seq % req == 0), f"seq_length {seq} with multiple {req}: {out}"
+    golden.check({"accepted": out["accepted"], "error_class": out["error_class"]})
