@@ -103,7 +103,7 @@ class FakeEvaluator:
         t0 = time.monotonic()
         tree = WorkspaceCache(self.workspace_dir, self.repo).materialize(sha)
         junit = tree / "junit.xml"
-        env = dict(os.environ, PYTHONPATH=str(tree / "src"), PYTHONDONTWRITEBYTECODE="1")
+        env = dict(os.environ, PYTHONPATH=str(tree / "src"), PYTHONDONTWRITEBYTECODE="1", PYTEST_DISABLE_PLUGIN_AUTOLOAD="1")
         subprocess.run(pytest_cmd(tree / "tests", junit), cwd=tree, env=env, capture_output=True)
         verdicts = {}
         for tc in ET.parse(junit).getroot().iter("testcase"):
@@ -135,7 +135,7 @@ def git_bisect(repo: Path, good: str, bad: str, keyword: str, work: Path) -> tup
     counter.write_text("")
     script = work / "check.sh"
     cmd = " ".join(pytest_cmd(clone / "tests", keyword=keyword))
-    script.write_text(f"#!/bin/sh\necho x >> {counter}\nPYTHONPATH={clone}/src PYTHONDONTWRITEBYTECODE=1 {cmd} >/dev/null 2>&1\n")
+    script.write_text(f"#!/bin/sh\necho x >> {counter}\nPYTHONPATH={clone}/src PYTHONDONTWRITEBYTECODE=1 PYTEST_DISABLE_PLUGIN_AUTOLOAD=1 {cmd} >/dev/null 2>&1\n")
     script.chmod(0o755)
     t0 = time.monotonic()
     git = ["git", "-C", str(clone)]
@@ -146,7 +146,6 @@ def git_bisect(repo: Path, good: str, bad: str, keyword: str, work: Path) -> tup
     for line in out.stdout.splitlines():
         if line.endswith("is the first bad commit"):
             first_bad = line.split()[0]
-    # git bisect also checks nothing at the endpoints: add the 2 endpoint runs a user does by hand
     return len(counter.read_text().split()), first_bad, wall
 
 

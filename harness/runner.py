@@ -12,7 +12,6 @@ import datetime as _dt
 import json
 import os
 import re
-import signal
 import subprocess
 import sys
 import tempfile
@@ -22,6 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, TextIO
 
+from harness.procs import kill_group as _kill_group, popen_owned
 from harness import target as target_mod
 from harness.atomicio import read_versioned_json
 from harness.errors import CorruptFile, UsageError
@@ -142,13 +142,6 @@ def _stream(proc: subprocess.Popen, sink: TextIO | None, deadline: float) -> tup
             time.sleep(0.1)
 
 
-def _kill_group(proc: subprocess.Popen) -> None:
-    try:
-        os.killpg(proc.pid, signal.SIGKILL)
-    except (ProcessLookupError, PermissionError):
-        pass
-    proc.wait()
-
 
 def run_suites(tgt: Target, opts: RunOptions, out_dir: Path, progress: TextIO | None = sys.stderr) -> RunResult:
     """Run the selected suites against ``tgt``; everything lands under ``out_dir``."""
@@ -189,9 +182,9 @@ def run_suites(tgt: Target, opts: RunOptions, out_dir: Path, progress: TextIO | 
             env["HARNESS_IMPORT_GROUP"] = group
         else:
             env.pop("HARNESS_IMPORT_GROUP", None)
-        proc = subprocess.Popen(_pytest_cmd(group_files, opts, cases_file, obtained), cwd=HARNESS_ROOT,
+        proc = popen_owned(_pytest_cmd(group_files, opts, cases_file, obtained), cwd=HARNESS_ROOT,
                                 env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                stdin=subprocess.DEVNULL, start_new_session=True)
+                                stdin=subprocess.DEVNULL)
         remaining = max(1.0, deadline - time.monotonic())
         timed_out, tail = _stream(proc, progress, time.monotonic() + remaining)
         g_cases, g_notes = _collect(cases_file, group_files, timed_out, proc.returncode, tail, opts.timeout_s,

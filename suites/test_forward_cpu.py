@@ -96,3 +96,33 @@ def test_in_batch_packed_forward(golden, model, seed, rows, width, multiple):
     assert cmp.packed_mask_sum == cmp.unpacked_mask_sum
     assert math.isclose(cmp.packed_loss, cmp.unpacked_loss, rel_tol=1e-5, abs_tol=1e-4), cmp.as_dict()
     golden.check({**cmp.as_dict(), "per_sequence_err": cmp.per_sequence_err}, tolerances=LOSS_TOL)
+
+
+@pytest.mark.parametrize("seed,mult", [(3, 1), (4, 4)])
+def test_gpt_step_forward_offline(golden, model, tmp_path, seed, mult):
+    """The offline packed batch through MB's own ``gpt_step.forward_step`` (batch fetch, packed
+    params, model call, masked loss function) equals the unpacked per-token losses."""
+    pack = 48
+    examples = _inputs_extra.sft_examples_with_specials(seed, 10, max_len=18)
+    out = ds_ops.prepare_packed(examples, tmp_path / "p", tokenizer=TOK, pack_size=pack, pad_seq_to_mult=mult,
+                                algorithm="first_fit_decreasing", seed=seed)
+    owners = check_rows(examples, out["rows"], pack, mult)
+    ds = ds_ops.packed_dataset(out["npy"], TOK, max_seq_length=pack, pad_seq_to_mult=mult)
+    batch = ds.collate_fn([ds[0]])
+    batch.pop("token_count", None)
+    res = fwd.gpt_step_forward(model, batch)
+    seqs = _offline_sequences(out["rows"][0], owners[0], examples)
+    ref = fwd.unpacked_token_losses(model, seqs)
+    worst, ref_sum, ref_count = 0.0, 0.0, 0.0
+    for s, losses in zip(seqs, ref):
+        n = len(s["tokens"])
+        got = res["per_token_loss"][s["offset"]:s["offset"] + n]
+        worst = max(worst, float((got - losses).abs().max()))
+        m = torch.tensor(s["loss_mask"])
+        ref_sum += float((losses * m).sum())
+        ref_count += float(m.sum())
+    assert worst <= 1e-4, f"per-token loss through gpt_step differs from unpacked by {worst}"
+    assert res["num_tokens"] == ref_count, "forward_step counts exactly the unpacked answer tokens"
+    assert math.isclose(res["loss_sum"], ref_sum, rel_tol=1e-5, abs_tol=1e-4), (res["loss_sum"], ref_sum)
+    golden.check({"loss_sum": res["loss_sum"], "num_tokens": res["num_tokens"], "max_err": worst},
+                 tolerances={"$.loss_sum": (1e-3, 1e-5), "$.max_err": (1e-4, 0.0)})

@@ -222,6 +222,70 @@ def compare_packed(model: Any, packed: dict[str, Any], sequences: list[dict[str,
     return Comparison(max(errs), packed_loss, un_loss, float(mask.sum()), un_mask, errs)
 
 
+class _Timers:
+    """``state.timers``: callable returning an object with start/stop (no-ops)."""
+
+    def __call__(self, *args: Any, **kwargs: Any) -> "_Timers":
+        return self
+
+    def start(self, *args: Any, **kwargs: Any) -> None:
+        pass
+
+    def stop(self, *args: Any, **kwargs: Any) -> None:
+        pass
+
+
+class _Straggler:
+    """``state.straggler_timer``: usable as ``with t:`` and ``with t(bdata=True):``."""
+
+    def __call__(self, *args: Any, **kwargs: Any) -> contextlib.AbstractContextManager:
+        return contextlib.nullcontext()
+
+    def __enter__(self) -> "_Straggler":
+        return self
+
+    def __exit__(self, *exc: Any) -> bool:
+        return False
+
+
+def minimal_state() -> Any:
+    """The parts of MB's GlobalState that ``gpt_step.forward_step`` reads, as a SimpleNamespace."""
+    from types import SimpleNamespace
+
+    cfg = SimpleNamespace(dataset=SimpleNamespace(skip_getting_attention_mask_from_dataset=True), model=None,
+                          rerun_state_machine=SimpleNamespace(check_for_nan_in_loss=False, check_for_spiky_loss=False))
+    return SimpleNamespace(cfg=cfg, timers=_Timers(), straggler_timer=_Straggler())
+
+
+def _forward_step_probe() -> Any:
+    fn = symbol("megatron.bridge.training.gpt_step", "forward_step")
+
+    @torch.no_grad()
+    def call(model: Any, batch: dict[str, Any]) -> dict[str, Any]:
+        with cpu_cuda_calls():
+            output, loss_fn = fn(minimal_state(), iter([batch]), model)
+            loss = loss_fn(output)
+        total, count = loss[0], loss[1]
+        return {"per_token_loss": output.reshape(-1).float(), "loss_sum": float(total), "num_tokens": float(count)}
+    return call
+
+
+gpt_step_forward = Operation("gpt_step_forward", [
+    Candidate("training/gpt_step.forward_step", _forward_step_probe),
+])
+
+
+@torch.no_grad()
+def unpacked_token_losses(model: Any, sequences: list[dict[str, Any]]) -> list[torch.Tensor]:
+    """Per-token cross entropy of every sequence run alone (same order as ``sequences``)."""
+    out = []
+    for s in sequences:
+        n = len(s["tokens"])
+        ref = logits(model, torch.as_tensor(s["tokens"]), torch.arange(n))
+        out.append(_ce(ref, torch.as_tensor(s["labels"])))
+    return out
+
+
 @contextlib.contextmanager
 def deterministic() -> Iterator[None]:
     prev = torch.are_deterministic_algorithms_enabled()

@@ -28,6 +28,11 @@ Cache key: (commit, suite key, env key). The suite key hashes the harness ``suit
 selected fewer cases must not be reused for one that needs more. The env key is the Python,
 torch and megatron-core versions. A commit without ``src/megatron/bridge`` (or without any
 of the archived paths) is recorded with no verdicts: a skip for every case.
+
+Disk: workspaces (``<cache>/workspaces/<repo>/trees/<sha>``) of the commits a run evaluated
+are removed when it ends (an MB tree is ~20 MB; rebuilding one is a ``git archive``); the
+suite run directories (``<cache>/runs/<sha>/<run-id>``: results.json, obtained values) are
+kept, they hold the golden diffs the report shows for cached verdicts.
 """
 
 from __future__ import annotations
@@ -39,7 +44,7 @@ import json
 import platform
 import sys
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol, TextIO
@@ -183,6 +188,7 @@ class BisectOptions:
     keyword: str | None = None
     out_dir: Path | None = None
     allow_dirty: bool = False
+    find_fix: bool = False  # bisect for the first commit where failing cases PASS (git bisect's old/new terms)
 
 
 @dataclass
@@ -215,6 +221,7 @@ class _Driver:
         self.notes: dict[str, list[str]] = {}
         self.new_evaluations = 0
         self.cached_evaluations = 0
+        self.evaluated: set[str] = set()  # commits evaluated (not just read from the cache) by this run
         self.bisection: Bisection | None = None
         self._running: dict[Handle, tuple[str, int]] = {}  # handle -> (commit, depth)
         self._queued: list[str] = []  # attempts waiting for a slot (one entry per attempt)
@@ -226,6 +233,15 @@ class _Driver:
     def say(self, text: str) -> None:
         if self.progress is not None:
             print(text, file=self.progress, flush=True)
+
+    def view(self, verdicts: Mapping[str, Verdict]) -> dict[str, Verdict]:
+        """Verdicts as the bisection sees them: with --find-fix, PASS and FAIL swap roles, so the
+        "first bad" commit the algorithm finds is the first commit where a failing case passes.
+        The cache and the report keep the real verdicts."""
+        if not self.opts.find_fix:
+            return dict(verdicts)
+        swap = {Verdict.PASS: Verdict.FAIL, Verdict.FAIL: Verdict.PASS}
+        return {c: swap.get(v, v) for c, v in verdicts.items()}
 
     def key(self, sha: str) -> CacheKey:
         return CacheKey(sha, self.suite_key, self.env_key)
@@ -276,13 +292,14 @@ class _Driver:
         """Cache first (durable), then tell the bisection, then the user."""
         ev = self.cache.record(self.key(sha), outcome.verdicts, outcome.messages, outcome.duration_s)
         self.new_evaluations += 1
+        self.evaluated.add(sha)
         self.attempts.setdefault(sha, []).append(ev)
         if outcome.details:
             self.details[sha] = outcome.details
         if outcome.note:
             self.notes.setdefault(sha, []).append(outcome.note)
         if self.bisection is not None:
-            self.bisection.record(sha, ev.verdicts)
+            self.bisection.record(sha, self.view(ev.verdicts))
         counts: dict[str, int] = {}
         for v in ev.verdicts.values():
             counts[v.value] = counts.get(v.value, 0) + 1
@@ -299,7 +316,7 @@ class _Driver:
         """A picked commit whose attempts are all cached: feed them to the bisection."""
         if self.bisection is not None and sha not in self.bisection.probes:
             for ev in self.attempts.get(sha, []):
-                self.bisection.record(sha, ev.verdicts)
+                self.bisection.record(sha, self.view(ev.verdicts))
 
 
 def _commit_meta(repo: GitRepo, shas: Sequence[str]) -> dict[str, dict[str, str]]:
@@ -355,6 +372,7 @@ def run_bisection(opts: BisectOptions, *, evaluator: Evaluator | None = None, ex
     own_executor = executor is None
     executor = executor or LocalExecutor(opts.jobs)
     cache = VerdictCache(cache_path)
+    d: _Driver | None = None
     try:
         d = _Driver(opts, repo, commits, evaluator, executor, cache, progress)
         d.say(f"bisecting {len(commits)} commits {good[:12]}..{bad[:12]} with {executor.slots} slot(s)"
@@ -367,7 +385,8 @@ def run_bisection(opts: BisectOptions, *, evaluator: Evaluator | None = None, ex
                          and len(d.attempts.get(e, [])) < 1 + opts.retries][:n])
         cases, not_bisected = _select_cases(d, good, bad)
         if not cases:
-            msg = (f"nothing to bisect: no case FAILs at bad {bad[:12]} and PASSes at good {good[:12]}"
+            fails, passes = ("PASSes", "FAILs") if opts.find_fix else ("FAILs", "PASSes")
+            msg = (f"nothing to bisect: no case {fails} at {bad[:12]} and {passes} at {good[:12]}"
                    + (f" ({len(not_bisected)} failing at bad but not passing at good)" if not_bisected else ""))
             doc = _document(d, good, bad, None, not_bisected, time.monotonic() - t0)
             return BisectRun(doc, 1, msg, None)
@@ -375,7 +394,7 @@ def run_bisection(opts: BisectOptions, *, evaluator: Evaluator | None = None, ex
         d.bisection = b
         for sha in commits:  # endpoints first, then whatever the cache knows
             for ev in d.attempts.get(sha, []):
-                b.record(sha, ev.verdicts)
+                b.record(sha, d.view(ev.verdicts))
         d.say(f"{len(cases)} case(s) to bisect" + (f", {len(not_bisected)} not bisected" if not_bisected else ""))
 
         def pick(n: int) -> list[str]:
@@ -392,6 +411,9 @@ def run_bisection(opts: BisectOptions, *, evaluator: Evaluator | None = None, ex
         cache.close()
         if own_executor:
             executor.close()
+        if d is not None:  # workspaces are cheap to rebuild (git archive) and MB trees are ~20 MB each
+            for sha in d.evaluated:
+                ws.cleanup(sha)
 
 
 def _select_cases(d: _Driver, good: str, bad: str) -> tuple[list[str], list[dict[str, str]]]:
@@ -399,10 +421,10 @@ def _select_cases(d: _Driver, good: str, bad: str) -> tuple[list[str], list[dict
     at_bad: dict[str, set[Verdict]] = {}
     at_good: dict[str, set[Verdict]] = {}
     for ev in d.attempts.get(bad, []):
-        for c, v in ev.verdicts.items():
+        for c, v in d.view(ev.verdicts).items():
             at_bad.setdefault(c, set()).add(v)
     for ev in d.attempts.get(good, []):
-        for c, v in ev.verdicts.items():
+        for c, v in d.view(ev.verdicts).items():
             at_good.setdefault(c, set()).add(v)
     cases, skipped = [], []
     for case in sorted(c for c, vs in at_bad.items() if Verdict.FAIL in vs):
@@ -410,6 +432,8 @@ def _select_cases(d: _Driver, good: str, bad: str) -> tuple[list[str], list[dict
         if Verdict.PASS in seen:
             cases.append(case)
         else:
+            if d.opts.find_fix and Verdict.FAIL in seen:
+                continue  # really passes at both ends: nothing was fixed, nothing to report
             why = "fails at good too" if Verdict.FAIL in seen else (
                 f"{'/'.join(sorted(v.value for v in seen))} at good" if seen else "not run at good")
             skipped.append({"case_id": case, "reason": why})
@@ -438,6 +462,7 @@ def _document(d: _Driver, good: str, bad: str, b: Bisection | None, not_bisected
         assert o is not None
         cases.append(_case_doc(d, o, culprit_cache, bad))
     return {
+        "mode": "find-fix" if d.opts.find_fix else "find-regression",
         "range": {"good": good, "bad": bad, "n_commits": len(d.commits),
                   "given": f"{d.opts.good}..{d.opts.bad}", "first_parent": d.opts.first_parent},
         "repo": str(d.repo.path),
@@ -521,14 +546,15 @@ def summary_lines(doc: dict[str, Any]) -> list[str]:
              f"{doc['evaluations']} evaluations ({doc['new_evaluations']} new, {doc['cached_evaluations']} cached), "
              f"{len(doc['probes'])} commits probed, {doc['rounds']} rounds, {doc['duration_s']:.1f} s"]
     by_sha = {c["sha"]: c for c in doc["commits"]}
+    first = "first fixed" if doc.get("mode") == "find-fix" else "first bad"
     cases = doc["cases"]
     width = min(max((len(c["case_id"]) for c in cases), default=10), 90)
     for c in cases:
         st = c["status"]
         if st == "found":
-            what = f"first bad {c['culprit']['sha'][:12]}"
+            what = f"{first} {c['culprit']['sha'][:12]}"
         elif st == "ambiguous":
-            what = "first bad is one of " + ", ".join(s[:12] for s in c["candidates"])
+            what = f"{first} is one of " + ", ".join(s[:12] for s in c["candidates"])
         elif st == "flaky":
             what = "flaky at " + ", ".join(s[:12] for s in c["flaky_commits"])
         else:
@@ -542,12 +568,12 @@ def summary_lines(doc: dict[str, Any]) -> list[str]:
             culprits.setdefault(c["culprit"]["sha"], []).append(c["case_id"])
     for sha, ids in culprits.items():
         cul = next(c["culprit"] for c in cases if c["culprit"] and c["culprit"]["sha"] == sha)
-        lines += ["", f"first bad commit {sha[:12]}  {cul['subject']}",
+        lines += ["", f"{first} commit {sha[:12]}  {cul['subject']}",
                   f"  author: {cul['author']} <{cul.get('email', '')}>   date: {cul['date']}",
                   "  files under src/: " + (", ".join(cul["files"]) or "(none)"),
                   f"  cases ({len(ids)}): " + ", ".join(ids[:6]) + (f" and {len(ids) - 6} more" if len(ids) > 6 else "")]
     for c in cases:
         if c["status"] == "ambiguous":
-            lines += ["", f"{c['case_id']}: the first bad commit is one of (all but the last were skipped):"]
+            lines += ["", f"{c['case_id']}: the {first} commit is one of (all but the last were skipped):"]
             lines += [f"  {s[:12]}  {by_sha.get(s, {}).get('subject', '')}" for s in c["candidates"]]
     return lines

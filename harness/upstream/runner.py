@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import json
 import os
-import signal
 import subprocess
 import sys
 import time
@@ -27,6 +26,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from harness.procs import kill_group as _kill_group, popen_owned
 from harness.results import CaseResult
 from harness.target import Target
 from harness.verdict import Verdict
@@ -208,8 +208,8 @@ def _run_pytest(tgt: Target, tree: Path, runnable: list[Resolved], timeout_s: fl
     run = _Run()
     t0 = time.monotonic()
     with log.open("wb") as sink:
-        proc = subprocess.Popen(cmd, cwd=tree, env=child_env(tgt, tree), stdout=sink, stderr=subprocess.STDOUT,
-                                stdin=subprocess.DEVNULL, start_new_session=True)
+        proc = popen_owned(cmd, cwd=tree, env=child_env(tgt, tree), stdout=sink, stderr=subprocess.STDOUT,
+                                stdin=subprocess.DEVNULL)
         try:
             run.rc = proc.wait(timeout=timeout_s)
         except subprocess.TimeoutExpired:
@@ -226,13 +226,6 @@ def _run_pytest(tgt: Target, tree: Path, runnable: list[Resolved], timeout_s: fl
     run.notes.append(f"upstream: {len(run.events)} events in {run.duration_s:.1f} s; log {log}")
     return run
 
-
-def _kill_group(proc: subprocess.Popen) -> None:
-    try:
-        os.killpg(proc.pid, signal.SIGKILL)
-    except (ProcessLookupError, PermissionError):
-        pass
-    proc.wait()
 
 
 def read_events(path: Path) -> list[dict[str, Any]]:
