@@ -53,6 +53,14 @@ def symbol(module: str, name: str) -> Any:
     return getattr(mod, name)
 
 
+def source_text(obj: Any) -> str:
+    """Source of an MB function or class ('' when unavailable): probes read it for key names."""
+    try:
+        return inspect.getsource(obj)
+    except (OSError, TypeError):
+        return ""
+
+
 def accepts(fn: Callable[..., Any], *params: str) -> bool:
     try:
         sig = inspect.signature(fn)

@@ -13,11 +13,10 @@ The outcome is ``accepted`` plus, when rejected, the exception class and message
 from __future__ import annotations
 
 import dataclasses
-import inspect
 from dataclasses import dataclass
 from typing import Any
 
-from harness.adapters import NotHere, load_module, symbol
+from harness.adapters import NotHere, load_module, source_text, symbol
 from harness.plugin import Untestable
 
 
@@ -53,12 +52,6 @@ def _kwargs_for(cls: Any, wanted: dict[str, Any]) -> dict[str, Any]:
     names = {f.name for f in dataclasses.fields(cls)} if dataclasses.is_dataclass(cls) else set()
     return {k: v for k, v in wanted.items() if k in names}
 
-
-def _validate_source(container_cls: Any) -> str:
-    try:
-        return inspect.getsource(container_cls)
-    except (OSError, TypeError):
-        return ""
 
 
 def _dataset(spec: PackingConfigSpec, cfg: Any) -> Any:
@@ -116,7 +109,7 @@ def validate_packing_config(spec: PackingConfigSpec) -> dict[str, Any]:
         "tensor_model_parallel_size": spec.tensor_parallel, "pipeline_model_parallel_size": 1,
         "sequence_parallel": spec.sequence_parallel, "calculate_per_token_loss": spec.per_token_loss}))
     dataset = _dataset(spec, cfg)
-    _apply_packing(spec, dataset, _validate_source(cfg.ConfigContainer))
+    _apply_packing(spec, dataset, source_text(cfg.ConfigContainer))
     parts: dict[str, Any] = {
         "train": cfg.TrainingConfig(global_batch_size=spec.global_batch_size, micro_batch_size=spec.micro_batch_size,
                                     train_iters=1000),

@@ -23,7 +23,8 @@ from typing import Any, Iterator
 
 import torch
 
-from harness.adapters import Candidate, NotHere, Operation, symbol
+from harness.adapters import Candidate, NotHere, Operation, source_text, symbol
+from harness.plugin import Untestable
 from harness.standins.cuda import cpu_cuda_calls
 
 VOCAB = 128
@@ -135,28 +136,47 @@ def tiny_gpt(seed: int = 1234) -> Any:
     return model
 
 
-def _params_probe(module: str):  # noqa: ANN202
+def _builder_probe(module: str):  # noqa: ANN202
     def probe():  # noqa: ANN202
         return symbol(module, "get_packed_seq_params")
     return probe
 
 
 mb_packed_seq_params = Operation("packed_seq_params_object", [
-    Candidate("training/utils/packed_seq_utils", _params_probe("megatron.bridge.training.utils.packed_seq_utils")),
-    Candidate("training/gpt_step", _params_probe("megatron.bridge.training.gpt_step")),
+    Candidate("training/utils/packed_seq_utils", _builder_probe("megatron.bridge.training.utils.packed_seq_utils")),
+    Candidate("training/gpt_step", _builder_probe("megatron.bridge.training.gpt_step")),
 ])
 
 
+def _i32(values: list[int]) -> torch.Tensor:
+    return torch.tensor([values], dtype=torch.int32)
+
+
 def params_from_boundaries(cu_seqlens: list[int], cu_seqlens_padded: list[int] | None, max_seqlen: int) -> Any:
-    """PackedSeqParams built by MB's own builder from a batch carrying these boundaries."""
-    batch: dict[str, Any] = {"cu_seqlens_q": torch.tensor([cu_seqlens], dtype=torch.int32),
-                             "cu_seqlens_kv": torch.tensor([cu_seqlens], dtype=torch.int32),
-                             "max_seqlen_q": torch.tensor([[max_seqlen]], dtype=torch.int32),
-                             "max_seqlen_kv": torch.tensor([[max_seqlen]], dtype=torch.int32)}
-    if cu_seqlens_padded is not None:
-        batch["cu_seqlens_q_padded"] = torch.tensor([cu_seqlens_padded], dtype=torch.int32)
-        batch["cu_seqlens_kv_padded"] = batch["cu_seqlens_q_padded"]
-    return mb_packed_seq_params(batch)
+    """PackedSeqParams built by MB's own builder from a batch carrying these boundaries.
+
+    The batch speaks the builder's era: current MCore keys (``cu_seqlens_q``...) where the
+    builder reads them, else the legacy packed-batch keys (``cu_seqlens`` = physical boundaries
+    ending with the ``-1`` sentinel, ``cu_seqlens_unpadded``, ``max_seqlen``). When the era cannot express the boundaries (padded
+    and real boundaries differ but the builder knows no unpadded key), the case is untestable.
+    """
+    _, builder = mb_packed_seq_params.resolved
+    source = source_text(builder)
+    if not source or '"cu_seqlens_q" in batch' in source.replace("'", '"'):
+        batch: dict[str, Any] = {"cu_seqlens_q": _i32(cu_seqlens), "cu_seqlens_kv": _i32(cu_seqlens),
+                                 "max_seqlen_q": _i32([max_seqlen]), "max_seqlen_kv": _i32([max_seqlen])}
+        if cu_seqlens_padded is not None:
+            batch["cu_seqlens_q_padded"] = _i32(cu_seqlens_padded)
+            batch["cu_seqlens_kv_padded"] = batch["cu_seqlens_q_padded"]
+        return builder(batch)
+    # legacy packed batches end their boundaries with a -1 sentinel (the builder cuts at argmin)
+    batch = {"cu_seqlens": _i32((cu_seqlens_padded or cu_seqlens) + [-1]), "max_seqlen": _i32([max_seqlen])}
+    if cu_seqlens_padded is not None and cu_seqlens_padded != cu_seqlens:
+        if "cu_seqlens_unpadded" not in source:
+            raise Untestable("this era's get_packed_seq_params has no unpadded boundaries (cu_seqlens_unpadded): "
+                             "aligned packing cannot be expressed")
+        batch["cu_seqlens_unpadded"] = _i32(cu_seqlens + [-1])
+    return builder(batch)
 
 
 @dataclass

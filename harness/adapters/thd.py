@@ -30,10 +30,9 @@ from __future__ import annotations
 
 from typing import Any, Callable
 
-import inspect
 from collections.abc import Mapping
 
-from harness.adapters import Candidate, NotHere, Operation, accepts, symbol
+from harness.adapters import Candidate, NotHere, Operation, accepts, source_text, symbol
 from harness.plugin import Untestable
 
 
@@ -79,13 +78,6 @@ def canonical_params(params: Any) -> dict[str, Any]:
     }
 
 
-def _source(fn: Any) -> str:
-    try:
-        return inspect.getsource(fn)
-    except (OSError, TypeError):
-        return ""
-
-
 # batch keys a builder must read for a case using them to be meaningful in its era
 _ERA_KEYS = ("cu_seqlens_unpadded", "cu_seqlens_q")
 
@@ -93,7 +85,7 @@ _ERA_KEYS = ("cu_seqlens_unpadded", "cu_seqlens_q")
 def _params_probe(module: str) -> Callable[[], Callable[..., dict[str, Any]]]:
     def probe() -> Callable[..., dict[str, Any]]:
         fn = symbol(module, "get_packed_seq_params")
-        source = _source(fn)
+        source = source_text(fn)
 
         def call(batch: dict[str, Any]) -> dict[str, Any]:
             for key in _ERA_KEYS:

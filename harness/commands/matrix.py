@@ -13,7 +13,6 @@ Exit code: 0 when no case is ERROR (failures are MB behaviour, reported in the t
 from __future__ import annotations
 
 import argparse
-import json
 import re
 import shutil
 import subprocess

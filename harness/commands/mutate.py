@@ -15,7 +15,6 @@ import argparse
 import json
 import shutil
 import sys
-import tempfile
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
