@@ -28,7 +28,8 @@ from pathlib import Path
 
 import pytest
 
-from harness.bisect.driver import BisectOptions, EvalOutcome, MBEvaluator, run_bisection, workspace_dir_for
+from harness.bisect.driver import (BisectOptions, EvalOutcome, MBEvaluator, run_bisection, summary_lines,
+                                   workspace_dir_for)
 from harness.gitrepo import open_repo
 from harness.verdict import Verdict
 
@@ -289,13 +290,14 @@ def test_bad_ranges_fail_in_one_line(mb_repo: MBRepo, shared_cache: Path, tmp_pa
 
 
 def _fake_history(root: Path, n: int, faults_at: dict[str, int], broken: set[int] = frozenset(),
-                  no_src: set[int] = frozenset()) -> tuple[Path, list[str]]:
+                  no_src: set[int] = frozenset(), fixed_at: dict[str, int] | None = None) -> tuple[Path, list[str]]:
     """A git history of ``n`` commits; ``state.json`` says which cases fail/are broken there."""
     repo = root / "repo"
     git(root, "init", "-q", "-b", "main", str(repo))
     shas = []
     for i in range(n):
-        state = {"fail": sorted(c for c, at in faults_at.items() if i >= at), "broken": i in broken}
+        failing = {c for c, at in faults_at.items() if i >= at} | {c for c, at in (fixed_at or {}).items() if i < at}
+        state = {"fail": sorted(failing), "broken": i in broken}
         src = repo / "src" / "megatron" / "bridge"
         if i in no_src:
             shutil.rmtree(repo / "src", ignore_errors=True)
@@ -382,6 +384,17 @@ def test_fake_nothing_to_bisect(tmp_path: Path) -> None:
     run = _run(repo, shas[0], shas[-1], tmp_path / "cache")
     assert run.exit_code == 1 and "nothing to bisect" in run.message
     assert run.doc["cases"] == [] and run.doc["not_bisected"] == [{"case_id": "s::a", "reason": "fails at good too"}]
+
+
+def test_fake_find_fix_names_the_fixing_commit(tmp_path: Path) -> None:
+    repo, shas = _fake_history(tmp_path, 20, {"s::b": 3}, fixed_at={"s::a": 13}, broken={6})
+    run = _run(repo, shas[0], shas[-1], tmp_path / "cache", find_fix=True)
+    assert run.doc["mode"] == "find-fix"
+    assert culprits(run.doc) == {"s::a": shas[13]}, "the first commit where the failing case passes"
+    assert "s::b" not in culprits(run.doc), "a regression is not a fix"
+    assert any("first fixed" in line for line in summary_lines(run.doc))
+    normal = _run(repo, shas[0], shas[-1], tmp_path / "cache2")
+    assert culprits(normal.doc) == {"s::b": shas[3]}
 
 
 def test_fake_retries_detect_flaky_and_cache_every_attempt(tmp_path: Path) -> None:

@@ -98,20 +98,22 @@ def _apply_packing(spec: PackingConfigSpec, dataset: Any, source: str) -> None:
             raise Untestable("dataset config has neither pad_to_max_length nor dataset_kwargs in this era")
 
 
-def validate_packing_config(spec: PackingConfigSpec) -> dict[str, Any]:
-    """Build the container for ``spec``, run MB's ``validate()``, return the outcome."""
-    cfg = load_module("megatron.bridge.training.config")
+def tiny_gpt_provider(seq_length: int, cp: int, tp: int, sp: bool, per_token_loss: bool) -> Any:
+    """The smallest GPT model provider the validation rules look at."""
     provider_cls = symbol("megatron.bridge.models.gpt_provider", "GPTModelProvider")
+    return provider_cls(**_kwargs_for(provider_cls, {
+        "num_layers": 1, "hidden_size": 128, "num_attention_heads": 4, "seq_length": seq_length,
+        "apply_rope_fusion": False, "context_parallel_size": cp, "tensor_model_parallel_size": tp,
+        "pipeline_model_parallel_size": 1, "sequence_parallel": sp, "calculate_per_token_loss": per_token_loss}))
+
+
+def build_container(cfg: Any, model: Any, dataset: Any, *, global_batch_size: int, micro_batch_size: int,
+                    average_in_collective: bool = False, dist_extra: dict[str, Any] | None = None) -> Any:
+    """A minimal ``ConfigContainer`` around ``model`` and ``dataset`` (fields the era lacks are left out)."""
     optimizer_cls = getattr(cfg, "OptimizerConfig", None) or symbol("megatron.core.optimizer", "OptimizerConfig")
-    model = provider_cls(**_kwargs_for(provider_cls, {
-        "num_layers": 1, "hidden_size": 128, "num_attention_heads": 4, "seq_length": spec.seq_length,
-        "apply_rope_fusion": False, "context_parallel_size": spec.context_parallel,
-        "tensor_model_parallel_size": spec.tensor_parallel, "pipeline_model_parallel_size": 1,
-        "sequence_parallel": spec.sequence_parallel, "calculate_per_token_loss": spec.per_token_loss}))
-    dataset = _dataset(spec, cfg)
-    _apply_packing(spec, dataset, source_text(cfg.ConfigContainer))
+    dist_kwargs = {"use_gloo_process_groups": True, "lazy_mpu_init": False, **(dist_extra or {})}
     parts: dict[str, Any] = {
-        "train": cfg.TrainingConfig(global_batch_size=spec.global_batch_size, micro_batch_size=spec.micro_batch_size,
+        "train": cfg.TrainingConfig(global_batch_size=global_batch_size, micro_batch_size=micro_batch_size,
                                     train_iters=1000),
         "model": model,
         "optimizer": optimizer_cls(lr=0.0001, use_distributed_optimizer=False),
@@ -121,23 +123,41 @@ def validate_packing_config(spec: PackingConfigSpec) -> dict[str, Any]:
         "tokenizer": _first(("megatron.bridge.training.tokenizers.config", "TokenizerConfig"),
                             ("megatron.bridge.training.config", "TokenizerConfig"))(),
         "checkpoint": cfg.CheckpointConfig(ckpt_format="torch_dist"),
-        "dist": cfg.DistributedInitConfig(**_kwargs_for(cfg.DistributedInitConfig,
-                                                        {"use_gloo_process_groups": True, "lazy_mpu_init": False})),
-        "ddp": cfg.DistributedDataParallelConfig(average_in_collective=spec.average_in_collective),
+        "dist": cfg.DistributedInitConfig(**_kwargs_for(cfg.DistributedInitConfig, dist_kwargs)),
+        "ddp": cfg.DistributedDataParallelConfig(average_in_collective=average_in_collective),
         "rng": cfg.RNGConfig(),
         "rerun_state_machine": cfg.RerunStateMachineConfig(),
     }
     if hasattr(cfg, "ValidationConfig") and "validation" in {f.name for f in dataclasses.fields(cfg.ConfigContainer)}:
         parts["validation"] = cfg.ValidationConfig()
-    container = cfg.ConfigContainer(**_kwargs_for(cfg.ConfigContainer, parts))
-    world = spec.context_parallel * spec.tensor_parallel
+    return cfg.ConfigContainer(**_kwargs_for(cfg.ConfigContainer, parts))
+
+
+def run_validate(cfg: Any, container: Any, world_size: int) -> dict[str, Any]:
+    """``container.validate()`` with the world size it reads from torch.distributed pinned.
+
+    A rejection is the behaviour under test, so any exception becomes the outcome.
+    """
     original = getattr(cfg, "get_world_size_safe", None)
-    cfg.get_world_size_safe = lambda: world  # validate() reads the world size from torch.distributed
+    cfg.get_world_size_safe = lambda: world_size
     try:
         container.validate()
-    except Exception as exc:  # a rejection is the behaviour under test
+    except Exception as exc:
         return {"accepted": False, "error_class": type(exc).__name__, "message": " ".join(str(exc).split())}
     finally:
         if original is not None:
             cfg.get_world_size_safe = original
     return {"accepted": True, "error_class": None, "message": ""}
+
+
+def validate_packing_config(spec: PackingConfigSpec) -> dict[str, Any]:
+    """Build the container for ``spec``, run MB's ``validate()``, return the outcome."""
+    cfg = load_module("megatron.bridge.training.config")
+    model = tiny_gpt_provider(spec.seq_length, spec.context_parallel, spec.tensor_parallel, spec.sequence_parallel,
+                              spec.per_token_loss)
+    dataset = _dataset(spec, cfg)
+    _apply_packing(spec, dataset, source_text(cfg.ConfigContainer))
+    container = build_container(cfg, model, dataset, global_batch_size=spec.global_batch_size,
+                                micro_batch_size=spec.micro_batch_size,
+                                average_in_collective=spec.average_in_collective)
+    return run_validate(cfg, container, spec.context_parallel * spec.tensor_parallel)

@@ -17,7 +17,7 @@ import dataclasses
 from typing import Any, Callable
 
 from harness.adapters import Candidate, NotHere, Operation, load_module, symbol
-from harness.adapters.config import _first, _kwargs_for
+from harness.adapters.config import _kwargs_for, build_container, run_validate, tiny_gpt_provider
 
 
 def _dataset_cls() -> Any:
@@ -35,52 +35,19 @@ def _dataset_cls() -> Any:
 def _validate_probe() -> Callable[..., dict[str, Any]]:
     ds_cls = _dataset_cls()
     cfg = load_module("megatron.bridge.training.config")
-    provider_cls = symbol("megatron.bridge.models.gpt_provider", "GPTModelProvider")
 
     def call(cp: int, tp: int = 1, sp: bool = False, *, in_batch: bool = True, seq_length: int = 1680,
              eval_cp: int | None = None, pad_to_multiple_of: int = 1) -> dict[str, Any]:
-        model = provider_cls(**_kwargs_for(provider_cls, {
-            "num_layers": 1, "hidden_size": 128, "num_attention_heads": 4, "seq_length": seq_length,
-            "apply_rope_fusion": False, "context_parallel_size": cp, "tensor_model_parallel_size": tp,
-            "pipeline_model_parallel_size": 1, "sequence_parallel": sp, "calculate_per_token_loss": True}))
+        model = tiny_gpt_provider(seq_length, cp, tp, sp, per_token_loss=True)
         dataset = ds_cls(**_kwargs_for(ds_cls, {"seq_length": seq_length, "hf_processor_path": "harness/none",
                                                 "enable_in_batch_packing": in_batch,
                                                 "pad_to_multiple_of": pad_to_multiple_of}))
-        optimizer_cls = getattr(cfg, "OptimizerConfig", None) or symbol("megatron.core.optimizer", "OptimizerConfig")
-        dist_kwargs = {"use_gloo_process_groups": True, "lazy_mpu_init": False}
-        if eval_cp is not None:
-            dist_kwargs["eval_context_parallel_size"] = eval_cp
-        parts: dict[str, Any] = {
-            "train": cfg.TrainingConfig(global_batch_size=32, micro_batch_size=4 if in_batch else 1, train_iters=10),
-            "model": model,
-            "optimizer": optimizer_cls(lr=0.0001, use_distributed_optimizer=False),
-            "scheduler": cfg.SchedulerConfig(lr_decay_style="linear", lr_warmup_iters=0),
-            "dataset": dataset,
-            "logger": cfg.LoggerConfig(),
-            "tokenizer": _first(("megatron.bridge.training.tokenizers.config", "TokenizerConfig"),
-                                ("megatron.bridge.training.config", "TokenizerConfig"))(),
-            "checkpoint": cfg.CheckpointConfig(ckpt_format="torch_dist"),
-            "dist": cfg.DistributedInitConfig(**_kwargs_for(cfg.DistributedInitConfig, dist_kwargs)),
-            "ddp": cfg.DistributedDataParallelConfig(average_in_collective=False),
-            "rng": cfg.RNGConfig(),
-            "rerun_state_machine": cfg.RerunStateMachineConfig(),
-        }
-        if "validation" in {f.name for f in dataclasses.fields(cfg.ConfigContainer)} and hasattr(cfg, "ValidationConfig"):
-            parts["validation"] = cfg.ValidationConfig()
-        container = cfg.ConfigContainer(**_kwargs_for(cfg.ConfigContainer, parts))
-        world = cp * tp * 4  # DP 4 keeps the global batch divisible
-        original = getattr(cfg, "get_world_size_safe", None)
-        cfg.get_world_size_safe = lambda: world
-        try:
-            container.validate()
-        except Exception as exc:
-            return {"accepted": False, "error_class": type(exc).__name__, "message": " ".join(str(exc).split()),
-                    "multiple": None}
-        finally:
-            if original is not None:
-                cfg.get_world_size_safe = original
+        container = build_container(cfg, model, dataset, global_batch_size=32, micro_batch_size=4 if in_batch else 1,
+                                    dist_extra={"eval_context_parallel_size": eval_cp} if eval_cp is not None else None)
+        outcome = run_validate(cfg, container, cp * tp * 4)  # DP 4 keeps the global batch divisible
         field = "in_batch_packing_pad_to_multiple_of" if in_batch else "pad_to_multiple_of"
-        return {"accepted": True, "error_class": None, "message": "", "multiple": int(getattr(dataset, field))}
+        outcome["multiple"] = int(getattr(dataset, field)) if outcome["accepted"] else None
+        return outcome
     return call
 
 

@@ -491,17 +491,38 @@ def _details(d: _Driver, sha: str) -> dict[str, dict[str, str]]:
     return d.details.get(sha, {})
 
 
+# Paths whose changes can affect packing behaviour (the culprit's diff is limited to these; the
+# full file list is still shown). Patterns are git pathspecs relative to the repository root.
+PACKING_PATHSPECS: tuple[str, ...] = (
+    "src/megatron/bridge/data/packing", "src/megatron/bridge/data/datasets/packed_sequence.py",
+    "src/megatron/bridge/data/datasets/packing_utils.py", "src/megatron/bridge/data/datasets/packed_parquet.py",
+    "src/megatron/bridge/data/datasets/sft.py", "src/megatron/bridge/data/datasets/utils.py",
+    "src/megatron/bridge/data/sequence_batching.py", "src/megatron/bridge/training/utils/packed_seq_utils.py",
+    "src/megatron/bridge/training/gpt_step.py", "src/megatron/bridge/training/vlm_step.py",
+    "src/megatron/bridge/training/config.py", "src/megatron/bridge/data/builders",
+)
+
+
+def _packing_diff(d: _Driver, sha: str) -> tuple[str, str]:
+    """(diff limited to packing-related files, scope note); the whole src/ diff when none is touched."""
+    diff = d.repo.diff(sha, PACKING_PATHSPECS)
+    scope = "packing-related files"
+    if not diff.strip():
+        diff, scope = d.repo.diff(sha, ("src",)), "all of src/ (no packing-related file changed)"
+    if len(diff) > MAX_DIFF_CHARS:
+        diff = diff[:MAX_DIFF_CHARS] + f"\n... diff truncated at {MAX_DIFF_CHARS} characters\n"
+    return diff, scope
+
+
 def _case_doc(d: _Driver, o: CaseOutcome, culprit_cache: dict[str, dict[str, Any]], bad: str) -> dict[str, Any]:
     culprit = None
     if o.status is CaseStatus.FOUND and o.culprit:
         if o.culprit not in culprit_cache:
             info = d.repo.commit_info(o.culprit, "src")
-            diff = d.repo.diff(o.culprit, ("src",))
-            if len(diff) > MAX_DIFF_CHARS:
-                diff = diff[:MAX_DIFF_CHARS] + f"\n... diff truncated at {MAX_DIFF_CHARS} characters\n"
+            diff, scope = _packing_diff(d, o.culprit)
             culprit_cache[o.culprit] = {"sha": info.sha, "subject": info.subject, "author": info.author,
                                         "email": info.email, "date": info.date, "files": list(info.files),
-                                        "diff": diff}
+                                        "diff": diff, "diff_scope": scope}
         culprit = culprit_cache[o.culprit]
     where = o.culprit or bad
     detail = _details(d, where).get(o.case_id) or _details(d, bad).get(o.case_id) or {}

@@ -451,7 +451,8 @@ def _culprit_view(culprit: Any) -> dict[str, Any] | None:
     """A culprit with every field the template shows, so a partial record still renders."""
     if not isinstance(culprit, dict):
         return None
-    out: dict[str, Any] = {k: str(culprit.get(k) or "") for k in ("sha", "subject", "author", "date", "diff")}
+    out: dict[str, Any] = {k: str(culprit.get(k) or "") for k in ("sha", "subject", "author", "date", "diff",
+                                                                  "diff_scope")}
     out["files"] = [str(f) for f in culprit.get("files") or []]
     return out
 
@@ -483,7 +484,10 @@ def bisect_context(bisect: dict[str, Any]) -> dict[str, Any]:
     cases = [_bisect_case_view(c, by_sha) for c in bisect.get("cases") or []]
     culprits = {c["case_id"]: str(c["culprit"].get("sha", "")) for c in cases if c["culprit"]}
     given = bisect.get("range") or {}
+    find_fix = bisect.get("mode") == "find-fix"
     return {
+        "labels": {"good": "old", "bad": "new", "first": "first fixed commit"} if find_fix
+        else {"good": "good", "bad": "bad", "first": "first bad commit"},
         "range": {"good": str(given.get("good") or ""), "bad": str(given.get("bad") or ""),
                   "n_commits": given.get("n_commits", len(commits))},
         "duration_s": bisect.get("duration_s", 0.0),
