@@ -74,3 +74,21 @@ def test_left_padding_is_refused():
     with pytest.raises((ValueError, AssertionError, RuntimeError)):
         thd.pack_in_batch(batch["tokens"], batch["labels"], batch["loss_mask"], batch["position_ids"],
                           pad_token_id=_inputs.PAD_ID, pad_to_multiple_of=1)
+
+
+def test_mismatched_label_shape_is_refused():
+    batch, _ = _inputs.right_padded_batch(8, 3, 12, min_len=2)
+    with pytest.raises((ValueError, AssertionError, RuntimeError, IndexError)):
+        thd.pack_in_batch(batch["tokens"], batch["labels"][:, :-1], batch["loss_mask"], batch["position_ids"],
+                          pad_token_id=_inputs.PAD_ID, pad_to_multiple_of=1)
+
+
+def test_empty_row_is_refused():
+    """An all-padding row in a micro-batch is malformed: packing must not silently drop it."""
+    batch, _ = _inputs.right_padded_batch(9, 3, 12, min_len=2)
+    for key, fill in (("tokens", _inputs.PAD_ID), ("labels", _inputs.IGNORE_INDEX), ("loss_mask", 0),
+                      ("position_ids", 0)):
+        batch[key][1] = fill
+    with pytest.raises((ValueError, AssertionError, RuntimeError)):
+        thd.pack_in_batch(batch["tokens"], batch["labels"], batch["loss_mask"], batch["position_ids"],
+                          pad_token_id=_inputs.PAD_ID, pad_to_multiple_of=1)

@@ -21,6 +21,7 @@ deselects every case whose ``import_group`` marker differs (an unmarked case bel
 
 from __future__ import annotations
 
+import ast
 import importlib
 import importlib.abc
 import importlib.machinery
@@ -32,9 +33,12 @@ from typing import Any, Sequence
 
 from harness import standins
 
-# megatron.training cannot be served light: its modules import names from its package __init__
-# (circular on demand). HARNESS_LIGHT_ROOTS overrides the list (comma-separated), for experiments.
-ROOTS = tuple(os.environ.get("HARNESS_LIGHT_ROOTS", "megatron.bridge").split(","))
+# megatron.training is served light too: MB's utils import it, and its package __init__ pulls in
+# training.py, checkpointing and modelopt (~5 s). Its re-exported names resolve through the
+# __init__'s own import statements (see _reexport_source), which avoids the circular imports a
+# whole on-demand __init__ would cause. megatron.core cannot: its modules import each other
+# through half-initialised packages. HARNESS_LIGHT_ROOTS overrides the list (comma-separated).
+ROOTS = tuple(os.environ.get("HARNESS_LIGHT_ROOTS", "megatron.bridge,megatron.training").split(","))
 ENV_MODE = "HARNESS_IMPORT_MODE"
 ENV_GROUP = "HARNESS_IMPORT_GROUP"
 DEFAULT_GROUP = "full"
@@ -71,6 +75,41 @@ def _run_real_init(module: types.ModuleType) -> None:
         d[_INITIALISING] = False
 
 
+def _reexport_source(module: types.ModuleType, name: str) -> tuple[str, str] | None:
+    """Where the package's ``__init__.py`` imports ``name`` from: (absolute module, original name).
+
+    Only plain top-level ``from X import a [as name]`` statements count (also inside a top-level
+    ``try``). Resolving a re-export this way imports just that submodule, instead of running the
+    whole ``__init__`` (which may import the world, or import back the module being loaded).
+    """
+    origin = module.__dict__.get("__harness_light_origin__")
+    if not origin:
+        return None
+    try:
+        with open(origin, encoding="utf-8") as fh:
+            tree = ast.parse(fh.read())
+    except (OSError, SyntaxError, UnicodeDecodeError):
+        return None
+    stmts = list(tree.body)
+    for node in tree.body:
+        if isinstance(node, ast.Try):
+            stmts += node.body
+    for node in stmts:
+        if not isinstance(node, ast.ImportFrom):
+            continue
+        for alias in node.names:
+            if (alias.asname or alias.name) != name or alias.name == "*":
+                continue
+            if node.level:
+                base = module.__name__.split(".")
+                base = base[: len(base) - node.level + 1]
+                target = ".".join(base + ([node.module] if node.module else []))
+            else:
+                target = node.module or ""
+            return (target, alias.name) if target else None
+    return None
+
+
 def _lazy_getattr_for(module: types.ModuleType):
     def __getattr__(name: str) -> Any:
         if name.startswith("__"):
@@ -80,6 +119,11 @@ def _lazy_getattr_for(module: types.ModuleType):
         if _submodule_exists(paths, name):
             return importlib.import_module(f"{module.__name__}.{name}")
         if not d.get(_INITIALISED) and not d.get(_INITIALISING):
+            source = _reexport_source(module, name)
+            if source is not None and source[0] != module.__name__:
+                value = getattr(importlib.import_module(source[0]), source[1])
+                d[name] = value
+                return value
             _run_real_init(module)
             if name in d:
                 return d[name]
@@ -99,7 +143,7 @@ class _SkipInitLoader(importlib.abc.Loader):
         module.__dict__["__harness_light_origin__"] = self.origin
         module.__dict__[_INITIALISED] = False
         module.__dict__["__getattr__"] = _lazy_getattr_for(module)
-        standins.record("light import: megatron.bridge package __init__ files not executed")
+        standins.record(f"light import: package __init__ files of {', '.join(ROOTS)} not executed")
 
 
 class LightImportFinder(importlib.abc.MetaPathFinder):
