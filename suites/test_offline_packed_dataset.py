@@ -136,7 +136,7 @@ def test_packed_dataset_rows(golden, tmp_path, seed, n, max_len, pack, mult, pad
     assert single["tokens"][0] == batch["tokens"][0][:w] or pad_max
     meta = out["metadata_doc"][-1]
     assert meta["max_samples_per_bin"] == max(len(r["seq_start_id"]) for r in rows)
-    golden.check({"rows": rows, "metadata": meta, "batch": batch})
+    golden.check({"rows": rows, "metadata": meta, "batch": ds_ops.trimmed(batch)})
 
 
 @pytest.mark.parametrize("seed,mult", [(5, 1), (6, 4)])
@@ -146,7 +146,7 @@ def test_pad_cu_seqlens_fixed_shape(golden, tmp_path, seed, mult):
     ds = ds_ops.packed_dataset(out["npy"], TOK, max_seq_length=pack, pad_seq_to_mult=mult, pad_to_max_length=True,
                                pad_cu_seqlens=True, metadata=out["metadata"])
     meta = out["metadata_doc"]
-    want_len = max(p["max_samples_per_bin"] for p in meta) + 2
+    most = max(p["max_samples_per_bin"] for p in meta)
     safe_max = max(max(p["dataset_max_seqlen"] for p in meta), pack - min(p["min_packed_seqlen"] for p in meta))
     shapes, batches = set(), []
     for i in range(len(ds)):  # every micro-batch of one row has the same static shapes
@@ -157,9 +157,11 @@ def test_pad_cu_seqlens_fixed_shape(golden, tmp_path, seed, mult):
             assert b[k][0] == sorted(b[k][0]) and b[k][0][0] == 0
         assert len(b["tokens"][0]) == pack
         assert np.ravel(b["max_seqlen_q"]).tolist() == [safe_max], "pad_cu_seqlens uses the dataset-wide safe max_seqlen"
-        batches.append({k: b[k] for k in ("cu_seqlens_q", "cu_seqlens_q_padded", "max_seqlen_q")})
-    assert shapes == {(k, want_len) for k, _ in shapes}, f"cu_seqlens shapes vary or differ from {want_len}: {shapes}"
-    golden.check({"cu_shape": want_len, "batches": batches})
+        batches.append({k: ds_ops.trimmed(b)[k] for k in ("cu_seqlens_q", "cu_seqlens_q_padded", "max_seqlen_q")})
+    lengths = {k: {n for kk, n in shapes if kk == k} for k, _ in shapes}
+    assert all(len(v) == 1 for v in lengths.values()), f"cu_seqlens shapes vary between micro-batches: {shapes}"
+    assert all(n >= most + 1 for _, n in shapes), f"a fixed shape must hold the fullest row ({most} sequences): {shapes}"
+    golden.check({"fixed_shape": True, "batches": batches})
 
 
 _CHILD = r"""

@@ -117,16 +117,19 @@ def test_skips_around_the_culprit(offsets: tuple[int, ...], skip_verdict: Verdic
         assert commits[culprit] in out.candidates
 
 
-def test_skipped_midpoint_picks_nearest_neighbours_alternating() -> None:
+def test_skipped_midpoint_bisects_the_larger_side_of_the_skip_span() -> None:
     commits = shas(11)
     b = Bisection(commits, ["a"], verify_endpoints=False)
     assert b.next_probes(1) == [commits[5]]
     b.record(commits[5], {"a": U})
-    assert b.next_probes(1) == [commits[6]]
-    b.record(commits[6], {"a": U})
-    assert b.next_probes(1) == [commits[4]]
-    b.record(commits[4], {})  # a case missing from the verdicts is a skip too
+    # skip span [5]; sides (0,5) and (5,10) are equally wide: the older is bisected first
+    assert b.next_probes(1) == [commits[2]]
+    b.record(commits[2], {"a": U})
+    # span [2,5]; sides (0,2) and (5,10): the wider one, at its midpoint
     assert b.next_probes(1) == [commits[7]]
+    b.record(commits[7], {})  # a case missing from the verdicts is a skip too
+    # span [2,7]: sides (0,2) and (7,10) -> (7,10) is wider
+    assert b.next_probes(1) == [commits[8]]
 
 
 def test_all_skipped_range_is_ambiguous_with_all_candidates() -> None:
@@ -313,3 +316,28 @@ def test_two_commit_range_needs_only_endpoints() -> None:
     assert b.outcome("x").culprit == "b"
     assert b.done
     assert "found" in b.summary()
+
+
+@pytest.mark.parametrize("culprit", [250, 30, 300, 10, 59])
+def test_long_untestable_run_costs_log_not_length(culprit: int) -> None:
+    """An era of 181 untestable commits (an operation not written yet) beside the culprit: its
+    edges are found by bisection instead of walking it (plain neighbour walking took ~170)."""
+    block = range(60, 241)
+    n = 322
+    commits = shas(n)
+    b = Bisection(commits, ["c"])
+    drive(b, oracle_of(c=step(culprit, frozenset(block))))
+    o = b.outcome("c")
+    assert o.status is CaseStatus.FOUND and o.culprit == commits[culprit]
+    assert b.evaluations <= 30, f"{b.evaluations} evaluations: walking the untestable run one commit at a time"
+
+
+def test_culprit_inside_an_untestable_run_is_ambiguous_over_the_run() -> None:
+    """Honest, not cheap: AMBIGUOUS needs every commit of the run probed (none can be assumed)."""
+    commits = shas(40)
+    block = frozenset(range(10, 25))
+    b = Bisection(commits, ["c"])
+    drive(b, oracle_of(c=step(17, block)))
+    o = b.outcome("c")
+    assert o.status is CaseStatus.AMBIGUOUS
+    assert o.candidates == tuple(commits[10:26]), "the run plus the first bad commit after it"

@@ -26,7 +26,7 @@ from typing import Any, Callable
 import numpy as np
 
 from harness.adapters import Candidate, NotHere, Operation, accepts, symbol
-from harness.adapters.thd import as_list
+from harness.adapters.thd import as_list, strip_sentinel
 
 
 class TinyTokenizer:
@@ -152,10 +152,65 @@ write_rows_parquet = Operation("write_rows_parquet", [
 
 
 def collated(batch: dict[str, Any]) -> dict[str, Any]:
-    """A collated batch as plain Python; absent optional keys become None."""
+    """A collated batch as plain Python in current MCore key names; absent optional keys become None.
+
+    Legacy collates (before the ``cu_seqlens_q`` keys) emit ``cu_seqlens`` (physical boundaries,
+    ``-1``-padded per row), ``cu_seqlens_unpadded`` (only with alignment padding) and
+    ``max_seqlen``. They map to ``cu_seqlens_q`` / ``cu_seqlens_q_padded`` / ``max_seqlen_q`` the
+    way the current collate fills them: real-token boundaries in ``cu_seqlens_q``, physical ones
+    in ``cu_seqlens_q_padded`` only when they differ (None otherwise), and row padding that
+    repeats the last boundary instead of ``-1``, so each row keeps its length (its shape is
+    behaviour too, e.g. ``pad_cu_seqlens``).
+    """
     keys = ("tokens", "labels", "loss_mask", "position_ids", "cu_seqlens_q", "cu_seqlens_kv", "cu_seqlens_q_padded",
             "cu_seqlens_kv_padded", "max_seqlen_q", "max_seqlen_kv", "token_count")
-    return {k: as_list(batch.get(k)) for k in keys}
+    out = {k: as_list(batch.get(k)) for k in keys}
+    if out["cu_seqlens_q"] is None and batch.get("cu_seqlens") is not None:
+        physical = [_repeat_last(row) for row in as_list(batch["cu_seqlens"])]
+        unpadded_raw = batch.get("cu_seqlens_unpadded")
+        if unpadded_raw is None:
+            real, padded = physical, None
+        else:
+            real, padded = [_repeat_last(row) for row in as_list(unpadded_raw)], physical
+        max_seqlen = as_list(batch.get("max_seqlen"))
+        out.update(cu_seqlens_q=real, cu_seqlens_kv=real, cu_seqlens_q_padded=padded, cu_seqlens_kv_padded=padded,
+                   max_seqlen_q=max_seqlen, max_seqlen_kv=max_seqlen)
+    return out
+
+
+BOUNDARY_KEYS = ("cu_seqlens_q", "cu_seqlens_kv", "cu_seqlens_q_padded", "cu_seqlens_kv_padded")
+
+
+def trimmed(batch: dict[str, Any]) -> dict[str, Any]:
+    """``collated(batch)`` with each row's boundary padding removed (era-independent, for goldens).
+
+    How a row of boundaries is padded to the batch's width (a ``-1`` sentinel, repeats of the
+    last offset, one extra slot or not) changed across MB eras without changing what the
+    boundaries are; the padded shape is checked by its own cases. Physical boundaries that
+    equal the real ones are spelled out instead of None.
+    """
+    out = dict(batch)
+    for key in BOUNDARY_KEYS:
+        rows = out.get(key)
+        if rows is not None:
+            out[key] = [_trim_row(r) for r in rows]
+    for real, padded in (("cu_seqlens_q", "cu_seqlens_q_padded"), ("cu_seqlens_kv", "cu_seqlens_kv_padded")):
+        if out.get(padded) is None:
+            out[padded] = out.get(real)
+    return out
+
+
+def _trim_row(row: list[int]) -> list[int]:
+    real = strip_sentinel(row) or [0]
+    while len(real) > 1 and real[-1] == real[-2]:
+        real = real[:-1]
+    return real
+
+
+def _repeat_last(row: list[int]) -> list[int]:
+    """``[0, 5, 9, -1, -1]`` -> ``[0, 5, 9, 9, 9]`` (same length, sentinel replaced)."""
+    real = strip_sentinel(row) or [0]
+    return real + [real[-1]] * (len(row) - len(real))
 
 
 def write_rows_npy(rows: list[dict[str, list[int]]], path: Path) -> Path:

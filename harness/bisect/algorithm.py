@@ -295,9 +295,8 @@ class Bisection:
         Endpoints still to verify come first. The remaining slots split the open
         intervals of all OPEN cases: repeatedly take the widest gap between split points
         (a case's last good, first bad and the commits already picked this round) and
-        pick its midpoint, or, when the midpoint was already probed (skipped), the
-        nearest unprobed commit around it, alternating sides, as ``git bisect skip``
-        does. A pick inside several cases' intervals splits all of them: that is how
+        pick its midpoint, or, when the midpoint was already probed (skipped), an
+        unprobed commit galloping away from it (see :meth:`_near_midpoint`). A pick inside several cases' intervals splits all of them: that is how
         probes are shared.
         """
         if k < 1:
@@ -335,13 +334,39 @@ class Bisection:
         return None
 
     def _near_midpoint(self, lo: int, hi: int, taken: set[int]) -> int | None:
-        """Midpoint of (lo, hi), else nearest free index alternating sides; None if none."""
+        """Midpoint of (lo, hi); when it was skipped, a free index chosen around the skips.
+
+        Commits inside a gap were probed without deciding anything (skipped). Untestable
+        commits come in runs (an era whose import fails, a module not yet written), and
+        walking out of a run one commit at a time, as plain ``git bisect skip`` tends to,
+        costs its length. So the span from the first to the last skip is presumed one run:
+        the larger of the two free segments beside it, (lo, first skip) and (last skip, hi),
+        is bisected first, which finds a run's edges in O(log) probes. Only when both are
+        exhausted is the span itself searched (nearest free commit to the midpoint), so
+        testable commits between two separate runs are still found and a culprit inside a
+        run is still narrowed honestly (AMBIGUOUS needs every commit there probed).
+        """
         mid = (lo + hi) // 2
-        for dist in range(0, hi - lo):
-            for cand in (mid + dist, mid - dist) if dist else (mid,):
-                if lo < cand < hi and cand not in taken and cand not in self._probed:
+        if self._free(mid, lo, hi, taken):
+            return mid
+        skips = sorted(i for i in self._probed if lo < i < hi)
+        segments = [(lo, skips[0]), (skips[-1], hi)] if skips else []
+        for a, b in sorted(segments, key=lambda g: (-(g[1] - g[0]), g[0])):
+            pick = self._nearest_free((a + b) // 2, a, b, taken)
+            if pick is not None:
+                return pick
+        return self._nearest_free(mid, lo, hi, taken)
+
+    def _nearest_free(self, target: int, lo: int, hi: int, taken: set[int]) -> int | None:
+        """The free index in (lo, hi) nearest to ``target`` (ties: the later one)."""
+        for d in range(0, hi - lo):
+            for cand in (target + d, target - d) if d else (target,):
+                if self._free(cand, lo, hi, taken):
                     return cand
         return None
+
+    def _free(self, idx: int, lo: int, hi: int, taken: set[int]) -> bool:
+        return lo < idx < hi and idx not in taken and idx not in self._probed
 
     # ------------------------------------------------------------ reporting
 
