@@ -208,7 +208,7 @@ def test_light_finder_skips_package_init(tmp_path, monkeypatch):
     root = tmp_path / "lightpkg"
     (root / "sub").mkdir(parents=True)
     (root / "__init__.py").write_text("raise RuntimeError('package __init__ executed')\n")
-    (root / "sub" / "__init__.py").write_text("from .mod import VALUE as REEXPORTED\n")
+    (root / "sub" / "__init__.py").write_text("from .mod import VALUE as REEXPORTED\nDEFINED_HERE = REEXPORTED + 1\n")
     (root / "sub" / "mod.py").write_text("VALUE = 41\n")
     monkeypatch.syspath_prepend(str(tmp_path))
     monkeypatch.setattr(light, "ROOTS", ("lightpkg",))
@@ -222,7 +222,9 @@ def test_light_finder_skips_package_init(tmp_path, monkeypatch):
         assert light.skipped_init(sys.modules["lightpkg"])
         sub = sys.modules["lightpkg.sub"]
         assert light.skipped_init(sub)
-        assert sub.REEXPORTED == 41  # the real __init__ ran on demand for a name it defines
+        assert sub.REEXPORTED == 41  # a re-export resolves through the __init__'s import statement...
+        assert light.skipped_init(sub)  # ...without running the __init__
+        assert sub.DEFINED_HERE == 42  # a name the __init__ itself defines: the real __init__ runs once
         assert not light.skipped_init(sub)
     finally:
         light.uninstall()
