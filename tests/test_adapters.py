@@ -254,3 +254,23 @@ def test_light_import_of_installed_mb_packing_modules():
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300,
                          cwd=Path(HARNESS_ROOT))
     assert out.returncode == 0 and "OK" in out.stdout, out.stderr[-3000:]
+
+
+def test_missing_dependency_of_a_parent_is_untestable_not_absent(tmp_path, monkeypatch):
+    """A package whose __init__ imports a module this environment lacks: the era's module is there,
+    so the case is untestable with the missing dependency named, not 'operation not found'."""
+    from harness.adapters import NotHere, load_module
+    from harness.plugin import Untestable
+
+    root = tmp_path / "depbroken"
+    (root / "data").mkdir(parents=True)
+    (root / "__init__.py").write_text("")
+    (root / "data" / "__init__.py").write_text("import harness_missing_dependency_xyz\n")
+    (root / "data" / "offline.py").write_text("X = 1\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    with pytest.raises(Untestable, match="harness_missing_dependency_xyz"):
+        load_module("depbroken.data.offline")
+    with pytest.raises(NotHere):
+        load_module("depbroken.absent_module")
+    for name in [m for m in sys.modules if m == "depbroken" or m.startswith("depbroken.")]:
+        del sys.modules[name]

@@ -34,7 +34,9 @@ def load_module(name: str) -> Any:
     """
     try:
         spec = importlib.util.find_spec(name)
-    except ModuleNotFoundError:
+    except ModuleNotFoundError as exc:
+        if not _names_module_or_parent(exc, name):  # a parent package imports something missing here
+            raise Untestable(f"import of {name} failed: ModuleNotFoundError: {exc}") from exc
         spec = None
     except Exception as exc:  # parent package broken
         raise Untestable(f"import of {name} failed: {type(exc).__name__}: {exc}") from exc
@@ -44,6 +46,12 @@ def load_module(name: str) -> Any:
         return importlib.import_module(name)
     except Exception as exc:
         raise Untestable(f"import of {name} failed: {type(exc).__name__}: {exc}") from exc
+
+
+def _names_module_or_parent(exc: ModuleNotFoundError, name: str) -> bool:
+    """True when the missing module is ``name`` itself or one of its parent packages."""
+    missing = exc.name or ""
+    return bool(missing) and (name == missing or name.startswith(missing + "."))
 
 
 def symbol(module: str, name: str) -> Any:

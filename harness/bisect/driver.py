@@ -116,7 +116,11 @@ class MBEvaluator:
         from harness.runner import FIXTURES_DIR, SUITES_DIR
         from harness.target import HARNESS_ROOT
 
-        content = suite_hash([SUITES_DIR, FIXTURES_DIR, HARNESS_ROOT / "harness" / "adapters"])
+        pkg = HARNESS_ROOT / "harness"
+        # everything that decides a verdict: suites, goldens, adapters, CPU stand-ins, the
+        # plugin's classification, golden comparison and the upstream selection
+        content = suite_hash([SUITES_DIR, FIXTURES_DIR, pkg / "adapters", pkg / "standins", pkg / "golden",
+                              pkg / "plugin.py", pkg / "upstream"])
         return selection_key(content, self.suites, self.keyword), env_key()
 
     def __call__(self, sha: str) -> EvalOutcome:

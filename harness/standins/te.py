@@ -23,6 +23,15 @@ from typing import Any, Sequence
 from harness import standins
 
 TE = "transformer_engine"
+# CUDA-only packages some MB modules import at top level without a guard: Transformer Engine
+# (peft/lora_layers.py, 0.3.1 to HEAD) and flash-linear-attention ``fla`` (the Kimi K3 model,
+# for a while in mid 2026). Each gets a stand-in only when it is really absent.
+CANDIDATES = (TE, "fla")
+STANDIN: tuple[str, ...] = ()
+
+
+def _covered(name: str) -> bool:
+    return any(name == p or name.startswith(p + ".") for p in STANDIN)
 WATCHED_PREFIX = "megatron.bridge."
 
 
@@ -54,8 +63,11 @@ class _StandinModule(types.ModuleType):
         return value
 
 
-def _te_really_available() -> bool:
-    return importlib.util.find_spec(TE) is not None
+def _really_available(package: str) -> bool:
+    try:
+        return importlib.util.find_spec(package) is not None
+    except (ImportError, ValueError):
+        return False
 
 
 def _unguarded_te_imports(source: str) -> tuple[bool, list[str]]:
@@ -73,7 +85,7 @@ def _unguarded_te_imports(source: str) -> tuple[bool, list[str]]:
         elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
             names = [node.module]
         for name in names:
-            if name == TE or name.startswith(TE + "."):
+            if _covered(name):
                 has_te = True
             else:
                 others.append(name)
@@ -87,7 +99,7 @@ class _StandinTEFinder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
         self.active = 0
 
     def find_spec(self, fullname: str, path: Sequence[str] | None, target: Any = None):
-        if self.active and (fullname == TE or fullname.startswith(TE + ".")):
+        if self.active and _covered(fullname):
             return importlib.machinery.ModuleSpec(fullname, self, is_package=True)
         return None
 
@@ -115,14 +127,14 @@ class _WrappingLoader(importlib.abc.Loader):
                 importlib.import_module(name)
             except Exception:
                 pass
-        before = {k for k in sys.modules if k == TE or k.startswith(TE + ".")}
+        before = {k for k in sys.modules if _covered(k)}
         self.te_finder.active += 1
-        standins.record(f"transformer_engine stand-in while importing {module.__name__}")
+        standins.record(f"{'/'.join(STANDIN)} stand-in while importing {module.__name__}")
         try:
             self.inner.exec_module(module)
         finally:
             self.te_finder.active -= 1
-            for k in [k for k in sys.modules if (k == TE or k.startswith(TE + ".")) and k not in before]:
+            for k in [k for k in sys.modules if _covered(k) and k not in before]:
                 del sys.modules[k]
 
 
@@ -159,9 +171,12 @@ _installed = False
 
 
 def install() -> bool:
-    """Install the finders once per process; a no-op when the real TE is importable."""
-    global _installed
-    if _installed or _te_really_available():
+    """Install the finders once per process, for the candidates that are really absent."""
+    global _installed, STANDIN
+    if _installed:
+        return False
+    STANDIN = tuple(p for p in CANDIDATES if not _really_available(p))
+    if not STANDIN:
         return False
     te_finder = _StandinTEFinder()
     sys.meta_path.insert(0, te_finder)
