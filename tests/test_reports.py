@@ -540,3 +540,16 @@ def test_trend_report_of_an_empty_store_and_unsafe_links(tmp_path: Path) -> None
     assert not doc.find_all("table", id="trend-grid") and not doc.find_all("svg")
     with pytest.raises(UsageError, match="unsafe"):
         history.render_trend_report(tmp_path / "none.parquet", tmp_path / "t.html", {"a::b": " JavaScript:alert(1)"})
+
+
+def test_bisect_report_groups_cases_by_culprit_and_names_the_source(tmp_path: Path) -> None:
+    bisect = sample_bisect()
+    found = next(c for c in bisect["cases"] if c["culprit"])
+    twin = dict(found, case_id="upstream::tests/test_x.py::test_pack", source="upstream")
+    bisect["cases"].append(twin)
+    doc = parse_html(render_bisect_report(bisect, tmp_path / "bisect.html"))
+    rows = doc.find_all("tr", cls="culprit-group")
+    assert len(rows) == 1, "one row per culprit commit, however many cases it broke"
+    assert rows[0].attrs["data-sha"] == found["culprit"]["sha"]
+    assert rows[0].find("td", cls="blamed-by").text() == "golden cases and upstream tests"
+    assert "upstream::tests/test_x.py::test_pack" in rows[0].text()

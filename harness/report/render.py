@@ -494,9 +494,33 @@ def bisect_context(bisect: dict[str, Any]) -> dict[str, Any]:
         "evaluations": bisect.get("evaluations", "?"),
         "n_probed": len(bisect.get("probes") or {}),
         "cases": cases,
+        "culprit_groups": culprit_groups(cases),
         "timeline": timeline_view(bisect, [c["case_id"] for c in cases], culprits),
         "verdicts": VERDICT_ORDER,
     }
+
+
+def culprit_groups(cases: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """One entry per culprit commit: the cases it broke and which sources of verdicts blamed it.
+
+    Several cases usually share a culprit; the summary names it once and says whether golden
+    cases, MB's own upstream tests, or both pointed at it.
+    """
+    groups: dict[str, dict[str, Any]] = {}
+    for c in cases:
+        if not c["culprit"]:
+            continue
+        g = groups.setdefault(c["culprit"]["sha"], {"culprit": c["culprit"], "cases": [], "sources": set()})
+        g["cases"].append(c)
+        g["sources"].add(c["source"])
+    out = []
+    for g in groups.values():
+        sources = sorted(g["sources"])
+        g["blamed_by"] = "golden cases and upstream tests" if len(sources) > 1 else (
+            "upstream tests" if sources == ["upstream"] else "golden cases")
+        g["sources"] = sources
+        out.append(g)
+    return out
 
 
 def render_bisect_report(bisect: dict[str, Any], out_path: Path) -> Path:
