@@ -70,6 +70,7 @@ class RunOptions:
     fixtures_dir: Path = FIXTURES_DIR
     extra_pytest: list[str] = field(default_factory=list)
     import_mode: str = "auto"  # see IMPORT_MODES
+    fork_server: bool = False  # light-import group through harness.forkserver (torch + MCore imported once)
 
 
 IMPORT_MODES = ("auto", "light", "full")
@@ -182,12 +183,16 @@ def run_suites(tgt: Target, opts: RunOptions, out_dir: Path, progress: TextIO | 
             env["HARNESS_IMPORT_GROUP"] = group
         else:
             env.pop("HARNESS_IMPORT_GROUP", None)
-        proc = popen_owned(_pytest_cmd(group_files, opts, cases_file, obtained), cwd=HARNESS_ROOT,
-                                env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                stdin=subprocess.DEVNULL)
+        cmd = _pytest_cmd(group_files, opts, cases_file, obtained)
         remaining = max(1.0, deadline - time.monotonic())
-        timed_out, tail = _stream(proc, progress, time.monotonic() + remaining)
-        g_cases, g_notes = _collect(cases_file, group_files, timed_out, proc.returncode, tail, opts.timeout_s,
+        if opts.fork_server and import_env == "light":
+            rc, timed_out, tail = _run_forked(cmd, env, out_dir / f"pytest-{group}.log", remaining)
+        else:
+            proc = popen_owned(cmd, cwd=HARNESS_ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                               stdin=subprocess.DEVNULL)
+            timed_out, tail = _stream(proc, progress, time.monotonic() + remaining)
+            rc = proc.returncode
+        g_cases, g_notes = _collect(cases_file, group_files, timed_out, rc, tail, opts.timeout_s,
                                     empty_ok=group is not None)
         if group and timed_out:  # the whole-suite placeholders must not collide between groups
             for c in g_cases:
@@ -219,6 +224,20 @@ def run_suites(tgt: Target, opts: RunOptions, out_dir: Path, progress: TextIO | 
         started=started.strftime("%Y-%m-%dT%H:%M:%SZ"), duration_s=round(duration, 2), cases=cases, notes=notes)
     result.save(out_dir / "results.json")
     return result
+
+
+def _run_forked(cmd: list[str], env: dict[str, str], log: Path, timeout_s: float) -> tuple[int | None, bool, str]:
+    """The light group through this thread's fork server (started without any target on its path)."""
+    from harness.forkserver import server_for
+
+    server_env = Target().env()
+    server_env["HARNESS_IMPORT_MODE"] = "light"
+    rc, timed_out = server_for(server_env, HARNESS_ROOT).run(cmd[3:], env, HARNESS_ROOT, log, timeout_s)
+    try:
+        tail = log.read_text(errors="replace")[-20000:]
+    except OSError:
+        tail = ""
+    return rc, timed_out, tail
 
 
 def _upstream(tgt: Target, opts: RunOptions, out_dir: Path) -> tuple[list[CaseResult], list[str]]:

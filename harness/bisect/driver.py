@@ -136,8 +136,10 @@ class MBEvaluator:
         if not (src / "megatron" / "bridge").is_dir():
             return EvalOutcome({}, duration_s=time.monotonic() - t0,
                                note="no src/megatron/bridge at this commit: skipped for every case")
+        # light-import cases go through a per-thread fork server: torch and megatron-core are
+        # imported once per bisect instead of once per commit
         opts = runner.RunOptions(suites=list(self.suites) if self.suites else None, keyword=self.keyword,
-                                 timeout_s=self.timeout_s)
+                                 timeout_s=self.timeout_s, fork_server=True)
         result = runner.run_suites(Target(src=src, commit=sha), opts, self.runs_dir / sha / runner.new_run_id(),
                                    progress=None)
         return EvalOutcome(
