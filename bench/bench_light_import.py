@@ -3,7 +3,9 @@
 Runs the suites packing_algorithms, packed_seq_params and in_batch_packing through
 ``harness.runner.run_suites`` twice per round against the same MB: ``--import light`` (package
 ``__init__`` files of megatron.bridge skipped) and ``--import full``, and prints both wall times
-and their ratio (target: light < 1/3 of full). Every case must have the same verdict in both modes.
+and their ratio, plus the light import through the warm fork server (``harness.forkserver``),
+which is how ``harness bisect`` evaluates a commit (target: under 1/3 of full). Every case must
+have the same verdict in every mode.
 
     .venv/bin/python bench/bench_light_import.py [--mb-src DIR] [--rounds N]
 """
