@@ -33,6 +33,12 @@ SUITES_DIR = HARNESS_ROOT / "suites"
 FIXTURES_DIR = HARNESS_ROOT / "fixtures"
 
 
+def cache_dir() -> Path:
+    """Per-user cache (bisect mirrors and verdicts, pinned Megatron-LM trees); HARNESS_CACHE overrides."""
+    env = os.environ.get("HARNESS_CACHE")
+    return Path(env).expanduser() if env else Path.home() / ".cache" / "harness"
+
+
 UPSTREAM = "upstream"  # MB's own packing tests, replayed from the target's tree (harness.upstream)
 
 

@@ -33,6 +33,8 @@ class Target:
 
     src: Path | None = None
     commit: str | None = None
+    core: Path | None = None  # a tree holding megatron/core pinned by the MB commit (harness.pins)
+    core_pin: str | None = None  # the Megatron-LM commit of ``core``
 
     @classmethod
     def from_args(cls, mb_src: str | None, commit: str | None = None) -> "Target":
@@ -47,7 +49,8 @@ class Target:
 
     def pythonpath(self, extra: list[str] | None = None) -> str:
         """PYTHONPATH for a subprocess: target source, stand-ins, the harness itself."""
-        parts = ([str(self.src)] if self.src else []) + [str(SITE_DIR), str(HARNESS_ROOT)] + (extra or [])
+        parts = ([str(self.src)] if self.src else []) + ([str(self.core)] if self.core else [])
+        parts += [str(SITE_DIR), str(HARNESS_ROOT)] + (extra or [])
         old = os.environ.get("PYTHONPATH")
         return os.pathsep.join(parts + ([old] if old else []))
 
@@ -57,6 +60,8 @@ class Target:
         env["PYTHONDONTWRITEBYTECODE"] = "1"  # never write __pycache__ into a user's checkout
         if self.commit:
             env["HARNESS_TARGET_COMMIT"] = self.commit
+        if self.core_pin:
+            env["HARNESS_CORE_PIN"] = self.core_pin
         if standins_log:
             env["HARNESS_STANDINS_LOG"] = str(standins_log)
         return env
@@ -114,9 +119,10 @@ def mb_version(location: Path | None) -> str:
 def versions() -> dict[str, str]:
     """Versions of everything that decides a verdict (recorded in every result)."""
     loc = mb_location()
+    pin = os.environ.get("HARNESS_CORE_PIN")
     return {
         "megatron-bridge": mb_version(loc),
-        "megatron-core": _dist_version("megatron-core"),
+        "megatron-core": f"Megatron-LM {pin[:12]} (pinned by the MB commit)" if pin else _dist_version("megatron-core"),
         "torch": _dist_version("torch"),
         "transformers": _dist_version("transformers"),
         "python": platform.python_version(),
@@ -131,7 +137,8 @@ def describe_running_target() -> dict[str, Any]:
         "mb_version": mb_version(loc),
         "mb_commit": os.environ.get("HARNESS_TARGET_COMMIT") or (git_commit(loc) if loc else None),
         "torch": _dist_version("torch"),
-        "megatron_core": _dist_version("megatron-core"),
+        "megatron_core": (f"Megatron-LM {os.environ['HARNESS_CORE_PIN']}" if os.environ.get("HARNESS_CORE_PIN")
+                          else _dist_version("megatron-core")),
         "harness": harness.__version__,
         "date": _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
     }

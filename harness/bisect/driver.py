@@ -111,6 +111,7 @@ class MBEvaluator:
     suites: tuple[str, ...] | None = None
     keyword: str | None = None
     timeout_s: float = 1800.0
+    megatron_lm: Path | None = None  # use the megatron-core each MB commit pins (harness.pins)
 
     def cache_namespace(self) -> tuple[str, str]:
         from harness.runner import FIXTURES_DIR, SUITES_DIR
@@ -121,7 +122,8 @@ class MBEvaluator:
         # plugin's classification, golden comparison and the upstream selection
         content = suite_hash([SUITES_DIR, FIXTURES_DIR, pkg / "adapters", pkg / "standins", pkg / "golden",
                               pkg / "plugin.py", pkg / "upstream"])
-        return selection_key(content, self.suites, self.keyword), env_key()
+        env = env_key() + ("+megatron-core-pinned-by-mb" if self.megatron_lm else "")
+        return selection_key(content, self.suites, self.keyword), env
 
     def __call__(self, sha: str) -> EvalOutcome:
         from harness import runner
@@ -136,12 +138,21 @@ class MBEvaluator:
         if not (src / "megatron" / "bridge").is_dir():
             return EvalOutcome({}, duration_s=time.monotonic() - t0,
                                note="no src/megatron/bridge at this commit: skipped for every case")
+        pinned = None
+        if self.megatron_lm is not None:
+            from harness.pins import pinned_core
+
+            try:
+                pinned = pinned_core(open_repo(self.repo_path), sha, self.megatron_lm, self.runs_dir.parent)
+            except GitError as exc:
+                return EvalOutcome({}, duration_s=time.monotonic() - t0,
+                                   note=f"pinned megatron-core unavailable: {exc}: skipped for every case")
         # light-import cases go through a per-thread fork server: torch and megatron-core are
-        # imported once per bisect instead of once per commit
+        # imported once per bisect instead of once per commit (not with a per-commit pinned core)
         opts = runner.RunOptions(suites=list(self.suites) if self.suites else None, keyword=self.keyword,
-                                 timeout_s=self.timeout_s, fork_server=True)
-        result = runner.run_suites(Target(src=src, commit=sha), opts, self.runs_dir / sha / runner.new_run_id(),
-                                   progress=None)
+                                 timeout_s=self.timeout_s, fork_server=pinned is None)
+        tgt = Target(src=src, commit=sha, core=pinned.path if pinned else None, core_pin=pinned.pin if pinned else None)
+        result = runner.run_suites(tgt, opts, self.runs_dir / sha / runner.new_run_id(), progress=None)
         return EvalOutcome(
             verdicts={c.case_id: c.verdict for c in result.cases},
             messages={c.case_id: c.message for c in result.cases},
@@ -167,10 +178,9 @@ class MBEvaluator:
 
 
 def default_cache_dir() -> Path:
-    import os
+    from harness.runner import cache_dir
 
-    env = os.environ.get("HARNESS_CACHE")
-    return Path(env).expanduser() if env else Path.home() / ".cache" / "harness"
+    return cache_dir()
 
 
 def workspace_dir_for(cache_dir: Path, repo: GitRepo) -> Path:
@@ -194,6 +204,7 @@ class BisectOptions:
     keyword: str | None = None
     out_dir: Path | None = None
     allow_dirty: bool = False
+    megatron_lm: Path | None = None  # a Megatron-LM repository: use the megatron-core each commit pins
     find_fix: bool = False  # bisect for the first commit where failing cases PASS (git bisect's old/new terms)
 
 
@@ -368,7 +379,8 @@ def run_bisection(opts: BisectOptions, *, evaluator: Evaluator | None = None, ex
     if not (ws.has_commit(bad) and ws.has_commit(good)):
         ws.sync()  # once, here: evaluations running in parallel never fetch
     if evaluator is None:
-        evaluator = MBEvaluator(repo.path, ws_dir, cache_dir / "runs", opts.suites, opts.keyword, opts.timeout_s)
+        evaluator = MBEvaluator(repo.path, ws_dir, cache_dir / "runs", opts.suites, opts.keyword, opts.timeout_s,
+                                opts.megatron_lm)
     if opts.use_cache:
         cache_path = cache_dir / "verdicts.sqlite"
     else:  # a private cache: nothing stored earlier is read, the shared one is left alone

@@ -55,6 +55,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--out", type=Path, metavar="DIR", help="output directory (default reports/bisect-<timestamp>)")
     p.add_argument("--allow-dirty", action="store_true",
                    help="do not warn about uncommitted changes in --repo (they are never bisected)")
+    p.add_argument("--megatron-lm", type=Path, metavar="PATH",
+                   help="a Megatron-LM repository: run each MB commit against the megatron-core it pins "
+                        "(3rdparty/Megatron-LM), instead of the installed one")
     p.add_argument("--find-fix", action="store_true",
                    help="look for the first commit where cases failing at GOOD pass (GOOD..BAD still old..new)")
     p.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
@@ -80,7 +83,7 @@ def run(args: argparse.Namespace, out: TextIO = sys.stdout) -> int:
         timeout_s=args.timeout, use_cache=not args.no_cache,
         cache_dir=args.cache_dir or default_cache_dir(), suites=tuple(args.suite) if args.suite else None,
         keyword=args.keyword, out_dir=Path(out_dir), allow_dirty=args.allow_dirty,
-        find_fix=args.find_fix)
+        find_fix=args.find_fix, megatron_lm=args.megatron_lm)
     result = run_bisection(opts, progress=None if args.quiet else sys.stderr)
     json_path, report = write_outputs(result.doc, Path(out_dir))
     print("\n".join(summary_lines(result.doc)), file=out)

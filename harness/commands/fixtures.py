@@ -15,11 +15,11 @@ from pathlib import Path
 from typing import TextIO
 
 from harness import runner
-from harness.commands.run import add_target_args
+from harness.commands.run import add_target_args, target_from_args
 from harness.errors import CorruptFile, HarnessError
 from harness.golden.compare import Comparator
 from harness.golden.storage import golden_path, read_golden, write_golden
-from harness.target import Target, require_mb
+from harness.target import require_mb
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -40,7 +40,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 
 def record(args: argparse.Namespace, out: TextIO = sys.stdout) -> int:
-    tgt = Target.from_args(args.mb_src)
+    tgt = target_from_args(args)
     require_mb(tgt)
     staging = runner.temp_out_dir()
     try:

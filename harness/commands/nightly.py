@@ -38,7 +38,7 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from harness import gitrepo, history, runner
-from harness.commands.run import add_target_args, print_summary
+from harness.commands.run import add_target_args, print_summary, target_from_args
 from harness.errors import HarnessError, UsageError
 from harness.report.render import render_run_report, write_junit
 from harness.results import RunResult
@@ -148,7 +148,7 @@ def _check_args(args: argparse.Namespace) -> gitrepo.GitRepo | None:
 def _target(args: argparse.Namespace) -> Target:
     if args.mb_src is None:
         return Target(None, args.commit)  # the installed MB; the commit only labels the run
-    return Target.from_args(args.mb_src, args.commit)
+    return target_from_args(args, args.commit)
 
 
 def _plural(n: int, word: str) -> str:

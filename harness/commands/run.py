@@ -7,12 +7,14 @@ erred on a case, 2 usage or environment error (raised as HarnessError by the CLI
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import sys
 from pathlib import Path
 from typing import TextIO
 
 from harness import runner
 from harness.report.render import render_run_report, write_junit
+from harness.errors import UsageError
 from harness.results import RunResult
 from harness.target import HARNESS_ROOT, Target, require_mb
 from harness.verdict import Verdict
@@ -41,10 +43,31 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 def add_target_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--mb-src", metavar="PATH", help="an MB checkout (or its src/) to test instead of the installed MB")
+    p.add_argument("--megatron-lm", metavar="PATH", type=Path,
+                   help="with --mb-src in a git checkout: a Megatron-LM repository; use the megatron-core that the "
+                        "checkout's HEAD pins in 3rdparty/Megatron-LM instead of the installed one")
+
+
+def target_from_args(args: argparse.Namespace, commit: str | None = None) -> Target:
+    """The target of --mb-src (and --megatron-lm): a one-line error for what cannot work."""
+    tgt = Target.from_args(args.mb_src, commit)
+    mlm = getattr(args, "megatron_lm", None)
+    if mlm is None:
+        return tgt
+    if tgt.src is None:
+        raise UsageError("--megatron-lm needs --mb-src (an MB git checkout that pins Megatron-LM)")
+    from harness.gitrepo import open_repo
+    from harness.pins import pinned_core
+
+    repo = open_repo(tgt.src)
+    pinned = pinned_core(repo, "HEAD", mlm, runner.cache_dir())
+    if pinned is None:
+        raise UsageError(f"{repo.path} pins no Megatron-LM at HEAD (no 3rdparty/Megatron-LM submodule)")
+    return dataclasses.replace(tgt, core=pinned.path, core_pin=pinned.pin)
 
 
 def run(args: argparse.Namespace, out: TextIO = sys.stdout) -> int:
-    tgt = Target.from_args(args.mb_src)
+    tgt = target_from_args(args)
     require_mb(tgt)
     out_dir = args.out or HARNESS_ROOT / "reports" / runner.new_run_id()
     opts = runner.RunOptions(suites=args.suite, keyword=args.keyword, timeout_s=args.timeout, jobs=args.jobs,

@@ -1,0 +1,44 @@
+"""megatron-core from the Megatron-LM commit an MB commit pins (``3rdparty/Megatron-LM``).
+
+MB's newest commits need a megatron-core newer than any PyPI release, and MB pins the exact
+Megatron-LM commit it was developed against as a git submodule. Given a Megatron-LM repository
+(``--megatron-lm PATH``), the ``megatron/`` tree of the pinned commit is extracted (cached, one
+tree per pin, through the same private-mirror machinery as MB commits) and put on the suite
+process's path before the installed megatron-core. The user's Megatron-LM repository is only read.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from harness.errors import GitError, UsageError
+from harness.gitrepo import GitRepo, WorkspaceCache, open_repo
+
+SUBMODULE = "3rdparty/Megatron-LM"
+
+
+@dataclass(frozen=True)
+class PinnedCore:
+    pin: str  # the Megatron-LM commit
+    path: Path  # a directory holding megatron/core of that commit
+
+
+def pinned_core(mb_repo: GitRepo, mb_sha: str, mlm_repo: Path, cache_dir: Path) -> PinnedCore | None:
+    """The pinned megatron-core for ``mb_sha``; None when the MB commit pins no Megatron-LM.
+
+    Raises :class:`GitError` when the pinned commit is not in ``mlm_repo`` (that commit is then
+    untestable with this Megatron-LM, not failed).
+    """
+    pin = mb_repo.submodule_pin(mb_sha, SUBMODULE)
+    if pin is None:
+        return None
+    ws = WorkspaceCache(Path(cache_dir) / "megatron-lm", open_repo(mlm_repo), paths=("megatron",))
+    try:
+        tree = ws.materialize(pin)
+    except UsageError:  # the pin is not a commit of that repository
+        raise GitError(f"Megatron-LM commit {pin[:12]} pinned by MB {mb_sha[:12]} is not in {mlm_repo}; "
+                       "fetch it there") from None
+    if not (tree / "megatron" / "core").is_dir():
+        raise GitError(f"Megatron-LM commit {pin[:12]} has no megatron/core")
+    return PinnedCore(pin, tree)
