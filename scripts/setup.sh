@@ -11,24 +11,10 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 VENV="${HARNESS_VENV:-.venv}"
 
-find_python() {
-  if [ -n "${HARNESS_PYTHON:-}" ]; then echo "$HARNESS_PYTHON"; return 0; fi
-  for cand in python3.12 python3 python; do
-    if command -v "$cand" >/dev/null 2>&1 && "$cand" -c 'import sys; sys.exit(sys.version_info[:2] != (3, 12))' 2>/dev/null; then
-      command -v "$cand"; return 0
-    fi
-  done
-  if command -v pyenv >/dev/null 2>&1; then
-    for v in $(pyenv versions --bare 2>/dev/null | grep -E '^3\.12(\.|$)' | sort -V -r); do
-      p="$(pyenv root)/versions/$v/bin/python3.12"
-      if [ -x "$p" ]; then echo "$p"; return 0; fi
-    done
-  fi
-  return 1
-}
+. scripts/find_python.sh
 
 if [ ! -x "$VENV/bin/python" ]; then
-  PY="$(find_python)" || { echo "setup.sh: error: needs Python 3.12 on PATH (python3.12) or through pyenv (pyenv install 3.12); set HARNESS_PYTHON to its path" >&2; exit 2; }
+  PY="$(find_python 3.12 "${HARNESS_PYTHON:-}")" || { echo "setup.sh: error: needs Python 3.12 on PATH (python3.12) or through pyenv (pyenv install 3.12); set HARNESS_PYTHON to its path" >&2; exit 2; }
   echo "setup.sh: creating $VENV with $PY"
   "$PY" -m venv "$VENV"
 fi

@@ -30,27 +30,13 @@ for v in 0.5.1 0.4.0; do
   fi
 done
 
-find_python311() {
-  if [ -n "${HARNESS_PYTHON311:-}" ]; then echo "$HARNESS_PYTHON311"; return 0; fi
-  for cand in python3.11 python3 python; do
-    if command -v "$cand" >/dev/null 2>&1 && "$cand" -c 'import sys; sys.exit(sys.version_info[:2] != (3, 11))' 2>/dev/null; then
-      command -v "$cand"; return 0
-    fi
-  done
-  if command -v pyenv >/dev/null 2>&1; then
-    for v in $(pyenv versions --bare 2>/dev/null | grep -E '^3\.11(\.|$)' | sort -V -r); do
-      p="$(pyenv root)/versions/$v/bin/python3.11"
-      if [ -x "$p" ]; then echo "$p"; return 0; fi
-    done
-  fi
-  return 1
-}
+. scripts/find_python.sh
 
 V311="$REL/venv-0.3.1"
 if [ -x "$V311/bin/python" ] && "$V311/bin/python" -c 'import megatron.bridge.package_info as p, harness; assert (p.MAJOR, p.MINOR, p.PATCH) == (0, 3, 1) or p.__version__.startswith("0.3.1")' 2>/dev/null; then
   echo "setup_releases.sh: MB 0.3.1 venv already in $V311"
 else
-  PY="$(find_python311)" || { echo "setup_releases.sh: error: MB 0.3.1 needs Python 3.11 (python3.11 on PATH or pyenv); set HARNESS_PYTHON311" >&2; exit 2; }
+  PY="$(find_python 3.11 "${HARNESS_PYTHON311:-}")" || { echo "setup_releases.sh: error: MB 0.3.1 needs Python 3.11 (python3.11 on PATH or pyenv); set HARNESS_PYTHON311" >&2; exit 2; }
   echo "setup_releases.sh: creating $V311 with $PY (first time: about 3 minutes, 2.8 GB)"
   [ -x "$V311/bin/python" ] || "$PY" -m venv "$V311"
   P311=("$V311/bin/python" -m pip --disable-pip-version-check)

@@ -149,17 +149,11 @@ class _SkipInitLoader(importlib.abc.Loader):
 class LightImportFinder(importlib.abc.MetaPathFinder):
     """Serves packages of the ``megatron.bridge`` tree without running their ``__init__``."""
 
-    def __init__(self) -> None:
-        self._busy = False
-
     def find_spec(self, fullname: str, path: Sequence[str] | None, target: Any = None):
-        if self._busy or not _in_tree(fullname):
+        if not _in_tree(fullname):
             return None
-        self._busy = True
-        try:
-            spec = importlib.machinery.PathFinder.find_spec(fullname, path)
-        finally:
-            self._busy = False
+        # PathFinder searches the path entries directly (no sys.meta_path): no recursion into us
+        spec = importlib.machinery.PathFinder.find_spec(fullname, path)
         if spec is None or spec.submodule_search_locations is None:
             return None  # a plain module (or absent): the normal finders handle it
         locations = list(spec.submodule_search_locations)

@@ -143,16 +143,12 @@ class _MBModuleFinder(importlib.abc.MetaPathFinder):
 
     def __init__(self, te_finder: _StandinTEFinder) -> None:
         self.te_finder = te_finder
-        self._busy = False
 
     def find_spec(self, fullname: str, path: Sequence[str] | None, target: Any = None):
-        if self._busy or not fullname.startswith(WATCHED_PREFIX):
+        if not fullname.startswith(WATCHED_PREFIX):
             return None
-        self._busy = True
-        try:
-            spec = importlib.machinery.PathFinder.find_spec(fullname, path)
-        finally:
-            self._busy = False
+        # PathFinder searches the path entries directly (no sys.meta_path): no recursion into us
+        spec = importlib.machinery.PathFinder.find_spec(fullname, path)
         if spec is None or spec.origin is None or not spec.origin.endswith(".py"):
             return None
         try:
