@@ -54,7 +54,7 @@ from harness.bisect.cache import CacheKey, Evaluation, VerdictCache, suite_hash
 from harness.bisect.executor import Executor, Handle, LocalExecutor
 from harness.errors import CorruptFile, GitError, UsageError
 from harness.gitrepo import GitRepo, WorkspaceCache, open_repo
-from harness.verdict import Verdict
+from harness.verdict import Verdict, is_flaky, settle
 
 BISECT_KIND = "harness-bisect"
 BISECT_SCHEMA = 1
@@ -351,12 +351,10 @@ def _commit_meta(repo: GitRepo, shas: Sequence[str]) -> dict[str, dict[str, str]
 
 def _combined(values: list[Verdict | None]) -> str:
     """One verdict value per (commit, case) for the report's probe table."""
-    if Verdict.PASS in values and Verdict.FAIL in values:
+    if is_flaky(values):
         return "flaky"
-    for v in (Verdict.FAIL, Verdict.PASS, Verdict.ERROR, Verdict.UNTESTABLE):
-        if v in values:
-            return v.value
-    return "untestable"
+    settled = settle(values)
+    return settled.value if settled else Verdict.UNTESTABLE.value
 
 
 def run_bisection(opts: BisectOptions, *, evaluator: Evaluator | None = None, executor: Executor | None = None,

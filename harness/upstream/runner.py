@@ -251,9 +251,6 @@ def _last_lines(text: str, n: int = 8) -> str:
 # --------------------------------------------------------------------------- verdicts
 
 
-_RANK = {Verdict.PASS: 0, Verdict.UNTESTABLE: 1, Verdict.ERROR: 2, Verdict.FAIL: 3}
-
-
 def _cases(resolved: list[Resolved], run: _Run, count_rule: str) -> list[CaseResult]:
     started = any(e.get("ev") == "session_start" for e in run.events)
     collected = any(e.get("ev") == "collected" for e in run.events)
@@ -318,7 +315,7 @@ def _test_case(nodeid: str, phases: list[dict[str, Any]], broken: str) -> CaseRe
         v = Verdict(p["verdict"])
         if v is Verdict.PASS:
             continue
-        if worst is None or _RANK[v] > _RANK[worst[0]]:
+        if worst is None or v.severity > worst[0].severity:
             worst = (v, p.get("message", ""))
     if worst is not None:
         return _case(f"{SUITE}::{nodeid}", worst[0], worst[1], duration)
