@@ -19,7 +19,8 @@ from pathlib import Path
 import pytest
 
 from harness.runner import RunOptions
-from harness.target import HARNESS_ROOT, Target
+from harness.paths import ROOT
+from harness.target import Target
 from harness.upstream import NO_CHECKOUT, NO_MATCH, load_selection, resolve, run_upstream
 from harness.upstream import runner as up
 from harness.verdict import Verdict
@@ -356,7 +357,7 @@ def test_mirror_release_runs_green(ref, tmp_path):
     subprocess.run(["tar", "-x", "-C", str(tree)], input=archive.stdout, check=True)
     out = tmp_path / "out"
     proc = subprocess.run([sys.executable, "-m", "harness", "run", "--suite", "upstream", "--mb-src", str(tree),
-                           "--out", str(out), "--quiet"], capture_output=True, text=True, cwd=HARNESS_ROOT,
+                           "--out", str(out), "--quiet"], capture_output=True, text=True, cwd=ROOT,
                           timeout=900)
     assert proc.returncode == 0, proc.stdout[-4000:]
     assert "upstream" in proc.stdout

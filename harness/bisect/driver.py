@@ -52,6 +52,7 @@ from typing import Any, Protocol, TextIO
 from harness.bisect.algorithm import Bisection, CaseOutcome, CaseStatus
 from harness.bisect.cache import CacheKey, Evaluation, VerdictCache, suite_hash
 from harness.bisect.executor import Executor, Handle, LocalExecutor
+from harness import paths
 from harness.errors import CorruptFile, GitError, UsageError
 from harness.gitrepo import GitRepo, WorkspaceCache, open_repo
 from harness.verdict import Verdict, is_flaky, settle
@@ -114,13 +115,10 @@ class MBEvaluator:
     megatron_lm: Path | None = None  # use the megatron-core each MB commit pins (harness.pins)
 
     def cache_namespace(self) -> tuple[str, str]:
-        from harness.runner import FIXTURES_DIR, SUITES_DIR
-        from harness.target import HARNESS_ROOT
-
-        pkg = HARNESS_ROOT / "harness"
+        pkg = paths.PACKAGE
         # everything that decides a verdict: suites, goldens, adapters, CPU stand-ins, the
         # plugin's classification, golden comparison and the upstream selection
-        content = suite_hash([SUITES_DIR, FIXTURES_DIR, pkg / "adapters", pkg / "standins", pkg / "golden",
+        content = suite_hash([paths.SUITES_DIR, paths.FIXTURES_DIR, pkg / "adapters", pkg / "standins", pkg / "golden",
                               pkg / "plugin.py", pkg / "upstream"])
         env = env_key() + ("+megatron-core-pinned-by-mb" if self.megatron_lm else "")
         return selection_key(content, self.suites, self.keyword), env
@@ -177,12 +175,6 @@ class MBEvaluator:
 # ------------------------------------------------------------------------------ options
 
 
-def default_cache_dir() -> Path:
-    from harness.runner import cache_dir
-
-    return cache_dir()
-
-
 def workspace_dir_for(cache_dir: Path, repo: GitRepo) -> Path:
     """One mirror + trees per user repository, so one cache dir can serve several repos."""
     key = hashlib.sha256(str(Path(repo.git_dir).resolve()).encode()).hexdigest()[:16]
@@ -199,7 +191,7 @@ class BisectOptions:
     retries: int = 0
     timeout_s: float = 1800.0
     use_cache: bool = True
-    cache_dir: Path = field(default_factory=default_cache_dir)
+    cache_dir: Path = field(default_factory=paths.cache_dir)
     suites: tuple[str, ...] | None = None
     keyword: str | None = None
     out_dir: Path | None = None

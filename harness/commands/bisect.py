@@ -21,10 +21,9 @@ import sys
 from pathlib import Path
 from typing import TextIO
 
-from harness import runner
-from harness.bisect.driver import BisectOptions, default_cache_dir, run_bisection, summary_lines, write_outputs
+from harness import paths, runner
+from harness.bisect.driver import BisectOptions, run_bisection, summary_lines, write_outputs
 from harness.errors import UsageError
-from harness.target import HARNESS_ROOT
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -48,7 +47,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                    help="seconds before one evaluation is killed (the commit is then skipped)")
     p.add_argument("--no-cache", action="store_true", help="ignore (and do not add to) the verdict cache")
     p.add_argument("--cache-dir", type=Path, metavar="DIR",
-                   help=f"verdict cache, mirror and workspaces (default $HARNESS_CACHE or {default_cache_dir()})")
+                   help=f"verdict cache, mirror and workspaces (default $HARNESS_CACHE or {paths.cache_dir()})")
     p.add_argument("--suite", action="append", metavar="NAME",
                    help=f"suite to run (repeatable; default all: {', '.join(runner.available_suites())})")
     p.add_argument("-k", dest="keyword", metavar="EXPR", help="pytest -k expression to select cases")
@@ -77,11 +76,11 @@ def run(args: argparse.Namespace, out: TextIO = sys.stdout) -> int:
     good, bad = parse_range(args.range)
     if args.suite:
         runner.suite_files(args.suite)  # unknown suite names: usage error before any git work
-    out_dir = args.out or HARNESS_ROOT / "reports" / f"bisect-{_dt.datetime.now().strftime('%Y%m%d-%H%M%S')}"
+    out_dir = args.out or paths.REPORTS_DIR / f"bisect-{_dt.datetime.now().strftime('%Y%m%d-%H%M%S')}"
     opts = BisectOptions(
         repo=args.repo, good=good, bad=bad, first_parent=args.first_parent, jobs=args.jobs, retries=args.retries,
         timeout_s=args.timeout, use_cache=not args.no_cache,
-        cache_dir=args.cache_dir or default_cache_dir(), suites=tuple(args.suite) if args.suite else None,
+        cache_dir=args.cache_dir or paths.cache_dir(), suites=tuple(args.suite) if args.suite else None,
         keyword=args.keyword, out_dir=Path(out_dir), allow_dirty=args.allow_dirty,
         find_fix=args.find_fix, megatron_lm=args.megatron_lm)
     result = run_bisection(opts, progress=None if args.quiet else sys.stderr)

@@ -14,7 +14,7 @@ import sys
 from pathlib import Path
 from typing import TextIO
 
-from harness import runner
+from harness import paths, runner
 from harness.commands.run import add_target_args, target_from_args
 from harness.errors import CorruptFile, HarnessError
 from harness.golden.compare import Comparator
@@ -32,10 +32,10 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     r.add_argument("--suite", action="append", metavar="NAME", help="suite to record (repeatable; default all)")
     r.add_argument("-k", dest="keyword", help="pytest -k expression to select cases")
     r.add_argument("--yes", action="store_true", help="write the new and changed goldens without asking")
-    r.add_argument("--fixtures", type=Path, default=runner.FIXTURES_DIR, help="golden root (default fixtures/)")
+    r.add_argument("--fixtures", type=Path, default=paths.FIXTURES_DIR, help="golden root (default fixtures/)")
     r.set_defaults(func=record)
     v = fsub.add_parser("verify", help="check that every golden file parses")
-    v.add_argument("--fixtures", type=Path, default=runner.FIXTURES_DIR)
+    v.add_argument("--fixtures", type=Path, default=paths.FIXTURES_DIR)
     v.set_defaults(func=verify)
 
 

@@ -22,13 +22,13 @@ import io
 from pathlib import Path
 from typing import TextIO
 
-from harness import runner
+from harness import paths, runner
 from harness.atomicio import write_versioned_json
 from harness.errors import UsageError
-from harness.target import HARNESS_ROOT, Target
+from harness.target import Target
 from harness.verdict import Verdict
 
-CACHE = HARNESS_ROOT / ".harness-cache" / "matrix-src"
+MATRIX_CACHE = "matrix-src"  # under the per-user cache directory, never in the checkout
 _RELEASE = re.compile(r"^v(\d+)\.(\d+)\.(\d+)$")
 _RC01 = re.compile(r"^v0\.1\.0rc(\d+)$")
 
@@ -42,7 +42,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--suite", action="append", metavar="NAME", help="suite to run (repeatable; default all golden)")
     p.add_argument("--import", dest="import_mode", choices=runner.IMPORT_MODES, default="auto")
     p.add_argument("--out", type=Path, help="output directory (default reports/matrix-<run-id>)")
-    p.add_argument("--cache", type=Path, default=CACHE, help=f"where ref sources are exported (default {CACHE})")
+    p.add_argument("--cache", type=Path, help=f"where ref sources are exported (default {paths.cache_dir() / MATRIX_CACHE})")
     p.add_argument("--timeout", type=float, default=1800.0, help="seconds per ref before its suite process is killed")
     p.add_argument("--quiet", action="store_true")
     p.set_defaults(func=run)
@@ -96,12 +96,12 @@ def run(args: argparse.Namespace, out: TextIO = sys.stdout) -> int:
         raise UsageError(f"--repo {args.repo}: no such directory")
     refs = [r.strip() for r in args.refs.split(",") if r.strip()] if args.refs else \
         default_refs(_git(repo, "tag", "--list").split())
-    out_dir = Path(args.out) if args.out else HARNESS_ROOT / "reports" / f"matrix-{runner.new_run_id()}"
+    out_dir = Path(args.out) if args.out else paths.REPORTS_DIR / f"matrix-{runner.new_run_id()}"
     out_dir.mkdir(parents=True, exist_ok=True)
     rows: list[dict] = []
     any_error = False
     for ref in refs:
-        src, sha = export_src(repo, ref, Path(args.cache))
+        src, sha = export_src(repo, ref, Path(args.cache or paths.cache_dir() / MATRIX_CACHE))
         if not args.quiet:
             print(f"matrix: {ref} ({sha[:9]})", file=sys.stderr)
         opts = runner.RunOptions(suites=args.suite, timeout_s=args.timeout, import_mode=args.import_mode)

@@ -20,10 +20,10 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, TextIO
 
-from harness import runner
+from harness import paths, runner
 from harness.errors import UsageError
 from harness.mutations import CATALOGUE, Fault, installed_package_dir, load_catalogue, make_mutant
-from harness.target import HARNESS_ROOT, Target
+from harness.target import Target
 from harness.verdict import Verdict
 
 
@@ -98,7 +98,7 @@ def run(args: argparse.Namespace, out: TextIO = sys.stdout) -> int:
     if args.jobs < 1:
         raise UsageError("--jobs must be >= 1")
     pkg = installed_package_dir()
-    out_dir = args.out or HARNESS_ROOT / "reports" / f"mutate-{runner.new_run_id()}"
+    out_dir = args.out or paths.REPORTS_DIR / f"mutate-{runner.new_run_id()}"
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
 

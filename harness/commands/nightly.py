@@ -37,15 +37,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TextIO
 
-from harness import gitrepo, history, runner
+from harness import gitrepo, history, paths, runner
 from harness.commands.run import add_target_args, print_summary, target_from_args
 from harness.errors import HarnessError, UsageError
 from harness.report.render import render_run_report, write_junit
 from harness.results import RunResult
-from harness.target import HARNESS_ROOT, Target, require_mb
+from harness.target import Target, require_mb
 from harness.verdict import Verdict
 
-DEFAULT_HISTORY = HARNESS_ROOT / "reports" / "history.parquet"
 BISECT_DIR = "bisect"
 #: Address of the bisect report as seen from DIR/trend.html.
 BISECT_LINK = f"{BISECT_DIR}/report.html"
@@ -61,7 +60,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                     "commits with 'harness bisect' (report linked from trend.html).",
         epilog="Exit 0 when every case passed, 1 when any case failed, 2 on a usage or environment error.")
     add_target_args(p)
-    p.add_argument("--history", type=Path, default=DEFAULT_HISTORY, metavar="FILE",
+    p.add_argument("--history", type=Path, default=paths.DEFAULT_HISTORY, metavar="FILE",
                    help="parquet history store (default reports/history.parquet; created when missing)")
     p.add_argument("--out", type=Path, metavar="DIR", help="output directory (default reports/nightly-<run-id>)")
     p.add_argument("--suite", action="append", metavar="NAME",
@@ -73,7 +72,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                    help="bisect cases that passed in the previous nightly and fail now (needs --repo)")
     p.add_argument("--repo", type=Path, metavar="MB_CHECKOUT",
                    help="MB git checkout holding both nightlies' commits (for --auto-bisect)")
-    p.add_argument("--fixtures", type=Path, default=runner.FIXTURES_DIR, help="golden root (default fixtures/)")
+    p.add_argument("--fixtures", type=Path, default=paths.FIXTURES_DIR, help="golden root (default fixtures/)")
     p.add_argument("--timeout", type=float, default=1800.0, help="seconds before the suite process is killed")
     p.add_argument("-j", "--jobs", type=int, default=1, help="pytest-xdist workers (default 1)")
     p.add_argument("--quiet", action="store_true", help="no live progress")
@@ -96,11 +95,11 @@ def run(args: argparse.Namespace, out: TextIO = sys.stdout) -> int:
     store = Path(args.history).expanduser().resolve()
     history.load(store)  # a corrupt or too-new store fails now, not after hours of suites
     run_id = runner.new_run_id()
-    out_dir = Path(args.out).expanduser().resolve() if args.out else HARNESS_ROOT / "reports" / f"nightly-{run_id}"
+    out_dir = Path(args.out).expanduser().resolve() if args.out else paths.REPORTS_DIR / f"nightly-{run_id}"
     run_dir = out_dir / "runs" / run_id
 
     opts = runner.RunOptions(suites=args.suite, timeout_s=args.timeout, jobs=args.jobs,
-                             fixtures_dir=getattr(args, "fixtures", runner.FIXTURES_DIR))
+                             fixtures_dir=getattr(args, "fixtures", paths.FIXTURES_DIR))
     result = runner.run_suites(tgt, opts, run_dir, progress=None if args.quiet else sys.stderr)
     junit = write_junit(result, out_dir / "junit.xml")
     report = render_run_report(result, out_dir / "report.html")

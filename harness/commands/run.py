@@ -12,11 +12,11 @@ import sys
 from pathlib import Path
 from typing import TextIO
 
-from harness import runner
+from harness import paths, runner
 from harness.report.render import render_run_report, write_junit
 from harness.errors import UsageError
 from harness.results import RunResult
-from harness.target import HARNESS_ROOT, Target, require_mb
+from harness.target import Target, require_mb
 from harness.verdict import Verdict
 
 
@@ -32,7 +32,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--out", type=Path, help="output directory (default reports/<run-id>)")
     p.add_argument("--timeout", type=float, default=1800.0, help="seconds before the suite process is killed")
     p.add_argument("-j", "--jobs", type=int, default=1, help="pytest-xdist workers (default 1)")
-    p.add_argument("--fixtures", type=Path, default=runner.FIXTURES_DIR, help="golden root (default fixtures/)")
+    p.add_argument("--fixtures", type=Path, default=paths.FIXTURES_DIR, help="golden root (default fixtures/)")
     p.add_argument("--quiet", action="store_true", help="no live progress")
     p.add_argument("--import", dest="import_mode", choices=runner.IMPORT_MODES, default="auto",
                    help="how MB is imported: auto (default) runs light-group cases without executing MB's package "
@@ -60,7 +60,7 @@ def target_from_args(args: argparse.Namespace, commit: str | None = None) -> Tar
     from harness.pins import pinned_core
 
     repo = open_repo(tgt.src)
-    pinned = pinned_core(repo, "HEAD", mlm, runner.cache_dir())
+    pinned = pinned_core(repo, "HEAD", mlm, paths.cache_dir())
     if pinned is None:
         raise UsageError(f"{repo.path} pins no Megatron-LM at HEAD (no 3rdparty/Megatron-LM submodule)")
     return dataclasses.replace(tgt, core=pinned.path, core_pin=pinned.pin)
@@ -69,7 +69,7 @@ def target_from_args(args: argparse.Namespace, commit: str | None = None) -> Tar
 def run(args: argparse.Namespace, out: TextIO = sys.stdout) -> int:
     tgt = target_from_args(args)
     require_mb(tgt)
-    out_dir = args.out or HARNESS_ROOT / "reports" / runner.new_run_id()
+    out_dir = args.out or paths.REPORTS_DIR / runner.new_run_id()
     opts = runner.RunOptions(suites=args.suite, keyword=args.keyword, timeout_s=args.timeout, jobs=args.jobs,
                              fixtures_dir=args.fixtures, import_mode=getattr(args, "import_mode", "auto"))
     result = runner.run_suites(tgt, opts, Path(out_dir), progress=None if args.quiet else sys.stderr)
