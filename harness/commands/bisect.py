@@ -22,7 +22,8 @@ from pathlib import Path
 from typing import TextIO
 
 from harness import paths, runner
-from harness.bisect.driver import BisectOptions, run_bisection, summary_lines, write_outputs
+from harness.bisect.document import BisectDoc, summary_lines
+from harness.bisect.driver import BisectOptions, run_bisection
 from harness.errors import UsageError
 
 
@@ -90,3 +91,13 @@ def run(args: argparse.Namespace, out: TextIO = sys.stdout) -> int:
         print(f"\n{result.message}", file=out)
     print(f"\nbisect: {json_path}\nreport: {report}", file=out)
     return result.exit_code
+
+
+def write_outputs(doc: BisectDoc, out_dir: Path) -> tuple[Path, Path]:
+    """bisect.json (atomic, versioned) and report.html in ``out_dir``."""
+    from harness.report import render_bisect_report
+
+    out_dir.mkdir(parents=True, exist_ok=True)
+    json_path = out_dir / "bisect.json"
+    doc.save(json_path)
+    return json_path, render_bisect_report(doc, out_dir / "report.html")

@@ -28,6 +28,7 @@ import jinja2
 
 import harness
 from harness.atomicio import atomic_write_text
+from harness.bisect.document import BisectDoc, CaseDoc
 from harness.results import CaseResult, RunResult
 from harness.verdict import Verdict
 
@@ -412,23 +413,23 @@ def _verdict_class(value: Any) -> str:
     return value if value in VERDICT_ORDER else ("untestable" if value == "skip" else "unknown")
 
 
-def timeline_view(bisect: dict[str, Any], case_ids: list[str], culprits: dict[str, str]) -> dict[str, Any]:
+def timeline_view(bisect: BisectDoc, case_ids: list[str], culprits: dict[str, str]) -> dict[str, Any]:
     """SVG geometry of the range: one column per commit, one lane per case.
 
     Probed commits are coloured by their verdict for that lane's case; a culprit gets a
     dark outline. Geometry is scaled so a 2,000-commit range still fits the page width.
     """
-    commits = bisect.get("commits") or []
-    probes = bisect.get("probes") or {}
+    commits = bisect.commits
+    probes = bisect.probes
     n = max(len(commits), 1)
     left, top, lane_h, gap = 200.0, 26.0, 20.0, 6.0
     cell_w = max(2.0, min(72.0, 1000.0 / n))
     label_every = max(1, math.ceil(64.0 / cell_w))  # a 7-character hash needs about 60 px
     columns = []
     for i, commit in enumerate(commits):
-        sha = str(commit.get("sha", ""))
+        sha = commit.sha
         columns.append({"x": round(left + i * cell_w, 2), "sha": sha, "short": short_sha(sha)[:7],
-                        "subject": str(commit.get("subject", "")), "probed": sha in probes,
+                        "subject": commit.subject, "probed": sha in probes,
                         "label": i % label_every == 0 or i == n - 1})
     lanes = []
     for k, cid in enumerate(case_ids):
@@ -447,83 +448,45 @@ def timeline_view(bisect: dict[str, Any], case_ids: list[str], culprits: dict[st
             "axis_y": round(height - 14, 2)}
 
 
-def _culprit_view(culprit: Any) -> dict[str, Any] | None:
-    """A culprit with every field the template shows, so a partial record still renders."""
-    if not isinstance(culprit, dict):
-        return None
-    out: dict[str, Any] = {k: str(culprit.get(k) or "") for k in ("sha", "subject", "author", "date", "diff",
-                                                                  "diff_scope")}
-    out["files"] = [str(f) for f in culprit.get("files") or []]
-    return out
-
-
-def _bisect_case_view(case: dict[str, Any], by_sha: dict[str, dict[str, Any]]) -> dict[str, Any]:
-    culprit = _culprit_view(case.get("culprit"))
-    candidates = [
-        {"sha": str(sha), "subject": str((by_sha.get(str(sha)) or {}).get("subject", "")),
-         "author": str((by_sha.get(str(sha)) or {}).get("author", "")),
-         "date": str((by_sha.get(str(sha)) or {}).get("date", ""))}
-        for sha in case.get("candidates") or []
-    ]
+def _bisect_case_view(case: CaseDoc, bisect: BisectDoc) -> dict[str, Any]:
+    candidates = []
+    for sha in case.candidates:
+        meta = bisect.commit(sha)
+        candidates.append({"sha": sha, "subject": meta.subject, "author": meta.author, "date": meta.date})
     return {
-        "case_id": str(case.get("case_id", "")),
-        "anchor": anchor(str(case.get("case_id", ""))),
-        "status": str(case.get("status", "")),
-        "source": str(case.get("source", "golden")),
-        "evaluations": case.get("evaluations", "?"),
-        "culprit": culprit,
+        "case_id": case.case_id,
+        "anchor": anchor(case.case_id),
+        "status": case.status.value,
+        "source": case.source,
+        "evaluations": "?" if case.evaluations is None else case.evaluations,
+        "culprit": case.culprit,
         "candidates": candidates,
-        "golden_diff": str(case.get("golden_diff") or ""),
+        "golden_diff": case.golden_diff,
     }
 
 
-def bisect_context(bisect: dict[str, Any]) -> dict[str, Any]:
-    """Everything the bisect template shows, from a bisect.json-like dict."""
-    commits = bisect.get("commits") or []
-    by_sha = {str(c.get("sha", "")): c for c in commits}
-    cases = [_bisect_case_view(c, by_sha) for c in bisect.get("cases") or []]
-    culprits = {c["case_id"]: str(c["culprit"].get("sha", "")) for c in cases if c["culprit"]}
-    given = bisect.get("range") or {}
-    find_fix = bisect.get("mode") == "find-fix"
+def bisect_context(bisect: BisectDoc) -> dict[str, Any]:
+    """Everything the bisect template shows, from a bisection record."""
+    views = {id(c): _bisect_case_view(c, bisect) for c in bisect.cases}
+    culprits = {c.case_id: c.culprit.sha for c in bisect.cases if c.culprit}
+    rng = bisect.range
     return {
-        "labels": {"good": "old", "bad": "new", "first": "first fixed commit"} if find_fix
+        "labels": {"good": "old", "bad": "new", "first": "first fixed commit"} if bisect.find_fix
         else {"good": "good", "bad": "bad", "first": "first bad commit"},
-        "range": {"good": str(given.get("good") or ""), "bad": str(given.get("bad") or ""),
-                  "n_commits": given.get("n_commits", len(commits))},
-        "duration_s": bisect.get("duration_s", 0.0),
-        "evaluations": bisect.get("evaluations", "?"),
-        "n_probed": len(bisect.get("probes") or {}),
-        "cases": cases,
-        "culprit_groups": culprit_groups(cases),
-        "timeline": timeline_view(bisect, [c["case_id"] for c in cases], culprits),
+        "range": {"good": rng.good, "bad": rng.bad,
+                  "n_commits": len(bisect.commits) if rng.n_commits is None else rng.n_commits},
+        "duration_s": bisect.duration_s,
+        "evaluations": "?" if bisect.evaluations is None else bisect.evaluations,
+        "n_probed": len(bisect.probes),
+        "cases": list(views.values()),
+        "culprit_groups": [{"culprit": g.culprit, "cases": [views[id(c)] for c in g.cases],
+                            "sources": g.sources, "blamed_by": g.blamed_by} for g in bisect.culprit_groups()],
+        "timeline": timeline_view(bisect, [c.case_id for c in bisect.cases], culprits),
         "verdicts": VERDICT_ORDER,
     }
 
 
-def culprit_groups(cases: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """One entry per culprit commit: the cases it broke and which sources of verdicts blamed it.
-
-    Several cases usually share a culprit; the summary names it once and says whether golden
-    cases, MB's own upstream tests, or both pointed at it.
-    """
-    groups: dict[str, dict[str, Any]] = {}
-    for c in cases:
-        if not c["culprit"]:
-            continue
-        g = groups.setdefault(c["culprit"]["sha"], {"culprit": c["culprit"], "cases": [], "sources": set()})
-        g["cases"].append(c)
-        g["sources"].add(c["source"])
-    out = []
-    for g in groups.values():
-        sources = sorted(g["sources"])
-        g["blamed_by"] = "golden cases and upstream tests" if len(sources) > 1 else (
-            "upstream tests" if sources == ["upstream"] else "golden cases")
-        g["sources"] = sources
-        out.append(g)
-    return out
-
-
-def render_bisect_report(bisect: dict[str, Any], out_path: Path) -> Path:
+def render_bisect_report(bisect: BisectDoc, out_path: Path) -> Path:
     """Write the HTML report of one bisection to ``out_path`` (atomically)."""
     return render_template("bisect.html.j2", bisect_context(bisect), out_path)
 
