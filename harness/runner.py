@@ -240,7 +240,7 @@ def _run_forked(cmd: list[str], env: dict[str, str], log: Path, timeout_s: float
 def _upstream(tgt: Target, opts: RunOptions, out_dir: Path) -> tuple[list[CaseResult], list[str]]:
     from harness.upstream import run_upstream
 
-    return run_upstream(tgt, opts, out_dir / "upstream")
+    return run_upstream(tgt, out_dir / "upstream", timeout_s=opts.timeout_s)
 
 
 def _run_upstream_only(tgt: Target, opts: RunOptions, out_dir: Path) -> RunResult:
