@@ -21,8 +21,8 @@ import pytest
 from harness import history
 from harness.errors import CorruptFile, UsageError
 from harness.bisect.document import BisectDoc
-from harness.report import render_bisect_report, render_run_report, write_junit
-from harness.report.render import row_window
+from harness.report import render_bisect_report, render_run_report, render_trend_report, write_junit
+from harness.report.diffview import row_window
 from harness.results import CaseResult, RunResult
 from harness.verdict import Verdict
 
@@ -332,7 +332,7 @@ def test_reports_load_nothing_from_outside(tmp_path: Path) -> None:
     pages = [
         render_run_report(sample_run(), tmp_path / "run.html"),
         render_bisect_report(BisectDoc.from_json(sample_bisect()), tmp_path / "bisect.html"),
-        history.render_trend_report(store, tmp_path / "trend.html", {"packing::loss_mask": "bisect.html"}),
+        render_trend_report(store, tmp_path / "trend.html", {"packing::loss_mask": "bisect.html"}),
     ]
     for page in pages:
         doc = parse_html(page)
@@ -522,7 +522,7 @@ def test_trend_report_shows_newly_failing_rows_and_bisect_links(tmp_path: Path) 
     store = tmp_path / "history.parquet"
     history.append_run(store, sample_run(), "a" * 40)
     history.append_run(store, _second_run(), "b" * 40)
-    out = history.render_trend_report(store, tmp_path / "trend.html", {"packing::basic": "bisect-basic.html"})
+    out = render_trend_report(store, tmp_path / "trend.html", {"packing::basic": "bisect-basic.html"})
     doc = parse_html(out)
     rows = doc.by_id("newly-failing").find("tbody").find_all("tr")
     assert sorted(r.attrs["data-case-id"] for r in rows) == ["config::ok", "packing::basic"]
@@ -537,10 +537,10 @@ def test_trend_report_shows_newly_failing_rows_and_bisect_links(tmp_path: Path) 
 
 
 def test_trend_report_of_an_empty_store_and_unsafe_links(tmp_path: Path) -> None:
-    doc = parse_html(history.render_trend_report(tmp_path / "none.parquet", tmp_path / "trend.html"))
+    doc = parse_html(render_trend_report(tmp_path / "none.parquet", tmp_path / "trend.html"))
     assert not doc.find_all("table", id="trend-grid") and not doc.find_all("svg")
     with pytest.raises(UsageError, match="unsafe"):
-        history.render_trend_report(tmp_path / "none.parquet", tmp_path / "t.html", {"a::b": " JavaScript:alert(1)"})
+        render_trend_report(tmp_path / "none.parquet", tmp_path / "t.html", {"a::b": " JavaScript:alert(1)"})
 
 
 def test_bisect_report_groups_cases_by_culprit_and_names_the_source(tmp_path: Path) -> None:

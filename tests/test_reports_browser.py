@@ -26,7 +26,7 @@ import pytest
 
 from harness import history
 from harness.bisect.document import BisectDoc
-from harness.report import render_bisect_report, render_run_report
+from harness.report import render_bisect_report, render_run_report, render_trend_report
 
 CHROMIUM = Path("/usr/bin/chromium")
 REPO = Path(__file__).resolve().parent.parent
@@ -104,7 +104,7 @@ def pages(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     return {
         "run": render_run_report(samples.sample_run(), d / "run.html"),
         "bisect": render_bisect_report(BisectDoc.from_json(samples.sample_bisect()), d / "bisect.html"),
-        "trend": history.render_trend_report(store, d / "trend.html", {"packing::basic": "bisect.html"}),
+        "trend": render_trend_report(store, d / "trend.html", {"packing::basic": "bisect.html"}),
     }
 
 

@@ -40,7 +40,7 @@ from typing import Any, TextIO
 from harness import gitrepo, history, paths, runner
 from harness.commands.run import add_target_args, print_summary, target_from_args
 from harness.errors import HarnessError, UsageError
-from harness.report.render import render_run_report, write_junit
+from harness.report import render_run_report, render_trend_report, write_junit
 from harness.results import RunResult
 from harness.target import Target, require_mb
 from harness.verdict import Verdict
@@ -109,7 +109,7 @@ def run(args: argparse.Namespace, out: TextIO = sys.stdout) -> int:
     df = history.append_run(store, result, commit)
     tr = history.trend(df)
     trend_page = out_dir / "trend.html"
-    history.render_trend_report(store, trend_page)  # written before any bisect: a killed bisect keeps it
+    render_trend_report(store, trend_page)  # written before any bisect: a killed bisect keeps it
     print(f"\nnightly {result.run_id}: filed under {commit} in {store} ({_plural(len(tr['runs']), 'run')})", file=out)
     if tr["runs"] and tr["runs"][-1]["run_id"] != result.run_id:
         print("note: a stored run started later than this one; the changes below are relative to the latest "
@@ -120,7 +120,7 @@ def run(args: argparse.Namespace, out: TextIO = sys.stdout) -> int:
         plan = plan_bisect(tr, repo, out_dir / BISECT_DIR)
         links = _execute(plan, out_dir / BISECT_DIR, out)
         if links:
-            history.render_trend_report(store, trend_page, bisect_links=links)
+            render_trend_report(store, trend_page, bisect_links=links)
 
     print(f"\ntrend:   {trend_page}\nreport:  {report}\njunit:   {junit}\nresults: {run_dir / 'results.json'}",
           file=out)

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import TextIO
 
 from harness import paths, runner
-from harness.report.render import render_run_report, write_junit
+from harness.report import render_run_report, write_junit
 from harness.errors import UsageError
 from harness.results import RunResult
 from harness.target import Target, require_mb
