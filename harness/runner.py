@@ -68,6 +68,7 @@ class RunOptions:
     extra_pytest: list[str] = field(default_factory=list)
     import_mode: str = "auto"  # see IMPORT_MODES
     fork_server: bool = False  # light-import group through harness.forkserver (torch + MCore imported once)
+    verbose: bool = False  # the live output names every case (pytest -v instead of -q)
 
 
 IMPORT_MODES = ("auto", "light", "full")
@@ -102,7 +103,7 @@ def new_run_id() -> str:
 def _pytest_cmd(files: list[Path], opts: RunOptions, cases_file: Path, obtained: Path) -> list[str]:
     cmd = [sys.executable, "-m", "pytest", *map(str, files), "-p", "harness.plugin", "-p", "harness.standins.light",
            "-p", "no:cacheprovider",
-           "-q", "--no-header", "-rN", "--color=no", "-W", "ignore",
+           "-v" if opts.verbose else "-q", "--no-header", "-rN", "--color=no", "-W", "ignore",
            "--rootdir", str(ROOT), "-c", str(SUITES_DIR / "pytest.ini"),
            "--harness-results", str(cases_file), "--harness-obtained", str(obtained),
            "--harness-fixtures", str(opts.fixtures_dir)]

@@ -28,7 +28,8 @@ from pathlib import Path
 
 import pytest
 
-from harness.bisect.document import BisectDoc, NotBisected, summary_lines
+from harness.bisect.document import BisectDoc, NotBisected
+from harness.report.terminal import bisect_summary_lines
 from harness.bisect.driver import BisectOptions, run_bisection, workspace_dir_for
 from harness.bisect.evaluator import EvalOutcome, MBEvaluator
 from harness.gitrepo import open_repo
@@ -395,7 +396,7 @@ def test_fake_find_fix_names_the_fixing_commit(tmp_path: Path) -> None:
     assert run.doc.mode == "find-fix"
     assert culprits(run.doc) == {"s::a": shas[13]}, "the first commit where the failing case passes"
     assert "s::b" not in culprits(run.doc), "a regression is not a fix"
-    assert any("first fixed" in line for line in summary_lines(run.doc))
+    assert any("first fixed" in line for line in bisect_summary_lines(run.doc))
     normal = _run(repo, shas[0], shas[-1], tmp_path / "cache2")
     assert culprits(normal.doc) == {"s::b": shas[3]}
 

@@ -1,8 +1,8 @@
-"""``bisect.json``: the typed record of one bisection, and its terminal summary.
+"""``bisect.json``: the typed record of one bisection.
 
 The driver builds a :class:`BisectDoc`; ``harness bisect`` writes it (kind ``harness-bisect``,
-schema-versioned, atomic) and prints :func:`summary_lines`; the HTML report reads the same
-record (:func:`harness.report.pages.bisect_context`). Keys and shapes on disk are those of
+schema-versioned, atomic); the HTML report (:func:`harness.report.pages.bisect_context`) and the terminal summary
+(:func:`harness.report.terminal.bisect_summary_lines`) read the same record. Keys and shapes on disk are those of
 schema 1. :meth:`BisectDoc.from_json` is lenient about missing fields, because a report of an
 interrupted bisection is still worth rendering; a wrong ``kind`` or a newer schema is refused
 by :meth:`BisectDoc.load`.
@@ -240,41 +240,3 @@ class BisectDoc:
     @classmethod
     def load(cls, path: Path) -> BisectDoc:
         return cls.from_json(read_versioned_json(path, BISECT_KIND, BISECT_SCHEMA))
-
-
-# ------------------------------------------------------------------------------ terminal
-
-
-def summary_lines(doc: BisectDoc) -> list[str]:
-    """The terminal summary: one line per case, then one block per culprit commit."""
-    rng = doc.range
-    lines = [f"bisected {rng.given} ({rng.n_commits} commits, {rng.good[:12]}..{rng.bad[:12]}): "
-             f"{doc.evaluations} evaluations ({doc.new_evaluations} new, {doc.cached_evaluations} cached), "
-             f"{len(doc.probes)} commits probed, {doc.rounds} rounds, {doc.duration_s:.1f} s"]
-    first = doc.first_label
-    width = min(max((len(c.case_id) for c in doc.cases), default=10), 90)
-    for case in doc.cases:
-        status = case.status
-        if status is CaseStatus.FOUND and case.culprit is not None:
-            what = f"{first} {case.culprit.sha[:12]}"
-        elif status is CaseStatus.AMBIGUOUS:
-            what = f"{first} is one of " + ", ".join(s[:12] for s in case.candidates)
-        elif status is CaseStatus.FLAKY:
-            what = "flaky at " + ", ".join(s[:12] for s in case.flaky_commits)
-        else:
-            what = "; ".join(case.notes) or status.value
-        lines.append(f"  {case.case_id:<{width}}  {status.value:<14} {what}  [{case.evaluations} evaluations]")
-    for nb in doc.not_bisected:
-        lines.append(f"  {nb.case_id:<{width}}  {'not bisected':<14} {nb.reason}")
-    for group in doc.culprit_groups():
-        cul, ids = group.culprit, [c.case_id for c in group.cases]
-        more = f" and {len(ids) - 6} more" if len(ids) > 6 else ""
-        lines += ["", f"{first} commit {cul.sha[:12]}  {cul.subject}",
-                  f"  author: {cul.author} <{cul.email}>   date: {cul.date}",
-                  "  files under src/: " + (", ".join(cul.files) or "(none)"),
-                  f"  cases ({len(ids)}): " + ", ".join(ids[:6]) + more]
-    for case in doc.cases:
-        if case.status is CaseStatus.AMBIGUOUS:
-            lines += ["", f"{case.case_id}: the {first} commit is one of (all but the last were skipped):"]
-            lines += [f"  {s[:12]}  {doc.commit(s).subject}" for s in case.candidates]
-    return lines
