@@ -234,6 +234,9 @@ def open_repo(path: Path | str) -> GitRepo:
     return GitRepo(Path(top), Path(git_dir), False)
 
 
+_TREES = "trees"  # workspaces under a WorkspaceCache directory, one per full sha
+
+
 class WorkspaceCache:
     """Private mirror of the user's repository plus one extracted tree per commit.
 
@@ -251,7 +254,7 @@ class WorkspaceCache:
         self.repo = user_repo if isinstance(user_repo, GitRepo) else open_repo(user_repo)
         self.paths = tuple(paths)
         self.mirror = self.cache_dir / "mirror.git"
-        self.trees = self.cache_dir / "trees"
+        self.trees = self.cache_dir / _TREES
         self._synced = False
         self.trees.mkdir(parents=True, exist_ok=True)
         self._remove_stale_temps()
@@ -304,6 +307,13 @@ class WorkspaceCache:
 
     def path_for(self, sha: str) -> Path:
         return self.trees / sha
+
+    @staticmethod
+    def prepared(cache_dir: Path | str, sha: str) -> Path | None:
+        """The complete workspace of full ``sha`` under ``cache_dir``, if one was built, found
+        without opening the user's repository (a cluster job may not see it)."""
+        tree = Path(cache_dir) / _TREES / sha
+        return tree if tree.is_dir() else None
 
     def materialize(self, sha: str) -> Path:
         """Directory with ``paths`` of commit ``sha``; built once, atomically, then reused."""

@@ -16,6 +16,7 @@ from typing import Any
 
 from harness.atomicio import read_versioned_json, write_versioned_json
 from harness.bisect.algorithm import CaseStatus
+from harness.bisect.executor import JobLog
 
 BISECT_KIND = "harness-bisect"
 BISECT_SCHEMA = 1
@@ -168,6 +169,10 @@ class BisectDoc:
     selection: SelectionDoc = field(default_factory=SelectionDoc)
     cache: CacheNamespace = field(default_factory=CacheNamespace)
     finished: str = ""  # UTC, ISO 8601
+    # cluster executors only: skips the cluster caused (never cached), moot jobs cancelled, job logs
+    infrastructure: dict[str, list[str]] = field(default_factory=dict)  # sha -> why its jobs were lost
+    cancelled: list[str] = field(default_factory=list)  # shas whose in-flight evaluation was cancelled
+    cluster_jobs: dict[str, list[JobLog]] = field(default_factory=dict)  # sha -> jobs, every attempt
 
     @property
     def find_fix(self) -> bool:
@@ -205,6 +210,9 @@ class BisectDoc:
             "new_evaluations": self.new_evaluations, "cached_evaluations": self.cached_evaluations,
             "rounds": self.rounds, "jobs": self.jobs, "retries": self.retries,
             "selection": vars(self.selection).copy(), "cache": vars(self.cache).copy(), "finished": self.finished,
+            "infrastructure": {sha: list(v) for sha, v in self.infrastructure.items()},
+            "cancelled": list(self.cancelled),
+            "cluster_jobs": {sha: [vars(j).copy() for j in v] for sha, v in self.cluster_jobs.items()},
         }
 
     @classmethod
@@ -232,6 +240,9 @@ class BisectDoc:
             selection=SelectionDoc(sel.get("suites"), sel.get("keyword")),
             cache=CacheNamespace(str(cache.get("suite_key") or ""), str(cache.get("env_key") or "")),
             finished=str(doc.get("finished") or ""),
+            infrastructure={str(k): [str(n) for n in v] for k, v in (doc.get("infrastructure") or {}).items()},
+            cancelled=[str(s) for s in doc.get("cancelled") or []],
+            cluster_jobs={str(k): [_job_log(j) for j in v] for k, v in (doc.get("cluster_jobs") or {}).items()},
         )
 
     def save(self, path: Path) -> None:
@@ -240,3 +251,9 @@ class BisectDoc:
     @classmethod
     def load(cls, path: Path) -> BisectDoc:
         return cls.from_json(read_versioned_json(path, BISECT_KIND, BISECT_SCHEMA))
+
+
+def _job_log(doc: dict[str, Any]) -> JobLog:
+    attempt = doc.get("attempt")
+    return JobLog(*(str(doc.get(k) or "") for k in ("job_id", "cluster", "stdout", "stderr")),
+                  attempt=int(attempt) if attempt is not None else 1, state=str(doc.get("state") or ""))
