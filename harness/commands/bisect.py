@@ -16,6 +16,7 @@ flaky or not reproduced, or nothing fails at BAD while passing at GOOD; 2 usage 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import datetime as _dt
 import sys
 from pathlib import Path
@@ -43,7 +44,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--repo", required=True, type=Path, metavar="PATH", help="the Megatron-Bridge git repository")
     p.add_argument("--first-parent", action="store_true",
                    help="follow only the first parent of merges (bisect merges as units)")
-    _args.add_jobs(p, "evaluations in parallel")
+    _args.add_jobs(p, "evaluations in parallel (with --executor slurm: jobs in flight)")
     p.add_argument("--retries", type=_args.non_negative_int, default=0, metavar="N",
                    help="evaluate each probed commit N more times; disagreeing verdicts mark a case flaky")
     _args.add_timeout(p, "one evaluation (the commit is then skipped)")
@@ -57,6 +58,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--find-fix", action="store_true",
                    help="look for the first commit where cases failing at GOOD pass (GOOD..BAD still old..new)")
     _args.add_verbosity(p)
+    _args.add_executor(p, "evaluations")
     p.set_defaults(func=run)
 
 
@@ -80,7 +82,9 @@ def run(args: argparse.Namespace, out: TextIO = sys.stdout) -> int:
         cache_dir=_args.cache_dir(args), suites=tuple(args.suite) if args.suite else None,
         keyword=args.keyword, out_dir=out_dir, allow_dirty=args.allow_dirty,
         find_fix=args.find_fix, megatron_lm=args.megatron_lm)
-    result = run_bisection(opts, progress=None if args.quiet else sys.stderr)
+    executor = _args.executor_from_args(args, args.jobs, args.timeout)
+    with executor or contextlib.nullcontext():  # Ctrl-C (or any error) cancels the jobs in flight
+        result = run_bisection(opts, executor=executor, progress=None if args.quiet else sys.stderr)
     json_path, report = write_outputs(result.doc, out_dir)
     print("\n".join(bisect_summary_lines(result.doc)), file=out)
     if result.message:

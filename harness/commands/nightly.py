@@ -39,6 +39,7 @@ from typing import Any, TextIO
 
 from harness import gitrepo, history, paths, runner
 from harness.commands import _args
+from harness.executors.shards import run_sharded
 from harness.errors import HarnessError, UsageError
 from harness.report import render_run_report, render_trend_report, write_junit
 from harness.report.terminal import print_run_summary
@@ -75,8 +76,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                    help="MB git checkout holding both nightlies' commits (for --auto-bisect)")
     _args.add_fixtures(p)
     _args.add_timeout(p, "the suite process")
-    _args.add_jobs(p, "pytest-xdist workers")
+    _args.add_jobs(p, "pytest-xdist workers (with --executor slurm: jobs in flight, for the bisection too)")
     _args.add_verbosity(p, verbose=True)
+    _args.add_executor(p, "the suites (one job per suite) and the automatic bisection's evaluations")
     p.set_defaults(func=run)
 
 
@@ -101,7 +103,12 @@ def run(args: argparse.Namespace, out: TextIO = sys.stdout) -> int:
 
     opts = runner.RunOptions(suites=args.suite, timeout_s=args.timeout, jobs=args.jobs, fixtures_dir=args.fixtures,
                              verbose=args.verbose)
-    result = runner.run_suites(tgt, opts, run_dir, progress=None if args.quiet else sys.stderr)
+    executor = _args.executor_from_args(args, args.jobs, args.timeout)
+    if executor is None:
+        result = runner.run_suites(tgt, opts, run_dir, progress=None if args.quiet else sys.stderr)
+    else:
+        with executor:
+            result = run_sharded(tgt, opts, run_dir, executor)
     junit = write_junit(result, out_dir / "junit.xml")
     report = render_run_report(result, out_dir / "report.html")
     print_run_summary(result, out)
@@ -118,7 +125,8 @@ def run(args: argparse.Namespace, out: TextIO = sys.stdout) -> int:
     _print_changes(tr, out)
 
     if args.auto_bisect:
-        plan = plan_bisect(tr, repo, out_dir / BISECT_DIR, cache_dir=args.cache_dir)
+        executor_args = _args.executor_argv(args) + (["-j", str(args.jobs)] if args.executor == "slurm" else [])
+        plan = plan_bisect(tr, repo, out_dir / BISECT_DIR, cache_dir=args.cache_dir, extra=executor_args)
         links = _execute(plan, out_dir / BISECT_DIR, out)
         if links:
             render_trend_report(store, trend_page, bisect_links=links)
@@ -188,14 +196,15 @@ def regressions(tr: dict[str, Any]) -> list[dict[str, Any]]:
 
 
 def bisect_command(good: str, bad: str, repo: Path, out_dir: Path, suites: list[str],
-                   cache_dir: Path | None = None) -> list[str]:
-    """The ``harness bisect`` command line (through this interpreter, not an installed script)."""
+                   cache_dir: Path | None = None, extra: list[str] | None = None) -> list[str]:
+    """The ``harness bisect`` command line (through this interpreter, not an installed script);
+    ``extra``: more flags (where the evaluations run)."""
     cmd = [sys.executable, "-m", "harness", "bisect", f"{good}..{bad}", "--repo", str(repo), "--out", str(out_dir)]
     for suite in suites:
         cmd += ["--suite", suite]
     if cache_dir is not None:
         cmd += ["--cache-dir", str(cache_dir)]
-    return cmd
+    return cmd + list(extra or [])
 
 
 def _clean_commit(commit: str) -> tuple[str, bool]:
@@ -203,7 +212,7 @@ def _clean_commit(commit: str) -> tuple[str, bool]:
 
 
 def plan_bisect(tr: dict[str, Any], repo: gitrepo.GitRepo | None, out_dir: Path,
-                cache_dir: Path | None = None) -> BisectPlan:
+                cache_dir: Path | None = None, extra: list[str] | None = None) -> BisectPlan:
     """Decide whether the two latest nightlies give a range to bisect the regressions in."""
     cases = regressions(tr)
     if len(tr["runs"]) < 2:
@@ -229,7 +238,7 @@ def plan_bisect(tr: dict[str, Any], repo: gitrepo.GitRepo | None, out_dir: Path,
     if not repo.is_ancestor(good, bad):
         return BisectPlan(cases, reason=f"the previous nightly's commit {good[:12]} is not an ancestor of {bad[:12]}")
     suites = sorted({c["suite"] for c in cases})
-    return BisectPlan(cases, command=bisect_command(prev, this, repo.path, out_dir, suites, cache_dir),
+    return BisectPlan(cases, command=bisect_command(prev, this, repo.path, out_dir, suites, cache_dir, extra),
                       reason="this nightly's tree had local changes; bisecting its commit" if dirty else "")
 
 

@@ -12,6 +12,7 @@ from typing import TextIO
 
 from harness import runner
 from harness.commands import _args
+from harness.executors.shards import run_sharded
 from harness.report import render_run_report, write_junit
 from harness.report.terminal import print_run_summary
 from harness.target import require_mb
@@ -27,10 +28,11 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     _args.add_suites(p)
     _args.add_out(p, "reports/<run-id>")
     _args.add_timeout(p, "the suite process")
-    _args.add_jobs(p, "pytest-xdist workers")
+    _args.add_jobs(p, "pytest-xdist workers (with --executor slurm: suite jobs in flight)")
     _args.add_fixtures(p)
     _args.add_verbosity(p, verbose=True)
     _args.add_import_mode(p)
+    _args.add_executor(p, "the suites (one job per suite)")
     p.set_defaults(func=run)
 
 
@@ -40,7 +42,12 @@ def run(args: argparse.Namespace, out: TextIO = sys.stdout) -> int:
     out_dir = _args.out_dir(args, runner.new_run_id())
     opts = runner.RunOptions(suites=args.suite, keyword=args.keyword, timeout_s=args.timeout, jobs=args.jobs,
                              fixtures_dir=args.fixtures, import_mode=args.import_mode, verbose=args.verbose)
-    result = runner.run_suites(tgt, opts, out_dir, progress=None if args.quiet else sys.stderr)
+    executor = _args.executor_from_args(args, args.jobs, args.timeout)
+    if executor is None:
+        result = runner.run_suites(tgt, opts, out_dir, progress=None if args.quiet else sys.stderr)
+    else:
+        with executor:
+            result = run_sharded(tgt, opts, out_dir, executor)
     write_junit(result, out_dir / "junit.xml")
     report = render_run_report(result, out_dir / "report.html")
     print_run_summary(result, out)

@@ -38,23 +38,27 @@ class JobCall:
 
 @dataclass(frozen=True)
 class SharedProbe:
-    """The start-up job: can it read the token the driver wrote into the cache directory, and
-    what is the evaluator's cache namespace where the jobs run (a container's torch and
-    megatron-core, not the login node's)?"""
+    """The start-up job: can it read the tokens the driver wrote into the cache directory (and
+    the output directories), and what is the evaluator's cache namespace where the jobs run (a
+    container's torch and megatron-core, not the login node's)?"""
 
-    token_file: str
+    token_files: tuple[str, ...]
     token: str
-    evaluator: Any
+    evaluator: Any = None
 
     def __call__(self, _: Any = None) -> dict[str, Any]:
-        try:
-            seen = Path(self.token_file).read_text(encoding="utf-8") == self.token
-        except OSError:
-            seen = False
+        unseen = [f for f in self.token_files if not _holds(f, self.token)]
         namespace = None
-        if seen and hasattr(self.evaluator, "cache_namespace"):
+        if not unseen and hasattr(self.evaluator, "cache_namespace"):
             namespace = list(self.evaluator.cache_namespace())
-        return {"seen": seen, "host": socket.gethostname(), "namespace": namespace}
+        return {"unseen": unseen, "host": socket.gethostname(), "namespace": namespace}
+
+
+def _holds(path: str, token: str) -> bool:
+    try:
+        return Path(path).read_text(encoding="utf-8") == token
+    except OSError:
+        return False
 
 
 @dataclass(frozen=True)

@@ -40,7 +40,7 @@ import secrets
 import shutil
 import sys
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TextIO
@@ -247,12 +247,36 @@ class SlurmExecutor:
     # ------------------------------------------------------------------ start-up check
 
     def bind(self, evaluator: Any) -> Any:
-        """Run the start-up job (see the module docstring); returns the evaluator to submit,
-        bound to the cache namespace measured where the jobs run."""
+        """The start-up check (see the module docstring); returns the evaluator to submit, bound to
+        the cache namespace measured where the jobs run."""
+        namespace = self.check_shared(evaluator)
+        return evaluator if namespace is None else RemoteEvaluator(evaluator, namespace)
+
+    def check_shared(self, evaluator: Any = None, also: Sequence[Path] = ()) -> tuple[str, str] | None:
+        """Run the start-up job: it must read a token this driver wrote into the cache directory
+        (and into each directory of ``also``, where jobs write their output), and the driver must
+        see its result. Returns ``evaluator``'s cache namespace measured in the job (None without
+        an evaluator)."""
         token = secrets.token_hex(16)
-        token_file = self.run_dir / "shared-fs-token"
-        atomic_write_text(token_file, token)
-        h = SlurmHandle(SharedProbe(str(token_file), token, evaluator), None, "")
+        dirs = [self.run_dir, *(Path(d).absolute() for d in also)]
+        token_files = [d / f".harness-shared-fs-{token[:8]}" for d in dirs]
+        for f in token_files:
+            atomic_write_text(f, token)
+        try:
+            answer = self._probe(SharedProbe(tuple(map(str, token_files)), token, evaluator))
+        finally:
+            for f in token_files[1:]:
+                f.unlink(missing_ok=True)
+        where = "must be on a file system the compute nodes share (NFS, Lustre, GPFS)"
+        if answer["unseen"]:
+            raise SharedFilesystemError(f"the start-up job on {answer['host']} cannot read {answer['unseen'][0]}, "
+                                        f"which this driver wrote: {Path(answer['unseen'][0]).parent} {where}")
+        self.say(f"jobs run on {answer['host']} and see {', '.join(map(str, [self.cache_dir, *also]))}")
+        namespace = answer["namespace"]
+        return None if namespace is None else (namespace[0], namespace[1])
+
+    def _probe(self, probe: SharedProbe) -> dict[str, Any]:
+        h = SlurmHandle(probe, None, "")
         h.label = "start-up job"
         self._start(h, count=False)
         if not self.wait_any([h], timeout=self.options.probe_timeout_s):
@@ -262,17 +286,12 @@ class SlurmExecutor:
                 f"whether jobs see {self.cache_dir} is unknown; retry when the partition is less busy or raise "
                 "probe_timeout_s in [tool.harness.slurm]")
         if h.error is not None:
-            raise JobFailed(f"the start-up job failed, so no evaluation can run: {h.error}")
-        where = f"--cache-dir {self.cache_dir} must be on a file system the compute nodes share (NFS, Lustre, GPFS)"
+            raise JobFailed(f"the start-up job failed, so nothing can run: {h.error}")
         if not isinstance(h.value, dict):  # ended without a result the driver can see
             raise SharedFilesystemError(f"the start-up job left no result under {self.run_dir} "
-                                        f"({'; '.join(h.faults)}): {where}")
-        if not h.value["seen"]:
-            raise SharedFilesystemError(f"the start-up job on {h.value['host']} cannot read {token_file}, which "
-                                        f"this driver wrote: {where}")
-        self.say(f"jobs run on {h.value['host']} and see {self.cache_dir}")
-        namespace = h.value["namespace"]
-        return evaluator if namespace is None else RemoteEvaluator(evaluator, (namespace[0], namespace[1]))
+                                        f"({'; '.join(h.faults)}): --cache-dir {self.cache_dir} must be on a "
+                                        "file system the compute nodes share (NFS, Lustre, GPFS)")
+        return h.value
 
     # ------------------------------------------------------------------ jobs
 
