@@ -36,6 +36,7 @@ from harness.executors import slurm as slurm_mod
 from harness.executors.jobcalls import RemoteEvaluator
 from harness.executors.slurm import JobFailed, SharedFilesystemError, SlurmExecutor, SlurmOptions
 from harness.gitrepo import open_repo
+from harness.report import render_bisect_report
 from harness.report.terminal import bisect_summary_lines
 from tests.scripted_eval import ScriptedEvaluator
 from tests.test_bisect_command import GIT_ENV, _fake_history, cache_rows, culprits
@@ -148,6 +149,10 @@ def test_sigkilled_job_is_retried_then_skipped_as_infrastructure(tmp_path: Path,
     assert ex.stats["retried"] == 2 and ex.stats["infrastructure"] == 1
     assert "resubmitting" in terminal.getvalue()
     assert "1 skipped for infrastructure" in bisect_summary_lines(run.doc)[0]
+    page = render_bisect_report(run.doc, tmp_path / "report.html").read_text()
+    assert "Skipped for infrastructure" in page and shas[8][:12] in page
+    for job in run.doc.cluster_jobs[shas[8]]:
+        assert f'data-job-id="{job.job_id}"' in page and f'href="{Path(job.stderr).as_uri()}"' in page
 
 
 def test_job_made_moot_by_another_result_is_cancelled(tmp_path: Path, job_env: None) -> None:
