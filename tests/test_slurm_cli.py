@@ -13,6 +13,7 @@ import json
 import os
 import subprocess
 import sys
+import tomllib
 from pathlib import Path
 
 import pytest
@@ -58,6 +59,12 @@ def test_nearest_config_table_wins_and_flags_override_it(tmp_path: Path) -> None
     (mid / "harness.toml").write_text("[slurm\n")
     with pytest.raises(UsageError, match="not readable TOML"):
         config.find_table(mid)
+
+
+def test_example_cluster_settings_are_valid() -> None:
+    path = ROOT / "examples" / "ci" / "harness.slurm.toml"
+    opts = config.options_from(tomllib.loads(path.read_text())["tool"]["harness"]["slurm"], str(path))
+    assert opts.container_image and opts.gpus == 1 and opts.time_min * 60 > 1800
 
 
 @pytest.mark.parametrize("text,minutes", [("90", 90), ("1:30", 2), ("1:30:00", 90), ("2-0", 2880), ("0-1:00", 60)])
