@@ -39,7 +39,7 @@ from typing import Any, TextIO
 
 from harness import gitrepo, history, paths, runner
 from harness.commands import _args
-from harness.executors.shards import run_sharded
+from harness.executors.shards import run_suites_with
 from harness.errors import HarnessError, UsageError
 from harness.report import render_run_report, render_trend_report, write_junit
 from harness.report.terminal import print_run_summary
@@ -103,12 +103,8 @@ def run(args: argparse.Namespace, out: TextIO = sys.stdout) -> int:
 
     opts = runner.RunOptions(suites=args.suite, timeout_s=args.timeout, jobs=args.jobs, fixtures_dir=args.fixtures,
                              verbose=args.verbose)
-    executor = _args.executor_from_args(args, args.jobs, args.timeout)
-    if executor is None:
-        result = runner.run_suites(tgt, opts, run_dir, progress=None if args.quiet else sys.stderr)
-    else:
-        with executor:
-            result = run_sharded(tgt, opts, run_dir, executor)
+    result = run_suites_with(_args.executor_from_args(args, args.jobs, args.timeout), tgt, opts, run_dir,
+                             progress=None if args.quiet else sys.stderr)
     junit = write_junit(result, out_dir / "junit.xml")
     report = render_run_report(result, out_dir / "report.html")
     print_run_summary(result, out)

@@ -12,7 +12,7 @@ from typing import TextIO
 
 from harness import runner
 from harness.commands import _args
-from harness.executors.shards import run_sharded
+from harness.executors.shards import run_suites_with
 from harness.report import render_run_report, write_junit
 from harness.report.terminal import print_run_summary
 from harness.target import require_mb
@@ -42,12 +42,8 @@ def run(args: argparse.Namespace, out: TextIO = sys.stdout) -> int:
     out_dir = _args.out_dir(args, runner.new_run_id())
     opts = runner.RunOptions(suites=args.suite, keyword=args.keyword, timeout_s=args.timeout, jobs=args.jobs,
                              fixtures_dir=args.fixtures, import_mode=args.import_mode, verbose=args.verbose)
-    executor = _args.executor_from_args(args, args.jobs, args.timeout)
-    if executor is None:
-        result = runner.run_suites(tgt, opts, out_dir, progress=None if args.quiet else sys.stderr)
-    else:
-        with executor:
-            result = run_sharded(tgt, opts, out_dir, executor)
+    result = run_suites_with(_args.executor_from_args(args, args.jobs, args.timeout), tgt, opts, out_dir,
+                             progress=None if args.quiet else sys.stderr)
     write_junit(result, out_dir / "junit.xml")
     report = render_run_report(result, out_dir / "report.html")
     print_run_summary(result, out)

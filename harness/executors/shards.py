@@ -15,7 +15,7 @@ import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TextIO
 
 from harness import runner
 from harness.bisect.evaluator import EvalOutcome
@@ -76,6 +76,16 @@ def lost_case(name: str, suite: str, outcome: EvalOutcome, logs: Iterable[JobLog
 def describe(logs: Iterable[JobLog]) -> str:
     return "; ".join(f"{j.cluster} job {j.job_id} attempt {j.attempt} {j.state}: {j.stdout} {j.stderr}"
                      for j in logs)
+
+
+def run_suites_with(executor: SlurmExecutor | None, tgt: Target, opts: runner.RunOptions, out_dir: Path,
+                    progress: TextIO | None) -> RunResult:
+    """:func:`harness.runner.run_suites` here (no executor), or one job per suite (the executor is
+    closed afterwards; an exception or Ctrl-C cancels the jobs in flight)."""
+    if executor is None:
+        return runner.run_suites(tgt, opts, out_dir, progress=progress)
+    with executor:
+        return run_sharded(tgt, opts, out_dir, executor)
 
 
 def run_sharded(tgt: Target, opts: runner.RunOptions, out_dir: Path, executor: SlurmExecutor) -> RunResult:
