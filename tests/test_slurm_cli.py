@@ -162,3 +162,18 @@ def test_cli_run_sharded_by_suite_matches_a_local_run(local_cluster_dir: Path, t
     for suite in ("packed_seq_params", "packing_algorithms"):
         assert (tmp_path / "jobs" / "shards" / suite / "results.json").is_file()
     assert (tmp_path / "jobs" / "junit.xml").is_file() and (tmp_path / "jobs" / "report.html").is_file()
+
+
+@pytest.mark.slow
+def test_cli_matrix_one_job_per_ref_matches_a_local_matrix(mb_repo: MBRepo, local_cluster_dir: Path,
+                                                           tmp_path: Path) -> None:
+    common = ["matrix", "--repo", str(mb_repo.path), "--refs", "good,bad", "--suite", "packed_seq_params", "-q",
+              "--cache-dir", str(tmp_path / "cache")]
+    local = harness(local_cluster_dir, *common, "--out", str(tmp_path / "local"))
+    jobs = harness(local_cluster_dir, *common, "--out", str(tmp_path / "jobs"), "--executor", "slurm", "-j", "2")
+    assert local.returncode == jobs.returncode == 0, jobs.stdout + jobs.stderr
+    rows = {name: json.loads((tmp_path / name / "matrix.json").read_text())["refs"] for name in ("local", "jobs")}
+    assert [(r["ref"], r["commit"], r["suites"]) for r in rows["jobs"]] == \
+        [(r["ref"], r["commit"], r["suites"]) for r in rows["local"]]
+    assert rows["jobs"][1]["suites"]["packed_seq_params"]["fail"] > 0, "the bad end carries a caught fault"
+    assert all(any("ran as local job" in n for n in r["notes"]) for r in rows["jobs"])
