@@ -34,7 +34,8 @@ from harness.executors import joblist as jl
 from harness.executors import jobstate
 from harness.executors import slurm as slurm_mod
 from harness.executors.jobcalls import RemoteEvaluator
-from harness.executors.slurm import JobFailed, SharedFilesystemError, SlurmExecutor, SlurmOptions
+from harness.executors.options import JobFailed, SharedFilesystemError, SlurmOptions
+from harness.executors.slurm import SlurmExecutor
 from harness.gitrepo import open_repo
 from harness.report import render_bisect_report
 from harness.report.terminal import bisect_summary_lines

@@ -15,7 +15,8 @@ from pathlib import Path
 import pytest
 
 from harness.bisect.executor import LocalExecutor
-from harness.executors.slurm import SlurmExecutor, SlurmOptions
+from harness.executors.options import SlurmOptions
+from harness.executors.slurm import SlurmExecutor
 from tests import slurm_cluster
 from tests.test_bisect_command import _fake_history, cache_rows, culprits
 from tests.test_slurm_executor import bisect, job_env, outcomes, scripted  # noqa: F401 (fixture)

@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from harness.errors import UsageError
-from harness.executors.slurm import SlurmOptions
+from harness.executors.options import SlurmOptions
 
 CONFIG_FILES = ("harness.toml", "pyproject.toml")
 
