@@ -186,10 +186,9 @@ class SlurmExecutor:
         stay in the job list for a rerun to reattach to."""
         outstanding = [h for h in self._live if not h.done() and not h.cancelled]
         if cancel and outstanding:
-            for h in outstanding:
-                self.cancel(h)
-            self.say(f"cancelled {len(outstanding)} job(s) in flight")
-            outstanding = []
+            finished = [h for h in outstanding if not self.cancel(h)]  # results nobody took: a rerun will
+            self.say(f"cancelled {len(outstanding) - len(finished)} job(s) in flight")
+            outstanding = finished
         if not outstanding:  # adopted jobs nobody asked for: nothing will read them
             for entry in self._adopted.values():
                 if entry.state is EntryState.SUBMITTED:
