@@ -91,6 +91,8 @@ def test_executor_flags(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys:
     finally:
         executor.close()
     assert "below --timeout" in capsys.readouterr().err, "a 20 min job limit under a 30 min timeout is warned about"
+    assert not (tmp_path / "cache" / "jobs").exists() or not any((tmp_path / "cache" / "jobs").iterdir()), \
+        "an executor that ran no job leaves nothing behind"
     assert _args.executor_argv(args) == argv
     cmd = bisect_command("g", "b", Path("/r"), Path("/o"), ["s"], None, _args.executor_argv(args) + ["-j", "3"])
     assert cmd[-len(argv) - 2:] == [*argv, "-j", "3"], "nightly's bisection runs where the nightly's suites ran"

@@ -196,6 +196,8 @@ class SlurmExecutor:
                     self.joblist.mark(entry.job_id, EntryState.CANCELLED)
             self._adopted.clear()
         self.joblist.close(keep=bool(outstanding))
+        if not any(p.is_dir() and any(p.iterdir()) for p in self.run_dir.iterdir()):
+            shutil.rmtree(self.run_dir, ignore_errors=True)  # no job ran (a usage error came first): no logs to keep
 
     def __enter__(self) -> "SlurmExecutor":
         return self
