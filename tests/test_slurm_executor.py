@@ -360,3 +360,19 @@ def test_options_are_checked(tmp_path: Path) -> None:
                                   f"--container-mounts=/data:/data,{ex.cache_dir}:{ex.cache_dir}"]
     finally:
         ex.close()
+
+
+def test_importing_submitit_leaves_the_process_logging_alone() -> None:
+    """submitit's import runs logging.config.dictConfig, which closes every handler the process
+    has (here: one that closes its stream, as pytest's capture and many libraries' do); the
+    executor imports it without that. A fresh interpreter, since this one may have it already."""
+    code = ("import io, logging, os, sys\n"
+            "class Closing(logging.StreamHandler):\n"
+            "    def close(self):\n"
+            "        self.stream.close(); super().close()\n"
+            "stream = io.StringIO(); logging.getLogger('app').addHandler(Closing(stream))\n"
+            "from harness.executors.slurm import _import_submitit\n"
+            "_import_submitit()\n"
+            "assert 'SUBMITIT_LOG_LEVEL' not in os.environ, 'jobs must still configure it'\n"
+            "sys.exit(1 if stream.closed else 0)\n")
+    assert subprocess.run([sys.executable, "-c", code], cwd=ROOT).returncode == 0

@@ -91,10 +91,7 @@ class SlurmExecutor:
         if slots < 1:
             raise UsageError("-j must be at least 1 (jobs in flight)")
         self.options = options or SlurmOptions()
-        try:
-            import submitit
-        except ImportError:
-            raise EnvironmentProblem("the slurm executor needs submitit: pip install 'harness[slurm]'") from None
+        submitit = _import_submitit()
         if self.options.cluster == "slurm" and shutil.which("sbatch") is None:
             raise EnvironmentProblem("the slurm executor needs sbatch on PATH (run the driver on a SLURM login node)")
         self.slots = slots
@@ -364,6 +361,26 @@ class SlurmExecutor:
     def _log(self, h: SlurmHandle, state: str) -> JobLog:
         paths = self._paths(h)
         return JobLog(str(h.job.job_id), self.options.cluster, str(paths.stdout), str(paths.stderr), h.attempt, state)
+
+
+def _import_submitit() -> Any:
+    """submitit, imported without its ``logging.config.dictConfig``: that call closes every
+    logging handler the process already has (an application's own, pytest's log capture). Jobs
+    still configure it: the variable is not left in the environment they inherit."""
+    if "submitit" in sys.modules:
+        return sys.modules["submitit"]
+    before = os.environ.get("SUBMITIT_LOG_LEVEL")
+    os.environ["SUBMITIT_LOG_LEVEL"] = "NOCONFIG"
+    try:
+        import submitit
+    except ImportError:
+        raise EnvironmentProblem("the slurm executor needs submitit: pip install 'harness[slurm]'") from None
+    finally:
+        if before is None:
+            del os.environ["SUBMITIT_LOG_LEVEL"]
+        else:
+            os.environ["SUBMITIT_LOG_LEVEL"] = before
+    return submitit
 
 
 def _indent(text: str) -> str:
