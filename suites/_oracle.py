@@ -34,6 +34,7 @@ class SFTCase:
     distinct_eod: bool = False
     n: int = 14
     long_rate: float = 0.1
+    max_samples: int | None = None  # max_train_samples: a samples mapping over the packed rows
 
     @property
     def corpus(self) -> corpus.CorpusSpec:
@@ -105,7 +106,7 @@ def built(case: SFTCase) -> Built:
     tok = load_tokenizer(case.distinct_eod)
     root = corpus.write_dataset_root(_workdir(case.id), case.corpus)
     req = sft.SFTRequest(root, tok, SEQ, kind=case.kind, full_loss=case.full_loss, packing=case.packing,
-                         seed=case.seed)
+                         seed=case.seed, max_train_samples=case.max_samples)
     result = sft.build_sft(req)
     if result.prep_reference is None:
         raise AssertionError("MB's packing preparation built no unpacked dataset the oracle could read")
@@ -131,3 +132,39 @@ def canonical_rows(rows: list[differential.PackedRow]) -> list[dict[str, Any]]:
                     "position_ids": list(r.position_ids), "cu_seqlens_q": q, "cu_seqlens_q_padded": qp,
                     "max_seqlen_q": r.max_seqlen_q})
     return out
+
+
+@functools.lru_cache(maxsize=None)
+def reference(case: SFTCase) -> tuple[differential.Example, ...]:
+    """MB's unpacked split for ``case`` (what a user without packing trains on), as examples."""
+    tok = load_tokenizer(case.distinct_eod)
+    root = corpus.write_dataset_root(_workdir(case.id + "-unpacked"), case.corpus)
+    result = sft.build_sft(sft.SFTRequest(root, tok, SEQ, kind=case.kind, full_loss=case.full_loss, seed=case.seed))
+    return tuple(batch_ops.unpacked_examples(result.unpacked))
+
+
+def right_padded(examples: list[differential.Example], pad_id: int, ignore_index: int) -> dict[str, Any]:
+    """A right-padded micro-batch of MB's unpacked examples, as a VLM collate hands it to in-batch
+    packing: padding = ``pad_id`` tokens, ``ignore_index`` labels, loss mask 0, and a padding mask
+    (``attention_mask``), because content may itself hold the pad id."""
+    import torch
+
+    width = max(len(ex.tokens) for ex in examples)
+    rows = len(examples)
+    out = {"tokens": torch.full((rows, width), pad_id, dtype=torch.long),
+           "labels": torch.full((rows, width), ignore_index, dtype=torch.long),
+           "loss_mask": torch.zeros((rows, width), dtype=torch.float),
+           "position_ids": torch.zeros((rows, width), dtype=torch.long),
+           "attention_mask": torch.zeros((rows, width), dtype=torch.bool)}
+    for r, ex in enumerate(examples):
+        n = len(ex.tokens)
+        out["tokens"][r, :n] = torch.tensor(ex.tokens)
+        out["labels"][r, :n] = torch.tensor(ex.labels)
+        out["loss_mask"][r, :n] = torch.tensor(ex.loss_mask, dtype=torch.float)
+        out["position_ids"][r, :n] = torch.tensor(ex.position_ids)
+        out["attention_mask"][r, :n] = True
+    return out
+
+
+def special_ids(case: SFTCase) -> dict[str, int | None]:
+    return tokenizer.special_ids(load_tokenizer(case.distinct_eod))

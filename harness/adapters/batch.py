@@ -111,3 +111,32 @@ def unpacked_examples(dataset: Any) -> list[Example]:
                            loss_mask=tuple(int(bool(x)) for x in take["loss_mask"]),
                            position_ids=take["position_ids"], length=n))
     return out
+
+
+PARAM_FIELDS = ("cu_seqlens_q", "cu_seqlens_kv", "cu_seqlens_q_padded", "cu_seqlens_kv_padded")
+
+
+def _flat(value: Any) -> list[int] | None:
+    v = plain(value)
+    while isinstance(v, list) and len(v) == 1 and isinstance(v[0], list):
+        v = v[0]
+    return None if v is None else [int(x) for x in v]
+
+
+def with_params(row: PackedRow, params: Any) -> PackedRow:
+    """``row`` with its boundaries replaced by what MCore's ``PackedSeqParams`` ``params`` carry.
+
+    The oracle then checks what the model receives (values, dtypes, ``max_seqlen``) against the
+    same unpacked reference as the collated batch.
+    """
+    values = {name: _flat(getattr(params, name, None)) for name in PARAM_FIELDS}
+    dtypes = {name: d for name in PARAM_FIELDS if (d := dtype_name(getattr(params, name, None))) is not None}
+    return PackedRow(
+        tokens=row.tokens, labels=row.labels, loss_mask=row.loss_mask, position_ids=row.position_ids,
+        cu_seqlens_q=None if values["cu_seqlens_q"] is None else tuple(values["cu_seqlens_q"]),
+        cu_seqlens_kv=None if values["cu_seqlens_kv"] is None else tuple(values["cu_seqlens_kv"]),
+        cu_seqlens_q_padded=None if values["cu_seqlens_q_padded"] is None else tuple(values["cu_seqlens_q_padded"]),
+        cu_seqlens_kv_padded=None if values["cu_seqlens_kv_padded"] is None else tuple(values["cu_seqlens_kv_padded"]),
+        max_seqlen_q=_scalar(getattr(params, "max_seqlen_q", None), 0),
+        max_seqlen_kv=_scalar(getattr(params, "max_seqlen_kv", None), 0),
+        dtypes=dtypes, padding_row=row.padding_row)

@@ -7,7 +7,8 @@ Canonical forms (all tensors become Python lists so goldens read the same in eve
 * an in-batch packed batch: ``tokens``, ``labels``, ``loss_mask``, ``position_ids`` (1-D),
   ``cu_seqlens_padded`` (physical boundaries: where each sequence starts in the packed row),
   ``cu_seqlens_unpadded`` (real-token boundaries; None in eras that do not emit it),
-  ``max_seqlen``.
+  ``max_seqlen``, and ``raw``: MB's batch itself (tensors, dtypes kept) in its era's keys, for
+  :func:`harness.adapters.batch.packed_rows`.
 
 Eras (from ``git log -S`` on MB's ``src``):
 
@@ -156,7 +157,8 @@ def _in_batch_direct(module: str) -> Callable[[], Callable[..., dict[str, Any]]]
                  pad_to_multiple_of: int = 1) -> dict[str, Any]:
             batch = _batch_in(tokens, labels, loss_mask, position_ids, attention_mask)
             ret = fn(batch, pad_token_id=pad_token_id, pad_to_multiple_of=pad_to_multiple_of)
-            return canonical_thd_batch(ret if isinstance(ret, Mapping) else batch)
+            raw = ret if isinstance(ret, Mapping) else batch
+            return {**canonical_thd_batch(raw), "raw": raw}
         return call
     return probe
 
@@ -171,7 +173,8 @@ def _in_batch_pad_or_pack() -> Callable[..., dict[str, Any]]:
         batch = _batch_in(tokens, labels, loss_mask, position_ids, attention_mask)
         ret = fn(batch, sequence_length=None, enable_in_batch_packing=True,
                  in_batch_packing_pad_to_multiple_of=pad_to_multiple_of, pad_token_id=pad_token_id)
-        return canonical_thd_batch(ret if isinstance(ret, Mapping) else batch)
+        raw = ret if isinstance(ret, Mapping) else batch
+        return {**canonical_thd_batch(raw), "raw": raw}
     return call
 
 
@@ -189,7 +192,9 @@ def _in_batch_vlm_step() -> Callable[..., dict[str, Any]]:
                           f"of length {len(out) if isinstance(out, tuple) else '?'}; expected a 7- or 8-tuple")
         p_tokens, p_labels, p_loss, _attn, p_pos, cu, max_seqlen = out[:7]
         unpadded = strip_sentinel(_flat(out[7])) if len(out) == 8 and out[7] is not None else None
-        return {"tokens": _flat(p_tokens), "labels": _flat(p_labels), "loss_mask": _flat(p_loss),
+        raw = {"tokens": p_tokens, "labels": p_labels, "loss_mask": p_loss, "position_ids": p_pos, "cu_seqlens": cu,
+               "max_seqlen": max_seqlen, "cu_seqlens_unpadded": out[7] if len(out) == 8 else None}
+        return {"raw": raw, "tokens": _flat(p_tokens), "labels": _flat(p_labels), "loss_mask": _flat(p_loss),
                 "position_ids": _flat(p_pos), "cu_seqlens_padded": strip_sentinel(_flat(cu)),
                 "cu_seqlens_unpadded": unpadded, "max_seqlen": _int_or_none(max_seqlen)}
     return call

@@ -50,6 +50,11 @@ class Invariant(str, enum.Enum):
     SHAPES = "row-shapes"
 
 
+BOUNDARY_INVARIANTS = frozenset({Invariant.PHYSICAL_BOUNDARIES, Invariant.LOGICAL_BOUNDARIES, Invariant.ALIGNMENT,
+                                 Invariant.BOUNDARY_DTYPE, Invariant.MAX_SEQLEN})
+"""What ``PackedSeqParams`` carry: the invariants a params check is about."""
+
+
 @dataclass(frozen=True)
 class Example:
     """One example as MB's unpacked collate gives it: real positions only (length ``n``)."""
@@ -153,12 +158,22 @@ class Report:
         for v in self.violations:
             by_kind[v.invariant.value] = by_kind.get(v.invariant.value, 0) + 1
         head = ", ".join(f"{k} x{n}" for k, n in sorted(by_kind.items()))
-        lines = [f"packed != MB's own unpacked path: {head}; trained positions packed {self.packed_trained} "
-                 f"vs unpacked {self.unpacked_trained}"]
+        trains = {Invariant.LOSS_MASK.value, Invariant.PADDING_NEVER_TRAINS.value} & by_kind.keys()
+        counts = (f"; trained positions packed {self.packed_trained} vs unpacked {self.unpacked_trained}"
+                  if trains else "")
+        lines = [f"packed != MB's own unpacked path: {head}{counts}"]
         lines += ["  " + v.text() for v in self.violations[:limit]]
         if len(self.violations) > limit:
             lines.append(f"  ... and {len(self.violations) - limit} more")
         return "\n".join(lines)
+
+    def only(self, invariants: Iterable[Invariant]) -> Report:
+        """The same report restricted to ``invariants`` (a suite that checks one layer)."""
+        keep = set(invariants)
+        rows = [RowReport(r.row, r.segments, [v for v in r.violations if v.invariant in keep], r.width)
+                for r in self.rows]
+        return Report(rows, [v for v in self.violations if v.invariant in keep], self.unpacked_trained,
+                      self.packed_trained)
 
     def assert_ok(self) -> None:
         """Raise :class:`InvariantFailure` (a FAIL: a regression) when any invariant is broken."""
@@ -387,4 +402,4 @@ def compare(rows: Sequence[PackedRow], examples: Sequence[Example], *, pad_seq_t
     return Report(reports, violations, unpacked_trained, packed_trained)
 
 
-__all__ = ["Example", "Invariant", "InvariantFailure", "PackedRow", "Report", "RowReport", "Segment", "Violation", "compare"]
+__all__ = ["BOUNDARY_INVARIANTS", "Example", "Invariant", "InvariantFailure", "PackedRow", "Report", "RowReport", "Segment", "Violation", "compare"]
