@@ -83,8 +83,12 @@ def _tokenizer_probe(config_module: str) -> Callable[[], Callable[..., Any]]:
         cfg_cls = symbol(config_module, "TokenizerConfig")
         build = symbol("megatron.bridge.training.tokenizers.tokenizer", "build_tokenizer")
 
+        # 2025 eras: build_tokenizer(config, make_vocab_size_divisible_by, tensor_model_parallel_size)
+        extra = {k: v for k, v in (("make_vocab_size_divisible_by", 128), ("tensor_model_parallel_size", 1))
+                 if accepts(build, k)}
+
         def call(directory: Path) -> Any:
-            return build(cfg_cls(tokenizer_type="HuggingFaceTokenizer", tokenizer_model=str(directory)))
+            return build(cfg_cls(tokenizer_type="HuggingFaceTokenizer", tokenizer_model=str(directory)), **extra)
         return call
     return probe
 
@@ -210,10 +214,16 @@ def _finetuning_builder() -> Callable[[SFTRequest], SFTBuild]:
     base = _unpacked_base()
     era = "data/builders/finetuning_dataset.FinetuningDatasetBuilder"
 
+    chat_cls = symbol(base.__module__, "GPTSFTChatDataset")
+    hf_chat = accepts(chat_cls.__init__, "use_hf_tokenizer_chat_template")
+
     def build(req: SFTRequest) -> SFTBuild:
         if req.kind == "completion":
             raise Untestable("prompt-completion preprocessing configs do not exist in this era "
                              "(FinetuningDatasetBuilder takes dataset_kwargs only)")
+        if req.kind == "chat" and not hf_chat:
+            raise Untestable("chat datasets over HF chat templates ('messages') do not exist in this era "
+                             "(GPTSFTChatDataset has no use_hf_tokenizer_chat_template)")
 
         def make(packing: OfflinePacking | None) -> tuple[Any, list[Any], Any]:
             kwargs: dict[str, Any] = dict(dataset_root=req.root, tokenizer=req.tokenizer, seq_length=req.seq_length,
