@@ -177,8 +177,22 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
     report.user_properties.append((PROP, {
         "case_id": f"{suite_of(item)}::{case_of(item)}", "suite": suite_of(item), "verdict": verdict.value,
         "message": message[:20000], "diff": message if diff_data else "", "diff_data": diff_data,
-        "source": "golden",
+        "source": "golden", "violations": _violations(excinfo),
     }))
+
+
+MAX_VIOLATIONS = 200  # per case: enough to match known failures and show patterns, bounded on disk
+
+
+def _violations(excinfo: pytest.ExceptionInfo | None) -> list[dict[str, Any]]:
+    """Structured violations of an :class:`~harness.oracle.differential.InvariantFailure` (else [])."""
+    found = getattr(excinfo.value, "violations", None) if excinfo is not None else None
+    out = []
+    for v in (found or [])[:MAX_VIOLATIONS]:
+        out.append({"invariant": v.invariant.value, "row": v.row, "position": v.position,
+                    "expected": repr(v.expected)[:200], "got": repr(v.got)[:200], "detail": v.detail,
+                    "tags": list(v.tags)})
+    return out
 
 
 def pytest_runtest_logreport(report: pytest.TestReport) -> None:

@@ -29,6 +29,7 @@ class CaseResult:
     diff: str = ""  # human-readable golden diff (terminal and HTML)
     diff_data: dict[str, Any] | None = None  # structured diff (first index, errors, rows)
     source: str = "golden"  # "golden" or "upstream": which source of verdicts
+    violations: list[dict[str, Any]] = field(default_factory=list)  # broken oracle invariants (structured)
 
     def to_json(self) -> dict[str, Any]:
         doc = dataclasses.asdict(self)
