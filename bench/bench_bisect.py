@@ -32,7 +32,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from harness.bisect.driver import BisectOptions, EvalOutcome, run_bisection  # noqa: E402
+from harness.bisect.driver import BisectOptions, run_bisection  # noqa: E402
+from harness.bisect.evaluator import EvalOutcome  # noqa: E402
 from harness.gitrepo import WorkspaceCache  # noqa: E402
 from harness.verdict import Verdict  # noqa: E402
 
@@ -123,7 +124,7 @@ def harness_bisect(repo: Path, good: str, bad: str, jobs: int, work: Path) -> tu
     ev = FakeEvaluator(repo, workspace_dir_for(cache, open_repo(repo)))
     t0 = time.monotonic()
     run = run_bisection(opts, evaluator=ev, progress=None)
-    return run.doc, time.monotonic() - t0
+    return run.doc.to_json(), time.monotonic() - t0
 
 
 def git_bisect(repo: Path, good: str, bad: str, keyword: str, work: Path) -> tuple[int, str, float]:

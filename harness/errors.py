@@ -32,3 +32,20 @@ class CorruptFile(HarnessError):
 
 class GitError(HarnessError):
     """A git operation on the user's repository or the harness clone failed."""
+
+
+class Untestable(Exception):
+    """The case cannot be evaluated on this target (missing operation, CUDA-only code...).
+
+    Not a :class:`HarnessError`: it never reaches the CLI. The pytest plugin turns it into an
+    UNTESTABLE verdict (a bisect "skip"); it lives here so that adapters and suites can raise it
+    without importing the plugin.
+    """
+
+
+class NotHere(Exception):
+    """An adapter candidate does not fit this MB (its probe failed); try the next candidate.
+
+    Internal to :mod:`harness.adapters`: when no candidate fits, the operation raises
+    :class:`Untestable` with what was tried.
+    """

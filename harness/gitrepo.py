@@ -26,6 +26,7 @@ import tempfile
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import NamedTuple
 
 from harness.errors import EnvironmentProblem, GitError, UsageError
 
@@ -72,6 +73,15 @@ class CommitInfo:
     @property
     def short(self) -> str:
         return self.sha[:12]
+
+
+class CommitSummary(NamedTuple):
+    """One line of a commit table."""
+
+    sha: str
+    subject: str
+    author: str
+    date: str  # author date, strict ISO 8601
 
 
 class GitRepo:
@@ -156,6 +166,18 @@ class GitRepo:
         full, subject, author, email, date, parents = raw.rstrip("\n").split("\x00")
         files = self._changed(full, parents.split(), [under]).split("\n")
         return CommitInfo(full, subject, author, email, date, tuple(parents.split()), tuple(f for f in files if f))
+
+    def commit_summaries(self, shas: Sequence[str]) -> dict[str, CommitSummary]:
+        """sha -> subject/author/date for many commits with few git calls (read-only ``show -s``)."""
+        meta: dict[str, CommitSummary] = {}
+        for i in range(0, len(shas), 400):
+            chunk = list(shas[i:i + 400])
+            raw = self._out("show", "-s", "--no-show-signature", "--format=%H%x00%s%x00%an%x00%aI%x01", *chunk)
+            for rec in raw.split("\x01"):
+                fields = rec.strip("\n").split("\x00")
+                if len(fields) == 4:
+                    meta[fields[0]] = CommitSummary(*fields)
+        return meta
 
     def _diff_tree(self, sha: str, parents: Sequence[str], paths: Sequence[str], *opts: str) -> str:
         """Plumbing tree-to-tree diff (never touches the index); root commits vs empty tree."""

@@ -23,6 +23,7 @@ from typing import Any
 
 import pytest
 
+from harness.errors import Untestable
 from harness.golden.compare import Comparator, Tolerance
 from harness.golden.serializer import encode
 from harness.golden.storage import Golden, golden_path, read_golden, write_golden
@@ -37,10 +38,6 @@ class GoldenMismatch(AssertionError):
     def __init__(self, text: str, diff_data: dict[str, Any] | None) -> None:
         super().__init__(text)
         self.diff_data = diff_data
-
-
-class Untestable(Exception):
-    """The case cannot be evaluated on this target (missing operation, CUDA-only code...)."""
 
 
 def suite_of(item: pytest.Item) -> str:
@@ -212,16 +209,12 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     seen: dict[str, dict[str, Any]] = {}
     for case in _CASES:  # a setup error and a teardown error for one case: keep the worst
         prev = seen.get(case["case_id"])
-        if prev is None or _rank(case["verdict"]) > _rank(prev["verdict"]):
+        if prev is None or Verdict(case["verdict"]).severity > Verdict(prev["verdict"]).severity:
             seen[case["case_id"]] = case
     from harness.atomicio import write_versioned_json
 
     write_versioned_json(Path(path), "harness-cases", 1, {"finished": time.time(), "pid": os.getpid(),
                                                          "cases": list(seen.values())})
-
-
-def _rank(verdict: str) -> int:
-    return {"pass": 0, "untestable": 1, "error": 2, "fail": 3}[verdict]
 
 
 __all__ = ["GoldenMismatch", "Untestable", "GoldenChecker", "classify", "json"]

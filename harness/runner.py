@@ -26,18 +26,9 @@ from harness import target as target_mod
 from harness.atomicio import read_versioned_json
 from harness.errors import CorruptFile, UsageError
 from harness.results import CaseResult, RunResult
-from harness.target import HARNESS_ROOT, Target
+from harness.paths import FIXTURES_DIR, ROOT, SUITES_DIR
+from harness.target import Target
 from harness.verdict import Verdict
-
-SUITES_DIR = HARNESS_ROOT / "suites"
-FIXTURES_DIR = HARNESS_ROOT / "fixtures"
-
-
-def cache_dir() -> Path:
-    """Per-user cache (bisect mirrors and verdicts, pinned Megatron-LM trees); HARNESS_CACHE overrides."""
-    env = os.environ.get("HARNESS_CACHE")
-    return Path(env).expanduser() if env else Path.home() / ".cache" / "harness"
-
 
 UPSTREAM = "upstream"  # MB's own packing tests, replayed from the target's tree (harness.upstream)
 
@@ -77,6 +68,7 @@ class RunOptions:
     extra_pytest: list[str] = field(default_factory=list)
     import_mode: str = "auto"  # see IMPORT_MODES
     fork_server: bool = False  # light-import group through harness.forkserver (torch + MCore imported once)
+    verbose: bool = False  # the live output names every case (pytest -v instead of -q)
 
 
 IMPORT_MODES = ("auto", "light", "full")
@@ -111,8 +103,8 @@ def new_run_id() -> str:
 def _pytest_cmd(files: list[Path], opts: RunOptions, cases_file: Path, obtained: Path) -> list[str]:
     cmd = [sys.executable, "-m", "pytest", *map(str, files), "-p", "harness.plugin", "-p", "harness.standins.light",
            "-p", "no:cacheprovider",
-           "-q", "--no-header", "-rN", "--color=no", "-W", "ignore",
-           "--rootdir", str(HARNESS_ROOT), "-c", str(HARNESS_ROOT / "suites" / "pytest.ini"),
+           "-v" if opts.verbose else "-q", "--no-header", "-rN", "--color=no", "-W", "ignore",
+           "--rootdir", str(ROOT), "-c", str(SUITES_DIR / "pytest.ini"),
            "--harness-results", str(cases_file), "--harness-obtained", str(obtained),
            "--harness-fixtures", str(opts.fixtures_dir)]
     if opts.record:
@@ -194,7 +186,7 @@ def run_suites(tgt: Target, opts: RunOptions, out_dir: Path, progress: TextIO | 
         if opts.fork_server and import_env == "light":
             rc, timed_out, tail = _run_forked(cmd, env, out_dir / f"pytest-{group}.log", remaining)
         else:
-            proc = popen_owned(cmd, cwd=HARNESS_ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+            proc = popen_owned(cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                                stdin=subprocess.DEVNULL)
             timed_out, tail = _stream(proc, progress, time.monotonic() + remaining)
             rc = proc.returncode
@@ -238,7 +230,7 @@ def _run_forked(cmd: list[str], env: dict[str, str], log: Path, timeout_s: float
 
     server_env = Target().env()
     server_env["HARNESS_IMPORT_MODE"] = "light"
-    rc, timed_out = server_for(server_env, HARNESS_ROOT).run(cmd[3:], env, HARNESS_ROOT, log, timeout_s)
+    rc, timed_out = server_for(server_env, ROOT).run(cmd[3:], env, ROOT, log, timeout_s)
     try:
         tail = log.read_text(errors="replace")[-20000:]
     except OSError:
@@ -249,7 +241,7 @@ def _run_forked(cmd: list[str], env: dict[str, str], log: Path, timeout_s: float
 def _upstream(tgt: Target, opts: RunOptions, out_dir: Path) -> tuple[list[CaseResult], list[str]]:
     from harness.upstream import run_upstream
 
-    return run_upstream(tgt, opts, out_dir / "upstream")
+    return run_upstream(tgt, out_dir / "upstream", timeout_s=opts.timeout_s)
 
 
 def _run_upstream_only(tgt: Target, opts: RunOptions, out_dir: Path) -> RunResult:
@@ -305,7 +297,7 @@ def _target_versions(tgt: Target) -> dict[str, str]:
     code = "import json; from harness.target import versions; print(json.dumps(versions()))"
     try:
         out = subprocess.run([sys.executable, "-c", code], env=tgt.env(), capture_output=True, text=True,
-                             timeout=120, cwd=HARNESS_ROOT)
+                             timeout=120, cwd=ROOT)
         return json.loads(out.stdout.strip().splitlines()[-1])
     except (subprocess.SubprocessError, json.JSONDecodeError, IndexError, OSError):
         return {"megatron-bridge": "unknown"}

@@ -22,9 +22,7 @@ from typing import Any
 
 import harness
 from harness.errors import EnvironmentProblem, UsageError
-
-HARNESS_ROOT = Path(__file__).resolve().parent.parent
-SITE_DIR = Path(__file__).resolve().parent / "standins" / "site"
+from harness.paths import ROOT, SITE_DIR
 
 
 @dataclass(frozen=True)
@@ -50,7 +48,7 @@ class Target:
     def pythonpath(self, extra: list[str] | None = None) -> str:
         """PYTHONPATH for a subprocess: target source, stand-ins, the harness itself."""
         parts = ([str(self.src)] if self.src else []) + ([str(self.core)] if self.core else [])
-        parts += [str(SITE_DIR), str(HARNESS_ROOT)] + (extra or [])
+        parts += [str(SITE_DIR), str(ROOT)] + (extra or [])
         old = os.environ.get("PYTHONPATH")
         return os.pathsep.join(parts + ([old] if old else []))
 

@@ -1,8 +1,15 @@
-"""Verdicts are explicit states, never strings or ints scattered through the code."""
+"""Verdicts are explicit states, never strings or ints scattered through the code.
+
+One ranking serves every place that folds several verdicts into one: :attr:`Verdict.severity`
+(how bad a verdict is) with :func:`worst` (a case's setup, call and teardown; an upstream
+test's phases), and :func:`settle` (repeated attempts of one case at one commit, where a
+retry is meant to turn a skip into a decisive verdict).
+"""
 
 from __future__ import annotations
 
 import enum
+from collections.abc import Iterable
 
 
 class Verdict(enum.Enum):
@@ -20,14 +27,45 @@ class Verdict(enum.Enum):
     ERROR = "error"
 
     @property
+    def severity(self) -> int:
+        """How bad the verdict is (higher is worse); see :data:`SEVERITY`."""
+        return SEVERITY[self]
+
+    @property
     def is_decisive(self) -> bool:
         """True when the verdict says something about MB (good or bad)."""
         return self in (Verdict.PASS, Verdict.FAIL)
 
 
-def worst(verdicts: "list[Verdict]") -> Verdict:
-    """Combine verdicts of a group: any FAIL wins, then ERROR, then UNTESTABLE, else PASS."""
-    for v in (Verdict.FAIL, Verdict.ERROR, Verdict.UNTESTABLE):
-        if v in verdicts:
-            return v
-    return Verdict.PASS
+#: Least to most severe. A FAIL (MB misbehaves) outranks an ERROR (the harness broke), which
+#: outranks UNTESTABLE (nothing could be said). A new verdict gets its place here; the test
+#: suite checks that every member has one.
+SEVERITY: dict[Verdict, int] = {
+    Verdict.PASS: 0,
+    Verdict.UNTESTABLE: 1,
+    Verdict.ERROR: 2,
+    Verdict.FAIL: 3,
+}
+
+
+def worst(verdicts: Iterable[Verdict]) -> Verdict:
+    """The most severe of ``verdicts`` (PASS when there are none)."""
+    return max(verdicts, key=lambda v: v.severity, default=Verdict.PASS)
+
+
+def is_flaky(attempts: Iterable[Verdict | None]) -> bool:
+    """Both PASS and FAIL among attempts of one case at one commit."""
+    seen = set(attempts)
+    return Verdict.PASS in seen and Verdict.FAIL in seen
+
+
+def settle(attempts: Iterable[Verdict | None]) -> Verdict | None:
+    """One verdict for repeated attempts of one case at one commit (None: no attempt ran it).
+
+    A decisive verdict wins over skips (that is what a retry of an ERROR or UNTESTABLE attempt
+    is for); otherwise the worst. Callers check :func:`is_flaky` first: PASS together with FAIL
+    settles to FAIL here.
+    """
+    seen = [v for v in attempts if v is not None]
+    decisive = [v for v in seen if v.is_decisive]
+    return worst(decisive or seen) if seen else None

@@ -14,7 +14,7 @@ import torch
 
 from harness.adapters import Candidate, NotHere, Operation, accepts, load_module, symbol, thd
 from harness.plugin import Untestable
-from harness.target import HARNESS_ROOT, SITE_DIR
+from harness.paths import ROOT, SITE_DIR
 
 FAKE = "harness_fake_mb"
 
@@ -249,10 +249,10 @@ def test_light_import_of_installed_mb_packing_modules():
         assert "megatron.bridge.models" not in sys.modules, "the model zoo was imported"
         print("OK", mods)
     """)
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(SITE_DIR), str(HARNESS_ROOT)]),
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(SITE_DIR), str(ROOT)]),
                HARNESS_IMPORT_MODE="light")
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300,
-                         cwd=Path(HARNESS_ROOT))
+                         cwd=Path(ROOT))
     assert out.returncode == 0 and "OK" in out.stdout, out.stderr[-3000:]
 
 

@@ -28,8 +28,10 @@ from pathlib import Path
 
 import pytest
 
-from harness.bisect.driver import (BisectOptions, EvalOutcome, MBEvaluator, run_bisection, summary_lines,
-                                   workspace_dir_for)
+from harness.bisect.document import BisectDoc, NotBisected
+from harness.report.terminal import bisect_summary_lines
+from harness.bisect.driver import BisectOptions, run_bisection, workspace_dir_for
+from harness.bisect.evaluator import EvalOutcome, MBEvaluator
 from harness.gitrepo import open_repo
 from harness.verdict import Verdict
 
@@ -152,7 +154,9 @@ def cache_rows(cache: Path) -> list[tuple[str, int]]:
         con.close()
 
 
-def culprits(doc: dict) -> dict[str, str | None]:
+def culprits(doc: dict | BisectDoc) -> dict[str, str | None]:
+    if isinstance(doc, BisectDoc):
+        return {c.case_id: c.culprit.sha if c.culprit else None for c in doc.cases}
     return {c["case_id"]: (c["culprit"] or {}).get("sha") for c in doc["cases"]}
 
 
@@ -357,16 +361,16 @@ def test_fake_two_faults_skips_and_parallelism(tmp_path: Path, jobs: int) -> Non
     run = _run(repo, shas[0], shas[-1], tmp_path / "cache", jobs=jobs)
     assert run.exit_code == 0
     assert culprits(run.doc) == {"s::a": shas[9], "s::b": shas[17]}
-    assert run.doc["rounds"] <= run.doc["evaluations"]
-    assert len(cache_rows(tmp_path / "cache")) == run.doc["new_evaluations"] == run.doc["evaluations"]
+    assert run.doc.rounds <= run.doc.evaluations
+    assert len(cache_rows(tmp_path / "cache")) == run.doc.new_evaluations == run.doc.evaluations
 
 
 def test_fake_skip_right_before_culprit_is_ambiguous(tmp_path: Path) -> None:
     repo, shas = _fake_history(tmp_path, 12, {"s::a": 6}, broken={5})
     run = _run(repo, shas[0], shas[-1], tmp_path / "cache")
     assert run.exit_code == 1
-    (case,) = run.doc["cases"]
-    assert case["status"] == "ambiguous" and case["candidates"] == [shas[5], shas[6]]
+    (case,) = run.doc.cases
+    assert case.status.value == "ambiguous" and case.candidates == [shas[5], shas[6]]
 
 
 def test_fake_commit_without_mb_is_skipped(tmp_path: Path) -> None:
@@ -383,16 +387,16 @@ def test_fake_nothing_to_bisect(tmp_path: Path) -> None:
     repo, shas = _fake_history(tmp_path, 6, {"s::a": 0})
     run = _run(repo, shas[0], shas[-1], tmp_path / "cache")
     assert run.exit_code == 1 and "nothing to bisect" in run.message
-    assert run.doc["cases"] == [] and run.doc["not_bisected"] == [{"case_id": "s::a", "reason": "fails at good too"}]
+    assert run.doc.cases == [] and run.doc.not_bisected == [NotBisected("s::a", "fails at good too")]
 
 
 def test_fake_find_fix_names_the_fixing_commit(tmp_path: Path) -> None:
     repo, shas = _fake_history(tmp_path, 20, {"s::b": 3}, fixed_at={"s::a": 13}, broken={6})
     run = _run(repo, shas[0], shas[-1], tmp_path / "cache", find_fix=True)
-    assert run.doc["mode"] == "find-fix"
+    assert run.doc.mode == "find-fix"
     assert culprits(run.doc) == {"s::a": shas[13]}, "the first commit where the failing case passes"
     assert "s::b" not in culprits(run.doc), "a regression is not a fix"
-    assert any("first fixed" in line for line in summary_lines(run.doc))
+    assert any("first fixed" in line for line in bisect_summary_lines(run.doc))
     normal = _run(repo, shas[0], shas[-1], tmp_path / "cache2")
     assert culprits(normal.doc) == {"s::b": shas[3]}
 
@@ -402,9 +406,9 @@ def test_fake_retries_detect_flaky_and_cache_every_attempt(tmp_path: Path) -> No
     counter = tmp_path / "calls.txt"
     counter.write_text("")
     run = _run(repo, shas[0], shas[-1], tmp_path / "cache", retries=2, jobs=2, flaky=("s::c",), counter=counter)
-    by_case = {c["case_id"]: c for c in run.doc["cases"]}
-    assert by_case["s::a"]["culprit"]["sha"] == shas[7]
-    assert "s::c" not in by_case or by_case["s::c"]["status"] == "flaky"
+    by_case = {c.case_id: c for c in run.doc.cases}
+    assert by_case["s::a"].culprit is not None and by_case["s::a"].culprit.sha == shas[7]
+    assert "s::c" not in by_case or by_case["s::c"].status.value == "flaky"
     rows = cache_rows(tmp_path / "cache")
     per_commit: dict[str, int] = {}
     for sha, attempt in rows:
@@ -421,12 +425,12 @@ def test_fake_resume_and_wider_range_reuse_cache(tmp_path: Path) -> None:
     first = _run(repo, shas[10], shas[-1], cache, counter=counter)
     calls = len(counter.read_text().split())
     again = _run(repo, shas[10], shas[-1], cache, counter=counter)
-    assert len(counter.read_text().split()) == calls and again.doc["new_evaluations"] == 0
+    assert len(counter.read_text().split()) == calls and again.doc.new_evaluations == 0
     wider = _run(repo, shas[0], shas[-1], cache, counter=counter)
     assert culprits(first.doc) == culprits(again.doc) == culprits(wider.doc) == {"s::a": shas[25]}
-    assert wider.doc["cached_evaluations"] == calls
-    assert wider.doc["new_evaluations"] <= 2  # the new good endpoint, maybe one probe
+    assert wider.doc.cached_evaluations == calls
+    assert wider.doc.new_evaluations <= 2  # the new good endpoint, maybe one probe
     assert all(a == 1 for _, a in cache_rows(cache))
     fresh = _run(repo, shas[10], shas[-1], cache, counter=counter, use_cache=False, out_dir=tmp_path / "nc")
-    assert fresh.doc["cached_evaluations"] == 0 and fresh.doc["new_evaluations"] == first.doc["new_evaluations"]
+    assert fresh.doc.cached_evaluations == 0 and fresh.doc.new_evaluations == first.doc.new_evaluations
     assert all(a == 1 for _, a in cache_rows(cache)), "--no-cache must not write the shared cache"

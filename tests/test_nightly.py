@@ -24,7 +24,7 @@ from harness import history, runner
 from harness.commands import nightly
 from harness.errors import CorruptFile, GitError, UsageError
 from harness.results import CaseResult, RunResult
-from harness.target import HARNESS_ROOT
+from harness.paths import ROOT
 from harness.verdict import Verdict
 
 CASES = ("packing_algorithms::first_fit", "packing_algorithms::greedy", "packed_seq_params::cu_seqlens")
@@ -350,7 +350,7 @@ def test_nightly_end_to_end_on_installed_mb(tmp_path: Path) -> None:
     store, out_dir = tmp_path / "history.parquet", tmp_path / "nightly"
     cmd = [sys.executable, "-m", "harness", "nightly", "--suite", "packed_seq_params", "--history", str(store),
            "--out", str(out_dir), "--quiet"]
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600, cwd=HARNESS_ROOT)
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600, cwd=ROOT)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "first run in this history" in proc.stdout
     df = history.load(store)

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from harness.bisect.driver import MBEvaluator
+from harness.bisect.evaluator import MBEvaluator
 from harness.errors import GitError
 from harness.gitrepo import open_repo
 from harness.pins import SUBMODULE, pinned_core

@@ -7,7 +7,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from harness.target import HARNESS_ROOT
+from harness.paths import ROOT
 
 SUITE = '''
 import pytest
@@ -63,7 +63,7 @@ def _run(tmp_path: Path) -> dict[str, dict]:
     for case in ("test_pass", "test_golden_mismatch"):
         write_golden(golden_path(fixtures, "demo", case), Golden("demo", case, encode({"x": [1, 2, 3]}, {})))
     results = tmp_path / "cases.json"
-    env_path = f"{tmp_path / 'lib' / 'megatron'}:{HARNESS_ROOT}"
+    env_path = f"{tmp_path / 'lib' / 'megatron'}:{ROOT}"
     subprocess.run([sys.executable, "-m", "pytest", str(suite_dir), "-p", "harness.plugin", "-q", "-p",
                     "no:cacheprovider", "--rootdir", str(tmp_path), "--harness-results", str(results),
                     "--harness-fixtures", str(fixtures), "--harness-obtained", str(tmp_path / "obtained")],

@@ -15,9 +15,9 @@ from pathlib import Path
 
 import pytest
 
-from harness.target import HARNESS_ROOT
+from harness.paths import ROOT
 
-REL = HARNESS_ROOT / ".releases"
+REL = ROOT / ".releases"
 
 # (release, case_id) -> why the golden (pinned on MB 0.6.2) legitimately differs there.
 # Filled from `harness matrix` / these tests; each entry is a real MB behaviour difference.
@@ -69,7 +69,7 @@ def test_release(tmp_path, release, python, src):
     cmd = [*python, "-m", "harness", "run", "--quiet", "--out", str(tmp_path / "run")]
     if src is not None:
         cmd += ["--mb-src", str(src)]
-    proc = subprocess.run(cmd, cwd=HARNESS_ROOT, capture_output=True, text=True, timeout=3000)
+    proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=3000)
     results = tmp_path / "run" / "results.json"
     assert results.exists(), f"no results ({proc.returncode}): {proc.stdout[-2000:]} {proc.stderr[-2000:]}"
     doc = json.loads(results.read_text())

@@ -20,8 +20,9 @@ import pytest
 
 from harness import history
 from harness.errors import CorruptFile, UsageError
-from harness.report import render_bisect_report, render_run_report, write_junit
-from harness.report.render import row_window
+from harness.bisect.document import BisectDoc
+from harness.report import render_bisect_report, render_run_report, render_trend_report, write_junit
+from harness.report.diffview import row_window
 from harness.results import CaseResult, RunResult
 from harness.verdict import Verdict
 
@@ -330,8 +331,8 @@ def test_reports_load_nothing_from_outside(tmp_path: Path) -> None:
     history.append_run(store, sample_run(), "a" * 40)
     pages = [
         render_run_report(sample_run(), tmp_path / "run.html"),
-        render_bisect_report(sample_bisect(), tmp_path / "bisect.html"),
-        history.render_trend_report(store, tmp_path / "trend.html", {"packing::loss_mask": "bisect.html"}),
+        render_bisect_report(BisectDoc.from_json(sample_bisect()), tmp_path / "bisect.html"),
+        render_trend_report(store, tmp_path / "trend.html", {"packing::loss_mask": "bisect.html"}),
     ]
     for page in pages:
         doc = parse_html(page)
@@ -361,7 +362,7 @@ def test_run_report_of_an_empty_run(tmp_path: Path) -> None:
 
 
 def test_bisect_report_names_the_culprit(tmp_path: Path) -> None:
-    doc = parse_html(render_bisect_report(sample_bisect(), tmp_path / "bisect.html"))
+    doc = parse_html(render_bisect_report(BisectDoc.from_json(sample_bisect()), tmp_path / "bisect.html"))
     found = doc.find("div", cls="bcase", data_case_id="packing::a")
     assert found.find("td", cls="culprit-sha").text() == COMMITS[3]["sha"]
     assert found.find("td", cls="culprit-subject").text() == "packing: drop last token <b>fast</b>"
@@ -372,7 +373,7 @@ def test_bisect_report_names_the_culprit(tmp_path: Path) -> None:
 
 
 def test_bisect_report_lists_candidates_when_skips_leave_several(tmp_path: Path) -> None:
-    doc = parse_html(render_bisect_report(sample_bisect(), tmp_path / "bisect.html"))
+    doc = parse_html(render_bisect_report(BisectDoc.from_json(sample_bisect()), tmp_path / "bisect.html"))
     amb = doc.find("div", cls="bcase", data_case_id="packing::b")
     assert "3 candidates" in amb.find("p", cls="note").text()
     listed = [tr.find("td").text() for tr in amb.find("table", cls="candidates").find("tbody").find_all("tr")]
@@ -383,7 +384,7 @@ def test_bisect_report_lists_candidates_when_skips_leave_several(tmp_path: Path)
 
 
 def test_bisect_timeline_colours_probes_per_case(tmp_path: Path) -> None:
-    doc = parse_html(render_bisect_report(sample_bisect(), tmp_path / "bisect.html"))
+    doc = parse_html(render_bisect_report(BisectDoc.from_json(sample_bisect()), tmp_path / "bisect.html"))
     rects = [r for r in doc.by_id("timeline").find_all("rect") if "data-probed" in r.attrs]
     assert len(rects) == 3 * len(COMMITS)  # one lane per case, one cell per commit
     probed = [r for r in rects if r.attrs["data-probed"] == "true"]
@@ -394,7 +395,7 @@ def test_bisect_timeline_colours_probes_per_case(tmp_path: Path) -> None:
 def test_bisect_report_of_a_partial_record(tmp_path: Path) -> None:
     """Fields missing from bisect.json (an interrupted run) do not stop the report."""
     partial = {"range": {"good": GOOD}, "cases": [{"case_id": "x::y", "status": "found", "culprit": {"sha": BAD}}]}
-    doc = parse_html(render_bisect_report(partial, tmp_path / "partial.html"))
+    doc = parse_html(render_bisect_report(BisectDoc.from_json(partial), tmp_path / "partial.html"))
     assert doc.find("td", cls="culprit-sha").text() == BAD
     assert doc.by_id("timeline").find_all("rect") == []
 
@@ -521,7 +522,7 @@ def test_trend_report_shows_newly_failing_rows_and_bisect_links(tmp_path: Path) 
     store = tmp_path / "history.parquet"
     history.append_run(store, sample_run(), "a" * 40)
     history.append_run(store, _second_run(), "b" * 40)
-    out = history.render_trend_report(store, tmp_path / "trend.html", {"packing::basic": "bisect-basic.html"})
+    out = render_trend_report(store, tmp_path / "trend.html", {"packing::basic": "bisect-basic.html"})
     doc = parse_html(out)
     rows = doc.by_id("newly-failing").find("tbody").find_all("tr")
     assert sorted(r.attrs["data-case-id"] for r in rows) == ["config::ok", "packing::basic"]
@@ -536,10 +537,10 @@ def test_trend_report_shows_newly_failing_rows_and_bisect_links(tmp_path: Path) 
 
 
 def test_trend_report_of_an_empty_store_and_unsafe_links(tmp_path: Path) -> None:
-    doc = parse_html(history.render_trend_report(tmp_path / "none.parquet", tmp_path / "trend.html"))
+    doc = parse_html(render_trend_report(tmp_path / "none.parquet", tmp_path / "trend.html"))
     assert not doc.find_all("table", id="trend-grid") and not doc.find_all("svg")
     with pytest.raises(UsageError, match="unsafe"):
-        history.render_trend_report(tmp_path / "none.parquet", tmp_path / "t.html", {"a::b": " JavaScript:alert(1)"})
+        render_trend_report(tmp_path / "none.parquet", tmp_path / "t.html", {"a::b": " JavaScript:alert(1)"})
 
 
 def test_bisect_report_groups_cases_by_culprit_and_names_the_source(tmp_path: Path) -> None:
@@ -547,7 +548,7 @@ def test_bisect_report_groups_cases_by_culprit_and_names_the_source(tmp_path: Pa
     found = next(c for c in bisect["cases"] if c["culprit"])
     twin = dict(found, case_id="upstream::tests/test_x.py::test_pack", source="upstream")
     bisect["cases"].append(twin)
-    doc = parse_html(render_bisect_report(bisect, tmp_path / "bisect.html"))
+    doc = parse_html(render_bisect_report(BisectDoc.from_json(bisect), tmp_path / "bisect.html"))
     rows = doc.find_all("tr", cls="culprit-group")
     assert len(rows) == 1, "one row per culprit commit, however many cases it broke"
     assert rows[0].attrs["data-sha"] == found["culprit"]["sha"]

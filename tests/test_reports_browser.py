@@ -25,7 +25,8 @@ from typing import Any
 import pytest
 
 from harness import history
-from harness.report import render_bisect_report, render_run_report
+from harness.bisect.document import BisectDoc
+from harness.report import render_bisect_report, render_run_report, render_trend_report
 
 CHROMIUM = Path("/usr/bin/chromium")
 REPO = Path(__file__).resolve().parent.parent
@@ -102,8 +103,8 @@ def pages(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     history.append_run(store, samples._second_run(), "b" * 40)
     return {
         "run": render_run_report(samples.sample_run(), d / "run.html"),
-        "bisect": render_bisect_report(samples.sample_bisect(), d / "bisect.html"),
-        "trend": history.render_trend_report(store, d / "trend.html", {"packing::basic": "bisect.html"}),
+        "bisect": render_bisect_report(BisectDoc.from_json(samples.sample_bisect()), d / "bisect.html"),
+        "trend": render_trend_report(store, d / "trend.html", {"packing::basic": "bisect.html"}),
     }
 
 

@@ -11,7 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from harness.target import HARNESS_ROOT, mb_location
+from harness.paths import ROOT
+from harness.target import mb_location
 
 pytestmark = [pytest.mark.slow,
               pytest.mark.skipif(mb_location() is None, reason="no megatron.bridge installed (run scripts/setup.sh)")]
@@ -21,7 +22,7 @@ FAST = ["--suite", "packed_seq_params", "--suite", "in_batch_packing"]
 
 def harness(*args: str, timeout: int = 900) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "harness", *args], capture_output=True, text=True,
-                          cwd=HARNESS_ROOT, timeout=timeout)
+                          cwd=ROOT, timeout=timeout)
 
 
 class _Text(HTMLParser):
@@ -59,7 +60,7 @@ def test_run_passes_on_installed_mb(tmp_path):
 
 def test_changed_golden_fails_with_readable_diff(tmp_path):
     fixtures = tmp_path / "fixtures"
-    shutil.copytree(HARNESS_ROOT / "fixtures", fixtures)
+    shutil.copytree(ROOT / "fixtures", fixtures)
     path = next((fixtures / "packed_seq_params").glob("test_offline_sentinel_stripped-*.json"))
     doc = json.loads(path.read_text())
     doc["value"]["cu_seqlens_q"][1] += 1  # a hand edit: the golden now disagrees with MB
@@ -86,7 +87,7 @@ def test_usage_errors_are_one_line_exit_2(args, needle):
 
 def test_corrupt_golden_fails_the_case_not_the_harness(tmp_path):
     fixtures = tmp_path / "fixtures"
-    shutil.copytree(HARNESS_ROOT / "fixtures", fixtures)
+    shutil.copytree(ROOT / "fixtures", fixtures)
     path = next((fixtures / "packed_seq_params").glob("*.json"))
     path.write_text("{ this is not json")
     proc = harness("run", "--quiet", "--out", str(tmp_path / "r"), "--fixtures", str(fixtures),

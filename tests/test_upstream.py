@@ -18,10 +18,10 @@ from pathlib import Path
 
 import pytest
 
-from harness.runner import RunOptions
-from harness.target import HARNESS_ROOT, Target
+from harness.paths import ROOT
+from harness.target import Target
 from harness.upstream import NO_CHECKOUT, NO_MATCH, load_selection, resolve, run_upstream
-from harness.upstream import runner as up
+from harness.upstream import outcomes, selection
 from harness.verdict import Verdict
 
 UTILS = "tests/unit_tests/training/utils/test_packed_seq_utils.py"
@@ -111,14 +111,14 @@ def fake_tree(root: Path, files: dict[str, str]) -> Target:
 
 
 def test_installed_target_is_untestable(tmp_path):
-    cases, notes = run_upstream(Target(), RunOptions(), tmp_path)
+    cases, notes = run_upstream(Target(), tmp_path)
     assert [(c.case_id, c.verdict, c.message, c.source) for c in cases] == [
         ("upstream::*", Verdict.UNTESTABLE, NO_CHECKOUT, "upstream")]
     assert NO_CHECKOUT in notes
 
 
 def test_tree_without_tests_is_untestable(tmp_path):
-    cases, _ = run_upstream(Target(src=tmp_path / "src"), RunOptions(), tmp_path / "out")
+    cases, _ = run_upstream(Target(src=tmp_path / "src"), tmp_path / "out")
     assert len(cases) == 1 and cases[0].verdict is Verdict.UNTESTABLE
 
 
@@ -167,7 +167,7 @@ def fast_run(tmp_path_factory):
     root = tmp_path_factory.mktemp("fasttree")
     tgt = fake_tree(root, FAST_FILES)
     out = root / "out"
-    cases, notes = run_upstream(tgt, RunOptions(timeout_s=120), out)
+    cases, notes = run_upstream(tgt, out, timeout_s=120)
     return cases_by_id(cases), notes, root, out
 
 
@@ -218,14 +218,14 @@ def test_fast_writes_nothing_into_the_tree(fast_run):
 
 
 def test_count_rule_exact_and_at_least():
-    entry = up.Entry("e", (up.Variant("era", "f.py", expected_passed=2),))
-    r = up.Resolved(entry, entry.variants[0], True)
-    passed = [up._case(f"upstream::f.py::t{i}", Verdict.PASS, "") for i in range(3)]
-    assert up._count_case(r, passed, "", "at_least").verdict is Verdict.PASS
-    exact = up._count_case(r, passed, "", "exact")
+    entry = selection.Entry("e", (selection.Variant("era", "f.py", expected_passed=2),))
+    r = selection.Resolved(entry, entry.variants[0], True)
+    passed = [outcomes.make_case(f"upstream::f.py::t{i}", Verdict.PASS, "") for i in range(3)]
+    assert outcomes.count_case(r, passed, "", "at_least").verdict is Verdict.PASS
+    exact = outcomes.count_case(r, passed, "", "exact")
     assert exact.verdict is Verdict.FAIL and exact.message.startswith("expected 2 passed, got 3")
-    skipped = [passed[0], up._case("upstream::f.py::t9", Verdict.UNTESTABLE, "skipped by MB: x")]
-    assert up._count_case(r, skipped, "", "at_least").verdict is Verdict.UNTESTABLE
+    skipped = [passed[0], outcomes.make_case("upstream::f.py::t9", Verdict.UNTESTABLE, "skipped by MB: x")]
+    assert outcomes.count_case(r, skipped, "", "at_least").verdict is Verdict.UNTESTABLE
 
 
 def test_timeout_kills_the_group_and_keeps_finished_outcomes(tmp_path):
@@ -238,7 +238,7 @@ def test_timeout_kills_the_group_and_keeps_finished_outcomes(tmp_path):
         def test_b_hangs():
             time.sleep(300)
         """})
-    cases, notes = run_upstream(tgt, RunOptions(timeout_s=15), tmp_path / "out")
+    cases, notes = run_upstream(tgt, tmp_path / "out", timeout_s=15)
     c = cases_by_id(cases)
     assert c[f"upstream::{UTILS}::test_a_quick"].verdict is Verdict.PASS
     hung = c[f"upstream::{UTILS}::test_b_hangs"]
@@ -322,7 +322,7 @@ def mb_repo(tmp_path_factory):
 def test_real_mb_checkout_old_era(mb_repo, tmp_path):
     tgt = Target.from_args(str(mb_repo))
     assert tgt.commit and not tgt.commit.endswith("-dirty")
-    cases, notes = run_upstream(tgt, RunOptions(timeout_s=600), tmp_path / "out")
+    cases, notes = run_upstream(tgt, tmp_path / "out", timeout_s=600)
     c = cases_by_id(cases)
     passed = [k for k, v in c.items() if k.startswith(f"upstream::{UTILS}::") and v.verdict is Verdict.PASS]
     assert len(passed) == 8, notes
@@ -356,7 +356,7 @@ def test_mirror_release_runs_green(ref, tmp_path):
     subprocess.run(["tar", "-x", "-C", str(tree)], input=archive.stdout, check=True)
     out = tmp_path / "out"
     proc = subprocess.run([sys.executable, "-m", "harness", "run", "--suite", "upstream", "--mb-src", str(tree),
-                           "--out", str(out), "--quiet"], capture_output=True, text=True, cwd=HARNESS_ROOT,
+                           "--out", str(out), "--quiet"], capture_output=True, text=True, cwd=ROOT,
                           timeout=900)
     assert proc.returncode == 0, proc.stdout[-4000:]
     assert "upstream" in proc.stdout

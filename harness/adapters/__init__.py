@@ -12,18 +12,14 @@ from __future__ import annotations
 
 import functools
 import importlib
+import importlib.util
 import inspect
 from dataclasses import dataclass
 from typing import Any, Callable
 
-from harness.plugin import Untestable
-
+from harness.errors import NotHere, Untestable
 
 __all__ = ["Candidate", "NotHere", "Operation", "Untestable", "accepts", "load_module", "symbol"]
-
-
-class NotHere(Exception):
-    """A candidate does not fit this MB (probe failed); try the next one."""
 
 
 def load_module(name: str) -> Any:

@@ -16,8 +16,8 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Any
 
-from harness.adapters import NotHere, load_module, source_text, symbol
-from harness.plugin import Untestable
+from harness.adapters import load_module, source_text, symbol
+from harness.errors import NotHere, Untestable
 
 
 @dataclass(frozen=True)

@@ -16,8 +16,9 @@ from __future__ import annotations
 import dataclasses
 from typing import Any, Callable
 
-from harness.adapters import Candidate, NotHere, Operation, load_module, symbol
+from harness.adapters import Candidate, Operation, load_module, symbol
 from harness.adapters.config import _kwargs_for, build_container, run_validate, tiny_gpt_provider
+from harness.errors import NotHere
 
 
 def _dataset_cls() -> Any:

@@ -25,8 +25,9 @@ from typing import Any, Callable
 
 import numpy as np
 
-from harness.adapters import Candidate, NotHere, Operation, accepts, symbol
+from harness.adapters import Candidate, Operation, accepts, symbol
 from harness.adapters.thd import as_list, strip_sentinel
+from harness.errors import NotHere
 
 
 class TinyTokenizer:

@@ -23,8 +23,8 @@ from typing import Any, Iterator
 
 import torch
 
-from harness.adapters import Candidate, NotHere, Operation, source_text, symbol
-from harness.plugin import Untestable
+from harness.adapters import Candidate, Operation, source_text, symbol
+from harness.errors import NotHere, Untestable
 from harness.standins.cuda import cpu_cuda_calls
 
 VOCAB = 128

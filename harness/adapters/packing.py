@@ -8,7 +8,8 @@ from __future__ import annotations
 
 from typing import Any, Callable
 
-from harness.adapters import Candidate, NotHere, Operation, symbol
+from harness.adapters import Candidate, Operation, symbol
+from harness.errors import NotHere
 
 MODULES = ("megatron.bridge.data.packing.algorithms", "megatron.bridge.data.datasets.packing_utils")
 

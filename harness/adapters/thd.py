@@ -33,8 +33,8 @@ from typing import Any, Callable
 
 from collections.abc import Mapping
 
-from harness.adapters import Candidate, NotHere, Operation, accepts, source_text, symbol
-from harness.plugin import Untestable
+from harness.adapters import Candidate, Operation, accepts, source_text, symbol
+from harness.errors import NotHere, Untestable
 
 
 def as_list(value: Any) -> Any:

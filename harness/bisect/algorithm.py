@@ -38,7 +38,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from harness.errors import UsageError
-from harness.verdict import Verdict
+from harness.verdict import Verdict, is_flaky, settle
 
 
 class CaseStatus(enum.Enum):
@@ -104,13 +104,12 @@ class _CaseState:
 
 def _combine(observed: Sequence[Verdict | None]) -> _Mark:
     """Fold the verdicts of all records of one commit for one case into a mark."""
-    has_pass = Verdict.PASS in observed
-    has_fail = Verdict.FAIL in observed
-    if has_pass and has_fail:
+    if is_flaky(observed):
         return _Mark.FLAKY
-    if has_pass:
+    settled = settle(observed)
+    if settled is Verdict.PASS:
         return _Mark.GOOD
-    if has_fail:
+    if settled is Verdict.FAIL:
         return _Mark.BAD
     return _Mark.SKIP
 

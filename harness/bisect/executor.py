@@ -5,7 +5,7 @@ at once (``slots``), a way to start one (``submit(fn, arg)`` returning a handle 
 ``done()`` and ``result()``), and a way to wait until at least one started evaluation
 finished (``wait_any(handles)``). It never assumes the evaluation runs in this process:
 the function and its argument are plain picklable values (the driver passes a
-:class:`~harness.bisect.driver.MBEvaluator`, a dataclass of paths and options, and a commit
+:class:`~harness.bisect.evaluator.MBEvaluator`, a dataclass of paths and options, and a commit
 sha), and the result is a plain dataclass. Recording verdicts (SQLite cache, the bisection
 state machine) always happens in the driver, on the calling thread, as soon as
 ``wait_any`` reports a handle done, so an executor never touches the cache.

@@ -22,9 +22,11 @@ from pathlib import Path
 from typing import TextIO
 
 from harness import runner
-from harness.bisect.driver import BisectOptions, default_cache_dir, run_bisection, summary_lines, write_outputs
+from harness.bisect.document import BisectDoc
+from harness.bisect.driver import BisectOptions, run_bisection
+from harness.commands import _args
 from harness.errors import UsageError
-from harness.target import HARNESS_ROOT
+from harness.report.terminal import bisect_summary_lines
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -41,26 +43,20 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--repo", required=True, type=Path, metavar="PATH", help="the Megatron-Bridge git repository")
     p.add_argument("--first-parent", action="store_true",
                    help="follow only the first parent of merges (bisect merges as units)")
-    p.add_argument("-j", "--jobs", type=int, default=1, metavar="N", help="evaluations in parallel (default 1)")
-    p.add_argument("--retries", type=int, default=0, metavar="N",
+    _args.add_jobs(p, "evaluations in parallel")
+    p.add_argument("--retries", type=_args.non_negative_int, default=0, metavar="N",
                    help="evaluate each probed commit N more times; disagreeing verdicts mark a case flaky")
-    p.add_argument("--timeout", type=float, default=1800.0, metavar="S",
-                   help="seconds before one evaluation is killed (the commit is then skipped)")
+    _args.add_timeout(p, "one evaluation (the commit is then skipped)")
     p.add_argument("--no-cache", action="store_true", help="ignore (and do not add to) the verdict cache")
-    p.add_argument("--cache-dir", type=Path, metavar="DIR",
-                   help=f"verdict cache, mirror and workspaces (default $HARNESS_CACHE or {default_cache_dir()})")
-    p.add_argument("--suite", action="append", metavar="NAME",
-                   help=f"suite to run (repeatable; default all: {', '.join(runner.available_suites())})")
-    p.add_argument("-k", dest="keyword", metavar="EXPR", help="pytest -k expression to select cases")
-    p.add_argument("--out", type=Path, metavar="DIR", help="output directory (default reports/bisect-<timestamp>)")
+    _args.add_cache_dir(p)
+    _args.add_suites(p)
+    _args.add_out(p, "reports/bisect-<timestamp>")
     p.add_argument("--allow-dirty", action="store_true",
                    help="do not warn about uncommitted changes in --repo (they are never bisected)")
-    p.add_argument("--megatron-lm", type=Path, metavar="PATH",
-                   help="a Megatron-LM repository: run each MB commit against the megatron-core it pins "
-                        "(3rdparty/Megatron-LM), instead of the installed one")
+    _args.add_megatron_lm(p)
     p.add_argument("--find-fix", action="store_true",
                    help="look for the first commit where cases failing at GOOD pass (GOOD..BAD still old..new)")
-    p.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
+    _args.add_verbosity(p)
     p.set_defaults(func=run)
 
 
@@ -77,17 +73,27 @@ def run(args: argparse.Namespace, out: TextIO = sys.stdout) -> int:
     good, bad = parse_range(args.range)
     if args.suite:
         runner.suite_files(args.suite)  # unknown suite names: usage error before any git work
-    out_dir = args.out or HARNESS_ROOT / "reports" / f"bisect-{_dt.datetime.now().strftime('%Y%m%d-%H%M%S')}"
+    out_dir = _args.out_dir(args, f"bisect-{_dt.datetime.now().strftime('%Y%m%d-%H%M%S')}")
     opts = BisectOptions(
         repo=args.repo, good=good, bad=bad, first_parent=args.first_parent, jobs=args.jobs, retries=args.retries,
         timeout_s=args.timeout, use_cache=not args.no_cache,
-        cache_dir=args.cache_dir or default_cache_dir(), suites=tuple(args.suite) if args.suite else None,
-        keyword=args.keyword, out_dir=Path(out_dir), allow_dirty=args.allow_dirty,
+        cache_dir=_args.cache_dir(args), suites=tuple(args.suite) if args.suite else None,
+        keyword=args.keyword, out_dir=out_dir, allow_dirty=args.allow_dirty,
         find_fix=args.find_fix, megatron_lm=args.megatron_lm)
     result = run_bisection(opts, progress=None if args.quiet else sys.stderr)
-    json_path, report = write_outputs(result.doc, Path(out_dir))
-    print("\n".join(summary_lines(result.doc)), file=out)
+    json_path, report = write_outputs(result.doc, out_dir)
+    print("\n".join(bisect_summary_lines(result.doc)), file=out)
     if result.message:
         print(f"\n{result.message}", file=out)
     print(f"\nbisect: {json_path}\nreport: {report}", file=out)
     return result.exit_code
+
+
+def write_outputs(doc: BisectDoc, out_dir: Path) -> tuple[Path, Path]:
+    """bisect.json (atomic, versioned) and report.html in ``out_dir``."""
+    from harness.report import render_bisect_report
+
+    out_dir.mkdir(parents=True, exist_ok=True)
+    json_path = out_dir / "bisect.json"
+    doc.save(json_path)
+    return json_path, render_bisect_report(doc, out_dir / "report.html")

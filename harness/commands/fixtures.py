@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import TextIO
 
 from harness import runner
-from harness.commands.run import add_target_args, target_from_args
+from harness.commands import _args
 from harness.errors import CorruptFile, HarnessError
 from harness.golden.compare import Comparator
 from harness.golden.storage import golden_path, read_golden, write_golden
@@ -28,19 +28,19 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                                    "after confirmation (--yes); 'verify' checks every golden file is readable.")
     fsub = p.add_subparsers(dest="fixtures_cmd", required=True)
     r = fsub.add_parser("record", help="record goldens from the current target (shows the diff first)")
-    add_target_args(r)
-    r.add_argument("--suite", action="append", metavar="NAME", help="suite to record (repeatable; default all)")
-    r.add_argument("-k", dest="keyword", help="pytest -k expression to select cases")
+    _args.add_target(r)
+    _args.add_cache_dir(r)
+    _args.add_suites(r)
     r.add_argument("--yes", action="store_true", help="write the new and changed goldens without asking")
-    r.add_argument("--fixtures", type=Path, default=runner.FIXTURES_DIR, help="golden root (default fixtures/)")
+    _args.add_fixtures(r)
     r.set_defaults(func=record)
     v = fsub.add_parser("verify", help="check that every golden file parses")
-    v.add_argument("--fixtures", type=Path, default=runner.FIXTURES_DIR)
+    _args.add_fixtures(v)
     v.set_defaults(func=verify)
 
 
 def record(args: argparse.Namespace, out: TextIO = sys.stdout) -> int:
-    tgt = target_from_args(args)
+    tgt = _args.target_from_args(args)
     require_mb(tgt)
     staging = runner.temp_out_dir()
     try:

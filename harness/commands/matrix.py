@@ -23,12 +23,13 @@ from pathlib import Path
 from typing import TextIO
 
 from harness import runner
+from harness.commands import _args
 from harness.atomicio import write_versioned_json
 from harness.errors import UsageError
-from harness.target import HARNESS_ROOT, Target
+from harness.target import Target
 from harness.verdict import Verdict
 
-CACHE = HARNESS_ROOT / ".harness-cache" / "matrix-src"
+MATRIX_CACHE = "matrix-src"  # under the per-user cache directory, never in the checkout
 _RELEASE = re.compile(r"^v(\d+)\.(\d+)\.(\d+)$")
 _RC01 = re.compile(r"^v0\.1\.0rc(\d+)$")
 
@@ -39,12 +40,12 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                                    "golden suites on it and print a ref x suite table of pass/fail/untestable/error.")
     p.add_argument("--repo", required=True, type=Path, help="MB git repository or bare mirror")
     p.add_argument("--refs", help="comma-separated refs (default: newest v0.1.0rc*, v0.2.0..v0.6.0 releases, HEAD)")
-    p.add_argument("--suite", action="append", metavar="NAME", help="suite to run (repeatable; default all golden)")
-    p.add_argument("--import", dest="import_mode", choices=runner.IMPORT_MODES, default="auto")
-    p.add_argument("--out", type=Path, help="output directory (default reports/matrix-<run-id>)")
-    p.add_argument("--cache", type=Path, default=CACHE, help=f"where ref sources are exported (default {CACHE})")
-    p.add_argument("--timeout", type=float, default=1800.0, help="seconds per ref before its suite process is killed")
-    p.add_argument("--quiet", action="store_true")
+    _args.add_suites(p, keyword=False)
+    _args.add_import_mode(p)
+    _args.add_out(p, "reports/matrix-<run-id>")
+    _args.add_cache_dir(p)
+    _args.add_timeout(p, "one ref's suite process")
+    _args.add_verbosity(p)
     p.set_defaults(func=run)
 
 
@@ -96,12 +97,12 @@ def run(args: argparse.Namespace, out: TextIO = sys.stdout) -> int:
         raise UsageError(f"--repo {args.repo}: no such directory")
     refs = [r.strip() for r in args.refs.split(",") if r.strip()] if args.refs else \
         default_refs(_git(repo, "tag", "--list").split())
-    out_dir = Path(args.out) if args.out else HARNESS_ROOT / "reports" / f"matrix-{runner.new_run_id()}"
+    out_dir = _args.out_dir(args, f"matrix-{runner.new_run_id()}")
     out_dir.mkdir(parents=True, exist_ok=True)
     rows: list[dict] = []
     any_error = False
     for ref in refs:
-        src, sha = export_src(repo, ref, Path(args.cache))
+        src, sha = export_src(repo, ref, _args.cache_dir(args) / MATRIX_CACHE)
         if not args.quiet:
             print(f"matrix: {ref} ({sha[:9]})", file=sys.stderr)
         opts = runner.RunOptions(suites=args.suite, timeout_s=args.timeout, import_mode=args.import_mode)

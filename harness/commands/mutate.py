@@ -21,9 +21,10 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from harness import runner
+from harness.commands import _args
 from harness.errors import UsageError
 from harness.mutations import CATALOGUE, Fault, installed_package_dir, load_catalogue, make_mutant
-from harness.target import HARNESS_ROOT, Target
+from harness.target import Target
 from harness.verdict import Verdict
 
 
@@ -32,12 +33,12 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                        description="Apply each catalogued fault to a temporary copy of the installed MB, run the "
                                    "suites against it and print which cases caught it, plus the mutation score.")
     p.add_argument("--fault", action="append", metavar="ID", help="fault id to run (repeatable; default all)")
-    p.add_argument("--jobs", type=int, default=1, help="mutants run in parallel (default 1)")
+    _args.add_jobs(p, "mutants run in parallel")
     p.add_argument("--all-suites", action="store_true", help="run every golden suite against each mutant")
     p.add_argument("--catalogue", type=Path, default=CATALOGUE, help="fault catalogue (JSON)")
-    p.add_argument("--timeout", type=float, default=900.0, help="seconds per mutant run")
+    _args.add_timeout(p, "one mutant's run", default=900.0)
     p.add_argument("--min-score", type=float, default=0.9, help="exit 1 below this score (default 0.9)")
-    p.add_argument("--out", type=Path, help="directory for per-mutant results and summary.json")
+    _args.add_out(p, "reports/mutate-<run-id>: per-mutant results and summary.json")
     p.set_defaults(func=run)
 
 
@@ -95,11 +96,8 @@ def run(args: argparse.Namespace, out: TextIO = sys.stdout) -> int:
         if unknown:
             raise UsageError(f"unknown fault(s) {', '.join(unknown)}; known: {', '.join(sorted(ids))}")
         faults = [f for f in faults if f.id in args.fault]
-    if args.jobs < 1:
-        raise UsageError("--jobs must be >= 1")
     pkg = installed_package_dir()
-    out_dir = args.out or HARNESS_ROOT / "reports" / f"mutate-{runner.new_run_id()}"
-    out_dir = Path(out_dir)
+    out_dir = _args.out_dir(args, f"mutate-{runner.new_run_id()}")
     out_dir.mkdir(parents=True, exist_ok=True)
 
     def one(f: Fault) -> dict[str, Any]:

@@ -37,15 +37,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TextIO
 
-from harness import gitrepo, history, runner
-from harness.commands.run import add_target_args, print_summary, target_from_args
+from harness import gitrepo, history, paths, runner
+from harness.commands import _args
 from harness.errors import HarnessError, UsageError
-from harness.report.render import render_run_report, write_junit
+from harness.report import render_run_report, render_trend_report, write_junit
+from harness.report.terminal import print_run_summary
 from harness.results import RunResult
-from harness.target import HARNESS_ROOT, Target, require_mb
+from harness.target import Target, require_mb
 from harness.verdict import Verdict
 
-DEFAULT_HISTORY = HARNESS_ROOT / "reports" / "history.parquet"
 BISECT_DIR = "bisect"
 #: Address of the bisect report as seen from DIR/trend.html.
 BISECT_LINK = f"{BISECT_DIR}/report.html"
@@ -60,12 +60,12 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                     "cases that passed last night and fail now are bisected between the two nightlies' "
                     "commits with 'harness bisect' (report linked from trend.html).",
         epilog="Exit 0 when every case passed, 1 when any case failed, 2 on a usage or environment error.")
-    add_target_args(p)
-    p.add_argument("--history", type=Path, default=DEFAULT_HISTORY, metavar="FILE",
+    _args.add_target(p)
+    _args.add_cache_dir(p)
+    p.add_argument("--history", type=Path, default=paths.DEFAULT_HISTORY, metavar="FILE",
                    help="parquet history store (default reports/history.parquet; created when missing)")
-    p.add_argument("--out", type=Path, metavar="DIR", help="output directory (default reports/nightly-<run-id>)")
-    p.add_argument("--suite", action="append", metavar="NAME",
-                   help=f"suite to run (repeatable; default all: {', '.join(runner.available_suites())})")
+    _args.add_out(p, "reports/nightly-<run-id>")
+    _args.add_suites(p, keyword=False)
     p.add_argument("--commit", metavar="SHA",
                    help="commit to file the run under (default: git commit of --mb-src, else the installed "
                         "MB's version)")
@@ -73,10 +73,10 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                    help="bisect cases that passed in the previous nightly and fail now (needs --repo)")
     p.add_argument("--repo", type=Path, metavar="MB_CHECKOUT",
                    help="MB git checkout holding both nightlies' commits (for --auto-bisect)")
-    p.add_argument("--fixtures", type=Path, default=runner.FIXTURES_DIR, help="golden root (default fixtures/)")
-    p.add_argument("--timeout", type=float, default=1800.0, help="seconds before the suite process is killed")
-    p.add_argument("-j", "--jobs", type=int, default=1, help="pytest-xdist workers (default 1)")
-    p.add_argument("--quiet", action="store_true", help="no live progress")
+    _args.add_fixtures(p)
+    _args.add_timeout(p, "the suite process")
+    _args.add_jobs(p, "pytest-xdist workers")
+    _args.add_verbosity(p, verbose=True)
     p.set_defaults(func=run)
 
 
@@ -96,21 +96,21 @@ def run(args: argparse.Namespace, out: TextIO = sys.stdout) -> int:
     store = Path(args.history).expanduser().resolve()
     history.load(store)  # a corrupt or too-new store fails now, not after hours of suites
     run_id = runner.new_run_id()
-    out_dir = Path(args.out).expanduser().resolve() if args.out else HARNESS_ROOT / "reports" / f"nightly-{run_id}"
+    out_dir = _args.out_dir(args, f"nightly-{run_id}").resolve()
     run_dir = out_dir / "runs" / run_id
 
-    opts = runner.RunOptions(suites=args.suite, timeout_s=args.timeout, jobs=args.jobs,
-                             fixtures_dir=getattr(args, "fixtures", runner.FIXTURES_DIR))
+    opts = runner.RunOptions(suites=args.suite, timeout_s=args.timeout, jobs=args.jobs, fixtures_dir=args.fixtures,
+                             verbose=args.verbose)
     result = runner.run_suites(tgt, opts, run_dir, progress=None if args.quiet else sys.stderr)
     junit = write_junit(result, out_dir / "junit.xml")
     report = render_run_report(result, out_dir / "report.html")
-    print_summary(result, out)
+    print_run_summary(result, out)
 
     commit = run_commit(args.commit, tgt, result)
     df = history.append_run(store, result, commit)
     tr = history.trend(df)
     trend_page = out_dir / "trend.html"
-    history.render_trend_report(store, trend_page)  # written before any bisect: a killed bisect keeps it
+    render_trend_report(store, trend_page)  # written before any bisect: a killed bisect keeps it
     print(f"\nnightly {result.run_id}: filed under {commit} in {store} ({_plural(len(tr['runs']), 'run')})", file=out)
     if tr["runs"] and tr["runs"][-1]["run_id"] != result.run_id:
         print("note: a stored run started later than this one; the changes below are relative to the latest "
@@ -118,10 +118,10 @@ def run(args: argparse.Namespace, out: TextIO = sys.stdout) -> int:
     _print_changes(tr, out)
 
     if args.auto_bisect:
-        plan = plan_bisect(tr, repo, out_dir / BISECT_DIR)
+        plan = plan_bisect(tr, repo, out_dir / BISECT_DIR, cache_dir=args.cache_dir)
         links = _execute(plan, out_dir / BISECT_DIR, out)
         if links:
-            history.render_trend_report(store, trend_page, bisect_links=links)
+            render_trend_report(store, trend_page, bisect_links=links)
 
     print(f"\ntrend:   {trend_page}\nreport:  {report}\njunit:   {junit}\nresults: {run_dir / 'results.json'}",
           file=out)
@@ -148,7 +148,7 @@ def _check_args(args: argparse.Namespace) -> gitrepo.GitRepo | None:
 def _target(args: argparse.Namespace) -> Target:
     if args.mb_src is None:
         return Target(None, args.commit)  # the installed MB; the commit only labels the run
-    return target_from_args(args, args.commit)
+    return _args.target_from_args(args, args.commit)
 
 
 def _plural(n: int, word: str) -> str:
@@ -187,11 +187,14 @@ def regressions(tr: dict[str, Any]) -> list[dict[str, Any]]:
     return [c for c in tr["newly_failing"] if c["previous"] == Verdict.PASS.value]
 
 
-def bisect_command(good: str, bad: str, repo: Path, out_dir: Path, suites: list[str]) -> list[str]:
+def bisect_command(good: str, bad: str, repo: Path, out_dir: Path, suites: list[str],
+                   cache_dir: Path | None = None) -> list[str]:
     """The ``harness bisect`` command line (through this interpreter, not an installed script)."""
     cmd = [sys.executable, "-m", "harness", "bisect", f"{good}..{bad}", "--repo", str(repo), "--out", str(out_dir)]
-    for s in suites:
-        cmd += ["--suite", s]
+    for suite in suites:
+        cmd += ["--suite", suite]
+    if cache_dir is not None:
+        cmd += ["--cache-dir", str(cache_dir)]
     return cmd
 
 
@@ -199,7 +202,8 @@ def _clean_commit(commit: str) -> tuple[str, bool]:
     return (commit[: -len("-dirty")], True) if commit.endswith("-dirty") else (commit, False)
 
 
-def plan_bisect(tr: dict[str, Any], repo: gitrepo.GitRepo | None, out_dir: Path) -> BisectPlan:
+def plan_bisect(tr: dict[str, Any], repo: gitrepo.GitRepo | None, out_dir: Path,
+                cache_dir: Path | None = None) -> BisectPlan:
     """Decide whether the two latest nightlies give a range to bisect the regressions in."""
     cases = regressions(tr)
     if len(tr["runs"]) < 2:
@@ -225,7 +229,7 @@ def plan_bisect(tr: dict[str, Any], repo: gitrepo.GitRepo | None, out_dir: Path)
     if not repo.is_ancestor(good, bad):
         return BisectPlan(cases, reason=f"the previous nightly's commit {good[:12]} is not an ancestor of {bad[:12]}")
     suites = sorted({c["suite"] for c in cases})
-    return BisectPlan(cases, command=bisect_command(prev, this, repo.path, out_dir, suites),
+    return BisectPlan(cases, command=bisect_command(prev, this, repo.path, out_dir, suites, cache_dir),
                       reason="this nightly's tree had local changes; bisecting its commit" if dirty else "")
 
 

@@ -1,5 +1,11 @@
-"""Reports of runs and bisections: one self-contained HTML file each, plus JUnit XML for CI."""
+"""Reports of runs, bisections and nightly histories: one self-contained HTML file each, plus JUnit XML.
 
-from harness.report.render import render_bisect_report, render_run_report, write_junit
+``formatting`` (value filters, the template environment), ``diffview`` (golden mismatches),
+``pages`` (run and bisect pages), ``trend`` (the nightly trend page), ``junit`` (JUnit XML).
+"""
 
-__all__ = ["render_bisect_report", "render_run_report", "write_junit"]
+from harness.report.junit import write_junit
+from harness.report.pages import render_bisect_report, render_run_report
+from harness.report.trend import render_trend_report
+
+__all__ = ["render_bisect_report", "render_run_report", "render_trend_report", "write_junit"]

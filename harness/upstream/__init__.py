@@ -1,8 +1,11 @@
 """The ``upstream`` suite: Megatron-Bridge's own packing tests, replayed from the target's tree.
 
-See :mod:`harness.upstream.runner`; the selection (per era) is data in ``selection.json``.
+``selection`` (which tests, per era; the data is ``selection.json``), ``run`` (MB's pytest in a
+subprocess), ``child_plugin`` (loaded into that pytest: selection and outcome events),
+``outcomes`` (events -> verdicts).
 """
 
-from harness.upstream.runner import NO_CHECKOUT, NO_MATCH, load_selection, resolve, run_upstream
+from harness.upstream.run import NO_CHECKOUT, run_upstream
+from harness.upstream.selection import NO_MATCH, load_selection, resolve
 
 __all__ = ["run_upstream", "load_selection", "resolve", "NO_CHECKOUT", "NO_MATCH"]

@@ -1,0 +1,242 @@
+"""``bisect.json``: the typed record of one bisection.
+
+The driver builds a :class:`BisectDoc`; ``harness bisect`` writes it (kind ``harness-bisect``,
+schema-versioned, atomic); the HTML report (:func:`harness.report.pages.bisect_context`) and the terminal summary
+(:func:`harness.report.terminal.bisect_summary_lines`) read the same record. Keys and shapes on disk are those of
+schema 1. :meth:`BisectDoc.from_json` is lenient about missing fields, because a report of an
+interrupted bisection is still worth rendering; a wrong ``kind`` or a newer schema is refused
+by :meth:`BisectDoc.load`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from harness.atomicio import read_versioned_json, write_versioned_json
+from harness.bisect.algorithm import CaseStatus
+
+BISECT_KIND = "harness-bisect"
+BISECT_SCHEMA = 1
+FIND_REGRESSION = "find-regression"
+FIND_FIX = "find-fix"
+
+
+@dataclass
+class CommitMeta:
+    """A commit of the range as the timeline shows it."""
+
+    sha: str
+    subject: str = ""
+    author: str = ""
+    date: str = ""  # author date, strict ISO 8601
+
+    @classmethod
+    def from_json(cls, doc: dict[str, Any]) -> CommitMeta:
+        return cls(str(doc.get("sha") or ""), str(doc.get("subject") or ""), str(doc.get("author") or ""),
+                   str(doc.get("date") or ""))
+
+
+@dataclass
+class Culprit:
+    """The commit blamed for a case, with what a reader needs to judge it."""
+
+    sha: str
+    subject: str = ""
+    author: str = ""
+    email: str = ""
+    date: str = ""
+    files: list[str] = field(default_factory=list)  # changed under src/
+    diff: str = ""  # limited to packing-related files when the commit touches any
+    diff_scope: str = ""  # which files the diff covers
+
+    @classmethod
+    def from_json(cls, doc: dict[str, Any]) -> Culprit:
+        return cls(*(str(doc.get(k) or "") for k in ("sha", "subject", "author", "email", "date")),
+                   files=[str(f) for f in doc.get("files") or []], diff=str(doc.get("diff") or ""),
+                   diff_scope=str(doc.get("diff_scope") or ""))
+
+
+@dataclass
+class CaseDoc:
+    """Where one case's bisection ended."""
+
+    case_id: str
+    status: CaseStatus
+    culprit: Culprit | None = None  # FOUND
+    last_good: str | None = None
+    candidates: list[str] = field(default_factory=list)  # AMBIGUOUS: oldest first
+    flaky_commits: list[str] = field(default_factory=list)
+    evaluations: int | None = None  # None: not recorded (a partial record)
+    notes: list[str] = field(default_factory=list)
+    golden_diff: str = ""  # the case's diff (or message) at the culprit, else at the bad end
+    source: str = "golden"  # which source of verdicts: "golden" or "upstream"
+
+    def to_json(self) -> dict[str, Any]:
+        return {"case_id": self.case_id, "status": self.status.value,
+                "culprit": vars(self.culprit).copy() if self.culprit else None, "last_good": self.last_good,
+                "candidates": list(self.candidates), "flaky_commits": list(self.flaky_commits),
+                "evaluations": self.evaluations, "notes": list(self.notes), "golden_diff": self.golden_diff,
+                "source": self.source}
+
+    @classmethod
+    def from_json(cls, doc: dict[str, Any]) -> CaseDoc:
+        culprit = doc.get("culprit")
+        evaluations = doc.get("evaluations")
+        return cls(
+            case_id=str(doc.get("case_id") or ""), status=CaseStatus(doc.get("status") or CaseStatus.OPEN.value),
+            culprit=Culprit.from_json(culprit) if isinstance(culprit, dict) else None,
+            last_good=doc.get("last_good"), candidates=[str(s) for s in doc.get("candidates") or []],
+            flaky_commits=[str(s) for s in doc.get("flaky_commits") or []],
+            evaluations=int(evaluations) if evaluations is not None else None,
+            notes=[str(n) for n in doc.get("notes") or []], golden_diff=str(doc.get("golden_diff") or ""),
+            source=str(doc.get("source") or "golden"))
+
+
+@dataclass
+class NotBisected:
+    """A case failing at the bad end that was not bisected, and why."""
+
+    case_id: str
+    reason: str
+
+
+@dataclass
+class RangeDoc:
+    good: str  # full shas
+    bad: str
+    n_commits: int | None = None  # None: not recorded (a partial record)
+    given: str = ""  # as the user typed it, GOOD..BAD
+    first_parent: bool = False
+
+
+@dataclass
+class SelectionDoc:
+    suites: list[str] | None = None
+    keyword: str | None = None
+
+
+@dataclass
+class CacheNamespace:
+    """The verdict-cache keys the evaluations were stored under."""
+
+    suite_key: str = ""
+    env_key: str = ""
+
+
+@dataclass
+class CulpritGroup:
+    """One culprit commit with every case it was blamed for."""
+
+    culprit: Culprit
+    cases: list[CaseDoc]
+
+    @property
+    def sources(self) -> list[str]:
+        return sorted({c.source for c in self.cases})
+
+    @property
+    def blamed_by(self) -> str:
+        """Whether golden cases, MB's own upstream tests, or both pointed at the commit."""
+        sources = self.sources
+        if len(sources) > 1:
+            return "golden cases and upstream tests"
+        return "upstream tests" if sources == ["upstream"] else "golden cases"
+
+
+@dataclass
+class BisectDoc:
+    """The whole record of one bisection (``bisect.json``)."""
+
+    range: RangeDoc
+    mode: str = FIND_REGRESSION  # or FIND_FIX: PASS and FAIL swapped roles
+    repo: str = ""
+    commits: list[CommitMeta] = field(default_factory=list)  # the range, oldest first
+    probes: dict[str, dict[str, str]] = field(default_factory=dict)  # sha -> case -> settled verdict or "flaky"
+    attempts: dict[str, list[dict[str, str]]] = field(default_factory=dict)  # sha -> one verdict map per attempt
+    cases: list[CaseDoc] = field(default_factory=list)
+    not_bisected: list[NotBisected] = field(default_factory=list)
+    notes: dict[str, list[str]] = field(default_factory=dict)  # sha -> evaluator notes
+    duration_s: float = 0.0
+    evaluations: int | None = None
+    new_evaluations: int = 0
+    cached_evaluations: int = 0
+    rounds: int = 0
+    jobs: int = 1
+    retries: int = 0
+    selection: SelectionDoc = field(default_factory=SelectionDoc)
+    cache: CacheNamespace = field(default_factory=CacheNamespace)
+    finished: str = ""  # UTC, ISO 8601
+
+    @property
+    def find_fix(self) -> bool:
+        return self.mode == FIND_FIX
+
+    @property
+    def first_label(self) -> str:
+        """What a culprit is called in this mode."""
+        return "first fixed" if self.find_fix else "first bad"
+
+    def commit(self, sha: str) -> CommitMeta:
+        """Metadata of a commit of the range (empty fields for one outside it)."""
+        return next((c for c in self.commits if c.sha == sha), CommitMeta(sha))
+
+    def culprit_groups(self) -> list[CulpritGroup]:
+        """One group per culprit commit, in the order the cases name them."""
+        groups: dict[str, CulpritGroup] = {}
+        for case in self.cases:
+            if case.culprit is not None:
+                groups.setdefault(case.culprit.sha, CulpritGroup(case.culprit, [])).cases.append(case)
+        return list(groups.values())
+
+    # ---------------------------------------------------------------- json
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "mode": self.mode, "range": vars(self.range).copy(), "repo": self.repo,
+            "commits": [vars(c).copy() for c in self.commits],
+            "probes": {sha: dict(v) for sha, v in self.probes.items()},
+            "attempts": {sha: [dict(a) for a in v] for sha, v in self.attempts.items()},
+            "cases": [c.to_json() for c in self.cases],
+            "not_bisected": [vars(n).copy() for n in self.not_bisected],
+            "notes": {sha: list(v) for sha, v in self.notes.items()},
+            "duration_s": self.duration_s, "evaluations": self.evaluations,
+            "new_evaluations": self.new_evaluations, "cached_evaluations": self.cached_evaluations,
+            "rounds": self.rounds, "jobs": self.jobs, "retries": self.retries,
+            "selection": vars(self.selection).copy(), "cache": vars(self.cache).copy(), "finished": self.finished,
+        }
+
+    @classmethod
+    def from_json(cls, doc: dict[str, Any]) -> BisectDoc:
+        rng = doc.get("range") or {}
+        sel = doc.get("selection") or {}
+        cache = doc.get("cache") or {}
+        n_commits = rng.get("n_commits")
+        return cls(
+            range=RangeDoc(str(rng.get("good") or ""), str(rng.get("bad") or ""),
+                           int(n_commits) if n_commits is not None else None, str(rng.get("given") or ""),
+                           bool(rng.get("first_parent", False))),
+            mode=str(doc.get("mode") or FIND_REGRESSION), repo=str(doc.get("repo") or ""),
+            commits=[CommitMeta.from_json(c) for c in doc.get("commits") or []],
+            probes={str(k): dict(v) for k, v in (doc.get("probes") or {}).items()},
+            attempts={str(k): [dict(a) for a in v] for k, v in (doc.get("attempts") or {}).items()},
+            cases=[CaseDoc.from_json(c) for c in doc.get("cases") or []],
+            not_bisected=[NotBisected(str(n.get("case_id", "")), str(n.get("reason", "")))
+                          for n in doc.get("not_bisected") or []],
+            notes={str(k): list(v) for k, v in (doc.get("notes") or {}).items()},
+            duration_s=float(doc.get("duration_s") or 0.0),
+            evaluations=doc.get("evaluations"), new_evaluations=int(doc.get("new_evaluations") or 0),
+            cached_evaluations=int(doc.get("cached_evaluations") or 0), rounds=int(doc.get("rounds") or 0),
+            jobs=int(doc.get("jobs") or 1), retries=int(doc.get("retries") or 0),
+            selection=SelectionDoc(sel.get("suites"), sel.get("keyword")),
+            cache=CacheNamespace(str(cache.get("suite_key") or ""), str(cache.get("env_key") or "")),
+            finished=str(doc.get("finished") or ""),
+        )
+
+    def save(self, path: Path) -> None:
+        write_versioned_json(path, BISECT_KIND, BISECT_SCHEMA, self.to_json())
+
+    @classmethod
+    def load(cls, path: Path) -> BisectDoc:
+        return cls.from_json(read_versioned_json(path, BISECT_KIND, BISECT_SCHEMA))

@@ -1,0 +1,139 @@
+"""Evaluating one commit: the outcome record, the evaluator protocol and the MB evaluator.
+
+An evaluator turns a commit sha into one verdict per case (:class:`EvalOutcome`). The driver
+never knows how: the MB evaluator materialises the commit from the private mirror and runs the
+golden suites on it (:func:`harness.runner.run_suites`); tests and benchmarks pass scripted
+ones. Evaluators run wherever the executor puts them (a thread, a cluster job), so they and
+their outcomes are plain picklable dataclasses and never touch the verdict cache.
+
+Cache key: (commit, suite key, env key). The suite key hashes the harness ``suites/``,
+``fixtures/`` and the verdict-deciding parts of ``harness/`` *and the selection* (``--suite``,
+``-k``): a run that selected fewer cases must not be reused for one that needs more. The env
+key is the Python, torch and megatron-core versions. A commit without ``src/megatron/bridge``
+(or without any of the archived paths) is recorded with no verdicts: a skip for every case.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.metadata as md
+import json
+import platform
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Protocol
+
+from harness import paths
+from harness.bisect.cache import suite_hash
+from harness.errors import CorruptFile, GitError
+from harness.gitrepo import WorkspaceCache, open_repo
+from harness.verdict import Verdict
+
+
+@dataclass
+class EvalOutcome:
+    """One evaluation of one commit, as an evaluator returns it (picklable)."""
+
+    verdicts: dict[str, Verdict]
+    messages: dict[str, str] = field(default_factory=dict)
+    details: dict[str, dict[str, str]] = field(default_factory=dict)  # case -> {"diff", "source"}
+    duration_s: float = 0.0
+    note: str = ""  # why there are no verdicts, timeouts...
+
+
+class Evaluator(Protocol):
+    """Evaluates one commit. Must be picklable when used with a remote executor."""
+
+    def __call__(self, sha: str) -> EvalOutcome: ...
+
+    def cache_namespace(self) -> tuple[str, str]:
+        """(suite key, env key) of the cache entries this evaluator's verdicts belong to."""
+        ...
+
+
+def env_key() -> str:
+    """Versions that decide a verdict besides MB itself and the harness suites."""
+    def version(name: str) -> str:
+        try:
+            return md.version(name)
+        except md.PackageNotFoundError:
+            return "none"
+    return f"python={platform.python_version()};torch={version('torch')};megatron-core={version('megatron-core')}"
+
+
+def selection_key(content_hash: str, suites: Sequence[str] | None, keyword: str | None) -> str:
+    doc = json.dumps({"content": content_hash, "suites": sorted(suites) if suites else None, "k": keyword},
+                     sort_keys=True)
+    return hashlib.sha256(doc.encode()).hexdigest()
+
+
+@dataclass(frozen=True)
+class MBEvaluator:
+    """Materialise a commit of the user's MB repository and run the golden suites on it."""
+
+    repo_path: Path
+    workspace_dir: Path
+    runs_dir: Path
+    suites: tuple[str, ...] | None = None
+    keyword: str | None = None
+    timeout_s: float = 1800.0
+    megatron_lm: Path | None = None  # use the megatron-core each MB commit pins (harness.pins)
+
+    def cache_namespace(self) -> tuple[str, str]:
+        pkg = paths.PACKAGE
+        # everything that decides a verdict: suites, goldens, adapters, CPU stand-ins, the
+        # plugin's classification, golden comparison and the upstream selection
+        content = suite_hash([paths.SUITES_DIR, paths.FIXTURES_DIR, pkg / "adapters", pkg / "standins", pkg / "golden",
+                              pkg / "plugin.py", pkg / "upstream"])
+        env = env_key() + ("+megatron-core-pinned-by-mb" if self.megatron_lm else "")
+        return selection_key(content, self.suites, self.keyword), env
+
+    def __call__(self, sha: str) -> EvalOutcome:
+        from harness import runner
+        from harness.target import Target
+
+        t0 = time.monotonic()
+        try:
+            tree = WorkspaceCache(self.workspace_dir, self.repo_path).materialize(sha)
+        except GitError as exc:
+            return EvalOutcome({}, duration_s=time.monotonic() - t0, note=f"cannot materialise: {exc}")
+        src = tree / "src"
+        if not (src / "megatron" / "bridge").is_dir():
+            return EvalOutcome({}, duration_s=time.monotonic() - t0,
+                               note="no src/megatron/bridge at this commit: skipped for every case")
+        pinned = None
+        if self.megatron_lm is not None:
+            from harness.pins import pinned_core
+
+            try:
+                pinned = pinned_core(open_repo(self.repo_path), sha, self.megatron_lm, self.runs_dir.parent)
+            except GitError as exc:
+                return EvalOutcome({}, duration_s=time.monotonic() - t0,
+                                   note=f"pinned megatron-core unavailable: {exc}: skipped for every case")
+        # light-import cases go through a per-thread fork server: torch and megatron-core are
+        # imported once per bisect instead of once per commit (not with a per-commit pinned core)
+        opts = runner.RunOptions(suites=list(self.suites) if self.suites else None, keyword=self.keyword,
+                                 timeout_s=self.timeout_s, fork_server=pinned is None)
+        tgt = Target(src=src, commit=sha, core=pinned.path if pinned else None, core_pin=pinned.pin if pinned else None)
+        result = runner.run_suites(tgt, opts, self.runs_dir / sha / runner.new_run_id(), progress=None)
+        return EvalOutcome(
+            verdicts={c.case_id: c.verdict for c in result.cases},
+            messages={c.case_id: c.message for c in result.cases},
+            details={c.case_id: {"diff": c.diff or c.message, "source": c.source} for c in result.cases},
+            duration_s=time.monotonic() - t0,
+            note="; ".join(result.notes),
+        )
+
+    def details(self, sha: str) -> dict[str, dict[str, str]]:
+        """Golden diffs of the newest kept run of ``sha`` (for verdicts that came from the cache)."""
+        from harness.results import RunResult
+
+        for path in sorted((self.runs_dir / sha).glob("*/results.json"), reverse=True):
+            try:
+                run = RunResult.load(path)
+            except (CorruptFile, OSError, ValueError, KeyError, TypeError):
+                continue
+            return {c.case_id: {"diff": c.diff or c.message, "source": c.source} for c in run.cases}
+        return {}

@@ -1,0 +1,120 @@
+"""From what the driver observed to the parts of a :class:`~harness.bisect.document.BisectDoc`.
+
+The driver collects :class:`Evidence` (every attempt per commit, golden diffs, evaluator
+notes); this module turns it into the record's tables: the probe table (one settled verdict
+per commit and case), the per-case records and, for a culprit, its metadata and the part of
+its diff that can affect packing. The repository is only read.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+
+from harness.bisect.algorithm import CaseOutcome, CaseStatus
+from harness.bisect.cache import Evaluation
+from harness.bisect.document import CaseDoc, CommitMeta, Culprit
+from harness.gitrepo import GitRepo
+from harness.verdict import Verdict, is_flaky, settle
+
+MAX_DIFF_CHARS = 200_000
+
+# Paths whose changes can affect packing behaviour (the culprit's diff is limited to these; the
+# full file list is still shown). Patterns are git pathspecs relative to the repository root.
+PACKING_PATHSPECS: tuple[str, ...] = (
+    "src/megatron/bridge/data/packing", "src/megatron/bridge/data/datasets/packed_sequence.py",
+    "src/megatron/bridge/data/datasets/packing_utils.py", "src/megatron/bridge/data/datasets/packed_parquet.py",
+    "src/megatron/bridge/data/datasets/sft.py", "src/megatron/bridge/data/datasets/utils.py",
+    "src/megatron/bridge/data/sequence_batching.py", "src/megatron/bridge/training/utils/packed_seq_utils.py",
+    "src/megatron/bridge/training/gpt_step.py", "src/megatron/bridge/training/vlm_step.py",
+    "src/megatron/bridge/training/config.py", "src/megatron/bridge/data/builders",
+)
+
+#: case -> {"diff": golden diff or message, "source": "golden" | "upstream"}
+Details = dict[str, dict[str, str]]
+
+
+@dataclass
+class Evidence:
+    """Everything a bisection run observed, cached or new."""
+
+    attempts: dict[str, list[Evaluation]] = field(default_factory=dict)  # commit -> attempts, oldest first
+    details: dict[str, Details] = field(default_factory=dict)  # commit -> golden diffs of its newest run
+    notes: dict[str, list[str]] = field(default_factory=dict)  # commit -> evaluator notes
+    new_evaluations: int = 0
+    cached_evaluations: int = 0
+    evaluated: set[str] = field(default_factory=set)  # commits evaluated (not just read from the cache) here
+
+    @property
+    def evaluations(self) -> int:
+        return sum(len(a) for a in self.attempts.values())
+
+
+def probe_cell(values: Iterable[Verdict | None]) -> str:
+    """One verdict value per (commit, case) for the report's probe table."""
+    values = list(values)
+    if is_flaky(values):
+        return "flaky"
+    settled = settle(values)
+    return settled.value if settled else Verdict.UNTESTABLE.value
+
+
+def probe_tables(commits: Sequence[str], attempts: dict[str, list[Evaluation]], case_ids: Sequence[str]
+                 ) -> tuple[dict[str, dict[str, str]], dict[str, list[dict[str, str]]]]:
+    """(sha -> case -> settled verdict, sha -> one verdict map per attempt) for probed commits."""
+    probes: dict[str, dict[str, str]] = {}
+    per_attempt: dict[str, list[dict[str, str]]] = {}
+    for sha in commits:
+        evs = attempts.get(sha)
+        if not evs:
+            continue
+        ids = sorted({c for ev in evs for c in ev.verdicts} | set(case_ids))
+        probes[sha] = {c: probe_cell(ev.verdicts.get(c) for ev in evs) for c in ids}
+        per_attempt[sha] = [{c: v.value for c, v in sorted(ev.verdicts.items())} for ev in evs]
+    return probes, per_attempt
+
+
+def commit_table(repo: GitRepo, shas: Sequence[str]) -> list[CommitMeta]:
+    """Subject, author and date of every commit of the range, oldest first."""
+    meta = repo.commit_summaries(shas)
+    return [CommitMeta(*meta[sha]) if sha in meta else CommitMeta(sha) for sha in shas]
+
+
+def packing_diff(repo: GitRepo, sha: str) -> tuple[str, str]:
+    """(diff limited to packing-related files, scope note); the whole src/ diff when none is touched."""
+    diff = repo.diff(sha, PACKING_PATHSPECS)
+    scope = "packing-related files"
+    if not diff.strip():
+        diff, scope = repo.diff(sha, ("src",)), "all of src/ (no packing-related file changed)"
+    if len(diff) > MAX_DIFF_CHARS:
+        diff = diff[:MAX_DIFF_CHARS] + f"\n... diff truncated at {MAX_DIFF_CHARS} characters\n"
+    return diff, scope
+
+
+def culprit_record(repo: GitRepo, sha: str) -> Culprit:
+    info = repo.commit_info(sha, "src")
+    diff, scope = packing_diff(repo, sha)
+    return Culprit(info.sha, info.subject, info.author, info.email, info.date, list(info.files), diff, scope)
+
+
+def case_docs(repo: GitRepo, outcomes: Iterable[CaseOutcome], evidence: Evidence, bad: str,
+              details_of: Callable[[str], Details]) -> list[CaseDoc]:
+    """One record per bisected case; each culprit commit is described (and diffed) once."""
+    culprits: dict[str, Culprit] = {}
+    docs = []
+    for outcome in outcomes:
+        culprit = None
+        if outcome.status is CaseStatus.FOUND and outcome.culprit:
+            if outcome.culprit not in culprits:
+                culprits[outcome.culprit] = culprit_record(repo, outcome.culprit)
+            culprit = culprits[outcome.culprit]
+        where = outcome.culprit or bad
+        detail = details_of(where).get(outcome.case_id) or details_of(bad).get(outcome.case_id) or {}
+        message = next((ev.messages[outcome.case_id] for ev in reversed(evidence.attempts.get(where, []))
+                        if ev.messages.get(outcome.case_id)), "")
+        docs.append(CaseDoc(
+            case_id=outcome.case_id, status=outcome.status, culprit=culprit, last_good=outcome.last_good,
+            candidates=list(outcome.candidates), flaky_commits=list(outcome.flaky_commits),
+            evaluations=outcome.evaluations, notes=list(outcome.notes),
+            golden_diff=detail.get("diff") or message, source=detail.get("source") or "golden"))
+    return docs

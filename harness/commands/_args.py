@@ -1,0 +1,148 @@
+"""Options several commands share, defined once so that they mean the same everywhere.
+
+Modelled on asv's ``common_args``: each ``add_*`` adds one option (or a pair that belongs
+together) with its help text and type; the matching helpers turn parsed values into what the
+command needs (:func:`target_from_args`, :func:`cache_dir`, :func:`out_dir`). A command adds
+only the options it honours.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+from pathlib import Path
+
+from harness import paths, runner
+from harness.errors import UsageError
+from harness.target import Target
+
+
+def positive_int(text: str) -> int:
+    """argparse type: an integer of at least 1."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not an integer: {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, not {value}")
+    return value
+
+
+def non_negative_int(text: str) -> int:
+    """argparse type: an integer of at least 0."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not an integer: {text!r}") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must be 0 or more, not {value}")
+    return value
+
+
+def positive_seconds(text: str) -> float:
+    """argparse type: a duration in seconds, more than 0."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number of seconds: {text!r}") from None
+    if not value > 0:
+        raise argparse.ArgumentTypeError(f"must be more than 0 seconds, not {text}")
+    return value
+
+
+# ------------------------------------------------------------------------------ target
+
+
+def add_target(p: argparse.ArgumentParser) -> None:
+    """``--mb-src`` (the MB under test) and ``--megatron-lm`` (the megatron-core its checkout pins)."""
+    p.add_argument("--mb-src", metavar="PATH", help="an MB checkout (or its src/) to test instead of the installed MB")
+    add_megatron_lm(p)
+
+
+def add_megatron_lm(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--megatron-lm", metavar="PATH", type=Path,
+                   help="a Megatron-LM repository: run MB against the megatron-core that the MB commit pins in "
+                        "3rdparty/Megatron-LM instead of the installed one (with --mb-src: the checkout's HEAD)")
+
+
+def target_from_args(args: argparse.Namespace, commit: str | None = None) -> Target:
+    """The target of --mb-src (and --megatron-lm): a one-line error for what cannot work."""
+    tgt = Target.from_args(args.mb_src, commit)
+    mlm = getattr(args, "megatron_lm", None)
+    if mlm is None:
+        return tgt
+    if tgt.src is None:
+        raise UsageError("--megatron-lm needs --mb-src (an MB git checkout that pins Megatron-LM)")
+    from harness.gitrepo import open_repo
+    from harness.pins import pinned_core
+
+    repo = open_repo(tgt.src)
+    pinned = pinned_core(repo, "HEAD", mlm, cache_dir(args))
+    if pinned is None:
+        raise UsageError(f"{repo.path} pins no Megatron-LM at HEAD (no 3rdparty/Megatron-LM submodule)")
+    return dataclasses.replace(tgt, core=pinned.path, core_pin=pinned.pin)
+
+
+# ------------------------------------------------------------------------------ selection and running
+
+
+def add_suites(p: argparse.ArgumentParser, *, keyword: bool = True) -> None:
+    """``--suite NAME`` (repeatable) and, with ``keyword``, ``-k EXPR``."""
+    p.add_argument("--suite", action="append", metavar="NAME",
+                   help=f"suite to run (repeatable; default all: {', '.join(runner.available_suites())})")
+    if keyword:
+        p.add_argument("-k", dest="keyword", metavar="EXPR", help="pytest -k expression to select cases")
+
+
+def add_timeout(p: argparse.ArgumentParser, what: str, default: float = 1800.0) -> None:
+    p.add_argument("--timeout", type=positive_seconds, default=default, metavar="S",
+                   help=f"seconds before {what} is killed (default {default:.0f})")
+
+
+def add_jobs(p: argparse.ArgumentParser, what: str) -> None:
+    p.add_argument("-j", "--jobs", type=positive_int, default=1, metavar="N", help=f"{what} (default 1)")
+
+
+def add_import_mode(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--import", dest="import_mode", choices=runner.IMPORT_MODES, default="auto",
+                   help="how MB is imported: auto (default) runs light-group cases without executing MB's package "
+                        "__init__ files and the others with the full import; full imports MB normally for every "
+                        "case; light runs only the light-group cases")
+
+
+def add_fixtures(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--fixtures", type=Path, default=paths.FIXTURES_DIR, metavar="DIR",
+                   help="golden root (default fixtures/)")
+
+
+def add_verbosity(p: argparse.ArgumentParser, *, verbose: bool = False) -> None:
+    """``-q/--quiet`` (no live progress on stderr) and, where progress is the suites' own output,
+    ``-v/--verbose`` (it names every case)."""
+    group = p.add_mutually_exclusive_group()
+    group.add_argument("-q", "--quiet", action="store_true", help="no live progress on stderr")
+    if verbose:
+        group.add_argument("-v", "--verbose", action="store_true", help="live progress names every case")
+
+
+# ------------------------------------------------------------------------------ where things go
+
+
+def add_out(p: argparse.ArgumentParser, default: str) -> None:
+    p.add_argument("--out", type=Path, metavar="DIR", help=f"output directory (default {default})")
+
+
+def out_dir(args: argparse.Namespace, name: str) -> Path:
+    """``--out``, else ``reports/<name>``."""
+    return Path(args.out).expanduser() if args.out else paths.REPORTS_DIR / name
+
+
+def add_cache_dir(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--cache-dir", type=Path, metavar="DIR",
+                   help="per-user cache: bisect mirrors and verdicts, pinned Megatron-LM trees, matrix exports "
+                        f"(default $HARNESS_CACHE or {paths.cache_dir()})")
+
+
+def cache_dir(args: argparse.Namespace) -> Path:
+    """``--cache-dir``, else the per-user cache directory."""
+    given = getattr(args, "cache_dir", None)
+    return Path(given).expanduser() if given else paths.cache_dir()

@@ -1,0 +1,172 @@
+"""The run and bisect pages: everything their templates show, computed once from the records.
+
+A run page is built from a :class:`~harness.results.RunResult` (header facts, per-suite counts,
+failures with their golden diffs), a bisect page from a
+:class:`~harness.bisect.document.BisectDoc` (range, culprits grouped by commit, per-case
+results, the commit timeline).
+"""
+
+from __future__ import annotations
+
+import math
+from collections import OrderedDict
+from pathlib import Path
+from typing import Any
+
+from harness.bisect.document import BisectDoc, CaseDoc
+from harness.report.diffview import diff_view
+from harness.report.formatting import VERDICT_ORDER, anchor, case_name, format_value, render_template, short_sha
+from harness.results import CaseResult, RunResult
+from harness.verdict import Verdict
+
+
+def _case_view(case: CaseResult) -> dict[str, Any]:
+    return {
+        "id": case.case_id,
+        "name": case_name(case),
+        "suite": case.suite,
+        "verdict": case.verdict.value,
+        "duration_s": case.duration_s,
+        "message": case.message,
+        "anchor": anchor(case.case_id),
+        "source": case.source,
+    }
+
+
+def _suites(cases: list[CaseResult]) -> list[dict[str, Any]]:
+    """Cases grouped by suite, suites in first-seen order (the order the run executed)."""
+    groups: "OrderedDict[str, list[CaseResult]]" = OrderedDict()
+    for c in cases:
+        groups.setdefault(c.suite, []).append(c)
+    out = []
+    for suite, members in groups.items():
+        counts = {v: 0 for v in VERDICT_ORDER}
+        for c in members:
+            counts[c.verdict.value] += 1
+        out.append({"name": suite, "cases": [_case_view(c) for c in members], "counts": counts})
+    return out
+
+
+def _header_view(run: RunResult) -> dict[str, Any]:
+    """The facts a reader needs to trust or distrust the run, with the usual keys first."""
+    target, versions, machine = run.target or {}, run.versions or {}, run.machine or {}
+    mb_version = target.get("version") or versions.get("megatron-bridge") or versions.get("megatron_bridge") or ""
+    return {
+        "mb_version": mb_version,
+        "mb_commit": target.get("commit") or target.get("sha") or "",
+        "mcore": versions.get("megatron-core") or versions.get("megatron_core") or versions.get("mcore") or "",
+        "torch": versions.get("torch", ""),
+        "cpu": machine.get("cpu", ""),
+        "gpu": machine.get("gpu", "") or "none",
+        "target_items": sorted((str(k), format_value(v)) for k, v in target.items()),
+        "version_items": sorted((str(k), format_value(v)) for k, v in versions.items()),
+        "machine_items": sorted((str(k), format_value(v)) for k, v in machine.items()),
+    }
+
+
+def run_context(run: RunResult) -> dict[str, Any]:
+    """Everything the run template shows, computed once."""
+    golden = [c for c in run.cases if c.source != "upstream"]
+    upstream = [c for c in run.cases if c.source == "upstream"]
+    failures = [
+        {**_case_view(c), "diff": diff_view(c)} for c in run.cases if c.verdict == Verdict.FAIL
+    ]
+    return {
+        "run": run,
+        "header": _header_view(run),
+        "counts": run.counts(),
+        "verdicts": VERDICT_ORDER,
+        "golden_suites": _suites(golden),
+        "upstream_suites": _suites(upstream),
+        "failures": failures,
+        "errors": [_case_view(c) for c in run.cases if c.verdict == Verdict.ERROR],
+        "untestable": [_case_view(c) for c in run.cases if c.verdict == Verdict.UNTESTABLE],
+    }
+
+
+def render_run_report(run: RunResult, out_path: Path) -> Path:
+    """Write the HTML report of one run to ``out_path`` (atomically) and return the path."""
+    return render_template("run.html.j2", run_context(run), out_path)
+
+
+def _verdict_class(value: Any) -> str:
+    value = str(value or "")
+    return value if value in VERDICT_ORDER else ("untestable" if value == "skip" else "unknown")
+
+
+def timeline_view(bisect: BisectDoc, case_ids: list[str], culprits: dict[str, str]) -> dict[str, Any]:
+    """SVG geometry of the range: one column per commit, one lane per case.
+
+    Probed commits are coloured by their verdict for that lane's case; a culprit gets a
+    dark outline. Geometry is scaled so a 2,000-commit range still fits the page width.
+    """
+    commits = bisect.commits
+    probes = bisect.probes
+    n = max(len(commits), 1)
+    left, top, lane_h, gap = 200.0, 26.0, 20.0, 6.0
+    cell_w = max(2.0, min(72.0, 1000.0 / n))
+    label_every = max(1, math.ceil(64.0 / cell_w))  # a 7-character hash needs about 60 px
+    columns = []
+    for i, commit in enumerate(commits):
+        sha = commit.sha
+        columns.append({"x": round(left + i * cell_w, 2), "sha": sha, "short": short_sha(sha)[:7],
+                        "subject": commit.subject, "probed": sha in probes,
+                        "label": i % label_every == 0 or i == n - 1})
+    lanes = []
+    for k, cid in enumerate(case_ids):
+        y = round(top + k * (lane_h + gap), 2)
+        cells = []
+        for col in columns:
+            verdict = (probes.get(col["sha"]) or {}).get(cid)
+            cells.append({"x": col["x"], "w": cell_w, "probed": verdict is not None,
+                          "cls": _verdict_class(verdict) if verdict is not None else "unprobed",
+                          "culprit": culprits.get(cid) == col["sha"],
+                          "title": f"{cid} @ {col['short']} {col['subject']}: {verdict or 'not probed'}"})
+        lanes.append({"case_id": cid, "y": y, "h": lane_h, "cells": cells, "label_y": round(y + lane_h * 0.7, 2)})
+    height = top + max(len(case_ids), 1) * (lane_h + gap) + 24
+    return {"columns": columns, "lanes": lanes, "cell_w": cell_w, "left": left,
+            "width": round(left + n * cell_w + 20, 2), "height": round(height, 2),
+            "axis_y": round(height - 14, 2)}
+
+
+def _bisect_case_view(case: CaseDoc, bisect: BisectDoc) -> dict[str, Any]:
+    candidates = []
+    for sha in case.candidates:
+        meta = bisect.commit(sha)
+        candidates.append({"sha": sha, "subject": meta.subject, "author": meta.author, "date": meta.date})
+    return {
+        "case_id": case.case_id,
+        "anchor": anchor(case.case_id),
+        "status": case.status.value,
+        "source": case.source,
+        "evaluations": "?" if case.evaluations is None else case.evaluations,
+        "culprit": case.culprit,
+        "candidates": candidates,
+        "golden_diff": case.golden_diff,
+    }
+
+
+def bisect_context(bisect: BisectDoc) -> dict[str, Any]:
+    """Everything the bisect template shows, from a bisection record."""
+    views = {id(c): _bisect_case_view(c, bisect) for c in bisect.cases}
+    culprits = {c.case_id: c.culprit.sha for c in bisect.cases if c.culprit}
+    rng = bisect.range
+    return {
+        "labels": {"good": "old", "bad": "new", "first": "first fixed commit"} if bisect.find_fix
+        else {"good": "good", "bad": "bad", "first": "first bad commit"},
+        "range": {"good": rng.good, "bad": rng.bad,
+                  "n_commits": len(bisect.commits) if rng.n_commits is None else rng.n_commits},
+        "duration_s": bisect.duration_s,
+        "evaluations": "?" if bisect.evaluations is None else bisect.evaluations,
+        "n_probed": len(bisect.probes),
+        "cases": list(views.values()),
+        "culprit_groups": [{"culprit": g.culprit, "cases": [views[id(c)] for c in g.cases],
+                            "sources": g.sources, "blamed_by": g.blamed_by} for g in bisect.culprit_groups()],
+        "timeline": timeline_view(bisect, [c.case_id for c in bisect.cases], culprits),
+        "verdicts": VERDICT_ORDER,
+    }
+
+
+def render_bisect_report(bisect: BisectDoc, out_path: Path) -> Path:
+    """Write the HTML report of one bisection to ``out_path`` (atomically)."""
+    return render_template("bisect.html.j2", bisect_context(bisect), out_path)

@@ -1,0 +1,73 @@
+"""The trend page of a nightly history: verdicts over nights, what changed, run durations.
+
+The data comes from :func:`harness.history.trend`; this module only lays it out (a verdict
+grid per suite, a bar chart of run durations, links to the bisect reports that hunted newly
+failing cases).
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Any
+
+from harness import history
+from harness.errors import UsageError
+from harness.report.formatting import render_template
+
+
+def _durations_chart(durations: list[dict[str, Any]]) -> dict[str, Any]:
+    """Bar geometry of run durations (seconds) for an inline SVG."""
+    values = [float(d["duration_s"] or 0.0) for d in durations]
+    top = max(values, default=0.0) or 1.0
+    left, plot_h, base_y = 60.0, 160.0, 180.0
+    bar_w = max(3.0, min(64.0, 900.0 / max(len(values), 1)))
+    label_every = max(1, math.ceil(56.0 / bar_w))  # a 7-character hash needs about 50 px
+    bars = []
+    for i, (d, v) in enumerate(zip(durations, values)):
+        h = round(v / top * plot_h, 2)
+        bars.append({"x": round(left + i * bar_w + 1, 2), "w": round(bar_w - 2, 2), "y": round(base_y - h, 2),
+                     "h": h, "title": f"{d['run_id']} @ {str(d['commit'])[:10]}: {v:.1f} s",
+                     "cx": round(left + i * bar_w + bar_w / 2, 2),
+                     "label": str(d["commit"])[:7], "show_label": i % label_every == 0})
+    return {"bars": bars, "width": round(left + len(values) * bar_w + 20, 2), "height": 210.0,
+            "base_y": base_y, "top_y": base_y - plot_h, "left": left, "max_s": top}
+
+
+def _grid(tr: dict[str, Any]) -> list[dict[str, Any]]:
+    """Cases grouped by suite for the verdict grid, each with one cell per run."""
+    suites: dict[str, list[dict[str, Any]]] = {}
+    for cid, entry in tr["cases"].items():
+        cells = [{"verdict": v or "absent", "title": f"{cid} @ {r['commit'][:10]} ({r['run_id']}): {v or 'not run'}"
+                  + (f" - {m}" if m else "")}
+                 for v, m, r in zip(entry["series"], entry["messages"], tr["runs"])]
+        suites.setdefault(entry["suite"], []).append({"case_id": cid, "cells": cells, "latest": entry["series"][-1]})
+    return [{"name": name, "cases": members} for name, members in sorted(suites.items())]
+
+
+_UNSAFE_SCHEMES = ("javascript:", "data:", "vbscript:")
+
+
+def _checked_links(links: dict[str, str] | None) -> dict[str, str]:
+    """Bisect links are caller data put into href attributes: escaping stops markup, but a
+    ``javascript:`` address would still run when clicked, so such schemes are refused."""
+    out = {}
+    for case_id, href in (links or {}).items():
+        if str(href).strip().lower().startswith(_UNSAFE_SCHEMES):
+            raise UsageError(f"bisect link for {case_id} has an unsafe scheme: {href!r}")
+        out[str(case_id)] = str(href)
+    return out
+
+
+def render_trend_report(store: Path, out_path: Path, bisect_links: dict[str, str] | None = None) -> Path:
+    """Write the trend page of the history in ``store``; ``bisect_links`` maps a case id to
+    the (relative) address of the bisect report that hunted it, shown next to the case."""
+    tr = history.trend(history.load(Path(store)))
+    context = {
+        "trend": tr,
+        "grid": _grid(tr),
+        "chart": _durations_chart(tr["durations"]),
+        "links": _checked_links(bisect_links),
+        "store_name": Path(store).name,
+    }
+    return render_template("trend.html.j2", context, Path(out_path))
