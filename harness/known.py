@@ -4,7 +4,7 @@ When Megatron-Bridge itself breaks an oracle invariant (a real bug in a release)
 that release would be red and a new regression in the same cases would drown in it. An entry in
 ``fixtures/known_failures.json`` (a reviewed data file, like the goldens) names the bug:
 
-* ``cases``: case ids (``fnmatch`` patterns allowed) where it shows;
+* ``cases``: case ids where it shows (``*`` matches anything; brackets are literal);
 * ``invariants`` and ``tags``: which violations it explains (a violation is covered when its
   invariant is listed and it carries every listed tag, e.g. ``input:eos``);
 * ``mb_versions`` (PEP 440 specifiers, for installed packages and checkouts alike) and/or
@@ -21,8 +21,9 @@ removed. Nothing else may silence a FAIL.
 
 from __future__ import annotations
 
-import fnmatch
+import functools
 import json
+import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -33,6 +34,7 @@ from harness.verdict import Verdict
 
 KIND = "harness-known-failures"
 SCHEMA = 1
+FILENAME = "known_failures.json"  # in the fixtures directory, reviewed like the goldens
 
 
 @dataclass(frozen=True)
@@ -76,7 +78,7 @@ class KnownFailure:
         return doc
 
     def lists(self, case_id: str) -> bool:
-        return any(fnmatch.fnmatchcase(case_id, pattern) for pattern in self.cases)
+        return any(_pattern(p).fullmatch(case_id) for p in self.cases)
 
     def covers(self, violation: Mapping[str, Any]) -> bool:
         tags = set(violation.get("tags") or ())
@@ -98,6 +100,12 @@ class KnownFailure:
             except InvalidVersion:
                 return False
         return False
+
+
+@functools.lru_cache(maxsize=None)
+def _pattern(text: str) -> re.Pattern[str]:
+    """A case pattern: ``*`` matches anything, everything else literally (case ids hold brackets)."""
+    return re.compile(".*".join(re.escape(part) for part in text.split("*")))
 
 
 def _specifier(text: str, entry_id: str) -> Any:
@@ -164,3 +172,27 @@ def classify(case_id: str, verdict: Verdict, violations: Sequence[Mapping[str, A
         return Classified(Verdict.FIXED, ids, f"listed as known MB bug(s) {', '.join(ids)} but every invariant "
                                               "holds now: remove the entry (fixtures/known_failures.json)")
     return None
+
+
+def git_in_range(repo: Path) -> Callable[[str, str, str | None], bool | None]:
+    """``in_range(commit, first_bad, first_fixed)`` answered by ``repo``'s history (read-only).
+
+    None when the repository cannot tell (a commit it does not have): then versions decide.
+    """
+    import subprocess
+
+    def ancestor(a: str, b: str) -> bool | None:
+        proc = subprocess.run(["git", "-C", str(repo), "merge-base", "--is-ancestor", a, b], capture_output=True,
+                              timeout=60)
+        return {0: True, 1: False}.get(proc.returncode)
+
+    def in_range(commit: str, first_bad: str, first_fixed: str | None) -> bool | None:
+        after_bad = ancestor(first_bad, commit)
+        if after_bad is None or not after_bad:
+            return after_bad
+        if first_fixed is None:
+            return True
+        fixed = ancestor(first_fixed, commit)
+        return None if fixed is None else not fixed
+
+    return in_range

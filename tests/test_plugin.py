@@ -77,7 +77,7 @@ def test_each_outcome_gets_its_verdict(tmp_path):
     cases = _run(tmp_path)
     verdicts = {k: v["verdict"] for k, v in cases.items()}
     assert verdicts == {
-        "test_pass": "pass", "test_golden_mismatch": "fail", "test_golden_missing": "fail",
+        "test_pass": "pass", "test_golden_mismatch": "changed", "test_golden_missing": "changed",
         "test_assert": "fail", "test_untestable": "untestable", "test_skip": "untestable",
         "test_harness_bug": "error", "test_megatron_raised": "fail", "test_setup_error": "error",
     }

@@ -43,7 +43,7 @@ from harness import paths
 from harness.bisect import findings
 from harness.bisect.algorithm import Bisection, CaseStatus
 from harness.bisect.cache import CacheKey, VerdictCache
-from harness.bisect.document import (FIND_FIX, FIND_REGRESSION, BisectDoc, CacheNamespace, NotBisected, RangeDoc,
+from harness.bisect.document import (FIND_CHANGE, FIND_FIX, FIND_REGRESSION, BisectDoc, CacheNamespace, NotBisected, RangeDoc,
                                      SelectionDoc)
 from harness.bisect.evaluator import EvalOutcome, Evaluator, MBEvaluator
 from harness.bisect.executor import Executor, Handle, LocalExecutor
@@ -75,6 +75,7 @@ class BisectOptions:
     allow_dirty: bool = False
     megatron_lm: Path | None = None  # a Megatron-LM repository: use the megatron-core each commit pins
     find_fix: bool = False  # bisect for the first commit where failing cases PASS (git bisect's old/new terms)
+    changed: bool = False  # bisect golden changes too: CHANGED counts as bad (never labelled a regression)
 
 
 @dataclass
@@ -116,12 +117,16 @@ class _Driver:
             print(text, file=self.progress, flush=True)
 
     def as_bisected(self, verdicts: Mapping[str, Verdict]) -> dict[str, Verdict]:
-        """Verdicts as the bisection sees them: with --find-fix, PASS and FAIL swap roles, so the
+        """Verdicts as the bisection sees them: PASS (good), FAIL (bad) or a skip.
+
+        A known MB bug is bad, a fixed one good; a golden change is good unless --changed
+        (:meth:`Verdict.bisect_view`). With --find-fix, PASS and FAIL then swap roles, so the
         "first bad" commit the algorithm finds is the first commit where a failing case passes.
         The cache and the report keep the real verdicts."""
+        seen = {c: v.bisect_view(changed=self.opts.changed) for c, v in verdicts.items()}
         if not self.opts.find_fix:
-            return dict(verdicts)
-        return {c: _SWAP_FOR_FIX.get(v, v) for c, v in verdicts.items()}
+            return seen
+        return {c: _SWAP_FOR_FIX.get(v, v) for c, v in seen.items()}
 
     def key(self, sha: str) -> CacheKey:
         return CacheKey(sha, self.suite_key, self.env_key)
@@ -239,7 +244,8 @@ class _Driver:
         outcomes = [bisection.outcome(c) for c in case_ids] if bisection else []
         return BisectDoc(
             range=RangeDoc(good, bad, len(self.commits), f"{opts.good}..{opts.bad}", opts.first_parent),
-            mode=FIND_FIX if opts.find_fix else FIND_REGRESSION, repo=str(self.repo.path),
+            mode=FIND_FIX if opts.find_fix else (FIND_CHANGE if opts.changed else FIND_REGRESSION),
+            repo=str(self.repo.path),
             commits=findings.commit_table(self.repo, self.commits), probes=probes, attempts=attempts,
             cases=findings.case_docs(self.repo, outcomes, ev, bad, self.details), not_bisected=not_bisected,
             notes={sha: list(notes) for sha, notes in ev.notes.items()}, duration_s=round(duration, 2),
@@ -308,6 +314,8 @@ def _bisect(driver: _Driver, good: str, bad: str, t0: float) -> BisectRun:
     cases, not_bisected = driver.select_cases(good, bad)
     if not cases:
         fails, passes = ("PASSes", "FAILs") if opts.find_fix else ("FAILs", "PASSes")
+        if opts.changed and not opts.find_fix:
+            fails = "FAILs or CHANGEs"
         msg = (f"nothing to bisect: no case {fails} at {bad[:12]} and {passes} at {good[:12]}"
                + (f" ({len(not_bisected)} failing at bad but not passing at good)" if not_bisected else ""))
         return BisectRun(driver.document(good, bad, None, not_bisected, time.monotonic() - t0), 1, msg, None)

@@ -54,6 +54,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--allow-dirty", action="store_true",
                    help="do not warn about uncommitted changes in --repo (they are never bisected)")
     _args.add_megatron_lm(p)
+    p.add_argument("--changed", action="store_true",
+                   help="also bisect CHANGED cases (golden differences with every invariant holding): the commit "
+                        "that changed a pinned output, reported as a change, never as a regression")
     p.add_argument("--find-fix", action="store_true",
                    help="look for the first commit where cases failing at GOOD pass (GOOD..BAD still old..new)")
     _args.add_verbosity(p)
@@ -79,7 +82,7 @@ def run(args: argparse.Namespace, out: TextIO = sys.stdout) -> int:
         timeout_s=args.timeout, use_cache=not args.no_cache,
         cache_dir=_args.cache_dir(args), suites=tuple(args.suite) if args.suite else None,
         keyword=args.keyword, out_dir=out_dir, allow_dirty=args.allow_dirty,
-        find_fix=args.find_fix, megatron_lm=args.megatron_lm)
+        find_fix=args.find_fix, megatron_lm=args.megatron_lm, changed=args.changed)
     result = run_bisection(opts, progress=None if args.quiet else sys.stderr)
     json_path, report = write_outputs(result.doc, out_dir)
     print("\n".join(bisect_summary_lines(result.doc)), file=out)
