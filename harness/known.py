@@ -6,8 +6,11 @@ that release would be red and a new regression in the same cases would drown in 
 
 * ``cases``: case ids where it shows (``*`` matches anything; brackets are literal);
 * ``invariants`` and ``tags``: which violations it explains (a violation is covered when its
-  invariant is listed and it carries every listed tag, e.g. ``input:eos``);
-* ``mb_versions`` (PEP 440 specifiers, for installed packages and checkouts alike) and/or
+  invariant is listed and it carries every listed tag, e.g. ``input:eos``); or, for a documented
+  rule or MB raising (a FAIL without oracle violations), ``message``: text the FAIL message
+  must contain (``invariants: ["rule"]``);
+* ``mb_versions`` (a PEP 440 specifier set, or a list of them meaning any; for installed
+  packages and checkouts alike) and/or
   ``commits`` (``FIRST_BAD..FIRST_FIXED``; resolved against the repository when one is known):
   where the bug exists;
 * ``reason`` and ``upstream`` (file and line, issue or PR): why, for the person reading it.
@@ -47,23 +50,25 @@ class KnownFailure:
     reason: str
     upstream: str
     tags: tuple[str, ...] = ()
-    mb_versions: str | None = None
+    mb_versions: str | tuple[str, ...] | None = None  # one specifier set, or several (any of them)
     commits: str | None = None
+    message: str | None = None  # for FAILs without oracle violations (documented rules, MB raised)
 
     @classmethod
     def from_json(cls, doc: Mapping[str, Any]) -> KnownFailure:
         try:
             entry = cls(id=str(doc["id"]), cases=tuple(doc["cases"]), invariants=tuple(doc["invariants"]),
                         reason=str(doc["reason"]), upstream=str(doc["upstream"]), tags=tuple(doc.get("tags", ())),
-                        mb_versions=doc.get("mb_versions"), commits=doc.get("commits"))
+                        mb_versions=_versions_field(doc.get("mb_versions")), commits=doc.get("commits"),
+                        message=doc.get("message"))
         except (KeyError, TypeError) as exc:
             raise ValueError(f"known failure entry {doc.get('id', '?')!r}: missing or bad field {exc}") from exc
         if not entry.cases or not entry.invariants:
             raise ValueError(f"known failure {entry.id!r}: cases and invariants must not be empty")
         if entry.mb_versions is None and entry.commits is None:
             raise ValueError(f"known failure {entry.id!r}: give mb_versions and/or commits (where the bug exists)")
-        if entry.mb_versions is not None:
-            _specifier(entry.mb_versions, entry.id)
+        for spec in _as_tuple(entry.mb_versions):
+            _specifier(spec, entry.id)
         if entry.commits is not None and ".." not in entry.commits:
             raise ValueError(f"known failure {entry.id!r}: commits must read FIRST_BAD..FIRST_FIXED")
         return entry
@@ -72,13 +77,19 @@ class KnownFailure:
         doc: dict[str, Any] = {"id": self.id, "cases": list(self.cases), "invariants": list(self.invariants),
                                "tags": list(self.tags), "reason": self.reason, "upstream": self.upstream}
         if self.mb_versions is not None:
-            doc["mb_versions"] = self.mb_versions
+            doc["mb_versions"] = self.mb_versions if isinstance(self.mb_versions, str) else list(self.mb_versions)
         if self.commits is not None:
             doc["commits"] = self.commits
+        if self.message is not None:
+            doc["message"] = self.message
         return doc
 
     def lists(self, case_id: str) -> bool:
         return any(_pattern(p).fullmatch(case_id) for p in self.cases)
+
+    def explains(self, message: str) -> bool:
+        """A FAIL without oracle violations: the entry names text its message contains."""
+        return self.message is not None and self.message in message
 
     def covers(self, violation: Mapping[str, Any]) -> bool:
         tags = set(violation.get("tags") or ())
@@ -96,10 +107,25 @@ class KnownFailure:
             from packaging.version import InvalidVersion, Version
 
             try:
-                return Version(mb_version) in _specifier(self.mb_versions, self.id)
+                version = Version(mb_version)
             except InvalidVersion:
                 return False
+            return any(version in _specifier(spec, self.id) for spec in _as_tuple(self.mb_versions))
         return False
+
+
+def _versions_field(value: Any) -> str | tuple[str, ...] | None:
+    if value is None or isinstance(value, str):
+        return value
+    if isinstance(value, list) and value and all(isinstance(v, str) for v in value):
+        return tuple(value)
+    raise TypeError(f"mb_versions must be a specifier string or a non-empty list of them, got {value!r}")
+
+
+def _as_tuple(value: str | tuple[str, ...] | None) -> tuple[str, ...]:
+    if value is None:
+        return ()
+    return (value,) if isinstance(value, str) else value
 
 
 @functools.lru_cache(maxsize=None)
@@ -148,15 +174,19 @@ class Classified:
 
 
 def classify(case_id: str, verdict: Verdict, violations: Sequence[Mapping[str, Any]],
-             entries: Sequence[KnownFailure]) -> Classified | None:
+             entries: Sequence[KnownFailure], message: str = "") -> Classified | None:
     """KNOWN_FAIL / FIXED for one case, or None when the verdict stands as it is.
 
-    ``entries`` are the ones that apply to the target. Only oracle violations can be known:
-    a FAIL without structured violations (MB raised, a documented rule) always stands.
+    ``entries`` are the ones that apply to the target. Oracle violations must each be covered;
+    a FAIL without violations (a documented rule, MB raised) is known only through an entry's
+    ``message``.
     """
     listed = [e for e in entries if e.lists(case_id)]
     if not listed:
         return None
+    if verdict is Verdict.FAIL and not violations:
+        by = tuple(sorted(e.id for e in listed if e.explains(message)))
+        return Classified(Verdict.KNOWN_FAIL, by, f"known MB bug(s) {', '.join(by)}") if by else None
     if verdict is Verdict.FAIL and violations:
         explained: set[str] = set()
         for v in violations:
@@ -167,7 +197,7 @@ def classify(case_id: str, verdict: Verdict, violations: Sequence[Mapping[str, A
         ids = tuple(sorted(explained))
         return Classified(Verdict.KNOWN_FAIL, ids, f"known MB bug(s) {', '.join(ids)}: {len(violations)} "
                                                    "violation(s), all explained")
-    if verdict is Verdict.PASS:
+    if verdict in (Verdict.PASS, Verdict.CHANGED):  # every invariant holds (a golden may differ)
         ids = tuple(sorted(e.id for e in listed))
         return Classified(Verdict.FIXED, ids, f"listed as known MB bug(s) {', '.join(ids)} but every invariant "
                                               "holds now: remove the entry (fixtures/known_failures.json)")

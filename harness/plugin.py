@@ -182,10 +182,10 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
     case_id = f"{suite_of(item)}::{case_of(item)}"
     violations = _violations(excinfo)
     known_ids: list[str] = []
-    if verdict in (Verdict.FAIL, Verdict.PASS) and call.when == "call":
+    if verdict in (Verdict.FAIL, Verdict.PASS, Verdict.CHANGED) and call.when == "call":
         from harness import known
 
-        found = known.classify(case_id, verdict, violations, _known_entries(item.config))
+        found = known.classify(case_id, verdict, violations, _known_entries(item.config), message)
         if found is not None:
             verdict, known_ids = found.verdict, list(found.entries)
             message = f"{found.message}\n{message}".rstrip()

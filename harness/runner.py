@@ -103,7 +103,7 @@ def new_run_id() -> str:
 def _pytest_cmd(files: list[Path], opts: RunOptions, cases_file: Path, obtained: Path) -> list[str]:
     cmd = [sys.executable, "-m", "pytest", *map(str, files), "-p", "harness.plugin", "-p", "harness.standins.light",
            "-p", "no:cacheprovider",
-           "-v" if opts.verbose else "-q", "--no-header", "-rN", "--color=no", "-W", "ignore",
+           "-v" if opts.verbose else "-q", "--no-header", "--tb=short" if opts.verbose else "--tb=no", "-rN", "--color=no", "-W", "ignore",
            "--rootdir", str(ROOT), "-c", str(SUITES_DIR / "pytest.ini"),
            "--harness-results", str(cases_file), "--harness-obtained", str(obtained),
            "--harness-fixtures", str(opts.fixtures_dir)]

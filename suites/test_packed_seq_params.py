@@ -20,6 +20,7 @@ import torch
 from harness.adapters import batch as batch_ops
 from harness.adapters import forward as fwd
 from harness.adapters import thd
+from harness.oracle.differential import Invariant, InvariantFailure, Violation
 from suites import _oracle
 
 pytestmark = pytest.mark.import_group("light")
@@ -44,9 +45,14 @@ def test_offline_sentinel_stripped(golden, bounds, sentinels, argmin):
     max_seqlen = max(b - a for a, b in zip(bounds, bounds[1:]))
     params = thd.packed_seq_params(_legacy_batch(bounds, sentinels, max_seqlen, argmin))
     assert params["qkv_format"] == "thd"
-    assert params["cu_seqlens_q"] == bounds, "sentinel -1 entries must be stripped, real boundaries kept"
-    assert params["cu_seqlens_kv"] == bounds
-    assert params["max_seqlen_q"] == max_seqlen
+    tags = ("legacy-keys", "no-sentinel" if sentinels == 0 else "sentinel")
+    violations = [Violation(Invariant.LOGICAL_BOUNDARIES, 0, None, bounds, params[key],
+                            f"{key}: -1 padding stripped, every real boundary kept", tags)
+                  for key in ("cu_seqlens_q", "cu_seqlens_kv") if params[key] != bounds]
+    if params["max_seqlen_q"] != max_seqlen:
+        violations.append(Violation(Invariant.MAX_SEQLEN, 0, None, max_seqlen, params["max_seqlen_q"], "", tags))
+    if violations:
+        raise InvariantFailure("\n".join(v.text() for v in violations), violations)
     golden.check(params)
 
 

@@ -48,23 +48,22 @@ def test_padding_rows_and_alignment(golden, case, gbs):
 
 
 def test_samples_mapping_negative_indices(golden):
+    """``max_train_samples`` maps indices over epochs of the packed rows; a negative index through
+    the mapping is a padding row. Every mapped row is checked by the oracle (examples may repeat
+    across epochs); the first epoch holds every example once."""
     case = _oracle.SFTCase("padding-mapped", seed=85, mult=2, n=12)
-    unmapped = _oracle.built(case)
-    rows = len(unmapped.build.train)
+    rows = len(_oracle.built(case).build.train)
     mapped_case = _oracle.SFTCase("padding-mapped", seed=85, mult=2, n=12, max_samples=2 * rows + 1)
-    ds = _oracle.built(mapped_case).build.train
+    b = _oracle.built(mapped_case)
+    ds = b.build.train
     assert len(ds) == 2 * rows + 1, "max_train_samples sets the mapped length (epochs of shuffled rows)"
-    def raw(dataset, i):
-        item = dataset[i]
-        return tuple(batch_ops.plain(item["input_ids"])), tuple(batch_ops.plain(item["loss_mask"]))
-
-    originals = {raw(unmapped.build.train, j): j for j in range(rows)}
-    mapped = [originals.get(raw(ds, i)) for i in range(len(ds))]
-    assert None not in mapped, f"mapped rows {[i for i, j in enumerate(mapped) if j is None]} are no packed row"
-    assert sorted(mapped[:rows]) == list(range(rows)), "each epoch of the mapping visits every packed row once"
-    pads = _rows_of(ds, [-1, -2, -3])
-    report = _oracle.compare(case, [], pads, unmapped.special_ids, expect_all_packed=False)
+    mapped = _rows_of(ds, list(range(len(ds))))
+    _oracle.compare(case, b.examples, mapped[:rows], b.special_ids).assert_ok()  # one epoch: each example once
+    report = _oracle.differential.compare(mapped, b.examples, pad_seq_to_mult=case.mult, pack_size=_oracle.SEQ,
+                                          padding_ids=b.padding_ids, special_ids=b.special_ids, repeats=True)
     report.assert_ok()
+    pads = _rows_of(ds, [-1, -2, -3])
+    _oracle.compare(case, [], pads, b.special_ids, expect_all_packed=False).assert_ok()
     assert all(len(p.loss_mask) == len(p.tokens) > 0 for p in pads), "a padding row keeps its shape"
-    golden.check({"mapped_rows": mapped,
+    golden.check({"mapped_rows": [[s.key for s in r.segments] for r in report.rows],
                   "pad_widths": [len(p.tokens) for p in pads]})

@@ -47,7 +47,9 @@ def test_two_entries_can_explain_one_case_together():
 def test_a_listed_case_that_passes_is_fixed_and_others_stand():
     got = known.classify("offline::test[prompt-mult1]", Verdict.PASS, [], [entry()])
     assert got is not None and got.verdict is Verdict.FIXED and "remove the entry" in got.message
-    for verdict in (Verdict.CHANGED, Verdict.UNTESTABLE, Verdict.ERROR):
+    changed = known.classify("offline::test[prompt-mult1]", Verdict.CHANGED, [], [entry()])
+    assert changed is not None and changed.verdict is Verdict.FIXED  # invariants hold, only the golden is new
+    for verdict in (Verdict.UNTESTABLE, Verdict.ERROR):
         assert known.classify("offline::test[prompt-mult1]", verdict, [], [entry()]) is None
 
 
@@ -142,3 +144,19 @@ def test_the_plugin_applies_known_failures_to_verdicts(tmp_path):
         "test_not_listed": "fail"}
     assert cases["test_known"]["known"] == ["eos"]
     assert cases["test_known_plus_new"]["violations"][1]["tags"] == ["input:pad"]
+
+
+def test_a_rule_failure_is_known_only_through_its_message():
+    rule = entry(id="left-pad-accepted", cases=["in_batch::test_left_padding_is_refused"], invariants=["rule"],
+                 tags=[], message="DID NOT RAISE")
+    got = known.classify("in_batch::test_left_padding_is_refused", Verdict.FAIL, [], [rule],
+                         "assertion failed: DID NOT RAISE <class 'ValueError'>")
+    assert got is not None and got.verdict is Verdict.KNOWN_FAIL
+    assert known.classify("in_batch::test_left_padding_is_refused", Verdict.FAIL, [], [rule],
+                          "Megatron raised TypeError: boom") is None
+
+
+def test_several_version_ranges_mean_any_of_them():
+    e = entry(mb_versions=["==0.4.0", ">=0.6.0,<0.7"])
+    assert e.applies("0.4.0", None) and e.applies("0.6.2", None) and not e.applies("0.5.1", None)
+    assert known.KnownFailure.from_json(e.to_json()) == e

@@ -355,7 +355,7 @@ def _check_metadata(row_i: int, row: PackedRow, segs: list[Segment], static_max:
 def compare(rows: Sequence[PackedRow], examples: Sequence[Example], *, pad_seq_to_mult: int = 1,
             padding_ids: Iterable[int] = (), static_max_seqlen: bool = False,
             expect_all_packed: bool = True, pack_size: int | None = None,
-            special_ids: Mapping[str, int | None] | None = None) -> Report:
+            special_ids: Mapping[str, int | None] | None = None, repeats: bool = False) -> Report:
     """Check packed ``rows`` (every row of a packed dataset, in order) against ``examples``.
 
     ``padding_ids``: the tokenizer's ids MB may use as filler (eos, pad, eod); a position outside
@@ -363,6 +363,8 @@ def compare(rows: Sequence[PackedRow], examples: Sequence[Example], *, pad_seq_t
     every example must appear exactly once (False when ``rows`` are a subset, e.g. one micro-batch),
     except examples longer than ``pack_size``, which MB documents it skips when packing.
     ``special_ids`` (name -> id, e.g. ``{"eos": 2}``) only label violations with tags.
+    ``repeats``: rows may repeat examples (a samples mapping over several epochs); every example
+    must then appear at least once.
     """
     roles: dict[int, tuple[str, ...]] = {}
     for name, tid in (special_ids or {}).items():
@@ -380,7 +382,9 @@ def compare(rows: Sequence[PackedRow], examples: Sequence[Example], *, pad_seq_t
         if len(widths) != 1:
             out.append(Violation(Invariant.SHAPES, r, None, "tokens/labels/loss_mask/position_ids of one width",
                                  sorted(widths)))
-        found = [] if row.padding_row else _find_segments(row, examples, used, pack_size)
+        row_used = set() if repeats else used
+        found = [] if row.padding_row else _find_segments(row, examples, row_used, pack_size)
+        used |= row_used
         segs = [s for _, s in found]
         for i, seg in found:
             _check_tokens(r, row, examples[i], seg, roles, out)
