@@ -34,7 +34,7 @@ sys.path.insert(0, str(ROOT))
 
 from harness.bisect.driver import BisectOptions, run_bisection  # noqa: E402
 from harness.bisect.evaluator import EvalOutcome  # noqa: E402
-from harness.gitrepo import WorkspaceCache  # noqa: E402
+from harness.workspaces import WorkspaceCache  # noqa: E402
 from harness.verdict import Verdict  # noqa: E402
 
 CALC_OK = "def add(a, b):\n    return a + b\n\n\ndef mul(a, b):\n    return a * b\n"
@@ -118,7 +118,7 @@ def harness_bisect(repo: Path, good: str, bad: str, jobs: int, work: Path) -> tu
     shutil.rmtree(cache, ignore_errors=True)
     opts = BisectOptions(repo=repo, good=good, bad=bad, jobs=jobs, cache_dir=cache, out_dir=work / "out")
     # the evaluator needs the workspace dir the driver would choose
-    from harness.bisect.driver import workspace_dir_for
+    from harness.workspaces import workspace_dir_for
     from harness.gitrepo import open_repo
 
     ev = FakeEvaluator(repo, workspace_dir_for(cache, open_repo(repo)))

@@ -31,7 +31,6 @@ kept, they hold the golden diffs the report shows for cached verdicts.
 from __future__ import annotations
 
 import datetime as _dt
-import hashlib
 import sys
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -48,14 +47,9 @@ from harness.bisect.document import (FIND_FIX, FIND_REGRESSION, BisectDoc, Cache
 from harness.bisect.evaluator import EvalOutcome, Evaluator, MBEvaluator
 from harness.bisect.executor import Executor, Handle, LocalExecutor
 from harness.errors import UsageError
-from harness.gitrepo import GitRepo, WorkspaceCache, open_repo
+from harness.gitrepo import GitRepo, open_repo
 from harness.verdict import Verdict
-
-
-def workspace_dir_for(cache_dir: Path, repo: GitRepo) -> Path:
-    """One mirror + trees per user repository, so one cache dir can serve several repos."""
-    key = hashlib.sha256(str(Path(repo.git_dir).resolve()).encode()).hexdigest()[:16]
-    return cache_dir / "workspaces" / key
+from harness.workspaces import WorkspaceCache, workspace_dir_for
 
 
 @dataclass

@@ -28,7 +28,8 @@ from typing import Protocol
 from harness import paths
 from harness.bisect.cache import suite_hash
 from harness.errors import CorruptFile, GitError
-from harness.gitrepo import WorkspaceCache, open_repo
+from harness.gitrepo import open_repo
+from harness.workspaces import WorkspaceCache
 from harness.verdict import Verdict
 
 
