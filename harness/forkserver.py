@@ -31,9 +31,9 @@ PRELOAD = ("torch", "megatron.core", "megatron.core.packed_seq_params", "numpy",
 
 def _child(req: dict[str, Any]) -> int:
     """In the forked child: become the suite process of ``req`` and run pytest."""
-    from harness.procs import _session_and_death_signal
+    from harness.procs import detach_and_die_with_parent
 
-    _session_and_death_signal()
+    detach_and_die_with_parent()
     fd = os.open(req["log"], os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
     os.dup2(fd, 1)
     os.dup2(fd, 2)
