@@ -14,7 +14,6 @@ Classification of a failing case:
 
 from __future__ import annotations
 
-import json
 import os
 import time
 import traceback
@@ -203,4 +202,4 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
                                                          "cases": list(seen.values())})
 
 
-__all__ = ["GoldenMismatch", "Untestable", "GoldenChecker", "classify", "json"]
+__all__ = ["GoldenMismatch", "Untestable", "GoldenChecker", "classify"]

@@ -19,15 +19,14 @@ import time
 import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, TextIO
+from typing import TextIO
 
-from harness.procs import kill_group as _kill_group, popen_owned
-from harness import target as target_mod
+from harness.procs import kill_group, popen_owned
 from harness.atomicio import read_versioned_json
 from harness.errors import CorruptFile, UsageError
 from harness.results import CaseResult, RunResult
 from harness.paths import FIXTURES_DIR, ROOT, SUITES_DIR
-from harness.target import Target
+from harness.target import Target, machine, mb_location
 from harness.verdict import Verdict
 
 UPSTREAM = "upstream"  # MB's own packing tests, replayed from the target's tree (harness.upstream)
@@ -121,14 +120,12 @@ def _stream(proc: subprocess.Popen, sink: TextIO | None, deadline: float) -> tup
     tail: list[str] = []
     assert proc.stdout is not None
     os.set_blocking(proc.stdout.fileno(), False)
-    buf = b""
     while True:
         if time.monotonic() > deadline:
-            _kill_group(proc)
+            kill_group(proc)
             return True, "".join(tail)
         chunk = proc.stdout.read(65536) if proc.stdout else b""
         if chunk:
-            buf += chunk
             text = chunk.decode("utf-8", "replace")
             if sink is not None:
                 sink.write(text)
@@ -217,7 +214,7 @@ def run_suites(tgt: Target, opts: RunOptions, out_dir: Path, progress: TextIO | 
         notes += up_notes
         duration = time.monotonic() - t0
     result = RunResult(
-        run_id=out_dir.name, target=_target_doc(tgt), versions=_target_versions(tgt), machine=target_mod.machine(),
+        run_id=out_dir.name, target=_target_doc(tgt), versions=_target_versions(tgt), machine=machine(),
         import_mode=import_mode, standins=sorted(set(filter(None, standins_log.read_text().splitlines()))),
         started=started.strftime("%Y-%m-%dT%H:%M:%SZ"), duration_s=round(duration, 2), cases=cases, notes=notes)
     result.save(out_dir / "results.json")
@@ -249,7 +246,7 @@ def _run_upstream_only(tgt: Target, opts: RunOptions, out_dir: Path) -> RunResul
     t0 = time.monotonic()
     cases, notes = _upstream(tgt, opts, out_dir)
     result = RunResult(
-        run_id=out_dir.name, target=_target_doc(tgt), versions=_target_versions(tgt), machine=target_mod.machine(),
+        run_id=out_dir.name, target=_target_doc(tgt), versions=_target_versions(tgt), machine=machine(),
         import_mode="upstream", standins=[], started=started.strftime("%Y-%m-%dT%H:%M:%SZ"),
         duration_s=round(time.monotonic() - t0, 2), cases=cases, notes=notes)
     result.save(out_dir / "results.json")
@@ -287,7 +284,7 @@ def _whole_suite(file: Path, verdict: Verdict, reason: str) -> CaseResult:
 
 def _target_doc(tgt: Target) -> dict[str, object]:
     if tgt.src is None:
-        loc = target_mod.mb_location()
+        loc = mb_location()
         return {"kind": "installed", "path": str(loc) if loc else None, "commit": None}
     return {"kind": "source", "path": str(tgt.src), "commit": tgt.commit}
 
@@ -306,5 +303,3 @@ def _target_versions(tgt: Target) -> dict[str, str]:
 def temp_out_dir() -> Path:
     return Path(tempfile.mkdtemp(prefix="harness-run-"))
 
-
-ProgressFn = Callable[[str], None]

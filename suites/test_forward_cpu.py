@@ -24,7 +24,7 @@ import torch
 from harness.adapters import dataset as ds_ops
 from harness.adapters import forward as fwd
 from harness.adapters import thd
-from suites import _inputs, _inputs_extra
+from suites import _inputs, _sft_inputs
 from suites._inputs import EOS_ID
 from suites.test_offline_packed_dataset import _segments, check_rows
 
@@ -55,7 +55,7 @@ def _offline_sequences(row: dict, owners: list[int], examples: list[dict]) -> li
 @pytest.mark.parametrize("seed,mult,pad_max", [(0, 1, False), (1, 4, False), (2, 2, True)])
 def test_offline_packed_forward(golden, model, tmp_path, seed, mult, pad_max):
     pack = 48
-    examples = _inputs_extra.sft_examples_with_specials(seed, 10, max_len=18)
+    examples = _sft_inputs.sft_examples_with_specials(seed, 10, max_len=18)
     out = ds_ops.prepare_packed(examples, tmp_path / "p", tokenizer=TOK, pack_size=pack, pad_seq_to_mult=mult,
                                 algorithm="first_fit_decreasing", seed=seed)
     owners = check_rows(examples, out["rows"], pack, mult)
@@ -103,7 +103,7 @@ def test_gpt_step_forward_offline(golden, model, tmp_path, seed, mult):
     """The offline packed batch through MB's own ``gpt_step.forward_step`` (batch fetch, packed
     params, model call, masked loss function) equals the unpacked per-token losses."""
     pack = 48
-    examples = _inputs_extra.sft_examples_with_specials(seed, 10, max_len=18)
+    examples = _sft_inputs.sft_examples_with_specials(seed, 10, max_len=18)
     out = ds_ops.prepare_packed(examples, tmp_path / "p", tokenizer=TOK, pack_size=pack, pad_seq_to_mult=mult,
                                 algorithm="first_fit_decreasing", seed=seed)
     owners = check_rows(examples, out["rows"], pack, mult)

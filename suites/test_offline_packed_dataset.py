@@ -24,7 +24,7 @@ import numpy as np
 import pytest
 
 from harness.adapters import dataset as ds_ops
-from suites import _inputs_extra
+from suites import _sft_inputs
 from suites._inputs import EOS_ID
 
 pytestmark = pytest.mark.import_group("full")
@@ -42,7 +42,7 @@ CASES = [
 
 
 def _prepare(tmp_path, seed, n, max_len, pack, mult, algorithm, name="a"):
-    examples = _inputs_extra.sft_examples_with_specials(seed, n, max_len=max_len)
+    examples = _sft_inputs.sft_examples_with_specials(seed, n, max_len=max_len)
     out = ds_ops.prepare_packed(examples, tmp_path / name, tokenizer=TOK, pack_size=pack, pad_seq_to_mult=mult,
                                 algorithm=algorithm, seed=seed)
     return examples, out
@@ -168,8 +168,8 @@ _CHILD = r"""
 import json, sys
 from pathlib import Path
 from harness.adapters import dataset as d
-from suites import _inputs_extra
-ex = _inputs_extra.sft_examples_with_specials(11, 15, max_len=20)
+from suites import _sft_inputs
+ex = _sft_inputs.sft_examples_with_specials(11, 15, max_len=20)
 out = d.prepare_packed(ex, Path(sys.argv[1]), tokenizer=d.TinyTokenizer(), pack_size=40, pad_seq_to_mult=2,
                        algorithm="first_fit_shuffle", seed=11)
 print("ROWS=" + json.dumps(out["rows"]))
@@ -177,7 +177,7 @@ print("ROWS=" + json.dumps(out["rows"]))
 
 
 def test_deterministic_and_rng_independent(golden, tmp_path):
-    ex = _inputs_extra.sft_examples_with_specials(11, 15, max_len=20)
+    ex = _sft_inputs.sft_examples_with_specials(11, 15, max_len=20)
 
     def run(name):
         return ds_ops.prepare_packed(ex, tmp_path / name, tokenizer=TOK, pack_size=40, pad_seq_to_mult=2,

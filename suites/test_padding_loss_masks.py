@@ -17,7 +17,7 @@ import pytest
 
 from harness.adapters import dataset as ds_ops
 from harness.adapters import thd
-from suites import _inputs, _inputs_extra
+from suites import _inputs, _sft_inputs
 from suites._inputs import EOS_ID, IGNORE_INDEX
 
 pytestmark = pytest.mark.import_group("full")
@@ -35,7 +35,7 @@ def _unpacked_answer_tokens(examples: list[dict]) -> int:
 
 
 def _build(tmp_path, seed, n, pack, mult, fmt):
-    examples = _inputs_extra.sft_examples_with_specials(seed, n, max_len=18, special_rate=0.0)
+    examples = _sft_inputs.sft_examples_with_specials(seed, n, max_len=18, special_rate=0.0)
     out = ds_ops.prepare_packed(examples, tmp_path / "prep", tokenizer=TOK, pack_size=pack, pad_seq_to_mult=mult,
                                 algorithm="first_fit_decreasing", seed=seed)
     if fmt == "parquet":

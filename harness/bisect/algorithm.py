@@ -50,10 +50,6 @@ class CaseStatus(enum.Enum):
     FLAKY = "flaky"  # PASS and FAIL both observed at one commit: blame nothing
     NOT_REPRODUCED = "not_reproduced"  # endpoints do not show good -> bad
 
-    @property
-    def terminal(self) -> bool:
-        return self is not CaseStatus.OPEN
-
 
 class _Mark(enum.Enum):
     """What a commit says about one case once all its records are combined."""
@@ -80,16 +76,16 @@ class CaseOutcome:
     def describe(self, short: int = 12) -> str:
         """One human line, used by :meth:`Bisection.summary`."""
 
-        def s(sha: str | None) -> str:
+        def abbrev(sha: str | None) -> str:
             return (sha or "?")[:short]
 
         head = f"{self.case_id}: {self.status.value}"
         if self.status is CaseStatus.FOUND:
-            head += f" first bad {s(self.culprit)} (last good {s(self.last_good)})"
+            head += f" first bad {abbrev(self.culprit)} (last good {abbrev(self.last_good)})"
         elif self.status is CaseStatus.AMBIGUOUS:
-            head += f" first bad is one of {', '.join(s(c) for c in self.candidates)}"
+            head += f" first bad is one of {', '.join(abbrev(c) for c in self.candidates)}"
         elif self.status is CaseStatus.FLAKY:
-            head += f" at {', '.join(s(c) for c in self.flaky_commits)}"
+            head += f" at {', '.join(abbrev(c) for c in self.flaky_commits)}"
         head += f" [{self.evaluations} evaluations]"
         return "; ".join([head, *self.notes])
 
@@ -102,7 +98,7 @@ class _CaseState:
     evaluations: int = 0
 
 
-def _combine(observed: Sequence[Verdict | None]) -> _Mark:
+def _mark_of(observed: Sequence[Verdict | None]) -> _Mark:
     """Fold the verdicts of all records of one commit for one case into a mark."""
     if is_flaky(observed):
         return _Mark.FLAKY
@@ -191,7 +187,7 @@ class Bisection:
         observed = state.seen.get(idx)
         if observed is None:
             return None
-        return _combine(observed)
+        return _mark_of(observed)
 
     def _endpoint_mark(self, state: _CaseState, idx: int, assumed: _Mark) -> _Mark | None:
         """Endpoints are assumed unless probed; None = still to be verified."""
@@ -207,7 +203,7 @@ class Bisection:
         chosen in the same parallel round as the endpoints.
         """
         last = len(self._commits) - 1
-        marks = {i: _combine(v) for i, v in state.seen.items()}
+        marks = {i: _mark_of(v) for i, v in state.seen.items()}
         if speculative or not self._verify_endpoints:
             marks.setdefault(0, _Mark.GOOD)
             marks.setdefault(last, _Mark.BAD)
@@ -234,7 +230,7 @@ class Bisection:
                                state.evaluations, tuple(notes))
 
         notes = self._retry_notes(state)
-        flaky = sorted(i for i, v in state.seen.items() if _combine(v) is _Mark.FLAKY)
+        flaky = sorted(i for i, v in state.seen.items() if _mark_of(v) is _Mark.FLAKY)
         if flaky:
             return make(CaseStatus.FLAKY, flaky_commits=tuple(self._commits[i] for i in flaky), notes=notes)
         last = len(self._commits) - 1
@@ -273,7 +269,7 @@ class Bisection:
         notes = []
         for i, observed in sorted(state.seen.items()):
             kinds = set(observed)
-            if len(observed) > 1 and len(kinds) > 1 and _combine(observed) in (_Mark.GOOD, _Mark.BAD):
+            if len(observed) > 1 and len(kinds) > 1 and _mark_of(observed) in (_Mark.GOOD, _Mark.BAD):
                 names = "/".join(sorted(v.value if v else "missing" for v in kinds))
                 notes.append(f"retries at {self._commits[i][:12]} disagreed ({names}); decisive verdict kept")
         return notes
@@ -284,7 +280,7 @@ class Bisection:
     @property
     def done(self) -> bool:
         """True when every case reached a terminal status."""
-        return all(o.status.terminal for o in self.outcomes().values())
+        return all(o.status is not CaseStatus.OPEN for o in self.outcomes().values())
 
     # ------------------------------------------------------------ choosing
 

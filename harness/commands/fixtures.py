@@ -27,16 +27,16 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                        description="Goldens change only here: 'record' shows what would change and writes only "
                                    "after confirmation (--yes); 'verify' checks every golden file is readable.")
     fsub = p.add_subparsers(dest="fixtures_cmd", required=True)
-    r = fsub.add_parser("record", help="record goldens from the current target (shows the diff first)")
-    _args.add_target(r)
-    _args.add_cache_dir(r)
-    _args.add_suites(r)
-    r.add_argument("--yes", action="store_true", help="write the new and changed goldens without asking")
-    _args.add_fixtures(r)
-    r.set_defaults(func=record)
-    v = fsub.add_parser("verify", help="check that every golden file parses")
-    _args.add_fixtures(v)
-    v.set_defaults(func=verify)
+    rec = fsub.add_parser("record", help="record goldens from the current target (shows the diff first)")
+    _args.add_target(rec)
+    _args.add_cache_dir(rec)
+    _args.add_suites(rec)
+    rec.add_argument("--yes", action="store_true", help="write the new and changed goldens without asking")
+    _args.add_fixtures(rec)
+    rec.set_defaults(func=record)
+    ver = fsub.add_parser("verify", help="check that every golden file parses")
+    _args.add_fixtures(ver)
+    ver.set_defaults(func=verify)
 
 
 def record(args: argparse.Namespace, out: TextIO = sys.stdout) -> int:

@@ -64,11 +64,6 @@ def export_src(workspaces: WorkspaceCache, ref: str) -> tuple[Path, str]:
     return src, sha
 
 
-def _counts(cases: list, suite: str) -> dict[str, int]:
-    cs = [c for c in cases if c.suite == suite]
-    return {v.value: sum(c.verdict is v for c in cs) for v in Verdict}
-
-
 def run(args: argparse.Namespace, out: TextIO = sys.stdout) -> int:
     if not Path(args.repo).expanduser().exists():
         raise UsageError(f"--repo {args.repo}: no such directory")
@@ -90,7 +85,7 @@ def run(args: argparse.Namespace, out: TextIO = sys.stdout) -> int:
         any_error |= any(c.verdict is Verdict.ERROR for c in result.cases)
         rows.append({"ref": ref, "commit": sha, "mb_version": result.versions.get("megatron-bridge"),
                      "import_mode": result.import_mode, "duration_s": result.duration_s,
-                     "suites": {s: _counts(result.cases, s) for s in suites},
+                     "suites": {suite: result.counts(suite) for suite in suites},
                      "problems": [{"case_id": c.case_id, "verdict": c.verdict.value, "message": c.message[:4000]}
                                   for c in result.cases if c.verdict is not Verdict.PASS],
                      "notes": result.notes, "results": str(ref_dir / "results.json")})

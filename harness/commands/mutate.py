@@ -100,9 +100,9 @@ def run(args: argparse.Namespace, out: TextIO = sys.stdout) -> int:
     out_dir = _args.out_dir(args, f"mutate-{runner.new_run_id()}")
     out_dir.mkdir(parents=True, exist_ok=True)
 
-    def one(f: Fault) -> dict[str, Any]:
-        row = run_fault(f, out_dir, all_suites=args.all_suites, timeout=args.timeout, pkg=pkg)
-        print(f"[mutate] {f.id}: {row['status']} ({row['duration_s']} s)", file=sys.stderr, flush=True)
+    def one(fault: Fault) -> dict[str, Any]:
+        row = run_fault(fault, out_dir, all_suites=args.all_suites, timeout=args.timeout, pkg=pkg)
+        print(f"[mutate] {fault.id}: {row['status']} ({row['duration_s']} s)", file=sys.stderr, flush=True)
         return row
 
     with ThreadPoolExecutor(max_workers=args.jobs) as pool:

@@ -17,21 +17,16 @@ from harness.verdict import Verdict
 
 def print_run_summary(result: RunResult, out: TextIO) -> None:
     """Per-suite counts, then every failure with its diff and every untestable reason."""
-    v = result.versions
-    print(f"\nMegatron-Bridge {v.get('megatron-bridge')} ({result.target.get('kind')}"
-          f"{', ' + str(result.target['commit']) if result.target.get('commit') else ''}), "
-          f"megatron-core {v.get('megatron-core')}, torch {v.get('torch')}, {result.machine.get('accelerator')}",
-          file=out)
-    suites = sorted({c.suite for c in result.cases})
+    versions = result.versions
+    commit = result.target.get("commit")
+    print(f"\nMegatron-Bridge {versions.get('megatron-bridge')} ({result.target.get('kind')}"
+          f"{', ' + str(commit) if commit else ''}), megatron-core {versions.get('megatron-core')}, "
+          f"torch {versions.get('torch')}, {result.machine.get('accelerator')}", file=out)
     header = f"{'suite':<28}{'pass':>6}{'fail':>6}{'untestable':>12}{'error':>7}"
     print(header + "\n" + "-" * len(header), file=out)
-    for s in suites:
-        cs = [c for c in result.cases if c.suite == s]
-        n = {vv: sum(c.verdict is vv for c in cs) for vv in Verdict}
-        print(f"{s:<28}{n[Verdict.PASS]:>6}{n[Verdict.FAIL]:>6}{n[Verdict.UNTESTABLE]:>12}{n[Verdict.ERROR]:>7}", file=out)
-    counts = result.counts()
-    print(f"{'total':<28}{counts['pass']:>6}{counts['fail']:>6}{counts['untestable']:>12}{counts['error']:>7}"
-          f"   ({result.duration_s:.1f} s)", file=out)
+    for suite in sorted({c.suite for c in result.cases}):
+        print(_counts_row(suite, result.counts(suite)), file=out)
+    print(_counts_row("total", result.counts()) + f"   ({result.duration_s:.1f} s)", file=out)
     for c in result.cases:
         if c.verdict in (Verdict.FAIL, Verdict.ERROR):
             print(f"\n{c.verdict.value.upper()} {c.case_id}\n  " + c.message.replace("\n", "\n  "), file=out)
@@ -44,6 +39,10 @@ def print_run_summary(result: RunResult, out: TextIO) -> None:
         print(f"note: {note}", file=out)
     if result.standins:
         print("stand-ins used: " + "; ".join(result.standins), file=out)
+
+
+def _counts_row(label: str, counts: dict[str, int]) -> str:
+    return f"{label:<28}{counts['pass']:>6}{counts['fail']:>6}{counts['untestable']:>12}{counts['error']:>7}"
 
 
 def bisect_summary_lines(doc: BisectDoc) -> list[str]:

@@ -1,4 +1,4 @@
-"""Seeded generators for the offline packed-dataset, padding and forward suites.
+"""Seeded generators for the offline packed-dataset, padding and forward suites: SFT examples, token rows.
 
 Like :mod:`suites._inputs`, every generator owns a ``numpy.random.Generator`` built from its
 seed, so inputs never depend on global random state.
