@@ -34,8 +34,8 @@ sys.path.insert(0, str(ROOT))
 
 from harness.bisect.driver import BisectOptions, run_bisection  # noqa: E402
 from harness.bisect.evaluator import EvalOutcome  # noqa: E402
-from harness.workspaces import WorkspaceCache  # noqa: E402
 from harness.verdict import Verdict  # noqa: E402
+from harness.workspaces import WorkspaceCache  # noqa: E402
 
 CALC_OK = "def add(a, b):\n    return a + b\n\n\ndef mul(a, b):\n    return a * b\n"
 FAULTS = [("return a + b\n", "return a + b + (a == 2)\n"), ("return a * b\n", "return a * b + (b == 3)\n")]
@@ -118,8 +118,8 @@ def harness_bisect(repo: Path, good: str, bad: str, jobs: int, work: Path) -> tu
     shutil.rmtree(cache, ignore_errors=True)
     opts = BisectOptions(repo=repo, good=good, bad=bad, jobs=jobs, cache_dir=cache, out_dir=work / "out")
     # the evaluator needs the workspace dir the driver would choose
-    from harness.workspaces import workspace_dir_for
     from harness.gitrepo import open_repo
+    from harness.workspaces import workspace_dir_for
 
     ev = FakeEvaluator(repo, workspace_dir_for(cache, open_repo(repo)))
     t0 = time.monotonic()
@@ -136,7 +136,8 @@ def git_bisect(repo: Path, good: str, bad: str, keyword: str, work: Path) -> tup
     counter.write_text("")
     script = work / "check.sh"
     cmd = " ".join(pytest_cmd(clone / "tests", keyword=keyword))
-    script.write_text(f"#!/bin/sh\necho x >> {counter}\nPYTHONPATH={clone}/src PYTHONDONTWRITEBYTECODE=1 PYTEST_DISABLE_PLUGIN_AUTOLOAD=1 {cmd} >/dev/null 2>&1\n")
+    env = f"PYTHONPATH={clone}/src PYTHONDONTWRITEBYTECODE=1 PYTEST_DISABLE_PLUGIN_AUTOLOAD=1"
+    script.write_text(f"#!/bin/sh\necho x >> {counter}\n{env} {cmd} >/dev/null 2>&1\n")
     script.chmod(0o755)
     t0 = time.monotonic()
     git = ["git", "-C", str(clone)]

@@ -141,9 +141,14 @@ class GitRepo:
 
     def is_ancestor(self, older: str, newer: str) -> bool:
         try:
-            return self._repo.is_ancestor(older, newer)
-        except (GitCommandError, GitCommandNotFound) as exc:
+            self._git.merge_base("--is-ancestor", older, newer)
+        except GitCommandError as exc:
+            if exc.status == 1:  # answered: not an ancestor
+                return False
             raise git_failure(exc, "merge-base --is-ancestor") from exc
+        except GitCommandNotFound as exc:
+            raise git_failure(exc, "merge-base --is-ancestor") from exc
+        return True
 
     def check_range(self, good: str, bad: str) -> tuple[str, str]:
         """Resolve and validate a bisection range; returns (good sha, bad sha)."""

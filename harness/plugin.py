@@ -45,8 +45,8 @@ def suite_of(item: pytest.Item) -> str:
 
 
 def case_of(item: pytest.Item) -> str:
-    cls = item.cls.__name__ + "." if getattr(item, "cls", None) else ""
-    return cls + item.name
+    owner = getattr(item, "cls", None)
+    return (owner.__name__ + "." if owner else "") + item.name
 
 
 class GoldenChecker:
@@ -180,8 +180,7 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
 def pytest_runtest_logreport(report: pytest.TestReport) -> None:
     for key, value in report.user_properties:
         if key == PROP:
-            value = dict(value, duration_s=round(report.duration, 4))
-            _CASES.append(value)
+            _CASES.append({**value, "duration_s": round(report.duration, 4)})  # type: ignore[dict-item]
 
 
 _CASES: list[dict[str, Any]] = []

@@ -21,11 +21,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TextIO
 
-from harness.procs import kill_group, popen_owned
 from harness.atomicio import read_versioned_json
 from harness.errors import CorruptFile, UsageError
-from harness.results import CaseResult, RunResult
 from harness.paths import FIXTURES_DIR, ROOT, SUITES_DIR
+from harness.procs import kill_group, popen_owned
+from harness.results import CaseResult, RunResult
 from harness.target import Target, machine, mb_location
 from harness.verdict import Verdict
 

@@ -3,8 +3,9 @@
 A target is either the MB importable in the environment (the default) or a source tree given
 with ``--mb-src`` (an MB checkout's ``src/``, or a tree the bisect driver materialised), put
 first on the subprocess's ``PYTHONPATH``. Identity is read without importing MB (its package
-``__init__`` costs ~20 s): version from ``package_info.py``, commit from git (:func:`harness.gitrepo.tree_commit`) or from the
-``HARNESS_TARGET_COMMIT`` variable the bisect driver sets.
+``__init__`` costs ~20 s): version from ``package_info.py``, commit from git
+(:func:`harness.gitrepo.tree_commit`) or from the ``HARNESS_TARGET_COMMIT`` variable the bisect
+driver sets.
 """
 
 from __future__ import annotations

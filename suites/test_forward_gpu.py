@@ -89,9 +89,10 @@ def te_model_cached():
 
 
 def _build():
-    from harness.adapters import forward as fwd
     from megatron.core.models.gpt import GPTModel
     from megatron.core.models.gpt.gpt_layer_specs import get_gpt_layer_with_transformer_engine_spec
+
+    from harness.adapters import forward as fwd
 
     fwd.init_cpu_parallel(1234)
     torch.manual_seed(1234)

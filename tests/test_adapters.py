@@ -13,8 +13,8 @@ import pytest
 import torch
 
 from harness.adapters import Candidate, NotHere, Operation, accepts, load_module, symbol, thd
-from harness.plugin import Untestable
 from harness.paths import ROOT, SITE_DIR
+from harness.plugin import Untestable
 
 FAKE = "harness_fake_mb"
 

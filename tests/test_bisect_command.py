@@ -29,10 +29,10 @@ from pathlib import Path
 import pytest
 
 from harness.bisect.document import BisectDoc, NotBisected
-from harness.report.terminal import bisect_summary_lines
 from harness.bisect.driver import BisectOptions, run_bisection
 from harness.bisect.evaluator import EvalOutcome, MBEvaluator
 from harness.gitrepo import open_repo
+from harness.report.terminal import bisect_summary_lines
 from harness.verdict import Verdict
 from harness.workspaces import workspace_dir_for
 

@@ -23,8 +23,8 @@ import pytest
 from harness import history, runner
 from harness.commands import nightly
 from harness.errors import CorruptFile, GitError, UsageError
-from harness.results import CaseResult, RunResult
 from harness.paths import ROOT
+from harness.results import CaseResult, RunResult
 from harness.verdict import Verdict
 
 CASES = ("packing_algorithms::first_fit", "packing_algorithms::greedy", "packed_seq_params::cu_seqlens")

@@ -19,8 +19,8 @@ import pyarrow.parquet as pq
 import pytest
 
 from harness import history
-from harness.errors import CorruptFile, UsageError
 from harness.bisect.document import BisectDoc
+from harness.errors import CorruptFile, UsageError
 from harness.report import render_bisect_report, render_run_report, render_trend_report, write_junit
 from harness.report.diffview import row_window
 from harness.results import CaseResult, RunResult

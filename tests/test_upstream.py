@@ -20,8 +20,7 @@ import pytest
 
 from harness.paths import ROOT
 from harness.target import Target
-from harness.upstream import NO_CHECKOUT, NO_MATCH, load_selection, resolve, run_upstream
-from harness.upstream import outcomes, selection
+from harness.upstream import NO_CHECKOUT, NO_MATCH, load_selection, outcomes, resolve, run_upstream, selection
 from harness.verdict import Verdict
 
 UTILS = "tests/unit_tests/training/utils/test_packed_seq_utils.py"

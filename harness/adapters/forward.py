@@ -11,6 +11,9 @@
   the attention above, learned absolute positions (so ``position_ids`` matter: with RoPE in
   THD mode MCore derives positions from ``cu_seqlens`` and ignores ``position_ids``).
 * :func:`compare_packed` - logits and masked loss of a packed row vs each sequence alone.
+
+Kept as one module over ~350 lines: the parallel setup, the attention and the model are only
+meaningful together, for the one comparison the forward suites make.
 """
 
 from __future__ import annotations
@@ -157,8 +160,9 @@ def params_from_boundaries(cu_seqlens: list[int], cu_seqlens_padded: list[int] |
 
     The batch speaks the builder's era: current MCore keys (``cu_seqlens_q``...) where the
     builder reads them, else the legacy packed-batch keys (``cu_seqlens`` = physical boundaries
-    ending with the ``-1`` sentinel, ``cu_seqlens_unpadded``, ``max_seqlen``). When the era cannot express the boundaries (padded
-    and real boundaries differ but the builder knows no unpadded key), the case is untestable.
+    ending with the ``-1`` sentinel, ``cu_seqlens_unpadded``, ``max_seqlen``). When the era cannot
+    express the boundaries (padded and real boundaries differ but the builder knows no unpadded
+    key), the case is untestable.
     """
     _, builder = mb_packed_seq_params.resolved
     source = source_text(builder)
@@ -264,8 +268,8 @@ class _Straggler:
     def __enter__(self) -> "_Straggler":
         return self
 
-    def __exit__(self, *exc: Any) -> bool:
-        return False
+    def __exit__(self, *exc: Any) -> None:
+        return None
 
 
 def minimal_state() -> Any:

@@ -28,9 +28,8 @@ Eras (from ``git log -S`` on MB's ``src``):
 
 from __future__ import annotations
 
-from typing import Any, Callable
-
 from collections.abc import Mapping
+from typing import Any, Callable
 
 from harness.adapters import Candidate, Operation, accepts, source_text, symbol
 from harness.errors import NotHere, Untestable

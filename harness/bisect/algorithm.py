@@ -28,6 +28,10 @@ and a note records it.
 Non-monotonic evidence (a PASS above the first FAIL, which shared probes can produce) keeps
 git bisect's semantics: first bad = lowest bad commit, last good = highest good commit
 below it; the case gets a note so a person can look.
+
+Kept as one module over ~350 lines (half of it docstrings): the marks, intervals and picks of
+one state machine share invariants that are read together; split, each part would need the
+others to be understood.
 """
 
 from __future__ import annotations
@@ -291,7 +295,8 @@ class Bisection:
         intervals of all OPEN cases: repeatedly take the widest gap between split points
         (a case's last good, first bad and the commits already picked this round) and
         pick its midpoint, or, when the midpoint was already probed (skipped), an
-        unprobed commit galloping away from it (see :meth:`_near_midpoint`). A pick inside several cases' intervals splits all of them: that is how
+        unprobed commit galloping away from it (see :meth:`_near_midpoint`). A pick inside
+        several cases' intervals splits all of them: that is how
         probes are shared.
         """
         if k < 1:
@@ -304,19 +309,17 @@ class Bisection:
             picks = [i for i in (0, len(self._commits) - 1) if i not in self._probed][:k]
         intervals = [self._interval(s, speculative=True)[:2] for s in open_cases]
         while len(picks) < k:
-            pick = self._best_pick(intervals, open_cases, picks)
+            pick = self._best_pick(intervals, picks)
             if pick is None:
                 break
             picks.append(pick)
         return [self._commits[i] for i in picks]
 
-    def _best_pick(
-        self, intervals: list[tuple[int, int]], states: list[_CaseState], picks: list[int]
-    ) -> int | None:
+    def _best_pick(self, intervals: list[tuple[int, int]], picks: list[int]) -> int | None:
         """The next commit to pick, from the widest gap that still has an unprobed one."""
         taken = set(picks)
         gaps: dict[tuple[int, int], int] = {}
-        for (good, bad), state in zip(intervals, states):
+        for good, bad in intervals:
             inner = sorted(p for p in taken if good < p < bad)
             points = [good, *inner, bad]
             for lo, hi in zip(points, points[1:]):

@@ -53,9 +53,11 @@ class Culprit:
 
     @classmethod
     def from_json(cls, doc: dict[str, Any]) -> Culprit:
-        return cls(*(str(doc.get(k) or "") for k in ("sha", "subject", "author", "email", "date")),
-                   files=[str(f) for f in doc.get("files") or []], diff=str(doc.get("diff") or ""),
-                   diff_scope=str(doc.get("diff_scope") or ""))
+        def text(key: str) -> str:
+            return str(doc.get(key) or "")
+
+        return cls(text("sha"), text("subject"), text("author"), text("email"), text("date"),
+                   [str(f) for f in doc.get("files") or []], text("diff"), text("diff_scope"))
 
 
 @dataclass

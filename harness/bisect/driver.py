@@ -42,8 +42,15 @@ from harness import paths
 from harness.bisect import findings
 from harness.bisect.algorithm import Bisection, CaseStatus
 from harness.bisect.cache import CacheKey, VerdictCache
-from harness.bisect.document import (FIND_FIX, FIND_REGRESSION, BisectDoc, CacheNamespace, NotBisected, RangeDoc,
-                                     SelectionDoc)
+from harness.bisect.document import (
+    FIND_FIX,
+    FIND_REGRESSION,
+    BisectDoc,
+    CacheNamespace,
+    NotBisected,
+    RangeDoc,
+    SelectionDoc,
+)
 from harness.bisect.evaluator import EvalOutcome, Evaluator, MBEvaluator
 from harness.bisect.executor import Executor, Handle, LocalExecutor
 from harness.errors import UsageError
@@ -81,9 +88,6 @@ class BisectRun:
     bisection: Bisection | None = None
 
 
-_SWAP_FOR_FIX = {Verdict.PASS: Verdict.FAIL, Verdict.FAIL: Verdict.PASS}
-
-
 class _Driver:
     def __init__(self, opts: BisectOptions, repo: GitRepo, commits: list[str], evaluator: Evaluator,
                  executor: Executor, cache: VerdictCache, progress: TextIO | None) -> None:
@@ -110,12 +114,7 @@ class _Driver:
             print(text, file=self.progress, flush=True)
 
     def as_bisected(self, verdicts: Mapping[str, Verdict]) -> dict[str, Verdict]:
-        """Verdicts as the bisection sees them: with --find-fix, PASS and FAIL swap roles, so the
-        "first bad" commit the algorithm finds is the first commit where a failing case passes.
-        The cache and the report keep the real verdicts."""
-        if not self.opts.find_fix:
-            return dict(verdicts)
-        return {c: _SWAP_FOR_FIX.get(v, v) for c, v in verdicts.items()}
+        return findings.as_bisected(verdicts, find_fix=self.opts.find_fix)
 
     def key(self, sha: str) -> CacheKey:
         return CacheKey(sha, self.suite_key, self.env_key)
@@ -203,27 +202,6 @@ class _Driver:
 
     # ------------------------------------------------------------ outcome
 
-    def select_cases(self, good: str, bad: str) -> tuple[list[str], list[NotBisected]]:
-        """Cases that FAIL at bad and PASS at good; the other bad failures with the reason."""
-        at_bad: dict[str, set[Verdict]] = {}
-        at_good: dict[str, set[Verdict]] = {}
-        for sha, seen_at in ((bad, at_bad), (good, at_good)):
-            for evaluation in self.evidence.attempts.get(sha, []):
-                for case, verdict in self.as_bisected(evaluation.verdicts).items():
-                    seen_at.setdefault(case, set()).add(verdict)
-        cases, skipped = [], []
-        for case in sorted(c for c, vs in at_bad.items() if Verdict.FAIL in vs):
-            seen = at_good.get(case, set())
-            if Verdict.PASS in seen:
-                cases.append(case)
-                continue
-            if self.opts.find_fix and Verdict.FAIL in seen:
-                continue  # really passes at both ends: nothing was fixed, nothing to report
-            why = "fails at good too" if Verdict.FAIL in seen else (
-                f"{'/'.join(sorted(v.value for v in seen))} at good" if seen else "not run at good")
-            skipped.append(NotBisected(case, why))
-        return cases, skipped
-
     def document(self, good: str, bad: str, bisection: Bisection | None, not_bisected: list[NotBisected],
                  duration: float) -> BisectDoc:
         """The bisect.json record of this run."""
@@ -296,10 +274,13 @@ def _bisect(driver: _Driver, good: str, bad: str, t0: float) -> BisectRun:
     driver.load_cached(driver.commits)
     if evidence.cached_evaluations:
         driver.say(f"reusing {evidence.cached_evaluations} cached evaluation(s) of {len(evidence.attempts)} commit(s)")
-    endpoints = [good, bad]
-    driver.run(lambda n: [e for e in endpoints if e not in driver.in_progress()
-                          and len(evidence.attempts.get(e, [])) < 1 + opts.retries][:n])
-    cases, not_bisected = driver.select_cases(good, bad)
+
+    def endpoints(n: int) -> list[str]:
+        busy = driver.in_progress()
+        return [e for e in (good, bad) if e not in busy and len(evidence.attempts.get(e, [])) < 1 + opts.retries][:n]
+
+    driver.run(endpoints)
+    cases, not_bisected = findings.select_cases(evidence, good, bad, find_fix=opts.find_fix)
     if not cases:
         fails, passes = ("PASSes", "FAILs") if opts.find_fix else ("FAILs", "PASSes")
         msg = (f"nothing to bisect: no case {fails} at {bad[:12]} and {passes} at {good[:12]}"

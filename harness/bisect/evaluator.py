@@ -29,8 +29,8 @@ from harness import paths
 from harness.bisect.cache import suite_hash
 from harness.errors import CorruptFile, GitError
 from harness.gitrepo import open_repo
-from harness.workspaces import WorkspaceCache
 from harness.verdict import Verdict
+from harness.workspaces import WorkspaceCache
 
 
 @dataclass

@@ -73,7 +73,7 @@ def record(args: argparse.Namespace, out: TextIO = sys.stdout) -> int:
 
 def _changes(obtained_root: Path, fixtures_root: Path, out: TextIO) -> list[tuple[Path | None, Path]]:
     """Compare staged values with goldens; print new/changed ones; return what to write."""
-    changes = []
+    changes: list[tuple[Path | None, Path]] = []
     for src in sorted(obtained_root.rglob("*.json")):
         new = read_golden(src)
         dest = golden_path(fixtures_root, new.suite, new.case)

@@ -2,8 +2,9 @@
 
 Each ref's ``src`` is materialised from a private mirror of ``--repo`` under the cache
 directory (:class:`harness.workspaces.WorkspaceCache`: ``git archive`` streamed, ``--repo`` only
-read; ``src`` only, because mirrors may lack large docs blobs) and kept for later runs. Each ref is run with :func:`harness.runner.run_suites`; the table shows
-pass/fail/untestable/error counts per suite, and ``matrix.json`` keeps every run's cases.
+read; ``src`` only, because mirrors may lack large docs blobs) and kept for later runs. Each
+ref is run with :func:`harness.runner.run_suites`; the table shows pass/fail/untestable/error
+counts per suite, and ``matrix.json`` keeps every run's cases.
 
 Default refs: the last v0.1 tag (no v0.1.0 final was tagged, so the newest v0.1.0rc*), every
 release tag vX.Y.Z from v0.2.0 through v0.6.0, and the newest commit (HEAD).

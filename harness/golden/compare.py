@@ -176,7 +176,7 @@ class Comparator:
         rel = finite / np.maximum(np.abs(exp.astype(np.float64)), 1e-300)
         out.mismatches.append(Mismatch(
             path, "tensor", exp[tuple(idx)].item(), obt[tuple(idx)].item(), first_index=idx,
-            max_abs=float(finite.max()), max_rel=float(rel.max()), n_mismatch=int(bad.sum()),
+            max_abs=float(np.max(finite)), max_rel=float(np.max(rel)), n_mismatch=int(bad.sum()),
             expected_row=_row(exp), obtained_row=_row(obt)))
 
 

@@ -62,7 +62,7 @@ def _suite_attrs(name: str, cases: list[CaseResult]) -> dict[str, str]:
             "time": f"{sum(max(c.duration_s, 0.0) for c in cases):.3f}"}
 
 
-def junit_tree(run: RunResult) -> ET.ElementTree:
+def _junit_root(run: RunResult) -> ET.Element:
     """The JUnit document: one <testsuite> per suite inside one <testsuites> for the run."""
     root = ET.Element("testsuites", _suite_attrs(f"harness {run.run_id}", run.cases))
     root.set("time", f"{max(run.duration_s, 0.0):.3f}")
@@ -80,12 +80,12 @@ def junit_tree(run: RunResult) -> ET.ElementTree:
         for c in members:
             suite_el.append(_testcase(c))
     ET.indent(root)
-    return ET.ElementTree(root)
+    return root
 
 
 def write_junit(run: RunResult, out_path: Path) -> Path:
     """Write the run as JUnit XML, atomically, for CI systems that display test results."""
-    root = junit_tree(run).getroot()
+    root = _junit_root(run)
     text = '<?xml version="1.0" encoding="UTF-8"?>\n' + ET.tostring(root, encoding="unicode") + "\n"
     out_path = Path(out_path)
     atomic_write_text(out_path, text)

@@ -106,7 +106,7 @@ def timeline_view(bisect: BisectDoc, case_ids: list[str], culprits: dict[str, st
     left, top, lane_h, gap = 200.0, 26.0, 20.0, 6.0
     cell_w = max(2.0, min(72.0, 1000.0 / n))
     label_every = max(1, math.ceil(64.0 / cell_w))  # a 7-character hash needs about 60 px
-    columns = []
+    columns: list[dict[str, Any]] = []
     for i, commit in enumerate(commits):
         sha = commit.sha
         columns.append({"x": round(left + i * cell_w, 2), "sha": sha, "short": short_sha(sha)[:7],

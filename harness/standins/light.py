@@ -207,7 +207,8 @@ def pytest_collection_modifyitems(config: Any, items: list[Any]) -> None:
     group = os.environ.get(ENV_GROUP)
     if not group:
         return
-    keep, drop = [], []
+    keep: list[Any] = []
+    drop: list[Any] = []
     for item in items:
         (keep if case_group(item) == group else drop).append(item)
     if drop:

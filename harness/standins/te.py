@@ -157,7 +157,7 @@ class _MBModuleFinder(importlib.abc.MetaPathFinder):
         except OSError:
             return None
         has_te, others = _unguarded_te_imports(source)
-        if not has_te:
+        if not has_te or spec.loader is None:
             return None
         spec.loader = _WrappingLoader(spec.loader, others, self.te_finder)
         return spec

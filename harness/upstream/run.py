@@ -105,7 +105,7 @@ def _run_pytest(tgt: Target, tree: Path, runnable: list[Resolved], timeout_s: fl
 
 def read_events(path: Path) -> list[dict[str, Any]]:
     """Events written so far; a line cut by a kill is ignored."""
-    out = []
+    out: list[dict[str, Any]] = []
     try:
         lines = path.read_text(encoding="utf-8", errors="replace").splitlines()
     except OSError:
