@@ -21,7 +21,8 @@ def build_parser() -> argparse.ArgumentParser:
         prog="harness",
         description="Verify sequence packing in Megatron-Bridge against golden fixtures, and bisect regressions.",
         epilog="Start with 'harness run' (tests the MB installed here). 'harness bisect GOOD..BAD --repo MB_CHECKOUT' "
-               "finds the commit that broke each failing case. Every command has --help.")
+        "finds the commit that broke each failing case. Every command has --help.",
+    )
     parser.add_argument("--version", action="version", version=f"harness {__version__}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for name in COMMANDS:

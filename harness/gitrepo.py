@@ -198,17 +198,27 @@ class GitRepo:
         commit = self._commit(self.resolve(sha))
         parents = tuple(p.hexsha for p in commit.parents)
         files = self._diff_tree(commit.hexsha, parents, [under], "--name-only").split("\n")
-        return CommitInfo(commit.hexsha, commit_subject(_message(commit)), commit.author.name or "",
-                          commit.author.email or "", commit.authored_datetime.isoformat(), parents,
-                          tuple(f for f in files if f))
+        return CommitInfo(
+            commit.hexsha,
+            commit_subject(_message(commit)),
+            commit.author.name or "",
+            commit.author.email or "",
+            commit.authored_datetime.isoformat(),
+            parents,
+            tuple(f for f in files if f),
+        )
 
     def commit_summaries(self, shas: Sequence[str]) -> dict[str, CommitSummary]:
         """sha -> subject/author/date for many commits (object reads through one persistent git process)."""
         out = {}
         for sha in shas:
             commit = self._commit(sha)
-            out[commit.hexsha] = CommitSummary(commit.hexsha, commit_subject(_message(commit)),
-                                               commit.author.name or "", commit.authored_datetime.isoformat())
+            out[commit.hexsha] = CommitSummary(
+                commit.hexsha,
+                commit_subject(_message(commit)),
+                commit.author.name or "",
+                commit.authored_datetime.isoformat(),
+            )
         return out
 
     def _diff_tree(self, sha: str, parents: Sequence[str], paths: Sequence[str], *opts: str) -> str:

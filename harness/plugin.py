@@ -52,8 +52,9 @@ def case_of(item: pytest.Item) -> str:
 class GoldenChecker:
     """The ``golden`` fixture: one golden per case, compared with per-field tolerances."""
 
-    def __init__(self, fixtures_root: Path, obtained_root: Path, suite: str, case: str,
-                 record: bool, provenance: dict[str, Any]) -> None:
+    def __init__(
+        self, fixtures_root: Path, obtained_root: Path, suite: str, case: str, record: bool, provenance: dict[str, Any]
+    ) -> None:
         self.fixtures_root = fixtures_root
         self.obtained_root = obtained_root
         self.suite = suite
@@ -78,8 +79,11 @@ class GoldenChecker:
         if not path.exists():
             out = golden_path(self.obtained_root, self.suite, self.case)
             write_golden(out, obtained)
-            raise GoldenMismatch(f"no golden at {path}; obtained value written to {out}; "
-                                 "review and accept it with `harness fixtures record`", None)
+            raise GoldenMismatch(
+                f"no golden at {path}; obtained value written to {out}; "
+                "review and accept it with `harness fixtures record`",
+                None,
+            )
         golden = read_golden(path)
         merged = {**golden.tolerances, **tols}
         result = Comparator(merged).compare(golden.value, encoded, golden.sidecar, sidecar)
@@ -93,13 +97,20 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group = parser.getgroup("harness")
     group.addoption("--harness-results", default=None, help="write case verdicts (JSON) to this file")
     group.addoption("--harness-fixtures", default=None, help="golden root (default: <rootdir>/fixtures)")
-    group.addoption("--harness-obtained", default=None,
-                    help="where obtained values go on mismatch (default: <rootdir>/reports/obtained)")
-    group.addoption("--harness-record", action="store_true", help="write obtained values for every case; never fail on goldens")
+    group.addoption(
+        "--harness-obtained",
+        default=None,
+        help="where obtained values go on mismatch (default: <rootdir>/reports/obtained)",
+    )
+    group.addoption(
+        "--harness-record", action="store_true", help="write obtained values for every case; never fail on goldens"
+    )
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    config.addinivalue_line("markers", "gpu: needs a CUDA GPU (and Transformer Engine); skipped with a reason elsewhere")
+    config.addinivalue_line(
+        "markers", "gpu: needs a CUDA GPU (and Transformer Engine); skipped with a reason elsewhere"
+    )
     config.addinivalue_line("markers", "import_group(name): which MB import the case needs: 'light' or 'full'")
     config._harness_cases = []  # type: ignore[attr-defined]
 
@@ -122,8 +133,10 @@ def golden(request: pytest.FixtureRequest) -> GoldenChecker:
     return GoldenChecker(
         _root(config, "--harness-fixtures", "fixtures"),
         _root(config, "--harness-obtained", "reports/obtained"),
-        suite_of(request.node), case_of(request.node),
-        bool(config.getoption("--harness-record")), _provenance(),
+        suite_of(request.node),
+        case_of(request.node),
+        bool(config.getoption("--harness-record")),
+        _provenance(),
     )
 
 
@@ -170,11 +183,20 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
         report.longrepr = (str(item.fspath), item.location[1] or 0, f"untestable: {excinfo.value}")
     if call.when == "setup" and verdict is Verdict.FAIL and not report.skipped:
         verdict = Verdict.ERROR  # a fixture broke: the harness's problem, not MB's
-    report.user_properties.append((PROP, {
-        "case_id": f"{suite_of(item)}::{case_of(item)}", "suite": suite_of(item), "verdict": verdict.value,
-        "message": message[:20000], "diff": message if diff_data else "", "diff_data": diff_data,
-        "source": "golden",
-    }))
+    report.user_properties.append(
+        (
+            PROP,
+            {
+                "case_id": f"{suite_of(item)}::{case_of(item)}",
+                "suite": suite_of(item),
+                "verdict": verdict.value,
+                "message": message[:20000],
+                "diff": message if diff_data else "",
+                "diff_data": diff_data,
+                "source": "golden",
+            },
+        )
+    )
 
 
 def pytest_runtest_logreport(report: pytest.TestReport) -> None:
@@ -197,8 +219,9 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
             seen[case["case_id"]] = case
     from harness.atomicio import write_versioned_json
 
-    write_versioned_json(Path(path), "harness-cases", 1, {"finished": time.time(), "pid": os.getpid(),
-                                                         "cases": list(seen.values())})
+    write_versioned_json(
+        Path(path), "harness-cases", 1, {"finished": time.time(), "pid": os.getpid(), "cases": list(seen.values())}
+    )
 
 
 __all__ = ["GoldenMismatch", "Untestable", "GoldenChecker", "classify"]

@@ -43,7 +43,9 @@ class Target:
         if (src / "src" / "megatron" / "bridge").is_dir():
             src = src / "src"  # accept the checkout root too
         if not (src / "megatron" / "bridge").is_dir():
-            raise UsageError(f"--mb-src {mb_src}: no megatron/bridge package under it (give an MB checkout or its src/)")
+            raise UsageError(
+                f"--mb-src {mb_src}: no megatron/bridge package under it (give an MB checkout or its src/)"
+            )
         from harness.gitrepo import tree_commit  # GitPython only where a commit is asked for
 
         return cls(src, commit or tree_commit(src))
@@ -124,8 +126,11 @@ def describe_running_target() -> dict[str, Any]:
         "mb_version": mb_version(loc),
         "mb_commit": os.environ.get("HARNESS_TARGET_COMMIT") or (tree_commit(loc) if loc else None),
         "torch": _dist_version("torch"),
-        "megatron_core": (f"Megatron-LM {os.environ['HARNESS_CORE_PIN']}" if os.environ.get("HARNESS_CORE_PIN")
-                          else _dist_version("megatron-core")),
+        "megatron_core": (
+            f"Megatron-LM {os.environ['HARNESS_CORE_PIN']}"
+            if os.environ.get("HARNESS_CORE_PIN")
+            else _dist_version("megatron-core")
+        ),
         "harness": harness.__version__,
         "date": _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
     }
@@ -135,17 +140,24 @@ def machine() -> dict[str, Any]:
     """CPU/GPU description without importing torch in the parent (cheap, no CUDA init)."""
     gpu = None
     try:
-        out = subprocess.run(["nvidia-smi", "--query-gpu=name", "--format=csv,noheader"], capture_output=True,
-                             text=True, timeout=20)
+        out = subprocess.run(
+            ["nvidia-smi", "--query-gpu=name", "--format=csv,noheader"], capture_output=True, text=True, timeout=20
+        )
         if out.returncode == 0 and out.stdout.strip():
             gpu = out.stdout.strip().splitlines()[0]
     except (OSError, subprocess.SubprocessError):
         pass
-    return {"hostname": platform.node(), "platform": platform.platform(), "cpus": os.cpu_count(),
-            "accelerator": gpu or "CPU only"}
+    return {
+        "hostname": platform.node(),
+        "platform": platform.platform(),
+        "cpus": os.cpu_count(),
+        "accelerator": gpu or "CPU only",
+    }
 
 
 def require_mb(target: Target) -> None:
     """Fail early, in one line, when no MB is importable for this target."""
     if target.src is None and mb_location() is None:
-        raise EnvironmentProblem("no megatron.bridge importable in this environment; run scripts/setup.sh or give --mb-src")
+        raise EnvironmentProblem(
+            "no megatron.bridge importable in this environment; run scripts/setup.sh or give --mb-src"
+        )

@@ -43,23 +43,24 @@ CASES = [
 
 def _prepare(tmp_path, seed, n, max_len, pack, mult, algorithm, name="a"):
     examples = _sft_inputs.sft_examples_with_specials(seed, n, max_len=max_len)
-    out = ds_ops.prepare_packed(examples, tmp_path / name, tokenizer=TOK, pack_size=pack, pad_seq_to_mult=mult,
-                                algorithm=algorithm, seed=seed)
+    out = ds_ops.prepare_packed(
+        examples, tmp_path / name, tokenizer=TOK, pack_size=pack, pad_seq_to_mult=mult, algorithm=algorithm, seed=seed
+    )
     return examples, out
 
 
 def _segments(row: dict) -> list[list[int]]:
     b = row["seq_start_id"] + [len(row["input_ids"])]
-    return [row["input_ids"][b[i]:b[i + 1]] for i in range(len(b) - 1)]
+    return [row["input_ids"][b[i] : b[i + 1]] for i in range(len(b) - 1)]
 
 
 def _match(segment: list[int], examples: list[dict], used: set[int], mult: int) -> int:
     """The example a stored segment came from: its ids, then EOS alignment padding only."""
     for i, ex in enumerate(examples):
         ids = ex["input_ids"]
-        if i in used or segment[:len(ids)] != ids:
+        if i in used or segment[: len(ids)] != ids:
             continue
-        tail = segment[len(ids):]
+        tail = segment[len(ids) :]
         if all(t == EOS_ID for t in tail) and len(tail) < max(mult, 1):
             used.add(i)
             return i
@@ -83,11 +84,22 @@ def check_rows(examples: list[dict], rows: list[dict], pack: int, mult: int) -> 
     return owners
 
 
-def check_collated(batch: dict, rows: list[dict], owners: list[list[int]], examples: list[dict], *, mult: int,
-                   max_seq_length: int, pad_to_max_length: bool, pad_len_mult: int = 16) -> None:
+def check_collated(
+    batch: dict,
+    rows: list[dict],
+    owners: list[list[int]],
+    examples: list[dict],
+    *,
+    mult: int,
+    max_seq_length: int,
+    pad_to_max_length: bool,
+    pad_len_mult: int = 16,
+) -> None:
     width = len(batch["tokens"][0])
     longest = max(len(r["input_ids"]) - len(r["seq_start_id"]) for r in rows)
-    expected_width = max_seq_length if pad_to_max_length else min(max_seq_length, math.ceil(longest / pad_len_mult) * pad_len_mult)
+    expected_width = (
+        max_seq_length if pad_to_max_length else min(max_seq_length, math.ceil(longest / pad_len_mult) * pad_len_mult)
+    )
     assert width == expected_width, f"row width {width}, expected {expected_width}"
     for r, (row, who) in enumerate(zip(rows, owners)):
         tokens, labels, loss, pos = (batch[k][r] for k in ("tokens", "labels", "loss_mask", "position_ids"))
@@ -95,12 +107,12 @@ def check_collated(batch: dict, rows: list[dict], owners: list[list[int]], examp
         for seg, ex_i in zip(_segments(row), who):
             ex = examples[ex_i]
             s, n = phys[-1], len(seg) - 1
-            assert tokens[s:s + n] == seg[:-1], "tokens = segment without its last token"
-            assert labels[s:s + n] == seg[1:], "labels = tokens shifted by one within the sequence"
-            assert pos[s:s + n] == list(range(n)), "position ids restart at every sequence"
+            assert tokens[s : s + n] == seg[:-1], "tokens = segment without its last token"
+            assert labels[s : s + n] == seg[1:], "labels = tokens shifted by one within the sequence"
+            assert pos[s : s + n] == list(range(n)), "position ids restart at every sequence"
             real = len(ex["input_ids"]) - 1
             want = [int(i < real and i + 1 >= ex["answer_start_idx"] and seg[i] != EOS_ID) for i in range(n)]
-            assert loss[s:s + n] == want, "loss mask = answer tokens only (never alignment padding or EOS inputs)"
+            assert loss[s : s + n] == want, "loss mask = answer tokens only (never alignment padding or EOS inputs)"
             phys.append(s + n)
             logical.append(logical[-1] + real)
         end = phys[-1]
@@ -143,8 +155,15 @@ def test_packed_dataset_rows(golden, tmp_path, seed, n, max_len, pack, mult, pad
 def test_pad_cu_seqlens_fixed_shape(golden, tmp_path, seed, mult):
     pack = 48
     examples, out = _prepare(tmp_path, seed, 18, 20, pack, mult, "first_fit_shuffle")
-    ds = ds_ops.packed_dataset(out["npy"], TOK, max_seq_length=pack, pad_seq_to_mult=mult, pad_to_max_length=True,
-                               pad_cu_seqlens=True, metadata=out["metadata"])
+    ds = ds_ops.packed_dataset(
+        out["npy"],
+        TOK,
+        max_seq_length=pack,
+        pad_seq_to_mult=mult,
+        pad_to_max_length=True,
+        pad_cu_seqlens=True,
+        metadata=out["metadata"],
+    )
     meta = out["metadata_doc"]
     most = max(p["max_samples_per_bin"] for p in meta)
     safe_max = max(max(p["dataset_max_seqlen"] for p in meta), pack - min(p["min_packed_seqlen"] for p in meta))
@@ -156,11 +175,15 @@ def test_pad_cu_seqlens_fixed_shape(golden, tmp_path, seed, mult):
             shapes.add((k, len(b[k][0])))
             assert b[k][0] == sorted(b[k][0]) and b[k][0][0] == 0
         assert len(b["tokens"][0]) == pack
-        assert np.ravel(b["max_seqlen_q"]).tolist() == [safe_max], "pad_cu_seqlens uses the dataset-wide safe max_seqlen"
+        assert np.ravel(b["max_seqlen_q"]).tolist() == [safe_max], (
+            "pad_cu_seqlens uses the dataset-wide safe max_seqlen"
+        )
         batches.append({k: ds_ops.trimmed(b)[k] for k in ("cu_seqlens_q", "cu_seqlens_q_padded", "max_seqlen_q")})
     lengths = {k: {n for kk, n in shapes if kk == k} for k, _ in shapes}
     assert all(len(v) == 1 for v in lengths.values()), f"cu_seqlens shapes vary between micro-batches: {shapes}"
-    assert all(n >= most + 1 for _, n in shapes), f"a fixed shape must hold the fullest row ({most} sequences): {shapes}"
+    assert all(n >= most + 1 for _, n in shapes), (
+        f"a fixed shape must hold the fullest row ({most} sequences): {shapes}"
+    )
     golden.check({"fixed_shape": True, "batches": batches})
 
 
@@ -180,8 +203,9 @@ def test_deterministic_and_rng_independent(golden, tmp_path):
     ex = _sft_inputs.sft_examples_with_specials(11, 15, max_len=20)
 
     def run(name):
-        return ds_ops.prepare_packed(ex, tmp_path / name, tokenizer=TOK, pack_size=40, pad_seq_to_mult=2,
-                                     algorithm="first_fit_shuffle", seed=11)["rows"]
+        return ds_ops.prepare_packed(
+            ex, tmp_path / name, tokenizer=TOK, pack_size=40, pad_seq_to_mult=2, algorithm="first_fit_shuffle", seed=11
+        )["rows"]
 
     first = run("one")
     np.random.seed(999)
@@ -194,8 +218,14 @@ def test_deterministic_and_rng_independent(golden, tmp_path):
     assert first == second, "same seed, different global RNG state: packing must not change"
     assert (np.random.get_state()[1] == np_state).all(), "preparation must restore the global numpy RNG state"
     env = dict(os.environ, PYTHONHASHSEED="123")
-    proc = subprocess.run([sys.executable, "-c", _CHILD, str(tmp_path / "child")], capture_output=True, text=True,
-                          env=env, timeout=300, cwd=os.getcwd())
+    proc = subprocess.run(
+        [sys.executable, "-c", _CHILD, str(tmp_path / "child")],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=300,
+        cwd=os.getcwd(),
+    )
     line = [ln for ln in proc.stdout.splitlines() if ln.startswith("ROWS=")]
     assert line, f"child failed: {proc.stderr[-2000:]}"
     assert json.loads(line[-1][5:]) == first, "a fresh process must pack identically"

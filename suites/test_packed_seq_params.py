@@ -17,10 +17,13 @@ from harness.adapters import thd
 pytestmark = pytest.mark.import_group("light")
 
 
-def _legacy_batch(bounds: list[int], sentinels: int, max_seqlen: int, argmin: bool = False,
-                  unpadded: list[int] | None = None) -> dict:
-    batch = {"cu_seqlens": torch.tensor([bounds + [-1] * sentinels], dtype=torch.int32),
-             "max_seqlen": torch.tensor([[max_seqlen]], dtype=torch.int32)}
+def _legacy_batch(
+    bounds: list[int], sentinels: int, max_seqlen: int, argmin: bool = False, unpadded: list[int] | None = None
+) -> dict:
+    batch = {
+        "cu_seqlens": torch.tensor([bounds + [-1] * sentinels], dtype=torch.int32),
+        "max_seqlen": torch.tensor([[max_seqlen]], dtype=torch.int32),
+    }
     if argmin:
         batch["cu_seqlens_argmin"] = torch.tensor([[len(bounds)]])
     if unpadded is not None:
@@ -28,9 +31,16 @@ def _legacy_batch(bounds: list[int], sentinels: int, max_seqlen: int, argmin: bo
     return batch
 
 
-@pytest.mark.parametrize("bounds,sentinels,argmin", [
-    ([0, 5, 9, 12], 2, False), ([0, 5, 9, 12], 2, True), ([0, 7], 5, False), ([0, 3, 4, 10, 16, 31, 32], 1, True),
-], ids=["3seq-2sentinels", "3seq-2sentinels-argmin", "1seq-5sentinels", "6seq-1sentinel-argmin"])
+@pytest.mark.parametrize(
+    "bounds,sentinels,argmin",
+    [
+        ([0, 5, 9, 12], 2, False),
+        ([0, 5, 9, 12], 2, True),
+        ([0, 7], 5, False),
+        ([0, 3, 4, 10, 16, 31, 32], 1, True),
+    ],
+    ids=["3seq-2sentinels", "3seq-2sentinels-argmin", "1seq-5sentinels", "6seq-1sentinel-argmin"],
+)
 def test_offline_sentinel_stripped(golden, bounds, sentinels, argmin):
     max_seqlen = max(b - a for a, b in zip(bounds, bounds[1:]))
     params = thd.packed_seq_params(_legacy_batch(bounds, sentinels, max_seqlen, argmin))
@@ -41,9 +51,15 @@ def test_offline_sentinel_stripped(golden, bounds, sentinels, argmin):
     golden.check(params)
 
 
-@pytest.mark.parametrize("unpadded,padded", [
-    ([0, 5, 9, 12], [0, 8, 12, 16]), ([0, 1, 2, 3], [0, 4, 8, 12]), ([0, 13], [0, 16]),
-], ids=["3seq-mult4", "1token-seqs-mult4", "1seq-mult16"])
+@pytest.mark.parametrize(
+    "unpadded,padded",
+    [
+        ([0, 5, 9, 12], [0, 8, 12, 16]),
+        ([0, 1, 2, 3], [0, 4, 8, 12]),
+        ([0, 13], [0, 16]),
+    ],
+    ids=["3seq-mult4", "1token-seqs-mult4", "1seq-mult16"],
+)
 def test_offline_padded_and_unpadded(golden, unpadded, padded):
     params = thd.packed_seq_params(_legacy_batch(padded, 3, 8, unpadded=unpadded))
     assert params["cu_seqlens_q"] == unpadded, "cu_seqlens_q are the real-token boundaries"

@@ -36,8 +36,15 @@ def _unpacked_answer_tokens(examples: list[dict]) -> int:
 
 def _build(tmp_path, seed, n, pack, mult, fmt):
     examples = _sft_inputs.sft_examples_with_specials(seed, n, max_len=18, special_rate=0.0)
-    out = ds_ops.prepare_packed(examples, tmp_path / "prep", tokenizer=TOK, pack_size=pack, pad_seq_to_mult=mult,
-                                algorithm="first_fit_decreasing", seed=seed)
+    out = ds_ops.prepare_packed(
+        examples,
+        tmp_path / "prep",
+        tokenizer=TOK,
+        pack_size=pack,
+        pad_seq_to_mult=mult,
+        algorithm="first_fit_decreasing",
+        seed=seed,
+    )
     if fmt == "parquet":
         path = ds_ops.write_rows_parquet(out["rows"], tmp_path / "packed.parquet")
         make = ds_ops.packed_parquet_dataset
@@ -46,9 +53,15 @@ def _build(tmp_path, seed, n, pack, mult, fmt):
     return examples, out, path, make
 
 
-@pytest.mark.parametrize("seed,n,pack,mult,gbs,fmt", [
-    (0, 14, 40, 4, 4, "npy"), (1, 9, 32, 2, 8, "npy"), (2, 20, 48, 8, 3, "npy"), (3, 11, 40, 4, 4, "parquet"),
-])
+@pytest.mark.parametrize(
+    "seed,n,pack,mult,gbs,fmt",
+    [
+        (0, 14, 40, 4, 4, "npy"),
+        (1, 9, 32, 2, 8, "npy"),
+        (2, 20, 48, 8, 3, "npy"),
+        (3, 11, 40, 4, 4, "parquet"),
+    ],
+)
 def test_padding_rows_and_alignment(golden, tmp_path, seed, n, pack, mult, gbs, fmt):
     examples, out, path, make = _build(tmp_path, seed, n, pack, mult, fmt)
     ds = make(path, TOK, max_seq_length=pack, pad_seq_to_mult=mult, pad_to_max_length=True)
@@ -91,21 +104,32 @@ def test_samples_mapping_negative_indices(golden, tmp_path):
     assert all(len(p["loss_mask"]) == len(p["input_ids"]) for p in pads), "a padding row keeps its shape"
     col = ds_ops.collated(ds.collate_fn(real[:2] + pads))
     assert [sum(m) for m in col["loss_mask"][2:]] == [0, 0, 0]
-    golden.check({"real_loss": [int(sum(x["loss_mask"])) for x in real],
-                  "pad_lengths": [len(p["input_ids"]) for p in pads], "collated_loss": col["loss_mask"]})
+    golden.check(
+        {
+            "real_loss": [int(sum(x["loss_mask"])) for x in real],
+            "pad_lengths": [len(p["input_ids"]) for p in pads],
+            "collated_loss": col["loss_mask"],
+        }
+    )
 
 
 @pytest.mark.parametrize("seed,rows,width,multiple", [(0, 4, 20, 4), (1, 6, 15, 8), (2, 3, 30, 2)])
 def test_in_batch_alignment_padding(golden, seed, rows, width, multiple):
     batch, lengths = _inputs.right_padded_batch(seed, rows, width)
-    packed = thd.pack_in_batch(batch["tokens"], batch["labels"], batch["loss_mask"], batch["position_ids"],
-                               pad_token_id=_inputs.PAD_ID, pad_to_multiple_of=multiple)
+    packed = thd.pack_in_batch(
+        batch["tokens"],
+        batch["labels"],
+        batch["loss_mask"],
+        batch["position_ids"],
+        pad_token_id=_inputs.PAD_ID,
+        pad_to_multiple_of=multiple,
+    )
     bounds = packed["cu_seqlens_padded"]
     for r, n in enumerate(lengths):
         pad = slice(bounds[r] + n, bounds[r + 1])
         assert all(m == 0 for m in packed["loss_mask"][pad]), "alignment padding: loss mask 0"
         assert all(lbl == IGNORE_INDEX for lbl in packed["labels"][pad]), "alignment padding: label = ignore index"
-        real = packed["loss_mask"][bounds[r]:bounds[r] + n]
+        real = packed["loss_mask"][bounds[r] : bounds[r] + n]
         assert real == batch["loss_mask"][r, :n].tolist(), "real answer tokens keep loss mask 1"
     assert sum(packed["loss_mask"]) == float(batch["loss_mask"].sum()), "summed loss mask packed == unpacked"
     golden.check({"lengths": lengths, "loss_mask": packed["loss_mask"], "labels": packed["labels"]})

@@ -11,23 +11,48 @@ from harness.bisect.algorithm import CaseStatus
 from harness.bisect.document import BisectDoc, CaseDoc, CommitMeta, Culprit, NotBisected, RangeDoc
 from harness.errors import CorruptFile
 
-SCHEMA_1_KEYS = {"kind", "schema_version", "mode", "range", "repo", "commits", "probes", "attempts", "cases",
-                 "not_bisected", "notes", "duration_s", "evaluations", "new_evaluations", "cached_evaluations",
-                 "rounds", "jobs", "retries", "selection", "cache", "finished"}
+SCHEMA_1_KEYS = {
+    "kind",
+    "schema_version",
+    "mode",
+    "range",
+    "repo",
+    "commits",
+    "probes",
+    "attempts",
+    "cases",
+    "not_bisected",
+    "notes",
+    "duration_s",
+    "evaluations",
+    "new_evaluations",
+    "cached_evaluations",
+    "rounds",
+    "jobs",
+    "retries",
+    "selection",
+    "cache",
+    "finished",
+}
 
 
 def _doc() -> BisectDoc:
     shas = [c * 40 for c in "abcd"]
     culprit = Culprit(shas[2], "break it", "Ada", "ada@example.com", "2026-01-02T00:00:00+00:00", ["src/x.py"], "diff")
     return BisectDoc(
-        range=RangeDoc(shas[0], shas[3], 4, "v1..main", False), repo="/repo",
+        range=RangeDoc(shas[0], shas[3], 4, "v1..main", False),
+        repo="/repo",
         commits=[CommitMeta(s, f"commit {s[0]}") for s in shas],
         probes={shas[0]: {"s::a": "pass", "s::b": "pass"}, shas[2]: {"s::a": "fail", "s::b": "fail"}},
         attempts={shas[0]: [{"s::a": "pass", "s::b": "pass"}]},
-        cases=[CaseDoc("s::a", CaseStatus.FOUND, culprit, shas[1], [shas[2]], evaluations=3),
-               CaseDoc("s::b", CaseStatus.FOUND, culprit, shas[1], [shas[2]], evaluations=3, source="upstream"),
-               CaseDoc("s::c", CaseStatus.AMBIGUOUS, None, shas[0], shas[1:3], evaluations=4)],
-        not_bisected=[NotBisected("s::d", "fails at good too")], evaluations=5)
+        cases=[
+            CaseDoc("s::a", CaseStatus.FOUND, culprit, shas[1], [shas[2]], evaluations=3),
+            CaseDoc("s::b", CaseStatus.FOUND, culprit, shas[1], [shas[2]], evaluations=3, source="upstream"),
+            CaseDoc("s::c", CaseStatus.AMBIGUOUS, None, shas[0], shas[1:3], evaluations=4),
+        ],
+        not_bisected=[NotBisected("s::d", "fails at good too")],
+        evaluations=5,
+    )
 
 
 def test_round_trip_through_the_file(tmp_path: Path) -> None:

@@ -65,7 +65,11 @@ def repo(tmp_path: Path) -> Repo:
     path = tmp_path / "user"
     path.mkdir()
     git(path, "init", "-q", "-b", "main")
-    c0 = commit(path, "start", {"src/pkg/a.py": "A = 0\n", "pyproject.toml": "[project]\nname='x'\n", "docs/big.txt": "x" * 1000})
+    c0 = commit(
+        path,
+        "start",
+        {"src/pkg/a.py": "A = 0\n", "pyproject.toml": "[project]\nname='x'\n", "docs/big.txt": "x" * 1000},
+    )
     git(path, "tag", "v0")
     c1 = commit(path, "add tests", {"src/pkg/a.py": "A = 1\n", "tests/test_a.py": "def test(): pass\n"})
     git(path, "update-index", "--add", "--cacheinfo", f"160000,{GITLINK},3rdparty/Megatron-LM")

@@ -30,8 +30,11 @@ def test_child_runs_the_command_in_its_own_session_with_the_given_env() -> None:
     code = "import os; print(os.getppid(), os.getsid(0), os.getpid(), os.environ['HARNESS_PROBE'])"
 
     def start() -> None:  # bisect starts suites from worker threads
-        started.append(popen_owned([sys.executable, "-c", code], stdout=subprocess.PIPE,
-                                   env={**os.environ, "HARNESS_PROBE": "yes"}))
+        started.append(
+            popen_owned(
+                [sys.executable, "-c", code], stdout=subprocess.PIPE, env={**os.environ, "HARNESS_PROBE": "yes"}
+            )
+        )
 
     worker = threading.Thread(target=start)
     worker.start()
@@ -55,8 +58,10 @@ def test_kill_group_ends_the_child_and_what_it_started() -> None:
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="parent-death signal is Linux only")
 def test_child_dies_when_the_harness_is_killed() -> None:
-    code = ("import sys, time; sys.path.insert(0, sys.argv[1]); from harness.procs import popen_owned; "
-            "print(popen_owned(['sleep', '300']).pid, flush=True); time.sleep(300)")
+    code = (
+        "import sys, time; sys.path.insert(0, sys.argv[1]); from harness.procs import popen_owned; "
+        "print(popen_owned(['sleep', '300']).pid, flush=True); time.sleep(300)"
+    )
     harness = subprocess.Popen([sys.executable, "-c", code, str(ROOT)], stdout=subprocess.PIPE)
     child = int(harness.stdout.readline())
     assert not _gone(child)

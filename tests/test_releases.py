@@ -21,14 +21,20 @@ REL = ROOT / ".releases"
 
 # (release, case_id) -> why the golden (pinned on MB 0.6.2) legitimately differs there.
 # Filled from `harness matrix` / these tests; each entry is a real MB behaviour difference.
-_LEFT_PAD = ("training/vlm_step.pack_batch_sequences (v0.3-v0.5) takes each row's length from its last non-pad "
-             "token and packs a left-padded row silently; explicit refusal ('requires unpadded input rows') came "
-             "with pack_right_padded_sequence_batch_to_mcore_thd (59ae409f5, 2026-06-29, first release v0.6.0)")
-_PAD_CU = ("ConfigContainer.validate() does not reject pad_cu_seqlens without pad_to_max_length before v0.6.0 "
-           "(observed accepted=True, golden rejected)")
-_MALFORMED = ("training/vlm_step.pack_batch_sequences (v0.3-v0.5) validates no shapes and silently skips an "
-              "all-padding row; the refusal ('must match token shape', 'empty sequence row') came with "
-              "data/packing/in_batch (59ae409f5, first release v0.6.0)")
+_LEFT_PAD = (
+    "training/vlm_step.pack_batch_sequences (v0.3-v0.5) takes each row's length from its last non-pad "
+    "token and packs a left-padded row silently; explicit refusal ('requires unpadded input rows') came "
+    "with pack_right_padded_sequence_batch_to_mcore_thd (59ae409f5, 2026-06-29, first release v0.6.0)"
+)
+_PAD_CU = (
+    "ConfigContainer.validate() does not reject pad_cu_seqlens without pad_to_max_length before v0.6.0 "
+    "(observed accepted=True, golden rejected)"
+)
+_MALFORMED = (
+    "training/vlm_step.pack_batch_sequences (v0.3-v0.5) validates no shapes and silently skips an "
+    "all-padding row; the refusal ('must match token shape', 'empty sequence row') came with "
+    "data/packing/in_batch (59ae409f5, first release v0.6.0)"
+)
 KNOWN_DIFFERENCES: dict[tuple[str, str], str] = {
     ("0.5.1", "in_batch_packing::test_left_padding_is_refused"): _LEFT_PAD,
     ("0.5.1", "config_validation::test_packing_rule[pad_cu_seqlens_without_pad_to_max_length]"): _PAD_CU,
@@ -36,12 +42,17 @@ KNOWN_DIFFERENCES: dict[tuple[str, str], str] = {
     ("0.4.0", "config_validation::test_packing_rule[pad_cu_seqlens_without_pad_to_max_length]"): _PAD_CU,
     ("0.3.1", "in_batch_packing::test_left_padding_is_refused"): _LEFT_PAD,
     ("0.3.1", "config_validation::test_packing_rule[pad_cu_seqlens_without_pad_to_max_length]"): _PAD_CU,
-    **{(rel, f"in_batch_packing::{case}"): _MALFORMED for rel in ("0.3.1", "0.4.0", "0.5.1")
-       for case in ("test_mismatched_label_shape_is_refused", "test_empty_row_is_refused")},
+    **{
+        (rel, f"in_batch_packing::{case}"): _MALFORMED
+        for rel in ("0.3.1", "0.4.0", "0.5.1")
+        for case in ("test_mismatched_label_shape_is_refused", "test_empty_row_is_refused")
+    },
     # Not exercised by test_release (no 0.1 install); seen by `harness matrix` on v0.1.0rc4:
-    ("0.1.0rc4", "packing_algorithms::test_packing_strategy_pipeline[10-30-32-first_fit_decreasing]"):
-        "fill_packing_strategy masked answer tokens equal to pad_id out of the loss (`!= pad_id`), removed in "
-        "5e4313cfe (2025-10-20, first in v0.2.0)",
+    (
+        "0.1.0rc4",
+        "packing_algorithms::test_packing_strategy_pipeline[10-30-32-first_fit_decreasing]",
+    ): "fill_packing_strategy masked answer tokens equal to pad_id out of the loss (`!= pad_id`), removed in "
+    "5e4313cfe (2025-10-20, first in v0.2.0)",
 }
 
 RELEASES = [

@@ -227,11 +227,18 @@ class Bisection:
         """The current result for one case (OPEN while undecided)."""
         state = self._cases[case_id]
 
-        def make(status: CaseStatus, *, notes: list[str], culprit: str | None = None,
-                 last_good: str | None = None, candidates: tuple[str, ...] = (),
-                 flaky_commits: tuple[str, ...] = ()) -> CaseOutcome:
-            return CaseOutcome(case_id, status, culprit, last_good, candidates, flaky_commits,
-                               state.evaluations, tuple(notes))
+        def make(
+            status: CaseStatus,
+            *,
+            notes: list[str],
+            culprit: str | None = None,
+            last_good: str | None = None,
+            candidates: tuple[str, ...] = (),
+            flaky_commits: tuple[str, ...] = (),
+        ) -> CaseOutcome:
+            return CaseOutcome(
+                case_id, status, culprit, last_good, candidates, flaky_commits, state.evaluations, tuple(notes)
+            )
 
         notes = self._retry_notes(state)
         flaky = sorted(i for i, v in state.seen.items() if _mark_of(v) is _Mark.FLAKY)

@@ -89,8 +89,16 @@ class BisectRun:
 
 
 class _Driver:
-    def __init__(self, opts: BisectOptions, repo: GitRepo, commits: list[str], evaluator: Evaluator,
-                 executor: Executor, cache: VerdictCache, progress: TextIO | None) -> None:
+    def __init__(
+        self,
+        opts: BisectOptions,
+        repo: GitRepo,
+        commits: list[str],
+        evaluator: Evaluator,
+        executor: Executor,
+        cache: VerdictCache,
+        progress: TextIO | None,
+    ) -> None:
         self.opts = opts
         self.repo = repo
         self.commits = commits
@@ -191,8 +199,10 @@ class _Driver:
             n_open = sum(o.status is CaseStatus.OPEN for o in self.bisection.outcomes().values())
             open_cases = f"; {n_open} case(s) open"
         note = f" ({outcome.note[:160]})" if outcome.note else ""
-        self.say(f"[{ev.new_evaluations}] {sha[:12]} #{self.index.get(sha, '?')} attempt {evaluation.attempt}: "
-                 f"{summary} in {outcome.duration_s:.1f} s{open_cases}{note}")
+        self.say(
+            f"[{ev.new_evaluations}] {sha[:12]} #{self.index.get(sha, '?')} attempt {evaluation.attempt}: "
+            f"{summary} in {outcome.duration_s:.1f} s{open_cases}{note}"
+        )
 
     def replay(self, sha: str) -> None:
         """A picked commit whose attempts are all cached: feed them to the bisection."""
@@ -202,8 +212,9 @@ class _Driver:
 
     # ------------------------------------------------------------ outcome
 
-    def document(self, good: str, bad: str, bisection: Bisection | None, not_bisected: list[NotBisected],
-                 duration: float) -> BisectDoc:
+    def document(
+        self, good: str, bad: str, bisection: Bisection | None, not_bisected: list[NotBisected], duration: float
+    ) -> BisectDoc:
         """The bisect.json record of this run."""
         opts, ev = self.opts, self.evidence
         case_ids = list(bisection.cases) if bisection else []
@@ -211,19 +222,34 @@ class _Driver:
         outcomes = [bisection.outcome(c) for c in case_ids] if bisection else []
         return BisectDoc(
             range=RangeDoc(good, bad, len(self.commits), f"{opts.good}..{opts.bad}", opts.first_parent),
-            mode=FIND_FIX if opts.find_fix else FIND_REGRESSION, repo=str(self.repo.path),
-            commits=findings.commit_table(self.repo, self.commits), probes=probes, attempts=attempts,
-            cases=findings.case_docs(self.repo, outcomes, ev, bad, self.details), not_bisected=not_bisected,
-            notes={sha: list(notes) for sha, notes in ev.notes.items()}, duration_s=round(duration, 2),
-            evaluations=ev.evaluations, new_evaluations=ev.new_evaluations,
-            cached_evaluations=ev.cached_evaluations, rounds=self.rounds, jobs=self.executor.slots,
-            retries=opts.retries, selection=SelectionDoc(list(opts.suites) if opts.suites else None, opts.keyword),
+            mode=FIND_FIX if opts.find_fix else FIND_REGRESSION,
+            repo=str(self.repo.path),
+            commits=findings.commit_table(self.repo, self.commits),
+            probes=probes,
+            attempts=attempts,
+            cases=findings.case_docs(self.repo, outcomes, ev, bad, self.details),
+            not_bisected=not_bisected,
+            notes={sha: list(notes) for sha, notes in ev.notes.items()},
+            duration_s=round(duration, 2),
+            evaluations=ev.evaluations,
+            new_evaluations=ev.new_evaluations,
+            cached_evaluations=ev.cached_evaluations,
+            rounds=self.rounds,
+            jobs=self.executor.slots,
+            retries=opts.retries,
+            selection=SelectionDoc(list(opts.suites) if opts.suites else None, opts.keyword),
             cache=CacheNamespace(self.suite_key, self.env_key),
-            finished=_dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"))
+            finished=_dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
+        )
 
 
-def run_bisection(opts: BisectOptions, *, evaluator: Evaluator | None = None, executor: Executor | None = None,
-                  progress: TextIO | None = sys.stderr) -> BisectRun:
+def run_bisection(
+    opts: BisectOptions,
+    *,
+    evaluator: Evaluator | None = None,
+    executor: Executor | None = None,
+    progress: TextIO | None = sys.stderr,
+) -> BisectRun:
     """Bisect ``opts.good..opts.bad``; returns the bisect.json record and the exit code."""
     t0 = time.monotonic()
     if opts.jobs < 1:
@@ -234,16 +260,20 @@ def run_bisection(opts: BisectOptions, *, evaluator: Evaluator | None = None, ex
     good, bad = repo.check_range(opts.good, opts.bad)
     commits = repo.commits_between(good, bad, first_parent=opts.first_parent)
     if repo.is_dirty() and not opts.allow_dirty and progress is not None:
-        print(f"warning: {repo.path} has uncommitted changes; only committed history is bisected "
-              "(the repository is never modified; --allow-dirty silences this)", file=progress)
+        print(
+            f"warning: {repo.path} has uncommitted changes; only committed history is bisected "
+            "(the repository is never modified; --allow-dirty silences this)",
+            file=progress,
+        )
     cache_dir = Path(opts.cache_dir).expanduser()
     ws_dir = workspace_dir_for(cache_dir, repo)
     ws = WorkspaceCache(ws_dir, repo)
     if not (ws.has_commit(bad) and ws.has_commit(good)):
         ws.sync()  # once, here: evaluations running in parallel never fetch
     if evaluator is None:
-        evaluator = MBEvaluator(repo.path, ws_dir, cache_dir / "runs", opts.suites, opts.keyword, opts.timeout_s,
-                                opts.megatron_lm)
+        evaluator = MBEvaluator(
+            repo.path, ws_dir, cache_dir / "runs", opts.suites, opts.keyword, opts.timeout_s, opts.megatron_lm
+        )
     if opts.use_cache:
         cache_path = cache_dir / "verdicts.sqlite"
     else:  # a private cache: nothing stored earlier is read, the shared one is left alone
@@ -256,8 +286,10 @@ def run_bisection(opts: BisectOptions, *, evaluator: Evaluator | None = None, ex
     driver: _Driver | None = None
     try:
         driver = _Driver(opts, repo, commits, evaluator, executor, cache, progress)
-        driver.say(f"bisecting {len(commits)} commits {good[:12]}..{bad[:12]} with {executor.slots} slot(s)"
-                   f"{f', {opts.retries} retries' if opts.retries else ''}; cache {cache_path}")
+        driver.say(
+            f"bisecting {len(commits)} commits {good[:12]}..{bad[:12]} with {executor.slots} slot(s)"
+            f"{f', {opts.retries} retries' if opts.retries else ''}; cache {cache_path}"
+        )
         return _bisect(driver, good, bad, t0)
     finally:
         cache.close()
@@ -283,8 +315,9 @@ def _bisect(driver: _Driver, good: str, bad: str, t0: float) -> BisectRun:
     cases, not_bisected = findings.select_cases(evidence, good, bad, find_fix=opts.find_fix)
     if not cases:
         fails, passes = ("PASSes", "FAILs") if opts.find_fix else ("FAILs", "PASSes")
-        msg = (f"nothing to bisect: no case {fails} at {bad[:12]} and {passes} at {good[:12]}"
-               + (f" ({len(not_bisected)} failing at bad but not passing at good)" if not_bisected else ""))
+        msg = f"nothing to bisect: no case {fails} at {bad[:12]} and {passes} at {good[:12]}" + (
+            f" ({len(not_bisected)} failing at bad but not passing at good)" if not_bisected else ""
+        )
         return BisectRun(driver.document(good, bad, None, not_bisected, time.monotonic() - t0), 1, msg, None)
     bisection = Bisection(driver.commits, cases)
     driver.bisection = bisection

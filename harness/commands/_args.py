@@ -58,9 +58,13 @@ def add_target(p: argparse.ArgumentParser) -> None:
 
 
 def add_megatron_lm(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--megatron-lm", metavar="PATH", type=Path,
-                   help="a Megatron-LM repository: run MB against the megatron-core that the MB commit pins in "
-                        "3rdparty/Megatron-LM instead of the installed one (with --mb-src: the checkout's HEAD)")
+    p.add_argument(
+        "--megatron-lm",
+        metavar="PATH",
+        type=Path,
+        help="a Megatron-LM repository: run MB against the megatron-core that the MB commit pins in "
+        "3rdparty/Megatron-LM instead of the installed one (with --mb-src: the checkout's HEAD)",
+    )
 
 
 def target_from_args(args: argparse.Namespace, commit: str | None = None) -> Target:
@@ -86,15 +90,24 @@ def target_from_args(args: argparse.Namespace, commit: str | None = None) -> Tar
 
 def add_suites(p: argparse.ArgumentParser, *, keyword: bool = True) -> None:
     """``--suite NAME`` (repeatable) and, with ``keyword``, ``-k EXPR``."""
-    p.add_argument("--suite", action="append", metavar="NAME",
-                   help=f"suite to run (repeatable; default all: {', '.join(runner.available_suites())})")
+    p.add_argument(
+        "--suite",
+        action="append",
+        metavar="NAME",
+        help=f"suite to run (repeatable; default all: {', '.join(runner.available_suites())})",
+    )
     if keyword:
         p.add_argument("-k", dest="keyword", metavar="EXPR", help="pytest -k expression to select cases")
 
 
 def add_timeout(p: argparse.ArgumentParser, what: str, default: float = 1800.0) -> None:
-    p.add_argument("--timeout", type=positive_seconds, default=default, metavar="S",
-                   help=f"seconds before {what} is killed (default {default:.0f})")
+    p.add_argument(
+        "--timeout",
+        type=positive_seconds,
+        default=default,
+        metavar="S",
+        help=f"seconds before {what} is killed (default {default:.0f})",
+    )
 
 
 def add_jobs(p: argparse.ArgumentParser, what: str) -> None:
@@ -102,15 +115,21 @@ def add_jobs(p: argparse.ArgumentParser, what: str) -> None:
 
 
 def add_import_mode(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--import", dest="import_mode", choices=runner.IMPORT_MODES, default="auto",
-                   help="how MB is imported: auto (default) runs light-group cases without executing MB's package "
-                        "__init__ files and the others with the full import; full imports MB normally for every "
-                        "case; light runs only the light-group cases")
+    p.add_argument(
+        "--import",
+        dest="import_mode",
+        choices=runner.IMPORT_MODES,
+        default="auto",
+        help="how MB is imported: auto (default) runs light-group cases without executing MB's package "
+        "__init__ files and the others with the full import; full imports MB normally for every "
+        "case; light runs only the light-group cases",
+    )
 
 
 def add_fixtures(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--fixtures", type=Path, default=paths.FIXTURES_DIR, metavar="DIR",
-                   help="golden root (default fixtures/)")
+    p.add_argument(
+        "--fixtures", type=Path, default=paths.FIXTURES_DIR, metavar="DIR", help="golden root (default fixtures/)"
+    )
 
 
 def add_verbosity(p: argparse.ArgumentParser, *, verbose: bool = False) -> None:
@@ -135,9 +154,13 @@ def out_dir(args: argparse.Namespace, name: str) -> Path:
 
 
 def add_cache_dir(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--cache-dir", type=Path, metavar="DIR",
-                   help="per-user cache: bisect mirrors and verdicts, pinned Megatron-LM trees, matrix exports "
-                        f"(default $HARNESS_CACHE or {paths.cache_dir()})")
+    p.add_argument(
+        "--cache-dir",
+        type=Path,
+        metavar="DIR",
+        help="per-user cache: bisect mirrors and verdicts, pinned Megatron-LM trees, matrix exports "
+        f"(default $HARNESS_CACHE or {paths.cache_dir()})",
+    )
 
 
 def cache_dir(args: argparse.Namespace) -> Path:

@@ -23,9 +23,12 @@ from harness.target import require_mb
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("fixtures", help="record or verify golden fixtures",
-                       description="Goldens change only here: 'record' shows what would change and writes only "
-                                   "after confirmation (--yes); 'verify' checks every golden file is readable.")
+    p = sub.add_parser(
+        "fixtures",
+        help="record or verify golden fixtures",
+        description="Goldens change only here: 'record' shows what would change and writes only "
+        "after confirmation (--yes); 'verify' checks every golden file is readable.",
+    )
     fsub = p.add_subparsers(dest="fixtures_cmd", required=True)
     rec = fsub.add_parser("record", help="record goldens from the current target (shows the diff first)")
     _args.add_target(rec)
@@ -44,8 +47,13 @@ def record(args: argparse.Namespace, out: TextIO = sys.stdout) -> int:
     require_mb(tgt)
     staging = runner.temp_out_dir()
     try:
-        opts = runner.RunOptions(suites=args.suite, keyword=args.keyword, record=True,
-                                 obtained_dir=staging / "obtained", fixtures_dir=args.fixtures)
+        opts = runner.RunOptions(
+            suites=args.suite,
+            keyword=args.keyword,
+            record=True,
+            obtained_dir=staging / "obtained",
+            fixtures_dir=args.fixtures,
+        )
         result = runner.run_suites(tgt, opts, staging, progress=None)
         broken = [c for c in result.cases if c.verdict.value in ("fail", "error")]
         for c in broken:
@@ -97,7 +105,9 @@ def _changes(obtained_root: Path, fixtures_root: Path, out: TextIO) -> list[tupl
 def _stale(obtained_root: Path, fixtures_root: Path, result, out: TextIO) -> list[Path]:
     """Goldens of the recorded suites that no case produced any more (renamed or removed cases)."""
     suites = {c.suite for c in result.cases}
-    produced = {p.relative_to(obtained_root) for p in obtained_root.rglob("*.json")} if obtained_root.exists() else set()
+    produced = (
+        {p.relative_to(obtained_root) for p in obtained_root.rglob("*.json")} if obtained_root.exists() else set()
+    )
     stale = []
     for suite in sorted(suites):
         for path in sorted((fixtures_root / suite).glob("*.json")):

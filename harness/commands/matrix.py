@@ -34,9 +34,12 @@ _RC01 = re.compile(r"^v0\.1\.0rc(\d+)$")
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("matrix", help="run the suites on many MB refs (tags, commits) and print a table",
-                       description="Export each ref's src/ from an MB git repository (a bare mirror works), run the "
-                                   "golden suites on it and print a ref x suite table of pass/fail/untestable/error.")
+    p = sub.add_parser(
+        "matrix",
+        help="run the suites on many MB refs (tags, commits) and print a table",
+        description="Export each ref's src/ from an MB git repository (a bare mirror works), run the "
+        "golden suites on it and print a ref x suite table of pass/fail/untestable/error.",
+    )
     p.add_argument("--repo", required=True, type=Path, help="MB git repository or bare mirror")
     p.add_argument("--refs", help="comma-separated refs (default: newest v0.1.0rc*, v0.2.0..v0.6.0 releases, HEAD)")
     _args.add_suites(p, keyword=False)
@@ -84,12 +87,23 @@ def run(args: argparse.Namespace, out: TextIO = sys.stdout) -> int:
         result = runner.run_suites(Target(src=src, commit=sha), opts, ref_dir, progress=None)
         suites = sorted({c.suite for c in result.cases})
         any_error |= any(c.verdict is Verdict.ERROR for c in result.cases)
-        rows.append({"ref": ref, "commit": sha, "mb_version": result.versions.get("megatron-bridge"),
-                     "import_mode": result.import_mode, "duration_s": result.duration_s,
-                     "suites": {suite: result.counts(suite) for suite in suites},
-                     "problems": [{"case_id": c.case_id, "verdict": c.verdict.value, "message": c.message[:4000]}
-                                  for c in result.cases if c.verdict is not Verdict.PASS],
-                     "notes": result.notes, "results": str(ref_dir / "results.json")})
+        rows.append(
+            {
+                "ref": ref,
+                "commit": sha,
+                "mb_version": result.versions.get("megatron-bridge"),
+                "import_mode": result.import_mode,
+                "duration_s": result.duration_s,
+                "suites": {suite: result.counts(suite) for suite in suites},
+                "problems": [
+                    {"case_id": c.case_id, "verdict": c.verdict.value, "message": c.message[:4000]}
+                    for c in result.cases
+                    if c.verdict is not Verdict.PASS
+                ],
+                "notes": result.notes,
+                "results": str(ref_dir / "results.json"),
+            }
+        )
         write_versioned_json(out_dir / "matrix.json", "harness-matrix", 1, {"repo": str(repo.path), "refs": rows})
     print_table(rows, out)
     print(f"\nmatrix: {out_dir / 'matrix.json'}", file=out)

@@ -147,16 +147,31 @@ def segments_view(expected: list[Any], obtained: list[Any], width: float = 760.0
         blocks = []
         for i, (start, end) in enumerate(zip(row, row[1:])):
             span_text = f"[{format_number(start)}, {format_number(end)}) length {format_number(end - start)}"
-            blocks.append({"x": x(start), "w": max(round(x(end) - x(start), 2), 0.5),
-                           "cls": "seg-a" if i % 2 == 0 else "seg-b", "title": f"{label} sequence {i}: {span_text}"})
-        ticks = [{"x": x(v), "bad": v not in other_set, "title": f"{label} boundary {i} = {format_number(v)}"}
-                 for i, v in enumerate(row)]
-        bars.append({"label": label, "y": y, "h": bar_h, "blocks": blocks, "ticks": ticks,
-                     "label_y": round(y + bar_h * 0.7, 2)})
+            blocks.append(
+                {
+                    "x": x(start),
+                    "w": max(round(x(end) - x(start), 2), 0.5),
+                    "cls": "seg-a" if i % 2 == 0 else "seg-b",
+                    "title": f"{label} sequence {i}: {span_text}",
+                }
+            )
+        ticks = [
+            {"x": x(v), "bad": v not in other_set, "title": f"{label} boundary {i} = {format_number(v)}"}
+            for i, v in enumerate(row)
+        ]
+        bars.append(
+            {"label": label, "y": y, "h": bar_h, "blocks": blocks, "ticks": ticks, "label_y": round(y + bar_h * 0.7, 2)}
+        )
     height = top + 2 * (bar_h + gap) + 10
-    return {"bars": bars, "width": round(left + width + 20, 2), "height": round(height, 2),
-            "axis": [{"x": x(lo), "text": format_number(int(lo) if lo.is_integer() else lo)},
-                     {"x": x(hi), "text": format_number(int(hi) if hi.is_integer() else hi)}]}
+    return {
+        "bars": bars,
+        "width": round(left + width + 20, 2),
+        "height": round(height, 2),
+        "axis": [
+            {"x": x(lo), "text": format_number(int(lo) if lo.is_integer() else lo)},
+            {"x": x(hi), "text": format_number(int(hi) if hi.is_integer() else hi)},
+        ],
+    }
 
 
 def mismatch_view(m: dict[str, Any]) -> dict[str, Any]:

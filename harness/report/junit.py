@@ -32,8 +32,14 @@ def _is_flaky(case: CaseResult) -> bool:
 
 
 def _testcase(case: CaseResult) -> ET.Element:
-    el = ET.Element("testcase", {"classname": _xml_text(case.suite), "name": _xml_text(case_name(case)),
-                                 "time": f"{max(case.duration_s, 0.0):.3f}"})
+    el = ET.Element(
+        "testcase",
+        {
+            "classname": _xml_text(case.suite),
+            "name": _xml_text(case_name(case)),
+            "time": f"{max(case.duration_s, 0.0):.3f}",
+        },
+    )
     props = ET.SubElement(el, "properties")
     ET.SubElement(props, "property", {"name": "case_id", "value": _xml_text(case.case_id)})
     ET.SubElement(props, "property", {"name": "source", "value": _xml_text(case.source)})
@@ -57,9 +63,14 @@ def _testcase(case: CaseResult) -> ET.Element:
 
 def _suite_attrs(name: str, cases: list[CaseResult]) -> dict[str, str]:
     count = lambda v: sum(1 for c in cases if c.verdict == v)  # noqa: E731
-    return {"name": _xml_text(name), "tests": str(len(cases)), "failures": str(count(Verdict.FAIL)),
-            "errors": str(count(Verdict.ERROR)), "skipped": str(count(Verdict.UNTESTABLE)),
-            "time": f"{sum(max(c.duration_s, 0.0) for c in cases):.3f}"}
+    return {
+        "name": _xml_text(name),
+        "tests": str(len(cases)),
+        "failures": str(count(Verdict.FAIL)),
+        "errors": str(count(Verdict.ERROR)),
+        "skipped": str(count(Verdict.UNTESTABLE)),
+        "time": f"{sum(max(c.duration_s, 0.0) for c in cases):.3f}",
+    }
 
 
 def _junit_root(run: RunResult) -> ET.Element:

@@ -68,9 +68,7 @@ def run_context(run: RunResult) -> dict[str, Any]:
     """Everything the run template shows, computed once."""
     golden = [c for c in run.cases if c.source != "upstream"]
     upstream = [c for c in run.cases if c.source == "upstream"]
-    failures = [
-        {**_case_view(c), "diff": diff_view(c)} for c in run.cases if c.verdict == Verdict.FAIL
-    ]
+    failures = [{**_case_view(c), "diff": diff_view(c)} for c in run.cases if c.verdict == Verdict.FAIL]
     return {
         "run": run,
         "header": _header_view(run),
@@ -109,24 +107,43 @@ def timeline_view(bisect: BisectDoc, case_ids: list[str], culprits: dict[str, st
     columns: list[dict[str, Any]] = []
     for i, commit in enumerate(commits):
         sha = commit.sha
-        columns.append({"x": round(left + i * cell_w, 2), "sha": sha, "short": short_sha(sha)[:7],
-                        "subject": commit.subject, "probed": sha in probes,
-                        "label": i % label_every == 0 or i == n - 1})
+        columns.append(
+            {
+                "x": round(left + i * cell_w, 2),
+                "sha": sha,
+                "short": short_sha(sha)[:7],
+                "subject": commit.subject,
+                "probed": sha in probes,
+                "label": i % label_every == 0 or i == n - 1,
+            }
+        )
     lanes = []
     for k, cid in enumerate(case_ids):
         y = round(top + k * (lane_h + gap), 2)
         cells = []
         for col in columns:
             verdict = (probes.get(col["sha"]) or {}).get(cid)
-            cells.append({"x": col["x"], "w": cell_w, "probed": verdict is not None,
-                          "cls": _verdict_class(verdict) if verdict is not None else "unprobed",
-                          "culprit": culprits.get(cid) == col["sha"],
-                          "title": f"{cid} @ {col['short']} {col['subject']}: {verdict or 'not probed'}"})
+            cells.append(
+                {
+                    "x": col["x"],
+                    "w": cell_w,
+                    "probed": verdict is not None,
+                    "cls": _verdict_class(verdict) if verdict is not None else "unprobed",
+                    "culprit": culprits.get(cid) == col["sha"],
+                    "title": f"{cid} @ {col['short']} {col['subject']}: {verdict or 'not probed'}",
+                }
+            )
         lanes.append({"case_id": cid, "y": y, "h": lane_h, "cells": cells, "label_y": round(y + lane_h * 0.7, 2)})
     height = top + max(len(case_ids), 1) * (lane_h + gap) + 24
-    return {"columns": columns, "lanes": lanes, "cell_w": cell_w, "left": left,
-            "width": round(left + n * cell_w + 20, 2), "height": round(height, 2),
-            "axis_y": round(height - 14, 2)}
+    return {
+        "columns": columns,
+        "lanes": lanes,
+        "cell_w": cell_w,
+        "left": left,
+        "width": round(left + n * cell_w + 20, 2),
+        "height": round(height, 2),
+        "axis_y": round(height - 14, 2),
+    }
 
 
 def _bisect_case_view(case: CaseDoc, bisect: BisectDoc) -> dict[str, Any]:
@@ -152,16 +169,27 @@ def bisect_context(bisect: BisectDoc) -> dict[str, Any]:
     culprits = {c.case_id: c.culprit.sha for c in bisect.cases if c.culprit}
     rng = bisect.range
     return {
-        "labels": {"good": "old", "bad": "new", "first": "first fixed commit"} if bisect.find_fix
+        "labels": {"good": "old", "bad": "new", "first": "first fixed commit"}
+        if bisect.find_fix
         else {"good": "good", "bad": "bad", "first": "first bad commit"},
-        "range": {"good": rng.good, "bad": rng.bad,
-                  "n_commits": len(bisect.commits) if rng.n_commits is None else rng.n_commits},
+        "range": {
+            "good": rng.good,
+            "bad": rng.bad,
+            "n_commits": len(bisect.commits) if rng.n_commits is None else rng.n_commits,
+        },
         "duration_s": bisect.duration_s,
         "evaluations": "?" if bisect.evaluations is None else bisect.evaluations,
         "n_probed": len(bisect.probes),
         "cases": list(views.values()),
-        "culprit_groups": [{"culprit": g.culprit, "cases": [views[id(c)] for c in g.cases],
-                            "sources": g.sources, "blamed_by": g.blamed_by} for g in bisect.culprit_groups()],
+        "culprit_groups": [
+            {
+                "culprit": g.culprit,
+                "cases": [views[id(c)] for c in g.cases],
+                "sources": g.sources,
+                "blamed_by": g.blamed_by,
+            }
+            for g in bisect.culprit_groups()
+        ],
         "timeline": timeline_view(bisect, [c.case_id for c in bisect.cases], culprits),
         "verdicts": VERDICT_ORDER,
     }

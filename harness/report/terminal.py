@@ -19,9 +19,12 @@ def print_run_summary(result: RunResult, out: TextIO) -> None:
     """Per-suite counts, then every failure with its diff and every untestable reason."""
     versions = result.versions
     commit = result.target.get("commit")
-    print(f"\nMegatron-Bridge {versions.get('megatron-bridge')} ({result.target.get('kind')}"
-          f"{', ' + str(commit) if commit else ''}), megatron-core {versions.get('megatron-core')}, "
-          f"torch {versions.get('torch')}, {result.machine.get('accelerator')}", file=out)
+    print(
+        f"\nMegatron-Bridge {versions.get('megatron-bridge')} ({result.target.get('kind')}"
+        f"{', ' + str(commit) if commit else ''}), megatron-core {versions.get('megatron-core')}, "
+        f"torch {versions.get('torch')}, {result.machine.get('accelerator')}",
+        file=out,
+    )
     header = f"{'suite':<28}{'pass':>6}{'fail':>6}{'untestable':>12}{'error':>7}"
     print(header + "\n" + "-" * len(header), file=out)
     for suite in sorted({c.suite for c in result.cases}):
@@ -48,9 +51,11 @@ def _counts_row(label: str, counts: dict[str, int]) -> str:
 def bisect_summary_lines(doc: BisectDoc) -> list[str]:
     """The terminal summary: one line per case, then one block per culprit commit."""
     rng = doc.range
-    lines = [f"bisected {rng.given} ({rng.n_commits} commits, {rng.good[:12]}..{rng.bad[:12]}): "
-             f"{doc.evaluations} evaluations ({doc.new_evaluations} new, {doc.cached_evaluations} cached), "
-             f"{len(doc.probes)} commits probed, {doc.rounds} rounds, {doc.duration_s:.1f} s"]
+    lines = [
+        f"bisected {rng.given} ({rng.n_commits} commits, {rng.good[:12]}..{rng.bad[:12]}): "
+        f"{doc.evaluations} evaluations ({doc.new_evaluations} new, {doc.cached_evaluations} cached), "
+        f"{len(doc.probes)} commits probed, {doc.rounds} rounds, {doc.duration_s:.1f} s"
+    ]
     first = doc.first_label
     width = min(max((len(c.case_id) for c in doc.cases), default=10), 90)
     for case in doc.cases:
@@ -69,10 +74,13 @@ def bisect_summary_lines(doc: BisectDoc) -> list[str]:
     for group in doc.culprit_groups():
         cul, ids = group.culprit, [c.case_id for c in group.cases]
         more = f" and {len(ids) - 6} more" if len(ids) > 6 else ""
-        lines += ["", f"{first} commit {cul.sha[:12]}  {cul.subject}",
-                  f"  author: {cul.author} <{cul.email}>   date: {cul.date}",
-                  "  files under src/: " + (", ".join(cul.files) or "(none)"),
-                  f"  cases ({len(ids)}): " + ", ".join(ids[:6]) + more]
+        lines += [
+            "",
+            f"{first} commit {cul.sha[:12]}  {cul.subject}",
+            f"  author: {cul.author} <{cul.email}>   date: {cul.date}",
+            "  files under src/: " + (", ".join(cul.files) or "(none)"),
+            f"  cases ({len(ids)}): " + ", ".join(ids[:6]) + more,
+        ]
     for case in doc.cases:
         if case.status is CaseStatus.AMBIGUOUS:
             lines += ["", f"{case.case_id}: the {first} commit is one of (all but the last were skipped):"]

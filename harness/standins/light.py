@@ -157,8 +157,9 @@ class LightImportFinder(importlib.abc.MetaPathFinder):
         if spec is None or spec.submodule_search_locations is None:
             return None  # a plain module (or absent): the normal finders handle it
         locations = list(spec.submodule_search_locations)
-        new = importlib.machinery.ModuleSpec(fullname, _SkipInitLoader(spec.origin), origin=spec.origin,
-                                             is_package=True)
+        new = importlib.machinery.ModuleSpec(
+            fullname, _SkipInitLoader(spec.origin), origin=spec.origin, is_package=True
+        )
         new.submodule_search_locations = locations
         return new
 
@@ -193,6 +194,7 @@ def skipped_init(module: types.ModuleType) -> bool:
 
 
 # ---- pytest plugin: select the cases of one import group -------------------------------------
+
 
 def case_group(item: Any) -> str:
     mark = item.get_closest_marker("import_group")

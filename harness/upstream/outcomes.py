@@ -52,8 +52,10 @@ def case_results(resolved: list[Resolved], run: PytestRun, count_rule: str) -> l
         broken_verdict = Verdict.ERROR
         broken = f"harness error: MB's pytest stopped with an internal error (code 3): {run.tail}"
     elif not started or not collected:
-        broken = (f"MB's pytest exited with code {run.rc} before running tests (conftest or import failure "
-                  f"in this environment): {run.tail}")
+        broken = (
+            f"MB's pytest exited with code {run.rc} before running tests (conftest or import failure "
+            f"in this environment): {run.tail}"
+        )
     else:
         broken = ""
 
@@ -70,22 +72,35 @@ def case_results(resolved: list[Resolved], run: PytestRun, count_rule: str) -> l
         if not nodeids:
             err = collect_errors.get(resolution.variant.file)
             if err is not None:
-                problem = f"cannot collect {resolution.variant.file} at this commit in this environment: {crash_line(err)}"
+                problem = (
+                    f"cannot collect {resolution.variant.file} at this commit in this environment: {crash_line(err)}"
+                )
                 cases.append(make_case(f"{SUITE}::{resolution.variant.file}", Verdict.UNTESTABLE, problem))
             elif broken and not collected:
                 problem = broken
                 cases.append(make_case(f"{SUITE}::{name}", broken_verdict, broken))
             else:
-                cases.append(make_case(f"{SUITE}::{name}", Verdict.UNTESTABLE,
-                                       f"{NO_MATCH}: {resolution.variant.command} selects no test at this commit"))
+                cases.append(
+                    make_case(
+                        f"{SUITE}::{name}",
+                        Verdict.UNTESTABLE,
+                        f"{NO_MATCH}: {resolution.variant.command} selects no test at this commit",
+                    )
+                )
         if resolution.expected_passed is not None:
             cases.append(count_case(resolution, entry_cases, problem or (broken if nodeids else ""), count_rule))
     return cases
 
 
 def make_case(case_id: str, verdict: Verdict, message: str, duration: float = 0.0) -> CaseResult:
-    return CaseResult(case_id=case_id, suite=SUITE, verdict=verdict, duration_s=round(duration, 4),
-                      message=message[-MESSAGE_LIMIT:] if len(message) > MESSAGE_LIMIT else message, source=SUITE)
+    return CaseResult(
+        case_id=case_id,
+        suite=SUITE,
+        verdict=verdict,
+        duration_s=round(duration, 4),
+        message=message[-MESSAGE_LIMIT:] if len(message) > MESSAGE_LIMIT else message,
+        source=SUITE,
+    )
 
 
 def _test_case(nodeid: str, phases: list[dict[str, Any]], broken: str) -> CaseResult:
@@ -119,7 +134,13 @@ def count_case(resolution: Resolved, entry_cases: list[CaseResult], problem: str
         more = f" (more than the {expected} MB's guidance states: tests added since)" if got > expected else ""
         return make_case(cid, Verdict.PASS, f"expected {expected} passed, got {got}{more} ({where})")
     if got < expected <= got + skipped:
-        return make_case(cid, Verdict.UNTESTABLE, f"expected {expected} passed, got {got}: {skipped} of the selected "
-                                              f"tests untestable here ({where})")
-    return make_case(cid, Verdict.FAIL, f"expected {expected} passed, got {got} ({where}); "
-                                    f"{len(entry_cases)} selected, {skipped} untestable")
+        return make_case(
+            cid,
+            Verdict.UNTESTABLE,
+            f"expected {expected} passed, got {got}: {skipped} of the selected tests untestable here ({where})",
+        )
+    return make_case(
+        cid,
+        Verdict.FAIL,
+        f"expected {expected} passed, got {got} ({where}); {len(entry_cases)} selected, {skipped} untestable",
+    )

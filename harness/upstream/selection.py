@@ -58,8 +58,15 @@ def load_selection(path: Path = SELECTION_FILE) -> Selection:
         variants = []
         for variant_doc in entry_doc["variants"]:
             probes = tuple(Probe(p.get("file"), tuple(p.get("contains", ()))) for p in variant_doc.get("probes", ()))
-            variants.append(Variant(variant_doc["era"], variant_doc["file"], variant_doc.get("k"),
-                                    variant_doc.get("expected_passed"), probes))
+            variants.append(
+                Variant(
+                    variant_doc["era"],
+                    variant_doc["file"],
+                    variant_doc.get("k"),
+                    variant_doc.get("expected_passed"),
+                    probes,
+                )
+            )
         entries.append(Entry(entry_doc["name"], tuple(variants)))
     rule = doc.get("count_rule", "at_least")
     if rule not in ("at_least", "exact"):
@@ -97,8 +104,14 @@ def resolve(tree: Path, selection: Selection) -> list[Resolved]:
     cache: dict[Path, str | None] = {}
     out = []
     for entry in selection.entries:
-        chosen = next((v for v in entry.variants if (tree / v.file).is_file()
-                       and all(_probe_holds(tree, v, p, cache) for p in v.probes)), None)
+        chosen = next(
+            (
+                v
+                for v in entry.variants
+                if (tree / v.file).is_file() and all(_probe_holds(tree, v, p, cache) for p in v.probes)
+            ),
+            None,
+        )
         if chosen is not None:
             out.append(Resolved(entry, chosen, True))
             continue
