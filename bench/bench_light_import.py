@@ -57,8 +57,10 @@ def main() -> int:
     kt = statistics.median(w for w, _ in forked)
     print(f"\nsuites: {', '.join(SUITES)} ({len(light[-1][1])} cases)")
     print(f"light import  median {lt:6.1f} s\nfull import   median {ft:6.1f} s\nratio light/full = {lt / ft:.2f}")
-    print(f"light import through the warm fork server (how bisect evaluates a commit) median {kt:6.1f} s\n"
-          f"ratio forked/full = {kt / ft:.2f} (target < 0.33: {'met' if kt / ft < 1 / 3 else 'NOT met'})")
+    print(
+        f"light import through the warm fork server (how bisect evaluates a commit) median {kt:6.1f} s\n"
+        f"ratio forked/full = {kt / ft:.2f} (target < 0.33: {'met' if kt / ft < 1 / 3 else 'NOT met'})"
+    )
     if mismatch:
         print(f"verdicts differ between modes for {sorted(mismatch)}")
         return 1

@@ -25,15 +25,22 @@ import time
 from pathlib import Path
 from typing import Any
 
-PRELOAD = ("torch", "megatron.core", "megatron.core.packed_seq_params", "numpy", "pytest", "harness.plugin",
-           "harness.golden.compare")
+PRELOAD = (
+    "torch",
+    "megatron.core",
+    "megatron.core.packed_seq_params",
+    "numpy",
+    "pytest",
+    "harness.plugin",
+    "harness.golden.compare",
+)
 
 
 def _child(req: dict[str, Any]) -> int:
     """In the forked child: become the suite process of ``req`` and run pytest."""
-    from harness.procs import _session_and_death_signal
+    from harness.procs import detach_and_die_with_parent
 
-    _session_and_death_signal()
+    detach_and_die_with_parent()
     fd = os.open(req["log"], os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
     os.dup2(fd, 1)
     os.dup2(fd, 2)
@@ -83,8 +90,15 @@ class ForkServer:
     def __init__(self, env: dict[str, str], cwd: Path) -> None:
         from harness.procs import popen_owned
 
-        self.proc = popen_owned([sys.executable, "-m", "harness.forkserver"], env=env, cwd=cwd,
-                                stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+        self.proc = popen_owned(
+            [sys.executable, "-m", "harness.forkserver"],
+            env=env,
+            cwd=cwd,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
+            text=True,
+        )
         ready = self._read(time.monotonic() + 300)
         if not ready or not ready.get("ready"):
             self.close()
@@ -101,7 +115,9 @@ class ForkServer:
                 line = self.proc.stdout.readline()
                 return json.loads(line) if line else None
 
-    def run(self, argv: list[str], env: dict[str, str], cwd: Path, log: Path, timeout_s: float) -> tuple[int | None, bool]:
+    def run(
+        self, argv: list[str], env: dict[str, str], cwd: Path, log: Path, timeout_s: float
+    ) -> tuple[int | None, bool]:
         """Run ``pytest argv`` in a fork; returns (exit code, timed out)."""
         assert self.proc.stdin is not None
         self.proc.stdin.write(json.dumps({"argv": argv, "env": env, "cwd": str(cwd), "log": str(log)}) + "\n")

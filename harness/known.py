@@ -57,10 +57,17 @@ class KnownFailure:
     @classmethod
     def from_json(cls, doc: Mapping[str, Any]) -> KnownFailure:
         try:
-            entry = cls(id=str(doc["id"]), cases=tuple(doc["cases"]), invariants=tuple(doc["invariants"]),
-                        reason=str(doc["reason"]), upstream=str(doc["upstream"]), tags=tuple(doc.get("tags", ())),
-                        mb_versions=_versions_field(doc.get("mb_versions")), commits=doc.get("commits"),
-                        message=doc.get("message"))
+            entry = cls(
+                id=str(doc["id"]),
+                cases=tuple(doc["cases"]),
+                invariants=tuple(doc["invariants"]),
+                reason=str(doc["reason"]),
+                upstream=str(doc["upstream"]),
+                tags=tuple(doc.get("tags", ())),
+                mb_versions=_versions_field(doc.get("mb_versions")),
+                commits=doc.get("commits"),
+                message=doc.get("message"),
+            )
         except (KeyError, TypeError) as exc:
             raise ValueError(f"known failure entry {doc.get('id', '?')!r}: missing or bad field {exc}") from exc
         if not entry.cases or not entry.invariants:
@@ -74,8 +81,14 @@ class KnownFailure:
         return entry
 
     def to_json(self) -> dict[str, Any]:
-        doc: dict[str, Any] = {"id": self.id, "cases": list(self.cases), "invariants": list(self.invariants),
-                               "tags": list(self.tags), "reason": self.reason, "upstream": self.upstream}
+        doc: dict[str, Any] = {
+            "id": self.id,
+            "cases": list(self.cases),
+            "invariants": list(self.invariants),
+            "tags": list(self.tags),
+            "reason": self.reason,
+            "upstream": self.upstream,
+        }
         if self.mb_versions is not None:
             doc["mb_versions"] = self.mb_versions if isinstance(self.mb_versions, str) else list(self.mb_versions)
         if self.commits is not None:
@@ -95,8 +108,12 @@ class KnownFailure:
         tags = set(violation.get("tags") or ())
         return violation.get("invariant") in self.invariants and set(self.tags) <= tags
 
-    def applies(self, mb_version: str | None, commit: str | None,
-                in_range: Callable[[str, str, str | None], bool | None] | None = None) -> bool:
+    def applies(
+        self,
+        mb_version: str | None,
+        commit: str | None,
+        in_range: Callable[[str, str, str | None], bool | None] | None = None,
+    ) -> bool:
         """Does the bug exist in this target? Commit ranges win when they can be resolved."""
         if self.commits is not None and commit and in_range is not None:
             first_bad, _, first_fixed = self.commits.partition("..")
@@ -151,8 +168,9 @@ def load(path: Path) -> list[KnownFailure]:
     try:
         doc = json.loads(path.read_text(encoding="utf-8"))
         if doc.get("kind") != KIND or doc.get("schema_version") != SCHEMA:
-            raise ValueError(f"expected kind {KIND!r} schema {SCHEMA}, got {doc.get('kind')!r} "
-                             f"schema {doc.get('schema_version')!r}")
+            raise ValueError(
+                f"expected kind {KIND!r} schema {SCHEMA}, got {doc.get('kind')!r} schema {doc.get('schema_version')!r}"
+            )
         entries = [KnownFailure.from_json(e) for e in doc["entries"]]
     except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
         raise CorruptFile(f"{path}: not a readable known-failures file: {exc}") from exc
@@ -173,8 +191,13 @@ class Classified:
     message: str
 
 
-def classify(case_id: str, verdict: Verdict, violations: Sequence[Mapping[str, Any]],
-             entries: Sequence[KnownFailure], message: str = "") -> Classified | None:
+def classify(
+    case_id: str,
+    verdict: Verdict,
+    violations: Sequence[Mapping[str, Any]],
+    entries: Sequence[KnownFailure],
+    message: str = "",
+) -> Classified | None:
     """KNOWN_FAIL / FIXED for one case, or None when the verdict stands as it is.
 
     ``entries`` are the ones that apply to the target. Oracle violations must each be covered;
@@ -185,8 +208,8 @@ def classify(case_id: str, verdict: Verdict, violations: Sequence[Mapping[str, A
     if not listed:
         return None
     if verdict is Verdict.FAIL and not violations:
-        by = tuple(sorted(e.id for e in listed if e.explains(message)))
-        return Classified(Verdict.KNOWN_FAIL, by, f"known MB bug(s) {', '.join(by)}") if by else None
+        rule_ids = tuple(sorted(e.id for e in listed if e.explains(message)))
+        return Classified(Verdict.KNOWN_FAIL, rule_ids, f"known MB bug(s) {', '.join(rule_ids)}") if rule_ids else None
     if verdict is Verdict.FAIL and violations:
         explained: set[str] = set()
         for v in violations:
@@ -195,12 +218,17 @@ def classify(case_id: str, verdict: Verdict, violations: Sequence[Mapping[str, A
                 return None  # something the known bugs do not explain: a regression
             explained.update(by)
         ids = tuple(sorted(explained))
-        return Classified(Verdict.KNOWN_FAIL, ids, f"known MB bug(s) {', '.join(ids)}: {len(violations)} "
-                                                   "violation(s), all explained")
+        return Classified(
+            Verdict.KNOWN_FAIL, ids, f"known MB bug(s) {', '.join(ids)}: {len(violations)} violation(s), all explained"
+        )
     if verdict in (Verdict.PASS, Verdict.CHANGED):  # every invariant holds (a golden may differ)
         ids = tuple(sorted(e.id for e in listed))
-        return Classified(Verdict.FIXED, ids, f"listed as known MB bug(s) {', '.join(ids)} but every invariant "
-                                              "holds now: remove the entry (fixtures/known_failures.json)")
+        return Classified(
+            Verdict.FIXED,
+            ids,
+            f"listed as known MB bug(s) {', '.join(ids)} but every invariant "
+            "holds now: remove the entry (fixtures/known_failures.json)",
+        )
     return None
 
 
@@ -212,8 +240,9 @@ def git_in_range(repo: Path) -> Callable[[str, str, str | None], bool | None]:
     import subprocess
 
     def ancestor(a: str, b: str) -> bool | None:
-        proc = subprocess.run(["git", "-C", str(repo), "merge-base", "--is-ancestor", a, b], capture_output=True,
-                              timeout=60)
+        proc = subprocess.run(
+            ["git", "-C", str(repo), "merge-base", "--is-ancestor", a, b], capture_output=True, timeout=60
+        )
         return {0: True, 1: False}.get(proc.returncode)
 
     def in_range(commit: str, first_bad: str, first_fixed: str | None) -> bool | None:

@@ -19,7 +19,6 @@ applicable reviewed entries becomes KNOWN_FAIL; a listed case that passes become
 
 from __future__ import annotations
 
-import json
 import os
 import time
 import traceback
@@ -51,15 +50,16 @@ def suite_of(item: pytest.Item) -> str:
 
 
 def case_of(item: pytest.Item) -> str:
-    cls = item.cls.__name__ + "." if getattr(item, "cls", None) else ""
-    return cls + item.name
+    owner = getattr(item, "cls", None)
+    return (owner.__name__ + "." if owner else "") + item.name
 
 
 class GoldenChecker:
     """The ``golden`` fixture: one golden per case, compared with per-field tolerances."""
 
-    def __init__(self, fixtures_root: Path, obtained_root: Path, suite: str, case: str,
-                 record: bool, provenance: dict[str, Any]) -> None:
+    def __init__(
+        self, fixtures_root: Path, obtained_root: Path, suite: str, case: str, record: bool, provenance: dict[str, Any]
+    ) -> None:
         self.fixtures_root = fixtures_root
         self.obtained_root = obtained_root
         self.suite = suite
@@ -84,8 +84,11 @@ class GoldenChecker:
         if not path.exists():
             out = golden_path(self.obtained_root, self.suite, self.case)
             write_golden(out, obtained)
-            raise GoldenMismatch(f"no golden at {path}; obtained value written to {out}; "
-                                 "review and accept it with `harness fixtures record`", None)
+            raise GoldenMismatch(
+                f"no golden at {path}; obtained value written to {out}; "
+                "review and accept it with `harness fixtures record`",
+                None,
+            )
         golden = read_golden(path)
         merged = {**golden.tolerances, **tols}
         result = Comparator(merged).compare(golden.value, encoded, golden.sidecar, sidecar)
@@ -99,15 +102,25 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group = parser.getgroup("harness")
     group.addoption("--harness-results", default=None, help="write case verdicts (JSON) to this file")
     group.addoption("--harness-fixtures", default=None, help="golden root (default: <rootdir>/fixtures)")
-    group.addoption("--harness-obtained", default=None,
-                    help="where obtained values go on mismatch (default: <rootdir>/reports/obtained)")
-    group.addoption("--harness-record", action="store_true", help="write obtained values for every case; never fail on goldens")
-    group.addoption("--harness-known-failures", default=None,
-                    help="reviewed known MB bugs (default: <fixtures>/known_failures.json)")
+    group.addoption(
+        "--harness-obtained",
+        default=None,
+        help="where obtained values go on mismatch (default: <rootdir>/reports/obtained)",
+    )
+    group.addoption(
+        "--harness-record", action="store_true", help="write obtained values for every case; never fail on goldens"
+    )
+    group.addoption(
+        "--harness-known-failures",
+        default=None,
+        help="reviewed known MB bugs (default: <fixtures>/known_failures.json)",
+    )
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    config.addinivalue_line("markers", "gpu: needs a CUDA GPU (and Transformer Engine); skipped with a reason elsewhere")
+    config.addinivalue_line(
+        "markers", "gpu: needs a CUDA GPU (and Transformer Engine); skipped with a reason elsewhere"
+    )
     config.addinivalue_line("markers", "import_group(name): which MB import the case needs: 'light' or 'full'")
     config._harness_cases = []  # type: ignore[attr-defined]
     config._harness_known = None  # type: ignore[attr-defined]
@@ -131,8 +144,10 @@ def golden(request: pytest.FixtureRequest) -> GoldenChecker:
     return GoldenChecker(
         _root(config, "--harness-fixtures", "fixtures"),
         _root(config, "--harness-obtained", "reports/obtained"),
-        suite_of(request.node), case_of(request.node),
-        bool(config.getoption("--harness-record")), _provenance(),
+        suite_of(request.node),
+        case_of(request.node),
+        bool(config.getoption("--harness-record")),
+        _provenance(),
     )
 
 
@@ -189,11 +204,22 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
         if found is not None:
             verdict, known_ids = found.verdict, list(found.entries)
             message = f"{found.message}\n{message}".rstrip()
-    report.user_properties.append((PROP, {
-        "case_id": case_id, "suite": suite_of(item), "verdict": verdict.value,
-        "message": message[:20000], "diff": message if diff_data else "", "diff_data": diff_data,
-        "source": "golden", "violations": violations, "known": known_ids,
-    }))
+    report.user_properties.append(
+        (
+            PROP,
+            {
+                "case_id": case_id,
+                "suite": suite_of(item),
+                "verdict": verdict.value,
+                "message": message[:20000],
+                "diff": message if diff_data else "",
+                "diff_data": diff_data,
+                "source": "golden",
+                "violations": violations,
+                "known": known_ids,
+            },
+        )
+    )
 
 
 def _known_entries(config: pytest.Config) -> list[Any]:
@@ -223,17 +249,24 @@ def _violations(excinfo: pytest.ExceptionInfo | None) -> list[dict[str, Any]]:
     found = getattr(excinfo.value, "violations", None) if excinfo is not None else None
     out = []
     for v in (found or [])[:MAX_VIOLATIONS]:
-        out.append({"invariant": v.invariant.value, "row": v.row, "position": v.position,
-                    "expected": repr(v.expected)[:200], "got": repr(v.got)[:200], "detail": v.detail,
-                    "tags": list(v.tags)})
+        out.append(
+            {
+                "invariant": v.invariant.value,
+                "row": v.row,
+                "position": v.position,
+                "expected": repr(v.expected)[:200],
+                "got": repr(v.got)[:200],
+                "detail": v.detail,
+                "tags": list(v.tags),
+            }
+        )
     return out
 
 
 def pytest_runtest_logreport(report: pytest.TestReport) -> None:
     for key, value in report.user_properties:
         if key == PROP:
-            value = dict(value, duration_s=round(report.duration, 4))
-            _CASES.append(value)
+            _CASES.append({**value, "duration_s": round(report.duration, 4)})  # type: ignore[dict-item]
 
 
 _CASES: list[dict[str, Any]] = []
@@ -250,8 +283,9 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
             seen[case["case_id"]] = case
     from harness.atomicio import write_versioned_json
 
-    write_versioned_json(Path(path), "harness-cases", 1, {"finished": time.time(), "pid": os.getpid(),
-                                                         "cases": list(seen.values())})
+    write_versioned_json(
+        Path(path), "harness-cases", 1, {"finished": time.time(), "pid": os.getpid(), "cases": list(seen.values())}
+    )
 
 
-__all__ = ["GoldenMismatch", "Untestable", "GoldenChecker", "classify", "json"]
+__all__ = ["GoldenMismatch", "Untestable", "GoldenChecker", "classify"]

@@ -60,10 +60,12 @@ class RunResult:
     cases: list[CaseResult] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
 
-    def counts(self) -> dict[str, int]:
+    def counts(self, suite: str | None = None) -> dict[str, int]:
+        """Cases per verdict value (of one suite, when given)."""
         out = {v.value: 0 for v in Verdict}
-        for c in self.cases:
-            out[c.verdict.value] += 1
+        for case in self.cases:
+            if suite is None or case.suite == suite:
+                out[case.verdict.value] += 1
         return out
 
     @property

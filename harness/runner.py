@@ -19,15 +19,14 @@ import time
 import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, TextIO
+from typing import TextIO
 
-from harness.procs import kill_group as _kill_group, popen_owned
-from harness import target as target_mod
 from harness.atomicio import read_versioned_json
 from harness.errors import CorruptFile, UsageError
-from harness.results import CaseResult, RunResult
 from harness.paths import FIXTURES_DIR, ROOT, SUITES_DIR
-from harness.target import Target
+from harness.procs import kill_group, popen_owned
+from harness.results import CaseResult, RunResult
+from harness.target import Target, machine, mb_location
 from harness.verdict import Verdict
 
 UPSTREAM = "upstream"  # MB's own packing tests, replayed from the target's tree (harness.upstream)
@@ -101,12 +100,35 @@ def new_run_id() -> str:
 
 
 def _pytest_cmd(files: list[Path], opts: RunOptions, cases_file: Path, obtained: Path) -> list[str]:
-    cmd = [sys.executable, "-m", "pytest", *map(str, files), "-p", "harness.plugin", "-p", "harness.standins.light",
-           "-p", "no:cacheprovider",
-           "-v" if opts.verbose else "-q", "--no-header", "--tb=short" if opts.verbose else "--tb=no", "-rN", "--color=no", "-W", "ignore",
-           "--rootdir", str(ROOT), "-c", str(SUITES_DIR / "pytest.ini"),
-           "--harness-results", str(cases_file), "--harness-obtained", str(obtained),
-           "--harness-fixtures", str(opts.fixtures_dir)]
+    cmd = [
+        sys.executable,
+        "-m",
+        "pytest",
+        *map(str, files),
+        "-p",
+        "harness.plugin",
+        "-p",
+        "harness.standins.light",
+        "-p",
+        "no:cacheprovider",
+        "-v" if opts.verbose else "-q",
+        "--no-header",
+        "--tb=short" if opts.verbose else "--tb=no",
+        "-rN",
+        "--color=no",
+        "-W",
+        "ignore",
+        "--rootdir",
+        str(ROOT),
+        "-c",
+        str(SUITES_DIR / "pytest.ini"),
+        "--harness-results",
+        str(cases_file),
+        "--harness-obtained",
+        str(obtained),
+        "--harness-fixtures",
+        str(opts.fixtures_dir),
+    ]
     if opts.record:
         cmd.append("--harness-record")
     if opts.keyword:
@@ -121,14 +143,12 @@ def _stream(proc: subprocess.Popen, sink: TextIO | None, deadline: float) -> tup
     tail: list[str] = []
     assert proc.stdout is not None
     os.set_blocking(proc.stdout.fileno(), False)
-    buf = b""
     while True:
         if time.monotonic() > deadline:
-            _kill_group(proc)
+            kill_group(proc)
             return True, "".join(tail)
         chunk = proc.stdout.read(65536) if proc.stdout else b""
         if chunk:
-            buf += chunk
             text = chunk.decode("utf-8", "replace")
             if sink is not None:
                 sink.write(text)
@@ -139,7 +159,6 @@ def _stream(proc: subprocess.Popen, sink: TextIO | None, deadline: float) -> tup
             return False, "".join(tail)
         else:
             time.sleep(0.1)
-
 
 
 def run_suites(tgt: Target, opts: RunOptions, out_dir: Path, progress: TextIO | None = sys.stderr) -> RunResult:
@@ -186,12 +205,14 @@ def run_suites(tgt: Target, opts: RunOptions, out_dir: Path, progress: TextIO | 
         if opts.fork_server and import_env == "light":
             rc, timed_out, tail = _run_forked(cmd, env, out_dir / f"pytest-{group}.log", remaining)
         else:
-            proc = popen_owned(cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                               stdin=subprocess.DEVNULL)
+            proc = popen_owned(
+                cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL
+            )
             timed_out, tail = _stream(proc, progress, time.monotonic() + remaining)
             rc = proc.returncode
-        g_cases, g_notes = _collect(cases_file, group_files, timed_out, rc, tail, opts.timeout_s,
-                                    empty_ok=group is not None)
+        g_cases, g_notes = _collect(
+            cases_file, group_files, timed_out, rc, tail, opts.timeout_s, empty_ok=group is not None
+        )
         if group and timed_out:  # the whole-suite placeholders must not collide between groups
             for c in g_cases:
                 c.case_id = f"{c.case_id}[{group} import]"
@@ -204,8 +225,9 @@ def run_suites(tgt: Target, opts: RunOptions, out_dir: Path, progress: TextIO | 
         left = [f.stem[5:] for f in files if file_groups(f) - {"light"}]
         import_mode = f"light ({per_group.get('light', 0)} cases)"
         if left:
-            notes.append(f"--import light: full-import cases not run (suites {', '.join(left)}); "
-                         "use --import auto or full")
+            notes.append(
+                f"--import light: full-import cases not run (suites {', '.join(left)}); use --import auto or full"
+            )
     else:
         import_mode = "full"
     if not cases and mode != "light":
@@ -217,9 +239,17 @@ def run_suites(tgt: Target, opts: RunOptions, out_dir: Path, progress: TextIO | 
         notes += up_notes
         duration = time.monotonic() - t0
     result = RunResult(
-        run_id=out_dir.name, target=_target_doc(tgt), versions=_target_versions(tgt), machine=target_mod.machine(),
-        import_mode=import_mode, standins=sorted(set(filter(None, standins_log.read_text().splitlines()))),
-        started=started.strftime("%Y-%m-%dT%H:%M:%SZ"), duration_s=round(duration, 2), cases=cases, notes=notes)
+        run_id=out_dir.name,
+        target=_target_doc(tgt),
+        versions=_target_versions(tgt),
+        machine=machine(),
+        import_mode=import_mode,
+        standins=sorted(set(filter(None, standins_log.read_text().splitlines()))),
+        started=started.strftime("%Y-%m-%dT%H:%M:%SZ"),
+        duration_s=round(duration, 2),
+        cases=cases,
+        notes=notes,
+    )
     result.save(out_dir / "results.json")
     return result
 
@@ -249,15 +279,30 @@ def _run_upstream_only(tgt: Target, opts: RunOptions, out_dir: Path) -> RunResul
     t0 = time.monotonic()
     cases, notes = _upstream(tgt, opts, out_dir)
     result = RunResult(
-        run_id=out_dir.name, target=_target_doc(tgt), versions=_target_versions(tgt), machine=target_mod.machine(),
-        import_mode="upstream", standins=[], started=started.strftime("%Y-%m-%dT%H:%M:%SZ"),
-        duration_s=round(time.monotonic() - t0, 2), cases=cases, notes=notes)
+        run_id=out_dir.name,
+        target=_target_doc(tgt),
+        versions=_target_versions(tgt),
+        machine=machine(),
+        import_mode="upstream",
+        standins=[],
+        started=started.strftime("%Y-%m-%dT%H:%M:%SZ"),
+        duration_s=round(time.monotonic() - t0, 2),
+        cases=cases,
+        notes=notes,
+    )
     result.save(out_dir / "results.json")
     return result
 
 
-def _collect(cases_file: Path, files: list[Path], timed_out: bool, rc: int | None, tail: str,
-             timeout_s: float, empty_ok: bool = False) -> tuple[list[CaseResult], list[str]]:
+def _collect(
+    cases_file: Path,
+    files: list[Path],
+    timed_out: bool,
+    rc: int | None,
+    tail: str,
+    timeout_s: float,
+    empty_ok: bool = False,
+) -> tuple[list[CaseResult], list[str]]:
     notes: list[str] = []
     if timed_out:
         reason = f"timeout: the suite process ran past {timeout_s:.0f} s and was killed"
@@ -287,7 +332,7 @@ def _whole_suite(file: Path, verdict: Verdict, reason: str) -> CaseResult:
 
 def _target_doc(tgt: Target) -> dict[str, object]:
     if tgt.src is None:
-        loc = target_mod.mb_location()
+        loc = mb_location()
         return {"kind": "installed", "path": str(loc) if loc else None, "commit": None}
     return {"kind": "source", "path": str(tgt.src), "commit": tgt.commit}
 
@@ -296,8 +341,9 @@ def _target_versions(tgt: Target) -> dict[str, str]:
     """Versions as the child sees them (the target's MB may differ from the installed one)."""
     code = "import json; from harness.target import versions; print(json.dumps(versions()))"
     try:
-        out = subprocess.run([sys.executable, "-c", code], env=tgt.env(), capture_output=True, text=True,
-                             timeout=120, cwd=ROOT)
+        out = subprocess.run(
+            [sys.executable, "-c", code], env=tgt.env(), capture_output=True, text=True, timeout=120, cwd=ROOT
+        )
         return json.loads(out.stdout.strip().splitlines()[-1])
     except (subprocess.SubprocessError, json.JSONDecodeError, IndexError, OSError):
         return {"megatron-bridge": "unknown"}
@@ -305,6 +351,3 @@ def _target_versions(tgt: Target) -> dict[str, str]:
 
 def temp_out_dir() -> Path:
     return Path(tempfile.mkdtemp(prefix="harness-run-"))
-
-
-ProgressFn = Callable[[str], None]

@@ -61,8 +61,10 @@ def _cases() -> list[SFTCase]:
 
 
 CASES = _cases()
-FIXED_SHAPE_CASES = [SFTCase("prompt-mult1-pad-cu-seqlens", seed=51, pad_cu_seqlens=True, n=24),
-                     SFTCase("chat-mult4-pad-cu-seqlens", seed=52, kind="chat", mult=4, pad_cu_seqlens=True, n=24)]
+FIXED_SHAPE_CASES = [
+    SFTCase("prompt-mult1-pad-cu-seqlens", seed=51, pad_cu_seqlens=True, n=24),
+    SFTCase("chat-mult4-pad-cu-seqlens", seed=52, kind="chat", mult=4, pad_cu_seqlens=True, n=24),
+]
 
 
 @functools.lru_cache(maxsize=None)
@@ -92,12 +94,25 @@ def _workdir(name: str) -> Path:
     return Path(tempfile.mkdtemp(prefix=f"harness-sft-{name}-"))
 
 
-def compare(case: SFTCase, examples: list[differential.Example], rows: list[differential.PackedRow],
-            special_ids: dict[str, int | None], *, expect_all_packed: bool = True) -> differential.Report:
+def compare(
+    case: SFTCase,
+    examples: list[differential.Example],
+    rows: list[differential.PackedRow],
+    special_ids: dict[str, int | None],
+    *,
+    expect_all_packed: bool = True,
+) -> differential.Report:
     pads = {v for v in special_ids.values() if v is not None}
-    return differential.compare(rows, examples, pad_seq_to_mult=case.mult, padding_ids=pads,
-                                static_max_seqlen=case.pad_cu_seqlens, expect_all_packed=expect_all_packed,
-                                pack_size=SEQ, special_ids=special_ids)
+    return differential.compare(
+        rows,
+        examples,
+        pad_seq_to_mult=case.mult,
+        padding_ids=pads,
+        static_max_seqlen=case.pad_cu_seqlens,
+        expect_all_packed=expect_all_packed,
+        pack_size=SEQ,
+        special_ids=special_ids,
+    )
 
 
 @functools.lru_cache(maxsize=None)
@@ -105,8 +120,16 @@ def built(case: SFTCase) -> Built:
     """Build ``case`` through MB (packed + captured unpacked reference) and run the oracle."""
     tok = load_tokenizer(case.distinct_eod)
     root = corpus.write_dataset_root(_workdir(case.id), case.corpus)
-    req = sft.SFTRequest(root, tok, SEQ, kind=case.kind, full_loss=case.full_loss, packing=case.packing,
-                         seed=case.seed, max_train_samples=case.max_samples)
+    req = sft.SFTRequest(
+        root,
+        tok,
+        SEQ,
+        kind=case.kind,
+        full_loss=case.full_loss,
+        packing=case.packing,
+        seed=case.seed,
+        max_train_samples=case.max_samples,
+    )
     result = sft.build_sft(req)
     if result.prep_reference is None:
         raise AssertionError("MB's packing preparation built no unpacked dataset the oracle could read")
@@ -128,9 +151,17 @@ def canonical_rows(rows: list[differential.PackedRow]) -> list[dict[str, Any]]:
     for r in rows:
         q = differential.strip_row_padding(r.cu_seqlens_q) if r.cu_seqlens_q is not None else None
         qp = differential.strip_row_padding(r.cu_seqlens_q_padded) if r.cu_seqlens_q_padded is not None else q
-        out.append({"tokens": list(r.tokens), "labels": list(r.labels), "loss_mask": list(r.loss_mask),
-                    "position_ids": list(r.position_ids), "cu_seqlens_q": q, "cu_seqlens_q_padded": qp,
-                    "max_seqlen_q": r.max_seqlen_q})
+        out.append(
+            {
+                "tokens": list(r.tokens),
+                "labels": list(r.labels),
+                "loss_mask": list(r.loss_mask),
+                "position_ids": list(r.position_ids),
+                "cu_seqlens_q": q,
+                "cu_seqlens_q_padded": qp,
+                "max_seqlen_q": r.max_seqlen_q,
+            }
+        )
     return out
 
 
@@ -151,11 +182,13 @@ def right_padded(examples: list[differential.Example], pad_id: int, ignore_index
 
     width = max(len(ex.tokens) for ex in examples)
     rows = len(examples)
-    out = {"tokens": torch.full((rows, width), pad_id, dtype=torch.long),
-           "labels": torch.full((rows, width), ignore_index, dtype=torch.long),
-           "loss_mask": torch.zeros((rows, width), dtype=torch.float),
-           "position_ids": torch.zeros((rows, width), dtype=torch.long),
-           "attention_mask": torch.zeros((rows, width), dtype=torch.bool)}
+    out = {
+        "tokens": torch.full((rows, width), pad_id, dtype=torch.long),
+        "labels": torch.full((rows, width), ignore_index, dtype=torch.long),
+        "loss_mask": torch.zeros((rows, width), dtype=torch.float),
+        "position_ids": torch.zeros((rows, width), dtype=torch.long),
+        "attention_mask": torch.zeros((rows, width), dtype=torch.bool),
+    }
     for r, ex in enumerate(examples):
         n = len(ex.tokens)
         out["tokens"][r, :n] = torch.tensor(ex.tokens)

@@ -27,14 +27,17 @@ CHAT = _oracle.SFTCase("in-batch-chat", seed=72, kind="chat", n=16)
 
 # (id, reference case, first example, examples per micro-batch, pad_to_multiple_of)
 CASES = [
-    ("prompt-2rows-mult1", PROMPT, 0, 2, 1), ("prompt-4rows-mult4", PROMPT, 2, 4, 4),
-    ("prompt-6rows-mult8", PROMPT, 6, 6, 8), ("chat-3rows-mult2", CHAT, 0, 3, 2),
-    ("chat-5rows-mult6-cp2-tp3-sp", CHAT, 3, 5, 6), ("chat-4rows-mult1", CHAT, 8, 4, 1),
+    ("prompt-2rows-mult1", PROMPT, 0, 2, 1),
+    ("prompt-4rows-mult4", PROMPT, 2, 4, 4),
+    ("prompt-6rows-mult8", PROMPT, 6, 6, 8),
+    ("chat-3rows-mult2", CHAT, 0, 3, 2),
+    ("chat-5rows-mult6-cp2-tp3-sp", CHAT, 3, 5, 6),
+    ("chat-4rows-mult1", CHAT, 8, 4, 1),
 ]
 
 
 def _micro_batch(case: _oracle.SFTCase, first: int, rows: int):
-    examples = list(_oracle.reference(case))[first:first + rows]
+    examples = list(_oracle.reference(case))[first : first + rows]
     assert len(examples) == rows, f"reference has {len(_oracle.reference(case))} examples"
     pad_id = _oracle.special_ids(case)["pad_id"]
     return examples, _oracle.right_padded(examples, pad_id, IGNORE_INDEX), pad_id
@@ -43,22 +46,38 @@ def _micro_batch(case: _oracle.SFTCase, first: int, rows: int):
 @pytest.mark.parametrize("ref,first,rows,multiple", [c[1:] for c in CASES], ids=[c[0] for c in CASES])
 def test_pack_right_padded(golden, ref, first, rows, multiple):
     examples, batch, pad_id = _micro_batch(ref, first, rows)
-    packed = thd.pack_in_batch(batch["tokens"], batch["labels"], batch["loss_mask"], batch["position_ids"],
-                               batch["attention_mask"], pad_token_id=pad_id, pad_to_multiple_of=multiple)
+    packed = thd.pack_in_batch(
+        batch["tokens"],
+        batch["labels"],
+        batch["loss_mask"],
+        batch["position_ids"],
+        batch["attention_mask"],
+        pad_token_id=pad_id,
+        pad_to_multiple_of=multiple,
+    )
     (row,) = batch_ops.packed_rows(packed["raw"])
-    report = _oracle.differential.compare([row], examples, pad_seq_to_mult=multiple,
-                                          special_ids=_oracle.special_ids(ref))
+    report = _oracle.differential.compare(
+        [row], examples, pad_seq_to_mult=multiple, special_ids=_oracle.special_ids(ref)
+    )
     report.assert_ok()
     real = report.rows[0].real_positions
-    assert all(label == IGNORE_INDEX for p, label in enumerate(row.labels) if p not in real), \
+    assert all(label == IGNORE_INDEX for p, label in enumerate(row.labels) if p not in real), (
         "alignment padding must carry the ignore index as label"
+    )
     assert [s.key for s in report.rows[0].segments] == [ex.key for ex in examples], "rows packed in batch order"
     golden.check({"multiple": multiple, "row": _oracle.canonical_rows([row])[0]})
 
 
 def _pack(batch, pad_id):
-    return thd.pack_in_batch(batch["tokens"], batch["labels"], batch["loss_mask"], batch["position_ids"],
-                             batch.get("attention_mask"), pad_token_id=pad_id, pad_to_multiple_of=1)
+    return thd.pack_in_batch(
+        batch["tokens"],
+        batch["labels"],
+        batch["loss_mask"],
+        batch["position_ids"],
+        batch.get("attention_mask"),
+        pad_token_id=pad_id,
+        pad_to_multiple_of=1,
+    )
 
 
 def test_left_padding_is_refused():
@@ -81,8 +100,13 @@ def test_mismatched_label_shape_is_refused():
 def test_empty_row_is_refused():
     """An all-padding row in a micro-batch is malformed: packing must not silently drop it."""
     _, batch, pad_id = _micro_batch(CHAT, 0, 3)
-    for key, fill in (("tokens", pad_id), ("labels", IGNORE_INDEX), ("loss_mask", 0), ("position_ids", 0),
-                      ("attention_mask", False)):
+    for key, fill in (
+        ("tokens", pad_id),
+        ("labels", IGNORE_INDEX),
+        ("loss_mask", 0),
+        ("position_ids", 0),
+        ("attention_mask", False),
+    ):
         batch[key][1] = fill
     with pytest.raises((ValueError, AssertionError, RuntimeError)):
         _pack(batch, pad_id)

@@ -78,8 +78,9 @@ def test_deterministic_and_rng_independent(golden, kind):
     again = _oracle.canonical_rows(_oracle.built(case).rows)
     assert again == first, "same seed, different global RNG state: the packed rows must not change"
     env = dict(os.environ, PYTHONHASHSEED="123")
-    proc = subprocess.run([sys.executable, "-c", _CHILD, kind], capture_output=True, text=True, env=env, timeout=600,
-                          cwd=os.getcwd())
+    proc = subprocess.run(
+        [sys.executable, "-c", _CHILD, kind], capture_output=True, text=True, env=env, timeout=600, cwd=os.getcwd()
+    )
     line = [ln for ln in proc.stdout.splitlines() if ln.startswith("ROWS=")]
     assert line, f"child process failed: {proc.stderr[-2000:]}"
     assert json.loads(line[-1][5:]) == first, "a fresh process must pack identically"

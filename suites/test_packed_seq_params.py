@@ -26,10 +26,13 @@ from suites import _oracle
 pytestmark = pytest.mark.import_group("light")
 
 
-def _legacy_batch(bounds: list[int], sentinels: int, max_seqlen: int, argmin: bool = False,
-                  unpadded: list[int] | None = None) -> dict:
-    batch = {"cu_seqlens": torch.tensor([bounds + [-1] * sentinels], dtype=torch.int32),
-             "max_seqlen": torch.tensor([[max_seqlen]], dtype=torch.int32)}
+def _legacy_batch(
+    bounds: list[int], sentinels: int, max_seqlen: int, argmin: bool = False, unpadded: list[int] | None = None
+) -> dict:
+    batch = {
+        "cu_seqlens": torch.tensor([bounds + [-1] * sentinels], dtype=torch.int32),
+        "max_seqlen": torch.tensor([[max_seqlen]], dtype=torch.int32),
+    }
     if argmin:
         batch["cu_seqlens_argmin"] = torch.tensor([[len(bounds)]])
     if unpadded is not None:
@@ -37,18 +40,35 @@ def _legacy_batch(bounds: list[int], sentinels: int, max_seqlen: int, argmin: bo
     return batch
 
 
-@pytest.mark.parametrize("bounds,sentinels,argmin", [
-    ([0, 5, 9, 12], 2, False), ([0, 5, 9, 12], 2, True), ([0, 7], 5, False), ([0, 3, 4, 10, 16, 31, 32], 1, True),
-    ([0, 5, 9, 12], 0, False),
-], ids=["3seq-2sentinels", "3seq-2sentinels-argmin", "1seq-5sentinels", "6seq-1sentinel-argmin", "3seq-no-sentinel"])
+@pytest.mark.parametrize(
+    "bounds,sentinels,argmin",
+    [
+        ([0, 5, 9, 12], 2, False),
+        ([0, 5, 9, 12], 2, True),
+        ([0, 7], 5, False),
+        ([0, 3, 4, 10, 16, 31, 32], 1, True),
+        ([0, 5, 9, 12], 0, False),
+    ],
+    ids=["3seq-2sentinels", "3seq-2sentinels-argmin", "1seq-5sentinels", "6seq-1sentinel-argmin", "3seq-no-sentinel"],
+)
 def test_offline_sentinel_stripped(golden, bounds, sentinels, argmin):
     max_seqlen = max(b - a for a, b in zip(bounds, bounds[1:]))
     params = thd.packed_seq_params(_legacy_batch(bounds, sentinels, max_seqlen, argmin))
     assert params["qkv_format"] == "thd"
     tags = ("legacy-keys", "no-sentinel" if sentinels == 0 else "sentinel")
-    violations = [Violation(Invariant.LOGICAL_BOUNDARIES, 0, None, bounds, params[key],
-                            f"{key}: -1 padding stripped, every real boundary kept", tags)
-                  for key in ("cu_seqlens_q", "cu_seqlens_kv") if params[key] != bounds]
+    violations = [
+        Violation(
+            Invariant.LOGICAL_BOUNDARIES,
+            0,
+            None,
+            bounds,
+            params[key],
+            f"{key}: -1 padding stripped, every real boundary kept",
+            tags,
+        )
+        for key in ("cu_seqlens_q", "cu_seqlens_kv")
+        if params[key] != bounds
+    ]
     if params["max_seqlen_q"] != max_seqlen:
         violations.append(Violation(Invariant.MAX_SEQLEN, 0, None, max_seqlen, params["max_seqlen_q"], "", tags))
     if violations:
@@ -56,9 +76,15 @@ def test_offline_sentinel_stripped(golden, bounds, sentinels, argmin):
     golden.check(params)
 
 
-@pytest.mark.parametrize("unpadded,padded", [
-    ([0, 5, 9, 12], [0, 8, 12, 16]), ([0, 1, 2, 3], [0, 4, 8, 12]), ([0, 13], [0, 16]),
-], ids=["3seq-mult4", "1token-seqs-mult4", "1seq-mult16"])
+@pytest.mark.parametrize(
+    "unpadded,padded",
+    [
+        ([0, 5, 9, 12], [0, 8, 12, 16]),
+        ([0, 1, 2, 3], [0, 4, 8, 12]),
+        ([0, 13], [0, 16]),
+    ],
+    ids=["3seq-mult4", "1token-seqs-mult4", "1seq-mult16"],
+)
 def test_offline_padded_and_unpadded(golden, unpadded, padded):
     params = thd.packed_seq_params(_legacy_batch(padded, 3, 8, unpadded=unpadded))
     assert params["cu_seqlens_q"] == unpadded, "cu_seqlens_q are the real-token boundaries"
@@ -67,8 +93,11 @@ def test_offline_padded_and_unpadded(golden, unpadded, padded):
     golden.check(params)
 
 
-MB_BATCH_CASES = [c for c in _oracle.CASES if c.id in (
-    "prompt-mult1", "prompt-mult4", "completion-mult2", "chat-mult8", "chat-mult4-full-loss")] + _oracle.FIXED_SHAPE_CASES
+MB_BATCH_CASES = [
+    c
+    for c in _oracle.CASES
+    if c.id in ("prompt-mult1", "prompt-mult4", "completion-mult2", "chat-mult8", "chat-mult4-full-loss")
+] + _oracle.FIXED_SHAPE_CASES
 
 
 @pytest.mark.parametrize("case", MB_BATCH_CASES, ids=[c.id for c in MB_BATCH_CASES])
@@ -83,5 +112,6 @@ def test_params_from_mb_batches(golden, case):
         rows.append(batch_ops.with_params(row, params))
     assert formats == {"thd"}, f"qkv_format must be 'thd', got {formats}"
     _oracle.compare(case, b.examples, rows, b.special_ids).only(_oracle.differential.BOUNDARY_INVARIANTS).assert_ok()
-    golden.check({"rows": [{k: v for k, v in r.items() if k.startswith(("cu_", "max_"))}
-                           for r in _oracle.canonical_rows(rows)]})
+    golden.check(
+        {"rows": [{k: v for k, v in r.items() if k.startswith(("cu_", "max_"))} for r in _oracle.canonical_rows(rows)]}
+    )

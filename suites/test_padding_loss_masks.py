@@ -59,11 +59,19 @@ def test_samples_mapping_negative_indices(golden):
     assert len(ds) == 2 * rows + 1, "max_train_samples sets the mapped length (epochs of shuffled rows)"
     mapped = _rows_of(ds, list(range(len(ds))))
     _oracle.compare(case, b.examples, mapped[:rows], b.special_ids).assert_ok()  # one epoch: each example once
-    report = _oracle.differential.compare(mapped, b.examples, pad_seq_to_mult=case.mult, pack_size=_oracle.SEQ,
-                                          padding_ids=b.padding_ids, special_ids=b.special_ids, repeats=True)
+    report = _oracle.differential.compare(
+        mapped,
+        b.examples,
+        pad_seq_to_mult=case.mult,
+        pack_size=_oracle.SEQ,
+        padding_ids=b.padding_ids,
+        special_ids=b.special_ids,
+        repeats=True,
+    )
     report.assert_ok()
     pads = _rows_of(ds, [-1, -2, -3])
     _oracle.compare(case, [], pads, b.special_ids, expect_all_packed=False).assert_ok()
     assert all(len(p.loss_mask) == len(p.tokens) > 0 for p in pads), "a padding row keeps its shape"
-    golden.check({"mapped_rows": [[s.key for s in r.segments] for r in report.rows],
-                  "pad_widths": [len(p.tokens) for p in pads]})
+    golden.check(
+        {"mapped_rows": [[s.key for s in r.segments] for r in report.rows], "pad_widths": [len(p.tokens) for p in pads]}
+    )

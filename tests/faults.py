@@ -118,7 +118,13 @@ IN_BATCH_SYNTAX_ERROR = Fault(
     description="syntax error in data/packing/in_batch.py (module cannot be imported)",
 )
 
-FAULTS: dict[str, Fault] = {f.name: f for f in (
-    CU_SEQLENS_OFF_BY_ONE, ALIGNMENT_PAD_LOSS_MASK_ONE, POSITION_IDS_NOT_RESET,
-    PAD_CU_SEQLENS_RULE_DROPPED, IN_BATCH_SYNTAX_ERROR,
-)}
+FAULTS: dict[str, Fault] = {
+    f.name: f
+    for f in (
+        CU_SEQLENS_OFF_BY_ONE,
+        ALIGNMENT_PAD_LOSS_MASK_ONE,
+        POSITION_IDS_NOT_RESET,
+        PAD_CU_SEQLENS_RULE_DROPPED,
+        IN_BATCH_SYNTAX_ERROR,
+    )
+}

@@ -13,8 +13,8 @@ import pytest
 import torch
 
 from harness.adapters import Candidate, NotHere, Operation, accepts, load_module, symbol, thd
-from harness.plugin import Untestable
 from harness.paths import ROOT, SITE_DIR
+from harness.plugin import Untestable
 
 FAKE = "harness_fake_mb"
 
@@ -39,23 +39,31 @@ def fake_pkg(tmp_path, monkeypatch):
 def test_probing_order_first_fit_wins(fake_pkg):
     fake_pkg("new.py", "def op(x): return ('new', x)\n")
     fake_pkg("old.py", "def op(x): return ('old', x)\n")
-    op = Operation("op", [Candidate("new", lambda: symbol(f"{FAKE}.new", "op")),
-                          Candidate("old", lambda: symbol(f"{FAKE}.old", "op"))])
+    op = Operation(
+        "op",
+        [Candidate("new", lambda: symbol(f"{FAKE}.new", "op")), Candidate("old", lambda: symbol(f"{FAKE}.old", "op"))],
+    )
     assert op(1) == ("new", 1) and op.era == "new"
 
 
 def test_not_here_falls_through_to_next_candidate(fake_pkg):
     fake_pkg("old.py", "def op(x): return ('old', x)\n")
     fake_pkg("renamed.py", "def other(x): return x\n")
-    op = Operation("op", [Candidate("absent module", lambda: symbol(f"{FAKE}.absent", "op")),
-                          Candidate("absent symbol", lambda: symbol(f"{FAKE}.renamed", "op")),
-                          Candidate("old", lambda: symbol(f"{FAKE}.old", "op"))])
+    op = Operation(
+        "op",
+        [
+            Candidate("absent module", lambda: symbol(f"{FAKE}.absent", "op")),
+            Candidate("absent symbol", lambda: symbol(f"{FAKE}.renamed", "op")),
+            Candidate("old", lambda: symbol(f"{FAKE}.old", "op")),
+        ],
+    )
     assert op(2) == ("old", 2) and op.era == "old"
 
 
 def test_untestable_when_nothing_resolves_lists_tries(fake_pkg):
-    op = Operation("op", [Candidate("a", lambda: symbol(f"{FAKE}.a", "op")),
-                          Candidate("b", lambda: symbol(f"{FAKE}.b", "op"))])
+    op = Operation(
+        "op", [Candidate("a", lambda: symbol(f"{FAKE}.a", "op")), Candidate("b", lambda: symbol(f"{FAKE}.b", "op"))]
+    )
     with pytest.raises(Untestable) as exc:
         op(1)
     assert "a: no module" in str(exc.value) and "b: no module" in str(exc.value)
@@ -68,8 +76,13 @@ def test_broken_import_is_untestable_not_next_candidate(fake_pkg):
     fake_pkg("old.py", "def op(x): return x\n")
     with pytest.raises(Untestable, match="import of .*broken failed: ModuleNotFoundError"):
         load_module(f"{FAKE}.broken")
-    op = Operation("op", [Candidate("broken", lambda: symbol(f"{FAKE}.broken", "op")),
-                          Candidate("old", lambda: symbol(f"{FAKE}.old", "op"))])
+    op = Operation(
+        "op",
+        [
+            Candidate("broken", lambda: symbol(f"{FAKE}.broken", "op")),
+            Candidate("old", lambda: symbol(f"{FAKE}.old", "op")),
+        ],
+    )
     with pytest.raises(Untestable):
         op(1)
 
@@ -85,6 +98,7 @@ def test_late_not_here_becomes_untestable():
     def probe():
         def call():
             raise NotHere("output keys differ")
+
         return call
 
     with pytest.raises(Untestable, match="output keys differ"):
@@ -109,24 +123,45 @@ def test_accepts():
 
 # ---- canonicalisation -----------------------------------------------------------------------
 
+
 def test_canonical_params_tensor_shapes_and_none():
-    params = types.SimpleNamespace(qkv_format="thd", cu_seqlens_q=torch.tensor([[0, 3, 5]]),
-                                   cu_seqlens_kv=torch.tensor([0, 3, 5]), max_seqlen_q=torch.tensor([[3]]),
-                                   max_seqlen_kv=3)
+    params = types.SimpleNamespace(
+        qkv_format="thd",
+        cu_seqlens_q=torch.tensor([[0, 3, 5]]),
+        cu_seqlens_kv=torch.tensor([0, 3, 5]),
+        max_seqlen_q=torch.tensor([[3]]),
+        max_seqlen_kv=3,
+    )
     out = thd.canonical_params(params)
-    assert out == {"qkv_format": "thd", "cu_seqlens_q": [0, 3, 5], "cu_seqlens_kv": [0, 3, 5],
-                   "cu_seqlens_q_padded": None, "cu_seqlens_kv_padded": None, "max_seqlen_q": 3, "max_seqlen_kv": 3}
+    assert out == {
+        "qkv_format": "thd",
+        "cu_seqlens_q": [0, 3, 5],
+        "cu_seqlens_kv": [0, 3, 5],
+        "cu_seqlens_q_padded": None,
+        "cu_seqlens_kv_padded": None,
+        "max_seqlen_q": 3,
+        "max_seqlen_kv": 3,
+    }
 
 
 def _packed(**extra):
-    base = {"tokens": torch.tensor([[1, 2, 0, 3]]), "labels": torch.tensor([[2, -100, -100, -100]]),
-            "loss_mask": torch.tensor([[1.0, 0, 0, 0]]), "position_ids": torch.tensor([[0, 1, 0, 0]])}
+    base = {
+        "tokens": torch.tensor([[1, 2, 0, 3]]),
+        "labels": torch.tensor([[2, -100, -100, -100]]),
+        "loss_mask": torch.tensor([[1.0, 0, 0, 0]]),
+        "position_ids": torch.tensor([[0, 1, 0, 0]]),
+    }
     return {**base, **extra}
 
 
 def test_canonical_thd_batch_current_keys():
-    out = thd.canonical_thd_batch(_packed(cu_seqlens_q=torch.tensor([0, 2, 3]),
-                                          cu_seqlens_q_padded=torch.tensor([0, 2, 4]), max_seqlen_q=torch.tensor(2)))
+    out = thd.canonical_thd_batch(
+        _packed(
+            cu_seqlens_q=torch.tensor([0, 2, 3]),
+            cu_seqlens_q_padded=torch.tensor([0, 2, 4]),
+            max_seqlen_q=torch.tensor(2),
+        )
+    )
     assert out["cu_seqlens_padded"] == [0, 2, 4] and out["cu_seqlens_unpadded"] == [0, 2, 3]
     assert out["max_seqlen"] == 2 and out["tokens"] == [1, 2, 0, 3]
 
@@ -137,9 +172,13 @@ def test_canonical_thd_batch_current_keys_without_padding():
 
 
 def test_canonical_thd_batch_legacy_keys_with_sentinels():
-    out = thd.canonical_thd_batch(_packed(cu_seqlens=torch.tensor([[0, 2, 4, -1, -1]]),
-                                          cu_seqlens_unpadded=torch.tensor([[0, 2, 3, -1]]),
-                                          max_seqlen=torch.tensor([[2]])))
+    out = thd.canonical_thd_batch(
+        _packed(
+            cu_seqlens=torch.tensor([[0, 2, 4, -1, -1]]),
+            cu_seqlens_unpadded=torch.tensor([[0, 2, 3, -1]]),
+            max_seqlen=torch.tensor([[2]]),
+        )
+    )
     assert out["cu_seqlens_padded"] == [0, 2, 4] and out["cu_seqlens_unpadded"] == [0, 2, 3]
     assert out["max_seqlen"] == 2
 
@@ -157,24 +196,31 @@ def test_strip_sentinel():
 
 def test_vlm_step_tuple_and_direct_dict_eras_agree(fake_pkg, monkeypatch):
     """A 7-tuple era and a dict-returning era give the same canonical value."""
-    fake_pkg("vlm_step.py", """
+    fake_pkg(
+        "vlm_step.py",
+        """
         import torch
         def pack_batch_sequences(tokens, labels, loss_mask, attention_mask, position_ids, pad_token_id=0,
                                  pad_to_multiple_of=1):
             return (tokens[:, :3].reshape(1, -1), labels[:, :3].reshape(1, -1), loss_mask[:, :3].reshape(1, -1),
                     None, position_ids[:, :3].reshape(1, -1), torch.tensor([0, 3], dtype=torch.int32),
                     torch.tensor(3))
-    """)
-    fake_pkg("in_batch.py", """
+    """,
+    )
+    fake_pkg(
+        "in_batch.py",
+        """
         import torch
         def pack_right_padded_sequence_batch_to_mcore_thd(batch, *, pad_token_id=0, pad_to_multiple_of=1):
             for k in ("tokens", "labels", "loss_mask", "position_ids"):
                 batch[k] = batch[k][:, :3].reshape(1, -1)
             batch["cu_seqlens_q"] = torch.tensor([0, 3], dtype=torch.int32)
             batch["max_seqlen_q"] = torch.tensor(3)
-    """)
-    monkeypatch.setattr(thd, "symbol", lambda m, n: symbol(
-        f"{FAKE}.vlm_step" if "vlm_step" in m else f"{FAKE}.in_batch", n))
+    """,
+    )
+    monkeypatch.setattr(
+        thd, "symbol", lambda m, n: symbol(f"{FAKE}.vlm_step" if "vlm_step" in m else f"{FAKE}.in_batch", n)
+    )
     t = torch.tensor([[5, 6, 7, 0]])
     args = (t, t, torch.ones(1, 4), torch.tensor([[0, 1, 2, 0]]))
     old = thd._in_batch_vlm_step()(*args)
@@ -185,13 +231,16 @@ def test_vlm_step_tuple_and_direct_dict_eras_agree(fake_pkg, monkeypatch):
 
 
 def test_params_builder_without_unpadded_support_is_untestable(fake_pkg, monkeypatch):
-    fake_pkg("gpt_step.py", """
+    fake_pkg(
+        "gpt_step.py",
+        """
         import types
         def get_packed_seq_params(batch):
             cu = batch["cu_seqlens"]
             return types.SimpleNamespace(qkv_format="thd", cu_seqlens_q=cu, cu_seqlens_kv=cu, max_seqlen_q=None,
                                          max_seqlen_kv=None)
-    """)
+    """,
+    )
     monkeypatch.setattr(thd, "symbol", lambda m, n: symbol(f"{FAKE}.gpt_step", n))
     call = thd._params_probe("fake.gpt_step")()
     assert call({"cu_seqlens": [0, 3]})["cu_seqlens_q"] == [0, 3]
@@ -200,6 +249,7 @@ def test_params_builder_without_unpadded_support_is_untestable(fake_pkg, monkeyp
 
 
 # ---- light import ---------------------------------------------------------------------------
+
 
 def test_light_finder_skips_package_init(tmp_path, monkeypatch):
     """Fake megatron.bridge-like tree: package __init__ never runs; lazy names still resolve."""
@@ -249,10 +299,10 @@ def test_light_import_of_installed_mb_packing_modules():
         assert "megatron.bridge.models" not in sys.modules, "the model zoo was imported"
         print("OK", mods)
     """)
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(SITE_DIR), str(ROOT)]),
-               HARNESS_IMPORT_MODE="light")
-    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300,
-                         cwd=Path(ROOT))
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(SITE_DIR), str(ROOT)]), HARNESS_IMPORT_MODE="light")
+    out = subprocess.run(
+        [sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300, cwd=Path(ROOT)
+    )
     assert out.returncode == 0 and "OK" in out.stdout, out.stderr[-3000:]
 
 

@@ -29,11 +29,12 @@ from pathlib import Path
 import pytest
 
 from harness.bisect.document import BisectDoc, NotBisected
-from harness.report.terminal import bisect_summary_lines
-from harness.bisect.driver import BisectOptions, run_bisection, workspace_dir_for
+from harness.bisect.driver import BisectOptions, run_bisection
 from harness.bisect.evaluator import EvalOutcome, MBEvaluator
 from harness.gitrepo import open_repo
+from harness.report.terminal import bisect_summary_lines
 from harness.verdict import Verdict
+from harness.workspaces import workspace_dir_for
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import faults  # noqa: E402
@@ -41,15 +42,23 @@ import faults  # noqa: E402
 HARNESS = [sys.executable, "-m", "harness"]
 SUITES = ["--suite", "packed_seq_params", "--suite", "in_batch_packing"]
 GIT_ENV = {
-    "GIT_CONFIG_GLOBAL": os.devnull, "GIT_CONFIG_NOSYSTEM": "1",
-    "GIT_AUTHOR_NAME": "Ada Tester", "GIT_AUTHOR_EMAIL": "ada@example.com",
-    "GIT_COMMITTER_NAME": "Ada Tester", "GIT_COMMITTER_EMAIL": "ada@example.com",
+    "GIT_CONFIG_GLOBAL": os.devnull,
+    "GIT_CONFIG_NOSYSTEM": "1",
+    "GIT_AUTHOR_NAME": "Ada Tester",
+    "GIT_AUTHOR_EMAIL": "ada@example.com",
+    "GIT_COMMITTER_NAME": "Ada Tester",
+    "GIT_COMMITTER_EMAIL": "ada@example.com",
 }
 
 
 def git(repo: Path, *args: str, env: dict[str, str] | None = None) -> str:
-    return subprocess.run(["git", "-C", str(repo), *args], check=True, capture_output=True, text=True,
-                          env={**os.environ, **GIT_ENV, **(env or {})}).stdout.strip()
+    return subprocess.run(
+        ["git", "-C", str(repo), *args],
+        check=True,
+        capture_output=True,
+        text=True,
+        env={**os.environ, **GIT_ENV, **(env or {})},
+    ).stdout.strip()
 
 
 def commit_all(repo: Path, msg: str, n: int) -> str:
@@ -211,7 +220,9 @@ def test_two_faults_parallel_names_each_injecting_commit(mb_repo: MBRepo, shared
 def test_rerun_reuses_every_cached_verdict(mb_repo: MBRepo, shared_cache: Path, tmp_path: Path) -> None:
     before = cache_rows(shared_cache)
     if not before:  # run on its own (-k, xdist): fill the shared cache first
-        assert bisect(mb_repo, "good..bad", *SUITES, "-j", "3", out=tmp_path / "first", cache=shared_cache).returncode == 0
+        assert (
+            bisect(mb_repo, "good..bad", *SUITES, "-j", "3", out=tmp_path / "first", cache=shared_cache).returncode == 0
+        )
         before = cache_rows(shared_cache)
     proc = bisect(mb_repo, f"{mb_repo.shas[0][:10]}..bad", *SUITES, "-j", "2", out=tmp_path, cache=shared_cache)
     assert proc.returncode == 0, proc.stdout + proc.stderr
@@ -228,8 +239,9 @@ def test_kill9_then_resume_loses_and_repeats_nothing(mb_repo: MBRepo, tmp_path: 
     cache, out = tmp_path / "cache", tmp_path / "out"
     args = ["good..bad", "--suite", "packed_seq_params", "-j", "1", "--quiet"]
     cmd = [*HARNESS, "bisect", *args, "--repo", str(mb_repo.path), "--cache-dir", str(cache), "--out", str(out)]
-    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
-                            env={**os.environ, **GIT_ENV})
+    proc = subprocess.Popen(
+        cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True, env={**os.environ, **GIT_ENV}
+    )
     deadline = time.monotonic() + 400
     try:
         while len(cache_rows(cache)) < 3:
@@ -293,8 +305,14 @@ def test_bad_ranges_fail_in_one_line(mb_repo: MBRepo, shared_cache: Path, tmp_pa
 # --------------------------------------------------------------------------- fast: fake evaluator
 
 
-def _fake_history(root: Path, n: int, faults_at: dict[str, int], broken: set[int] = frozenset(),
-                  no_src: set[int] = frozenset(), fixed_at: dict[str, int] | None = None) -> tuple[Path, list[str]]:
+def _fake_history(
+    root: Path,
+    n: int,
+    faults_at: dict[str, int],
+    broken: set[int] = frozenset(),
+    no_src: set[int] = frozenset(),
+    fixed_at: dict[str, int] | None = None,
+) -> tuple[Path, list[str]]:
     """A git history of ``n`` commits; ``state.json`` says which cases fail/are broken there."""
     repo = root / "repo"
     git(root, "init", "-q", "-b", "main", str(repo))
@@ -329,7 +347,7 @@ class StateEvaluator:
         return "state-suite", "state-env"
 
     def __call__(self, sha: str) -> EvalOutcome:
-        from harness.gitrepo import WorkspaceCache
+        from harness.workspaces import WorkspaceCache
 
         if self.counter:
             with open(self.counter, "a") as fh:
@@ -351,8 +369,9 @@ class StateEvaluator:
 def _run(repo: Path, good: str, bad: str, cache: Path, **kw):
     ev_kw = {k: kw.pop(k) for k in ("flaky", "counter") if k in kw}
     ev = StateEvaluator(repo, workspace_dir_for(cache, open_repo(repo)), **ev_kw)
-    return run_bisection(BisectOptions(repo=repo, good=good, bad=bad, cache_dir=cache, **kw), evaluator=ev,
-                         progress=None)
+    return run_bisection(
+        BisectOptions(repo=repo, good=good, bad=bad, cache_dir=cache, **kw), evaluator=ev, progress=None
+    )
 
 
 @pytest.mark.parametrize("jobs", [1, 2, 4])

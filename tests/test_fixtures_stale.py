@@ -28,8 +28,14 @@ def _run(cases: list[CaseResult]) -> RunResult:
 
 
 def test_only_goldens_of_cases_that_no_longer_exist_are_stale(tmp_path):
-    names = {"passing": Verdict.PASS, "untestable_here": Verdict.UNTESTABLE, "harness_error": Verdict.ERROR,
-             "failed_before_golden": Verdict.FAIL, "known_mb_bug": Verdict.KNOWN_FAIL, "changed": Verdict.CHANGED}
+    names = {
+        "passing": Verdict.PASS,
+        "untestable_here": Verdict.UNTESTABLE,
+        "harness_error": Verdict.ERROR,
+        "failed_before_golden": Verdict.FAIL,
+        "known_mb_bug": Verdict.KNOWN_FAIL,
+        "changed": Verdict.CHANGED,
+    }
     kept = [_golden(tmp_path, "s", f"test_{n}") for n in names]
     gone = _golden(tmp_path, "s", "test_removed_from_the_suite")
     run = _run([CaseResult(f"s::test_{n}", "s", v) for n, v in names.items()])

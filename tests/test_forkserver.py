@@ -12,8 +12,10 @@ from harness import runner
 from harness.target import Target, mb_location
 from tests import faults
 
-pytestmark = [pytest.mark.slow,
-              pytest.mark.skipif(mb_location() is None, reason="no megatron.bridge installed (run scripts/setup.sh)")]
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.skipif(mb_location() is None, reason="no megatron.bridge installed (run scripts/setup.sh)"),
+]
 
 SUITES = ["packed_seq_params", "packing_algorithms"]
 

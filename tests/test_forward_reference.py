@@ -23,9 +23,13 @@ def _params(cu: list[int]):
     from megatron.core.packed_seq_params import PackedSeqParams
 
     t = torch.tensor(cu, dtype=torch.int32)
-    return PackedSeqParams(qkv_format="thd", cu_seqlens_q=t, cu_seqlens_kv=t,
-                           max_seqlen_q=max(b - a for a, b in zip(cu, cu[1:])),
-                           max_seqlen_kv=max(b - a for a, b in zip(cu, cu[1:])))
+    return PackedSeqParams(
+        qkv_format="thd",
+        cu_seqlens_q=t,
+        cu_seqlens_kv=t,
+        max_seqlen_q=max(b - a for a, b in zip(cu, cu[1:])),
+        max_seqlen_kv=max(b - a for a, b in zip(cu, cu[1:])),
+    )
 
 
 @pytest.fixture(scope="module")
@@ -42,10 +46,17 @@ def _case(cu: list[int] | None = None, positions: torch.Tensor | None = None):
     pos = torch.tensor(sum((list(range(n)) for n in lens), []))
     labels = torch.tensor(sum((s[1:] + [0] for s in SEQS), []))
     mask = torch.tensor(sum(([1.0] * (len(s) - 1) + [0.0] for s in SEQS), []))
-    seqs = [{"offset": true_cu[i], "tokens": s, "labels": s[1:] + [0], "loss_mask": [1.0] * (len(s) - 1) + [0.0]}
-            for i, s in enumerate(SEQS)]
-    packed = {"tokens": tokens, "position_ids": pos if positions is None else positions, "labels": labels,
-              "loss_mask": mask, "params": _params(cu or true_cu)}
+    seqs = [
+        {"offset": true_cu[i], "tokens": s, "labels": s[1:] + [0], "loss_mask": [1.0] * (len(s) - 1) + [0.0]}
+        for i, s in enumerate(SEQS)
+    ]
+    packed = {
+        "tokens": tokens,
+        "position_ids": pos if positions is None else positions,
+        "labels": labels,
+        "loss_mask": mask,
+        "params": _params(cu or true_cu),
+    }
     return packed, seqs, true_cu
 
 
@@ -76,8 +87,10 @@ def test_merged_sequences_detected(model):
 def test_wrong_position_ids_detected(model):
     packed, seqs, _ = _case()
     n = packed["tokens"].numel()
-    for bad in (torch.arange(n),  # not reset per sequence
-                packed["position_ids"] + 1):  # shifted by one
+    for bad in (
+        torch.arange(n),  # not reset per sequence
+        packed["position_ids"] + 1,
+    ):  # shifted by one
         p = dict(packed, position_ids=bad)
         cmp = fwd.compare_packed(model, p, seqs)
         assert not cmp.ok(ATOL), f"wrong position ids went unnoticed: {cmp.as_dict()}"

@@ -66,7 +66,9 @@ def test_shape_dtype_missing_extra_are_reported():
     obt = encode({"a": torch.zeros(4, dtype=torch.int64), "d": 2, "c": [1, 2, 3]}, {})
     kinds = {m.path: m.kind for m in Comparator().compare(exp, obt).mismatches}
     assert kinds == {"$.a": "shape", "$.b": "missing", "$.d": "extra", "$.c": "shape"}
-    dt = Comparator().compare(encode(torch.zeros(2, dtype=torch.int32), {}), encode(torch.zeros(2, dtype=torch.int64), {}))
+    dt = Comparator().compare(
+        encode(torch.zeros(2, dtype=torch.int32), {}), encode(torch.zeros(2, dtype=torch.int64), {})
+    )
     assert dt.mismatches[0].kind == "dtype"
 
 

@@ -6,7 +6,6 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 
@@ -21,9 +20,15 @@ PADDING = {"invariant": "padding-never-trains", "tags": ["padding:eod"]}
 
 
 def entry(**over) -> known.KnownFailure:
-    doc = {"id": "eos-masked", "cases": ["offline::*[prompt-*]"], "invariants": ["loss-mask-equals-unpacked"],
-           "tags": ["input:eos"], "mb_versions": ">=0.6.0,<0.7", "reason": "packed collate masks EOS inputs",
-           "upstream": "data/packing/gpt_sft.py: loss_mask[tokens == eos_id] = 0"}
+    doc = {
+        "id": "eos-masked",
+        "cases": ["offline::*[prompt-*]"],
+        "invariants": ["loss-mask-equals-unpacked"],
+        "tags": ["input:eos"],
+        "mb_versions": ">=0.6.0,<0.7",
+        "reason": "packed collate masks EOS inputs",
+        "upstream": "data/packing/gpt_sft.py: loss_mask[tokens == eos_id] = 0",
+    }
     doc.update(over)
     return known.KnownFailure.from_json(doc)
 
@@ -102,7 +107,7 @@ def test_the_repository_decides_commit_ranges(tmp_path):
     assert in_range("f" * 40, shas[1], None) is None  # unknown commit: cannot tell
 
 
-SUITE = '''
+SUITE = """
 from harness.oracle.differential import Invariant, InvariantFailure, Violation
 
 def _fail(*tags_per_violation):
@@ -120,7 +125,7 @@ def test_listed_but_passing():
 
 def test_not_listed():
     _fail(("input:eos",))
-'''
+"""
 
 
 def test_the_plugin_applies_known_failures_to_verdicts(tmp_path):
@@ -129,31 +134,71 @@ def test_the_plugin_applies_known_failures_to_verdicts(tmp_path):
     (suite_dir / "test_demo.py").write_text(SUITE)
     fixtures = tmp_path / "fixtures"
     fixtures.mkdir()
-    entries = [entry(id="eos", cases=["demo::test_known*", "demo::test_listed_but_passing"], mb_versions=">=0"),
-               entry(id="never-here", cases=["demo::*"], mb_versions="<0.0.1")]
+    entries = [
+        entry(id="eos", cases=["demo::test_known*", "demo::test_listed_but_passing"], mb_versions=">=0"),
+        entry(id="never-here", cases=["demo::*"], mb_versions="<0.0.1"),
+    ]
     (fixtures / known.FILENAME).write_text(json.dumps(known.dump(entries)))
     results = tmp_path / "cases.json"
-    subprocess.run([sys.executable, "-m", "pytest", str(suite_dir), "-p", "harness.plugin", "-q", "-p",
-                    "no:cacheprovider", "--rootdir", str(tmp_path), "--harness-results", str(results),
-                    "--harness-fixtures", str(fixtures), "--harness-obtained", str(tmp_path / "obtained")],
-                   env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"}, capture_output=True, text=True,
-                   cwd=tmp_path, timeout=300)
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            str(suite_dir),
+            "-p",
+            "harness.plugin",
+            "-q",
+            "-p",
+            "no:cacheprovider",
+            "--rootdir",
+            str(tmp_path),
+            "--harness-results",
+            str(results),
+            "--harness-fixtures",
+            str(fixtures),
+            "--harness-obtained",
+            str(tmp_path / "obtained"),
+        ],
+        env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"},
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        timeout=300,
+    )
     cases = {c["case_id"].split("::")[1]: c for c in json.loads(results.read_text())["cases"]}
     assert {k: c["verdict"] for k, c in cases.items()} == {
-        "test_known": "known-fail", "test_known_plus_new": "fail", "test_listed_but_passing": "fixed",
-        "test_not_listed": "fail"}
+        "test_known": "known-fail",
+        "test_known_plus_new": "fail",
+        "test_listed_but_passing": "fixed",
+        "test_not_listed": "fail",
+    }
     assert cases["test_known"]["known"] == ["eos"]
     assert cases["test_known_plus_new"]["violations"][1]["tags"] == ["input:pad"]
 
 
 def test_a_rule_failure_is_known_only_through_its_message():
-    rule = entry(id="left-pad-accepted", cases=["in_batch::test_left_padding_is_refused"], invariants=["rule"],
-                 tags=[], message="DID NOT RAISE")
-    got = known.classify("in_batch::test_left_padding_is_refused", Verdict.FAIL, [], [rule],
-                         "assertion failed: DID NOT RAISE <class 'ValueError'>")
+    rule = entry(
+        id="left-pad-accepted",
+        cases=["in_batch::test_left_padding_is_refused"],
+        invariants=["rule"],
+        tags=[],
+        message="DID NOT RAISE",
+    )
+    got = known.classify(
+        "in_batch::test_left_padding_is_refused",
+        Verdict.FAIL,
+        [],
+        [rule],
+        "assertion failed: DID NOT RAISE <class 'ValueError'>",
+    )
     assert got is not None and got.verdict is Verdict.KNOWN_FAIL
-    assert known.classify("in_batch::test_left_padding_is_refused", Verdict.FAIL, [], [rule],
-                          "Megatron raised TypeError: boom") is None
+    assert (
+        known.classify(
+            "in_batch::test_left_padding_is_refused", Verdict.FAIL, [], [rule], "Megatron raised TypeError: boom"
+        )
+        is None
+    )
 
 
 def test_several_version_ranges_mean_any_of_them():

@@ -37,8 +37,13 @@ def test_catalogue_well_formed():
         assert f.description, f.id
         assert f.suites and set(f.suites) <= known, f"{f.id}: unknown suites {set(f.suites) - known}"
         assert not Path(f.file).is_absolute() and ".." not in Path(f.file).parts
-    assert {s for f in FAULTS for s in f.suites} >= {"offline_packed_dataset", "padding_loss_masks", "cp_constraints",
-                                                     "forward_cpu", "packing_algorithms"}
+    assert {s for f in FAULTS for s in f.suites} >= {
+        "offline_packed_dataset",
+        "padding_loss_masks",
+        "cp_constraints",
+        "forward_cpu",
+        "packing_algorithms",
+    }
 
 
 @pytest.mark.parametrize("fault", FAULTS, ids=[f.id for f in FAULTS])

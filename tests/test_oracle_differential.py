@@ -26,9 +26,14 @@ def aligned_row() -> PackedRow:
         labels=(6, EOS, 7, EOS, 9, EOS, 11, 12, EOS, EOS, EOS, EOS),
         loss_mask=(0, 1, 1, 1, 1, 1, 0, 0, 1, 0, 0, 0),
         position_ids=(0, 1, 2, 3, 0, 1, 0, 1, 2, 3, 0, 0),
-        cu_seqlens_q=(0, 4, 6, 9, 9), cu_seqlens_q_padded=(0, 4, 6, 10, 12),
-        cu_seqlens_kv=(0, 4, 6, 9, 9), cu_seqlens_kv_padded=(0, 4, 6, 10, 12),
-        max_seqlen_q=4, max_seqlen_kv=4, dtypes={"cu_seqlens_q": "int32", "cu_seqlens_q_padded": "int32"})
+        cu_seqlens_q=(0, 4, 6, 9, 9),
+        cu_seqlens_q_padded=(0, 4, 6, 10, 12),
+        cu_seqlens_kv=(0, 4, 6, 9, 9),
+        cu_seqlens_kv_padded=(0, 4, 6, 10, 12),
+        max_seqlen_q=4,
+        max_seqlen_kv=4,
+        dtypes={"cu_seqlens_q": "int32", "cu_seqlens_q_padded": "int32"},
+    )
 
 
 def run(row: PackedRow, examples=(A, B, C), **kw):
@@ -111,8 +116,13 @@ def test_int64_boundaries_and_wrong_max_seqlen_are_reported():
 
 
 def test_merged_segments_and_lost_examples_are_reported():
-    merged = replace(aligned_row(), cu_seqlens_q=(0, 6, 9, 9), cu_seqlens_q_padded=(0, 6, 10, 12),
-                     cu_seqlens_kv=(0, 6, 9, 9), cu_seqlens_kv_padded=(0, 6, 10, 12))
+    merged = replace(
+        aligned_row(),
+        cu_seqlens_q=(0, 6, 9, 9),
+        cu_seqlens_q_padded=(0, 6, 10, 12),
+        cu_seqlens_kv=(0, 6, 9, 9),
+        cu_seqlens_kv_padded=(0, 6, 10, 12),
+    )
     assert Invariant.PHYSICAL_BOUNDARIES in kinds(run(merged))
     truncated = aligned_row()  # the last example cut: C's last real token replaced by padding
     truncated = replace(truncated, tokens=truncated.tokens[:8] + (EOS,) + truncated.tokens[9:])
@@ -121,10 +131,21 @@ def test_merged_segments_and_lost_examples_are_reported():
 
 
 def test_an_example_longer_than_the_pack_may_be_cut_to_the_pack():
-    long = Example("#9", tokens=(20, 21, 22, 23, 24, 25), labels=(21, 22, 23, 24, 25, EOS),
-                   loss_mask=(0, 1, 1, 1, 1, 1), position_ids=(0, 1, 2, 3, 4, 5))
-    row = PackedRow(tokens=(20, 21, 22, 23), labels=(21, 22, 23, 24), loss_mask=(0, 1, 1, 1),
-                    position_ids=(0, 1, 2, 3), cu_seqlens_q=(0, 4), max_seqlen_q=4)
+    long = Example(
+        "#9",
+        tokens=(20, 21, 22, 23, 24, 25),
+        labels=(21, 22, 23, 24, 25, EOS),
+        loss_mask=(0, 1, 1, 1, 1, 1),
+        position_ids=(0, 1, 2, 3, 4, 5),
+    )
+    row = PackedRow(
+        tokens=(20, 21, 22, 23),
+        labels=(21, 22, 23, 24),
+        loss_mask=(0, 1, 1, 1),
+        position_ids=(0, 1, 2, 3),
+        cu_seqlens_q=(0, 4),
+        max_seqlen_q=4,
+    )
     assert compare([row], [long], pack_size=4).ok
     assert not compare([], [long], pack_size=8).ok  # fits a pack: missing is a violation
     assert compare([], [long], pack_size=4).ok  # documented skip of an over-long example

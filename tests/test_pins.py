@@ -17,8 +17,13 @@ from harness.target import Target
 
 
 def git(cwd: Path, *args: str) -> str:
-    env = {"GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@e", "GIT_COMMITTER_NAME": "t",
-           "GIT_COMMITTER_EMAIL": "t@e", "PATH": "/usr/bin:/bin"}
+    env = {
+        "GIT_AUTHOR_NAME": "t",
+        "GIT_AUTHOR_EMAIL": "t@e",
+        "GIT_COMMITTER_NAME": "t",
+        "GIT_COMMITTER_EMAIL": "t@e",
+        "PATH": "/usr/bin:/bin",
+    }
     return subprocess.run(["git", *args], cwd=cwd, env=env, check=True, capture_output=True, text=True).stdout.strip()
 
 
@@ -62,8 +67,10 @@ def test_pinned_core_comes_before_the_installed_one(repos, tmp_path: Path) -> No
     mlm, mb, _, mb_shas = repos
     pinned = pinned_core(open_repo(mb), mb_shas[2], mlm, tmp_path / "cache")
     tgt = Target(src=mb / "src", commit=mb_shas[2], core=pinned.path, core_pin=pinned.pin)
-    code = ("import json, megatron.core as c; from harness.target import versions; "
-            "print(json.dumps([c.PINNED, versions()['megatron-core']]))")
+    code = (
+        "import json, megatron.core as c; from harness.target import versions; "
+        "print(json.dumps([c.PINNED, versions()['megatron-core']]))"
+    )
     out = subprocess.run([sys.executable, "-c", code], env=tgt.env(), capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr[-2000:]
     value, reported = json.loads(out.stdout.strip().splitlines()[-1])

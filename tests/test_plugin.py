@@ -9,7 +9,7 @@ from pathlib import Path
 
 from harness.paths import ROOT
 
-SUITE = '''
+SUITE = """
 import pytest
 from harness.plugin import Untestable
 from megatron_fake.mod import boom
@@ -44,7 +44,7 @@ def broken():
 
 def test_setup_error(broken):
     pass
-'''
+"""
 
 
 def _run(tmp_path: Path) -> dict[str, dict]:
@@ -64,11 +64,32 @@ def _run(tmp_path: Path) -> dict[str, dict]:
         write_golden(golden_path(fixtures, "demo", case), Golden("demo", case, encode({"x": [1, 2, 3]}, {})))
     results = tmp_path / "cases.json"
     env_path = f"{tmp_path / 'lib' / 'megatron'}:{ROOT}"
-    subprocess.run([sys.executable, "-m", "pytest", str(suite_dir), "-p", "harness.plugin", "-q", "-p",
-                    "no:cacheprovider", "--rootdir", str(tmp_path), "--harness-results", str(results),
-                    "--harness-fixtures", str(fixtures), "--harness-obtained", str(tmp_path / "obtained")],
-                   env={"PYTHONPATH": env_path, "PATH": "/usr/bin:/bin"}, capture_output=True, text=True,
-                   cwd=tmp_path, timeout=300)
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            str(suite_dir),
+            "-p",
+            "harness.plugin",
+            "-q",
+            "-p",
+            "no:cacheprovider",
+            "--rootdir",
+            str(tmp_path),
+            "--harness-results",
+            str(results),
+            "--harness-fixtures",
+            str(fixtures),
+            "--harness-obtained",
+            str(tmp_path / "obtained"),
+        ],
+        env={"PYTHONPATH": env_path, "PATH": "/usr/bin:/bin"},
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        timeout=300,
+    )
     doc = json.loads(results.read_text())
     return {c["case_id"].split("::")[1]: c for c in doc["cases"]}
 
@@ -77,9 +98,15 @@ def test_each_outcome_gets_its_verdict(tmp_path):
     cases = _run(tmp_path)
     verdicts = {k: v["verdict"] for k, v in cases.items()}
     assert verdicts == {
-        "test_pass": "pass", "test_golden_mismatch": "changed", "test_golden_missing": "changed",
-        "test_assert": "fail", "test_untestable": "untestable", "test_skip": "untestable",
-        "test_harness_bug": "error", "test_megatron_raised": "fail", "test_setup_error": "error",
+        "test_pass": "pass",
+        "test_golden_mismatch": "changed",
+        "test_golden_missing": "changed",
+        "test_assert": "fail",
+        "test_untestable": "untestable",
+        "test_skip": "untestable",
+        "test_harness_bug": "error",
+        "test_megatron_raised": "fail",
+        "test_setup_error": "error",
     }
     assert "first at index [2]" in cases["test_golden_mismatch"]["diff"]
     mm = cases["test_golden_mismatch"]["diff_data"]["mismatches"][0]

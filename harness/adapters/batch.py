@@ -20,8 +20,14 @@ from typing import Any
 
 from harness.oracle.differential import Example, PackedRow
 
-_BOUNDARY_KEYS = ("cu_seqlens_q", "cu_seqlens_q_padded", "cu_seqlens_kv", "cu_seqlens_kv_padded",
-                  "cu_seqlens", "cu_seqlens_unpadded")
+_BOUNDARY_KEYS = (
+    "cu_seqlens_q",
+    "cu_seqlens_q_padded",
+    "cu_seqlens_kv",
+    "cu_seqlens_kv_padded",
+    "cu_seqlens",
+    "cu_seqlens_unpadded",
+)
 
 
 def plain(value: Any) -> Any:
@@ -88,14 +94,22 @@ def packed_rows(batch: dict[str, Any], padding_rows: set[int] | None = None) -> 
         else:
             q = qp = kv = kvp = None
             max_q = max_kv = None
-        out.append(PackedRow(
-            tokens=tuple(_row(batch["tokens"], r) or ()), labels=tuple(_row(batch["labels"], r) or ()),
-            loss_mask=tuple(int(bool(x)) for x in _row(batch["loss_mask"], r) or ()),
-            position_ids=tuple(_row(batch["position_ids"], r) or ()),
-            cu_seqlens_q=None if q is None else tuple(q), cu_seqlens_q_padded=None if qp is None else tuple(qp),
-            cu_seqlens_kv=None if kv is None else tuple(kv), cu_seqlens_kv_padded=None if kvp is None else tuple(kvp),
-            max_seqlen_q=max_q, max_seqlen_kv=max_kv, dtypes=dtypes,
-            padding_row=r in (padding_rows or set())))
+        out.append(
+            PackedRow(
+                tokens=tuple(_row(batch["tokens"], r) or ()),
+                labels=tuple(_row(batch["labels"], r) or ()),
+                loss_mask=tuple(int(bool(x)) for x in _row(batch["loss_mask"], r) or ()),
+                position_ids=tuple(_row(batch["position_ids"], r) or ()),
+                cu_seqlens_q=None if q is None else tuple(q),
+                cu_seqlens_q_padded=None if qp is None else tuple(qp),
+                cu_seqlens_kv=None if kv is None else tuple(kv),
+                cu_seqlens_kv_padded=None if kvp is None else tuple(kvp),
+                max_seqlen_q=max_q,
+                max_seqlen_kv=max_kv,
+                dtypes=dtypes,
+                padding_row=r in (padding_rows or set()),
+            )
+        )
     return out
 
 
@@ -106,10 +120,20 @@ def unpacked_examples(dataset: Any) -> list[Example]:
         item = dataset[i]
         n = len(plain(item["input_ids"])) - 1
         b = dataset.collate_fn([item])
-        take = {k: tuple(int(x) for x in _row(b[k], 0)[:n]) for k in ("tokens", "labels", "loss_mask", "position_ids")}
-        out.append(Example(key=f"#{i}", tokens=take["tokens"], labels=take["labels"],
-                           loss_mask=tuple(int(bool(x)) for x in take["loss_mask"]),
-                           position_ids=take["position_ids"], length=n))
+        take = {
+            k: tuple(int(x) for x in (_row(b[k], 0) or [])[:n])
+            for k in ("tokens", "labels", "loss_mask", "position_ids")
+        }
+        out.append(
+            Example(
+                key=f"#{i}",
+                tokens=take["tokens"],
+                labels=take["labels"],
+                loss_mask=tuple(int(bool(x)) for x in take["loss_mask"]),
+                position_ids=take["position_ids"],
+                length=n,
+            )
+        )
     return out
 
 
@@ -132,11 +156,16 @@ def with_params(row: PackedRow, params: Any) -> PackedRow:
     values = {name: _flat(getattr(params, name, None)) for name in PARAM_FIELDS}
     dtypes = {name: d for name in PARAM_FIELDS if (d := dtype_name(getattr(params, name, None))) is not None}
     return PackedRow(
-        tokens=row.tokens, labels=row.labels, loss_mask=row.loss_mask, position_ids=row.position_ids,
+        tokens=row.tokens,
+        labels=row.labels,
+        loss_mask=row.loss_mask,
+        position_ids=row.position_ids,
         cu_seqlens_q=None if values["cu_seqlens_q"] is None else tuple(values["cu_seqlens_q"]),
         cu_seqlens_kv=None if values["cu_seqlens_kv"] is None else tuple(values["cu_seqlens_kv"]),
         cu_seqlens_q_padded=None if values["cu_seqlens_q_padded"] is None else tuple(values["cu_seqlens_q_padded"]),
         cu_seqlens_kv_padded=None if values["cu_seqlens_kv_padded"] is None else tuple(values["cu_seqlens_kv_padded"]),
         max_seqlen_q=_scalar(getattr(params, "max_seqlen_q", None), 0),
         max_seqlen_kv=_scalar(getattr(params, "max_seqlen_kv", None), 0),
-        dtypes=dtypes, padding_row=row.padding_row)
+        dtypes=dtypes,
+        padding_row=row.padding_row,
+    )

@@ -84,19 +84,29 @@ def _tokenizer_probe(config_module: str) -> Callable[[], Callable[..., Any]]:
         build = symbol("megatron.bridge.training.tokenizers.tokenizer", "build_tokenizer")
 
         # 2025 eras: build_tokenizer(config, make_vocab_size_divisible_by, tensor_model_parallel_size)
-        extra = {k: v for k, v in (("make_vocab_size_divisible_by", 128), ("tensor_model_parallel_size", 1))
-                 if accepts(build, k)}
+        extra = {
+            k: v
+            for k, v in (("make_vocab_size_divisible_by", 128), ("tensor_model_parallel_size", 1))
+            if accepts(build, k)
+        }
 
         def call(directory: Path) -> Any:
             return build(cfg_cls(tokenizer_type="HuggingFaceTokenizer", tokenizer_model=str(directory)), **extra)
+
         return call
+
     return probe
 
 
-load_tokenizer = Operation("load_tokenizer", [
-    Candidate("training/tokenizers/config.TokenizerConfig", _tokenizer_probe("megatron.bridge.training.tokenizers.config")),
-    Candidate("training/config.TokenizerConfig", _tokenizer_probe("megatron.bridge.training.config")),
-])
+load_tokenizer = Operation(
+    "load_tokenizer",
+    [
+        Candidate(
+            "training/tokenizers/config.TokenizerConfig", _tokenizer_probe("megatron.bridge.training.tokenizers.config")
+        ),
+        Candidate("training/config.TokenizerConfig", _tokenizer_probe("megatron.bridge.training.config")),
+    ],
+)
 
 
 # --------------------------------------------------------------------------- the spy
@@ -148,8 +158,11 @@ def _legacy_kwargs(req: SFTRequest) -> dict[str, Any]:
 
 def _specs(cls: Any, packing: OfflinePacking) -> Any:
     names = {f.name for f in dataclasses.fields(cls)}
-    wanted = {"packed_sequence_size": packing.pack_size, "pad_seq_to_mult": packing.pad_seq_to_mult,
-              "pad_cu_seqlens": packing.pad_cu_seqlens}
+    wanted = {
+        "packed_sequence_size": packing.pack_size,
+        "pad_seq_to_mult": packing.pad_seq_to_mult,
+        "pad_cu_seqlens": packing.pad_cu_seqlens,
+    }
     missing = [k for k, v in wanted.items() if k not in names and v not in (1, False)]
     if missing:
         raise Untestable(f"PackedSequenceSpecs has no {', '.join(missing)} in this era")
@@ -169,8 +182,12 @@ def _gpt_sft_builder() -> Callable[[SFTRequest], SFTBuild]:
         extra = {"pad_to_max_length": True} if req.packing is not None and req.packing.pad_to_max_length else {}
         if req.kind == "completion":
             cls = symbol(sft, "PromptCompletionSFTPreprocessingConfig")
-            return cls(prompt_column="input", completion_column="output", separator=" ",
-                       loss_mode="full" if req.full_loss else "completion"), extra
+            return cls(
+                prompt_column="input",
+                completion_column="output",
+                separator=" ",
+                loss_mode="full" if req.full_loss else "completion",
+            ), extra
         cls = symbol(sft, "ChatSFTPreprocessingConfig")
         return cls(loss_mode="full" if req.full_loss else "assistant"), extra
 
@@ -178,11 +195,18 @@ def _gpt_sft_builder() -> Callable[[SFTRequest], SFTBuild]:
         prep, kwargs = preprocessing(req)
 
         def make(packing: OfflinePacking | None) -> tuple[Any, list[Any], Any]:
-            config = config_cls(seq_length=req.seq_length, dataset_root=str(req.root), seed=req.seed,
-                                do_validation=False, do_test=False, preprocessing=prep,
-                                dataset_kwargs=dict(kwargs) or None, max_train_samples=req.max_train_samples,
-                                enable_offline_packing=packing is not None,
-                                offline_packing_specs=_specs(specs_cls, packing) if packing else None)
+            config = config_cls(
+                seq_length=req.seq_length,
+                dataset_root=str(req.root),
+                seed=req.seed,
+                do_validation=False,
+                do_test=False,
+                preprocessing=prep,
+                dataset_kwargs=dict(kwargs) or None,
+                max_train_samples=req.max_train_samples,
+                enable_offline_packing=packing is not None,
+                offline_packing_specs=_specs(specs_cls, packing) if packing else None,
+            )
             builder = builder_cls(config, req.tokenizer)
             with _record_unpacked(base) as seen:
                 train = builder.build()[0]
@@ -193,8 +217,14 @@ def _gpt_sft_builder() -> Callable[[SFTRequest], SFTBuild]:
             train, _, _ = make(None)
             return SFTBuild(train, None, train, "data/builders/gpt_sft.GPTSFTDatasetBuilder")
         train, seen, meta = make(req.packing)
-        return SFTBuild(train, seen[0] if seen else None, None, "data/builders/gpt_sft.GPTSFTDatasetBuilder",
-                        Path(meta) if meta else None)
+        return SFTBuild(
+            train,
+            seen[0] if seen else None,
+            None,
+            "data/builders/gpt_sft.GPTSFTDatasetBuilder",
+            Path(meta) if meta else None,
+        )
+
     return build
 
 
@@ -219,17 +249,28 @@ def _finetuning_builder() -> Callable[[SFTRequest], SFTBuild]:
 
     def build(req: SFTRequest) -> SFTBuild:
         if req.kind == "completion":
-            raise Untestable("prompt-completion preprocessing configs do not exist in this era "
-                             "(FinetuningDatasetBuilder takes dataset_kwargs only)")
+            raise Untestable(
+                "prompt-completion preprocessing configs do not exist in this era "
+                "(FinetuningDatasetBuilder takes dataset_kwargs only)"
+            )
         if req.kind == "chat" and not hf_chat:
-            raise Untestable("chat datasets over HF chat templates ('messages') do not exist in this era "
-                             "(GPTSFTChatDataset has no use_hf_tokenizer_chat_template)")
+            raise Untestable(
+                "chat datasets over HF chat templates ('messages') do not exist in this era "
+                "(GPTSFTChatDataset has no use_hf_tokenizer_chat_template)"
+            )
 
         def make(packing: OfflinePacking | None) -> tuple[Any, list[Any], Any]:
-            kwargs: dict[str, Any] = dict(dataset_root=req.root, tokenizer=req.tokenizer, seq_length=req.seq_length,
-                                          seed=req.seed, max_train_samples=req.max_train_samples,
-                                          packed_sequence_specs=_specs(specs_cls, packing) if packing else None,
-                                          dataset_kwargs=_legacy_kwargs(req), do_validation=False, do_test=False)
+            kwargs: dict[str, Any] = dict(
+                dataset_root=req.root,
+                tokenizer=req.tokenizer,
+                seq_length=req.seq_length,
+                seed=req.seed,
+                max_train_samples=req.max_train_samples,
+                packed_sequence_specs=_specs(specs_cls, packing) if packing else None,
+                dataset_kwargs=_legacy_kwargs(req),
+                do_validation=False,
+                do_test=False,
+            )
             builder = builder_cls(**{k: v for k, v in kwargs.items() if accepts(builder_cls.__init__, k)})
             with _record_unpacked(base) as seen:
                 train = builder.build()[0]
@@ -241,10 +282,14 @@ def _finetuning_builder() -> Callable[[SFTRequest], SFTBuild]:
             return SFTBuild(train, None, train, era)
         train, seen, meta = make(req.packing)
         return SFTBuild(train, seen[0] if seen else None, None, era, Path(meta) if meta else None)
+
     return build
 
 
-build_sft = Operation("build_sft", [
-    Candidate("data/builders/gpt_sft.GPTSFTDatasetBuilder", _gpt_sft_builder),
-    Candidate("data/builders/finetuning_dataset.FinetuningDatasetBuilder", _finetuning_builder),
-])
+build_sft = Operation(
+    "build_sft",
+    [
+        Candidate("data/builders/gpt_sft.GPTSFTDatasetBuilder", _gpt_sft_builder),
+        Candidate("data/builders/finetuning_dataset.FinetuningDatasetBuilder", _finetuning_builder),
+    ],
+)

@@ -29,9 +29,8 @@ Eras (from ``git log -S`` on MB's ``src``):
 
 from __future__ import annotations
 
-from typing import Any, Callable
-
 from collections.abc import Mapping
+from typing import Any, Callable
 
 from harness.adapters import Candidate, Operation, accepts, source_text, symbol
 from harness.errors import NotHere, Untestable
@@ -91,22 +90,34 @@ def _params_probe(module: str) -> Callable[[], Callable[..., dict[str, Any]]]:
         def call(batch: dict[str, Any]) -> dict[str, Any]:
             for key in _ERA_KEYS:
                 if key in batch and source and key not in source:
-                    raise Untestable(f"{module}.get_packed_seq_params does not read '{key}' in this era "
-                                     "(feature not present yet)")
+                    raise Untestable(
+                        f"{module}.get_packed_seq_params does not read '{key}' in this era (feature not present yet)"
+                    )
             return canonical_params(fn(batch))
+
         return call
+
     return probe
 
 
-packed_seq_params = Operation("packed_seq_params", [
-    Candidate("training/utils/packed_seq_utils (v0.2+)", _params_probe("megatron.bridge.training.utils.packed_seq_utils")),
-    Candidate("training/gpt_step (v0.1)", _params_probe("megatron.bridge.training.gpt_step")),
-])
+packed_seq_params = Operation(
+    "packed_seq_params",
+    [
+        Candidate(
+            "training/utils/packed_seq_utils (v0.2+)", _params_probe("megatron.bridge.training.utils.packed_seq_utils")
+        ),
+        Candidate("training/gpt_step (v0.1)", _params_probe("megatron.bridge.training.gpt_step")),
+    ],
+)
 
 
 def _batch_in(tokens, labels, loss_mask, position_ids, attention_mask) -> dict[str, Any]:
-    batch = {"tokens": tokens.clone(), "labels": labels.clone(), "loss_mask": loss_mask.clone(),
-             "position_ids": position_ids.clone()}
+    batch = {
+        "tokens": tokens.clone(),
+        "labels": labels.clone(),
+        "loss_mask": loss_mask.clone(),
+        "position_ids": position_ids.clone(),
+    }
     if attention_mask is not None:
         batch["attention_mask"] = attention_mask.clone()
     return batch
@@ -130,9 +141,15 @@ def canonical_thd_batch(batch: Mapping[str, Any]) -> dict[str, Any]:
         max_seqlen = batch.get("max_seqlen")
     else:
         raise NotHere(f"packed batch has neither cu_seqlens_q nor cu_seqlens (keys {sorted(batch)})")
-    return {"tokens": _flat(batch["tokens"]), "labels": _flat(batch["labels"]),
-            "loss_mask": _flat(batch["loss_mask"]), "position_ids": _flat(batch["position_ids"]),
-            "cu_seqlens_padded": padded, "cu_seqlens_unpadded": unpadded, "max_seqlen": _int_or_none(max_seqlen)}
+    return {
+        "tokens": _flat(batch["tokens"]),
+        "labels": _flat(batch["labels"]),
+        "loss_mask": _flat(batch["loss_mask"]),
+        "position_ids": _flat(batch["position_ids"]),
+        "cu_seqlens_padded": padded,
+        "cu_seqlens_unpadded": unpadded,
+        "max_seqlen": _int_or_none(max_seqlen),
+    }
 
 
 def strip_sentinel(values: list[int] | None) -> list[int] | None:
@@ -153,13 +170,23 @@ def _in_batch_direct(module: str) -> Callable[[], Callable[..., dict[str, Any]]]
         if not accepts(fn, "pad_to_multiple_of", "pad_token_id"):
             raise NotHere("pack_right_padded_sequence_batch_to_mcore_thd lacks pad_to_multiple_of/pad_token_id")
 
-        def call(tokens, labels, loss_mask, position_ids, attention_mask=None, *, pad_token_id: int = 0,
-                 pad_to_multiple_of: int = 1) -> dict[str, Any]:
+        def call(
+            tokens,
+            labels,
+            loss_mask,
+            position_ids,
+            attention_mask=None,
+            *,
+            pad_token_id: int = 0,
+            pad_to_multiple_of: int = 1,
+        ) -> dict[str, Any]:
             batch = _batch_in(tokens, labels, loss_mask, position_ids, attention_mask)
             ret = fn(batch, pad_token_id=pad_token_id, pad_to_multiple_of=pad_to_multiple_of)
             raw = ret if isinstance(ret, Mapping) else batch
             return {**canonical_thd_batch(raw), "raw": raw}
+
         return call
+
     return probe
 
 
@@ -168,13 +195,27 @@ def _in_batch_pad_or_pack() -> Callable[..., dict[str, Any]]:
     if not accepts(fn, "enable_in_batch_packing", "in_batch_packing_pad_to_multiple_of", "pad_token_id"):
         raise NotHere("pad_or_pack_sequence lacks enable_in_batch_packing/in_batch_packing_pad_to_multiple_of")
 
-    def call(tokens, labels, loss_mask, position_ids, attention_mask=None, *, pad_token_id: int = 0,
-             pad_to_multiple_of: int = 1) -> dict[str, Any]:
+    def call(
+        tokens,
+        labels,
+        loss_mask,
+        position_ids,
+        attention_mask=None,
+        *,
+        pad_token_id: int = 0,
+        pad_to_multiple_of: int = 1,
+    ) -> dict[str, Any]:
         batch = _batch_in(tokens, labels, loss_mask, position_ids, attention_mask)
-        ret = fn(batch, sequence_length=None, enable_in_batch_packing=True,
-                 in_batch_packing_pad_to_multiple_of=pad_to_multiple_of, pad_token_id=pad_token_id)
+        ret = fn(
+            batch,
+            sequence_length=None,
+            enable_in_batch_packing=True,
+            in_batch_packing_pad_to_multiple_of=pad_to_multiple_of,
+            pad_token_id=pad_token_id,
+        )
         raw = ret if isinstance(ret, Mapping) else batch
         return {**canonical_thd_batch(raw), "raw": raw}
+
     return call
 
 
@@ -183,26 +224,63 @@ def _in_batch_vlm_step() -> Callable[..., dict[str, Any]]:
     if not accepts(fn, "pad_to_multiple_of"):
         raise NotHere("vlm_step.pack_batch_sequences lacks pad_to_multiple_of")
 
-    def call(tokens, labels, loss_mask, position_ids, attention_mask=None, *, pad_token_id: int = 0,
-             pad_to_multiple_of: int = 1) -> dict[str, Any]:
-        out = fn(tokens.clone(), labels.clone(), loss_mask.clone(), attention_mask, position_ids.clone(),
-                 pad_token_id=pad_token_id, pad_to_multiple_of=pad_to_multiple_of)
+    def call(
+        tokens,
+        labels,
+        loss_mask,
+        position_ids,
+        attention_mask=None,
+        *,
+        pad_token_id: int = 0,
+        pad_to_multiple_of: int = 1,
+    ) -> dict[str, Any]:
+        out = fn(
+            tokens.clone(),
+            labels.clone(),
+            loss_mask.clone(),
+            attention_mask,
+            position_ids.clone(),
+            pad_token_id=pad_token_id,
+            pad_to_multiple_of=pad_to_multiple_of,
+        )
         if not isinstance(out, tuple) or len(out) not in (7, 8):
-            raise NotHere(f"vlm_step.pack_batch_sequences returned {type(out).__name__} "
-                          f"of length {len(out) if isinstance(out, tuple) else '?'}; expected a 7- or 8-tuple")
+            raise NotHere(
+                f"vlm_step.pack_batch_sequences returned {type(out).__name__} "
+                f"of length {len(out) if isinstance(out, tuple) else '?'}; expected a 7- or 8-tuple"
+            )
         p_tokens, p_labels, p_loss, _attn, p_pos, cu, max_seqlen = out[:7]
         unpadded = strip_sentinel(_flat(out[7])) if len(out) == 8 and out[7] is not None else None
-        raw = {"tokens": p_tokens, "labels": p_labels, "loss_mask": p_loss, "position_ids": p_pos, "cu_seqlens": cu,
-               "max_seqlen": max_seqlen, "cu_seqlens_unpadded": out[7] if len(out) == 8 else None}
-        return {"raw": raw, "tokens": _flat(p_tokens), "labels": _flat(p_labels), "loss_mask": _flat(p_loss),
-                "position_ids": _flat(p_pos), "cu_seqlens_padded": strip_sentinel(_flat(cu)),
-                "cu_seqlens_unpadded": unpadded, "max_seqlen": _int_or_none(max_seqlen)}
+        raw = {
+            "tokens": p_tokens,
+            "labels": p_labels,
+            "loss_mask": p_loss,
+            "position_ids": p_pos,
+            "cu_seqlens": cu,
+            "max_seqlen": max_seqlen,
+            "cu_seqlens_unpadded": out[7] if len(out) == 8 else None,
+        }
+        return {
+            "raw": raw,
+            "tokens": _flat(p_tokens),
+            "labels": _flat(p_labels),
+            "loss_mask": _flat(p_loss),
+            "position_ids": _flat(p_pos),
+            "cu_seqlens_padded": strip_sentinel(_flat(cu)),
+            "cu_seqlens_unpadded": unpadded,
+            "max_seqlen": _int_or_none(max_seqlen),
+        }
+
     return call
 
 
-pack_in_batch = Operation("pack_in_batch", [
-    Candidate("data/packing/in_batch (v0.6+)", _in_batch_direct("megatron.bridge.data.packing.in_batch")),
-    Candidate("data/sequence_batching direct (2026-06-29)", _in_batch_direct("megatron.bridge.data.sequence_batching")),
-    Candidate("data/sequence_batching.pad_or_pack_sequence (2026-06-25)", _in_batch_pad_or_pack),
-    Candidate("training/vlm_step.pack_batch_sequences (v0.4-v0.5)", _in_batch_vlm_step),
-])
+pack_in_batch = Operation(
+    "pack_in_batch",
+    [
+        Candidate("data/packing/in_batch (v0.6+)", _in_batch_direct("megatron.bridge.data.packing.in_batch")),
+        Candidate(
+            "data/sequence_batching direct (2026-06-29)", _in_batch_direct("megatron.bridge.data.sequence_batching")
+        ),
+        Candidate("data/sequence_batching.pad_or_pack_sequence (2026-06-25)", _in_batch_pad_or_pack),
+        Candidate("training/vlm_step.pack_batch_sequences (v0.4-v0.5)", _in_batch_vlm_step),
+    ],
+)

@@ -35,8 +35,12 @@ class CommitMeta:
 
     @classmethod
     def from_json(cls, doc: dict[str, Any]) -> CommitMeta:
-        return cls(str(doc.get("sha") or ""), str(doc.get("subject") or ""), str(doc.get("author") or ""),
-                   str(doc.get("date") or ""))
+        return cls(
+            str(doc.get("sha") or ""),
+            str(doc.get("subject") or ""),
+            str(doc.get("author") or ""),
+            str(doc.get("date") or ""),
+        )
 
 
 @dataclass
@@ -54,9 +58,19 @@ class Culprit:
 
     @classmethod
     def from_json(cls, doc: dict[str, Any]) -> Culprit:
-        return cls(*(str(doc.get(k) or "") for k in ("sha", "subject", "author", "email", "date")),
-                   files=[str(f) for f in doc.get("files") or []], diff=str(doc.get("diff") or ""),
-                   diff_scope=str(doc.get("diff_scope") or ""))
+        def text(key: str) -> str:
+            return str(doc.get(key) or "")
+
+        return cls(
+            text("sha"),
+            text("subject"),
+            text("author"),
+            text("email"),
+            text("date"),
+            [str(f) for f in doc.get("files") or []],
+            text("diff"),
+            text("diff_scope"),
+        )
 
 
 @dataclass
@@ -75,24 +89,35 @@ class CaseDoc:
     source: str = "golden"  # which source of verdicts: "golden" or "upstream"
 
     def to_json(self) -> dict[str, Any]:
-        return {"case_id": self.case_id, "status": self.status.value,
-                "culprit": vars(self.culprit).copy() if self.culprit else None, "last_good": self.last_good,
-                "candidates": list(self.candidates), "flaky_commits": list(self.flaky_commits),
-                "evaluations": self.evaluations, "notes": list(self.notes), "golden_diff": self.golden_diff,
-                "source": self.source}
+        return {
+            "case_id": self.case_id,
+            "status": self.status.value,
+            "culprit": vars(self.culprit).copy() if self.culprit else None,
+            "last_good": self.last_good,
+            "candidates": list(self.candidates),
+            "flaky_commits": list(self.flaky_commits),
+            "evaluations": self.evaluations,
+            "notes": list(self.notes),
+            "golden_diff": self.golden_diff,
+            "source": self.source,
+        }
 
     @classmethod
     def from_json(cls, doc: dict[str, Any]) -> CaseDoc:
         culprit = doc.get("culprit")
         evaluations = doc.get("evaluations")
         return cls(
-            case_id=str(doc.get("case_id") or ""), status=CaseStatus(doc.get("status") or CaseStatus.OPEN.value),
+            case_id=str(doc.get("case_id") or ""),
+            status=CaseStatus(doc.get("status") or CaseStatus.OPEN.value),
             culprit=Culprit.from_json(culprit) if isinstance(culprit, dict) else None,
-            last_good=doc.get("last_good"), candidates=[str(s) for s in doc.get("candidates") or []],
+            last_good=doc.get("last_good"),
+            candidates=[str(s) for s in doc.get("candidates") or []],
             flaky_commits=[str(s) for s in doc.get("flaky_commits") or []],
             evaluations=int(evaluations) if evaluations is not None else None,
-            notes=[str(n) for n in doc.get("notes") or []], golden_diff=str(doc.get("golden_diff") or ""),
-            source=str(doc.get("source") or "golden"))
+            notes=[str(n) for n in doc.get("notes") or []],
+            golden_diff=str(doc.get("golden_diff") or ""),
+            source=str(doc.get("source") or "golden"),
+        )
 
 
 @dataclass
@@ -197,17 +222,25 @@ class BisectDoc:
 
     def to_json(self) -> dict[str, Any]:
         return {
-            "mode": self.mode, "range": vars(self.range).copy(), "repo": self.repo,
+            "mode": self.mode,
+            "range": vars(self.range).copy(),
+            "repo": self.repo,
             "commits": [vars(c).copy() for c in self.commits],
             "probes": {sha: dict(v) for sha, v in self.probes.items()},
             "attempts": {sha: [dict(a) for a in v] for sha, v in self.attempts.items()},
             "cases": [c.to_json() for c in self.cases],
             "not_bisected": [vars(n).copy() for n in self.not_bisected],
             "notes": {sha: list(v) for sha, v in self.notes.items()},
-            "duration_s": self.duration_s, "evaluations": self.evaluations,
-            "new_evaluations": self.new_evaluations, "cached_evaluations": self.cached_evaluations,
-            "rounds": self.rounds, "jobs": self.jobs, "retries": self.retries,
-            "selection": vars(self.selection).copy(), "cache": vars(self.cache).copy(), "finished": self.finished,
+            "duration_s": self.duration_s,
+            "evaluations": self.evaluations,
+            "new_evaluations": self.new_evaluations,
+            "cached_evaluations": self.cached_evaluations,
+            "rounds": self.rounds,
+            "jobs": self.jobs,
+            "retries": self.retries,
+            "selection": vars(self.selection).copy(),
+            "cache": vars(self.cache).copy(),
+            "finished": self.finished,
         }
 
     @classmethod
@@ -217,21 +250,30 @@ class BisectDoc:
         cache = doc.get("cache") or {}
         n_commits = rng.get("n_commits")
         return cls(
-            range=RangeDoc(str(rng.get("good") or ""), str(rng.get("bad") or ""),
-                           int(n_commits) if n_commits is not None else None, str(rng.get("given") or ""),
-                           bool(rng.get("first_parent", False))),
-            mode=str(doc.get("mode") or FIND_REGRESSION), repo=str(doc.get("repo") or ""),
+            range=RangeDoc(
+                str(rng.get("good") or ""),
+                str(rng.get("bad") or ""),
+                int(n_commits) if n_commits is not None else None,
+                str(rng.get("given") or ""),
+                bool(rng.get("first_parent", False)),
+            ),
+            mode=str(doc.get("mode") or FIND_REGRESSION),
+            repo=str(doc.get("repo") or ""),
             commits=[CommitMeta.from_json(c) for c in doc.get("commits") or []],
             probes={str(k): dict(v) for k, v in (doc.get("probes") or {}).items()},
             attempts={str(k): [dict(a) for a in v] for k, v in (doc.get("attempts") or {}).items()},
             cases=[CaseDoc.from_json(c) for c in doc.get("cases") or []],
-            not_bisected=[NotBisected(str(n.get("case_id", "")), str(n.get("reason", "")))
-                          for n in doc.get("not_bisected") or []],
+            not_bisected=[
+                NotBisected(str(n.get("case_id", "")), str(n.get("reason", ""))) for n in doc.get("not_bisected") or []
+            ],
             notes={str(k): list(v) for k, v in (doc.get("notes") or {}).items()},
             duration_s=float(doc.get("duration_s") or 0.0),
-            evaluations=doc.get("evaluations"), new_evaluations=int(doc.get("new_evaluations") or 0),
-            cached_evaluations=int(doc.get("cached_evaluations") or 0), rounds=int(doc.get("rounds") or 0),
-            jobs=int(doc.get("jobs") or 1), retries=int(doc.get("retries") or 0),
+            evaluations=doc.get("evaluations"),
+            new_evaluations=int(doc.get("new_evaluations") or 0),
+            cached_evaluations=int(doc.get("cached_evaluations") or 0),
+            rounds=int(doc.get("rounds") or 0),
+            jobs=int(doc.get("jobs") or 1),
+            retries=int(doc.get("retries") or 0),
             selection=SelectionDoc(sel.get("suites"), sel.get("keyword")),
             cache=CacheNamespace(str(cache.get("suite_key") or ""), str(cache.get("env_key") or "")),
             finished=str(doc.get("finished") or ""),

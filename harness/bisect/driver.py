@@ -31,7 +31,6 @@ kept, they hold the golden diffs the report shows for cached verdicts.
 from __future__ import annotations
 
 import datetime as _dt
-import hashlib
 import sys
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -43,19 +42,22 @@ from harness import paths
 from harness.bisect import findings
 from harness.bisect.algorithm import Bisection, CaseStatus
 from harness.bisect.cache import CacheKey, VerdictCache
-from harness.bisect.document import (FIND_CHANGE, FIND_FIX, FIND_REGRESSION, BisectDoc, CacheNamespace, NotBisected, RangeDoc,
-                                     SelectionDoc)
+from harness.bisect.document import (
+    FIND_CHANGE,
+    FIND_FIX,
+    FIND_REGRESSION,
+    BisectDoc,
+    CacheNamespace,
+    NotBisected,
+    RangeDoc,
+    SelectionDoc,
+)
 from harness.bisect.evaluator import EvalOutcome, Evaluator, MBEvaluator
 from harness.bisect.executor import Executor, Handle, LocalExecutor
 from harness.errors import UsageError
-from harness.gitrepo import GitRepo, WorkspaceCache, open_repo
+from harness.gitrepo import GitRepo, open_repo
 from harness.verdict import Verdict
-
-
-def workspace_dir_for(cache_dir: Path, repo: GitRepo) -> Path:
-    """One mirror + trees per user repository, so one cache dir can serve several repos."""
-    key = hashlib.sha256(str(Path(repo.git_dir).resolve()).encode()).hexdigest()[:16]
-    return cache_dir / "workspaces" / key
+from harness.workspaces import WorkspaceCache, workspace_dir_for
 
 
 @dataclass
@@ -88,12 +90,17 @@ class BisectRun:
     bisection: Bisection | None = None
 
 
-_SWAP_FOR_FIX = {Verdict.PASS: Verdict.FAIL, Verdict.FAIL: Verdict.PASS}
-
-
 class _Driver:
-    def __init__(self, opts: BisectOptions, repo: GitRepo, commits: list[str], evaluator: Evaluator,
-                 executor: Executor, cache: VerdictCache, progress: TextIO | None) -> None:
+    def __init__(
+        self,
+        opts: BisectOptions,
+        repo: GitRepo,
+        commits: list[str],
+        evaluator: Evaluator,
+        executor: Executor,
+        cache: VerdictCache,
+        progress: TextIO | None,
+    ) -> None:
         self.opts = opts
         self.repo = repo
         self.commits = commits
@@ -117,16 +124,7 @@ class _Driver:
             print(text, file=self.progress, flush=True)
 
     def as_bisected(self, verdicts: Mapping[str, Verdict]) -> dict[str, Verdict]:
-        """Verdicts as the bisection sees them: PASS (good), FAIL (bad) or a skip.
-
-        A known MB bug is bad, a fixed one good; a golden change is good unless --changed
-        (:meth:`Verdict.bisect_view`). With --find-fix, PASS and FAIL then swap roles, so the
-        "first bad" commit the algorithm finds is the first commit where a failing case passes.
-        The cache and the report keep the real verdicts."""
-        seen = {c: v.bisect_view(changed=self.opts.changed) for c, v in verdicts.items()}
-        if not self.opts.find_fix:
-            return seen
-        return {c: _SWAP_FOR_FIX.get(v, v) for c, v in seen.items()}
+        return findings.as_bisected(verdicts, find_fix=self.opts.find_fix, changed=self.opts.changed)
 
     def key(self, sha: str) -> CacheKey:
         return CacheKey(sha, self.suite_key, self.env_key)
@@ -203,8 +201,10 @@ class _Driver:
             n_open = sum(o.status is CaseStatus.OPEN for o in self.bisection.outcomes().values())
             open_cases = f"; {n_open} case(s) open"
         note = f" ({outcome.note[:160]})" if outcome.note else ""
-        self.say(f"[{ev.new_evaluations}] {sha[:12]} #{self.index.get(sha, '?')} attempt {evaluation.attempt}: "
-                 f"{summary} in {outcome.duration_s:.1f} s{open_cases}{note}")
+        self.say(
+            f"[{ev.new_evaluations}] {sha[:12]} #{self.index.get(sha, '?')} attempt {evaluation.attempt}: "
+            f"{summary} in {outcome.duration_s:.1f} s{open_cases}{note}"
+        )
 
     def replay(self, sha: str) -> None:
         """A picked commit whose attempts are all cached: feed them to the bisection."""
@@ -214,29 +214,9 @@ class _Driver:
 
     # ------------------------------------------------------------ outcome
 
-    def select_cases(self, good: str, bad: str) -> tuple[list[str], list[NotBisected]]:
-        """Cases that FAIL at bad and PASS at good; the other bad failures with the reason."""
-        at_bad: dict[str, set[Verdict]] = {}
-        at_good: dict[str, set[Verdict]] = {}
-        for sha, seen_at in ((bad, at_bad), (good, at_good)):
-            for evaluation in self.evidence.attempts.get(sha, []):
-                for case, verdict in self.as_bisected(evaluation.verdicts).items():
-                    seen_at.setdefault(case, set()).add(verdict)
-        cases, skipped = [], []
-        for case in sorted(c for c, vs in at_bad.items() if Verdict.FAIL in vs):
-            seen = at_good.get(case, set())
-            if Verdict.PASS in seen:
-                cases.append(case)
-                continue
-            if self.opts.find_fix and Verdict.FAIL in seen:
-                continue  # really passes at both ends: nothing was fixed, nothing to report
-            why = "fails at good too" if Verdict.FAIL in seen else (
-                f"{'/'.join(sorted(v.value for v in seen))} at good" if seen else "not run at good")
-            skipped.append(NotBisected(case, why))
-        return cases, skipped
-
-    def document(self, good: str, bad: str, bisection: Bisection | None, not_bisected: list[NotBisected],
-                 duration: float) -> BisectDoc:
+    def document(
+        self, good: str, bad: str, bisection: Bisection | None, not_bisected: list[NotBisected], duration: float
+    ) -> BisectDoc:
         """The bisect.json record of this run."""
         opts, ev = self.opts, self.evidence
         case_ids = list(bisection.cases) if bisection else []
@@ -246,18 +226,32 @@ class _Driver:
             range=RangeDoc(good, bad, len(self.commits), f"{opts.good}..{opts.bad}", opts.first_parent),
             mode=FIND_FIX if opts.find_fix else (FIND_CHANGE if opts.changed else FIND_REGRESSION),
             repo=str(self.repo.path),
-            commits=findings.commit_table(self.repo, self.commits), probes=probes, attempts=attempts,
-            cases=findings.case_docs(self.repo, outcomes, ev, bad, self.details), not_bisected=not_bisected,
-            notes={sha: list(notes) for sha, notes in ev.notes.items()}, duration_s=round(duration, 2),
-            evaluations=ev.evaluations, new_evaluations=ev.new_evaluations,
-            cached_evaluations=ev.cached_evaluations, rounds=self.rounds, jobs=self.executor.slots,
-            retries=opts.retries, selection=SelectionDoc(list(opts.suites) if opts.suites else None, opts.keyword),
+            commits=findings.commit_table(self.repo, self.commits),
+            probes=probes,
+            attempts=attempts,
+            cases=findings.case_docs(self.repo, outcomes, ev, bad, self.details),
+            not_bisected=not_bisected,
+            notes={sha: list(notes) for sha, notes in ev.notes.items()},
+            duration_s=round(duration, 2),
+            evaluations=ev.evaluations,
+            new_evaluations=ev.new_evaluations,
+            cached_evaluations=ev.cached_evaluations,
+            rounds=self.rounds,
+            jobs=self.executor.slots,
+            retries=opts.retries,
+            selection=SelectionDoc(list(opts.suites) if opts.suites else None, opts.keyword),
             cache=CacheNamespace(self.suite_key, self.env_key),
-            finished=_dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"))
+            finished=_dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
+        )
 
 
-def run_bisection(opts: BisectOptions, *, evaluator: Evaluator | None = None, executor: Executor | None = None,
-                  progress: TextIO | None = sys.stderr) -> BisectRun:
+def run_bisection(
+    opts: BisectOptions,
+    *,
+    evaluator: Evaluator | None = None,
+    executor: Executor | None = None,
+    progress: TextIO | None = sys.stderr,
+) -> BisectRun:
     """Bisect ``opts.good..opts.bad``; returns the bisect.json record and the exit code."""
     t0 = time.monotonic()
     if opts.jobs < 1:
@@ -268,16 +262,20 @@ def run_bisection(opts: BisectOptions, *, evaluator: Evaluator | None = None, ex
     good, bad = repo.check_range(opts.good, opts.bad)
     commits = repo.commits_between(good, bad, first_parent=opts.first_parent)
     if repo.is_dirty() and not opts.allow_dirty and progress is not None:
-        print(f"warning: {repo.path} has uncommitted changes; only committed history is bisected "
-              "(the repository is never modified; --allow-dirty silences this)", file=progress)
+        print(
+            f"warning: {repo.path} has uncommitted changes; only committed history is bisected "
+            "(the repository is never modified; --allow-dirty silences this)",
+            file=progress,
+        )
     cache_dir = Path(opts.cache_dir).expanduser()
     ws_dir = workspace_dir_for(cache_dir, repo)
     ws = WorkspaceCache(ws_dir, repo)
     if not (ws.has_commit(bad) and ws.has_commit(good)):
         ws.sync()  # once, here: evaluations running in parallel never fetch
     if evaluator is None:
-        evaluator = MBEvaluator(repo.path, ws_dir, cache_dir / "runs", opts.suites, opts.keyword, opts.timeout_s,
-                                opts.megatron_lm)
+        evaluator = MBEvaluator(
+            repo.path, ws_dir, cache_dir / "runs", opts.suites, opts.keyword, opts.timeout_s, opts.megatron_lm
+        )
     if opts.use_cache:
         cache_path = cache_dir / "verdicts.sqlite"
     else:  # a private cache: nothing stored earlier is read, the shared one is left alone
@@ -290,8 +288,10 @@ def run_bisection(opts: BisectOptions, *, evaluator: Evaluator | None = None, ex
     driver: _Driver | None = None
     try:
         driver = _Driver(opts, repo, commits, evaluator, executor, cache, progress)
-        driver.say(f"bisecting {len(commits)} commits {good[:12]}..{bad[:12]} with {executor.slots} slot(s)"
-                   f"{f', {opts.retries} retries' if opts.retries else ''}; cache {cache_path}")
+        driver.say(
+            f"bisecting {len(commits)} commits {good[:12]}..{bad[:12]} with {executor.slots} slot(s)"
+            f"{f', {opts.retries} retries' if opts.retries else ''}; cache {cache_path}"
+        )
         return _bisect(driver, good, bad, t0)
     finally:
         cache.close()
@@ -308,16 +308,20 @@ def _bisect(driver: _Driver, good: str, bad: str, t0: float) -> BisectRun:
     driver.load_cached(driver.commits)
     if evidence.cached_evaluations:
         driver.say(f"reusing {evidence.cached_evaluations} cached evaluation(s) of {len(evidence.attempts)} commit(s)")
-    endpoints = [good, bad]
-    driver.run(lambda n: [e for e in endpoints if e not in driver.in_progress()
-                          and len(evidence.attempts.get(e, [])) < 1 + opts.retries][:n])
-    cases, not_bisected = driver.select_cases(good, bad)
+
+    def endpoints(n: int) -> list[str]:
+        busy = driver.in_progress()
+        return [e for e in (good, bad) if e not in busy and len(evidence.attempts.get(e, [])) < 1 + opts.retries][:n]
+
+    driver.run(endpoints)
+    cases, not_bisected = findings.select_cases(evidence, good, bad, find_fix=opts.find_fix, changed=opts.changed)
     if not cases:
         fails, passes = ("PASSes", "FAILs") if opts.find_fix else ("FAILs", "PASSes")
         if opts.changed and not opts.find_fix:
             fails = "FAILs or CHANGEs"
-        msg = (f"nothing to bisect: no case {fails} at {bad[:12]} and {passes} at {good[:12]}"
-               + (f" ({len(not_bisected)} failing at bad but not passing at good)" if not_bisected else ""))
+        msg = f"nothing to bisect: no case {fails} at {bad[:12]} and {passes} at {good[:12]}" + (
+            f" ({len(not_bisected)} failing at bad but not passing at good)" if not_bisected else ""
+        )
         return BisectRun(driver.document(good, bad, None, not_bisected, time.monotonic() - t0), 1, msg, None)
     bisection = Bisection(driver.commits, cases)
     driver.bisection = bisection

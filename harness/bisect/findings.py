@@ -1,19 +1,20 @@
-"""From what the driver observed to the parts of a :class:`~harness.bisect.document.BisectDoc`.
+"""What the driver observed, and what it means: cases to bisect, and the parts of a BisectDoc.
 
 The driver collects :class:`Evidence` (every attempt per commit, golden diffs, evaluator
-notes); this module turns it into the record's tables: the probe table (one settled verdict
+notes); this module decides from it which cases to bisect (:func:`select_cases`) and turns
+it into the tables of a :class:`~harness.bisect.document.BisectDoc`: the probe table (one settled verdict
 per commit and case), the per-case records and, for a culprit, its metadata and the part of
 its diff that can affect packing. The repository is only read.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from harness.bisect.algorithm import CaseOutcome, CaseStatus
 from harness.bisect.cache import Evaluation
-from harness.bisect.document import CaseDoc, CommitMeta, Culprit
+from harness.bisect.document import CaseDoc, CommitMeta, Culprit, NotBisected
 from harness.gitrepo import GitRepo
 from harness.verdict import Verdict, is_flaky, settle
 
@@ -22,12 +23,18 @@ MAX_DIFF_CHARS = 200_000
 # Paths whose changes can affect packing behaviour (the culprit's diff is limited to these; the
 # full file list is still shown). Patterns are git pathspecs relative to the repository root.
 PACKING_PATHSPECS: tuple[str, ...] = (
-    "src/megatron/bridge/data/packing", "src/megatron/bridge/data/datasets/packed_sequence.py",
-    "src/megatron/bridge/data/datasets/packing_utils.py", "src/megatron/bridge/data/datasets/packed_parquet.py",
-    "src/megatron/bridge/data/datasets/sft.py", "src/megatron/bridge/data/datasets/utils.py",
-    "src/megatron/bridge/data/sequence_batching.py", "src/megatron/bridge/training/utils/packed_seq_utils.py",
-    "src/megatron/bridge/training/gpt_step.py", "src/megatron/bridge/training/vlm_step.py",
-    "src/megatron/bridge/training/config.py", "src/megatron/bridge/data/builders",
+    "src/megatron/bridge/data/packing",
+    "src/megatron/bridge/data/datasets/packed_sequence.py",
+    "src/megatron/bridge/data/datasets/packing_utils.py",
+    "src/megatron/bridge/data/datasets/packed_parquet.py",
+    "src/megatron/bridge/data/datasets/sft.py",
+    "src/megatron/bridge/data/datasets/utils.py",
+    "src/megatron/bridge/data/sequence_batching.py",
+    "src/megatron/bridge/training/utils/packed_seq_utils.py",
+    "src/megatron/bridge/training/gpt_step.py",
+    "src/megatron/bridge/training/vlm_step.py",
+    "src/megatron/bridge/training/config.py",
+    "src/megatron/bridge/data/builders",
 )
 
 #: case -> {"diff": golden diff or message, "source": "golden" | "upstream"}
@@ -50,6 +57,48 @@ class Evidence:
         return sum(len(a) for a in self.attempts.values())
 
 
+_SWAP_FOR_FIX = {Verdict.PASS: Verdict.FAIL, Verdict.FAIL: Verdict.PASS}
+
+
+def as_bisected(verdicts: Mapping[str, Verdict], *, find_fix: bool, changed: bool = False) -> dict[str, Verdict]:
+    """Verdicts as the bisection sees them: PASS (good), FAIL (bad) or a skip.
+
+    A known MB bug is bad, a fixed one good, a golden change good unless ``changed``
+    (:meth:`Verdict.bisect_view`). With --find-fix, PASS and FAIL then swap roles, so the "first
+    bad" commit the algorithm finds is the first commit where a failing case passes. The cache
+    and the report keep the real verdicts."""
+    seen = {case: verdict.bisect_view(changed=changed) for case, verdict in verdicts.items()}
+    if not find_fix:
+        return seen
+    return {case: _SWAP_FOR_FIX.get(verdict, verdict) for case, verdict in seen.items()}
+
+
+def select_cases(
+    evidence: Evidence, good: str, bad: str, *, find_fix: bool, changed: bool = False
+) -> tuple[list[str], list[NotBisected]]:
+    """Cases that FAIL at bad and PASS at good (as bisected); the other bad failures with the reason."""
+    at_bad: dict[str, set[Verdict]] = {}
+    at_good: dict[str, set[Verdict]] = {}
+    for sha, seen_at in ((bad, at_bad), (good, at_good)):
+        for evaluation in evidence.attempts.get(sha, []):
+            for case, verdict in as_bisected(evaluation.verdicts, find_fix=find_fix, changed=changed).items():
+                seen_at.setdefault(case, set()).add(verdict)
+    cases, skipped = [], []
+    for case in sorted(c for c, seen in at_bad.items() if Verdict.FAIL in seen):
+        seen = at_good.get(case, set())
+        if Verdict.PASS in seen:
+            cases.append(case)
+            continue
+        if find_fix and Verdict.FAIL in seen:
+            continue  # really passes at both ends: nothing was fixed, nothing to report
+        if Verdict.FAIL in seen:
+            why = "fails at good too"
+        else:
+            why = f"{'/'.join(sorted(v.value for v in seen))} at good" if seen else "not run at good"
+        skipped.append(NotBisected(case, why))
+    return cases, skipped
+
+
 def probe_cell(values: Iterable[Verdict | None]) -> str:
     """One verdict value per (commit, case) for the report's probe table."""
     values = list(values)
@@ -59,8 +108,9 @@ def probe_cell(values: Iterable[Verdict | None]) -> str:
     return settled.value if settled else Verdict.UNTESTABLE.value
 
 
-def probe_tables(commits: Sequence[str], attempts: dict[str, list[Evaluation]], case_ids: Sequence[str]
-                 ) -> tuple[dict[str, dict[str, str]], dict[str, list[dict[str, str]]]]:
+def probe_tables(
+    commits: Sequence[str], attempts: dict[str, list[Evaluation]], case_ids: Sequence[str]
+) -> tuple[dict[str, dict[str, str]], dict[str, list[dict[str, str]]]]:
     """(sha -> case -> settled verdict, sha -> one verdict map per attempt) for probed commits."""
     probes: dict[str, dict[str, str]] = {}
     per_attempt: dict[str, list[dict[str, str]]] = {}
@@ -97,8 +147,9 @@ def culprit_record(repo: GitRepo, sha: str) -> Culprit:
     return Culprit(info.sha, info.subject, info.author, info.email, info.date, list(info.files), diff, scope)
 
 
-def case_docs(repo: GitRepo, outcomes: Iterable[CaseOutcome], evidence: Evidence, bad: str,
-              details_of: Callable[[str], Details]) -> list[CaseDoc]:
+def case_docs(
+    repo: GitRepo, outcomes: Iterable[CaseOutcome], evidence: Evidence, bad: str, details_of: Callable[[str], Details]
+) -> list[CaseDoc]:
     """One record per bisected case; each culprit commit is described (and diffed) once."""
     culprits: dict[str, Culprit] = {}
     docs = []
@@ -110,11 +161,26 @@ def case_docs(repo: GitRepo, outcomes: Iterable[CaseOutcome], evidence: Evidence
             culprit = culprits[outcome.culprit]
         where = outcome.culprit or bad
         detail = details_of(where).get(outcome.case_id) or details_of(bad).get(outcome.case_id) or {}
-        message = next((ev.messages[outcome.case_id] for ev in reversed(evidence.attempts.get(where, []))
-                        if ev.messages.get(outcome.case_id)), "")
-        docs.append(CaseDoc(
-            case_id=outcome.case_id, status=outcome.status, culprit=culprit, last_good=outcome.last_good,
-            candidates=list(outcome.candidates), flaky_commits=list(outcome.flaky_commits),
-            evaluations=outcome.evaluations, notes=list(outcome.notes),
-            golden_diff=detail.get("diff") or message, source=detail.get("source") or "golden"))
+        message = next(
+            (
+                ev.messages[outcome.case_id]
+                for ev in reversed(evidence.attempts.get(where, []))
+                if ev.messages.get(outcome.case_id)
+            ),
+            "",
+        )
+        docs.append(
+            CaseDoc(
+                case_id=outcome.case_id,
+                status=outcome.status,
+                culprit=culprit,
+                last_good=outcome.last_good,
+                candidates=list(outcome.candidates),
+                flaky_commits=list(outcome.flaky_commits),
+                evaluations=outcome.evaluations,
+                notes=list(outcome.notes),
+                golden_diff=detail.get("diff") or message,
+                source=detail.get("source") or "golden",
+            )
+        )
     return docs

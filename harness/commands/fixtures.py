@@ -24,20 +24,23 @@ from harness.target import require_mb
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("fixtures", help="record or verify golden fixtures",
-                       description="Goldens change only here: 'record' shows what would change and writes only "
-                                   "after confirmation (--yes); 'verify' checks every golden file is readable.")
+    p = sub.add_parser(
+        "fixtures",
+        help="record or verify golden fixtures",
+        description="Goldens change only here: 'record' shows what would change and writes only "
+        "after confirmation (--yes); 'verify' checks every golden file is readable.",
+    )
     fsub = p.add_subparsers(dest="fixtures_cmd", required=True)
-    r = fsub.add_parser("record", help="record goldens from the current target (shows the diff first)")
-    _args.add_target(r)
-    _args.add_cache_dir(r)
-    _args.add_suites(r)
-    r.add_argument("--yes", action="store_true", help="write the new and changed goldens without asking")
-    _args.add_fixtures(r)
-    r.set_defaults(func=record)
-    v = fsub.add_parser("verify", help="check that every golden file parses")
-    _args.add_fixtures(v)
-    v.set_defaults(func=verify)
+    rec = fsub.add_parser("record", help="record goldens from the current target (shows the diff first)")
+    _args.add_target(rec)
+    _args.add_cache_dir(rec)
+    _args.add_suites(rec)
+    rec.add_argument("--yes", action="store_true", help="write the new and changed goldens without asking")
+    _args.add_fixtures(rec)
+    rec.set_defaults(func=record)
+    ver = fsub.add_parser("verify", help="check that every golden file parses")
+    _args.add_fixtures(ver)
+    ver.set_defaults(func=verify)
 
 
 def record(args: argparse.Namespace, out: TextIO = sys.stdout) -> int:
@@ -45,8 +48,13 @@ def record(args: argparse.Namespace, out: TextIO = sys.stdout) -> int:
     require_mb(tgt)
     staging = runner.temp_out_dir()
     try:
-        opts = runner.RunOptions(suites=args.suite, keyword=args.keyword, record=True,
-                                 obtained_dir=staging / "obtained", fixtures_dir=args.fixtures)
+        opts = runner.RunOptions(
+            suites=args.suite,
+            keyword=args.keyword,
+            record=True,
+            obtained_dir=staging / "obtained",
+            fixtures_dir=args.fixtures,
+        )
         result = runner.run_suites(tgt, opts, staging, progress=None)
         broken = [c for c in result.cases if c.verdict.value in ("fail", "error")]
         for c in broken:
@@ -74,7 +82,7 @@ def record(args: argparse.Namespace, out: TextIO = sys.stdout) -> int:
 
 def _changes(obtained_root: Path, fixtures_root: Path, out: TextIO) -> list[tuple[Path | None, Path]]:
     """Compare staged values with goldens; print new/changed ones; return what to write."""
-    changes = []
+    changes: list[tuple[Path | None, Path]] = []
     for src in sorted(obtained_root.rglob("*.json")):
         new = read_golden(src)
         dest = golden_path(fixtures_root, new.suite, new.case)

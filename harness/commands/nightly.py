@@ -53,26 +53,42 @@ BISECT_LINK = f"{BISECT_DIR}/report.html"
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
-        "nightly", help="run the suites, add the run to the history, render the trend (optionally bisect)",
+        "nightly",
+        help="run the suites, add the run to the history, render the trend (optionally bisect)",
         description="Run the golden suites like 'harness run', append the verdicts to the history store "
-                    "under the commit tested, write trend.html, report.html and junit.xml under --out, and "
-                    "print what newly fails or was fixed since the previous nightly. With --auto-bisect, "
-                    "cases that passed last night and fail now are bisected between the two nightlies' "
-                    "commits with 'harness bisect' (report linked from trend.html).",
-        epilog="Exit 0 when every case passed, 1 when any case failed, 2 on a usage or environment error.")
+        "under the commit tested, write trend.html, report.html and junit.xml under --out, and "
+        "print what newly fails or was fixed since the previous nightly. With --auto-bisect, "
+        "cases that passed last night and fail now are bisected between the two nightlies' "
+        "commits with 'harness bisect' (report linked from trend.html).",
+        epilog="Exit 0 when every case passed, 1 when any case failed, 2 on a usage or environment error.",
+    )
     _args.add_target(p)
     _args.add_cache_dir(p)
-    p.add_argument("--history", type=Path, default=paths.DEFAULT_HISTORY, metavar="FILE",
-                   help="parquet history store (default reports/history.parquet; created when missing)")
+    p.add_argument(
+        "--history",
+        type=Path,
+        default=paths.DEFAULT_HISTORY,
+        metavar="FILE",
+        help="parquet history store (default reports/history.parquet; created when missing)",
+    )
     _args.add_out(p, "reports/nightly-<run-id>")
     _args.add_suites(p, keyword=False)
-    p.add_argument("--commit", metavar="SHA",
-                   help="commit to file the run under (default: git commit of --mb-src, else the installed "
-                        "MB's version)")
-    p.add_argument("--auto-bisect", action="store_true",
-                   help="bisect cases that passed in the previous nightly and fail now (needs --repo)")
-    p.add_argument("--repo", type=Path, metavar="MB_CHECKOUT",
-                   help="MB git checkout holding both nightlies' commits (for --auto-bisect)")
+    p.add_argument(
+        "--commit",
+        metavar="SHA",
+        help="commit to file the run under (default: git commit of --mb-src, else the installed MB's version)",
+    )
+    p.add_argument(
+        "--auto-bisect",
+        action="store_true",
+        help="bisect cases that passed in the previous nightly and fail now (needs --repo)",
+    )
+    p.add_argument(
+        "--repo",
+        type=Path,
+        metavar="MB_CHECKOUT",
+        help="MB git checkout holding both nightlies' commits (for --auto-bisect)",
+    )
     _args.add_fixtures(p)
     _args.add_timeout(p, "the suite process")
     _args.add_jobs(p, "pytest-xdist workers")
@@ -100,8 +116,9 @@ def run(args: argparse.Namespace, out: TextIO = sys.stdout) -> int:
     out_dir = _args.out_dir(args, f"nightly-{run_id}").resolve()
     run_dir = out_dir / "runs" / run_id
 
-    opts = runner.RunOptions(suites=args.suite, timeout_s=args.timeout, jobs=args.jobs, fixtures_dir=args.fixtures,
-                             verbose=args.verbose)
+    opts = runner.RunOptions(
+        suites=args.suite, timeout_s=args.timeout, jobs=args.jobs, fixtures_dir=args.fixtures, verbose=args.verbose
+    )
     result = runner.run_suites(tgt, opts, run_dir, progress=None if args.quiet else sys.stderr)
     junit = write_junit(result, out_dir / "junit.xml")
     report = render_run_report(result, out_dir / "report.html")
@@ -114,8 +131,10 @@ def run(args: argparse.Namespace, out: TextIO = sys.stdout) -> int:
     render_trend_report(store, trend_page)  # written before any bisect: a killed bisect keeps it
     print(f"\nnightly {result.run_id}: filed under {commit} in {store} ({_plural(len(tr['runs']), 'run')})", file=out)
     if tr["runs"] and tr["runs"][-1]["run_id"] != result.run_id:
-        print("note: a stored run started later than this one; the changes below are relative to the latest "
-              "stored run", file=out)
+        print(
+            "note: a stored run started later than this one; the changes below are relative to the latest stored run",
+            file=out,
+        )
     _print_changes(tr, out)
 
     if args.auto_bisect:
@@ -124,8 +143,9 @@ def run(args: argparse.Namespace, out: TextIO = sys.stdout) -> int:
         if links:
             render_trend_report(store, trend_page, bisect_links=links)
 
-    print(f"\ntrend:   {trend_page}\nreport:  {report}\njunit:   {junit}\nresults: {run_dir / 'results.json'}",
-          file=out)
+    print(
+        f"\ntrend:   {trend_page}\nreport:  {report}\njunit:   {junit}\nresults: {run_dir / 'results.json'}", file=out
+    )
     return result.exit_code(allow_changed=args.allow_changed)
 
 
@@ -182,8 +202,12 @@ def _print_changes(tr: dict[str, Any], out: TextIO) -> None:
     for c in fixed:
         print(f"  {c['case_id']}", file=out)
     changed = tr.get("newly_changed", [])
-    print(f"newly changed ({len(changed)}, every invariant holds; review the golden diff):" if changed
-          else "newly changed: none", file=out)
+    print(
+        f"newly changed ({len(changed)}, every invariant holds; review the golden diff):"
+        if changed
+        else "newly changed: none",
+        file=out,
+    )
     for c in changed:
         print(f"  {c['case_id']}  (previous nightly: {c['previous'] or 'not run'})", file=out)
 
@@ -193,8 +217,9 @@ def regressions(tr: dict[str, Any]) -> list[dict[str, Any]]:
     return [c for c in tr["newly_failing"] if c["previous"] == Verdict.PASS.value]
 
 
-def bisect_command(good: str, bad: str, repo: Path, out_dir: Path, suites: list[str],
-                   cache_dir: Path | None = None) -> list[str]:
+def bisect_command(
+    good: str, bad: str, repo: Path, out_dir: Path, suites: list[str], cache_dir: Path | None = None
+) -> list[str]:
     """The ``harness bisect`` command line (through this interpreter, not an installed script)."""
     cmd = [sys.executable, "-m", "harness", "bisect", f"{good}..{bad}", "--repo", str(repo), "--out", str(out_dir)]
     for suite in suites:
@@ -208,8 +233,9 @@ def _clean_commit(commit: str) -> tuple[str, bool]:
     return (commit[: -len("-dirty")], True) if commit.endswith("-dirty") else (commit, False)
 
 
-def plan_bisect(tr: dict[str, Any], repo: gitrepo.GitRepo | None, out_dir: Path,
-                cache_dir: Path | None = None) -> BisectPlan:
+def plan_bisect(
+    tr: dict[str, Any], repo: gitrepo.GitRepo | None, out_dir: Path, cache_dir: Path | None = None
+) -> BisectPlan:
     """Decide whether the two latest nightlies give a range to bisect the regressions in."""
     cases = regressions(tr)
     if len(tr["runs"]) < 2:
@@ -230,13 +256,19 @@ def plan_bisect(tr: dict[str, Any], repo: gitrepo.GitRepo | None, out_dir: Path,
     except HarnessError:
         return BisectPlan(cases, reason=f"this nightly's commit {this_raw!r} is not a commit in {repo.path}")
     if good == bad:
-        return BisectPlan(cases, reason=f"both nightlies tested {good[:12]}{' (this one with local changes)' if dirty else ''}: "
-                                        "nothing to bisect (flaky case or a change outside MB)")
+        return BisectPlan(
+            cases,
+            reason=f"both nightlies tested {good[:12]}{' (this one with local changes)' if dirty else ''}: "
+            "nothing to bisect (flaky case or a change outside MB)",
+        )
     if not repo.is_ancestor(good, bad):
         return BisectPlan(cases, reason=f"the previous nightly's commit {good[:12]} is not an ancestor of {bad[:12]}")
     suites = sorted({c["suite"] for c in cases})
-    return BisectPlan(cases, command=bisect_command(prev, this, repo.path, out_dir, suites, cache_dir),
-                      reason="this nightly's tree had local changes; bisecting its commit" if dirty else "")
+    return BisectPlan(
+        cases,
+        command=bisect_command(prev, this, repo.path, out_dir, suites, cache_dir),
+        reason="this nightly's tree had local changes; bisecting its commit" if dirty else "",
+    )
 
 
 def _execute(plan: BisectPlan, out_dir: Path, out: TextIO) -> dict[str, str]:
@@ -256,9 +288,11 @@ def _execute(plan: BisectPlan, out_dir: Path, out: TextIO) -> dict[str, str]:
         print(f"auto-bisect: could not start harness bisect: {exc}", file=out)
         return {}
     meaning = {0: "every culprit found", 1: "not every culprit found", 2: "usage or environment error"}
-    print(f"auto-bisect: harness bisect exited {proc.returncode} "
-          f"({meaning.get(proc.returncode, 'crashed')}); report: {report if report.exists() else 'none written'}",
-          file=out)
+    print(
+        f"auto-bisect: harness bisect exited {proc.returncode} "
+        f"({meaning.get(proc.returncode, 'crashed')}); report: {report if report.exists() else 'none written'}",
+        file=out,
+    )
     if not report.exists():
         return {}
     return {c["case_id"]: BISECT_LINK for c in plan.cases}

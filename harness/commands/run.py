@@ -20,10 +20,13 @@ from harness.target import require_mb
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("run", help="run the golden suites against one Megatron-Bridge",
-                       description="Run the golden suites against the MB importable here (default) or an MB "
-                                   "source tree (--mb-src), print a summary, and write results.json, junit.xml "
-                                   "and report.html under --out (default reports/<run-id>/).")
+    p = sub.add_parser(
+        "run",
+        help="run the golden suites against one Megatron-Bridge",
+        description="Run the golden suites against the MB importable here (default) or an MB "
+        "source tree (--mb-src), print a summary, and write results.json, junit.xml "
+        "and report.html under --out (default reports/<run-id>/).",
+    )
     _args.add_target(p)
     _args.add_cache_dir(p)
     _args.add_suites(p)
@@ -41,8 +44,15 @@ def run(args: argparse.Namespace, out: TextIO = sys.stdout) -> int:
     tgt = _args.target_from_args(args)
     require_mb(tgt)
     out_dir = _args.out_dir(args, runner.new_run_id())
-    opts = runner.RunOptions(suites=args.suite, keyword=args.keyword, timeout_s=args.timeout, jobs=args.jobs,
-                             fixtures_dir=args.fixtures, import_mode=args.import_mode, verbose=args.verbose)
+    opts = runner.RunOptions(
+        suites=args.suite,
+        keyword=args.keyword,
+        timeout_s=args.timeout,
+        jobs=args.jobs,
+        fixtures_dir=args.fixtures,
+        import_mode=args.import_mode,
+        verbose=args.verbose,
+    )
     result = runner.run_suites(tgt, opts, out_dir, progress=None if args.quiet else sys.stderr)
     write_junit(result, out_dir / "junit.xml")
     report = render_run_report(result, out_dir / "report.html")

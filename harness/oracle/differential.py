@@ -50,8 +50,15 @@ class Invariant(str, enum.Enum):
     SHAPES = "row-shapes"
 
 
-BOUNDARY_INVARIANTS = frozenset({Invariant.PHYSICAL_BOUNDARIES, Invariant.LOGICAL_BOUNDARIES, Invariant.ALIGNMENT,
-                                 Invariant.BOUNDARY_DTYPE, Invariant.MAX_SEQLEN})
+BOUNDARY_INVARIANTS = frozenset(
+    {
+        Invariant.PHYSICAL_BOUNDARIES,
+        Invariant.LOGICAL_BOUNDARIES,
+        Invariant.ALIGNMENT,
+        Invariant.BOUNDARY_DTYPE,
+        Invariant.MAX_SEQLEN,
+    }
+)
 """What ``PackedSeqParams`` carry: the invariants a params check is about."""
 
 
@@ -159,8 +166,9 @@ class Report:
             by_kind[v.invariant.value] = by_kind.get(v.invariant.value, 0) + 1
         head = ", ".join(f"{k} x{n}" for k, n in sorted(by_kind.items()))
         trains = {Invariant.LOSS_MASK.value, Invariant.PADDING_NEVER_TRAINS.value} & by_kind.keys()
-        counts = (f"; trained positions packed {self.packed_trained} vs unpacked {self.unpacked_trained}"
-                  if trains else "")
+        counts = (
+            f"; trained positions packed {self.packed_trained} vs unpacked {self.unpacked_trained}" if trains else ""
+        )
         lines = [f"packed != MB's own unpacked path: {head}{counts}"]
         lines += ["  " + v.text() for v in self.violations[:limit]]
         if len(self.violations) > limit:
@@ -170,10 +178,12 @@ class Report:
     def only(self, invariants: Iterable[Invariant]) -> Report:
         """The same report restricted to ``invariants`` (a suite that checks one layer)."""
         keep = set(invariants)
-        rows = [RowReport(r.row, r.segments, [v for v in r.violations if v.invariant in keep], r.width)
-                for r in self.rows]
-        return Report(rows, [v for v in self.violations if v.invariant in keep], self.unpacked_trained,
-                      self.packed_trained)
+        rows = [
+            RowReport(r.row, r.segments, [v for v in r.violations if v.invariant in keep], r.width) for r in self.rows
+        ]
+        return Report(
+            rows, [v for v in self.violations if v.invariant in keep], self.unpacked_trained, self.packed_trained
+        )
 
     def assert_ok(self) -> None:
         """Raise :class:`InvariantFailure` (a FAIL: a regression) when any invariant is broken."""
@@ -197,8 +207,9 @@ class InvariantFailure(AssertionError):
         self.violations = list(violations)
 
 
-def _find_segments(row: PackedRow, examples: Sequence[Example], used: set[int],
-                   pack_size: int | None) -> list[tuple[int, Segment]]:
+def _find_segments(
+    row: PackedRow, examples: Sequence[Example], used: set[int], pack_size: int | None
+) -> list[tuple[int, Segment]]:
     """Examples found in ``row`` from content alone (greedy left to right, each used once).
 
     An example longer than ``pack_size`` may appear cut to exactly ``pack_size`` tokens: MB
@@ -218,7 +229,7 @@ def _find_segments(row: PackedRow, examples: Sequence[Example], used: set[int],
             n = len(ex.tokens)
             if pack_size is not None and ex.length > pack_size:
                 n = min(n, pack_size)
-            if i not in used and n > length and tuple(tokens[p:p + n]) == ex.tokens[:n]:
+            if i not in used and n > length and tuple(tokens[p : p + n]) == ex.tokens[:n]:
                 match, length = i, n
         if match is None:
             p += 1
@@ -234,21 +245,35 @@ def _role_tags(prefix: str, token: int | None, roles: Mapping[int, tuple[str, ..
     return tuple(f"{prefix}:{r}" for r in roles.get(token, ())) if token is not None else ()
 
 
-def _check_tokens(row_i: int, row: PackedRow, ex: Example, seg: Segment, roles: Mapping[int, tuple[str, ...]],
-                  out: list[Violation]) -> None:
-    fields = ((Invariant.LABELS, row.labels, ex.labels), (Invariant.LOSS_MASK, row.loss_mask, ex.loss_mask),
-              (Invariant.POSITION_IDS, row.position_ids, ex.position_ids))
+def _check_tokens(
+    row_i: int, row: PackedRow, ex: Example, seg: Segment, roles: Mapping[int, tuple[str, ...]], out: list[Violation]
+) -> None:
+    fields = (
+        (Invariant.LABELS, row.labels, ex.labels),
+        (Invariant.LOSS_MASK, row.loss_mask, ex.loss_mask),
+        (Invariant.POSITION_IDS, row.position_ids, ex.position_ids),
+    )
     for inv, packed, unpacked in fields:
         for j in range(seg.real):
             got = packed[seg.start + j] if seg.start + j < len(packed) else None
             if got != unpacked[j]:
                 tags = _role_tags("input", ex.tokens[j], roles) + _role_tags("label", ex.labels[j], roles)
-                out.append(Violation(inv, row_i, seg.start + j, unpacked[j], got,
-                                     f"example {ex.key}, token {j} of {seg.real}", tags))
+                out.append(
+                    Violation(
+                        inv, row_i, seg.start + j, unpacked[j], got, f"example {ex.key}, token {j} of {seg.real}", tags
+                    )
+                )
 
 
-def _check_padding(row_i: int, row: PackedRow, real: set[int], shifted_out: dict[int, int],
-                   padding_ids: set[int], roles: Mapping[int, tuple[str, ...]], out: list[Violation]) -> None:
+def _check_padding(
+    row_i: int,
+    row: PackedRow,
+    real: set[int],
+    shifted_out: dict[int, int],
+    padding_ids: set[int],
+    roles: Mapping[int, tuple[str, ...]],
+    out: list[Violation],
+) -> None:
     for p, m in enumerate(row.loss_mask):
         if m and (row.padding_row or p not in real):
             what = "padding row" if row.padding_row else "not a real token of any example"
@@ -260,8 +285,16 @@ def _check_padding(row_i: int, row: PackedRow, real: set[int], shifted_out: dict
             if shifted_out.get(p) == t:
                 continue  # an example's last token, stored before its padding: only ever a label unpacked
             if p not in real and t not in padding_ids and not row.padding_row:
-                out.append(Violation(Invariant.SEGMENT_IS_EXAMPLE, row_i, p, f"a padding id {sorted(padding_ids)}",
-                                     t, "content that matches no unpacked example"))
+                out.append(
+                    Violation(
+                        Invariant.SEGMENT_IS_EXAMPLE,
+                        row_i,
+                        p,
+                        f"a padding id {sorted(padding_ids)}",
+                        t,
+                        "content that matches no unpacked example",
+                    )
+                )
                 break  # one per row: the rest of a broken segment says nothing new
 
 
@@ -273,9 +306,15 @@ def strip_row_padding(values: Sequence[int]) -> list[int]:
     return out
 
 
-def _check_boundaries(row_i: int, row: PackedRow, segs: list[Segment], mult: int,
-                      by_key: Mapping[str, Example], roles: Mapping[int, tuple[str, ...]],
-                      out: list[Violation]) -> None:
+def _check_boundaries(
+    row_i: int,
+    row: PackedRow,
+    segs: list[Segment],
+    mult: int,
+    by_key: Mapping[str, Example],
+    roles: Mapping[int, tuple[str, ...]],
+    out: list[Violation],
+) -> None:
     width = len(row.tokens)
     if row.cu_seqlens_q is None:
         return  # a row without THD metadata (return_cu_seqlen=False): nothing to check here
@@ -283,35 +322,83 @@ def _check_boundaries(row_i: int, row: PackedRow, segs: list[Segment], mult: int
     physical = strip_row_padding(physical_raw)
     logical = list(row.cu_seqlens_q)
     if len(logical) < len(physical):
-        out.append(Violation(Invariant.LOGICAL_BOUNDARIES, row_i, None, f"{len(physical)} entries",
-                             len(logical), "cu_seqlens_q shorter than the physical boundaries"))
+        out.append(
+            Violation(
+                Invariant.LOGICAL_BOUNDARIES,
+                row_i,
+                None,
+                f"{len(physical)} entries",
+                len(logical),
+                "cu_seqlens_q shorter than the physical boundaries",
+            )
+        )
         return
     if physical[:1] != [0] or any(b > a for a, b in zip(physical[1:], physical)) or physical[-1] > width:
-        out.append(Violation(Invariant.PHYSICAL_BOUNDARIES, row_i, None, f"0 <= ascending <= {width}",
-                             physical, "boundaries must start at 0, ascend and stay inside the row"))
+        out.append(
+            Violation(
+                Invariant.PHYSICAL_BOUNDARIES,
+                row_i,
+                None,
+                f"0 <= ascending <= {width}",
+                physical,
+                "boundaries must start at 0, ascend and stay inside the row",
+            )
+        )
         return
     starts = {s.start: s for s in segs}
     claimed = set(physical)
     for s in segs:
         if s.start not in claimed:
-            out.append(Violation(Invariant.PHYSICAL_BOUNDARIES, row_i, s.start, "a boundary at the example's start",
-                                 physical, f"example {s.key} starts here"))
+            out.append(
+                Violation(
+                    Invariant.PHYSICAL_BOUNDARIES,
+                    row_i,
+                    s.start,
+                    "a boundary at the example's start",
+                    physical,
+                    f"example {s.key} starts here",
+                )
+            )
     for i in range(len(physical) - 1):
         a, b = physical[i], physical[i + 1]
         seg = starts.get(a)
         inside = [s for s in segs if a < s.start < b or (s.start == a and s is not seg)]
         if inside:
-            out.append(Violation(Invariant.PHYSICAL_BOUNDARIES, row_i, inside[0].start, "one example per segment",
-                                 (a, b), f"example {inside[0].key} starts inside physical segment {i}"))
+            out.append(
+                Violation(
+                    Invariant.PHYSICAL_BOUNDARIES,
+                    row_i,
+                    inside[0].start,
+                    "one example per segment",
+                    (a, b),
+                    f"example {inside[0].key} starts inside physical segment {i}",
+                )
+            )
         logical_len = logical[i + 1] - logical[i]
         if seg is None:  # a padding-only segment (e.g. tail padding made a pseudo-sequence)
             if not 0 <= logical_len <= b - a:
-                out.append(Violation(Invariant.LOGICAL_BOUNDARIES, row_i, a, f"0..{b - a} (padding)",
-                                     logical_len, f"padding-only segment {i}"))
+                out.append(
+                    Violation(
+                        Invariant.LOGICAL_BOUNDARIES,
+                        row_i,
+                        a,
+                        f"0..{b - a} (padding)",
+                        logical_len,
+                        f"padding-only segment {i}",
+                    )
+                )
             continue
         if b - a < seg.real:
-            out.append(Violation(Invariant.PHYSICAL_BOUNDARIES, row_i, a, f">= {seg.real}", b - a,
-                                 f"physical segment {i} cuts example {seg.key}"))
+            out.append(
+                Violation(
+                    Invariant.PHYSICAL_BOUNDARIES,
+                    row_i,
+                    a,
+                    f">= {seg.real}",
+                    b - a,
+                    f"physical segment {i} cuts example {seg.key}",
+                )
+            )
         if logical_len != seg.real:
             tags = _role_tags("last-input", by_key[seg.key].tokens[seg.real - 1], roles)
             if logical_len < seg.real:
@@ -320,42 +407,89 @@ def _check_boundaries(row_i: int, row: PackedRow, segs: list[Segment], mult: int
                 tags += ("counts-shifted-out-token",) + _role_tags("shifted-out", row.tokens[seg.stop], roles)
             else:
                 tags += ("counts-padding",)
-            out.append(Violation(Invariant.LOGICAL_BOUNDARIES, row_i, a, seg.real, logical_len,
-                                 f"cu_seqlens_q length of segment {i} (example {seg.key})", tags))
+            out.append(
+                Violation(
+                    Invariant.LOGICAL_BOUNDARIES,
+                    row_i,
+                    a,
+                    seg.real,
+                    logical_len,
+                    f"cu_seqlens_q length of segment {i} (example {seg.key})",
+                    tags,
+                )
+            )
         if mult > 1 and (b - a) % mult:
-            out.append(Violation(Invariant.ALIGNMENT, row_i, a, f"a multiple of {mult}",
-                                 b - a, f"physical length of example {seg.key} ({seg.real} real tokens)"))
+            out.append(
+                Violation(
+                    Invariant.ALIGNMENT,
+                    row_i,
+                    a,
+                    f"a multiple of {mult}",
+                    b - a,
+                    f"physical length of example {seg.key} ({seg.real} real tokens)",
+                )
+            )
     for name in ("cu_seqlens_kv", "cu_seqlens_kv_padded"):
         q_name = name.replace("_kv", "_q")
         if getattr(row, name) is not None and getattr(row, name) != getattr(row, q_name):
-            out.append(Violation(Invariant.LOGICAL_BOUNDARIES, row_i, None, getattr(row, q_name),
-                                 getattr(row, name), f"{name} must equal {q_name} for self-attention"))
+            out.append(
+                Violation(
+                    Invariant.LOGICAL_BOUNDARIES,
+                    row_i,
+                    None,
+                    getattr(row, q_name),
+                    getattr(row, name),
+                    f"{name} must equal {q_name} for self-attention",
+                )
+            )
 
 
-def _check_metadata(row_i: int, row: PackedRow, segs: list[Segment], static_max: bool,
-                    out: list[Violation]) -> None:
+def _check_metadata(row_i: int, row: PackedRow, segs: list[Segment], static_max: bool, out: list[Violation]) -> None:
     for name, dtype in row.dtypes.items():
         if name.startswith("cu_seqlens") and dtype != "int32":
             out.append(Violation(Invariant.BOUNDARY_DTYPE, row_i, None, "int32", dtype, name))
     if row.cu_seqlens_q is None or row.max_seqlen_q is None:
         return
-    physical = strip_row_padding(row.cu_seqlens_q_padded if row.cu_seqlens_q_padded is not None
-                                  else row.cu_seqlens_q)
+    physical = strip_row_padding(row.cu_seqlens_q_padded if row.cu_seqlens_q_padded is not None else row.cu_seqlens_q)
     longest = max((b - a for a, b in zip(physical, physical[1:])), default=0)
     ok = row.max_seqlen_q >= longest if static_max else row.max_seqlen_q == longest
     if not ok:
         want = f">= {longest}" if static_max else longest
-        out.append(Violation(Invariant.MAX_SEQLEN, row_i, None, want, row.max_seqlen_q,
-                             "longest physical segment" + (" (pad_cu_seqlens: static bound)" if static_max else "")))
+        out.append(
+            Violation(
+                Invariant.MAX_SEQLEN,
+                row_i,
+                None,
+                want,
+                row.max_seqlen_q,
+                "longest physical segment" + (" (pad_cu_seqlens: static bound)" if static_max else ""),
+            )
+        )
     if row.max_seqlen_kv is not None and row.max_seqlen_kv != row.max_seqlen_q:
-        out.append(Violation(Invariant.MAX_SEQLEN, row_i, None, row.max_seqlen_q, row.max_seqlen_kv,
-                             "max_seqlen_kv must equal max_seqlen_q"))
+        out.append(
+            Violation(
+                Invariant.MAX_SEQLEN,
+                row_i,
+                None,
+                row.max_seqlen_q,
+                row.max_seqlen_kv,
+                "max_seqlen_kv must equal max_seqlen_q",
+            )
+        )
 
 
-def compare(rows: Sequence[PackedRow], examples: Sequence[Example], *, pad_seq_to_mult: int = 1,
-            padding_ids: Iterable[int] = (), static_max_seqlen: bool = False,
-            expect_all_packed: bool = True, pack_size: int | None = None,
-            special_ids: Mapping[str, int | None] | None = None, repeats: bool = False) -> Report:
+def compare(
+    rows: Sequence[PackedRow],
+    examples: Sequence[Example],
+    *,
+    pad_seq_to_mult: int = 1,
+    padding_ids: Iterable[int] = (),
+    static_max_seqlen: bool = False,
+    expect_all_packed: bool = True,
+    pack_size: int | None = None,
+    special_ids: Mapping[str, int | None] | None = None,
+    repeats: bool = False,
+) -> Report:
     """Check packed ``rows`` (every row of a packed dataset, in order) against ``examples``.
 
     ``padding_ids``: the tokenizer's ids MB may use as filler (eos, pad, eod); a position outside
@@ -380,8 +514,11 @@ def compare(rows: Sequence[PackedRow], examples: Sequence[Example], *, pad_seq_t
         out: list[Violation] = []
         widths = {len(row.tokens), len(row.labels), len(row.loss_mask), len(row.position_ids)}
         if len(widths) != 1:
-            out.append(Violation(Invariant.SHAPES, r, None, "tokens/labels/loss_mask/position_ids of one width",
-                                 sorted(widths)))
+            out.append(
+                Violation(
+                    Invariant.SHAPES, r, None, "tokens/labels/loss_mask/position_ids of one width", sorted(widths)
+                )
+            )
         row_used = set() if repeats else used
         found = [] if row.padding_row else _find_segments(row, examples, row_used, pack_size)
         used |= row_used
@@ -400,10 +537,29 @@ def compare(rows: Sequence[PackedRow], examples: Sequence[Example], *, pad_seq_t
     if expect_all_packed:
         for i, ex in enumerate(examples):
             if i not in used and (pack_size is None or ex.length <= pack_size):
-                violations.append(Violation(Invariant.PACKED_ONCE, -1, None, "packed once", "not found",
-                                            f"example {ex.key} ({len(ex.tokens)} tokens) is in no packed row"))
+                violations.append(
+                    Violation(
+                        Invariant.PACKED_ONCE,
+                        -1,
+                        None,
+                        "packed once",
+                        "not found",
+                        f"example {ex.key} ({len(ex.tokens)} tokens) is in no packed row",
+                    )
+                )
     unpacked_trained = sum(sum(1 for m in ex.loss_mask if m) for i, ex in enumerate(examples) if i in used)
     return Report(reports, violations, unpacked_trained, packed_trained)
 
 
-__all__ = ["BOUNDARY_INVARIANTS", "Example", "Invariant", "InvariantFailure", "PackedRow", "Report", "RowReport", "Segment", "Violation", "compare"]
+__all__ = [
+    "BOUNDARY_INVARIANTS",
+    "Example",
+    "Invariant",
+    "InvariantFailure",
+    "PackedRow",
+    "Report",
+    "RowReport",
+    "Segment",
+    "Violation",
+    "compare",
+]

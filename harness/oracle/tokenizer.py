@@ -61,8 +61,14 @@ def write_tokenizer_dir(path: Path | None = None) -> Path:
     out.mkdir(parents=True, exist_ok=True)
     model = Tokenizer(models.WordLevel(vocab=vocab(), unk_token=UNK))
     model.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
-    fast = PreTrainedTokenizerFast(tokenizer_object=model, bos_token=BOS, eos_token=EOS, pad_token=PAD,
-                                   unk_token=UNK, additional_special_tokens=[TURN_START, TURN_END, EOD])
+    fast = PreTrainedTokenizerFast(
+        tokenizer_object=model,
+        bos_token=BOS,
+        eos_token=EOS,
+        pad_token=PAD,
+        unk_token=UNK,
+        additional_special_tokens=[TURN_START, TURN_END, EOD],
+    )
     fast.chat_template = CHAT_TEMPLATE
     fast.save_pretrained(str(out))
     (out / "harness-tokenizer.json").write_text(json.dumps({"vocab_size": VOCAB_SIZE, "eod": EOD}))
@@ -80,11 +86,17 @@ def with_distinct_eod(tok: Any) -> Any:
     sub = _DISTINCT_EOD.get(cls)
     if sub is None:
         eod_id = vocab()[EOD]
-        sub = type(f"{cls.__name__}WithDistinctEod", (cls,), {
-            "eod": property(lambda self: eod_id), "__module__": __name__,
-            "__doc__": f"{cls.__name__} whose eod is {EOD} (id {eod_id}), not eos_id: {STANDIN_DISTINCT_EOD}"})
+        sub = type(
+            f"{cls.__name__}WithDistinctEod",
+            (cls,),
+            {
+                "eod": property(lambda self: eod_id),
+                "__module__": __name__,
+                "__doc__": f"{cls.__name__} whose eod is {EOD} (id {eod_id}), not eos_id: {STANDIN_DISTINCT_EOD}",
+            },
+        )
         _DISTINCT_EOD[cls] = sub
-    new = object.__new__(sub)
+    new: Any = object.__new__(sub)
     new.__dict__.update(tok.__dict__)
     return new
 

@@ -69,8 +69,10 @@ def _untestable_groups(cases: list[CaseResult]) -> list[dict[str, Any]]:
     groups: dict[str, list[CaseResult]] = {}
     for c in cases:
         groups.setdefault(c.message or "no reason recorded", []).append(c)
-    return [{"reason": reason, "cases": [_case_view(c) for c in members]}
-            for reason, members in sorted(groups.items(), key=lambda kv: (-len(kv[1]), kv[0]))]
+    return [
+        {"reason": reason, "cases": [_case_view(c) for c in members]}
+        for reason, members in sorted(groups.items(), key=lambda kv: (-len(kv[1]), kv[0]))
+    ]
 
 
 def run_context(run: RunResult) -> dict[str, Any]:
@@ -81,14 +83,19 @@ def run_context(run: RunResult) -> dict[str, Any]:
     upstream = [c for c in run.cases if c.source == "upstream"]
     failures = [
         {**_case_view(c), "diff": diff_view(c), "reproduce": reproduce_command(run, c.case_id)}
-        for c in run.cases if c.verdict == Verdict.FAIL
+        for c in run.cases
+        if c.verdict == Verdict.FAIL
     ]
     changed = [
         {**_case_view(c), "diff": diff_view(c), "accept": accept_command(run, c.case_id)}
-        for c in run.cases if c.verdict == Verdict.CHANGED
+        for c in run.cases
+        if c.verdict == Verdict.CHANGED
     ]
-    known = [{**_case_view(c), "entries": c.known, "violations": len(c.violations)}
-             for c in run.cases if c.verdict == Verdict.KNOWN_FAIL]
+    known = [
+        {**_case_view(c), "entries": c.known, "violations": len(c.violations)}
+        for c in run.cases
+        if c.verdict == Verdict.KNOWN_FAIL
+    ]
     untestable = [c for c in run.cases if c.verdict == Verdict.UNTESTABLE]
     return {
         "run": run,
@@ -100,8 +107,11 @@ def run_context(run: RunResult) -> dict[str, Any]:
         "golden_suites": _suites(golden),
         "upstream_suites": _suites(upstream),
         "failures": failures,
-        "errors": [{**_case_view(c), "reproduce": reproduce_command(run, c.case_id)}
-                   for c in run.cases if c.verdict == Verdict.ERROR],
+        "errors": [
+            {**_case_view(c), "reproduce": reproduce_command(run, c.case_id)}
+            for c in run.cases
+            if c.verdict == Verdict.ERROR
+        ],
         "fixed": [_case_view(c) for c in run.cases if c.verdict == Verdict.FIXED],
         "changed": changed,
         "known": known,
@@ -132,27 +142,46 @@ def timeline_view(bisect: BisectDoc, case_ids: list[str], culprits: dict[str, st
     left, top, lane_h, gap = 200.0, 26.0, 20.0, 6.0
     cell_w = max(2.0, min(72.0, 1000.0 / n))
     label_every = max(1, math.ceil(64.0 / cell_w))  # a 7-character hash needs about 60 px
-    columns = []
+    columns: list[dict[str, Any]] = []
     for i, commit in enumerate(commits):
         sha = commit.sha
-        columns.append({"x": round(left + i * cell_w, 2), "sha": sha, "short": short_sha(sha)[:7],
-                        "subject": commit.subject, "probed": sha in probes,
-                        "label": i % label_every == 0 or i == n - 1})
+        columns.append(
+            {
+                "x": round(left + i * cell_w, 2),
+                "sha": sha,
+                "short": short_sha(sha)[:7],
+                "subject": commit.subject,
+                "probed": sha in probes,
+                "label": i % label_every == 0 or i == n - 1,
+            }
+        )
     lanes = []
     for k, cid in enumerate(case_ids):
         y = round(top + k * (lane_h + gap), 2)
         cells = []
         for col in columns:
             verdict = (probes.get(col["sha"]) or {}).get(cid)
-            cells.append({"x": col["x"], "w": cell_w, "probed": verdict is not None,
-                          "cls": _verdict_class(verdict) if verdict is not None else "unprobed",
-                          "culprit": culprits.get(cid) == col["sha"],
-                          "title": f"{cid} @ {col['short']} {col['subject']}: {verdict or 'not probed'}"})
+            cells.append(
+                {
+                    "x": col["x"],
+                    "w": cell_w,
+                    "probed": verdict is not None,
+                    "cls": _verdict_class(verdict) if verdict is not None else "unprobed",
+                    "culprit": culprits.get(cid) == col["sha"],
+                    "title": f"{cid} @ {col['short']} {col['subject']}: {verdict or 'not probed'}",
+                }
+            )
         lanes.append({"case_id": cid, "y": y, "h": lane_h, "cells": cells, "label_y": round(y + lane_h * 0.7, 2)})
     height = top + max(len(case_ids), 1) * (lane_h + gap) + 24
-    return {"columns": columns, "lanes": lanes, "cell_w": cell_w, "left": left,
-            "width": round(left + n * cell_w + 20, 2), "height": round(height, 2),
-            "axis_y": round(height - 14, 2)}
+    return {
+        "columns": columns,
+        "lanes": lanes,
+        "cell_w": cell_w,
+        "left": left,
+        "width": round(left + n * cell_w + 20, 2),
+        "height": round(height, 2),
+        "axis_y": round(height - 14, 2),
+    }
 
 
 def _bisect_case_view(case: CaseDoc, bisect: BisectDoc) -> dict[str, Any]:
@@ -178,16 +207,27 @@ def bisect_context(bisect: BisectDoc) -> dict[str, Any]:
     culprits = {c.case_id: c.culprit.sha for c in bisect.cases if c.culprit}
     rng = bisect.range
     return {
-        "labels": {"good": "old", "bad": "new", "first": "first fixed commit"} if bisect.find_fix
+        "labels": {"good": "old", "bad": "new", "first": "first fixed commit"}
+        if bisect.find_fix
         else {"good": "good", "bad": "bad", "first": "first bad commit"},
-        "range": {"good": rng.good, "bad": rng.bad,
-                  "n_commits": len(bisect.commits) if rng.n_commits is None else rng.n_commits},
+        "range": {
+            "good": rng.good,
+            "bad": rng.bad,
+            "n_commits": len(bisect.commits) if rng.n_commits is None else rng.n_commits,
+        },
         "duration_s": bisect.duration_s,
         "evaluations": "?" if bisect.evaluations is None else bisect.evaluations,
         "n_probed": len(bisect.probes),
         "cases": list(views.values()),
-        "culprit_groups": [{"culprit": g.culprit, "cases": [views[id(c)] for c in g.cases],
-                            "sources": g.sources, "blamed_by": g.blamed_by} for g in bisect.culprit_groups()],
+        "culprit_groups": [
+            {
+                "culprit": g.culprit,
+                "cases": [views[id(c)] for c in g.cases],
+                "sources": g.sources,
+                "blamed_by": g.blamed_by,
+            }
+            for g in bisect.culprit_groups()
+        ],
         "timeline": timeline_view(bisect, [c.case_id for c in bisect.cases], culprits),
         "verdicts": VERDICT_ORDER,
         # the classic four always show (a reassuring "0 fail"); the others only when present

@@ -14,9 +14,15 @@ from harness.bisect.document import BisectDoc
 from harness.results import RunResult
 from harness.verdict import Verdict
 
-
-COLUMNS = (Verdict.PASS, Verdict.FAIL, Verdict.CHANGED, Verdict.KNOWN_FAIL, Verdict.FIXED, Verdict.UNTESTABLE,
-           Verdict.ERROR)
+COLUMNS = (
+    Verdict.PASS,
+    Verdict.FAIL,
+    Verdict.CHANGED,
+    Verdict.KNOWN_FAIL,
+    Verdict.FIXED,
+    Verdict.UNTESTABLE,
+    Verdict.ERROR,
+)
 
 
 def _target_flags(result: RunResult) -> str:
@@ -45,16 +51,19 @@ def print_run_summary(result: RunResult, out: TextIO) -> None:
     errors (with the command that reproduces each), fixed known bugs, changes to review (with
     the command that accepts each), known MB bugs, and untestable cases grouped by reason."""
     v = result.versions
-    print(f"\nMegatron-Bridge {v.get('megatron-bridge')} ({result.target.get('kind')}"
-          f"{', ' + str(result.target['commit']) if result.target.get('commit') else ''}), "
-          f"megatron-core {v.get('megatron-core')}, torch {v.get('torch')}, {result.machine.get('accelerator')}",
-          file=out)
+    print(
+        f"\nMegatron-Bridge {v.get('megatron-bridge')} ({result.target.get('kind')}"
+        f"{', ' + str(result.target['commit']) if result.target.get('commit') else ''}), "
+        f"megatron-core {v.get('megatron-core')}, torch {v.get('torch')}, {result.machine.get('accelerator')}",
+        file=out,
+    )
     header = f"{'suite':<26}" + "".join(f"{c.value:>{max(6, len(c.value) + 2)}}" for c in COLUMNS)
     print(header + "\n" + "-" * len(header), file=out)
 
     def row(label: str, cases: list) -> str:
-        return f"{label:<26}" + "".join(f"{sum(c.verdict is col for c in cases):>{max(6, len(col.value) + 2)}}"
-                                        for col in COLUMNS)
+        return f"{label:<26}" + "".join(
+            f"{sum(c.verdict is col for c in cases):>{max(6, len(col.value) + 2)}}" for col in COLUMNS
+        )
 
     for suite in sorted({c.suite for c in result.cases}):
         print(row(suite, [c for c in result.cases if c.suite == suite]), file=out)
@@ -68,8 +77,11 @@ def print_run_summary(result: RunResult, out: TextIO) -> None:
             print(f"\nFIXED {c.case_id}\n  {c.message.splitlines()[0]}", file=out)
     for c in result.cases:
         if c.verdict is Verdict.CHANGED:
-            print(f"\nCHANGED {c.case_id} (every invariant holds; the output differs from its golden)\n  "
-                  + c.message.removeprefix("changed: ").replace("\n", "\n  "), file=out)
+            print(
+                f"\nCHANGED {c.case_id} (every invariant holds; the output differs from its golden)\n  "
+                + c.message.removeprefix("changed: ").replace("\n", "\n  "),
+                file=out,
+            )
             print(f"  accept:    {accept_command(result, c.case_id)}", file=out)
     known = [c for c in result.cases if c.verdict is Verdict.KNOWN_FAIL]
     if known:
@@ -77,8 +89,11 @@ def print_run_summary(result: RunResult, out: TextIO) -> None:
         for c in known:
             for entry in c.known or ["?"]:
                 by_entry[entry] = by_entry.get(entry, 0) + 1
-        print(f"\nknown MB bugs ({len(known)} case(s), fixtures/known_failures.json): "
-              + ", ".join(f"{e} x{n}" for e, n in sorted(by_entry.items())), file=out)
+        print(
+            f"\nknown MB bugs ({len(known)} case(s), fixtures/known_failures.json): "
+            + ", ".join(f"{e} x{n}" for e, n in sorted(by_entry.items())),
+            file=out,
+        )
     untestable = [c for c in result.cases if c.verdict is Verdict.UNTESTABLE]
     if untestable:
         by_reason: dict[str, list[str]] = {}
@@ -96,9 +111,11 @@ def print_run_summary(result: RunResult, out: TextIO) -> None:
 def bisect_summary_lines(doc: BisectDoc) -> list[str]:
     """The terminal summary: one line per case, then one block per culprit commit."""
     rng = doc.range
-    lines = [f"bisected {rng.given} ({rng.n_commits} commits, {rng.good[:12]}..{rng.bad[:12]}): "
-             f"{doc.evaluations} evaluations ({doc.new_evaluations} new, {doc.cached_evaluations} cached), "
-             f"{len(doc.probes)} commits probed, {doc.rounds} rounds, {doc.duration_s:.1f} s"]
+    lines = [
+        f"bisected {rng.given} ({rng.n_commits} commits, {rng.good[:12]}..{rng.bad[:12]}): "
+        f"{doc.evaluations} evaluations ({doc.new_evaluations} new, {doc.cached_evaluations} cached), "
+        f"{len(doc.probes)} commits probed, {doc.rounds} rounds, {doc.duration_s:.1f} s"
+    ]
     first = doc.first_label
     width = min(max((len(c.case_id) for c in doc.cases), default=10), 90)
     for case in doc.cases:
@@ -117,10 +134,13 @@ def bisect_summary_lines(doc: BisectDoc) -> list[str]:
     for group in doc.culprit_groups():
         cul, ids = group.culprit, [c.case_id for c in group.cases]
         more = f" and {len(ids) - 6} more" if len(ids) > 6 else ""
-        lines += ["", f"{first} commit {cul.sha[:12]}  {cul.subject}",
-                  f"  author: {cul.author} <{cul.email}>   date: {cul.date}",
-                  "  files under src/: " + (", ".join(cul.files) or "(none)"),
-                  f"  cases ({len(ids)}): " + ", ".join(ids[:6]) + more]
+        lines += [
+            "",
+            f"{first} commit {cul.sha[:12]}  {cul.subject}",
+            f"  author: {cul.author} <{cul.email}>   date: {cul.date}",
+            "  files under src/: " + (", ".join(cul.files) or "(none)"),
+            f"  cases ({len(ids)}): " + ", ".join(ids[:6]) + more,
+        ]
     for case in doc.cases:
         if case.status is CaseStatus.AMBIGUOUS:
             lines += ["", f"{case.case_id}: the {first} commit is one of (all but the last were skipped):"]

@@ -38,4 +38,4 @@ def cpu_cuda_calls() -> Iterator[None]:
         yield
     finally:
         torch.Tensor.cuda = orig_cuda  # type: ignore[method-assign]
-        torch.cuda.current_device = orig_current  # type: ignore[assignment]
+        torch.cuda.current_device = orig_current

@@ -1,4 +1,4 @@
-"""Seeded generators for the offline packed-dataset, padding and forward suites.
+"""Seeded generators for the offline packed-dataset, padding and forward suites: SFT examples, token rows.
 
 Like :mod:`suites._inputs`, every generator owns a ``numpy.random.Generator`` built from its
 seed, so inputs never depend on global random state.
@@ -13,8 +13,9 @@ from suites._inputs import EOS_ID, PAD_ID
 BOS_ID = 1
 
 
-def sft_examples_with_specials(seed: int, n: int, min_len: int = 3, max_len: int = 24, vocab: int = 50,
-                               special_rate: float = 0.15) -> list[dict]:
+def sft_examples_with_specials(
+    seed: int, n: int, min_len: int = 3, max_len: int = 24, vocab: int = 50, special_rate: float = 0.15
+) -> list[dict]:
     """Tokenised SFT examples (``input_ids`` ending with EOS, ``answer_start_idx``).
 
     Content contains the pad, BOS and EOS ids at random places (``special_rate``), except the
