@@ -146,33 +146,74 @@ def strip_sentinel(values: list[int] | None) -> list[int] | None:
     return out
 
 
-def _in_batch_direct(module: str) -> Callable[[], Callable[..., dict[str, Any]]]:
-    def probe() -> Callable[..., dict[str, Any]]:
+def _collate_prepare() -> Callable[..., Any]:
+    fn = symbol("megatron.bridge.data.collators.sequence", "prepare_sequence_batch")
+    if not accepts(fn, "enable_in_batch_packing", "in_batch_packing_pad_to_multiple_of", "pad_token_id"):
+        raise NotHere("prepare_sequence_batch lacks enable_in_batch_packing/in_batch_packing_pad_to_multiple_of")
+
+    def call(batch: dict[str, Any], *, pad_token_id: int, pad_to_multiple_of: int) -> Any:
+        return fn(batch, sequence_length=None, enable_in_batch_packing=True,
+                  in_batch_packing_pad_to_multiple_of=pad_to_multiple_of, pad_token_id=pad_token_id)
+    return call
+
+
+def _collate_direct(module: str) -> Callable[[], Callable[..., Any]]:
+    def probe() -> Callable[..., Any]:
         fn = symbol(module, "pack_right_padded_sequence_batch_to_mcore_thd")
         if not accepts(fn, "pad_to_multiple_of", "pad_token_id"):
             raise NotHere("pack_right_padded_sequence_batch_to_mcore_thd lacks pad_to_multiple_of/pad_token_id")
 
-        def call(tokens, labels, loss_mask, position_ids, attention_mask=None, *, pad_token_id: int = 0,
-                 pad_to_multiple_of: int = 1) -> dict[str, Any]:
-            batch = _batch_in(tokens, labels, loss_mask, position_ids, attention_mask)
-            ret = fn(batch, pad_token_id=pad_token_id, pad_to_multiple_of=pad_to_multiple_of)
-            return canonical_thd_batch(ret if isinstance(ret, Mapping) else batch)
+        def call(batch: dict[str, Any], *, pad_token_id: int, pad_to_multiple_of: int) -> Any:
+            return fn(batch, pad_token_id=pad_token_id, pad_to_multiple_of=pad_to_multiple_of)
         return call
     return probe
 
 
-def _in_batch_pad_or_pack() -> Callable[..., dict[str, Any]]:
+def _collate_pad_or_pack() -> Callable[..., Any]:
     fn = symbol("megatron.bridge.data.sequence_batching", "pad_or_pack_sequence")
     if not accepts(fn, "enable_in_batch_packing", "in_batch_packing_pad_to_multiple_of", "pad_token_id"):
         raise NotHere("pad_or_pack_sequence lacks enable_in_batch_packing/in_batch_packing_pad_to_multiple_of")
 
-    def call(tokens, labels, loss_mask, position_ids, attention_mask=None, *, pad_token_id: int = 0,
-             pad_to_multiple_of: int = 1) -> dict[str, Any]:
-        batch = _batch_in(tokens, labels, loss_mask, position_ids, attention_mask)
-        ret = fn(batch, sequence_length=None, enable_in_batch_packing=True,
-                 in_batch_packing_pad_to_multiple_of=pad_to_multiple_of, pad_token_id=pad_token_id)
-        return canonical_thd_batch(ret if isinstance(ret, Mapping) else batch)
+    def call(batch: dict[str, Any], *, pad_token_id: int, pad_to_multiple_of: int) -> Any:
+        return fn(batch, sequence_length=None, enable_in_batch_packing=True,
+                  in_batch_packing_pad_to_multiple_of=pad_to_multiple_of, pad_token_id=pad_token_id)
     return call
+
+
+def _returned_batch(probe: Callable[[], Callable[..., Any]]) -> Callable[[], Callable[..., Any]]:
+    """MB's packers fill the batch in place (some also return it): always hand back the batch."""
+    def wrapped() -> Callable[..., Any]:
+        fn = probe()
+
+        def call(batch: dict[str, Any], *, pad_token_id: int = 0, pad_to_multiple_of: int = 1) -> Any:
+            ret = fn(batch, pad_token_id=pad_token_id, pad_to_multiple_of=pad_to_multiple_of)
+            return ret if isinstance(ret, Mapping) else batch
+        return call
+    return wrapped
+
+
+in_batch_collate = Operation("in_batch_collate", [
+    Candidate("data/collators/sequence.prepare_sequence_batch (v0.6+)", _returned_batch(_collate_prepare)),
+    Candidate("data/packing/in_batch (v0.6+)",
+              _returned_batch(_collate_direct("megatron.bridge.data.packing.in_batch"))),
+    Candidate("data/sequence_batching direct (2026-06-29)",
+              _returned_batch(_collate_direct("megatron.bridge.data.sequence_batching"))),
+    Candidate("data/sequence_batching.pad_or_pack_sequence (2026-06-25)", _returned_batch(_collate_pad_or_pack)),
+])
+"""A right-padded batch packed at collate time, exactly as MB's VLM collates hand it to the step
+(MB's tensors and keys, in place); before mid 2026 MB packed at step time instead (no candidate)."""
+
+
+def _in_batch_canonical(probe: Callable[[], Callable[..., Any]]) -> Callable[[], Callable[..., dict[str, Any]]]:
+    def wrapped() -> Callable[..., dict[str, Any]]:
+        fn = _returned_batch(probe)()
+
+        def call(tokens, labels, loss_mask, position_ids, attention_mask=None, *, pad_token_id: int = 0,
+                 pad_to_multiple_of: int = 1) -> dict[str, Any]:
+            batch = _batch_in(tokens, labels, loss_mask, position_ids, attention_mask)
+            return canonical_thd_batch(fn(batch, pad_token_id=pad_token_id, pad_to_multiple_of=pad_to_multiple_of))
+        return call
+    return wrapped
 
 
 def _in_batch_vlm_step() -> Callable[..., dict[str, Any]]:
@@ -196,8 +237,10 @@ def _in_batch_vlm_step() -> Callable[..., dict[str, Any]]:
 
 
 pack_in_batch = Operation("pack_in_batch", [
-    Candidate("data/packing/in_batch (v0.6+)", _in_batch_direct("megatron.bridge.data.packing.in_batch")),
-    Candidate("data/sequence_batching direct (2026-06-29)", _in_batch_direct("megatron.bridge.data.sequence_batching")),
-    Candidate("data/sequence_batching.pad_or_pack_sequence (2026-06-25)", _in_batch_pad_or_pack),
+    Candidate("data/packing/in_batch (v0.6+)",
+              _in_batch_canonical(_collate_direct("megatron.bridge.data.packing.in_batch"))),
+    Candidate("data/sequence_batching direct (2026-06-29)",
+              _in_batch_canonical(_collate_direct("megatron.bridge.data.sequence_batching"))),
+    Candidate("data/sequence_batching.pad_or_pack_sequence (2026-06-25)", _in_batch_canonical(_collate_pad_or_pack)),
     Candidate("training/vlm_step.pack_batch_sequences (v0.4-v0.5)", _in_batch_vlm_step),
 ])
