@@ -85,6 +85,9 @@ class ForwardResult:
     report: differential.Report
     notes: list[str] = field(default_factory=list)
 
+    def __repr__(self) -> str:  # pytest prints it in tracebacks: the summary says the rest
+        return f"ForwardResult({len(self.violations)} violations, errors={self.errors})"
+
     def assert_ok(self) -> None:
         if self.violations:
             summary = differential.Report(self.report.rows, self.violations, self.report.unpacked_trained,

@@ -7,7 +7,7 @@ the broken invariant (a golden mismatch or a harness error would not count). Fau
 one run reach disjoint code paths or break independent invariants, so none can hide another;
 where a run leaves cases untouched by its faults, those must still PASS (the control).
 
-Slow (one MB import per run, about 30 s each): ``pytest -m slow tests/test_forward_detection.py``.
+Slow (one MB import and a few MB builds per run: 30 to 80 s each): ``pytest -m slow tests/test_forward_detection.py``.
 """
 
 from __future__ import annotations

@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import copy
 import functools
+import inspect
 import math
 from dataclasses import dataclass, fields
 from types import SimpleNamespace
@@ -35,7 +36,7 @@ from typing import Any, Callable
 
 import torch
 
-from harness.adapters import Candidate, NotHere, Operation, Untestable, source_text, symbol, thd
+from harness.adapters import Candidate, NotHere, Operation, Untestable, load_module, source_text, symbol, thd
 from harness.adapters.forward import MAX_POS
 from harness.standins.cuda import cpu_causal_mask, cpu_cuda_calls
 
@@ -204,8 +205,27 @@ def extra_fields(params: Any) -> dict[str, str]:
 # --------------------------------------------------------------------------- gpt_step
 
 
+def _mcore_call_matches(module: str, callee: str, core_module: str) -> None:
+    """Untestable when ``module`` calls MCore's ``callee`` without an argument the installed MCore requires.
+
+    MB pins the megatron-core it was written against; paired with a newer one (e.g. MB 0.4.0
+    with megatron-core 0.19, whose ``get_batch_on_this_cp_rank`` requires ``is_hybrid_cp``) the
+    step raises a TypeError that says nothing about packing (``harness run --megatron-lm``
+    runs each commit with its pinned core).
+    """
+    fn = symbol(core_module, callee)
+    required = [p.name for p in inspect.signature(fn).parameters.values()
+                if p.default is p.empty and p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)][1:]
+    source = source_text(load_module(module))
+    missing = [name for name in required if f"{callee}(" in source and name not in source]
+    if missing:
+        raise Untestable(f"{module} calls {core_module}.{callee} without {', '.join(missing)}, which the "
+                         "installed megatron-core requires (MB older than its megatron-core; try --megatron-lm)")
+
+
 def _gpt_probe() -> Callable[[Any, dict[str, Any]], StepRun]:
     fn = symbol("megatron.bridge.training.gpt_step", "forward_step")
+    _mcore_call_matches("megatron.bridge.training.gpt_step", "get_batch_on_this_cp_rank", "megatron.core.utils")
 
     def call(model: RecordingModel, batch: dict[str, Any]) -> StepRun:
         return run_step(fn, minimal_state(), batch, model)
