@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import functools
 import tempfile
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -83,7 +83,6 @@ class ForwardResult:
     errors: stepcheck.OutputErrors
     golden: dict[str, Any]
     report: differential.Report
-    notes: list[str] = field(default_factory=list)
 
     def __repr__(self) -> str:  # pytest prints it in tracebacks: the summary says the rest
         return f"ForwardResult({len(self.violations)} violations, errors={self.errors})"
@@ -157,8 +156,10 @@ def _totals(run: step.StepRun) -> stepcheck.LossTotals:
     return stepcheck.LossTotals(run.loss_sum, run.num_tokens)
 
 
-def _partial_totals(ex: differential.Example, out: stepcheck.TokenOutputs, real: int) -> stepcheck.LossTotals:
-    """An example MB cut to fit the pack: only its first ``real`` tokens can train."""
+def _cut_totals(ex: differential.Example, out: stepcheck.TokenOutputs, real: int) -> stepcheck.LossTotals:
+    """An example longer than the pack, which MB documents it truncates: only its first ``real``
+    tokens can train, so the unpacked run's loss and mask count up to there (what MB's loss
+    function sums: loss times mask)."""
     mask = ex.loss_mask[:real]
     return stepcheck.LossTotals(sum(m * x for m, x in zip(mask, out.token_loss)), float(sum(mask)))
 
@@ -196,7 +197,7 @@ def _check(rows: list[differential.PackedRow], runs: list[step.StepRun], example
             want = stepcheck.LossTotals(0.0, 0.0)
             for seg in row_report.segments:
                 full = seg.real >= len(refs[seg.key].token_loss)
-                want = want.plus(ref_totals[seg.key] if full else _partial_totals(by_key[seg.key], refs[seg.key], seg.real))
+                want = want.plus(ref_totals[seg.key] if full else _cut_totals(by_key[seg.key], refs[seg.key], seg.real))
         violations += stepcheck.check_totals(r, _totals(run), want, rtol=TOTALS_RTOL, atol=TOTALS_ATOL)
     golden = {"micro_batches": [_golden_row(run) for run in runs]}
     return ForwardResult(violations, errors, golden, report)
@@ -270,7 +271,7 @@ def run_vlm(case: VLMCase) -> ForwardResult:
     pad_id = b.special_ids.get("pad_id")
     if pad_id is None:
         raise AssertionError("the tokenizer reports no pad id")
-    runs, rows, refs, expected, notes = [], [], {}, [], []
+    runs, rows, refs, expected = [], [], {}, []
     for start in range(0, len(b.examples), case.micro_batch):
         group = b.examples[start:start + case.micro_batch]
         out = step.vlm_in_batch(vlm, right_padded(group, pad_id), pad_token_id=pad_id, cp=case.cp, tp=case.tp,
@@ -283,8 +284,5 @@ def run_vlm(case: VLMCase) -> ForwardResult:
         runs.append(out.packed)
         rows += packed_rows
         expected.append(_totals(out.unpacked))
-        notes.append(out.era)
-    result = _check(rows, runs, b.examples, refs, expected, {}, b.special_ids, mult=case.multiple, static_max=False,
-                    pack_size=None)
-    result.notes = sorted(set(notes))
-    return result
+    return _check(rows, runs, b.examples, refs, expected, {}, b.special_ids, mult=case.multiple, static_max=False,
+                  pack_size=None)

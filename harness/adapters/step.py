@@ -246,9 +246,8 @@ def in_batch_multiple(cp: int, tp: int = 1, sp: bool = False) -> int:
 
 @dataclass(frozen=True)
 class VLMRun:
-    packed: StepRun
-    unpacked: StepRun
-    era: str
+    packed: StepRun  # with in-batch packing
+    unpacked: StepRun  # the same right-padded batch without it (the reference)
 
 
 def _vlm_forward() -> Callable[..., Any]:
@@ -267,7 +266,7 @@ def _collate_time_probe() -> Callable[..., VLMRun]:
         packed = run_step(fn, minimal_state(enable_in_batch_packing=True, defer_in_batch_packing_to_step=False,
                                             sequence_parallel=sp), packed_batch, model)
         unpacked = run_step(fn, minimal_state(enable_in_batch_packing=False), batch, model)
-        return VLMRun(packed, unpacked, "collate time")
+        return VLMRun(packed, unpacked)
     return call
 
 
@@ -282,7 +281,7 @@ def _step_time_probe() -> Callable[..., VLMRun]:
         packed = run_step(fn, minimal_state(pack_sequences_in_batch=True, sequence_parallel=sp), batch, model,
                           groups=sized_groups(cp, tp))
         unpacked = run_step(fn, minimal_state(pack_sequences_in_batch=False), batch, model)
-        return VLMRun(packed, unpacked, "step time")
+        return VLMRun(packed, unpacked)
     return call
 
 
