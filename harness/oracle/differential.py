@@ -49,6 +49,12 @@ class Invariant(str, enum.Enum):
     MAX_SEQLEN = "max-seqlen"
     SHAPES = "row-shapes"
 
+    # --- forward suites (harness/oracle/stepcheck.py): what MB's step function handed the model
+    LOGITS = "logits-equal-unpacked"  # per real token, fp32 CPU, within the suite's tolerance
+    TOKEN_LOSS = "token-loss-equals-unpacked"  # the model's per-token loss, per real token
+    LOSS_TOTALS = "loss-totals-equal-unpacked"  # MB's loss function: (loss sum, token count) per micro-batch
+    PARAMS = "packed-seq-params-contract"  # qkv_format thd, 1-D non-empty boundaries, no extra fields
+
 
 BOUNDARY_INVARIANTS = frozenset(
     {
