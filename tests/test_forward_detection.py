@@ -1,4 +1,6 @@
-"""The forward suite's invariants catch faults in MB's step path (gpt_step, vlm_step, get_packed_seq_params, in-batch packing).
+"""The forward suite's invariants catch faults in MB's step path.
+
+gpt_step, vlm_step, get_packed_seq_params and in-batch packing.
 
 Each test copies the installed Megatron-Bridge to a temporary directory, applies catalogued
 faults (harness/mutations/catalogue.json), runs the selected ``forward_cpu`` cases against the

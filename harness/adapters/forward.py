@@ -200,8 +200,9 @@ def params_from_boundaries(cu_seqlens: list[int], cu_seqlens_padded: list[int] |
 
     The batch speaks the builder's era: current MCore keys (``cu_seqlens_q``...) where the
     builder reads them, else the legacy packed-batch keys (``cu_seqlens`` = physical boundaries
-    ending with the ``-1`` sentinel, ``cu_seqlens_unpadded``, ``max_seqlen``). When the era cannot express the boundaries (padded
-    and real boundaries differ but the builder knows no unpadded key), the case is untestable.
+    ending with the ``-1`` sentinel, ``cu_seqlens_unpadded``, ``max_seqlen``). When the era cannot
+    express the boundaries (padded and real boundaries differ but the builder knows no unpadded
+    key), the case is untestable.
     """
     _, builder = mb_packed_seq_params.resolved
     source = source_text(builder)
