@@ -227,7 +227,7 @@ def trend(df: pd.DataFrame) -> dict[str, Any]:
         entry["messages"][i] = str(row.message or "")
         if str(row.verdict) in run_list[i]["counts"]:
             run_list[i]["counts"][str(row.verdict)] += 1
-    newly_failing, newly_fixed = [], []
+    newly_failing, newly_fixed, newly_changed = [], [], []
     if len(run_ids) >= 1:
         latest = run_list[-1]
         for cid, entry in cases.items():
@@ -246,10 +246,13 @@ def trend(df: pd.DataFrame) -> dict[str, Any]:
                 newly_failing.append(change)
             elif now == Verdict.PASS.value and before == Verdict.FAIL.value:
                 newly_fixed.append(change)
+            elif len(run_ids) >= 2 and now == Verdict.CHANGED.value and before != Verdict.CHANGED.value:
+                newly_changed.append(change)
     return {
         "runs": run_list,
         "cases": cases,
         "newly_failing": newly_failing,
         "newly_fixed": newly_fixed,
+        "newly_changed": newly_changed,
         "durations": [{"run_id": r["run_id"], "commit": r["commit"], "duration_s": r["duration_s"]} for r in run_list],
     }

@@ -5,11 +5,16 @@ from ``suites/conftest.py``). Verdicts are decided where the exception is still 
 worker, with pytest-xdist) and travel to the controller in ``report.user_properties``, so
 results are read back as data, never by parsing pytest's text.
 
-Classification of a failing case:
-* :class:`GoldenMismatch` or ``AssertionError``: FAIL (MB behaves differently than pinned);
-* :class:`harness.adapters.Untestable` or a pytest skip: UNTESTABLE (with the reason);
-* any other exception raised from Megatron code (a frame under ``megatron/``): FAIL, MB broke;
+Classification of a failing case (suites check invariants first, the golden last):
+* :class:`GoldenMismatch` (every invariant held, the output differs from the golden, or there
+  is no golden yet): CHANGED, a change to review, never a regression;
+* an ``AssertionError`` (an oracle :class:`~harness.oracle.differential.InvariantFailure`, a
+  documented rule): FAIL;
+* :class:`harness.errors.Untestable` or a pytest skip: UNTESTABLE (with the reason);
+* any other exception raised from Megatron code: FAIL, MB broke;
 * anything else: ERROR, a bug in the harness or a suite, never blamed on MB.
+Then known MB bugs (:mod:`harness.known`): a FAIL whose violations are all explained by
+applicable reviewed entries becomes KNOWN_FAIL; a listed case that passes becomes FIXED.
 """
 
 from __future__ import annotations
@@ -105,6 +110,11 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group.addoption(
         "--harness-record", action="store_true", help="write obtained values for every case; never fail on goldens"
     )
+    group.addoption(
+        "--harness-known-failures",
+        default=None,
+        help="reviewed known MB bugs (default: <fixtures>/known_failures.json)",
+    )
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -113,6 +123,7 @@ def pytest_configure(config: pytest.Config) -> None:
     )
     config.addinivalue_line("markers", "import_group(name): which MB import the case needs: 'light' or 'full'")
     config._harness_cases = []  # type: ignore[attr-defined]
+    config._harness_known = None  # type: ignore[attr-defined]
 
 
 def _root(config: pytest.Config, opt: str, default: str) -> Path:
@@ -159,7 +170,7 @@ def classify(excinfo: pytest.ExceptionInfo | None, skipped: bool, longrepr: Any)
     if isinstance(exc, Untestable):
         return Verdict.UNTESTABLE, f"untestable: {exc}", None
     if isinstance(exc, GoldenMismatch):
-        return Verdict.FAIL, str(exc), exc.diff_data
+        return Verdict.CHANGED, f"changed: {exc}", exc.diff_data
     if isinstance(exc, (AssertionError, pytest.fail.Exception)):
         return Verdict.FAIL, f"assertion failed: {exc}", None
     if isinstance(exc, pytest.skip.Exception):
@@ -183,20 +194,73 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
         report.longrepr = (str(item.fspath), item.location[1] or 0, f"untestable: {excinfo.value}")
     if call.when == "setup" and verdict is Verdict.FAIL and not report.skipped:
         verdict = Verdict.ERROR  # a fixture broke: the harness's problem, not MB's
+    case_id = f"{suite_of(item)}::{case_of(item)}"
+    violations = _violations(excinfo)
+    known_ids: list[str] = []
+    if verdict in (Verdict.FAIL, Verdict.PASS, Verdict.CHANGED) and call.when == "call":
+        from harness import known
+
+        found = known.classify(case_id, verdict, violations, _known_entries(item.config), message)
+        if found is not None:
+            verdict, known_ids = found.verdict, list(found.entries)
+            message = f"{found.message}\n{message}".rstrip()
     report.user_properties.append(
         (
             PROP,
             {
-                "case_id": f"{suite_of(item)}::{case_of(item)}",
+                "case_id": case_id,
                 "suite": suite_of(item),
                 "verdict": verdict.value,
                 "message": message[:20000],
                 "diff": message if diff_data else "",
                 "diff_data": diff_data,
                 "source": "golden",
+                "violations": violations,
+                "known": known_ids,
             },
         )
     )
+
+
+def _known_entries(config: pytest.Config) -> list[Any]:
+    """Known MB bugs that apply to the MB this process imports (loaded once per process)."""
+    cached = getattr(config, "_harness_known", None)
+    if cached is not None:
+        return cached
+    from harness import known
+    from harness.target import mb_location, mb_version
+
+    path = config.getoption("--harness-known-failures")
+    path = Path(path) if path else _root(config, "--harness-fixtures", "fixtures") / known.FILENAME
+    version = mb_version(mb_location())
+    commit = (os.environ.get("HARNESS_TARGET_COMMIT") or "").removesuffix("-dirty") or None
+    repo = os.environ.get("HARNESS_MB_REPO")
+    in_range = known.git_in_range(Path(repo)) if repo else None
+    entries = [e for e in known.load(path) if e.applies(version, commit, in_range)]
+    config._harness_known = entries  # type: ignore[attr-defined]
+    return entries
+
+
+MAX_VIOLATIONS = 200  # per case: enough to match known failures and show patterns, bounded on disk
+
+
+def _violations(excinfo: pytest.ExceptionInfo | None) -> list[dict[str, Any]]:
+    """Structured violations of an :class:`~harness.oracle.differential.InvariantFailure` (else [])."""
+    found = getattr(excinfo.value, "violations", None) if excinfo is not None else None
+    out = []
+    for v in (found or [])[:MAX_VIOLATIONS]:
+        out.append(
+            {
+                "invariant": v.invariant.value,
+                "row": v.row,
+                "position": v.position,
+                "expected": repr(v.expected)[:200],
+                "got": repr(v.got)[:200],
+                "detail": v.detail,
+                "tags": list(v.tags),
+            }
+        )
+    return out
 
 
 def pytest_runtest_logreport(report: pytest.TestReport) -> None:

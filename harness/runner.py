@@ -113,6 +113,7 @@ def _pytest_cmd(files: list[Path], opts: RunOptions, cases_file: Path, obtained:
         "no:cacheprovider",
         "-v" if opts.verbose else "-q",
         "--no-header",
+        "--tb=short" if opts.verbose else "--tb=no",
         "-rN",
         "--color=no",
         "-W",

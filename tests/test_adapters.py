@@ -224,7 +224,7 @@ def test_vlm_step_tuple_and_direct_dict_eras_agree(fake_pkg, monkeypatch):
     t = torch.tensor([[5, 6, 7, 0]])
     args = (t, t, torch.ones(1, 4), torch.tensor([[0, 1, 2, 0]]))
     old = thd._in_batch_vlm_step()(*args)
-    new = thd._in_batch_direct("x.in_batch")()(*args)
+    new = thd._in_batch_canonical(thd._collate_direct("x.in_batch"))()(*args)
     assert old["cu_seqlens_padded"] == new["cu_seqlens_padded"] == [0, 3]
     assert old["tokens"] == new["tokens"] == [5, 6, 7] and old["max_seqlen"] == new["max_seqlen"] == 3
     assert old["cu_seqlens_unpadded"] is None and new["cu_seqlens_unpadded"] == [0, 3]

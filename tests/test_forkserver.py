@@ -44,7 +44,7 @@ def test_forked_runs_match_subprocess_runs_and_do_not_leak_between_targets(tmp_p
     forked_faulty = _verdicts(faulty_t, tmp_path / "f2", fork_server=True)  # same server, other target
     forked_clean_again = _verdicts(clean_t, tmp_path / "f3", fork_server=True)
 
-    assert plain and set(plain.values()) == {"pass"}
+    assert plain and set(plain.values()) <= {"pass", "known-fail"} and "pass" in plain.values()
     assert forked_clean == plain, "a forked run gives the verdicts of a fresh process"
     caught = {c for c, v in forked_faulty.items() if v == "fail"}
     assert caught and all(faults.CU_SEQLENS_OFF_BY_ONE.caught_by(c) for c in caught), forked_faulty

@@ -423,7 +423,7 @@ def test_nightly_end_to_end_on_installed_mb(tmp_path: Path) -> None:
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "first run in this history" in proc.stdout
     df = history.load(store)
-    assert len(df) > 0 and set(df["suite"]) == {"packed_seq_params"} and set(df["verdict"]) == {"pass"}
+    assert len(df) > 0 and set(df["suite"]) == {"packed_seq_params"} and set(df["verdict"]) <= {"pass", "known-fail"}
     assert df["commit"].nunique() == 1 and df["commit"].iloc[0][0].isdigit()  # the installed MB's version
     page = trend_page(out_dir)
     assert len(page.rows("trend-grid")) == len(df)

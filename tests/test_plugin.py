@@ -99,8 +99,8 @@ def test_each_outcome_gets_its_verdict(tmp_path):
     verdicts = {k: v["verdict"] for k, v in cases.items()}
     assert verdicts == {
         "test_pass": "pass",
-        "test_golden_mismatch": "fail",
-        "test_golden_missing": "fail",
+        "test_golden_mismatch": "changed",
+        "test_golden_missing": "changed",
         "test_assert": "fail",
         "test_untestable": "untestable",
         "test_skip": "untestable",

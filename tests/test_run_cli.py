@@ -54,7 +54,9 @@ def test_run_passes_on_installed_mb(tmp_path):
     doc = json.loads((tmp_path / "r" / "results.json").read_text())
     assert doc["kind"] == "harness-run" and doc["schema_version"] == 1
     assert doc["versions"]["megatron-bridge"] != "unknown" and doc["versions"]["torch"]
-    assert doc["cases"] and all(c["verdict"] == "pass" for c in doc["cases"])
+    verdicts = {c["verdict"] for c in doc["cases"]}
+    # the installed MB's known bugs (fixtures/known_failures.json) are listed, never failing the run
+    assert doc["cases"] and "pass" in verdicts and verdicts <= {"pass", "known-fail"}, verdicts
     assert (tmp_path / "r" / "junit.xml").exists()
     text = " ".join(_html(tmp_path / "r" / "report.html").chunks)
     assert doc["versions"]["megatron-bridge"] in text

@@ -305,33 +305,3 @@ def write_rows_npy(rows: list[dict[str, list[int]]], path: Path) -> Path:
         }
     np.save(path, arr)
     return path
-
-
-def _batch_sampler() -> Callable[..., Any]:
-    cls = symbol("megatron.bridge.data.samplers", "MegatronPretrainingBatchSampler")
-    if not accepts(cls.__init__, "pad_samples_to_global_batch_size"):
-        raise NotHere("MegatronPretrainingBatchSampler lacks pad_samples_to_global_batch_size")
-
-    def call(total_samples: int, global_batch_size: int, micro_batch_size: int = 1, seed: int = 0) -> list[list[int]]:
-        sampler = cls(
-            total_samples=total_samples,
-            consumed_samples=0,
-            micro_batch_size=micro_batch_size,
-            global_batch_size=global_batch_size,
-            data_parallel_rank=0,
-            data_parallel_size=1,
-            drop_last=False,
-            pad_samples_to_global_batch_size=True,
-            **({"seed": seed} if accepts(cls.__init__, "seed") else {}),
-        )
-        return [[int(i) for i in b] for b in sampler]
-
-    return call
-
-
-padded_global_batches = Operation(
-    "padded_global_batches",
-    [
-        Candidate("data/samplers.MegatronPretrainingBatchSampler", _batch_sampler),
-    ],
-)

@@ -7,27 +7,27 @@
   (``cu_seqlens_*_padded`` when present, else ``cu_seqlens_*``), attending only to the
   segment's real tokens (``cu_seqlens_*`` lengths), as TE's THD kernels do. Padding slots
   produce zeros.
-* :func:`tiny_gpt` - a 2-layer GPTModel (hidden 64, 4 heads, vocab 128) on the local spec with
+* :func:`tiny_gpt` - a 2-layer GPTModel (hidden 64, 4 heads, vocab 128 unless asked) on the local spec with
   the attention above, learned absolute positions (so ``position_ids`` matter: with RoPE in
   THD mode MCore derives positions from ``cu_seqlens`` and ignores ``position_ids``).
-* :func:`compare_packed` - logits and masked loss of a packed row vs each sequence alone.
+* :func:`compare_packed` - logits and masked loss of a packed row vs each sequence alone, from
+  harness-built params (the reference attention's own self-test, tests/test_forward_reference.py).
 
-Kept as one module over ~350 lines: the parallel setup, the attention and the model are only
-meaningful together, for the one comparison the forward suites make.
+MB's step functions driving this model (what the forward suites run) are in
+:mod:`harness.adapters.step`.
 """
 
 from __future__ import annotations
 
-import contextlib
 import os
 import tempfile
 from dataclasses import dataclass, field
-from typing import Any, Iterator
+from typing import Any
 
 import torch
 
-from harness.adapters import Candidate, Operation, source_text, symbol
-from harness.errors import NotHere, Untestable
+from harness.adapters import Candidate, NotHere, Operation, source_text, symbol
+from harness.plugin import Untestable
 from harness.standins.cuda import cpu_cuda_calls
 
 VOCAB = 128
@@ -151,8 +151,12 @@ def tiny_config(**overrides: Any) -> Any:
     return cfg_cls(**kwargs)
 
 
-def tiny_gpt(seed: int = 1234) -> Any:
-    """The tiny GPTModel with :class:`SegmentedSDPAttention` (eval mode, fp32, CPU)."""
+def tiny_gpt(seed: int = 1234, vocab_size: int = VOCAB) -> Any:
+    """The tiny GPTModel with :class:`SegmentedSDPAttention` (eval mode, fp32, CPU).
+
+    ``vocab_size`` must cover every token id fed in (MB-built SFT batches use the offline
+    tokenizer's ids, see :mod:`harness.oracle.tokenizer`).
+    """
     init_cpu_parallel(seed)
     spec_fn = symbol("megatron.core.models.gpt.gpt_layer_specs", "get_gpt_layer_local_spec")
     gpt_cls = symbol("megatron.core.models.gpt", "GPTModel")
@@ -163,7 +167,7 @@ def tiny_gpt(seed: int = 1234) -> Any:
         model = gpt_cls(
             config=tiny_config(),
             transformer_layer_spec=spec,
-            vocab_size=VOCAB,
+            vocab_size=vocab_size,
             max_sequence_length=MAX_POS,
             position_embedding_type="learned_absolute",
         )
@@ -297,87 +301,6 @@ def compare_packed(model: Any, packed: dict[str, Any], sequences: list[dict[str,
         un_loss += float((_ce(ref, torch.as_tensor(s["labels"])) * m).sum())
         un_mask += float(m.sum())
     return Comparison(max(errs), packed_loss, un_loss, float(mask.sum()), un_mask, errs)
-
-
-class _Timers:
-    """``state.timers``: callable returning an object with start/stop (no-ops)."""
-
-    def __call__(self, *args: Any, **kwargs: Any) -> "_Timers":
-        return self
-
-    def start(self, *args: Any, **kwargs: Any) -> None:
-        pass
-
-    def stop(self, *args: Any, **kwargs: Any) -> None:
-        pass
-
-
-class _Straggler:
-    """``state.straggler_timer``: usable as ``with t:`` and ``with t(bdata=True):``."""
-
-    def __call__(self, *args: Any, **kwargs: Any) -> contextlib.AbstractContextManager:
-        return contextlib.nullcontext()
-
-    def __enter__(self) -> "_Straggler":
-        return self
-
-    def __exit__(self, *exc: Any) -> None:
-        return None
-
-
-def minimal_state() -> Any:
-    """The parts of MB's GlobalState that ``gpt_step.forward_step`` reads, as a SimpleNamespace."""
-    from types import SimpleNamespace
-
-    cfg = SimpleNamespace(
-        dataset=SimpleNamespace(skip_getting_attention_mask_from_dataset=True),
-        model=None,
-        rerun_state_machine=SimpleNamespace(check_for_nan_in_loss=False, check_for_spiky_loss=False),
-    )
-    return SimpleNamespace(cfg=cfg, timers=_Timers(), straggler_timer=_Straggler())
-
-
-def _forward_step_probe() -> Any:
-    fn = symbol("megatron.bridge.training.gpt_step", "forward_step")
-
-    @torch.no_grad()
-    def call(model: Any, batch: dict[str, Any]) -> dict[str, Any]:
-        with cpu_cuda_calls():
-            output, loss_fn = fn(minimal_state(), iter([batch]), model)
-            loss = loss_fn(output)
-        total, count = loss[0], loss[1]
-        return {"per_token_loss": output.reshape(-1).float(), "loss_sum": float(total), "num_tokens": float(count)}
-
-    return call
-
-
-gpt_step_forward = Operation(
-    "gpt_step_forward",
-    [
-        Candidate("training/gpt_step.forward_step", _forward_step_probe),
-    ],
-)
-
-
-@torch.no_grad()
-def unpacked_token_losses(model: Any, sequences: list[dict[str, Any]]) -> list[torch.Tensor]:
-    """Per-token cross entropy of every sequence run alone (same order as ``sequences``)."""
-    out = []
-    for s in sequences:
-        n = len(s["tokens"])
-        ref = logits(model, torch.as_tensor(s["tokens"]), torch.arange(n))
-        out.append(_ce(ref, torch.as_tensor(s["labels"])))
-    return out
-
-
-@contextlib.contextmanager
-def deterministic() -> Iterator[None]:
-    prev = torch.are_deterministic_algorithms_enabled()
-    torch.use_deterministic_algorithms(True)
-    try:
-        yield
-    finally:
-        torch.use_deterministic_algorithms(prev)
 
 
 __all__ = [

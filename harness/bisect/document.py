@@ -21,6 +21,7 @@ BISECT_KIND = "harness-bisect"
 BISECT_SCHEMA = 1
 FIND_REGRESSION = "find-regression"
 FIND_FIX = "find-fix"
+FIND_CHANGE = "find-change"  # --changed: CHANGED counts as bad; culprits are changes, not regressions
 
 
 @dataclass
@@ -201,7 +202,9 @@ class BisectDoc:
     @property
     def first_label(self) -> str:
         """What a culprit is called in this mode."""
-        return "first fixed" if self.find_fix else "first bad"
+        if self.find_fix:
+            return "first fixed"
+        return "first changed or bad" if self.mode == FIND_CHANGE else "first bad"
 
     def commit(self, sha: str) -> CommitMeta:
         """Metadata of a commit of the range (empty fields for one outside it)."""

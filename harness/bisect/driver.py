@@ -43,6 +43,7 @@ from harness.bisect import findings
 from harness.bisect.algorithm import Bisection, CaseStatus
 from harness.bisect.cache import CacheKey, VerdictCache
 from harness.bisect.document import (
+    FIND_CHANGE,
     FIND_FIX,
     FIND_REGRESSION,
     BisectDoc,
@@ -76,6 +77,7 @@ class BisectOptions:
     allow_dirty: bool = False
     megatron_lm: Path | None = None  # a Megatron-LM repository: use the megatron-core each commit pins
     find_fix: bool = False  # bisect for the first commit where failing cases PASS (git bisect's old/new terms)
+    changed: bool = False  # bisect golden changes too: CHANGED counts as bad (never labelled a regression)
 
 
 @dataclass
@@ -122,7 +124,7 @@ class _Driver:
             print(text, file=self.progress, flush=True)
 
     def as_bisected(self, verdicts: Mapping[str, Verdict]) -> dict[str, Verdict]:
-        return findings.as_bisected(verdicts, find_fix=self.opts.find_fix)
+        return findings.as_bisected(verdicts, find_fix=self.opts.find_fix, changed=self.opts.changed)
 
     def key(self, sha: str) -> CacheKey:
         return CacheKey(sha, self.suite_key, self.env_key)
@@ -222,7 +224,7 @@ class _Driver:
         outcomes = [bisection.outcome(c) for c in case_ids] if bisection else []
         return BisectDoc(
             range=RangeDoc(good, bad, len(self.commits), f"{opts.good}..{opts.bad}", opts.first_parent),
-            mode=FIND_FIX if opts.find_fix else FIND_REGRESSION,
+            mode=FIND_FIX if opts.find_fix else (FIND_CHANGE if opts.changed else FIND_REGRESSION),
             repo=str(self.repo.path),
             commits=findings.commit_table(self.repo, self.commits),
             probes=probes,
@@ -312,9 +314,11 @@ def _bisect(driver: _Driver, good: str, bad: str, t0: float) -> BisectRun:
         return [e for e in (good, bad) if e not in busy and len(evidence.attempts.get(e, [])) < 1 + opts.retries][:n]
 
     driver.run(endpoints)
-    cases, not_bisected = findings.select_cases(evidence, good, bad, find_fix=opts.find_fix)
+    cases, not_bisected = findings.select_cases(evidence, good, bad, find_fix=opts.find_fix, changed=opts.changed)
     if not cases:
         fails, passes = ("PASSes", "FAILs") if opts.find_fix else ("FAILs", "PASSes")
+        if opts.changed and not opts.find_fix:
+            fails = "FAILs or CHANGEs"
         msg = f"nothing to bisect: no case {fails} at {bad[:12]} and {passes} at {good[:12]}" + (
             f" ({len(not_bisected)} failing at bad but not passing at good)" if not_bisected else ""
         )

@@ -60,22 +60,28 @@ class Evidence:
 _SWAP_FOR_FIX = {Verdict.PASS: Verdict.FAIL, Verdict.FAIL: Verdict.PASS}
 
 
-def as_bisected(verdicts: Mapping[str, Verdict], *, find_fix: bool) -> dict[str, Verdict]:
-    """Verdicts as the bisection sees them: with --find-fix, PASS and FAIL swap roles, so the
-    "first bad" commit the algorithm finds is the first commit where a failing case passes.
-    The cache and the report keep the real verdicts."""
+def as_bisected(verdicts: Mapping[str, Verdict], *, find_fix: bool, changed: bool = False) -> dict[str, Verdict]:
+    """Verdicts as the bisection sees them: PASS (good), FAIL (bad) or a skip.
+
+    A known MB bug is bad, a fixed one good, a golden change good unless ``changed``
+    (:meth:`Verdict.bisect_view`). With --find-fix, PASS and FAIL then swap roles, so the "first
+    bad" commit the algorithm finds is the first commit where a failing case passes. The cache
+    and the report keep the real verdicts."""
+    seen = {case: verdict.bisect_view(changed=changed) for case, verdict in verdicts.items()}
     if not find_fix:
-        return dict(verdicts)
-    return {case: _SWAP_FOR_FIX.get(verdict, verdict) for case, verdict in verdicts.items()}
+        return seen
+    return {case: _SWAP_FOR_FIX.get(verdict, verdict) for case, verdict in seen.items()}
 
 
-def select_cases(evidence: Evidence, good: str, bad: str, *, find_fix: bool) -> tuple[list[str], list[NotBisected]]:
+def select_cases(
+    evidence: Evidence, good: str, bad: str, *, find_fix: bool, changed: bool = False
+) -> tuple[list[str], list[NotBisected]]:
     """Cases that FAIL at bad and PASS at good (as bisected); the other bad failures with the reason."""
     at_bad: dict[str, set[Verdict]] = {}
     at_good: dict[str, set[Verdict]] = {}
     for sha, seen_at in ((bad, at_bad), (good, at_good)):
         for evaluation in evidence.attempts.get(sha, []):
-            for case, verdict in as_bisected(evaluation.verdicts, find_fix=find_fix).items():
+            for case, verdict in as_bisected(evaluation.verdicts, find_fix=find_fix, changed=changed).items():
                 seen_at.setdefault(case, set()).add(verdict)
     cases, skipped = [], []
     for case in sorted(c for c, seen in at_bad.items() if Verdict.FAIL in seen):

@@ -167,3 +167,13 @@ def cache_dir(args: argparse.Namespace) -> Path:
     """``--cache-dir``, else the per-user cache directory."""
     given = getattr(args, "cache_dir", None)
     return Path(given).expanduser() if given else paths.cache_dir()
+
+
+def add_allow_changed(p: argparse.ArgumentParser) -> None:
+    """``--allow-changed``: golden differences with every invariant holding do not fail the exit code."""
+    p.add_argument(
+        "--allow-changed",
+        action="store_true",
+        help="exit 0 when the only findings are CHANGED cases (golden differences with every invariant "
+        "holding); they are still listed",
+    )

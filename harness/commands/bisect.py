@@ -66,6 +66,12 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     )
     _args.add_megatron_lm(p)
     p.add_argument(
+        "--changed",
+        action="store_true",
+        help="also bisect CHANGED cases (golden differences with every invariant holding): the commit "
+        "that changed a pinned output, reported as a change, never as a regression",
+    )
+    p.add_argument(
         "--find-fix",
         action="store_true",
         help="look for the first commit where cases failing at GOOD pass (GOOD..BAD still old..new)",
@@ -104,6 +110,7 @@ def run(args: argparse.Namespace, out: TextIO = sys.stdout) -> int:
         allow_dirty=args.allow_dirty,
         find_fix=args.find_fix,
         megatron_lm=args.megatron_lm,
+        changed=args.changed,
     )
     result = run_bisection(opts, progress=None if args.quiet else sys.stderr)
     json_path, report = write_outputs(result.doc, out_dir)

@@ -19,6 +19,7 @@ from harness.commands import _args
 from harness.errors import CorruptFile, HarnessError
 from harness.golden.compare import Comparator
 from harness.golden.storage import golden_path, read_golden, write_golden
+from harness.results import RunResult
 from harness.target import require_mb
 
 
@@ -59,7 +60,7 @@ def record(args: argparse.Namespace, out: TextIO = sys.stdout) -> int:
         for c in broken:
             print(f"not recordable: {c.case_id}: {c.message.splitlines()[0] if c.message else ''}", file=out)
         changes = _changes(staging / "obtained", args.fixtures, out)
-        stale = [] if args.keyword else _stale(staging / "obtained", args.fixtures, result, out)
+        stale = [] if args.keyword else _stale(args.fixtures, result, out)
         changes += [(None, path) for path in stale]
         if not changes:
             print("goldens are up to date; nothing to write", file=out)
@@ -102,17 +103,24 @@ def _changes(obtained_root: Path, fixtures_root: Path, out: TextIO) -> list[tupl
     return changes
 
 
-def _stale(obtained_root: Path, fixtures_root: Path, result, out: TextIO) -> list[Path]:
-    """Goldens of the recorded suites that no case produced any more (renamed or removed cases)."""
-    suites = {c.suite for c in result.cases}
-    produced = (
-        {p.relative_to(obtained_root) for p in obtained_root.rglob("*.json")} if obtained_root.exists() else set()
-    )
+def _stale(fixtures_root: Path, result: RunResult, out: TextIO) -> list[Path]:
+    """Goldens of the recorded suites whose case no longer exists in the suite's collection.
+
+    Only the collection decides: a case that ran but produced no value (untestable on this MB,
+    a known MB bug, a failure before its golden check, an error) keeps its golden. A suite that
+    did not report its cases (it crashed or timed out: a ``suite::*`` placeholder) keeps all.
+    """
+    collected = {c.case_id for c in result.cases}
+    whole_suite_lost = {c.suite for c in result.cases if c.case_id.endswith("::*")}
     stale = []
-    for suite in sorted(suites):
+    for suite in sorted({c.suite for c in result.cases} - whole_suite_lost):
         for path in sorted((fixtures_root / suite).glob("*.json")):
-            if path.relative_to(fixtures_root) not in produced:
-                print(f"STALE    {suite}/{path.name} (no case produces it; removed on --yes)", file=out)
+            try:
+                golden = read_golden(path)
+            except CorruptFile:
+                continue  # `harness fixtures verify` reports it; never deleted here
+            if f"{golden.suite}::{golden.case}" not in collected:
+                print(f"STALE    {suite}/{path.name} (case {golden.case} no longer exists; removed on --yes)", file=out)
                 stale.append(path)
     return stale
 
@@ -124,8 +132,20 @@ def _confirm(question: str) -> bool:
 
 
 def verify(args: argparse.Namespace, out: TextIO = sys.stdout) -> int:
+    """Every golden parses, and so does the reviewed known-failures file beside them."""
+    from harness import known
+
     bad = 0
-    files = sorted(p for p in Path(args.fixtures).rglob("*.json"))
+    root = Path(args.fixtures)
+    known_file = root / known.FILENAME
+    try:
+        entries = known.load(known_file)
+        if known_file.exists():
+            print(f"{known_file.name}: {len(entries)} known MB bug(s)", file=out)
+    except CorruptFile as exc:
+        bad += 1
+        print(f"corrupt: {exc}", file=out)
+    files = sorted(p for p in root.rglob("*.json") if p != known_file)
     for path in files:
         try:
             read_golden(path)

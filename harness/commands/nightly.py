@@ -93,6 +93,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     _args.add_timeout(p, "the suite process")
     _args.add_jobs(p, "pytest-xdist workers")
     _args.add_verbosity(p, verbose=True)
+    _args.add_allow_changed(p)
     p.set_defaults(func=run)
 
 
@@ -145,7 +146,7 @@ def run(args: argparse.Namespace, out: TextIO = sys.stdout) -> int:
     print(
         f"\ntrend:   {trend_page}\nreport:  {report}\njunit:   {junit}\nresults: {run_dir / 'results.json'}", file=out
     )
-    return 0 if result.ok and result.cases else 1
+    return result.exit_code(allow_changed=args.allow_changed)
 
 
 # --------------------------------------------------------------------------------------------
@@ -200,6 +201,15 @@ def _print_changes(tr: dict[str, Any], out: TextIO) -> None:
     print(f"newly fixed ({len(fixed)}):" if fixed else "newly fixed: none", file=out)
     for c in fixed:
         print(f"  {c['case_id']}", file=out)
+    changed = tr.get("newly_changed", [])
+    print(
+        f"newly changed ({len(changed)}, every invariant holds; review the golden diff):"
+        if changed
+        else "newly changed: none",
+        file=out,
+    )
+    for c in changed:
+        print(f"  {c['case_id']}  (previous nightly: {c['previous'] or 'not run'})", file=out)
 
 
 def regressions(tr: dict[str, Any]) -> list[dict[str, Any]]:

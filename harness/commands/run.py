@@ -1,7 +1,9 @@
 """``harness run``: run the suites against one MB and write results, JUnit and HTML report.
 
-Exit codes: 0 every case passed (untestable cases allowed), 1 a case failed or the harness
-erred on a case, 2 usage or environment error (raised as HarnessError by the CLI).
+Exit codes: 0 nothing to act on (untestable and known MB bugs allowed; changed cases too with
+``--allow-changed``), 1 a regression (FAIL), a harness error on a case, a known bug that is
+fixed now, an unreviewed change, or no case ran at all; 2 usage or environment error (raised as
+HarnessError by the CLI).
 """
 
 from __future__ import annotations
@@ -34,6 +36,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     _args.add_fixtures(p)
     _args.add_verbosity(p, verbose=True)
     _args.add_import_mode(p)
+    _args.add_allow_changed(p)
     p.set_defaults(func=run)
 
 
@@ -55,4 +58,4 @@ def run(args: argparse.Namespace, out: TextIO = sys.stdout) -> int:
     report = render_run_report(result, out_dir / "report.html")
     print_run_summary(result, out)
     print(f"\nresults: {out_dir / 'results.json'}\njunit:   {out_dir / 'junit.xml'}\nreport:  {report}", file=out)
-    return 0 if result.ok and result.cases else 1
+    return result.exit_code(allow_changed=args.allow_changed)

@@ -49,6 +49,14 @@ def _testcase(case: CaseResult) -> ET.Element:
     if case.verdict == Verdict.FAIL:
         failure = ET.SubElement(el, "failure", {"message": message, "type": f"{case.source}-mismatch"})
         failure.text = _xml_text(case.diff or case.message)
+    elif case.verdict == Verdict.CHANGED:
+        failure = ET.SubElement(el, "failure", {"message": message, "type": "changed"})
+        failure.text = _xml_text(case.diff or case.message)
+    elif case.verdict == Verdict.FIXED:
+        failure = ET.SubElement(el, "failure", {"message": message, "type": "known-bug-fixed"})
+        failure.text = message
+    elif case.verdict == Verdict.KNOWN_FAIL:
+        ET.SubElement(el, "skipped", {"message": message, "type": "known-mb-bug"})
     elif case.verdict == Verdict.ERROR:
         error = ET.SubElement(el, "error", {"message": message, "type": "harness-error"})
         error.text = message
@@ -66,9 +74,9 @@ def _suite_attrs(name: str, cases: list[CaseResult]) -> dict[str, str]:
     return {
         "name": _xml_text(name),
         "tests": str(len(cases)),
-        "failures": str(count(Verdict.FAIL)),
+        "failures": str(count(Verdict.FAIL) + count(Verdict.CHANGED) + count(Verdict.FIXED)),
         "errors": str(count(Verdict.ERROR)),
-        "skipped": str(count(Verdict.UNTESTABLE)),
+        "skipped": str(count(Verdict.UNTESTABLE) + count(Verdict.KNOWN_FAIL)),
         "time": f"{sum(max(c.duration_s, 0.0) for c in cases):.3f}",
     }
 

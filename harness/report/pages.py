@@ -64,21 +64,59 @@ def _header_view(run: RunResult) -> dict[str, Any]:
     }
 
 
+def _untestable_groups(cases: list[CaseResult]) -> list[dict[str, Any]]:
+    """Untestable cases grouped by reason, most common reason first."""
+    groups: dict[str, list[CaseResult]] = {}
+    for c in cases:
+        groups.setdefault(c.message or "no reason recorded", []).append(c)
+    return [
+        {"reason": reason, "cases": [_case_view(c) for c in members]}
+        for reason, members in sorted(groups.items(), key=lambda kv: (-len(kv[1]), kv[0]))
+    ]
+
+
 def run_context(run: RunResult) -> dict[str, Any]:
-    """Everything the run template shows, computed once."""
+    """Everything the run template shows, computed once; what needs a person comes first."""
+    from harness.report.terminal import accept_command, reproduce_command
+
     golden = [c for c in run.cases if c.source != "upstream"]
     upstream = [c for c in run.cases if c.source == "upstream"]
-    failures = [{**_case_view(c), "diff": diff_view(c)} for c in run.cases if c.verdict == Verdict.FAIL]
+    failures = [
+        {**_case_view(c), "diff": diff_view(c), "reproduce": reproduce_command(run, c.case_id)}
+        for c in run.cases
+        if c.verdict == Verdict.FAIL
+    ]
+    changed = [
+        {**_case_view(c), "diff": diff_view(c), "accept": accept_command(run, c.case_id)}
+        for c in run.cases
+        if c.verdict == Verdict.CHANGED
+    ]
+    known = [
+        {**_case_view(c), "entries": c.known, "violations": len(c.violations)}
+        for c in run.cases
+        if c.verdict == Verdict.KNOWN_FAIL
+    ]
+    untestable = [c for c in run.cases if c.verdict == Verdict.UNTESTABLE]
     return {
         "run": run,
         "header": _header_view(run),
         "counts": run.counts(),
         "verdicts": VERDICT_ORDER,
+        # the classic four always show (a reassuring "0 fail"); the others only when present
+        "always_shown": ("pass", "fail", "untestable", "error"),
         "golden_suites": _suites(golden),
         "upstream_suites": _suites(upstream),
         "failures": failures,
-        "errors": [_case_view(c) for c in run.cases if c.verdict == Verdict.ERROR],
-        "untestable": [_case_view(c) for c in run.cases if c.verdict == Verdict.UNTESTABLE],
+        "errors": [
+            {**_case_view(c), "reproduce": reproduce_command(run, c.case_id)}
+            for c in run.cases
+            if c.verdict == Verdict.ERROR
+        ],
+        "fixed": [_case_view(c) for c in run.cases if c.verdict == Verdict.FIXED],
+        "changed": changed,
+        "known": known,
+        "untestable": [_case_view(c) for c in untestable],
+        "untestable_groups": _untestable_groups(untestable),
     }
 
 
@@ -192,6 +230,8 @@ def bisect_context(bisect: BisectDoc) -> dict[str, Any]:
         ],
         "timeline": timeline_view(bisect, [c.case_id for c in bisect.cases], culprits),
         "verdicts": VERDICT_ORDER,
+        # the classic four always show (a reassuring "0 fail"); the others only when present
+        "always_shown": ("pass", "fail", "untestable", "error"),
     }
 
 
