@@ -74,7 +74,9 @@ class RunOptions:
     fixtures_dir: Path = FIXTURES_DIR
     extra_pytest: list[str] = field(default_factory=list)
     import_mode: str = "auto"  # see IMPORT_MODES
-    fork_server: bool = False  # light-import group through harness.forkserver (torch + MCore imported once)
+    # > 0: the light-import group runs through harness.forkserver (torch and megatron-core imported
+    # once per megatron-core, installed or pinned tree), with at most this many servers alive
+    fork_servers: int = 0
     verbose: bool = False  # the live output names every case (pytest -v instead of -q)
 
 
@@ -216,8 +218,14 @@ def run_suites(tgt: Target, opts: RunOptions, out_dir: Path, progress: TextIO | 
         else:
             env.pop("HARNESS_IMPORT_GROUP", None)
         cmd = _pytest_cmd(group_files, opts, cases_file, obtained) + ["--harness-events", str(events_file)]
-        if opts.fork_server and import_env == "light":
-            rc, timed_out, tail = _run_forked(cmd, env, out_dir / f"pytest-{group}.log", remaining)
+        forked = None
+        if opts.fork_servers > 0 and import_env == "light":
+            forked, why_not = _run_forked(tgt, cmd, env, out_dir / f"pytest-{group}.log", remaining,
+                                          opts.fork_servers)
+            if why_not:
+                notes.append(f"[{group} import] fork server unavailable ({why_not}): ran as a plain subprocess")
+        if forked is not None:
+            rc, timed_out, tail = forked
         else:
             proc = popen_owned(
                 cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL
@@ -264,18 +272,30 @@ def run_suites(tgt: Target, opts: RunOptions, out_dir: Path, progress: TextIO | 
     return result
 
 
-def _run_forked(cmd: list[str], env: dict[str, str], log: Path, timeout_s: float) -> tuple[int | None, bool, str]:
-    """The light group through this thread's fork server (started without any target on its path)."""
-    from harness.forkserver import server_for
+def _run_forked(tgt: Target, cmd: list[str], env: dict[str, str], log: Path, timeout_s: float,
+                capacity: int) -> tuple[tuple[int | None, bool, str] | None, str]:
+    """The light group through the fork server of the target's megatron-core (the installed one,
+    or the pinned Megatron-LM tree; servers never have an MB on their path).
 
-    server_env = Target().env()
+    Returns ((exit code, timed out, output tail), "") or (None, why) when no server could take
+    the run: the caller then runs a plain subprocess and says so.
+    """
+    from harness.forkserver import POOL, ForkServerError
+
+    core = Target(core=tgt.core, core_pin=tgt.core_pin)
+    server_env = core.env()
     server_env["HARNESS_IMPORT_MODE"] = "light"
-    rc, timed_out = server_for(server_env, ROOT).run(cmd[3:], env, ROOT, log, timeout_s)
+    key = str(tgt.core) if tgt.core else "installed megatron-core"
+    try:
+        with POOL.lease(key, server_env, ROOT, capacity) as server:
+            rc, timed_out = server.run(cmd[3:], env, ROOT, log, timeout_s)
+    except ForkServerError as exc:
+        return None, str(exc)
     try:
         tail = log.read_text(errors="replace")[-20000:]
     except OSError:
         tail = ""
-    return rc, timed_out, tail
+    return (rc, timed_out, tail), ""
 
 
 def _upstream(tgt: Target, opts: RunOptions, out_dir: Path) -> tuple[list[CaseResult], list[str]]:

@@ -15,10 +15,11 @@ from collections.abc import Iterable
 class Verdict(enum.Enum):
     """Outcome of one case on one target.
 
-    PASS/FAIL are statements about Megatron-Bridge's behaviour. UNTESTABLE means the case
-    could not be evaluated on this target (operation missing in this era, import failure,
-    timeout, CUDA-only code): it maps to git-bisect's "skip". ERROR means the harness itself
-    broke (an adapter or suite bug); it is never blamed on a commit.
+    PASS/FAIL are statements about Megatron-Bridge's behaviour (a FAIL whose message starts
+    with ``broken:`` says MB's code at this commit does not import, lost an output, or hung).
+    UNTESTABLE means the case could not be evaluated on this target (operation missing in this
+    era, a missing non-packing dependency, CUDA-only code): it maps to git-bisect's "skip".
+    ERROR means the harness itself broke (an adapter or suite bug); it is never blamed on a commit.
     """
 
     PASS = "pass"

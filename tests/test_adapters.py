@@ -75,7 +75,7 @@ def test_untestable_when_nothing_resolves_lists_tries(fake_pkg):
 def test_missing_dependency_is_untestable_not_next_candidate(fake_pkg):
     fake_pkg("broken.py", "import harness_no_such_dependency_xyz\ndef op(x): return x\n")
     fake_pkg("old.py", "def op(x): return x\n")
-    with pytest.raises(Untestable, match="import of .*broken failed: missing dependency 'harness_no_such_dependency_xyz'"):
+    with pytest.raises(Untestable, match="broken failed: missing dependency 'harness_no_such_dependency_xyz'"):
         load_module(f"{FAKE}.broken")
     op = Operation(
         "op",

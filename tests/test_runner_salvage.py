@@ -11,8 +11,8 @@ from pathlib import Path
 
 from harness import runner
 from harness.caselog import emit, read_log, start_log
-from harness.procs import popen_owned
 from harness.paths import ROOT
+from harness.procs import popen_owned
 
 SUITE = '''
 import os, time
@@ -59,7 +59,8 @@ def test_killed_at_timeout_blames_the_running_case_and_keeps_the_others(tmp_path
 def test_process_dying_in_a_case_is_an_error_for_that_case_only(tmp_path: Path) -> None:
     cases, _ = _suite_run(tmp_path, "die", limit_s=120)
     verdicts = {c.case_id: c.verdict.value for c in cases}
-    assert verdicts == {"demo::test_first": "pass", "demo::test_hangs": "error", "demo::test_never_reached": "untestable"}
+    assert verdicts == {"demo::test_first": "pass", "demo::test_hangs": "error",
+                        "demo::test_never_reached": "untestable"}
 
 
 def test_nothing_collected_is_one_error_per_suite(tmp_path: Path) -> None:

@@ -24,8 +24,8 @@ from __future__ import annotations
 import enum
 import sys
 
-from harness.ownership import Owner, frames, megatron_roots, owner_of
 from harness.errors import Broken, Untestable
+from harness.ownership import Owner, frames, megatron_roots, owner_of
 
 
 class _Cause(enum.Enum):

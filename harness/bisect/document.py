@@ -10,6 +10,7 @@ by :meth:`BisectDoc.load`.
 
 from __future__ import annotations
 
+import enum
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -128,6 +129,54 @@ class NotBisected:
 
 
 @dataclass
+class LateStart:
+    """A case that FAILs at BAD and that GOOD cannot run, and where it starts running.
+
+    ``runs_from`` is the oldest commit of the range where the case runs (PASS or FAIL), found
+    by bisecting "runs or not"; ``bisected`` says whether the case was then bisected from
+    there (it must pass there, and --strict-good must not be given).
+    """
+
+    case_id: str
+    at_good: str  # what GOOD gave: "untestable", "error", "not run"
+    runs_from: str | None = None  # None: could not be found
+    verdict_there: str = ""  # the case's verdict at runs_from
+    bisected: bool = False
+    reason: str = ""  # the sentence the terminal and the report show
+
+    @classmethod
+    def from_json(cls, doc: dict[str, Any]) -> LateStart:
+        return cls(str(doc.get("case_id") or ""), str(doc.get("at_good") or ""), doc.get("runs_from"),
+                   str(doc.get("verdict_there") or ""), bool(doc.get("bisected", False)), str(doc.get("reason") or ""))
+
+
+class ConfirmStatus(enum.Enum):
+    """What reverting a culprit on top of BAD showed (``--confirm``, see :mod:`harness.bisect.confirm`)."""
+
+    CONFIRMED = "confirmed"  # its cases pass again (or fail differently)
+    NOT_CONFIRMED = "not_confirmed"  # a case fails as at BAD with the culprit reverted
+    NOT_CHECKABLE = "not_checkable"  # the revert does not apply, or the cases cannot run there
+
+
+@dataclass
+class Confirmation:
+    """The check of one culprit: its cases re-run on BAD with the culprit reverted."""
+
+    culprit: str
+    status: ConfirmStatus
+    seen: dict[str, str] = field(default_factory=dict)  # case -> verdict with the revert, "same" or "changed"
+    detail: str = ""  # what was seen, or why it could not be checked
+
+    def to_json(self) -> dict[str, Any]:
+        return {"culprit": self.culprit, "status": self.status.value, "seen": dict(self.seen), "detail": self.detail}
+
+    @classmethod
+    def from_json(cls, doc: dict[str, Any]) -> Confirmation:
+        return cls(str(doc.get("culprit") or ""), ConfirmStatus(doc.get("status") or ConfirmStatus.NOT_CHECKABLE.value),
+                   {str(k): str(v) for k, v in (doc.get("seen") or {}).items()}, str(doc.get("detail") or ""))
+
+
+@dataclass
 class RangeDoc:
     good: str  # full shas
     bad: str
@@ -182,6 +231,8 @@ class BisectDoc:
     attempts: dict[str, list[dict[str, str]]] = field(default_factory=dict)  # sha -> one verdict map per attempt
     cases: list[CaseDoc] = field(default_factory=list)
     not_bisected: list[NotBisected] = field(default_factory=list)
+    late_starts: list[LateStart] = field(default_factory=list)  # cases GOOD cannot run (see LateStart)
+    confirmations: list[Confirmation] = field(default_factory=list)  # --confirm: one per culprit commit
     notes: dict[str, list[str]] = field(default_factory=dict)  # sha -> evaluator notes
     duration_s: float = 0.0
     evaluations: int | None = None
@@ -207,6 +258,10 @@ class BisectDoc:
         """Metadata of a commit of the range (empty fields for one outside it)."""
         return next((c for c in self.commits if c.sha == sha), CommitMeta(sha))
 
+    def confirmation(self, sha: str) -> Confirmation | None:
+        """The ``--confirm`` check of a culprit commit, when one ran."""
+        return next((c for c in self.confirmations if c.culprit == sha), None)
+
     def culprit_groups(self) -> list[CulpritGroup]:
         """One group per culprit commit, in the order the cases name them."""
         groups: dict[str, CulpritGroup] = {}
@@ -227,6 +282,8 @@ class BisectDoc:
             "attempts": {sha: [dict(a) for a in v] for sha, v in self.attempts.items()},
             "cases": [c.to_json() for c in self.cases],
             "not_bisected": [vars(n).copy() for n in self.not_bisected],
+            "late_starts": [vars(s).copy() for s in self.late_starts],
+            "confirmations": [c.to_json() for c in self.confirmations],
             "notes": {sha: list(v) for sha, v in self.notes.items()},
             "duration_s": self.duration_s,
             "evaluations": self.evaluations,
@@ -260,9 +317,10 @@ class BisectDoc:
             probes={str(k): dict(v) for k, v in (doc.get("probes") or {}).items()},
             attempts={str(k): [dict(a) for a in v] for k, v in (doc.get("attempts") or {}).items()},
             cases=[CaseDoc.from_json(c) for c in doc.get("cases") or []],
-            not_bisected=[
-                NotBisected(str(n.get("case_id", "")), str(n.get("reason", ""))) for n in doc.get("not_bisected") or []
-            ],
+            not_bisected=[NotBisected(str(n.get("case_id", "")), str(n.get("reason", "")))
+                          for n in doc.get("not_bisected") or []],
+            late_starts=[LateStart.from_json(s) for s in doc.get("late_starts") or []],
+            confirmations=[Confirmation.from_json(c) for c in doc.get("confirmations") or []],
             notes={str(k): list(v) for k, v in (doc.get("notes") or {}).items()},
             duration_s=float(doc.get("duration_s") or 0.0),
             evaluations=doc.get("evaluations"),
