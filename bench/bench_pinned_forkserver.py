@@ -47,8 +47,11 @@ def synthetic_target(work: Path) -> Target:
     spec = importlib.util.find_spec("megatron.core")
     assert spec is not None and spec.submodule_search_locations, "megatron-core is not installed"
     tree = work / "pinned"
-    shutil.copytree(list(spec.submodule_search_locations)[0], tree / "megatron" / "core",
-                    ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copytree(
+        list(spec.submodule_search_locations)[0],
+        tree / "megatron" / "core",
+        ignore=shutil.ignore_patterns("__pycache__"),
+    )
     return Target(core=tree, core_pin="copy-of-installed-megatron-core")
 
 

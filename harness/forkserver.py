@@ -37,8 +37,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-PRELOAD = ("torch", "megatron.core", "megatron.core.packed_seq_params", "numpy", "pytest", "harness.plugin",
-           "harness.golden.compare")
+PRELOAD = (
+    "torch",
+    "megatron.core",
+    "megatron.core.packed_seq_params",
+    "numpy",
+    "pytest",
+    "harness.plugin",
+    "harness.golden.compare",
+)
 START_TIMEOUT_S = 300.0
 DEFAULT_CAPACITY = 2  # servers alive at once (harness bisect --fork-servers)
 
@@ -140,8 +147,15 @@ class ForkServer:
     def __init__(self, env: dict[str, str], cwd: Path) -> None:
         from harness.procs import popen_owned
 
-        self.proc = popen_owned([sys.executable, "-m", "harness.forkserver"], env=env, cwd=cwd,
-                                stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+        self.proc = popen_owned(
+            [sys.executable, "-m", "harness.forkserver"],
+            env=env,
+            cwd=cwd,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
+            text=True,
+        )
         if not self._ready(time.monotonic() + START_TIMEOUT_S):
             self.close()
             raise ForkServerError("the fork server did not start")
@@ -181,8 +195,9 @@ class ForkServer:
     def alive(self) -> bool:
         return self.proc.poll() is None
 
-    def run(self, argv: list[str], env: dict[str, str], cwd: Path, log: Path,
-            timeout_s: float) -> tuple[int | None, bool]:
+    def run(
+        self, argv: list[str], env: dict[str, str], cwd: Path, log: Path, timeout_s: float
+    ) -> tuple[int | None, bool]:
         """Run ``pytest argv`` in a fork; returns (exit code, timed out)."""
         assert self.proc.stdin is not None
         answers: queue.Queue[dict[str, Any]] = queue.Queue()
@@ -191,8 +206,9 @@ class ForkServer:
             rid = self._next_id
             self._waiters[rid] = answers
             try:
-                self.proc.stdin.write(json.dumps({"id": rid, "argv": argv, "env": env, "cwd": str(cwd),
-                                                  "log": str(log)}) + "\n")
+                self.proc.stdin.write(
+                    json.dumps({"id": rid, "argv": argv, "env": env, "cwd": str(cwd), "log": str(log)}) + "\n"
+                )
                 self.proc.stdin.flush()
             except (BrokenPipeError, OSError) as exc:
                 del self._waiters[rid]

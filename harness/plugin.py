@@ -111,11 +111,17 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group = parser.getgroup("harness")
     group.addoption("--harness-results", default=None, help="write case verdicts (JSON) to this file")
     group.addoption("--harness-fixtures", default=None, help="golden root (default: <rootdir>/fixtures)")
-    group.addoption("--harness-obtained", default=None,
-                    help="where obtained values go on mismatch (default: <rootdir>/reports/obtained)")
-    group.addoption("--harness-record", action="store_true", help="write obtained values for every case; never fail on goldens")
-    group.addoption("--harness-events", default=None,
-                    help="append the live case event log (harness.caselog) to this file")
+    group.addoption(
+        "--harness-obtained",
+        default=None,
+        help="where obtained values go on mismatch (default: <rootdir>/reports/obtained)",
+    )
+    group.addoption(
+        "--harness-record", action="store_true", help="write obtained values for every case; never fail on goldens"
+    )
+    group.addoption(
+        "--harness-events", default=None, help="append the live case event log (harness.caselog) to this file"
+    )
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -210,14 +216,27 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
     if excinfo is not None and excinfo.errisinstance(Untestable):
         report.outcome = "skipped"
         report.longrepr = (str(item.fspath), item.location[1] or 0, f"untestable: {excinfo.value}")
-    if (call.when == "setup" and verdict is Verdict.FAIL and excinfo is not None
-            and excinfo.errisinstance((AssertionError, pytest.fail.Exception))):
+    if (
+        call.when == "setup"
+        and verdict is Verdict.FAIL
+        and excinfo is not None
+        and excinfo.errisinstance((AssertionError, pytest.fail.Exception))
+    ):
         verdict = Verdict.ERROR  # a fixture's own check broke: the harness's problem, not MB's
-    report.user_properties.append((PROP, {
-        "case_id": _case_id(item), "suite": suite_of(item), "verdict": verdict.value,
-        "message": message[:20000], "diff": message if diff_data else "", "diff_data": diff_data,
-        "source": "golden",
-    }))
+    report.user_properties.append(
+        (
+            PROP,
+            {
+                "case_id": _case_id(item),
+                "suite": suite_of(item),
+                "verdict": verdict.value,
+                "message": message[:20000],
+                "diff": message if diff_data else "",
+                "diff_data": diff_data,
+                "source": "golden",
+            },
+        )
+    )
 
 
 def pytest_runtest_logreport(report: pytest.TestReport) -> None:

@@ -220,8 +220,7 @@ def run_suites(tgt: Target, opts: RunOptions, out_dir: Path, progress: TextIO | 
         cmd = _pytest_cmd(group_files, opts, cases_file, obtained) + ["--harness-events", str(events_file)]
         forked = None
         if opts.fork_servers > 0 and import_env == "light":
-            forked, why_not = _run_forked(tgt, cmd, env, out_dir / f"pytest-{group}.log", remaining,
-                                          opts.fork_servers)
+            forked, why_not = _run_forked(tgt, cmd, env, out_dir / f"pytest-{group}.log", remaining, opts.fork_servers)
             if why_not:
                 notes.append(f"[{group} import] fork server unavailable ({why_not}): ran as a plain subprocess")
         if forked is not None:
@@ -272,8 +271,9 @@ def run_suites(tgt: Target, opts: RunOptions, out_dir: Path, progress: TextIO | 
     return result
 
 
-def _run_forked(tgt: Target, cmd: list[str], env: dict[str, str], log: Path, timeout_s: float,
-                capacity: int) -> tuple[tuple[int | None, bool, str] | None, str]:
+def _run_forked(
+    tgt: Target, cmd: list[str], env: dict[str, str], log: Path, timeout_s: float, capacity: int
+) -> tuple[tuple[int | None, bool, str] | None, str]:
     """The light group through the fork server of the target's megatron-core (the installed one,
     or the pinned Megatron-LM tree; servers never have an MB on their path).
 
@@ -334,8 +334,9 @@ class _Outcome:
     timeout_s: float
 
 
-def _collect(cases_file: Path, events_file: Path, files: list[Path], outcome: _Outcome, group: str | None,
-             empty_ok: bool = False) -> tuple[list[CaseResult], list[str]]:
+def _collect(
+    cases_file: Path, events_file: Path, files: list[Path], outcome: _Outcome, group: str | None, empty_ok: bool = False
+) -> tuple[list[CaseResult], list[str]]:
     notes: list[str] = []
     if not outcome.timed_out:
         try:
@@ -353,14 +354,16 @@ def _collect(cases_file: Path, events_file: Path, files: list[Path], outcome: _O
     return _salvage(read_log(events_file), files, outcome, group)
 
 
-def _salvage(log: CaseLog, files: list[Path], outcome: _Outcome,
-             group: str | None) -> tuple[list[CaseResult], list[str]]:
+def _salvage(
+    log: CaseLog, files: list[Path], outcome: _Outcome, group: str | None
+) -> tuple[list[CaseResult], list[str]]:
     """Verdicts of a suite process that left no verdict file, from its event log."""
     if outcome.timed_out:
         stopped = f"the suite process ran past {outcome.timeout_s:.0f} s and was killed"
     else:
-        stopped = (f"the suite process exited with code {outcome.rc} before reporting verdicts: "
-                   f"{_last_lines(outcome.tail)}")
+        stopped = (
+            f"the suite process exited with code {outcome.rc} before reporting verdicts: {_last_lines(outcome.tail)}"
+        )
     if not log.collected:
         reason = f"{stopped} (before any case was collected)"
         return [_whole_suite(f, Verdict.ERROR, reason, group) for f in files], [reason]
@@ -373,8 +376,11 @@ def _salvage(log: CaseLog, files: list[Path], outcome: _Outcome,
             verdict = worst([r.verdict for r in records])
             cases.append(next(r for r in records if r.verdict is verdict))
         elif case_id in running and outcome.timed_out:
-            cases.append(CaseResult(case_id, suite, Verdict.FAIL,
-                                    message=f"broken: timeout: this case was running when {stopped}"))
+            cases.append(
+                CaseResult(
+                    case_id, suite, Verdict.FAIL, message=f"broken: timeout: this case was running when {stopped}"
+                )
+            )
         elif case_id in running:
             cases.append(CaseResult(case_id, suite, Verdict.ERROR, message=f"this case was running when {stopped}"))
         else:
@@ -391,8 +397,9 @@ def _whole_suite(file: Path, verdict: Verdict, reason: str, group: str | None) -
     """One verdict for a suite whose cases are unknown; the import group keeps the light and
     full placeholders of one suite file apart."""
     suite = file.stem[5:]
-    return CaseResult(case_id=f"{suite}::*" + (f"[{group} import]" if group else ""), suite=suite, verdict=verdict,
-                      message=reason)
+    return CaseResult(
+        case_id=f"{suite}::*" + (f"[{group} import]" if group else ""), suite=suite, verdict=verdict, message=reason
+    )
 
 
 def _target_doc(tgt: Target) -> dict[str, object]:

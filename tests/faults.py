@@ -161,12 +161,25 @@ FIRST_FIT_NEEDS_ONE_MORE = Fault(
     new="first_bin = tree.query_first_fit(s + 1)",
     description="first fit asks for one token more room than a sequence needs (exact fits open a new bin)",
     suite="packing_algorithms",
-    catches=(_ALG + "test_first_fit", _ALG + "test_first_fit_decreasing", _ALG + "test_first_fit_shuffle",
-             _ALG + "test_packing_strategy_pipeline"),
+    catches=(
+        _ALG + "test_first_fit",
+        _ALG + "test_first_fit_decreasing",
+        _ALG + "test_first_fit_shuffle",
+        _ALG + "test_packing_strategy_pipeline",
+    ),
 )
 
-FAULTS: dict[str, Fault] = {f.name: f for f in (
-    CU_SEQLENS_OFF_BY_ONE, ALIGNMENT_PAD_LOSS_MASK_ONE, POSITION_IDS_NOT_RESET,
-    PAD_CU_SEQLENS_RULE_DROPPED, IN_BATCH_SYNTAX_ERROR, TORCH_RAISES_IN_MB, GPT_SFT_SYNTAX_ERROR,
-    PACKED_SEQ_UTILS_HANG, FIRST_FIT_NEEDS_ONE_MORE,
-)}
+FAULTS: dict[str, Fault] = {
+    f.name: f
+    for f in (
+        CU_SEQLENS_OFF_BY_ONE,
+        ALIGNMENT_PAD_LOSS_MASK_ONE,
+        POSITION_IDS_NOT_RESET,
+        PAD_CU_SEQLENS_RULE_DROPPED,
+        IN_BATCH_SYNTAX_ERROR,
+        TORCH_RAISES_IN_MB,
+        GPT_SFT_SYNTAX_ERROR,
+        PACKED_SEQ_UTILS_HANG,
+        FIRST_FIT_NEEDS_ONE_MORE,
+    )
+}

@@ -329,6 +329,7 @@ def test_missing_dependency_of_a_parent_is_untestable_not_absent(tmp_path, monke
 
 # ---- broken (FAIL) vs untestable (skip) ------------------------------------------------------
 
+
 @pytest.fixture
 def mb_pkg(fake_pkg, tmp_path, monkeypatch):
     """``fake_pkg`` declared the code under test (as the runner does for MB's tree)."""
@@ -336,19 +337,28 @@ def mb_pkg(fake_pkg, tmp_path, monkeypatch):
     return fake_pkg
 
 
-@pytest.mark.parametrize("source", [
-    "def op(x:\n    return x\n",  # SyntaxError in the module itself
-    f"import {FAKE}.removed_helper\n",  # imports a module of the code under test that does not exist
-    f"from {FAKE}.helpers import gone\n",  # imports a name the code under test does not define
-    "X = undefined_name\n",  # the module body raises
-], ids=["syntax", "missing-mb-module", "missing-mb-name", "module-body-raises"])
+@pytest.mark.parametrize(
+    "source",
+    [
+        "def op(x:\n    return x\n",  # SyntaxError in the module itself
+        f"import {FAKE}.removed_helper\n",  # imports a module of the code under test that does not exist
+        f"from {FAKE}.helpers import gone\n",  # imports a name the code under test does not define
+        "X = undefined_name\n",  # the module body raises
+    ],
+    ids=["syntax", "missing-mb-module", "missing-mb-name", "module-body-raises"],
+)
 def test_present_module_that_cannot_import_is_broken(mb_pkg, source):
     mb_pkg("helpers.py", "kept = 1\n")
     mb_pkg("packing.py", source)
     with pytest.raises(Broken, match=f"import of {FAKE}.packing failed"):
         load_module(f"{FAKE}.packing")
-    op = Operation("op", [Candidate("new", lambda: symbol(f"{FAKE}.packing", "op")),
-                          Candidate("old", lambda: symbol(f"{FAKE}.helpers", "kept"))])
+    op = Operation(
+        "op",
+        [
+            Candidate("new", lambda: symbol(f"{FAKE}.packing", "op")),
+            Candidate("old", lambda: symbol(f"{FAKE}.helpers", "kept")),
+        ],
+    )
     with pytest.raises(Broken):  # a broken newest era never falls back to an older candidate
         op(1)
 
@@ -360,13 +370,20 @@ def test_syntax_error_in_an_imported_mb_module_is_broken(mb_pkg):
         load_module(f"{FAKE}.packing")
 
 
-@pytest.mark.parametrize("source,reason", [
-    ("import harness_no_such_dependency_xyz\n", "missing dependency 'harness_no_such_dependency_xyz'"),
-    ("try:\n    import harness_fla_xyz\nexcept ImportError as e:\n    raise RuntimeError('install fla') from e\n",
-     "missing dependency 'harness_fla_xyz'"),
-    ("raise ImportError('apex is required for this module')\n", "in this environment: ImportError: apex"),
-    ("from json import no_such_name_xyz\n", "in this environment: ImportError"),
-], ids=["missing-third-party", "mb-reraises-missing", "mb-says-required", "name-missing-outside"])
+@pytest.mark.parametrize(
+    "source,reason",
+    [
+        ("import harness_no_such_dependency_xyz\n", "missing dependency 'harness_no_such_dependency_xyz'"),
+        (
+            "try:\n    import harness_fla_xyz\n"
+            "except ImportError as e:\n    raise RuntimeError('install fla') from e\n",
+            "missing dependency 'harness_fla_xyz'",
+        ),
+        ("raise ImportError('apex is required for this module')\n", "in this environment: ImportError: apex"),
+        ("from json import no_such_name_xyz\n", "in this environment: ImportError"),
+    ],
+    ids=["missing-third-party", "mb-reraises-missing", "mb-says-required", "name-missing-outside"],
+)
 def test_environment_import_failures_stay_untestable(mb_pkg, source, reason):
     mb_pkg("packing.py", source)
     with pytest.raises(Untestable, match=re.escape(reason)):
@@ -392,6 +409,7 @@ def test_output_missing_is_broken_not_untestable():
     def probe():
         def call():
             raise MissingOutput("rows lack loss_mask")
+
         return call
 
     with pytest.raises(Broken, match="operation 'op' \\(x\\): rows lack loss_mask"):

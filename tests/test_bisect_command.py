@@ -363,11 +363,26 @@ def test_mb_raising_is_fail_through_run_and_bisect_wherever_the_cache_lives(mb_b
     culprit = mb_breaks.shas[at]
     checkout = tmp_path / "checkout"
     checkout.mkdir()
-    archive = subprocess.run(["git", "-C", str(mb_breaks.path), "archive", culprit, "src"], check=True,
-                             capture_output=True).stdout
+    archive = subprocess.run(
+        ["git", "-C", str(mb_breaks.path), "archive", culprit, "src"], check=True, capture_output=True
+    ).stdout
     subprocess.run(["tar", "-x", "-C", str(checkout)], input=archive, check=True)
-    run = subprocess.run([*HARNESS, "run", "--mb-src", str(checkout), "--suite", "packed_seq_params", "--quiet",
-                          "--out", str(tmp_path / "run")], capture_output=True, text=True, timeout=900)
+    run = subprocess.run(
+        [
+            *HARNESS,
+            "run",
+            "--mb-src",
+            str(checkout),
+            "--suite",
+            "packed_seq_params",
+            "--quiet",
+            "--out",
+            str(tmp_path / "run"),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
     assert run.returncode == 1, run.stdout + run.stderr
     cases = json.loads((tmp_path / "run" / "results.json").read_text())["cases"]
     failed = {c["case_id"]: c["message"] for c in cases if c["verdict"] == "fail"}
@@ -378,8 +393,10 @@ def test_mb_raising_is_fail_through_run_and_bisect_wherever_the_cache_lives(mb_b
     rng = f"{mb_breaks.shas[at - 1][:10]}..{mb_breaks.shas[at + 1][:10]}"
     home = tmp_path / "home"
     named_harness = tmp_path / "work" / "harness" / "cache"
-    for env, cache in (({"HOME": str(home)}, home / ".cache" / "harness"),
-                       ({"HARNESS_CACHE": str(named_harness)}, named_harness)):
+    for env, cache in (
+        ({"HOME": str(home)}, home / ".cache" / "harness"),
+        ({"HARNESS_CACHE": str(named_harness)}, named_harness),
+    ):
         out = tmp_path / f"bisect-{cache.parent.name}"
         proc = _bisect_env(mb_breaks, rng, "--suite", "packed_seq_params", out=out, env=env)
         assert proc.returncode == 0, proc.stdout + proc.stderr
@@ -393,32 +410,53 @@ def test_mb_raising_is_fail_through_run_and_bisect_wherever_the_cache_lives(mb_b
 
 
 @pytest.mark.slow
-def test_broken_packing_module_is_fail_and_bisect_names_it(mb_breaks: MBRepo, shared_cache: Path,
-                                                           tmp_path: Path) -> None:
+def test_broken_packing_module_is_fail_and_bisect_names_it(
+    mb_breaks: MBRepo, shared_cache: Path, tmp_path: Path
+) -> None:
     """A syntax error in data/packing/gpt_sft.py: the packed-dataset cases FAIL ("broken: ...")
     instead of being skipped, so the bisection names the commit that broke the import."""
     fault = faults.GPT_SFT_SYNTAX_ERROR
     at = mb_breaks.culprit[fault.name]
-    proc = bisect(mb_breaks, f"{mb_breaks.shas[0][:10]}..{mb_breaks.shas[at + 1][:10]}", "--suite", fault.suite,
-                  "-k", "test_pad_cu_seqlens_fixed_shape", out=tmp_path, cache=shared_cache)
+    proc = bisect(
+        mb_breaks,
+        f"{mb_breaks.shas[0][:10]}..{mb_breaks.shas[at + 1][:10]}",
+        "--suite",
+        fault.suite,
+        "-k",
+        "test_pad_cu_seqlens_fixed_shape",
+        out=tmp_path,
+        cache=shared_cache,
+    )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     doc = load(tmp_path)
     assert_culprits(doc, mb_breaks, fault.name)
     messages = _case_messages(doc, mb_breaks.shas[at])
-    assert messages and all(m.startswith("broken: import of megatron.bridge.") and "SyntaxError" in m
-                            for m in messages.values()), messages
+    assert messages and all(
+        m.startswith("broken: import of megatron.bridge.") and "SyntaxError" in m for m in messages.values()
+    ), messages
 
 
 @pytest.mark.slow
-def test_hang_is_fail_at_the_timeout_and_the_bisection_does_not_hang(mb_breaks: MBRepo, shared_cache: Path,
-                                                                    tmp_path: Path) -> None:
+def test_hang_is_fail_at_the_timeout_and_the_bisection_does_not_hang(
+    mb_breaks: MBRepo, shared_cache: Path, tmp_path: Path
+) -> None:
     """Importing packed_seq_utils never returns from commit 7 on: the case running when the suite
     process is killed at --timeout FAILs ("broken: timeout"), and the bisection names the commit."""
     at = mb_breaks.culprit[faults.PACKED_SEQ_UTILS_HANG.name]
     rng = f"{mb_breaks.shas[at - 1][:10]}..{mb_breaks.shas[at + 1][:10]}"
     # -k argmin: cases the earlier MB-raising fault does not touch (they pass before the hang)
-    proc = bisect(mb_breaks, rng, "--suite", "packed_seq_params", "-k", "argmin", "--timeout", "25",
-                  out=tmp_path, cache=shared_cache)
+    proc = bisect(
+        mb_breaks,
+        rng,
+        "--suite",
+        "packed_seq_params",
+        "-k",
+        "argmin",
+        "--timeout",
+        "25",
+        out=tmp_path,
+        cache=shared_cache,
+    )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     doc = load(tmp_path)
     found = culprits(doc)
@@ -433,16 +471,21 @@ def test_hang_is_fail_at_the_timeout_and_the_bisection_does_not_hang(mb_breaks: 
 def test_module_deleted_outright_stays_untestable(mb_breaks: MBRepo, tmp_path: Path) -> None:
     """An era without the operation (its module deleted, nothing else importing it) is untestable."""
     cache = tmp_path / "cache"
-    ev = MBEvaluator(mb_breaks.path, workspace_dir_for(cache, open_repo(mb_breaks.path)), cache / "runs",
-                     suites=("packing_algorithms",))
+    ev = MBEvaluator(
+        mb_breaks.path,
+        workspace_dir_for(cache, open_repo(mb_breaks.path)),
+        cache / "runs",
+        suites=("packing_algorithms",),
+    )
     outcome = ev(mb_breaks.shas[BREAKS.index(("Drop the legacy packing algorithms module", REMOVE_ALGORITHMS))])
     assert outcome.verdicts and set(outcome.verdicts.values()) == {Verdict.UNTESTABLE}, outcome.messages
     assert all("not found in this Megatron-Bridge" in m for m in outcome.messages.values()), outcome.messages
 
 
 @pytest.mark.slow
-def test_good_that_cannot_run_the_cases_is_bisected_from_where_they_run(mb_breaks: MBRepo, shared_cache: Path,
-                                                                        tmp_path: Path) -> None:
+def test_good_that_cannot_run_the_cases_is_bisected_from_where_they_run(
+    mb_breaks: MBRepo, shared_cache: Path, tmp_path: Path
+) -> None:
     """GOOD has no packing algorithms module (the cases are untestable there), BAD breaks first fit:
     the cases are bisected from the commit that brought the module back, and the culprit is
     named; with --strict-good that commit is named instead."""
@@ -458,23 +501,26 @@ def test_good_that_cannot_run_the_cases_is_bisected_from_where_they_run(mb_break
     assert starts and {s["runs_from"] for s in starts} == {mb_breaks.shas[back]}
     assert all(s["at_good"] == "untestable" and s["bisected"] for s in starts)
     assert f"the oldest commit where it runs is {mb_breaks.shas[back][:12]}" in proc.stdout
-    strict = bisect(mb_breaks, rng, "--suite", "packing_algorithms", "--strict-good", out=tmp_path / "strict",
-                    cache=shared_cache)
+    strict = bisect(
+        mb_breaks, rng, "--suite", "packing_algorithms", "--strict-good", out=tmp_path / "strict", cache=shared_cache
+    )
     assert strict.returncode == 1 and "nothing to bisect" in strict.stdout
     assert f"use {mb_breaks.shas[back][:12]} as GOOD" in strict.stdout
     assert tree_digest(mb_breaks.path) == mb_breaks.digest
 
 
 @pytest.mark.slow
-def test_confirm_reverts_each_culprit_on_bad_and_its_cases_pass(mb_repo: MBRepo, shared_cache: Path,
-                                                                tmp_path: Path) -> None:
+def test_confirm_reverts_each_culprit_on_bad_and_its_cases_pass(
+    mb_repo: MBRepo, shared_cache: Path, tmp_path: Path
+) -> None:
     proc = bisect(mb_repo, "good..bad", *SUITES, "-j", "2", "--confirm", out=tmp_path, cache=shared_cache)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     doc = load(tmp_path)
     assert_culprits(doc, mb_repo, "cu_seqlens_off_by_one", "alignment_pad_loss_mask_one")
     checks = {c["culprit"]: c for c in doc["confirmations"]}
-    assert set(checks) == {mb_repo.shas[mb_repo.culprit[n]] for n in ("cu_seqlens_off_by_one",
-                                                                        "alignment_pad_loss_mask_one")}
+    assert set(checks) == {
+        mb_repo.shas[mb_repo.culprit[n]] for n in ("cu_seqlens_off_by_one", "alignment_pad_loss_mask_one")
+    }
     for check in checks.values():
         assert check["status"] == "confirmed", check
         assert check["seen"] and set(check["seen"].values()) == {"pass"}, check
@@ -485,10 +531,16 @@ def test_confirm_reverts_each_culprit_on_bad_and_its_cases_pass(mb_repo: MBRepo,
 # --------------------------------------------------------------------------- fast: fake evaluator
 
 
-def _fake_history(root: Path, n: int, faults_at: dict[str, int], broken: set[int] = frozenset(),
-                  no_src: set[int] = frozenset(), fixed_at: dict[str, int] | None = None,
-                  gone_at: dict[str, int] | None = None, born_at: dict[str, int] | None = None
-                  ) -> tuple[Path, list[str]]:
+def _fake_history(
+    root: Path,
+    n: int,
+    faults_at: dict[str, int],
+    broken: set[int] = frozenset(),
+    no_src: set[int] = frozenset(),
+    fixed_at: dict[str, int] | None = None,
+    gone_at: dict[str, int] | None = None,
+    born_at: dict[str, int] | None = None,
+) -> tuple[Path, list[str]]:
     """A git history of ``n`` commits; ``state.json`` says which cases fail, cannot run (gone) or
     are unevaluable (broken: every case untestable) there."""
     repo = root / "repo"
@@ -496,8 +548,9 @@ def _fake_history(root: Path, n: int, faults_at: dict[str, int], broken: set[int
     shas = []
     for i in range(n):
         failing = {c for c, at in faults_at.items() if i >= at} | {c for c, at in (fixed_at or {}).items() if i < at}
-        gone = sorted({c for c, at in (gone_at or {}).items() if i >= at}
-                      | {c for c, at in (born_at or {}).items() if i < at})
+        gone = sorted(
+            {c for c, at in (gone_at or {}).items() if i >= at} | {c for c, at in (born_at or {}).items() if i < at}
+        )
         state = {"fail": sorted(failing), "broken": i in broken, "gone": gone}
         src = repo / "src" / "megatron" / "bridge"
         if i in no_src:

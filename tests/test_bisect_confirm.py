@@ -25,13 +25,20 @@ from harness.workspaces import WorkspaceCache
 
 CASES = ("s::a", "s::b", "s::c")
 PKG = Path("src") / "megatron" / "bridge"
-GIT_ENV = {"GIT_CONFIG_GLOBAL": os.devnull, "GIT_CONFIG_NOSYSTEM": "1", "GIT_AUTHOR_NAME": "t",
-           "GIT_AUTHOR_EMAIL": "t@e", "GIT_COMMITTER_NAME": "t", "GIT_COMMITTER_EMAIL": "t@e"}
+GIT_ENV = {
+    "GIT_CONFIG_GLOBAL": os.devnull,
+    "GIT_CONFIG_NOSYSTEM": "1",
+    "GIT_AUTHOR_NAME": "t",
+    "GIT_AUTHOR_EMAIL": "t@e",
+    "GIT_COMMITTER_NAME": "t",
+    "GIT_COMMITTER_EMAIL": "t@e",
+}
 
 
 def git(repo: Path, *args: str) -> str:
-    return subprocess.run(["git", "-C", str(repo), *args], check=True, capture_output=True, text=True,
-                          env={**os.environ, **GIT_ENV}).stdout.strip()
+    return subprocess.run(
+        ["git", "-C", str(repo), *args], check=True, capture_output=True, text=True, env={**os.environ, **GIT_ENV}
+    ).stdout.strip()
 
 
 def build(root: Path, steps: list[dict[str, str]]) -> tuple[Path, list[str]]:
@@ -91,15 +98,28 @@ def _bisect(tmp_path: Path, steps: list[dict[str, str]], **kw):
     repo, shas = build(tmp_path, steps)
     cache = tmp_path / "cache"
     ev = FileEvaluator(repo, workspace_dir_for(cache, open_repo(repo)), tmp_path / "trees.log")
-    run = run_bisection(BisectOptions(repo=repo, good=shas[0], bad=shas[-1], cache_dir=cache, confirm=True, **kw),
-                        evaluator=ev, progress=None)
+    run = run_bisection(
+        BisectOptions(repo=repo, good=shas[0], bad=shas[-1], cache_dir=cache, confirm=True, **kw),
+        evaluator=ev,
+        progress=None,
+    )
     return run, shas, repo
 
 
 def test_confirm_gives_confirmed_not_confirmed_and_not_checkable(tmp_path: Path) -> None:
-    steps = [OK, {}, {}, {}, {"a.txt": "bad"},  # 4: a breaks; reverting it on BAD fixes a
-             {}, {"b.txt": "bad 1"}, {"b.txt": "bad 2"},  # 6: b breaks, 7 changes the same line again
-             {"c.txt": "bad"}, {"c2.txt": "bad"}, {}]  # 8: c breaks, 9 breaks it another way too
+    steps = [
+        OK,
+        {},
+        {},
+        {},
+        {"a.txt": "bad"},  # 4: a breaks; reverting it on BAD fixes a
+        {},
+        {"b.txt": "bad 1"},
+        {"b.txt": "bad 2"},  # 6: b breaks, 7 changes the same line again
+        {"c.txt": "bad"},
+        {"c2.txt": "bad"},
+        {},
+    ]  # 8: c breaks, 9 breaks it another way too
     run, shas, repo = _bisect(tmp_path, steps)
     before = git(repo, "status", "--porcelain"), git(repo, "rev-parse", "HEAD")
     found = {c.case_id: c.culprit.sha for c in run.doc.cases if c.culprit}
@@ -146,7 +166,8 @@ def test_confirm_without_a_tree_evaluator_is_not_checkable(tmp_path: Path) -> No
             return self.inner(sha)
 
     ev = CommitsOnly(FileEvaluator(repo, workspace_dir_for(cache, open_repo(repo)), tmp_path / "log"))
-    run = run_bisection(BisectOptions(repo=repo, good=shas[0], bad=shas[-1], cache_dir=cache, confirm=True),
-                        evaluator=ev, progress=None)
+    run = run_bisection(
+        BisectOptions(repo=repo, good=shas[0], bad=shas[-1], cache_dir=cache, confirm=True), evaluator=ev, progress=None
+    )
     (check,) = run.doc.confirmations
     assert check.status is ConfirmStatus.NOT_CHECKABLE and "cannot run a tree" in check.detail

@@ -65,13 +65,21 @@ def test_fork_server_failure_falls_back_to_a_plain_subprocess_in_one_line(tmp_pa
     result = runner.run_suites(Target(), opts, tmp_path / "run", progress=None)
     assert result.cases and {c.verdict.value for c in result.cases} == {"pass"}, "the plain subprocess ran them"
     (note,) = [n for n in result.notes if "fork server" in n]
-    assert note == ("[light import] fork server unavailable (simulated: the fork server did not start): "
-                    "ran as a plain subprocess")
+    assert note == (
+        "[light import] fork server unavailable (simulated: the fork server did not start): ran as a plain subprocess"
+    )
 
 
 def _git(cwd: Path, *args: str) -> str:
-    env = {"GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@e", "GIT_COMMITTER_NAME": "t", "GIT_COMMITTER_EMAIL": "t@e",
-           "PATH": "/usr/bin:/bin", "GIT_CONFIG_GLOBAL": "/dev/null", "GIT_CONFIG_NOSYSTEM": "1"}
+    env = {
+        "GIT_AUTHOR_NAME": "t",
+        "GIT_AUTHOR_EMAIL": "t@e",
+        "GIT_COMMITTER_NAME": "t",
+        "GIT_COMMITTER_EMAIL": "t@e",
+        "PATH": "/usr/bin:/bin",
+        "GIT_CONFIG_GLOBAL": "/dev/null",
+        "GIT_CONFIG_NOSYSTEM": "1",
+    }
     return subprocess.run(["git", *args], cwd=cwd, env=env, check=True, capture_output=True, text=True).stdout.strip()
 
 
@@ -84,8 +92,11 @@ def test_pinned_evaluations_go_through_the_fork_server_of_their_tree(tmp_path: P
 
     core_spec = importlib.util.find_spec("megatron.core")
     mlm, mb = tmp_path / "mlm", tmp_path / "mb"
-    shutil.copytree(list(core_spec.submodule_search_locations)[0], mlm / "megatron" / "core",
-                    ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copytree(
+        list(core_spec.submodule_search_locations)[0],
+        mlm / "megatron" / "core",
+        ignore=shutil.ignore_patterns("__pycache__"),
+    )
     _git(tmp_path, "init", "-q", "-b", "main", str(mlm))
     _git(mlm, "add", "-A")
     _git(mlm, "commit", "-q", "-m", "core")
@@ -97,8 +108,9 @@ def test_pinned_evaluations_go_through_the_fork_server_of_their_tree(tmp_path: P
     _git(mb, "commit", "-q", "-m", "MB pinning the core")
     sha = _git(mb, "rev-parse", "HEAD")
 
-    ev = MBEvaluator(mb, tmp_path / "cache" / "ws", tmp_path / "cache" / "runs", suites=("packed_seq_params",),
-                     megatron_lm=mlm)
+    ev = MBEvaluator(
+        mb, tmp_path / "cache" / "ws", tmp_path / "cache" / "runs", suites=("packed_seq_params",), megatron_lm=mlm
+    )
     outcome = ev(sha)
     assert outcome.verdicts and set(outcome.verdicts.values()) == {Verdict.PASS}, outcome.note
     assert "fork server" not in outcome.note, outcome.note

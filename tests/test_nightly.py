@@ -289,9 +289,22 @@ def test_auto_bisect_runs_harness_bisect_and_links_it(
 
     rc, text = go(common + ["--commit", c2])
     assert rc == 1
-    assert fake_bisect.commands == [[sys.executable, "-m", "harness", "bisect", f"{c0}..{c2}", "--repo", str(repo),
-                                     "--out", str(out_dir / "bisect"), "--suite", "packing_algorithms",
-                                     "--confirm"]], "culprits are confirmed by default in a nightly"
+    assert fake_bisect.commands == [
+        [
+            sys.executable,
+            "-m",
+            "harness",
+            "bisect",
+            f"{c0}..{c2}",
+            "--repo",
+            str(repo),
+            "--out",
+            str(out_dir / "bisect"),
+            "--suite",
+            "packing_algorithms",
+            "--confirm",
+        ]
+    ], "culprits are confirmed by default in a nightly"
     assert "harness bisect exited 0 (every culprit found)" in text
     page = trend_page(out_dir)
     assert page.rows("newly-failing") == [BROKEN]
@@ -367,8 +380,9 @@ def test_auto_bisect_only_for_cases_that_passed_before(
     assert "no bisect: nothing that passed in the previous nightly fails or is untestable now" in text
 
 
-def test_newly_untestable_is_listed_fails_the_night_and_is_bisected(tmp_path: Path, fake_runner: FakeRunner,
-                                                                     fake_bisect: FakeBisect, mb_repo) -> None:
+def test_newly_untestable_is_listed_fails_the_night_and_is_bisected(
+    tmp_path: Path, fake_runner: FakeRunner, fake_bisect: FakeBisect, mb_repo
+) -> None:
     """A case that ran last night and cannot run tonight lost its coverage: listed in the
     terminal and the trend page, exit 1, bisected with --bisect-untestable."""
     repo, (c0, _, c2) = mb_repo
@@ -387,12 +401,21 @@ def test_newly_untestable_is_listed_fails_the_night_and_is_bisected(tmp_path: Pa
     assert page.links() == {BROKEN: "bisect/report.html"}
 
 
-def test_no_confirm_leaves_the_culprits_unchecked(tmp_path: Path, fake_runner: FakeRunner, fake_bisect: FakeBisect,
-                                                  mb_repo) -> None:
+def test_no_confirm_leaves_the_culprits_unchecked(
+    tmp_path: Path, fake_runner: FakeRunner, fake_bisect: FakeBisect, mb_repo
+) -> None:
     repo, (c0, _, c2) = mb_repo
     fake_runner.queue += [night(), night(broken=(BROKEN,))]
-    common = ["--history", str(tmp_path / "h.parquet"), "--out", str(tmp_path / "o"), "--auto-bisect", "--repo",
-              str(repo), "--no-confirm"]
+    common = [
+        "--history",
+        str(tmp_path / "h.parquet"),
+        "--out",
+        str(tmp_path / "o"),
+        "--auto-bisect",
+        "--repo",
+        str(repo),
+        "--no-confirm",
+    ]
     go(common + ["--commit", c0])
     go(common + ["--commit", c2])
     (cmd,) = fake_bisect.commands

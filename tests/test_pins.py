@@ -92,13 +92,13 @@ def test_pin_missing_from_megatron_lm_repo(repos, tmp_path: Path) -> None:
 
 # ---- a warm fork server per pinned megatron-core ---------------------------------------------
 
-PROBE = '''
+PROBE = """
 import json, os, megatron.core as core
 
 def test_probe():
     with open(os.environ["PROBE_OUT"], "w") as fh:
         json.dump({"pinned": core.PINNED, "preloaded": core.LOADED_BY != os.getpid()}, fh)
-'''
+"""
 
 
 def _core(root: Path, tag: str) -> Path:

@@ -14,7 +14,7 @@ from harness.caselog import emit, read_log, start_log
 from harness.paths import ROOT
 from harness.procs import popen_owned
 
-SUITE = '''
+SUITE = """
 import os, time
 
 def test_first():
@@ -27,18 +27,34 @@ def test_hangs():
 
 def test_never_reached():
     pass
-'''
+"""
 
 
 def _suite_run(tmp_path: Path, mode: str, limit_s: float) -> tuple[list, list[str]]:
     suite = tmp_path / "test_demo.py"
     suite.write_text(SUITE)
     results, events = tmp_path / "cases.json", tmp_path / "cases.events.jsonl"
-    cmd = [sys.executable, "-m", "pytest", str(suite), "-p", "harness.plugin", "-q", "-p", "no:cacheprovider",
-           "--rootdir", str(tmp_path), "--harness-results", str(results), "--harness-events", str(events)]
+    cmd = [
+        sys.executable,
+        "-m",
+        "pytest",
+        str(suite),
+        "-p",
+        "harness.plugin",
+        "-q",
+        "-p",
+        "no:cacheprovider",
+        "--rootdir",
+        str(tmp_path),
+        "--harness-results",
+        str(results),
+        "--harness-events",
+        str(events),
+    ]
     env = {**os.environ, "PYTHONPATH": str(ROOT), "DEMO_MODE": mode}
-    proc = popen_owned(cmd, cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                       stdin=subprocess.DEVNULL)
+    proc = popen_owned(
+        cmd, cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL
+    )
     timed_out, tail = runner._stream(proc, None, time.monotonic() + limit_s)
     assert not results.exists(), "the process was stopped before writing its verdict file"
     outcome = runner._Outcome(proc.returncode, timed_out, tail, limit_s)
@@ -59,8 +75,11 @@ def test_killed_at_timeout_blames_the_running_case_and_keeps_the_others(tmp_path
 def test_process_dying_in_a_case_is_an_error_for_that_case_only(tmp_path: Path) -> None:
     cases, _ = _suite_run(tmp_path, "die", limit_s=120)
     verdicts = {c.case_id: c.verdict.value for c in cases}
-    assert verdicts == {"demo::test_first": "pass", "demo::test_hangs": "error",
-                        "demo::test_never_reached": "untestable"}
+    assert verdicts == {
+        "demo::test_first": "pass",
+        "demo::test_hangs": "error",
+        "demo::test_never_reached": "untestable",
+    }
 
 
 def test_nothing_collected_is_one_error_per_suite(tmp_path: Path) -> None:
@@ -80,6 +99,7 @@ def test_event_log_ignores_a_cut_line_and_a_foreign_file(tmp_path: Path) -> None
         fh.write('{"ev": "done", "case": {"case_id": "s::a", "verd')  # killed mid-write
     got = read_log(log)
     assert got.in_flight == ["s::a"] and got.not_started == ["s::b"] and not got.done
-    (tmp_path / "other.jsonl").write_text('{"kind": "something-else", "schema_version": 1}\n'
-                                          '{"ev": "start", "case_id": "x"}\n')
+    (tmp_path / "other.jsonl").write_text(
+        '{"kind": "something-else", "schema_version": 1}\n{"ev": "start", "case_id": "x"}\n'
+    )
     assert read_log(tmp_path / "other.jsonl").started == []

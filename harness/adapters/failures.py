@@ -45,16 +45,19 @@ def import_failure(module: str, exc: BaseException) -> Broken | Untestable:
         if cause is _Cause.BROKEN:
             return Broken(f"import of {module} failed: {_describe(exc)}")
         if cause is _Cause.MISSING:
-            return Untestable(f"import of {module} failed: missing dependency '{getattr(link, 'name', '')}' "
-                              f"(not installed in this environment): {_describe(exc)}")
+            return Untestable(
+                f"import of {module} failed: missing dependency '{getattr(link, 'name', '')}' "
+                f"(not installed in this environment): {_describe(exc)}"
+            )
         if cause is _Cause.ENVIRONMENT:
             return Untestable(f"import of {module} failed in this environment: {_describe(exc)}")
         link = link.__cause__ or link.__context__
     raised = frames(exc.__traceback__)
     if raised and owner_of(raised[-1], roots) is Owner.MEGATRON:
         return Broken(f"import of {module} failed: {_describe(exc)}")
-    return Untestable(f"import of {module} failed in this environment (raised outside the code under test): "
-                      f"{_describe(exc)}")
+    return Untestable(
+        f"import of {module} failed in this environment (raised outside the code under test): {_describe(exc)}"
+    )
 
 
 def _describe(exc: BaseException) -> str:

@@ -66,11 +66,16 @@ def _fill(fn: Callable[..., Any]) -> Callable[..., list[dict[str, list[int]]]]:
         out = []
         for row in rows:
             if not {"input_ids", "loss_mask", "seq_start_id"} <= set(row):
-                raise MissingOutput("fill_packing_strategy rows lack input_ids/loss_mask/seq_start_id "
-                                    f"(keys {sorted(row)})")
-            out.append({"input_ids": [int(x) for x in row["input_ids"]],
-                        "loss_mask": [int(bool(x)) for x in row["loss_mask"]],
-                        "seq_start_id": [int(x) for x in row["seq_start_id"]]})
+                raise MissingOutput(
+                    f"fill_packing_strategy rows lack input_ids/loss_mask/seq_start_id (keys {sorted(row)})"
+                )
+            out.append(
+                {
+                    "input_ids": [int(x) for x in row["input_ids"]],
+                    "loss_mask": [int(bool(x)) for x in row["loss_mask"]],
+                    "seq_start_id": [int(x) for x in row["seq_start_id"]],
+                }
+            )
         return out
 
     return call

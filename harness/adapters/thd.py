@@ -140,9 +140,15 @@ def canonical_thd_batch(batch: Mapping[str, Any]) -> dict[str, Any]:
         max_seqlen = batch.get("max_seqlen")
     else:
         raise MissingOutput(f"packed batch has neither cu_seqlens_q nor cu_seqlens (keys {sorted(batch)})")
-    return {"tokens": _flat(batch["tokens"]), "labels": _flat(batch["labels"]),
-            "loss_mask": _flat(batch["loss_mask"]), "position_ids": _flat(batch["position_ids"]),
-            "cu_seqlens_padded": padded, "cu_seqlens_unpadded": unpadded, "max_seqlen": _int_or_none(max_seqlen)}
+    return {
+        "tokens": _flat(batch["tokens"]),
+        "labels": _flat(batch["labels"]),
+        "loss_mask": _flat(batch["loss_mask"]),
+        "position_ids": _flat(batch["position_ids"]),
+        "cu_seqlens_padded": padded,
+        "cu_seqlens_unpadded": unpadded,
+        "max_seqlen": _int_or_none(max_seqlen),
+    }
 
 
 def strip_sentinel(values: list[int] | None) -> list[int] | None:
@@ -235,8 +241,10 @@ def _in_batch_vlm_step() -> Callable[..., dict[str, Any]]:
             pad_to_multiple_of=pad_to_multiple_of,
         )
         if not isinstance(out, tuple) or len(out) not in (7, 8):
-            raise MissingOutput(f"vlm_step.pack_batch_sequences returned {type(out).__name__} "
-                          f"of length {len(out) if isinstance(out, tuple) else '?'}; expected a 7- or 8-tuple")
+            raise MissingOutput(
+                f"vlm_step.pack_batch_sequences returned {type(out).__name__} "
+                f"of length {len(out) if isinstance(out, tuple) else '?'}; expected a 7- or 8-tuple"
+            )
         p_tokens, p_labels, p_loss, _attn, p_pos, cu, max_seqlen = out[:7]
         unpadded = strip_sentinel(_flat(out[7])) if len(out) == 8 and out[7] is not None else None
         return {

@@ -110,8 +110,14 @@ def _revert(driver: _Driver, ws: WorkspaceCache, culprit: str, tree: Path) -> st
     patch_file = tree.parent / "culprit.patch"
     patch_file.write_text(patch, encoding="utf-8")
     env = dict(os.environ, GIT_CEILING_DIRECTORIES=str(tree.parent))  # never find a repository above the copy
-    proc = subprocess.run(["git", "apply", "-R", "--whitespace=nowarn", str(patch_file)], cwd=tree, env=env,
-                          capture_output=True, text=True, stdin=subprocess.DEVNULL)
+    proc = subprocess.run(
+        ["git", "apply", "-R", "--whitespace=nowarn", str(patch_file)],
+        cwd=tree,
+        env=env,
+        capture_output=True,
+        text=True,
+        stdin=subprocess.DEVNULL,
+    )
     if proc.returncode == 0:
         return ""
     lines = [ln for ln in proc.stderr.splitlines() if ln.strip()]
@@ -157,4 +163,3 @@ def _count(cases: Sequence[str]) -> str:
 
 def _first_line(text: str) -> str:
     return next((ln.strip() for ln in text.splitlines() if ln.strip()), "")[:300]
-

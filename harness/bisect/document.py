@@ -146,8 +146,14 @@ class LateStart:
 
     @classmethod
     def from_json(cls, doc: dict[str, Any]) -> LateStart:
-        return cls(str(doc.get("case_id") or ""), str(doc.get("at_good") or ""), doc.get("runs_from"),
-                   str(doc.get("verdict_there") or ""), bool(doc.get("bisected", False)), str(doc.get("reason") or ""))
+        return cls(
+            str(doc.get("case_id") or ""),
+            str(doc.get("at_good") or ""),
+            doc.get("runs_from"),
+            str(doc.get("verdict_there") or ""),
+            bool(doc.get("bisected", False)),
+            str(doc.get("reason") or ""),
+        )
 
 
 class ConfirmStatus(enum.Enum):
@@ -172,8 +178,12 @@ class Confirmation:
 
     @classmethod
     def from_json(cls, doc: dict[str, Any]) -> Confirmation:
-        return cls(str(doc.get("culprit") or ""), ConfirmStatus(doc.get("status") or ConfirmStatus.NOT_CHECKABLE.value),
-                   {str(k): str(v) for k, v in (doc.get("seen") or {}).items()}, str(doc.get("detail") or ""))
+        return cls(
+            str(doc.get("culprit") or ""),
+            ConfirmStatus(doc.get("status") or ConfirmStatus.NOT_CHECKABLE.value),
+            {str(k): str(v) for k, v in (doc.get("seen") or {}).items()},
+            str(doc.get("detail") or ""),
+        )
 
 
 @dataclass
@@ -317,8 +327,9 @@ class BisectDoc:
             probes={str(k): dict(v) for k, v in (doc.get("probes") or {}).items()},
             attempts={str(k): [dict(a) for a in v] for k, v in (doc.get("attempts") or {}).items()},
             cases=[CaseDoc.from_json(c) for c in doc.get("cases") or []],
-            not_bisected=[NotBisected(str(n.get("case_id", "")), str(n.get("reason", "")))
-                          for n in doc.get("not_bisected") or []],
+            not_bisected=[
+                NotBisected(str(n.get("case_id", "")), str(n.get("reason", ""))) for n in doc.get("not_bisected") or []
+            ],
             late_starts=[LateStart.from_json(s) for s in doc.get("late_starts") or []],
             confirmations=[Confirmation.from_json(c) for c in doc.get("confirmations") or []],
             notes={str(k): list(v) for k, v in (doc.get("notes") or {}).items()},

@@ -213,11 +213,13 @@ class _Driver:
 
     def picker(self, bisection: Bisection) -> Callable[[int], list[str]]:
         """What :meth:`run` asks for: the bisection's next probes that are not already in flight."""
+
         def pick(n: int) -> list[str]:
             if bisection.done:
                 return []
             busy = self.in_progress()
             return [c for c in bisection.next_probes(n + len(busy)) if c not in busy][:n]
+
         return pick
 
     def replay(self, sha: str) -> None:
@@ -230,11 +232,13 @@ class _Driver:
 
     def select_cases(self, good: str, bad: str) -> Selection:
         attempts = self.evidence.attempts
-        return select_cases(self.view, attempts.get(good, []), attempts.get(bad, []), good, bad,
-                            self.opts.bisect_untestable)
+        return select_cases(
+            self.view, attempts.get(good, []), attempts.get(bad, []), good, bad, self.opts.bisect_untestable
+        )
 
-    def document(self, good: str, bad: str, bisection: Bisection | None, not_bisected: list[NotBisected],
-                 duration: float) -> BisectDoc:
+    def document(
+        self, good: str, bad: str, bisection: Bisection | None, not_bisected: list[NotBisected], duration: float
+    ) -> BisectDoc:
         """The bisect.json record of this run."""
         opts, ev = self.opts, self.evidence
         case_ids = list(bisection.cases) if bisection else []
@@ -247,14 +251,24 @@ class _Driver:
                 case.notes.insert(0, started_late[case.case_id])
         return BisectDoc(
             range=RangeDoc(good, bad, len(self.commits), f"{opts.good}..{opts.bad}", opts.first_parent),
-            mode=FIND_FIX if opts.find_fix else FIND_REGRESSION, repo=str(self.repo.path),
-            commits=findings.commit_table(self.repo, self.commits), probes=probes, attempts=attempts,
-            cases=cases, not_bisected=not_bisected, late_starts=list(self.late_starts),
+            mode=FIND_FIX if opts.find_fix else FIND_REGRESSION,
+            repo=str(self.repo.path),
+            commits=findings.commit_table(self.repo, self.commits),
+            probes=probes,
+            attempts=attempts,
+            cases=cases,
+            not_bisected=not_bisected,
+            late_starts=list(self.late_starts),
             confirmations=list(self.confirmations),
-            notes={sha: list(notes) for sha, notes in ev.notes.items()}, duration_s=round(duration, 2),
-            evaluations=ev.evaluations, new_evaluations=ev.new_evaluations,
-            cached_evaluations=ev.cached_evaluations, rounds=self.rounds, jobs=self.executor.slots,
-            retries=opts.retries, selection=SelectionDoc(list(opts.suites) if opts.suites else None, opts.keyword),
+            notes={sha: list(notes) for sha, notes in ev.notes.items()},
+            duration_s=round(duration, 2),
+            evaluations=ev.evaluations,
+            new_evaluations=ev.new_evaluations,
+            cached_evaluations=ev.cached_evaluations,
+            rounds=self.rounds,
+            jobs=self.executor.slots,
+            retries=opts.retries,
+            selection=SelectionDoc(list(opts.suites) if opts.suites else None, opts.keyword),
             cache=CacheNamespace(self.suite_key, self.env_key),
             finished=_dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
         )
@@ -290,8 +304,16 @@ def run_bisection(
     if not (ws.has_commit(bad) and ws.has_commit(good)):
         ws.sync()  # once, here: evaluations running in parallel never fetch
     if evaluator is None:
-        evaluator = MBEvaluator(repo.path, ws_dir, cache_dir / "runs", opts.suites, opts.keyword, opts.timeout_s,
-                                opts.megatron_lm, opts.fork_servers)
+        evaluator = MBEvaluator(
+            repo.path,
+            ws_dir,
+            cache_dir / "runs",
+            opts.suites,
+            opts.keyword,
+            opts.timeout_s,
+            opts.megatron_lm,
+            opts.fork_servers,
+        )
     if opts.use_cache:
         cache_path = cache_dir / "verdicts.sqlite"
     else:  # a private cache: nothing stored earlier is read, the shared one is left alone
@@ -304,8 +326,10 @@ def run_bisection(
     driver: _Driver | None = None
     try:
         driver = _Driver(opts, repo, commits, evaluator, executor, cache, progress)
-        driver.say(f"bisecting {len(commits)} commits {good[:12]}..{bad[:12]} with {executor.slots} slot(s)"
-                   f"{f', {opts.retries} retries' if opts.retries else ''}; cache {cache_path}")
+        driver.say(
+            f"bisecting {len(commits)} commits {good[:12]}..{bad[:12]} with {executor.slots} slot(s)"
+            f"{f', {opts.retries} retries' if opts.retries else ''}; cache {cache_path}"
+        )
         return _bisect(driver, ws, good, bad, t0)
     finally:
         cache.close()

@@ -138,14 +138,22 @@ class MBEvaluator:
             try:
                 pinned = pinned_core(open_repo(self.repo_path), pin_of, self.megatron_lm, self.runs_dir.parent)
             except GitError as exc:
-                return EvalOutcome({}, duration_s=time.monotonic() - t0,
-                                   note=f"pinned megatron-core unavailable: {exc}: skipped for every case")
+                return EvalOutcome(
+                    {},
+                    duration_s=time.monotonic() - t0,
+                    note=f"pinned megatron-core unavailable: {exc}: skipped for every case",
+                )
         # light-import cases go through the fork server of their megatron-core (installed, or the
         # pinned tree): torch and megatron-core are imported once per core, not once per commit
-        opts = runner.RunOptions(suites=list(suites) if suites else None, keyword=self.keyword,
-                                 timeout_s=self.timeout_s, fork_servers=self.fork_servers)
-        tgt = Target(src=src, commit=label, core=pinned.path if pinned else None,
-                     core_pin=pinned.pin if pinned else None)
+        opts = runner.RunOptions(
+            suites=list(suites) if suites else None,
+            keyword=self.keyword,
+            timeout_s=self.timeout_s,
+            fork_servers=self.fork_servers,
+        )
+        tgt = Target(
+            src=src, commit=label, core=pinned.path if pinned else None, core_pin=pinned.pin if pinned else None
+        )
         result = runner.run_suites(tgt, opts, self.runs_dir / label / runner.new_run_id(), progress=None)
         return EvalOutcome(
             verdicts={c.case_id: c.verdict for c in result.cases},

@@ -29,8 +29,10 @@ if TYPE_CHECKING:
 
 def find_starts(driver: _Driver, good: str, late: dict[str, str]) -> list[LateStart]:
     """Where each case of ``late`` (case -> what GOOD gave) starts running, and what follows."""
-    driver.say(f"{len(late)} case(s) fail at bad and cannot run at good {good[:12]}: looking for the oldest "
-               "commit where each runs")
+    driver.say(
+        f"{len(late)} case(s) fail at bad and cannot run at good {good[:12]}: looking for the oldest "
+        "commit where each runs"
+    )
     search = Bisection(driver.commits, sorted(late))
     driver.view.finding_starts = set(late)
     driver.bisection = search
@@ -60,6 +62,11 @@ def _start(driver: _Driver, good: str, case: str, at_good: str, search: Bisectio
     if seen is not Verdict.PASS:
         return LateStart(case, at_good, first, there, reason=f"{head}; {where}: nothing to bisect")
     if driver.opts.strict_good:
-        return LateStart(case, at_good, first, there,
-                         reason=f"{head}; {where}: not bisected (--strict-good); use {first[:12]} as GOOD")
+        return LateStart(
+            case,
+            at_good,
+            first,
+            there,
+            reason=f"{head}; {where}: not bisected (--strict-good); use {first[:12]} as GOOD",
+        )
     return LateStart(case, at_good, first, there, bisected=True, reason=f"{head}; {where}: bisected from there")

@@ -59,8 +59,14 @@ class Selection:
     late: dict[str, str]  # FAIL at bad, GOOD cannot run them: case -> what GOOD gave
 
 
-def select_cases(view: CaseView, at_good: Iterable[Evaluation], at_bad: Iterable[Evaluation], good: str, bad: str,
-                 bisect_untestable: bool) -> Selection:
+def select_cases(
+    view: CaseView,
+    at_good: Iterable[Evaluation],
+    at_bad: Iterable[Evaluation],
+    good: str,
+    bad: str,
+    bisect_untestable: bool,
+) -> Selection:
     """Cases that FAIL at bad and PASS at good (as seen through ``view``); with
     ``bisect_untestable`` also those untestable at bad that pass at good (recorded in the view)."""
     seen_at: dict[str, dict[str, set[Verdict]]] = {good: {}, bad: {}}
@@ -70,8 +76,11 @@ def select_cases(view: CaseView, at_good: Iterable[Evaluation], at_bad: Iterable
                 seen_at[sha].setdefault(case, set()).add(verdict)
     at_good_seen, at_bad_seen = seen_at[good], seen_at[bad]
     if bisect_untestable:  # lost coverage: UNTESTABLE at bad (never FAIL there), PASS at good
-        view.untestable = {c for c, vs in at_bad_seen.items() if vs == {Verdict.UNTESTABLE}
-                           and Verdict.PASS in at_good_seen.get(c, set())}
+        view.untestable = {
+            c
+            for c, vs in at_bad_seen.items()
+            if vs == {Verdict.UNTESTABLE} and Verdict.PASS in at_good_seen.get(c, set())
+        }
         for case in view.untestable:
             at_bad_seen[case] = {Verdict.FAIL}
     picked = Selection([], [], {})

@@ -78,16 +78,29 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     )
     _args.add_out(p, "reports/nightly-<run-id>")
     _args.add_suites(p, keyword=False)
-    p.add_argument("--commit", metavar="SHA",
-                   help="commit to file the run under (default: git commit of --mb-src, else the installed "
-                        "MB's version)")
-    p.add_argument("--auto-bisect", action="store_true",
-                   help="bisect cases that passed in the previous nightly and fail now (needs --repo)")
-    p.add_argument("--repo", type=Path, metavar="MB_CHECKOUT",
-                   help="MB git checkout holding both nightlies' commits (for --auto-bisect)")
-    p.add_argument("--no-confirm", dest="confirm", action="store_false",
-                   help="with --auto-bisect, do not check each culprit by reverting it on top of this nightly's "
-                        "commit (harness bisect --confirm, on by default here)")
+    p.add_argument(
+        "--commit",
+        metavar="SHA",
+        help="commit to file the run under (default: git commit of --mb-src, else the installed MB's version)",
+    )
+    p.add_argument(
+        "--auto-bisect",
+        action="store_true",
+        help="bisect cases that passed in the previous nightly and fail now (needs --repo)",
+    )
+    p.add_argument(
+        "--repo",
+        type=Path,
+        metavar="MB_CHECKOUT",
+        help="MB git checkout holding both nightlies' commits (for --auto-bisect)",
+    )
+    p.add_argument(
+        "--no-confirm",
+        dest="confirm",
+        action="store_false",
+        help="with --auto-bisect, do not check each culprit by reverting it on top of this nightly's "
+        "commit (harness bisect --confirm, on by default here)",
+    )
     _args.add_fixtures(p)
     _args.add_timeout(p, "the suite process")
     _args.add_jobs(p, "pytest-xdist workers")
@@ -141,8 +154,9 @@ def run(args: argparse.Namespace, out: TextIO = sys.stdout) -> int:
         if links:
             render_trend_report(store, trend_page, bisect_links=links)
 
-    print(f"\ntrend:   {trend_page}\nreport:  {report}\njunit:   {junit}\nresults: {run_dir / 'results.json'}",
-          file=out)
+    print(
+        f"\ntrend:   {trend_page}\nreport:  {report}\njunit:   {junit}\nresults: {run_dir / 'results.json'}", file=out
+    )
     return 0 if result.ok and result.cases and not tr["newly_untestable"] else 1
 
 
@@ -209,8 +223,16 @@ def regressions(tr: dict[str, Any]) -> list[dict[str, Any]]:
     return [c for c in tr["newly_failing"] + tr["newly_untestable"] if c["previous"] == Verdict.PASS.value]
 
 
-def bisect_command(good: str, bad: str, repo: Path, out_dir: Path, suites: list[str],
-                   cache_dir: Path | None = None, untestable: bool = False, confirm: bool = True) -> list[str]:
+def bisect_command(
+    good: str,
+    bad: str,
+    repo: Path,
+    out_dir: Path,
+    suites: list[str],
+    cache_dir: Path | None = None,
+    untestable: bool = False,
+    confirm: bool = True,
+) -> list[str]:
     """The ``harness bisect`` command line (through this interpreter, not an installed script);
     ``untestable``: some regressions are cases that became untestable (``--bisect-untestable``);
     ``confirm``: check each culprit by reverting it on top of ``bad`` (``--confirm``)."""
@@ -226,8 +248,9 @@ def _clean_commit(commit: str) -> tuple[str, bool]:
     return (commit[: -len("-dirty")], True) if commit.endswith("-dirty") else (commit, False)
 
 
-def plan_bisect(tr: dict[str, Any], repo: gitrepo.GitRepo | None, out_dir: Path,
-                cache_dir: Path | None = None, confirm: bool = True) -> BisectPlan:
+def plan_bisect(
+    tr: dict[str, Any], repo: gitrepo.GitRepo | None, out_dir: Path, cache_dir: Path | None = None, confirm: bool = True
+) -> BisectPlan:
     """Decide whether the two latest nightlies give a range to bisect the regressions in."""
     cases = regressions(tr)
     if len(tr["runs"]) < 2:
@@ -257,9 +280,11 @@ def plan_bisect(tr: dict[str, Any], repo: gitrepo.GitRepo | None, out_dir: Path,
         return BisectPlan(cases, reason=f"the previous nightly's commit {good[:12]} is not an ancestor of {bad[:12]}")
     suites = sorted({c["suite"] for c in cases})
     untestable = any(c["current"] == Verdict.UNTESTABLE.value for c in cases)
-    return BisectPlan(cases, command=bisect_command(prev, this, repo.path, out_dir, suites, cache_dir, untestable,
-                                                    confirm),
-                      reason="this nightly's tree had local changes; bisecting its commit" if dirty else "")
+    return BisectPlan(
+        cases,
+        command=bisect_command(prev, this, repo.path, out_dir, suites, cache_dir, untestable, confirm),
+        reason="this nightly's tree had local changes; bisecting its commit" if dirty else "",
+    )
 
 
 def _execute(plan: BisectPlan, out_dir: Path, out: TextIO) -> dict[str, str]:

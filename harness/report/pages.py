@@ -166,8 +166,12 @@ def _bisect_case_view(case: CaseDoc, bisect: BisectDoc) -> dict[str, Any]:
 def _confirmation_view(found: Confirmation | None) -> dict[str, Any] | None:
     if found is None:
         return None
-    return {"status": found.status.value, "label": found.status.value.replace("_", " "), "detail": found.detail,
-            "seen": sorted(found.seen.items())}
+    return {
+        "status": found.status.value,
+        "label": found.status.value.replace("_", " "),
+        "detail": found.detail,
+        "seen": sorted(found.seen.items()),
+    }
 
 
 def bisect_context(bisect: BisectDoc) -> dict[str, Any]:
@@ -188,16 +192,30 @@ def bisect_context(bisect: BisectDoc) -> dict[str, Any]:
         "evaluations": "?" if bisect.evaluations is None else bisect.evaluations,
         "n_probed": len(bisect.probes),
         "cases": list(views.values()),
-        "culprit_groups": [{"culprit": g.culprit, "cases": [views[id(c)] for c in g.cases],
-                            "sources": g.sources, "blamed_by": g.blamed_by,
-                            "confirmation": _confirmation_view(bisect.confirmation(g.culprit.sha))}
-                           for g in bisect.culprit_groups()],
+        "culprit_groups": [
+            {
+                "culprit": g.culprit,
+                "cases": [views[id(c)] for c in g.cases],
+                "sources": g.sources,
+                "blamed_by": g.blamed_by,
+                "confirmation": _confirmation_view(bisect.confirmation(g.culprit.sha)),
+            }
+            for g in bisect.culprit_groups()
+        ],
         "confirmed_any": bool(bisect.confirmations),
         "timeline": timeline_view(bisect, [c.case_id for c in bisect.cases], culprits),
-        "late_starts": [{"case_id": s.case_id, "at_good": s.at_good, "runs_from": s.runs_from,
-                         "subject": bisect.commit(s.runs_from).subject if s.runs_from else "",
-                         "verdict_there": s.verdict_there, "bisected": s.bisected, "reason": s.reason}
-                        for s in bisect.late_starts],
+        "late_starts": [
+            {
+                "case_id": s.case_id,
+                "at_good": s.at_good,
+                "runs_from": s.runs_from,
+                "subject": bisect.commit(s.runs_from).subject if s.runs_from else "",
+                "verdict_there": s.verdict_there,
+                "bisected": s.bisected,
+                "reason": s.reason,
+            }
+            for s in bisect.late_starts
+        ],
         "verdicts": VERDICT_ORDER,
     }
 

@@ -77,10 +77,13 @@ def bisect_summary_lines(doc: BisectDoc) -> list[str]:
     for group in doc.culprit_groups():
         cul, ids = group.culprit, [c.case_id for c in group.cases]
         more = f" and {len(ids) - 6} more" if len(ids) > 6 else ""
-        lines += ["", f"{first} commit {cul.sha[:12]}  {cul.subject}",
-                  f"  author: {cul.author} <{cul.email}>   date: {cul.date}",
-                  "  files under src/: " + (", ".join(cul.files) or "(none)"),
-                  f"  cases ({len(ids)}): " + ", ".join(ids[:6]) + more]
+        lines += [
+            "",
+            f"{first} commit {cul.sha[:12]}  {cul.subject}",
+            f"  author: {cul.author} <{cul.email}>   date: {cul.date}",
+            "  files under src/: " + (", ".join(cul.files) or "(none)"),
+            f"  cases ({len(ids)}): " + ", ".join(ids[:6]) + more,
+        ]
         checked = doc.confirmation(cul.sha)
         if checked is not None:
             lines.append(f"  {checked.status.value.replace('_', ' ')}: {checked.detail}")
