@@ -1,11 +1,13 @@
 """``bisect.json``: the typed record of one bisection.
 
 The driver builds a :class:`BisectDoc`; ``harness bisect`` writes it (kind ``harness-bisect``,
-schema-versioned, atomic); the HTML report (:func:`harness.report.pages.bisect_context`) and the terminal summary
-(:func:`harness.report.terminal.bisect_summary_lines`) read the same record. Keys and shapes on disk are those of
-schema 1. :meth:`BisectDoc.from_json` is lenient about missing fields, because a report of an
-interrupted bisection is still worth rendering; a wrong ``kind`` or a newer schema is refused
-by :meth:`BisectDoc.load`.
+schema-versioned, atomic); the HTML report (:func:`harness.report.pages.bisect_context`) and
+the terminal summary (:func:`harness.report.terminal.bisect_summary_lines`) read the same
+record. Schema 2 added ``late_starts`` (cases GOOD cannot run, :class:`LateStart`) and
+``confirmations`` (``--confirm``, :class:`Confirmation`) to the keys of schema 1; a schema 1
+file is read as one where neither was looked for. :meth:`BisectDoc.from_json` is lenient about
+missing fields, because a report of an interrupted bisection is still worth rendering; a wrong
+``kind`` or a newer schema is refused by :meth:`BisectDoc.load`.
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ from harness.atomicio import read_versioned_json, write_versioned_json
 from harness.bisect.algorithm import CaseStatus
 
 BISECT_KIND = "harness-bisect"
-BISECT_SCHEMA = 1
+BISECT_SCHEMA = 2  # 2: late_starts (cases GOOD cannot run) and confirmations (--confirm)
 FIND_REGRESSION = "find-regression"
 FIND_FIX = "find-fix"
 
@@ -350,4 +352,9 @@ class BisectDoc:
 
     @classmethod
     def load(cls, path: Path) -> BisectDoc:
-        return cls.from_json(read_versioned_json(path, BISECT_KIND, BISECT_SCHEMA))
+        return cls.from_json(read_versioned_json(path, BISECT_KIND, BISECT_SCHEMA, {1: _from_schema_1}))
+
+
+def _from_schema_1(doc: dict[str, Any]) -> dict[str, Any]:
+    """Schema 1 had no late starts and no confirmations: none were looked for."""
+    return {**doc, "late_starts": [], "confirmations": []}
