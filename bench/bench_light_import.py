@@ -32,7 +32,9 @@ def one(tgt: Target, mode: str) -> tuple[float, dict[str, str]]:
     forked = mode == "forked"
     with tempfile.TemporaryDirectory(prefix=f"bench-light-{mode}-") as d:
         t0 = time.monotonic()
-        opts = runner.RunOptions(suites=SUITES, import_mode="light" if forked else mode, fork_server=forked)
+        opts = runner.RunOptions(
+            suites=SUITES, import_mode="light" if forked else mode, fork_servers=2 if forked else 0
+        )
         res = runner.run_suites(tgt, opts, Path(d) / "run", progress=None)
         wall = time.monotonic() - t0
     return wall, {c.case_id: c.verdict.value for c in res.cases}

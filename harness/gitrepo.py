@@ -231,6 +231,12 @@ class GitRepo:
         full = self.resolve(sha)
         return self._diff_tree(full, self.parents(full), paths, "-p", "--no-color", "--no-ext-diff")
 
+    def patch(self, sha: str, paths: Sequence[str]) -> str:
+        """A patch of ``sha`` against its first parent that ``git apply`` (also ``-R``) can apply,
+        binary changes included, limited to ``paths``."""
+        full = self.resolve(sha)
+        return self._diff_tree(full, self.parents(full), paths, "-p", "--binary", "--no-color", "--no-ext-diff")
+
     def submodule_pin(self, ref: str, path: str = "3rdparty/Megatron-LM") -> str | None:
         """The commit a commit pins for the submodule at ``path`` (its gitlink), None when it has none there."""
         tree = self._commit(self.resolve(ref)).tree

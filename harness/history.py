@@ -195,8 +195,10 @@ def trend(df: pd.DataFrame) -> dict[str, Any]:
     run, and the run durations.
 
     ``newly_failing``: FAIL in the latest run and not FAIL in the run before (passing,
-    untestable, errored or absent). ``newly_fixed``: PASS now and FAIL in the run before.
-    Only FAIL counts as failing: ERROR is a harness problem, not a change in Megatron-Bridge.
+    untestable, errored or absent). ``newly_untestable``: UNTESTABLE now and PASS or FAIL in
+    the run before: a case that ran and no longer can (an operation moved, a dependency went
+    missing) lost its coverage, which is watched like a failure. ``newly_fixed``: PASS now and
+    FAIL in the run before. ERROR is a harness problem, not a change in Megatron-Bridge.
     """
     runs = _runs(df)
     run_ids = list(runs["run_id"])
@@ -227,7 +229,7 @@ def trend(df: pd.DataFrame) -> dict[str, Any]:
         entry["messages"][i] = str(row.message or "")
         if str(row.verdict) in run_list[i]["counts"]:
             run_list[i]["counts"][str(row.verdict)] += 1
-    newly_failing, newly_fixed, newly_changed = [], [], []
+    newly_failing, newly_untestable, newly_fixed, newly_changed = [], [], [], []
     if len(run_ids) >= 1:
         latest = run_list[-1]
         for cid, entry in cases.items():
@@ -244,6 +246,8 @@ def trend(df: pd.DataFrame) -> dict[str, Any]:
             }
             if len(run_ids) >= 2 and now == Verdict.FAIL.value and before != Verdict.FAIL.value:
                 newly_failing.append(change)
+            elif now == Verdict.UNTESTABLE.value and before is not None and Verdict(before).is_decisive:
+                newly_untestable.append(change)
             elif now == Verdict.PASS.value and before == Verdict.FAIL.value:
                 newly_fixed.append(change)
             elif len(run_ids) >= 2 and now == Verdict.CHANGED.value and before != Verdict.CHANGED.value:
@@ -252,6 +256,7 @@ def trend(df: pd.DataFrame) -> dict[str, Any]:
         "runs": run_list,
         "cases": cases,
         "newly_failing": newly_failing,
+        "newly_untestable": newly_untestable,
         "newly_fixed": newly_fixed,
         "newly_changed": newly_changed,
         "durations": [{"run_id": r["run_id"], "commit": r["commit"], "duration_s": r["duration_s"]} for r in run_list],

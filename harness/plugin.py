@@ -11,26 +11,36 @@ Classification of a failing case (suites check invariants first, the golden last
 * an ``AssertionError`` (an oracle :class:`~harness.oracle.differential.InvariantFailure`, a
   documented rule): FAIL;
 * :class:`harness.errors.Untestable` or a pytest skip: UNTESTABLE (with the reason);
-* any other exception raised from Megatron code: FAIL, MB broke;
+* :class:`Broken` (an MB module that exists and cannot be imported, an operation that no longer
+  produces its output): FAIL with a reason starting ``broken:``, bisectable like any failure;
+* any other exception whose innermost project frame is the commit under test's code (see
+  :mod:`harness.ownership`; torch or Python raising inside a call from MB counts): FAIL;
 * anything else: ERROR, a bug in the harness or a suite, never blamed on MB.
 Then known MB bugs (:mod:`harness.known`): a FAIL whose violations are all explained by
 applicable reviewed entries becomes KNOWN_FAIL; a listed case that passes becomes FIXED.
+
+In the setup phase an assertion or golden mismatch is a fixture's (ERROR); MB raising or a
+break found while a fixture builds something from MB is still MB's (FAIL).
+
+With ``--harness-events FILE`` the plugin also keeps the live event log of
+:mod:`harness.caselog`, so the runner can tell which case a killed process was running.
 """
 
 from __future__ import annotations
 
 import os
 import time
-import traceback
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from harness.errors import Untestable
+from harness import caselog
+from harness.errors import Broken, Untestable
 from harness.golden.compare import Comparator, Tolerance
 from harness.golden.serializer import encode
 from harness.golden.storage import Golden, golden_path, read_golden, write_golden
+from harness.ownership import Owner, add_harness_root, blame
 from harness.verdict import Verdict
 
 PROP = "harness_case"
@@ -52,6 +62,10 @@ def suite_of(item: pytest.Item) -> str:
 def case_of(item: pytest.Item) -> str:
     owner = getattr(item, "cls", None)
     return (owner.__name__ + "." if owner else "") + item.name
+
+
+def _case_id(item: pytest.Item) -> str:
+    return f"{suite_of(item)}::{case_of(item)}"
 
 
 class GoldenChecker:
@@ -115,6 +129,9 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         default=None,
         help="reviewed known MB bugs (default: <fixtures>/known_failures.json)",
     )
+    group.addoption(
+        "--harness-events", default=None, help="append the live case event log (harness.caselog) to this file"
+    )
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -124,6 +141,30 @@ def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "import_group(name): which MB import the case needs: 'light' or 'full'")
     config._harness_cases = []  # type: ignore[attr-defined]
     config._harness_known = None  # type: ignore[attr-defined]
+    events = config.getoption("--harness-events")
+    _EVENTS[:] = [Path(events)] if events else []
+    if events and not hasattr(config, "workerinput"):
+        caselog.start_log(Path(events))
+
+
+_EVENTS: list[Path] = []  # the --harness-events file of this process, when given
+
+
+def _emit(**event: Any) -> None:
+    for path in _EVENTS:
+        caselog.emit(path, **event)
+
+
+def pytest_collection_finish(session: pytest.Session) -> None:
+    for item in session.items:  # the suite files are the harness's code, wherever they live
+        add_harness_root(Path(str(item.fspath)).parent)
+    if session.items:
+        _emit(ev="collected", cases=[[_case_id(i), suite_of(i)] for i in session.items])
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    _emit(ev="start", case_id=_case_id(item))
 
 
 def _root(config: pytest.Config, opt: str, default: str) -> Path:
@@ -151,14 +192,6 @@ def golden(request: pytest.FixtureRequest) -> GoldenChecker:
     )
 
 
-def _from_megatron(excinfo: pytest.ExceptionInfo) -> bool:
-    for entry in traceback.extract_tb(excinfo.tb):
-        parts = Path(entry.filename).parts
-        if "megatron" in parts and "harness" not in parts:
-            return True
-    return False
-
-
 def classify(excinfo: pytest.ExceptionInfo | None, skipped: bool, longrepr: Any) -> tuple[Verdict, str, Any]:
     """Map an outcome to (verdict, message, structured diff)."""
     if excinfo is None:
@@ -169,13 +202,15 @@ def classify(excinfo: pytest.ExceptionInfo | None, skipped: bool, longrepr: Any)
     exc = excinfo.value
     if isinstance(exc, Untestable):
         return Verdict.UNTESTABLE, f"untestable: {exc}", None
+    if isinstance(exc, Broken):
+        return Verdict.FAIL, f"broken: {exc}", None
     if isinstance(exc, GoldenMismatch):
         return Verdict.CHANGED, f"changed: {exc}", exc.diff_data
     if isinstance(exc, (AssertionError, pytest.fail.Exception)):
         return Verdict.FAIL, f"assertion failed: {exc}", None
     if isinstance(exc, pytest.skip.Exception):
         return Verdict.UNTESTABLE, str(exc), None
-    if _from_megatron(excinfo):
+    if blame(excinfo.tb) is Owner.MEGATRON:
         return Verdict.FAIL, f"Megatron raised {type(exc).__name__}: {exc}", None
     return Verdict.ERROR, f"harness error {type(exc).__name__}: {exc}", None
 
@@ -192,9 +227,14 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
     if excinfo is not None and excinfo.errisinstance(Untestable):
         report.outcome = "skipped"
         report.longrepr = (str(item.fspath), item.location[1] or 0, f"untestable: {excinfo.value}")
-    if call.when == "setup" and verdict is Verdict.FAIL and not report.skipped:
-        verdict = Verdict.ERROR  # a fixture broke: the harness's problem, not MB's
-    case_id = f"{suite_of(item)}::{case_of(item)}"
+    if (
+        call.when == "setup"
+        and verdict is Verdict.FAIL
+        and excinfo is not None
+        and excinfo.errisinstance((AssertionError, pytest.fail.Exception))
+    ):
+        verdict = Verdict.ERROR  # a fixture's own check broke: the harness's problem, not MB's
+    case_id = _case_id(item)
     violations = _violations(excinfo)
     known_ids: list[str] = []
     if verdict in (Verdict.FAIL, Verdict.PASS, Verdict.CHANGED) and call.when == "call":
@@ -266,7 +306,9 @@ def _violations(excinfo: pytest.ExceptionInfo | None) -> list[dict[str, Any]]:
 def pytest_runtest_logreport(report: pytest.TestReport) -> None:
     for key, value in report.user_properties:
         if key == PROP:
-            _CASES.append({**value, "duration_s": round(report.duration, 4)})  # type: ignore[dict-item]
+            value = {**value, "duration_s": round(report.duration, 4)}  # type: ignore[dict-item]
+            _CASES.append(value)
+            _emit(ev="done", case=value)
 
 
 _CASES: list[dict[str, Any]] = []
@@ -288,4 +330,4 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     )
 
 
-__all__ = ["GoldenMismatch", "Untestable", "GoldenChecker", "classify"]
+__all__ = ["Broken", "GoldenMismatch", "Untestable", "GoldenChecker", "classify"]

@@ -2,8 +2,15 @@
 
 The subprocess is pytest with :mod:`harness.plugin`, the target's ``PYTHONPATH`` and the CPU
 stand-ins; its verdict file (not its text output) is the result. The process runs in its own
-session so a timeout kills the whole group; a timeout or a crash before any verdict makes
-every selected case UNTESTABLE with the reason (a bisect then skips that commit).
+session so a timeout kills the whole group.
+
+When the process leaves no verdict file, its live event log (:mod:`harness.caselog`) says how
+far it got. Killed at the time limit: the case(s) it was running FAIL with ``broken: timeout``
+(a hang is the commit's failure, bisectable; the kill at ``--timeout`` keeps a hung commit from
+hanging a bisection), finished cases keep their verdicts, cases never started are UNTESTABLE
+("not run"). Died on its own: the running case is an ERROR (a crash cannot be attributed), the
+others as above. Nothing collected at all: one ERROR per suite (the harness's suite modules
+never got as far as MB's code).
 """
 
 from __future__ import annotations
@@ -22,12 +29,13 @@ from pathlib import Path
 from typing import TextIO
 
 from harness.atomicio import read_versioned_json
+from harness.caselog import CaseLog, read_log
 from harness.errors import CorruptFile, UsageError
 from harness.paths import FIXTURES_DIR, ROOT, SUITES_DIR
 from harness.procs import kill_group, popen_owned
 from harness.results import CaseResult, RunResult
 from harness.target import Target, machine, mb_location
-from harness.verdict import Verdict
+from harness.verdict import Verdict, worst
 
 UPSTREAM = "upstream"  # MB's own packing tests, replayed from the target's tree (harness.upstream)
 
@@ -66,7 +74,9 @@ class RunOptions:
     fixtures_dir: Path = FIXTURES_DIR
     extra_pytest: list[str] = field(default_factory=list)
     import_mode: str = "auto"  # see IMPORT_MODES
-    fork_server: bool = False  # light-import group through harness.forkserver (torch + MCore imported once)
+    # > 0: the light-import group runs through harness.forkserver (torch and megatron-core imported
+    # once per megatron-core, installed or pinned tree), with at most this many servers alive
+    fork_servers: int = 0
     verbose: bool = False  # the live output names every case (pytest -v instead of -q)
 
 
@@ -192,30 +202,38 @@ def run_suites(tgt: Target, opts: RunOptions, out_dir: Path, progress: TextIO | 
         if not group_files:
             continue
         cases_file = out_dir / (f"cases-{group}.json" if group else "cases.json")
-        if cases_file.exists():
-            cases_file.unlink()
+        events_file = cases_file.with_suffix(".events.jsonl")
+        for stale in (cases_file, events_file):
+            if stale.exists():
+                stale.unlink()
+        remaining = deadline - time.monotonic()
+        if remaining < 1.0:  # an earlier group used the whole time limit
+            reason = f"not run: the time limit ({opts.timeout_s:.0f} s) was used up by an earlier import group"
+            cases += [_whole_suite(f, Verdict.UNTESTABLE, reason, group) for f in group_files]
+            notes.append(f"[{group} import] {reason}")
+            continue
         env = tgt.env(standins_log)
         env["HARNESS_IMPORT_MODE"] = import_env
         if group:
             env["HARNESS_IMPORT_GROUP"] = group
         else:
             env.pop("HARNESS_IMPORT_GROUP", None)
-        cmd = _pytest_cmd(group_files, opts, cases_file, obtained)
-        remaining = max(1.0, deadline - time.monotonic())
-        if opts.fork_server and import_env == "light":
-            rc, timed_out, tail = _run_forked(cmd, env, out_dir / f"pytest-{group}.log", remaining)
+        cmd = _pytest_cmd(group_files, opts, cases_file, obtained) + ["--harness-events", str(events_file)]
+        forked = None
+        if opts.fork_servers > 0 and import_env == "light":
+            forked, why_not = _run_forked(tgt, cmd, env, out_dir / f"pytest-{group}.log", remaining, opts.fork_servers)
+            if why_not:
+                notes.append(f"[{group} import] fork server unavailable ({why_not}): ran as a plain subprocess")
+        if forked is not None:
+            rc, timed_out, tail = forked
         else:
             proc = popen_owned(
                 cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL
             )
             timed_out, tail = _stream(proc, progress, time.monotonic() + remaining)
             rc = proc.returncode
-        g_cases, g_notes = _collect(
-            cases_file, group_files, timed_out, rc, tail, opts.timeout_s, empty_ok=group is not None
-        )
-        if group and timed_out:  # the whole-suite placeholders must not collide between groups
-            for c in g_cases:
-                c.case_id = f"{c.case_id}[{group} import]"
+        outcome = _Outcome(rc, timed_out, tail, opts.timeout_s)
+        g_cases, g_notes = _collect(cases_file, events_file, group_files, outcome, group, empty_ok=group is not None)
         cases += g_cases
         notes += [f"[{group} import] {n}" if group else n for n in g_notes]
         per_group[import_env] = per_group.get(import_env, 0) + len(g_cases)
@@ -254,18 +272,31 @@ def run_suites(tgt: Target, opts: RunOptions, out_dir: Path, progress: TextIO | 
     return result
 
 
-def _run_forked(cmd: list[str], env: dict[str, str], log: Path, timeout_s: float) -> tuple[int | None, bool, str]:
-    """The light group through this thread's fork server (started without any target on its path)."""
-    from harness.forkserver import server_for
+def _run_forked(
+    tgt: Target, cmd: list[str], env: dict[str, str], log: Path, timeout_s: float, capacity: int
+) -> tuple[tuple[int | None, bool, str] | None, str]:
+    """The light group through the fork server of the target's megatron-core (the installed one,
+    or the pinned Megatron-LM tree; servers never have an MB on their path).
 
-    server_env = Target().env()
+    Returns ((exit code, timed out, output tail), "") or (None, why) when no server could take
+    the run: the caller then runs a plain subprocess and says so.
+    """
+    from harness.forkserver import POOL, ForkServerError
+
+    core = Target(core=tgt.core, core_pin=tgt.core_pin)
+    server_env = core.env()
     server_env["HARNESS_IMPORT_MODE"] = "light"
-    rc, timed_out = server_for(server_env, ROOT).run(cmd[3:], env, ROOT, log, timeout_s)
+    key = str(tgt.core) if tgt.core else "installed megatron-core"
+    try:
+        with POOL.lease(key, server_env, ROOT, capacity) as server:
+            rc, timed_out = server.run(cmd[3:], env, ROOT, log, timeout_s)
+    except ForkServerError as exc:
+        return None, str(exc)
     try:
         tail = log.read_text(errors="replace")[-20000:]
     except OSError:
         tail = ""
-    return rc, timed_out, tail
+    return (rc, timed_out, tail), ""
 
 
 def _upstream(tgt: Target, opts: RunOptions, out_dir: Path) -> tuple[list[CaseResult], list[str]]:
@@ -294,30 +325,68 @@ def _run_upstream_only(tgt: Target, opts: RunOptions, out_dir: Path) -> RunResul
     return result
 
 
+@dataclass(frozen=True)
+class _Outcome:
+    """How a suite process ended."""
+
+    rc: int | None
+    timed_out: bool
+    tail: str  # the end of its output
+    timeout_s: float
+
+
 def _collect(
-    cases_file: Path,
-    files: list[Path],
-    timed_out: bool,
-    rc: int | None,
-    tail: str,
-    timeout_s: float,
-    empty_ok: bool = False,
+    cases_file: Path, events_file: Path, files: list[Path], outcome: _Outcome, group: str | None, empty_ok: bool = False
 ) -> tuple[list[CaseResult], list[str]]:
     notes: list[str] = []
-    if timed_out:
-        reason = f"timeout: the suite process ran past {timeout_s:.0f} s and was killed"
-        return [_whole_suite(f, Verdict.UNTESTABLE, reason) for f in files], [reason]
-    try:
-        doc = read_versioned_json(cases_file, "harness-cases", 1)
-    except (FileNotFoundError, CorruptFile):
-        reason = f"the suite process exited with code {rc} before reporting verdicts: {_last_lines(tail)}"
-        return [_whole_suite(f, Verdict.ERROR, reason) for f in files], [reason]
-    cases = [CaseResult.from_json(c) for c in doc["cases"]]
-    if rc not in (0, 1) and not (rc == 5 and not cases):  # 5: nothing selected (e.g. by -k in one group)
-        notes.append(f"pytest exited with code {rc}: {_last_lines(tail)}")
-    if not cases and not empty_ok:
-        notes.append("no case was selected")
-    return cases, notes
+    if not outcome.timed_out:
+        try:
+            doc = read_versioned_json(cases_file, "harness-cases", 1)
+        except (FileNotFoundError, CorruptFile):
+            doc = None
+        if doc is not None:
+            cases = [CaseResult.from_json(c) for c in doc["cases"]]
+            rc = outcome.rc
+            if rc not in (0, 1) and not (rc == 5 and not cases):  # 5: nothing selected (e.g. by -k in one group)
+                notes.append(f"pytest exited with code {rc}: {_last_lines(outcome.tail)}")
+            if not cases and not empty_ok:
+                notes.append("no case was selected")
+            return cases, notes
+    return _salvage(read_log(events_file), files, outcome, group)
+
+
+def _salvage(
+    log: CaseLog, files: list[Path], outcome: _Outcome, group: str | None
+) -> tuple[list[CaseResult], list[str]]:
+    """Verdicts of a suite process that left no verdict file, from its event log."""
+    if outcome.timed_out:
+        stopped = f"the suite process ran past {outcome.timeout_s:.0f} s and was killed"
+    else:
+        stopped = (
+            f"the suite process exited with code {outcome.rc} before reporting verdicts: {_last_lines(outcome.tail)}"
+        )
+    if not log.collected:
+        reason = f"{stopped} (before any case was collected)"
+        return [_whole_suite(f, Verdict.ERROR, reason, group) for f in files], [reason]
+    running = log.in_flight
+    where = f" while {', '.join(running)} ran" if running else ""
+    cases: list[CaseResult] = []
+    for case_id, suite in log.collected.items():
+        if case_id in log.done:  # a setup error and a teardown error for one case: keep the worst
+            records = [CaseResult.from_json(c) for c in log.done[case_id]]
+            verdict = worst([r.verdict for r in records])
+            cases.append(next(r for r in records if r.verdict is verdict))
+        elif case_id in running and outcome.timed_out:
+            cases.append(
+                CaseResult(
+                    case_id, suite, Verdict.FAIL, message=f"broken: timeout: this case was running when {stopped}"
+                )
+            )
+        elif case_id in running:
+            cases.append(CaseResult(case_id, suite, Verdict.ERROR, message=f"this case was running when {stopped}"))
+        else:
+            cases.append(CaseResult(case_id, suite, Verdict.UNTESTABLE, message=f"not run: {stopped}{where}"))
+    return cases, [f"{stopped}{where}"]
 
 
 def _last_lines(text: str, n: int = 6) -> str:
@@ -325,9 +394,13 @@ def _last_lines(text: str, n: int = 6) -> str:
     return " | ".join(lines[-n:])[-1500:]
 
 
-def _whole_suite(file: Path, verdict: Verdict, reason: str) -> CaseResult:
+def _whole_suite(file: Path, verdict: Verdict, reason: str, group: str | None) -> CaseResult:
+    """One verdict for a suite whose cases are unknown; the import group keeps the light and
+    full placeholders of one suite file apart."""
     suite = file.stem[5:]
-    return CaseResult(case_id=f"{suite}::*", suite=suite, verdict=verdict, message=reason)
+    return CaseResult(
+        case_id=f"{suite}::*" + (f"[{group} import]" if group else ""), suite=suite, verdict=verdict, message=reason
+    )
 
 
 def _target_doc(tgt: Target) -> dict[str, object]:

@@ -23,6 +23,7 @@ from typing import Any
 
 import harness
 from harness.errors import EnvironmentProblem, UsageError
+from harness.ownership import ENV_ROOTS, encode_roots
 from harness.paths import ROOT, SITE_DIR
 
 
@@ -57,9 +58,16 @@ class Target:
         old = os.environ.get("PYTHONPATH")
         return os.pathsep.join(parts + ([old] if old else []))
 
+    def megatron_roots(self) -> list[Path]:
+        """Where the code under test lives (blame, see :mod:`harness.ownership`): the MB package
+        tree, and the pinned Megatron-LM tree when there is one."""
+        mb = self.src / "megatron" / "bridge" if self.src else mb_location()
+        return ([mb] if mb else []) + ([self.core / "megatron"] if self.core else [])
+
     def env(self, standins_log: Path | None = None) -> dict[str, str]:
         env = dict(os.environ)
         env["PYTHONPATH"] = self.pythonpath()
+        env[ENV_ROOTS] = encode_roots(self.megatron_roots())
         env["PYTHONDONTWRITEBYTECODE"] = "1"  # never write __pycache__ into a user's checkout
         if self.commit:
             env["HARNESS_TARGET_COMMIT"] = self.commit

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 import textwrap
@@ -12,9 +13,9 @@ from pathlib import Path
 import pytest
 import torch
 
-from harness.adapters import Candidate, NotHere, Operation, accepts, load_module, symbol, thd
+from harness.adapters import Candidate, MissingOutput, NotHere, Operation, accepts, load_module, symbol, thd
+from harness.errors import Broken, Untestable
 from harness.paths import ROOT, SITE_DIR
-from harness.plugin import Untestable
 
 FAKE = "harness_fake_mb"
 
@@ -71,10 +72,10 @@ def test_untestable_when_nothing_resolves_lists_tries(fake_pkg):
         op(1)
 
 
-def test_broken_import_is_untestable_not_next_candidate(fake_pkg):
+def test_missing_dependency_is_untestable_not_next_candidate(fake_pkg):
     fake_pkg("broken.py", "import harness_no_such_dependency_xyz\ndef op(x): return x\n")
     fake_pkg("old.py", "def op(x): return x\n")
-    with pytest.raises(Untestable, match="import of .*broken failed: ModuleNotFoundError"):
+    with pytest.raises(Untestable, match="broken failed: missing dependency 'harness_no_such_dependency_xyz'"):
         load_module(f"{FAKE}.broken")
     op = Operation(
         "op",
@@ -183,8 +184,8 @@ def test_canonical_thd_batch_legacy_keys_with_sentinels():
     assert out["max_seqlen"] == 2
 
 
-def test_canonical_thd_batch_unknown_keys_is_not_here():
-    with pytest.raises(NotHere):
+def test_canonical_thd_batch_without_boundaries_is_missing_output():
+    with pytest.raises(MissingOutput):  # MB returned a batch without boundaries: broken, not an era gap
         thd.canonical_thd_batch(_packed())
 
 
@@ -324,3 +325,92 @@ def test_missing_dependency_of_a_parent_is_untestable_not_absent(tmp_path, monke
         load_module("depbroken.absent_module")
     for name in [m for m in sys.modules if m == "depbroken" or m.startswith("depbroken.")]:
         del sys.modules[name]
+
+
+# ---- broken (FAIL) vs untestable (skip) ------------------------------------------------------
+
+
+@pytest.fixture
+def mb_pkg(fake_pkg, tmp_path, monkeypatch):
+    """``fake_pkg`` declared the code under test (as the runner does for MB's tree)."""
+    monkeypatch.setenv("HARNESS_MB_ROOTS", str(tmp_path / FAKE))
+    return fake_pkg
+
+
+@pytest.mark.parametrize(
+    "source",
+    [
+        "def op(x:\n    return x\n",  # SyntaxError in the module itself
+        f"import {FAKE}.removed_helper\n",  # imports a module of the code under test that does not exist
+        f"from {FAKE}.helpers import gone\n",  # imports a name the code under test does not define
+        "X = undefined_name\n",  # the module body raises
+    ],
+    ids=["syntax", "missing-mb-module", "missing-mb-name", "module-body-raises"],
+)
+def test_present_module_that_cannot_import_is_broken(mb_pkg, source):
+    mb_pkg("helpers.py", "kept = 1\n")
+    mb_pkg("packing.py", source)
+    with pytest.raises(Broken, match=f"import of {FAKE}.packing failed"):
+        load_module(f"{FAKE}.packing")
+    op = Operation(
+        "op",
+        [
+            Candidate("new", lambda: symbol(f"{FAKE}.packing", "op")),
+            Candidate("old", lambda: symbol(f"{FAKE}.helpers", "kept")),
+        ],
+    )
+    with pytest.raises(Broken):  # a broken newest era never falls back to an older candidate
+        op(1)
+
+
+def test_syntax_error_in_an_imported_mb_module_is_broken(mb_pkg):
+    mb_pkg("utils.py", "def f(:\n")
+    mb_pkg("packing.py", f"from {FAKE}.utils import f\n")
+    with pytest.raises(Broken, match="SyntaxError"):
+        load_module(f"{FAKE}.packing")
+
+
+@pytest.mark.parametrize(
+    "source,reason",
+    [
+        ("import harness_no_such_dependency_xyz\n", "missing dependency 'harness_no_such_dependency_xyz'"),
+        (
+            "try:\n    import harness_fla_xyz\n"
+            "except ImportError as e:\n    raise RuntimeError('install fla') from e\n",
+            "missing dependency 'harness_fla_xyz'",
+        ),
+        ("raise ImportError('apex is required for this module')\n", "in this environment: ImportError: apex"),
+        ("from json import no_such_name_xyz\n", "in this environment: ImportError"),
+    ],
+    ids=["missing-third-party", "mb-reraises-missing", "mb-says-required", "name-missing-outside"],
+)
+def test_environment_import_failures_stay_untestable(mb_pkg, source, reason):
+    mb_pkg("packing.py", source)
+    with pytest.raises(Untestable, match=re.escape(reason)):
+        load_module(f"{FAKE}.packing")
+
+
+def test_third_party_raising_while_mb_imports_it_is_untestable(mb_pkg, tmp_path, monkeypatch):
+    (tmp_path / "harness_thirdparty_xyz.py").write_text("raise ValueError('built for another torch')\n")
+    mb_pkg("packing.py", "import harness_thirdparty_xyz\n")
+    try:
+        with pytest.raises(Untestable, match="raised outside the code under test"):
+            load_module(f"{FAKE}.packing")
+    finally:
+        sys.modules.pop("harness_thirdparty_xyz", None)
+
+
+def test_absent_module_is_not_here_even_under_test(mb_pkg):
+    with pytest.raises(NotHere):
+        load_module(f"{FAKE}.never_existed")
+
+
+def test_output_missing_is_broken_not_untestable():
+    def probe():
+        def call():
+            raise MissingOutput("rows lack loss_mask")
+
+        return call
+
+    with pytest.raises(Broken, match="operation 'op' \\(x\\): rows lack loss_mask"):
+        Operation("op", [Candidate("x", probe)])()

@@ -34,6 +34,7 @@ SCHEMA_1_KEYS = {
     "cache",
     "finished",
 }
+SCHEMA_2_KEYS = SCHEMA_1_KEYS | {"late_starts", "confirmations"}
 
 
 def _doc() -> BisectDoc:
@@ -59,8 +60,8 @@ def test_round_trip_through_the_file(tmp_path: Path) -> None:
     doc = _doc()
     doc.save(tmp_path / "bisect.json")
     on_disk = json.loads((tmp_path / "bisect.json").read_text())
-    assert set(on_disk) == SCHEMA_1_KEYS
-    assert on_disk["kind"] == "harness-bisect" and on_disk["schema_version"] == 1
+    assert set(on_disk) == SCHEMA_2_KEYS
+    assert on_disk["kind"] == "harness-bisect" and on_disk["schema_version"] == 2
     assert on_disk["cases"][0]["culprit"]["files"] == ["src/x.py"] and on_disk["cases"][2]["culprit"] is None
     assert BisectDoc.load(tmp_path / "bisect.json") == doc
 
@@ -71,8 +72,16 @@ def test_culprit_groups_name_each_commit_once_with_its_sources() -> None:
     assert group.blamed_by == "golden cases and upstream tests"
 
 
+def test_a_schema_1_file_still_reads(tmp_path: Path) -> None:
+    path = tmp_path / "bisect.json"
+    old = {k: v for k, v in _doc().to_json().items() if k not in SCHEMA_2_KEYS - SCHEMA_1_KEYS}
+    path.write_text(json.dumps({"kind": "harness-bisect", "schema_version": 1, **old}))
+    loaded = BisectDoc.load(path)
+    assert loaded == _doc() and loaded.late_starts == [] and loaded.confirmations == []
+
+
 def test_a_newer_schema_is_refused(tmp_path: Path) -> None:
     path = tmp_path / "bisect.json"
-    path.write_text(json.dumps({"kind": "harness-bisect", "schema_version": 2, **_doc().to_json()}))
+    path.write_text(json.dumps({"kind": "harness-bisect", "schema_version": 3, **_doc().to_json()}))
     with pytest.raises(CorruptFile, match="newer"):
         BisectDoc.load(path)

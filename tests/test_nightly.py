@@ -302,8 +302,9 @@ def test_auto_bisect_runs_harness_bisect_and_links_it(
             str(out_dir / "bisect"),
             "--suite",
             "packing_algorithms",
+            "--confirm",
         ]
-    ]
+    ], "culprits are confirmed by default in a nightly"
     assert "harness bisect exited 0 (every culprit found)" in text
     page = trend_page(out_dir)
     assert page.rows("newly-failing") == [BROKEN]
@@ -323,7 +324,7 @@ def test_auto_bisect_gives_every_regressed_suite(
     assert rc == 1
     (cmd,) = fake_bisect.commands
     assert cmd[4] == f"{c0}..{c1}"
-    assert cmd[-4:] == ["--suite", "packed_seq_params", "--suite", "packing_algorithms"]
+    assert cmd[-5:] == ["--suite", "packed_seq_params", "--suite", "packing_algorithms", "--confirm"]
     assert set(trend_page(out_dir).links()) == {"packed_seq_params::cu_seqlens", BROKEN}
 
 
@@ -376,7 +377,57 @@ def test_auto_bisect_only_for_cases_that_passed_before(
     rc, text = go(common + ["--commit", c2])
     assert rc == 1 and fake_bisect.commands == []
     assert f"{BROKEN}  (previous nightly: untestable)" in text
-    assert "no bisect: nothing that passed in the previous nightly fails now" in text
+    assert "no bisect: nothing that passed in the previous nightly fails or is untestable now" in text
+
+
+def test_newly_untestable_is_listed_fails_the_night_and_is_bisected(
+    tmp_path: Path, fake_runner: FakeRunner, fake_bisect: FakeBisect, mb_repo
+) -> None:
+    """A case that ran last night and cannot run tonight lost its coverage: listed in the
+    terminal and the trend page, exit 1, bisected with --bisect-untestable."""
+    repo, (c0, _, c2) = mb_repo
+    out_dir = tmp_path / "o"
+    fake_runner.queue += [night(), night(untestable=(BROKEN,))]
+    common = ["--history", str(tmp_path / "h.parquet"), "--out", str(out_dir), "--auto-bisect", "--repo", str(repo)]
+    assert go(common + ["--commit", c0])[0] == 0
+    rc, text = go(common + ["--commit", c2])
+    assert rc == 1, "a newly untestable case fails the nightly"
+    assert "newly untestable (1):" in text and f"{BROKEN}  (previous nightly: pass)" in text
+    assert "newly failing: none" in text
+    (cmd,) = fake_bisect.commands
+    assert cmd[4] == f"{c0}..{c2}" and cmd[-2:] == ["--bisect-untestable", "--confirm"]
+    page = trend_page(out_dir)
+    assert page.rows("newly-untestable") == [BROKEN] and page.rows("newly-failing") == []
+    assert page.links() == {BROKEN: "bisect/report.html"}
+
+
+def test_no_confirm_leaves_the_culprits_unchecked(
+    tmp_path: Path, fake_runner: FakeRunner, fake_bisect: FakeBisect, mb_repo
+) -> None:
+    repo, (c0, _, c2) = mb_repo
+    fake_runner.queue += [night(), night(broken=(BROKEN,))]
+    common = [
+        "--history",
+        str(tmp_path / "h.parquet"),
+        "--out",
+        str(tmp_path / "o"),
+        "--auto-bisect",
+        "--repo",
+        str(repo),
+        "--no-confirm",
+    ]
+    go(common + ["--commit", c0])
+    go(common + ["--commit", c2])
+    (cmd,) = fake_bisect.commands
+    assert "--confirm" not in cmd and cmd[-2:] == ["--suite", "packing_algorithms"]
+
+
+def test_untestable_two_nights_running_is_not_new(tmp_path: Path, fake_runner: FakeRunner) -> None:
+    fake_runner.queue += [night(untestable=(BROKEN,)), night(untestable=(BROKEN,))]
+    common = ["--history", str(tmp_path / "h.parquet"), "--out", str(tmp_path / "o")]
+    go(common + ["--commit", "aaa"])
+    rc, text = go(common + ["--commit", "bbb"])
+    assert rc == 0 and "newly untestable: none" in text
 
 
 @pytest.mark.parametrize("rc, writes_report, linked", [(1, True, True), (2, False, False)])

@@ -664,3 +664,32 @@ def test_bisect_report_groups_cases_by_culprit_and_names_the_source(tmp_path: Pa
     assert rows[0].attrs["data-sha"] == found["culprit"]["sha"]
     assert rows[0].find("td", cls="blamed-by").text() == "golden cases and upstream tests"
     assert "upstream::tests/test_x.py::test_pack" in rows[0].text()
+
+
+def test_bisect_report_shows_late_starts_and_confirmations(tmp_path: Path) -> None:
+    record = sample_bisect()
+    record["late_starts"] = [
+        {
+            "case_id": "packing::a",
+            "at_good": "untestable",
+            "runs_from": COMMITS[1]["sha"],
+            "verdict_there": "pass",
+            "bisected": True,
+            "reason": "untestable at good; the oldest commit where it runs is ... : bisected from there",
+        },
+        {"case_id": "packing::z", "at_good": "error", "runs_from": None, "reason": "could not be found"},
+    ]
+    record["confirmations"] = [
+        {
+            "culprit": COMMITS[3]["sha"],
+            "status": "not_confirmed",
+            "seen": {"packing::a": "same"},
+            "detail": "packing::a still fail <b>x</b>",
+        }
+    ]
+    doc = parse_html(render_bisect_report(BisectDoc.from_json(record), tmp_path / "bisect.html"))
+    rows = doc.by_id("late-starts").find("tbody").find_all("tr")
+    assert [r.attrs["data-case-id"] for r in rows] == ["packing::a", "packing::z"]
+    assert rows[0].attrs["data-bisected"] == "true" and "not found" in rows[1].text()
+    cell = doc.find("tr", cls="culprit-group").find("td", cls="confirmation")
+    assert cell.attrs["data-status"] == "not_confirmed" and "still fail <b>x</b>" in cell.text()

@@ -9,7 +9,7 @@ from __future__ import annotations
 from typing import Any, Callable
 
 from harness.adapters import Candidate, Operation, symbol
-from harness.errors import NotHere
+from harness.errors import MissingOutput
 
 MODULES = ("megatron.bridge.data.packing.algorithms", "megatron.bridge.data.datasets.packing_utils")
 
@@ -66,7 +66,9 @@ def _fill(fn: Callable[..., Any]) -> Callable[..., list[dict[str, list[int]]]]:
         out = []
         for row in rows:
             if not {"input_ids", "loss_mask", "seq_start_id"} <= set(row):
-                raise NotHere(f"fill_packing_strategy row keys {sorted(row)}")
+                raise MissingOutput(
+                    f"fill_packing_strategy rows lack input_ids/loss_mask/seq_start_id (keys {sorted(row)})"
+                )
             out.append(
                 {
                     "input_ids": [int(x) for x in row["input_ids"]],

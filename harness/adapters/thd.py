@@ -35,8 +35,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, Callable
 
-from harness.adapters import Candidate, NotHere, Operation, accepts, source_text, symbol
-from harness.plugin import Untestable
+from harness.adapters import Candidate, Operation, accepts, source_text, symbol
+from harness.errors import MissingOutput, NotHere, Untestable
 
 
 def as_list(value: Any) -> Any:
@@ -143,7 +143,7 @@ def canonical_thd_batch(batch: Mapping[str, Any]) -> dict[str, Any]:
         unpadded = strip_sentinel(_flat(batch.get("cu_seqlens_unpadded")))
         max_seqlen = batch.get("max_seqlen")
     else:
-        raise NotHere(f"packed batch has neither cu_seqlens_q nor cu_seqlens (keys {sorted(batch)})")
+        raise MissingOutput(f"packed batch has neither cu_seqlens_q nor cu_seqlens (keys {sorted(batch)})")
     return {
         "tokens": _flat(batch["tokens"]),
         "labels": _flat(batch["labels"]),
@@ -286,7 +286,7 @@ def _in_batch_vlm_step() -> Callable[..., dict[str, Any]]:
             pad_to_multiple_of=pad_to_multiple_of,
         )
         if not isinstance(out, tuple) or len(out) not in (7, 8):
-            raise NotHere(
+            raise MissingOutput(
                 f"vlm_step.pack_batch_sequences returned {type(out).__name__} "
                 f"of length {len(out) if isinstance(out, tuple) else '?'}; expected a 7- or 8-tuple"
             )

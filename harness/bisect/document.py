@@ -1,15 +1,18 @@
 """``bisect.json``: the typed record of one bisection.
 
 The driver builds a :class:`BisectDoc`; ``harness bisect`` writes it (kind ``harness-bisect``,
-schema-versioned, atomic); the HTML report (:func:`harness.report.pages.bisect_context`) and the terminal summary
-(:func:`harness.report.terminal.bisect_summary_lines`) read the same record. Keys and shapes on disk are those of
-schema 1. :meth:`BisectDoc.from_json` is lenient about missing fields, because a report of an
-interrupted bisection is still worth rendering; a wrong ``kind`` or a newer schema is refused
-by :meth:`BisectDoc.load`.
+schema-versioned, atomic); the HTML report (:func:`harness.report.pages.bisect_context`) and
+the terminal summary (:func:`harness.report.terminal.bisect_summary_lines`) read the same
+record. Schema 2 added ``late_starts`` (cases GOOD cannot run, :class:`LateStart`) and
+``confirmations`` (``--confirm``, :class:`Confirmation`) to the keys of schema 1; a schema 1
+file is read as one where neither was looked for. :meth:`BisectDoc.from_json` is lenient about
+missing fields, because a report of an interrupted bisection is still worth rendering; a wrong
+``kind`` or a newer schema is refused by :meth:`BisectDoc.load`.
 """
 
 from __future__ import annotations
 
+import enum
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -18,7 +21,7 @@ from harness.atomicio import read_versioned_json, write_versioned_json
 from harness.bisect.algorithm import CaseStatus
 
 BISECT_KIND = "harness-bisect"
-BISECT_SCHEMA = 1
+BISECT_SCHEMA = 2  # 2: late_starts (cases GOOD cannot run) and confirmations (--confirm)
 FIND_REGRESSION = "find-regression"
 FIND_FIX = "find-fix"
 FIND_CHANGE = "find-change"  # --changed: CHANGED counts as bad; culprits are changes, not regressions
@@ -129,6 +132,64 @@ class NotBisected:
 
 
 @dataclass
+class LateStart:
+    """A case that FAILs at BAD and that GOOD cannot run, and where it starts running.
+
+    ``runs_from`` is the oldest commit of the range where the case runs (PASS or FAIL), found
+    by bisecting "runs or not"; ``bisected`` says whether the case was then bisected from
+    there (it must pass there, and --strict-good must not be given).
+    """
+
+    case_id: str
+    at_good: str  # what GOOD gave: "untestable", "error", "not run"
+    runs_from: str | None = None  # None: could not be found
+    verdict_there: str = ""  # the case's verdict at runs_from
+    bisected: bool = False
+    reason: str = ""  # the sentence the terminal and the report show
+
+    @classmethod
+    def from_json(cls, doc: dict[str, Any]) -> LateStart:
+        return cls(
+            str(doc.get("case_id") or ""),
+            str(doc.get("at_good") or ""),
+            doc.get("runs_from"),
+            str(doc.get("verdict_there") or ""),
+            bool(doc.get("bisected", False)),
+            str(doc.get("reason") or ""),
+        )
+
+
+class ConfirmStatus(enum.Enum):
+    """What reverting a culprit on top of BAD showed (``--confirm``, see :mod:`harness.bisect.confirm`)."""
+
+    CONFIRMED = "confirmed"  # its cases pass again (or fail differently)
+    NOT_CONFIRMED = "not_confirmed"  # a case fails as at BAD with the culprit reverted
+    NOT_CHECKABLE = "not_checkable"  # the revert does not apply, or the cases cannot run there
+
+
+@dataclass
+class Confirmation:
+    """The check of one culprit: its cases re-run on BAD with the culprit reverted."""
+
+    culprit: str
+    status: ConfirmStatus
+    seen: dict[str, str] = field(default_factory=dict)  # case -> verdict with the revert, "same" or "changed"
+    detail: str = ""  # what was seen, or why it could not be checked
+
+    def to_json(self) -> dict[str, Any]:
+        return {"culprit": self.culprit, "status": self.status.value, "seen": dict(self.seen), "detail": self.detail}
+
+    @classmethod
+    def from_json(cls, doc: dict[str, Any]) -> Confirmation:
+        return cls(
+            str(doc.get("culprit") or ""),
+            ConfirmStatus(doc.get("status") or ConfirmStatus.NOT_CHECKABLE.value),
+            {str(k): str(v) for k, v in (doc.get("seen") or {}).items()},
+            str(doc.get("detail") or ""),
+        )
+
+
+@dataclass
 class RangeDoc:
     good: str  # full shas
     bad: str
@@ -183,6 +244,8 @@ class BisectDoc:
     attempts: dict[str, list[dict[str, str]]] = field(default_factory=dict)  # sha -> one verdict map per attempt
     cases: list[CaseDoc] = field(default_factory=list)
     not_bisected: list[NotBisected] = field(default_factory=list)
+    late_starts: list[LateStart] = field(default_factory=list)  # cases GOOD cannot run (see LateStart)
+    confirmations: list[Confirmation] = field(default_factory=list)  # --confirm: one per culprit commit
     notes: dict[str, list[str]] = field(default_factory=dict)  # sha -> evaluator notes
     duration_s: float = 0.0
     evaluations: int | None = None
@@ -210,6 +273,10 @@ class BisectDoc:
         """Metadata of a commit of the range (empty fields for one outside it)."""
         return next((c for c in self.commits if c.sha == sha), CommitMeta(sha))
 
+    def confirmation(self, sha: str) -> Confirmation | None:
+        """The ``--confirm`` check of a culprit commit, when one ran."""
+        return next((c for c in self.confirmations if c.culprit == sha), None)
+
     def culprit_groups(self) -> list[CulpritGroup]:
         """One group per culprit commit, in the order the cases name them."""
         groups: dict[str, CulpritGroup] = {}
@@ -230,6 +297,8 @@ class BisectDoc:
             "attempts": {sha: [dict(a) for a in v] for sha, v in self.attempts.items()},
             "cases": [c.to_json() for c in self.cases],
             "not_bisected": [vars(n).copy() for n in self.not_bisected],
+            "late_starts": [vars(s).copy() for s in self.late_starts],
+            "confirmations": [c.to_json() for c in self.confirmations],
             "notes": {sha: list(v) for sha, v in self.notes.items()},
             "duration_s": self.duration_s,
             "evaluations": self.evaluations,
@@ -266,6 +335,8 @@ class BisectDoc:
             not_bisected=[
                 NotBisected(str(n.get("case_id", "")), str(n.get("reason", ""))) for n in doc.get("not_bisected") or []
             ],
+            late_starts=[LateStart.from_json(s) for s in doc.get("late_starts") or []],
+            confirmations=[Confirmation.from_json(c) for c in doc.get("confirmations") or []],
             notes={str(k): list(v) for k, v in (doc.get("notes") or {}).items()},
             duration_s=float(doc.get("duration_s") or 0.0),
             evaluations=doc.get("evaluations"),
@@ -284,4 +355,9 @@ class BisectDoc:
 
     @classmethod
     def load(cls, path: Path) -> BisectDoc:
-        return cls.from_json(read_versioned_json(path, BISECT_KIND, BISECT_SCHEMA))
+        return cls.from_json(read_versioned_json(path, BISECT_KIND, BISECT_SCHEMA, {1: _from_schema_1}))
+
+
+def _from_schema_1(doc: dict[str, Any]) -> dict[str, Any]:
+    """Schema 1 had no late starts and no confirmations: none were looked for."""
+    return {**doc, "late_starts": [], "confirmations": []}

@@ -9,12 +9,12 @@ its diff that can affect packing. The repository is only read.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 
 from harness.bisect.algorithm import CaseOutcome, CaseStatus
 from harness.bisect.cache import Evaluation
-from harness.bisect.document import CaseDoc, CommitMeta, Culprit, NotBisected
+from harness.bisect.document import CaseDoc, CommitMeta, Culprit
 from harness.gitrepo import GitRepo
 from harness.verdict import Verdict, is_flaky, settle
 
@@ -55,48 +55,6 @@ class Evidence:
     @property
     def evaluations(self) -> int:
         return sum(len(a) for a in self.attempts.values())
-
-
-_SWAP_FOR_FIX = {Verdict.PASS: Verdict.FAIL, Verdict.FAIL: Verdict.PASS}
-
-
-def as_bisected(verdicts: Mapping[str, Verdict], *, find_fix: bool, changed: bool = False) -> dict[str, Verdict]:
-    """Verdicts as the bisection sees them: PASS (good), FAIL (bad) or a skip.
-
-    A known MB bug is bad, a fixed one good, a golden change good unless ``changed``
-    (:meth:`Verdict.bisect_view`). With --find-fix, PASS and FAIL then swap roles, so the "first
-    bad" commit the algorithm finds is the first commit where a failing case passes. The cache
-    and the report keep the real verdicts."""
-    seen = {case: verdict.bisect_view(changed=changed) for case, verdict in verdicts.items()}
-    if not find_fix:
-        return seen
-    return {case: _SWAP_FOR_FIX.get(verdict, verdict) for case, verdict in seen.items()}
-
-
-def select_cases(
-    evidence: Evidence, good: str, bad: str, *, find_fix: bool, changed: bool = False
-) -> tuple[list[str], list[NotBisected]]:
-    """Cases that FAIL at bad and PASS at good (as bisected); the other bad failures with the reason."""
-    at_bad: dict[str, set[Verdict]] = {}
-    at_good: dict[str, set[Verdict]] = {}
-    for sha, seen_at in ((bad, at_bad), (good, at_good)):
-        for evaluation in evidence.attempts.get(sha, []):
-            for case, verdict in as_bisected(evaluation.verdicts, find_fix=find_fix, changed=changed).items():
-                seen_at.setdefault(case, set()).add(verdict)
-    cases, skipped = [], []
-    for case in sorted(c for c, seen in at_bad.items() if Verdict.FAIL in seen):
-        seen = at_good.get(case, set())
-        if Verdict.PASS in seen:
-            cases.append(case)
-            continue
-        if find_fix and Verdict.FAIL in seen:
-            continue  # really passes at both ends: nothing was fixed, nothing to report
-        if Verdict.FAIL in seen:
-            why = "fails at good too"
-        else:
-            why = f"{'/'.join(sorted(v.value for v in seen))} at good" if seen else "not run at good"
-        skipped.append(NotBisected(case, why))
-    return cases, skipped
 
 
 def probe_cell(values: Iterable[Verdict | None]) -> str:

@@ -76,6 +76,34 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         action="store_true",
         help="look for the first commit where cases failing at GOOD pass (GOOD..BAD still old..new)",
     )
+    p.add_argument(
+        "--fork-servers",
+        type=_args.non_negative_int,
+        default=2,
+        metavar="N",
+        help="warm fork servers kept alive, one per megatron-core (the installed one or a pinned "
+        "Megatron-LM tree; each holds torch and megatron-core in memory); 0 runs every "
+        "evaluation as a plain subprocess (default 2)",
+    )
+    p.add_argument(
+        "--confirm",
+        action="store_true",
+        help="check each culprit: revert it on top of BAD in a private workspace and re-run its cases "
+        "(confirmed / not confirmed / not checkable, in the summary and the report)",
+    )
+    p.add_argument(
+        "--strict-good",
+        action="store_true",
+        help="when GOOD cannot run a case that fails at BAD, only name the oldest commit where it runs "
+        "(to use as GOOD) instead of bisecting the case from there",
+    )
+    p.add_argument(
+        "--bisect-untestable",
+        action="store_true",
+        help="also bisect cases that are untestable at BAD and pass at GOOD: the first commit where "
+        "such a case stops passing (fails or cannot run); harness nightly uses it for cases that "
+        "newly became untestable",
+    )
     _args.add_verbosity(p)
     p.set_defaults(func=run)
 
@@ -111,6 +139,10 @@ def run(args: argparse.Namespace, out: TextIO = sys.stdout) -> int:
         find_fix=args.find_fix,
         megatron_lm=args.megatron_lm,
         changed=args.changed,
+        bisect_untestable=args.bisect_untestable,
+        fork_servers=args.fork_servers,
+        strict_good=args.strict_good,
+        confirm=args.confirm,
     )
     result = run_bisection(opts, progress=None if args.quiet else sys.stderr)
     json_path, report = write_outputs(result.doc, out_dir)

@@ -3,10 +3,14 @@ optional automatic bisection of what newly broke.
 
 Steps: run the suites (as ``harness run`` does), write ``junit.xml`` and ``report.html``,
 append the verdicts to the parquet history under the commit tested, render ``trend.html``
-and print the cases that newly fail or were fixed since the previous nightly. With
-``--auto-bisect``, cases that PASSED in the previous nightly and FAIL now are handed to
-``harness bisect PREV..THIS`` (run as a subprocess, so a crash there cannot lose the
-nightly's results), and its report is linked from the trend page.
+and print the cases that newly fail, newly became untestable, or were fixed since the
+previous nightly. A case that ran last night and cannot run tonight lost its coverage (an
+operation moved, a dependency went missing): it is watched like a failure. With
+``--auto-bisect``, cases that PASSED in the previous nightly and FAIL or are UNTESTABLE now
+are handed to ``harness bisect PREV..THIS --confirm`` (each culprit reverted on top of THIS and
+its cases re-run; ``--no-confirm`` skips that; ``--bisect-untestable`` when any became
+untestable; run as a subprocess, so a crash there cannot lose the nightly's results), and its
+report is linked from the trend page.
 
 Layout under ``--out DIR``::
 
@@ -22,8 +26,9 @@ Which commit a run is filed under: ``--commit`` when given, else the git commit 
 ``--mb-src``, else the version of the installed MB (a version is no git commit, so such a
 run cannot be the end of an automatic bisection; the command says so).
 
-Exit codes: 0 every case passed (untestable allowed), 1 a case failed or erred (whatever the
-bisection found), 2 usage or environment error, found before the suites run when possible.
+Exit codes: 0 every case passed (untestable allowed, unless newly untestable), 1 a case failed
+or erred or newly became untestable (whatever the bisection found), 2 usage or environment
+error, found before the suites run when possible.
 """
 
 from __future__ import annotations
@@ -89,6 +94,13 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         metavar="MB_CHECKOUT",
         help="MB git checkout holding both nightlies' commits (for --auto-bisect)",
     )
+    p.add_argument(
+        "--no-confirm",
+        dest="confirm",
+        action="store_false",
+        help="with --auto-bisect, do not check each culprit by reverting it on top of this nightly's "
+        "commit (harness bisect --confirm, on by default here)",
+    )
     _args.add_fixtures(p)
     _args.add_timeout(p, "the suite process")
     _args.add_jobs(p, "pytest-xdist workers")
@@ -138,7 +150,7 @@ def run(args: argparse.Namespace, out: TextIO = sys.stdout) -> int:
     _print_changes(tr, out)
 
     if args.auto_bisect:
-        plan = plan_bisect(tr, repo, out_dir / BISECT_DIR, cache_dir=args.cache_dir)
+        plan = plan_bisect(tr, repo, out_dir / BISECT_DIR, cache_dir=args.cache_dir, confirm=args.confirm)
         links = _execute(plan, out_dir / BISECT_DIR, out)
         if links:
             render_trend_report(store, trend_page, bisect_links=links)
@@ -146,7 +158,8 @@ def run(args: argparse.Namespace, out: TextIO = sys.stdout) -> int:
     print(
         f"\ntrend:   {trend_page}\nreport:  {report}\njunit:   {junit}\nresults: {run_dir / 'results.json'}", file=out
     )
-    return result.exit_code(allow_changed=args.allow_changed)
+    code = result.exit_code(allow_changed=args.allow_changed)
+    return 1 if tr["newly_untestable"] else code
 
 
 # --------------------------------------------------------------------------------------------
@@ -191,13 +204,16 @@ def run_commit(explicit: str | None, tgt: Target, result: RunResult) -> str:
 
 
 def _print_changes(tr: dict[str, Any], out: TextIO) -> None:
-    failing, fixed = tr["newly_failing"], tr["newly_fixed"]
+    failing, untestable, fixed = tr["newly_failing"], tr["newly_untestable"], tr["newly_fixed"]
     if len(tr["runs"]) < 2:
         print("first run in this history: nothing to compare with", file=out)
         return
     print(f"newly failing ({len(failing)}):" if failing else "newly failing: none", file=out)
     for c in failing:
         print(f"  {c['case_id']}  (previous nightly: {c['previous'] or 'not run'})", file=out)
+    print(f"newly untestable ({len(untestable)}):" if untestable else "newly untestable: none", file=out)
+    for c in untestable:
+        print(f"  {c['case_id']}  (previous nightly: {c['previous']}): {c['message'][:200]}", file=out)
     print(f"newly fixed ({len(fixed)}):" if fixed else "newly fixed: none", file=out)
     for c in fixed:
         print(f"  {c['case_id']}", file=out)
@@ -213,20 +229,30 @@ def _print_changes(tr: dict[str, Any], out: TextIO) -> None:
 
 
 def regressions(tr: dict[str, Any]) -> list[dict[str, Any]]:
-    """Newly failing cases that PASSED in the previous nightly (only those have a good end)."""
-    return [c for c in tr["newly_failing"] if c["previous"] == Verdict.PASS.value]
+    """Newly failing or newly untestable cases that PASSED in the previous nightly (only those
+    have a good end)."""
+    return [c for c in tr["newly_failing"] + tr["newly_untestable"] if c["previous"] == Verdict.PASS.value]
 
 
 def bisect_command(
-    good: str, bad: str, repo: Path, out_dir: Path, suites: list[str], cache_dir: Path | None = None
+    good: str,
+    bad: str,
+    repo: Path,
+    out_dir: Path,
+    suites: list[str],
+    cache_dir: Path | None = None,
+    untestable: bool = False,
+    confirm: bool = True,
 ) -> list[str]:
-    """The ``harness bisect`` command line (through this interpreter, not an installed script)."""
+    """The ``harness bisect`` command line (through this interpreter, not an installed script);
+    ``untestable``: some regressions are cases that became untestable (``--bisect-untestable``);
+    ``confirm``: check each culprit by reverting it on top of ``bad`` (``--confirm``)."""
     cmd = [sys.executable, "-m", "harness", "bisect", f"{good}..{bad}", "--repo", str(repo), "--out", str(out_dir)]
     for suite in suites:
         cmd += ["--suite", suite]
     if cache_dir is not None:
         cmd += ["--cache-dir", str(cache_dir)]
-    return cmd
+    return cmd + (["--bisect-untestable"] if untestable else []) + (["--confirm"] if confirm else [])
 
 
 def _clean_commit(commit: str) -> tuple[str, bool]:
@@ -234,14 +260,14 @@ def _clean_commit(commit: str) -> tuple[str, bool]:
 
 
 def plan_bisect(
-    tr: dict[str, Any], repo: gitrepo.GitRepo | None, out_dir: Path, cache_dir: Path | None = None
+    tr: dict[str, Any], repo: gitrepo.GitRepo | None, out_dir: Path, cache_dir: Path | None = None, confirm: bool = True
 ) -> BisectPlan:
     """Decide whether the two latest nightlies give a range to bisect the regressions in."""
     cases = regressions(tr)
     if len(tr["runs"]) < 2:
         return BisectPlan(cases, reason="no previous nightly in the history")
     if not cases:
-        return BisectPlan(cases, reason="nothing that passed in the previous nightly fails now")
+        return BisectPlan(cases, reason="nothing that passed in the previous nightly fails or is untestable now")
     if repo is None:
         return BisectPlan(cases, reason="no --repo to bisect in")
     prev_raw, this_raw = tr["runs"][-2]["commit"], tr["runs"][-1]["commit"]
@@ -264,9 +290,10 @@ def plan_bisect(
     if not repo.is_ancestor(good, bad):
         return BisectPlan(cases, reason=f"the previous nightly's commit {good[:12]} is not an ancestor of {bad[:12]}")
     suites = sorted({c["suite"] for c in cases})
+    untestable = any(c["current"] == Verdict.UNTESTABLE.value for c in cases)
     return BisectPlan(
         cases,
-        command=bisect_command(prev, this, repo.path, out_dir, suites, cache_dir),
+        command=bisect_command(prev, this, repo.path, out_dir, suites, cache_dir, untestable, confirm),
         reason="this nightly's tree had local changes; bisecting its commit" if dirty else "",
     )
 

@@ -232,8 +232,13 @@ def _kind(node: Any) -> str:
 
 
 def _row(x: Any) -> list[Any] | None:
-    """A 1-D sequence as a list for aligned display; None for anything else."""
-    arr = np.asarray(x) if not isinstance(x, np.ndarray) else x
+    """A 1-D sequence as a list for aligned display; None for anything else (a ragged list of
+    lists, such as packing bins, included: a display helper must never turn a mismatch into a
+    harness error)."""
+    try:
+        arr = np.asarray(x) if not isinstance(x, np.ndarray) else x
+    except ValueError:
+        return None
     if arr.ndim == 1 and arr.size <= ROW_LIMIT and arr.dtype.kind in "iufb":
         return arr.tolist()
     return None

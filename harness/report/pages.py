@@ -13,7 +13,7 @@ from collections import OrderedDict
 from pathlib import Path
 from typing import Any
 
-from harness.bisect.document import BisectDoc, CaseDoc
+from harness.bisect.document import BisectDoc, CaseDoc, Confirmation
 from harness.report.diffview import diff_view
 from harness.report.formatting import VERDICT_ORDER, anchor, case_name, format_value, render_template, short_sha
 from harness.results import CaseResult, RunResult
@@ -201,6 +201,17 @@ def _bisect_case_view(case: CaseDoc, bisect: BisectDoc) -> dict[str, Any]:
     }
 
 
+def _confirmation_view(found: Confirmation | None) -> dict[str, Any] | None:
+    if found is None:
+        return None
+    return {
+        "status": found.status.value,
+        "label": found.status.value.replace("_", " "),
+        "detail": found.detail,
+        "seen": sorted(found.seen.items()),
+    }
+
+
 def bisect_context(bisect: BisectDoc) -> dict[str, Any]:
     """Everything the bisect template shows, from a bisection record."""
     views = {id(c): _bisect_case_view(c, bisect) for c in bisect.cases}
@@ -225,10 +236,24 @@ def bisect_context(bisect: BisectDoc) -> dict[str, Any]:
                 "cases": [views[id(c)] for c in g.cases],
                 "sources": g.sources,
                 "blamed_by": g.blamed_by,
+                "confirmation": _confirmation_view(bisect.confirmation(g.culprit.sha)),
             }
             for g in bisect.culprit_groups()
         ],
+        "confirmed_any": bool(bisect.confirmations),
         "timeline": timeline_view(bisect, [c.case_id for c in bisect.cases], culprits),
+        "late_starts": [
+            {
+                "case_id": s.case_id,
+                "at_good": s.at_good,
+                "runs_from": s.runs_from,
+                "subject": bisect.commit(s.runs_from).subject if s.runs_from else "",
+                "verdict_there": s.verdict_there,
+                "bisected": s.bisected,
+                "reason": s.reason,
+            }
+            for s in bisect.late_starts
+        ],
         "verdicts": VERDICT_ORDER,
         # the classic four always show (a reassuring "0 fail"); the others only when present
         "always_shown": ("pass", "fail", "untestable", "error"),

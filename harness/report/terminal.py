@@ -131,6 +131,9 @@ def bisect_summary_lines(doc: BisectDoc) -> list[str]:
         lines.append(f"  {case.case_id:<{width}}  {status.value:<14} {what}  [{case.evaluations} evaluations]")
     for nb in doc.not_bisected:
         lines.append(f"  {nb.case_id:<{width}}  {'not bisected':<14} {nb.reason}")
+    if doc.late_starts:
+        lines += ["", f"good {rng.good[:12]} cannot run {len(doc.late_starts)} case(s) failing at bad:"]
+        lines += [f"  {start.case_id}: {start.reason}" for start in doc.late_starts]
     for group in doc.culprit_groups():
         cul, ids = group.culprit, [c.case_id for c in group.cases]
         more = f" and {len(ids) - 6} more" if len(ids) > 6 else ""
@@ -141,6 +144,9 @@ def bisect_summary_lines(doc: BisectDoc) -> list[str]:
             "  files under src/: " + (", ".join(cul.files) or "(none)"),
             f"  cases ({len(ids)}): " + ", ".join(ids[:6]) + more,
         ]
+        checked = doc.confirmation(cul.sha)
+        if checked is not None:
+            lines.append(f"  {checked.status.value.replace('_', ' ')}: {checked.detail}")
     for case in doc.cases:
         if case.status is CaseStatus.AMBIGUOUS:
             lines += ["", f"{case.case_id}: the {first} commit is one of (all but the last were skipped):"]
