@@ -37,6 +37,7 @@ sys.path[:0] = [str(ROOT), str(BENCH)]
 os.environ["PYTHONPATH"] = os.pathsep.join([str(ROOT), str(BENCH), *filter(None, [os.environ.get("PYTHONPATH")])])
 
 from bench_bisect import FakeEvaluator, make_history  # noqa: E402
+
 from harness.bisect.driver import BisectOptions, run_bisection, workspace_dir_for  # noqa: E402
 from harness.bisect.executor import Executor, LocalExecutor  # noqa: E402
 from harness.executors.options import SlurmOptions  # noqa: E402
@@ -94,15 +95,25 @@ def bisect(repo: Path, shas: list[str], work: Path, name: str, make: Callable[[P
     executor = Timed(make(cache))
     t0 = time.monotonic()
     try:
-        run = run_bisection(BisectOptions(repo=repo, good=shas[0], bad=shas[-1], cache_dir=cache, jobs=executor.slots),
-                            evaluator=ev, executor=executor, progress=None)
+        run = run_bisection(
+            BisectOptions(repo=repo, good=shas[0], bad=shas[-1], cache_dir=cache, jobs=executor.slots),
+            evaluator=ev,
+            executor=executor,
+            progress=None,
+        )
     finally:
         executor.close()
     wall = time.monotonic() - t0
     found = {c.case_id: c.culprit.sha if c.culprit else None for c in run.doc.cases}
-    return {"found": found, "evals": run.doc.evaluations, "rounds": run.doc.rounds, "wall": wall,
-            "cancelled": len(run.doc.cancelled), "submit_ms": 1000 * statistics.fmean(executor.submit_s),
-            "overhead_s": statistics.fmean(executor.overhead_s)}
+    return {
+        "found": found,
+        "evals": run.doc.evaluations,
+        "rounds": run.doc.rounds,
+        "wall": wall,
+        "cancelled": len(run.doc.cancelled),
+        "submit_ms": 1000 * statistics.fmean(executor.submit_s),
+        "overhead_s": statistics.fmean(executor.overhead_s),
+    }
 
 
 def main() -> int:
@@ -121,25 +132,35 @@ def main() -> int:
         print(f"history: {args.commits} commits, faults at {fault_at}", file=sys.stderr)
         for slots in args.slots:
             pool = bisect(work / "repo", shas, work, f"pool-{slots}", lambda _c, s=slots: LocalExecutor(s))
-            jobs = bisect(work / "repo", shas, work, f"jobs-{slots}",
-                          lambda c, s=slots: SlurmExecutor(c, s, SlurmOptions(cluster="local", time_min=30),
-                                                           progress=None))
+            jobs = bisect(
+                work / "repo",
+                shas,
+                work,
+                f"jobs-{slots}",
+                lambda c, s=slots: SlurmExecutor(c, s, SlurmOptions(cluster="local", time_min=30), progress=None),
+            )
             for side in (pool, jobs):
                 assert side["found"] == expect, f"{slots} slots: found {side['found']}, expected {expect}"
             rows.append((slots, pool, jobs))
             print(f"done: {slots} slot(s)", file=sys.stderr)
-    head = (f"{'slots':>5} | {'executor':<16} {'evals':>5} {'rounds':>6} {'cancelled':>9} {'wall s':>7} "
-            f"{'submit ms/eval':>14} {'overhead s/eval':>15} | {'wall vs pool':>12}")
+    head = (
+        f"{'slots':>5} | {'executor':<16} {'evals':>5} {'rounds':>6} {'cancelled':>9} {'wall s':>7} "
+        f"{'submit ms/eval':>14} {'overhead s/eval':>15} | {'wall vs pool':>12}"
+    )
     print(head)
     print("-" * len(head))
     for slots, pool, jobs in rows:
         for name, r in (("local pool", pool), ("submitit jobs", jobs)):
             ratio = r["wall"] / pool["wall"]
-            print(f"{slots:>5} | {name:<16} {r['evals']:>5} {r['rounds']:>6} {r['cancelled']:>9} {r['wall']:>7.1f} "
-                  f"{r['submit_ms']:>14.1f} {r['overhead_s']:>15.2f} | {ratio:>11.2f}x")
-    print("\nevals include the 2 endpoints; rounds = longest chain of dependent evaluations; cancelled = in-flight "
-          "evaluations a newer result made moot (jobs are cancelled, pool threads cannot be); overhead = the "
-          "driver's wall time per evaluation minus the evaluator's own time (process start, pickles, polling).")
+            print(
+                f"{slots:>5} | {name:<16} {r['evals']:>5} {r['rounds']:>6} {r['cancelled']:>9} {r['wall']:>7.1f} "
+                f"{r['submit_ms']:>14.1f} {r['overhead_s']:>15.2f} | {ratio:>11.2f}x"
+            )
+    print(
+        "\nevals include the 2 endpoints; rounds = longest chain of dependent evaluations; cancelled = in-flight "
+        "evaluations a newer result made moot (jobs are cancelled, pool threads cannot be); overhead = the "
+        "driver's wall time per evaluation minus the evaluator's own time (process start, pickles, polling)."
+    )
     return 0
 
 

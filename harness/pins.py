@@ -13,7 +13,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from harness.errors import GitError, UsageError
-from harness.gitrepo import GitRepo, WorkspaceCache, open_repo
+from harness.gitrepo import GitRepo, open_repo
+from harness.workspaces import WorkspaceCache
 
 SUBMODULE = "3rdparty/Megatron-LM"
 
@@ -37,8 +38,9 @@ def pinned_core(mb_repo: GitRepo, mb_sha: str, mlm_repo: Path, cache_dir: Path) 
     try:
         tree = ws.materialize(pin)
     except UsageError:  # the pin is not a commit of that repository
-        raise GitError(f"Megatron-LM commit {pin[:12]} pinned by MB {mb_sha[:12]} is not in {mlm_repo}; "
-                       "fetch it there") from None
+        raise GitError(
+            f"Megatron-LM commit {pin[:12]} pinned by MB {mb_sha[:12]} is not in {mlm_repo}; fetch it there"
+        ) from None
     if not (tree / "megatron" / "core").is_dir():
         raise GitError(f"Megatron-LM commit {pin[:12]} has no megatron/core")
     return PinnedCore(pin, tree)

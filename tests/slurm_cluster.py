@@ -60,8 +60,14 @@ class Cluster:
         return {"SLURM_CONF": str(self.conf)}
 
     def run(self, *cmd: str, check: bool = True) -> subprocess.CompletedProcess[str]:
-        return subprocess.run([_which(cmd[0]) or cmd[0], *cmd[1:]], capture_output=True, text=True, check=check,
-                              env={**os.environ, **self.env}, timeout=60)
+        return subprocess.run(
+            [_which(cmd[0]) or cmd[0], *cmd[1:]],
+            capture_output=True,
+            text=True,
+            check=check,
+            env={**os.environ, **self.env},
+            timeout=60,
+        )
 
     def jobs(self) -> dict[str, str]:
         """job id -> state of every job slurmctld knows."""
@@ -82,7 +88,8 @@ class Cluster:
             self.run("scancel", "--full", "--partition=debug", check=False)
             deadline = time.monotonic() + 30
             while time.monotonic() < deadline and any(
-                    s in ("RUNNING", "COMPLETING", "PENDING", "CONFIGURING") for s in self.jobs().values()):
+                s in ("RUNNING", "COMPLETING", "PENDING", "CONFIGURING") for s in self.jobs().values()
+            ):
                 time.sleep(0.5)
         for name in ("slurmd", "slurmctld", "munged"):
             pid_file = self.pids.pop(name, None)
@@ -112,38 +119,40 @@ def _terminate(pid: int, grace_s: float = 10.0) -> None:
 
 def _config(c: Cluster, cpus: int) -> str:
     r = c.root
-    return "\n".join([
-        "ClusterName=harnesstest",
-        f"SlurmctldHost={c.node}(127.0.0.1)",
-        f"SlurmctldPort={_free_port()}",
-        f"SlurmdPort={_free_port()}",
-        "AuthType=auth/munge",
-        "CredType=cred/munge",
-        f"AuthInfo=socket={r / 'munge' / 'munge.sock'}",
-        "SlurmUser=root",
-        "SlurmdUser=root",
-        f"StateSaveLocation={r / 'state'}",
-        f"SlurmdSpoolDir={r / 'spool'}",
-        f"SlurmctldPidFile={r / 'slurmctld.pid'}",
-        f"SlurmdPidFile={r / 'slurmd.pid'}",
-        f"SlurmctldLogFile={r / 'log' / 'slurmctld.log'}",
-        f"SlurmdLogFile={r / 'log' / 'slurmd.log'}",
-        "ProctrackType=proctrack/linuxproc",  # no cgroups needed
-        "TaskPlugin=task/none",
-        "JobAcctGatherType=jobacct_gather/none",
-        "AccountingStorageType=accounting_storage/none",  # no slurmdbd: sacct does not work, squeue does
-        "JobCompType=jobcomp/none",
-        "MpiDefault=none",
-        "SchedulerType=sched/builtin",
-        "SelectType=select/cons_tres",
-        "SelectTypeParameters=CR_CPU",  # one CPU per job: two jobs run at once
-        "ReturnToService=2",
-        "MinJobAge=600",
-        "KillWait=2",  # cancelled jobs die quickly (submitit ignores their SIGTERM)
-        f"NodeName={c.node} NodeAddr=127.0.0.1 CPUs={cpus} State=UNKNOWN",
-        f"PartitionName=debug Nodes={c.node} Default=YES MaxTime=INFINITE State=UP",
-        "",
-    ])
+    return "\n".join(
+        [
+            "ClusterName=harnesstest",
+            f"SlurmctldHost={c.node}(127.0.0.1)",
+            f"SlurmctldPort={_free_port()}",
+            f"SlurmdPort={_free_port()}",
+            "AuthType=auth/munge",
+            "CredType=cred/munge",
+            f"AuthInfo=socket={r / 'munge' / 'munge.sock'}",
+            "SlurmUser=root",
+            "SlurmdUser=root",
+            f"StateSaveLocation={r / 'state'}",
+            f"SlurmdSpoolDir={r / 'spool'}",
+            f"SlurmctldPidFile={r / 'slurmctld.pid'}",
+            f"SlurmdPidFile={r / 'slurmd.pid'}",
+            f"SlurmctldLogFile={r / 'log' / 'slurmctld.log'}",
+            f"SlurmdLogFile={r / 'log' / 'slurmd.log'}",
+            "ProctrackType=proctrack/linuxproc",  # no cgroups needed
+            "TaskPlugin=task/none",
+            "JobAcctGatherType=jobacct_gather/none",
+            "AccountingStorageType=accounting_storage/none",  # no slurmdbd: sacct does not work, squeue does
+            "JobCompType=jobcomp/none",
+            "MpiDefault=none",
+            "SchedulerType=sched/builtin",
+            "SelectType=select/cons_tres",
+            "SelectTypeParameters=CR_CPU",  # one CPU per job: two jobs run at once
+            "ReturnToService=2",
+            "MinJobAge=600",
+            "KillWait=2",  # cancelled jobs die quickly (submitit ignores their SIGTERM)
+            f"NodeName={c.node} NodeAddr=127.0.0.1 CPUs={cpus} State=UNKNOWN",
+            f"PartitionName=debug Nodes={c.node} Default=YES MaxTime=INFINITE State=UP",
+            "",
+        ]
+    )
 
 
 def start(root: Path, cpus: int = 2, ready_s: float = 60.0) -> Cluster:
@@ -160,9 +169,17 @@ def start(root: Path, cpus: int = 2, ready_s: float = 60.0) -> Cluster:
     c.conf.write_text(_config(c, cpus))
     try:
         m = root / "munge"
-        _daemon(c, "munged", m / "munged.pid", "--force", f"--socket={m / 'munge.sock'}", f"--key-file={key}",
-                f"--pid-file={m / 'munged.pid'}", f"--log-file={root / 'log' / 'munged.log'}",
-                f"--seed-file={m / 'munged.seed'}")
+        _daemon(
+            c,
+            "munged",
+            m / "munged.pid",
+            "--force",
+            f"--socket={m / 'munge.sock'}",
+            f"--key-file={key}",
+            f"--pid-file={m / 'munged.pid'}",
+            f"--log-file={root / 'log' / 'munged.log'}",
+            f"--seed-file={m / 'munged.seed'}",
+        )
         _daemon(c, "slurmctld", root / "slurmctld.pid", "-f", str(c.conf))
         _daemon(c, "slurmd", root / "slurmd.pid", "-f", str(c.conf), "-N", c.node)
         deadline = time.monotonic() + ready_s
@@ -179,8 +196,9 @@ def start(root: Path, cpus: int = 2, ready_s: float = 60.0) -> Cluster:
 
 def _daemon(c: Cluster, name: str, pid_file: Path, *args: str) -> None:
     """Start a daemon that forks into the background and writes ``pid_file``."""
-    proc = subprocess.run([_which(name) or name, *args], capture_output=True, text=True, timeout=60,
-                          env={**os.environ, **c.env})
+    proc = subprocess.run(
+        [_which(name) or name, *args], capture_output=True, text=True, timeout=60, env={**os.environ, **c.env}
+    )
     deadline = time.monotonic() + 15
     while not pid_file.exists() and time.monotonic() < deadline:
         time.sleep(0.1)

@@ -30,7 +30,7 @@ from harness.executors.slurm import SlurmExecutor
 from harness.results import CaseResult, RunResult
 from harness.target import Target
 from harness.verdict import Verdict
-from tests.test_bisect_command import GIT_ENV, MBRepo, assert_culprits, load, mb_repo  # noqa: F401 (fixture)
+from tests.test_bisect_command import GIT_ENV, MBRepo, assert_culprits, load
 
 ROOT = Path(__file__).resolve().parent.parent
 HARNESS = [sys.executable, "-m", "harness"]
@@ -45,13 +45,18 @@ def test_nearest_config_table_wins_and_flags_override_it(tmp_path: Path) -> None
     (top / "pyproject.toml").write_text('[project]\nname = "x"\n[tool.harness.slurm]\npartition = "top"\ngpus = 2\n')
     assert config.find_table(mid / "deep") == (top / "pyproject.toml", {"partition": "top", "gpus": 2})
     (mid / "pyproject.toml").write_text('[project]\nname = "no table here"\n')
-    (mid / "harness.toml").write_text('[slurm]\npartition = "mid"\ncontainer_mounts = ["/data:/data"]\n'
-                                      'sbatch_extra = { qos = "low" }\n')
+    (mid / "harness.toml").write_text(
+        '[slurm]\npartition = "mid"\ncontainer_mounts = ["/data:/data"]\nsbatch_extra = { qos = "low" }\n'
+    )
     source, table = config.find_table(mid / "deep")
     assert source == mid / "harness.toml"
     opts = config.options_from(table, str(source), partition="flag", gpus=None)
     assert (opts.partition, opts.gpus, opts.container_mounts, opts.sbatch_extra) == (
-        "flag", 0, ("/data:/data",), (("qos", "low"),))
+        "flag",
+        0,
+        ("/data:/data",),
+        (("qos", "low"),),
+    )
     assert config.find_table(tmp_path) == (None, {})
     (mid / "harness.toml").write_text("[slurm]\npartiton = 'typo'\n")
     with pytest.raises(UsageError, match=r"harness.toml: unknown key 'partiton'"):
@@ -79,36 +84,70 @@ def test_executor_flags(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys:
     assert _args.executor_from_args(parse(["bisect", "a..b", "--repo", "."]), 1) is None
     monkeypatch.chdir(tmp_path)
     (tmp_path / "harness.toml").write_text('[tool.harness.slurm]\ncluster = "local"\npartition = "file"\n')
-    argv = ["--executor", "slurm", "--slurm-partition", "gpu", "--slurm-gpus", "1", "--slurm-time", "0:20:00",
-            "--container-image", "nvcr.io#nvidia/nemo:25.09", "--job-retries", "2"]
+    argv = [
+        "--executor",
+        "slurm",
+        "--slurm-partition",
+        "gpu",
+        "--slurm-gpus",
+        "1",
+        "--slurm-time",
+        "0:20:00",
+        "--container-image",
+        "nvcr.io#nvidia/nemo:25.09",
+        "--job-retries",
+        "2",
+    ]
     args = parse(["bisect", "a..b", "--repo", ".", "--cache-dir", str(tmp_path / "cache"), "-j", "3", *argv])
     executor = _args.executor_from_args(args, args.jobs, timeout_s=1800)
     assert isinstance(executor, SlurmExecutor)
     try:
         o = executor.options
-        assert (executor.slots, o.cluster, o.partition, o.gpus, o.time_min, o.job_retries) == (3, "local", "gpu", 1, 20, 2)
+        assert (executor.slots, o.cluster, o.partition, o.gpus, o.time_min, o.job_retries) == (
+            3,
+            "local",
+            "gpu",
+            1,
+            20,
+            2,
+        )
         assert executor.jobs_root == tmp_path / "cache" / "jobs"
     finally:
         executor.close()
     assert "below --timeout" in capsys.readouterr().err, "a 20 min job limit under a 30 min timeout is warned about"
-    assert not (tmp_path / "cache" / "jobs").exists() or not any((tmp_path / "cache" / "jobs").iterdir()), \
+    assert not (tmp_path / "cache" / "jobs").exists() or not any((tmp_path / "cache" / "jobs").iterdir()), (
         "an executor that ran no job leaves nothing behind"
+    )
     assert _args.executor_argv(args) == argv
     cmd = bisect_command("g", "b", Path("/r"), Path("/o"), ["s"], None, _args.executor_argv(args) + ["-j", "3"])
-    assert cmd[-len(argv) - 2:] == [*argv, "-j", "3"], "nightly's bisection runs where the nightly's suites ran"
+    assert cmd[-len(argv) - 2 :] == [*argv, "-j", "3"], "nightly's bisection runs where the nightly's suites ran"
 
 
 def test_lost_suite_job_is_an_error_case_never_a_verdict() -> None:
     log = JobLog("41", "slurm", "/j/41_0_log.out", "/j/41_0_log.err", 1, "COMPLETED")
-    ran = RunResult("r", {"kind": "installed"}, {"megatron-bridge": "0.6.2"}, {}, "auto", standins=["te"],
-                    cases=[CaseResult("a::one", "a", Verdict.PASS), CaseResult("a::two", "a", Verdict.FAIL)],
-                    notes=["slow"])
-    lost = EvalOutcome({}, note="infrastructure: job 42 left no result (scheduler state NODE_FAIL)", infrastructure=True)
-    lost_logs = [JobLog("42", "slurm", "/j/42_0_log.out", "/j/42_0_log.err", 1, "NODE_FAIL"),
-                 JobLog("43", "slurm", "/j/43_0_log.out", "/j/43_0_log.err", 2, "NODE_FAIL")]
+    ran = RunResult(
+        "r",
+        {"kind": "installed"},
+        {"megatron-bridge": "0.6.2"},
+        {},
+        "auto",
+        standins=["te"],
+        cases=[CaseResult("a::one", "a", Verdict.PASS), CaseResult("a::two", "a", Verdict.FAIL)],
+        notes=["slow"],
+    )
+    lost = EvalOutcome(
+        {}, note="infrastructure: job 42 left no result (scheduler state NODE_FAIL)", infrastructure=True
+    )
+    lost_logs = [
+        JobLog("42", "slurm", "/j/42_0_log.out", "/j/42_0_log.err", 1, "NODE_FAIL"),
+        JobLog("43", "slurm", "/j/43_0_log.out", "/j/43_0_log.err", 2, "NODE_FAIL"),
+    ]
     merged = merge(["a", "b"], [(ran, [log]), (lost, lost_logs)], Target(), "run-1", "2026-01-01T00:00:00Z")
     assert [(c.case_id, c.verdict) for c in merged.cases] == [
-        ("a::one", Verdict.PASS), ("a::two", Verdict.FAIL), (f"b::{LOST}", Verdict.ERROR)]
+        ("a::one", Verdict.PASS),
+        ("a::two", Verdict.FAIL),
+        (f"b::{LOST}", Verdict.ERROR),
+    ]
     msg = merged.cases[-1].message
     assert "NODE_FAIL" in msg and "not a verdict on Megatron-Bridge" in msg and "/j/43_0_log.err" in msg
     assert not merged.ok and merged.versions == ran.versions and merged.standins == ["te"]
@@ -128,17 +167,35 @@ def local_cluster_dir(tmp_path: Path) -> Path:
 
 
 def harness(cwd: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([*HARNESS, *args], cwd=cwd, capture_output=True, text=True, timeout=1500,
-                          env={**os.environ, **GIT_ENV})
+    return subprocess.run(
+        [*HARNESS, *args], cwd=cwd, capture_output=True, text=True, timeout=1500, env={**os.environ, **GIT_ENV}
+    )
 
 
 @pytest.mark.slow
-def test_cli_bisect_through_jobs_names_each_injecting_commit(mb_repo: MBRepo, local_cluster_dir: Path,
-                                                             tmp_path: Path) -> None:
+def test_cli_bisect_through_jobs_names_each_injecting_commit(
+    mb_repo: MBRepo, local_cluster_dir: Path, tmp_path: Path
+) -> None:
     out = tmp_path / "out"
-    proc = harness(local_cluster_dir, "bisect", "good..bad", "--repo", str(mb_repo.path), "--suite", "packed_seq_params",
-                   "--suite", "in_batch_packing", "-j", "2", "--executor", "slurm",
-                   "--cache-dir", str(tmp_path / "cache"), "--out", str(out))
+    proc = harness(
+        local_cluster_dir,
+        "bisect",
+        "good..bad",
+        "--repo",
+        str(mb_repo.path),
+        "--suite",
+        "packed_seq_params",
+        "--suite",
+        "in_batch_packing",
+        "-j",
+        "2",
+        "--executor",
+        "slurm",
+        "--cache-dir",
+        str(tmp_path / "cache"),
+        "--out",
+        str(out),
+    )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     doc = load(out)
     assert_culprits(doc, mb_repo, "cu_seqlens_off_by_one", "alignment_pad_loss_mask_one")
@@ -151,8 +208,20 @@ def test_cli_bisect_through_jobs_names_each_injecting_commit(mb_repo: MBRepo, lo
 def test_cli_run_sharded_by_suite_matches_a_local_run(local_cluster_dir: Path, tmp_path: Path) -> None:
     suites = ["--suite", "packed_seq_params", "--suite", "packing_algorithms"]
     local = harness(local_cluster_dir, "run", *suites, "--out", str(tmp_path / "local"), "-q")
-    jobs = harness(local_cluster_dir, "run", *suites, "--out", str(tmp_path / "jobs"), "-q", "-j", "2",
-                   "--executor", "slurm", "--cache-dir", str(tmp_path / "cache"))
+    jobs = harness(
+        local_cluster_dir,
+        "run",
+        *suites,
+        "--out",
+        str(tmp_path / "jobs"),
+        "-q",
+        "-j",
+        "2",
+        "--executor",
+        "slurm",
+        "--cache-dir",
+        str(tmp_path / "cache"),
+    )
     assert local.returncode == jobs.returncode == 0, jobs.stdout + jobs.stderr
     verdicts = {}
     for name in ("local", "jobs"):
@@ -167,15 +236,27 @@ def test_cli_run_sharded_by_suite_matches_a_local_run(local_cluster_dir: Path, t
 
 
 @pytest.mark.slow
-def test_cli_matrix_one_job_per_ref_matches_a_local_matrix(mb_repo: MBRepo, local_cluster_dir: Path,
-                                                           tmp_path: Path) -> None:
-    common = ["matrix", "--repo", str(mb_repo.path), "--refs", "good,bad", "--suite", "packed_seq_params", "-q",
-              "--cache-dir", str(tmp_path / "cache")]
+def test_cli_matrix_one_job_per_ref_matches_a_local_matrix(
+    mb_repo: MBRepo, local_cluster_dir: Path, tmp_path: Path
+) -> None:
+    common = [
+        "matrix",
+        "--repo",
+        str(mb_repo.path),
+        "--refs",
+        "good,bad",
+        "--suite",
+        "packed_seq_params",
+        "-q",
+        "--cache-dir",
+        str(tmp_path / "cache"),
+    ]
     local = harness(local_cluster_dir, *common, "--out", str(tmp_path / "local"))
     jobs = harness(local_cluster_dir, *common, "--out", str(tmp_path / "jobs"), "--executor", "slurm", "-j", "2")
     assert local.returncode == jobs.returncode == 0, jobs.stdout + jobs.stderr
     rows = {name: json.loads((tmp_path / name / "matrix.json").read_text())["refs"] for name in ("local", "jobs")}
-    assert [(r["ref"], r["commit"], r["suites"]) for r in rows["jobs"]] == \
-        [(r["ref"], r["commit"], r["suites"]) for r in rows["local"]]
+    assert [(r["ref"], r["commit"], r["suites"]) for r in rows["jobs"]] == [
+        (r["ref"], r["commit"], r["suites"]) for r in rows["local"]
+    ]
     assert rows["jobs"][1]["suites"]["packed_seq_params"]["fail"] > 0, "the bad end carries a caught fault"
     assert all(any("ran as local job" in n for n in r["notes"]) for r in rows["jobs"])

@@ -40,17 +40,9 @@ from harness.gitrepo import open_repo
 from harness.report import render_bisect_report
 from harness.report.terminal import bisect_summary_lines
 from tests.scripted_eval import ScriptedEvaluator
-from tests.test_bisect_command import GIT_ENV, _fake_history, cache_rows, culprits
+from tests.test_bisect_command import _fake_history, cache_rows, culprits
 
 ROOT = Path(__file__).resolve().parent.parent
-
-
-@pytest.fixture
-def job_env(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Jobs are other processes: they import tests.scripted_eval from the repository root."""
-    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(ROOT), *filter(None, [os.environ.get("PYTHONPATH")])]))
-    for k, v in GIT_ENV.items():
-        monkeypatch.setenv(k, v)
 
 
 def scripted(counter: Path, repo: Path, cache: Path, **kw: Any) -> ScriptedEvaluator:
@@ -103,8 +95,9 @@ def test_submitit_jobs_name_the_same_culprits_as_the_local_pool(name: str, tmp_p
     n, history, opts = HISTORIES[name]
     repo, shas = _fake_history(tmp_path, n, **history)
     with LocalExecutor(2) as pool:
-        local = bisect(repo, shas, tmp_path / "pool", scripted(tmp_path / "pool.txt", repo, tmp_path / "pool"),
-                       pool, **opts)
+        local = bisect(
+            repo, shas, tmp_path / "pool", scripted(tmp_path / "pool.txt", repo, tmp_path / "pool"), pool, **opts
+        )
     cache = tmp_path / "jobs"
     ev = scripted(tmp_path / "jobs.txt", repo, cache, require_prepared=True)
     with local_jobs(cache) as ex:
@@ -174,7 +167,7 @@ def test_job_made_moot_by_another_result_is_cancelled(tmp_path: Path, job_env: N
         assert f"{len(run.doc.cancelled)} cancelled as moot" in bisect_summary_lines(run.doc)[0]
         assert len(orphans) == len(run.doc.cancelled)
         for job_dir in orphans:
-            wait_for(f"cancelled job {job_dir.name} to end", lambda: not pid_alive(int(job_dir.name)), 20)
+            wait_for(f"cancelled job {job_dir.name} to end", lambda d=job_dir: not pid_alive(int(d.name)), 20)
     finally:
         for d in orphans:
             if pid_alive(int(d.name)):
@@ -199,8 +192,9 @@ def test_job_that_raises_is_one_clear_error_with_its_log_tail(tmp_path: Path, jo
 # ------------------------------------------------------------------------ start-up check
 
 
-def test_start_up_job_measures_the_cache_namespace_where_jobs_run(tmp_path: Path, job_env: None,
-                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+def test_start_up_job_measures_the_cache_namespace_where_jobs_run(
+    tmp_path: Path, job_env: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
     repo, _ = _fake_history(tmp_path, 3, {})
     monkeypatch.setenv("HARNESS_TEST_WHERE", "driver")
     ev = scripted(tmp_path / "runs.txt", repo, tmp_path / "cache", env_var="HARNESS_TEST_WHERE")
@@ -211,8 +205,9 @@ def test_start_up_job_measures_the_cache_namespace_where_jobs_run(tmp_path: Path
     assert bound.inner == ev and bound.prepare == ev.prepare
 
 
-def test_jobs_that_cannot_see_the_cache_dir_are_one_clear_error(tmp_path: Path, job_env: None,
-                                                                monkeypatch: pytest.MonkeyPatch) -> None:
+def test_jobs_that_cannot_see_the_cache_dir_are_one_clear_error(
+    tmp_path: Path, job_env: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
     repo, shas = _fake_history(tmp_path, 3, {})
     cache = tmp_path / "cache"
     monkeypatch.setattr(slurm_mod, "atomic_write_text", lambda path, text: None)  # the token never reaches the jobs
@@ -238,14 +233,29 @@ def drive(spec: dict[str, Any]) -> None:
 
 def start_driver(tmp_path: Path, repo: Path, shas: list[str], slow_s: float) -> tuple[subprocess.Popen, Path, Path]:
     cache, counter = tmp_path / "cache", tmp_path / "runs.txt"
-    spec = {"repo": str(repo), "cache": str(cache), "counter": str(counter), "shas": shas,
-            "slow": [(s, slow_s) for s in shas[1:-1]]}
+    spec = {
+        "repo": str(repo),
+        "cache": str(cache),
+        "counter": str(counter),
+        "shas": shas,
+        "slow": [(s, slow_s) for s in shas[1:-1]],
+    }
     code = "import json, sys; from tests.test_slurm_executor import drive; drive(json.loads(sys.argv[1]))"
-    proc = subprocess.Popen([sys.executable, "-c", code, json.dumps(spec)], cwd=ROOT, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, start_new_session=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-c", code, json.dumps(spec)],
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
     interior = set(shas[1:-1])
-    wait_for("two interior jobs to start",
-             lambda: proc.poll() is None and len(interior & set(counter.read_text().split() if counter.exists() else [])) >= 2)
+    wait_for(
+        "two interior jobs to start",
+        lambda: (
+            proc.poll() is None and len(interior & set(counter.read_text().split() if counter.exists() else [])) >= 2
+        ),
+    )
     return proc, cache, counter
 
 
@@ -266,7 +276,7 @@ def test_ctrl_c_cancels_every_job_in_flight(tmp_path: Path, job_env: None) -> No
         assert proc.returncode != 0 and "KeyboardInterrupt" in err
         assert "cancelled 2 job(s) in flight" in err
         for e in entries:
-            wait_for(f"job {e.job_id} to end", lambda: not pid_alive(int(e.job_id)), 20)
+            wait_for(f"job {e.job_id} to end", lambda e=e: not pid_alive(int(e.job_id)), 20)
         assert journals(cache) == [], "nothing is left to reattach to"
     finally:
         for e in entries:
@@ -339,7 +349,11 @@ def test_scheduler_states_from_squeue_then_sacct(tmp_path: Path, monkeypatch: py
     tool("squeue", 'echo "11|RUNNING"; echo "12|NODE_FAIL"')
     tool("sacct", 'echo "13|CANCELLED by 0"')
     assert jobstate.slurm_states(["11", "12", "13", "14"]) == {
-        "11": "RUNNING", "12": "NODE_FAIL", "13": "CANCELLED", "14": jobstate.UNKNOWN}
+        "11": "RUNNING",
+        "12": "NODE_FAIL",
+        "13": "CANCELLED",
+        "14": jobstate.UNKNOWN,
+    }
     tool("squeue", 'echo "slurm_load_jobs error: Invalid job id specified" >&2; exit 1')
     tool("sacct", 'echo "Slurm accounting storage is disabled" >&2; exit 1')
     assert jobstate.slurm_states(["15"]) == {"15": jobstate.UNKNOWN}, "squeue knows none of them"
@@ -353,11 +367,17 @@ def test_options_are_checked(tmp_path: Path) -> None:
         SlurmOptions(cluster="kubernetes")
     with pytest.raises(Exception, match="at least 1"):
         SlurmExecutor(tmp_path, 0, SlurmOptions(cluster="local"))
-    ex = SlurmExecutor(tmp_path, 1, SlurmOptions(cluster="local", container_image="nvcr.io#nvidia/nemo:25.09",
-                                                 container_mounts=("/data:/data",)), progress=None)
+    ex = SlurmExecutor(
+        tmp_path,
+        1,
+        SlurmOptions(cluster="local", container_image="nvcr.io#nvidia/nemo:25.09", container_mounts=("/data:/data",)),
+        progress=None,
+    )
     try:
-        assert ex.srun_args() == ["--container-image=nvcr.io#nvidia/nemo:25.09",
-                                  f"--container-mounts=/data:/data,{ex.cache_dir}:{ex.cache_dir}"]
+        assert ex.srun_args() == [
+            "--container-image=nvcr.io#nvidia/nemo:25.09",
+            f"--container-mounts=/data:/data,{ex.cache_dir}:{ex.cache_dir}",
+        ]
     finally:
         ex.close()
 
@@ -366,13 +386,15 @@ def test_importing_submitit_leaves_the_process_logging_alone() -> None:
     """submitit's import runs logging.config.dictConfig, which closes every handler the process
     has (here: one that closes its stream, as pytest's capture and many libraries' do); the
     executor imports it without that. A fresh interpreter, since this one may have it already."""
-    code = ("import io, logging, os, sys\n"
-            "class Closing(logging.StreamHandler):\n"
-            "    def close(self):\n"
-            "        self.stream.close(); super().close()\n"
-            "stream = io.StringIO(); logging.getLogger('app').addHandler(Closing(stream))\n"
-            "from harness.executors.slurm import _import_submitit\n"
-            "_import_submitit()\n"
-            "assert 'SUBMITIT_LOG_LEVEL' not in os.environ, 'jobs must still configure it'\n"
-            "sys.exit(1 if stream.closed else 0)\n")
+    code = (
+        "import io, logging, os, sys\n"
+        "class Closing(logging.StreamHandler):\n"
+        "    def close(self):\n"
+        "        self.stream.close(); super().close()\n"
+        "stream = io.StringIO(); logging.getLogger('app').addHandler(Closing(stream))\n"
+        "from harness.executors.slurm import _import_submitit\n"
+        "_import_submitit()\n"
+        "assert 'SUBMITIT_LOG_LEVEL' not in os.environ, 'jobs must still configure it'\n"
+        "sys.exit(1 if stream.closed else 0)\n"
+    )
     assert subprocess.run([sys.executable, "-c", code], cwd=ROOT).returncode == 0

@@ -19,7 +19,7 @@ from harness.executors.options import SlurmOptions
 from harness.executors.slurm import SlurmExecutor
 from tests import slurm_cluster
 from tests.test_bisect_command import _fake_history, cache_rows, culprits
-from tests.test_slurm_executor import bisect, job_env, outcomes, scripted  # noqa: F401 (fixture)
+from tests.test_slurm_executor import bisect, outcomes, scripted
 
 
 @pytest.fixture(scope="module")
@@ -69,8 +69,9 @@ def test_bisect_through_sbatch_names_the_local_pool_culprits(on_cluster: slurm_c
     assert "jobs run on" in terminal.getvalue()
 
 
-def test_job_cancelled_by_slurm_is_retried_then_skipped_as_infrastructure(on_cluster: slurm_cluster.Cluster,
-                                                                          tmp_path: Path) -> None:
+def test_job_cancelled_by_slurm_is_retried_then_skipped_as_infrastructure(
+    on_cluster: slurm_cluster.Cluster, tmp_path: Path
+) -> None:
     """Commit 8's job scancels itself every time: SLURM reports CANCELLED, never a verdict. The
     first bad commit is 9, so commit 8 stays needed (never moot) and ends as a candidate."""
     repo, shas = _fake_history(tmp_path, 17, {"s::a": 9})

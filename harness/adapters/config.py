@@ -53,23 +53,34 @@ def _kwargs_for(cls: Any, wanted: dict[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in wanted.items() if k in names}
 
 
-
 def _dataset(spec: PackingConfigSpec, cfg: Any) -> Any:
     if spec.dataset == "gpt":
-        return cfg.GPTDatasetConfig(random_seed=1234, seq_length=spec.seq_length, reset_position_ids=False,
-                                    reset_attention_mask=False, eod_mask_loss=False)
-    cls = _first(("megatron.bridge.data.builders", "GPTSFTDatasetConfig"),
-                 ("megatron.bridge.training.config", "FinetuningDatasetConfig"))
+        return cfg.GPTDatasetConfig(
+            random_seed=1234,
+            seq_length=spec.seq_length,
+            reset_position_ids=False,
+            reset_attention_mask=False,
+            eod_mask_loss=False,
+        )
+    cls = _first(
+        ("megatron.bridge.data.builders", "GPTSFTDatasetConfig"),
+        ("megatron.bridge.training.config", "FinetuningDatasetConfig"),
+    )
     return cls(**_kwargs_for(cls, {"seq_length": spec.seq_length, "dataset_root": "/nonexistent/harness-dataset"}))
 
 
 def _apply_packing(spec: PackingConfigSpec, dataset: Any, source: str) -> None:
-    specs_cls = _first(("megatron.bridge.data.packing", "PackedSequenceSpecs"),
-                       ("megatron.bridge.data.datasets.packed_sequence", "PackedSequenceSpecs"))
+    specs_cls = _first(
+        ("megatron.bridge.data.packing", "PackedSequenceSpecs"),
+        ("megatron.bridge.data.datasets.packed_sequence", "PackedSequenceSpecs"),
+    )
     specs = None
     if spec.offline_packing_size is not None:
-        specs = specs_cls(**_kwargs_for(specs_cls, {"packed_sequence_size": spec.offline_packing_size,
-                                                    "pad_cu_seqlens": spec.pad_cu_seqlens}))
+        specs = specs_cls(
+            **_kwargs_for(
+                specs_cls, {"packed_sequence_size": spec.offline_packing_size, "pad_cu_seqlens": spec.pad_cu_seqlens}
+            )
+        )
         if spec.pad_cu_seqlens and not hasattr(specs, "pad_cu_seqlens"):
             raise Untestable("PackedSequenceSpecs has no pad_cu_seqlens in this era")
     enabled = spec.offline_enabled if spec.offline_enabled is not None else specs is not None
@@ -101,27 +112,51 @@ def _apply_packing(spec: PackingConfigSpec, dataset: Any, source: str) -> None:
 def tiny_gpt_provider(seq_length: int, cp: int, tp: int, sp: bool, per_token_loss: bool) -> Any:
     """The smallest GPT model provider the validation rules look at."""
     provider_cls = symbol("megatron.bridge.models.gpt_provider", "GPTModelProvider")
-    return provider_cls(**_kwargs_for(provider_cls, {
-        "num_layers": 1, "hidden_size": 128, "num_attention_heads": 4, "seq_length": seq_length,
-        "apply_rope_fusion": False, "context_parallel_size": cp, "tensor_model_parallel_size": tp,
-        "pipeline_model_parallel_size": 1, "sequence_parallel": sp, "calculate_per_token_loss": per_token_loss}))
+    return provider_cls(
+        **_kwargs_for(
+            provider_cls,
+            {
+                "num_layers": 1,
+                "hidden_size": 128,
+                "num_attention_heads": 4,
+                "seq_length": seq_length,
+                "apply_rope_fusion": False,
+                "context_parallel_size": cp,
+                "tensor_model_parallel_size": tp,
+                "pipeline_model_parallel_size": 1,
+                "sequence_parallel": sp,
+                "calculate_per_token_loss": per_token_loss,
+            },
+        )
+    )
 
 
-def build_container(cfg: Any, model: Any, dataset: Any, *, global_batch_size: int, micro_batch_size: int,
-                    average_in_collective: bool = False, dist_extra: dict[str, Any] | None = None) -> Any:
+def build_container(
+    cfg: Any,
+    model: Any,
+    dataset: Any,
+    *,
+    global_batch_size: int,
+    micro_batch_size: int,
+    average_in_collective: bool = False,
+    dist_extra: dict[str, Any] | None = None,
+) -> Any:
     """A minimal ``ConfigContainer`` around ``model`` and ``dataset`` (fields the era lacks are left out)."""
     optimizer_cls = getattr(cfg, "OptimizerConfig", None) or symbol("megatron.core.optimizer", "OptimizerConfig")
     dist_kwargs = {"use_gloo_process_groups": True, "lazy_mpu_init": False, **(dist_extra or {})}
     parts: dict[str, Any] = {
-        "train": cfg.TrainingConfig(global_batch_size=global_batch_size, micro_batch_size=micro_batch_size,
-                                    train_iters=1000),
+        "train": cfg.TrainingConfig(
+            global_batch_size=global_batch_size, micro_batch_size=micro_batch_size, train_iters=1000
+        ),
         "model": model,
         "optimizer": optimizer_cls(lr=0.0001, use_distributed_optimizer=False),
         "scheduler": cfg.SchedulerConfig(lr_decay_style="linear", lr_warmup_iters=0),
         "dataset": dataset,
         "logger": cfg.LoggerConfig(),
-        "tokenizer": _first(("megatron.bridge.training.tokenizers.config", "TokenizerConfig"),
-                            ("megatron.bridge.training.config", "TokenizerConfig"))(),
+        "tokenizer": _first(
+            ("megatron.bridge.training.tokenizers.config", "TokenizerConfig"),
+            ("megatron.bridge.training.config", "TokenizerConfig"),
+        )(),
         "checkpoint": cfg.CheckpointConfig(ckpt_format="torch_dist"),
         "dist": cfg.DistributedInitConfig(**_kwargs_for(cfg.DistributedInitConfig, dist_kwargs)),
         "ddp": cfg.DistributedDataParallelConfig(average_in_collective=average_in_collective),
@@ -153,11 +188,17 @@ def run_validate(cfg: Any, container: Any, world_size: int) -> dict[str, Any]:
 def validate_packing_config(spec: PackingConfigSpec) -> dict[str, Any]:
     """Build the container for ``spec``, run MB's ``validate()``, return the outcome."""
     cfg = load_module("megatron.bridge.training.config")
-    model = tiny_gpt_provider(spec.seq_length, spec.context_parallel, spec.tensor_parallel, spec.sequence_parallel,
-                              spec.per_token_loss)
+    model = tiny_gpt_provider(
+        spec.seq_length, spec.context_parallel, spec.tensor_parallel, spec.sequence_parallel, spec.per_token_loss
+    )
     dataset = _dataset(spec, cfg)
     _apply_packing(spec, dataset, source_text(cfg.ConfigContainer))
-    container = build_container(cfg, model, dataset, global_batch_size=spec.global_batch_size,
-                                micro_batch_size=spec.micro_batch_size,
-                                average_in_collective=spec.average_in_collective)
+    container = build_container(
+        cfg,
+        model,
+        dataset,
+        global_batch_size=spec.global_batch_size,
+        micro_batch_size=spec.micro_batch_size,
+        average_in_collective=spec.average_in_collective,
+    )
     return run_validate(cfg, container, spec.context_parallel * spec.tensor_parallel)

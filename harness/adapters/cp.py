@@ -22,8 +22,10 @@ from harness.errors import NotHere
 
 
 def _dataset_cls() -> Any:
-    for module, name in (("megatron.bridge.data.builders.mock_vlm_sft", "MockVLMSFTDatasetConfig"),
-                         ("megatron.bridge.data.builders.direct_hf_sft", "DirectHFSFTDatasetConfig")):
+    for module, name in (
+        ("megatron.bridge.data.builders.mock_vlm_sft", "MockVLMSFTDatasetConfig"),
+        ("megatron.bridge.data.builders.direct_hf_sft", "DirectHFSFTDatasetConfig"),
+    ):
         try:
             cls = symbol(module, name)
         except NotHere:
@@ -37,21 +39,47 @@ def _validate_probe() -> Callable[..., dict[str, Any]]:
     ds_cls = _dataset_cls()
     cfg = load_module("megatron.bridge.training.config")
 
-    def call(cp: int, tp: int = 1, sp: bool = False, *, in_batch: bool = True, seq_length: int = 1680,
-             eval_cp: int | None = None, pad_to_multiple_of: int = 1) -> dict[str, Any]:
+    def call(
+        cp: int,
+        tp: int = 1,
+        sp: bool = False,
+        *,
+        in_batch: bool = True,
+        seq_length: int = 1680,
+        eval_cp: int | None = None,
+        pad_to_multiple_of: int = 1,
+    ) -> dict[str, Any]:
         model = tiny_gpt_provider(seq_length, cp, tp, sp, per_token_loss=True)
-        dataset = ds_cls(**_kwargs_for(ds_cls, {"seq_length": seq_length, "hf_processor_path": "harness/none",
-                                                "enable_in_batch_packing": in_batch,
-                                                "pad_to_multiple_of": pad_to_multiple_of}))
-        container = build_container(cfg, model, dataset, global_batch_size=32, micro_batch_size=4 if in_batch else 1,
-                                    dist_extra={"eval_context_parallel_size": eval_cp} if eval_cp is not None else None)
+        dataset = ds_cls(
+            **_kwargs_for(
+                ds_cls,
+                {
+                    "seq_length": seq_length,
+                    "hf_processor_path": "harness/none",
+                    "enable_in_batch_packing": in_batch,
+                    "pad_to_multiple_of": pad_to_multiple_of,
+                },
+            )
+        )
+        container = build_container(
+            cfg,
+            model,
+            dataset,
+            global_batch_size=32,
+            micro_batch_size=4 if in_batch else 1,
+            dist_extra={"eval_context_parallel_size": eval_cp} if eval_cp is not None else None,
+        )
         outcome = run_validate(cfg, container, cp * tp * 4)  # DP 4 keeps the global batch divisible
         field = "in_batch_packing_pad_to_multiple_of" if in_batch else "pad_to_multiple_of"
         outcome["multiple"] = int(getattr(dataset, field)) if outcome["accepted"] else None
         return outcome
+
     return call
 
 
-collate_padding_multiple = Operation("collate_padding_multiple", [
-    Candidate("training/config ConfigContainer.validate (collate padding multiple)", _validate_probe),
-])
+collate_padding_multiple = Operation(
+    "collate_padding_multiple",
+    [
+        Candidate("training/config ConfigContainer.validate (collate padding multiple)", _validate_probe),
+    ],
+)

@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import concurrent.futures as cf
 import time
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol, TypeVar, runtime_checkable
 
@@ -68,7 +68,7 @@ class Executor(Protocol):
         """Start ``fn(arg)``; return at once."""
         ...
 
-    def wait_any(self, handles: Iterable[Handle], timeout: float | None = None) -> list[Handle]:
+    def wait_any(self, handles: Iterable[Handle], timeout: float | None = None) -> Sequence[Handle]:
         """Block until at least one of ``handles`` is done (or ``timeout``); return the done ones."""
         ...
 
@@ -113,8 +113,9 @@ class LocalExecutor:
         self.close(cancel=exc[0] is not None)
 
 
-def poll_until_any_done(handles: Iterable[Handle], timeout: float | None = None,
-                        interval_s: float = 5.0) -> list[Handle]:
+def poll_until_any_done(
+    handles: Iterable[Handle], timeout: float | None = None, interval_s: float = 5.0
+) -> list[Handle]:
     """Generic ``wait_any`` for handles that only offer ``done()`` (cluster jobs)."""
     pending = list(handles)
     deadline = None if timeout is None else time.monotonic() + timeout

@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -22,26 +23,23 @@ if TYPE_CHECKING:
     from harness.executors.slurm import SlurmExecutor
 
 
-def positive_int(text: str) -> int:
-    """argparse type: an integer of at least 1."""
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not an integer: {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be at least 1, not {value}")
-    return value
+def int_at_least(minimum: int) -> Callable[[str], int]:
+    """argparse type: an integer of at least ``minimum``."""
+
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"not an integer: {text!r}") from None
+        if value < minimum:
+            raise argparse.ArgumentTypeError(f"must be at least {minimum}, not {value}")
+        return value
+
+    return parse
 
 
-def non_negative_int(text: str) -> int:
-    """argparse type: an integer of at least 0."""
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not an integer: {text!r}") from None
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"must be 0 or more, not {value}")
-    return value
+positive_int = int_at_least(1)
+non_negative_int = int_at_least(0)
 
 
 def positive_seconds(text: str) -> float:
@@ -65,9 +63,13 @@ def add_target(p: argparse.ArgumentParser) -> None:
 
 
 def add_megatron_lm(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--megatron-lm", metavar="PATH", type=Path,
-                   help="a Megatron-LM repository: run MB against the megatron-core that the MB commit pins in "
-                        "3rdparty/Megatron-LM instead of the installed one (with --mb-src: the checkout's HEAD)")
+    p.add_argument(
+        "--megatron-lm",
+        metavar="PATH",
+        type=Path,
+        help="a Megatron-LM repository: run MB against the megatron-core that the MB commit pins in "
+        "3rdparty/Megatron-LM instead of the installed one (with --mb-src: the checkout's HEAD)",
+    )
 
 
 def target_from_args(args: argparse.Namespace, commit: str | None = None) -> Target:
@@ -93,15 +95,24 @@ def target_from_args(args: argparse.Namespace, commit: str | None = None) -> Tar
 
 def add_suites(p: argparse.ArgumentParser, *, keyword: bool = True) -> None:
     """``--suite NAME`` (repeatable) and, with ``keyword``, ``-k EXPR``."""
-    p.add_argument("--suite", action="append", metavar="NAME",
-                   help=f"suite to run (repeatable; default all: {', '.join(runner.available_suites())})")
+    p.add_argument(
+        "--suite",
+        action="append",
+        metavar="NAME",
+        help=f"suite to run (repeatable; default all: {', '.join(runner.available_suites())})",
+    )
     if keyword:
         p.add_argument("-k", dest="keyword", metavar="EXPR", help="pytest -k expression to select cases")
 
 
 def add_timeout(p: argparse.ArgumentParser, what: str, default: float = 1800.0) -> None:
-    p.add_argument("--timeout", type=positive_seconds, default=default, metavar="S",
-                   help=f"seconds before {what} is killed (default {default:.0f})")
+    p.add_argument(
+        "--timeout",
+        type=positive_seconds,
+        default=default,
+        metavar="S",
+        help=f"seconds before {what} is killed (default {default:.0f})",
+    )
 
 
 def add_jobs(p: argparse.ArgumentParser, what: str) -> None:
@@ -109,15 +120,21 @@ def add_jobs(p: argparse.ArgumentParser, what: str) -> None:
 
 
 def add_import_mode(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--import", dest="import_mode", choices=runner.IMPORT_MODES, default="auto",
-                   help="how MB is imported: auto (default) runs light-group cases without executing MB's package "
-                        "__init__ files and the others with the full import; full imports MB normally for every "
-                        "case; light runs only the light-group cases")
+    p.add_argument(
+        "--import",
+        dest="import_mode",
+        choices=runner.IMPORT_MODES,
+        default="auto",
+        help="how MB is imported: auto (default) runs light-group cases without executing MB's package "
+        "__init__ files and the others with the full import; full imports MB normally for every "
+        "case; light runs only the light-group cases",
+    )
 
 
 def add_fixtures(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--fixtures", type=Path, default=paths.FIXTURES_DIR, metavar="DIR",
-                   help="golden root (default fixtures/)")
+    p.add_argument(
+        "--fixtures", type=Path, default=paths.FIXTURES_DIR, metavar="DIR", help="golden root (default fixtures/)"
+    )
 
 
 def add_verbosity(p: argparse.ArgumentParser, *, verbose: bool = False) -> None:
@@ -142,9 +159,13 @@ def out_dir(args: argparse.Namespace, name: str) -> Path:
 
 
 def add_cache_dir(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--cache-dir", type=Path, metavar="DIR",
-                   help="per-user cache: bisect mirrors and verdicts, pinned Megatron-LM trees, matrix exports "
-                        f"(default $HARNESS_CACHE or {paths.cache_dir()})")
+    p.add_argument(
+        "--cache-dir",
+        type=Path,
+        metavar="DIR",
+        help="per-user cache: bisect mirrors and verdicts, pinned Megatron-LM trees, matrix exports "
+        f"(default $HARNESS_CACHE or {paths.cache_dir()})",
+    )
 
 
 def cache_dir(args: argparse.Namespace) -> Path:
@@ -153,29 +174,58 @@ def cache_dir(args: argparse.Namespace) -> Path:
     return Path(given).expanduser() if given else paths.cache_dir()
 
 
+def add_allow_changed(p: argparse.ArgumentParser) -> None:
+    """``--allow-changed``: golden differences with every invariant holding do not fail the exit code."""
+    p.add_argument(
+        "--allow-changed",
+        action="store_true",
+        help="exit 0 when the only findings are CHANGED cases (golden differences with every invariant "
+        "holding); they are still listed",
+    )
+
+
 # ------------------------------------------------------------------------------ where jobs run
 
 #: --flag dest -> SlurmOptions field; the rest of the settings come from [tool.harness.slurm]
-SLURM_FLAGS = {"slurm_partition": "partition", "slurm_gpus": "gpus", "slurm_time": "time_min",
-               "slurm_account": "account", "container_image": "container_image", "job_retries": "job_retries"}
+SLURM_FLAGS = {
+    "slurm_partition": "partition",
+    "slurm_gpus": "gpus",
+    "slurm_time": "time_min",
+    "slurm_account": "account",
+    "container_image": "container_image",
+    "job_retries": "job_retries",
+}
 
 
 def add_executor(p: argparse.ArgumentParser, what: str) -> None:
     """``--executor local|slurm`` and the SLURM flags; ``-j`` then means jobs in flight."""
     g = p.add_argument_group(
-        "cluster", f"with --executor slurm, {what} run as SLURM jobs through submitit, -j of them in flight; "
-                   "--cache-dir must be on a file system the compute nodes share. Settings not given here "
-                   "come from [tool.harness.slurm] in harness.toml or pyproject.toml (this directory or a parent)")
-    g.add_argument("--executor", choices=("local", "slurm"), default="local",
-                   help="local: this machine (default); slurm: one SLURM job each")
+        "cluster",
+        f"with --executor slurm, {what} run as SLURM jobs through submitit, -j of them in flight; "
+        "--cache-dir must be on a file system the compute nodes share. Settings not given here "
+        "come from [tool.harness.slurm] in harness.toml or pyproject.toml (this directory or a parent)",
+    )
+    g.add_argument(
+        "--executor",
+        choices=("local", "slurm"),
+        default="local",
+        help="local: this machine (default); slurm: one SLURM job each",
+    )
     g.add_argument("--slurm-partition", metavar="NAME", help="partition the jobs go to")
     g.add_argument("--slurm-gpus", type=non_negative_int, metavar="N", help="GPUs per job")
     g.add_argument("--slurm-time", metavar="TIME", help="time limit per job: minutes or [D-]HH:MM:SS")
     g.add_argument("--slurm-account", metavar="NAME", help="account the jobs are charged to")
-    g.add_argument("--container-image", metavar="IMAGE",
-                   help="pyxis/enroot image the jobs run in (srun --container-image), e.g. nvcr.io#nvidia/nemo:25.09")
-    g.add_argument("--job-retries", type=non_negative_int, metavar="N",
-                   help="resubmissions of a job the cluster lost (preempted, node failure, time limit; default 1)")
+    g.add_argument(
+        "--container-image",
+        metavar="IMAGE",
+        help="pyxis/enroot image the jobs run in (srun --container-image), e.g. nvcr.io#nvidia/nemo:25.09",
+    )
+    g.add_argument(
+        "--job-retries",
+        type=non_negative_int,
+        metavar="N",
+        help="resubmissions of a job the cluster lost (preempted, node failure, time limit; default 1)",
+    )
 
 
 def executor_from_args(args: argparse.Namespace, slots: int, timeout_s: float | None = None) -> SlurmExecutor | None:
@@ -196,9 +246,11 @@ def executor_from_args(args: argparse.Namespace, slots: int, timeout_s: float | 
         flags["time_min"] = config.parse_minutes(flags["time_min"])
     opts = config.options_from(table, str(source or "[tool.harness.slurm]"), **flags)
     if timeout_s is not None and opts.time_min * 60 < timeout_s:
-        print(f"warning: the SLURM time limit ({opts.time_min} min) is below --timeout ({timeout_s:.0f} s): jobs "
-              "may be ended by SLURM (retried, then skipped as infrastructure) before the timeout marks them",
-              file=sys.stderr)
+        print(
+            f"warning: the SLURM time limit ({opts.time_min} min) is below --timeout ({timeout_s:.0f} s): jobs "
+            "may be ended by SLURM (retried, then skipped as infrastructure) before the timeout marks them",
+            file=sys.stderr,
+        )
     return SlurmExecutor(cache_dir(args), slots, opts, progress=None if getattr(args, "quiet", False) else sys.stderr)
 
 

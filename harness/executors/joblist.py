@@ -101,10 +101,17 @@ class JobList:
             self.put(replace(self.entries[job_id], state=state))
 
     def save(self) -> None:
-        write_versioned_json(self.path, KIND, SCHEMA, {
-            "run_id": self.dir.name, "host": socket.gethostname(), "pid": os.getpid(),
-            "jobs": [e.to_json() for e in self.entries.values()],
-        })
+        write_versioned_json(
+            self.path,
+            KIND,
+            SCHEMA,
+            {
+                "run_id": self.dir.name,
+                "host": socket.gethostname(),
+                "pid": os.getpid(),
+                "jobs": [e.to_json() for e in self.entries.values()],
+            },
+        )
 
     def adopt_orphans(self, jobs_root: Path) -> tuple[dict[str, JobEntry], list[str]]:
         """(key -> newest adoptable entry, notes) from the lists under ``jobs_root`` whose

@@ -23,10 +23,23 @@ from pathlib import Path
 from typing import Any
 
 # States in which a SLURM job may still produce its result; anything else has ended.
-ACTIVE = frozenset({
-    "PENDING", "RUNNING", "CONFIGURING", "COMPLETING", "REQUEUED", "REQUEUE_FED", "REQUEUE_HOLD",
-    "RESIZING", "SUSPENDED", "STOPPED", "SIGNALING", "STAGE_OUT", "RESV_DEL_HOLD",
-})
+ACTIVE = frozenset(
+    {
+        "PENDING",
+        "RUNNING",
+        "CONFIGURING",
+        "COMPLETING",
+        "REQUEUED",
+        "REQUEUE_FED",
+        "REQUEUE_HOLD",
+        "RESIZING",
+        "SUSPENDED",
+        "STOPPED",
+        "SIGNALING",
+        "STAGE_OUT",
+        "RESV_DEL_HOLD",
+    }
+)
 UNKNOWN = "UNKNOWN"  # the scheduler does not know the id (any more)
 RUNNING = "RUNNING"
 
@@ -42,15 +55,25 @@ def slurm_states(job_ids: Sequence[str]) -> dict[str, str] | None:
     states = {j: UNKNOWN for j in job_ids}
     if not job_ids:
         return states
-    found = _ask(["squeue", "--states=all", "--noheader", "--format=%i|%T", f"--jobs={','.join(job_ids)}"],
-                 nothing_known="Invalid job id")
+    found = _ask(
+        ["squeue", "--states=all", "--noheader", "--format=%i|%T", f"--jobs={','.join(job_ids)}"],
+        nothing_known="Invalid job id",
+    )
     if found is None:
         return None
     states.update({j: s for j, s in found.items() if j in states})
     missing = [j for j, s in states.items() if s == UNKNOWN]
     if missing:  # ended long ago: only accounting remembers (when there is accounting)
-        found = _ask(["sacct", "--noheader", "--parsable2", "--allocations", "--format=JobID,State",
-                      f"--jobs={','.join(missing)}"])
+        found = _ask(
+            [
+                "sacct",
+                "--noheader",
+                "--parsable2",
+                "--allocations",
+                "--format=JobID,State",
+                f"--jobs={','.join(missing)}",
+            ]
+        )
         states.update({j: s for j, s in (found or {}).items() if j in states})
     return states
 

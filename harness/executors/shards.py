@@ -52,8 +52,9 @@ class RefRun:
         return runner.run_suites(Target(src=Path(src), commit=sha), self.opts, Path(out), progress=None)
 
 
-def run_jobs(executor: SlurmExecutor, fn: Any, items: Sequence[Any]
-             ) -> dict[int, tuple[RunResult | EvalOutcome, list[JobLog]]]:
+def run_jobs(
+    executor: SlurmExecutor, fn: Any, items: Sequence[Any]
+) -> dict[int, tuple[RunResult | EvalOutcome, list[JobLog]]]:
     """``fn(item)`` for every item, ``executor.slots`` jobs in flight; index -> (result or the
     infrastructure outcome of a lost job, the jobs that ran it)."""
     queue = list(enumerate(items))
@@ -69,17 +70,21 @@ def run_jobs(executor: SlurmExecutor, fn: Any, items: Sequence[Any]
 
 
 def lost_case(name: str, suite: str, outcome: EvalOutcome, logs: Iterable[JobLog]) -> CaseResult:
-    return CaseResult(f"{name}::{LOST}", suite, Verdict.ERROR,
-                      message=f"{outcome.note} (not a verdict on Megatron-Bridge); {describe(logs)}")
+    return CaseResult(
+        f"{name}::{LOST}",
+        suite,
+        Verdict.ERROR,
+        message=f"{outcome.note} (not a verdict on Megatron-Bridge); {describe(logs)}",
+    )
 
 
 def describe(logs: Iterable[JobLog]) -> str:
-    return "; ".join(f"{j.cluster} job {j.job_id} attempt {j.attempt} {j.state}: {j.stdout} {j.stderr}"
-                     for j in logs)
+    return "; ".join(f"{j.cluster} job {j.job_id} attempt {j.attempt} {j.state}: {j.stdout} {j.stderr}" for j in logs)
 
 
-def run_suites_with(executor: SlurmExecutor | None, tgt: Target, opts: runner.RunOptions, out_dir: Path,
-                    progress: TextIO | None) -> RunResult:
+def run_suites_with(
+    executor: SlurmExecutor | None, tgt: Target, opts: runner.RunOptions, out_dir: Path, progress: TextIO | None
+) -> RunResult:
     """:func:`harness.runner.run_suites` here (no executor), or one job per suite (the executor is
     closed afterwards; an exception or Ctrl-C cancels the jobs in flight)."""
     if executor is None:
@@ -102,8 +107,13 @@ def run_sharded(tgt: Target, opts: runner.RunOptions, out_dir: Path, executor: S
     return merged
 
 
-def merge(suites: Sequence[str], done: Sequence[tuple[RunResult | EvalOutcome, list[JobLog]]], tgt: Target,
-          run_id: str, started: str) -> RunResult:
+def merge(
+    suites: Sequence[str],
+    done: Sequence[tuple[RunResult | EvalOutcome, list[JobLog]]],
+    tgt: Target,
+    run_id: str,
+    started: str,
+) -> RunResult:
     """One result from the suites' jobs, in suite order; a lost job is an ERROR case of its suite."""
     cases: list[CaseResult] = []
     notes: list[str] = []
@@ -118,7 +128,13 @@ def merge(suites: Sequence[str], done: Sequence[tuple[RunResult | EvalOutcome, l
             cases.append(lost_case(suite, suite, result, logs))
     first = runs[0] if runs else None
     return RunResult(
-        run_id=run_id, target=first.target if first else {"src": str(tgt.src) if tgt.src else None},
-        versions=first.versions if first else {}, machine=first.machine if first else {},
+        run_id=run_id,
+        target=first.target if first else {"src": str(tgt.src) if tgt.src else None},
+        versions=first.versions if first else {},
+        machine=first.machine if first else {},
         import_mode="; ".join(sorted({r.import_mode for r in runs})) or "none (every job lost)",
-        standins=sorted({s for r in runs for s in r.standins}), started=started, cases=cases, notes=notes)
+        standins=sorted({s for r in runs for s in r.standins}),
+        started=started,
+        cases=cases,
+        notes=notes,
+    )

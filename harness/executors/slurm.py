@@ -46,12 +46,13 @@ from typing import Any, TextIO
 
 from harness.atomicio import atomic_write_text
 from harness.bisect.evaluator import EvalOutcome
-from harness.bisect.executor import JobLog
+from harness.bisect.executor import Handle, JobLog
 from harness.errors import EnvironmentProblem, UsageError
 from harness.executors import jobstate
 from harness.executors.jobcalls import JobCall, JobFault, RemoteEvaluator, SharedProbe
 from harness.executors.joblist import EntryState, JobEntry, JobList, job_key, now_utc
 from harness.executors.options import JobFailed, SharedFilesystemError, SlurmOptions
+
 
 class SlurmHandle:
     """One evaluation: its job submissions (retries included) and, once done, its outcome."""
@@ -86,8 +87,9 @@ class SlurmHandle:
 class SlurmExecutor:
     """Evaluations as submitit jobs under ``<cache_dir>/jobs/<run id>/<job id>/``."""
 
-    def __init__(self, cache_dir: Path, slots: int, options: SlurmOptions | None = None,
-                 progress: TextIO | None = sys.stderr) -> None:
+    def __init__(
+        self, cache_dir: Path, slots: int, options: SlurmOptions | None = None, progress: TextIO | None = sys.stderr
+    ) -> None:
         if slots < 1:
             raise UsageError("-j must be at least 1 (jobs in flight)")
         self.options = options or SlurmOptions()
@@ -121,12 +123,21 @@ class SlurmExecutor:
         o = self.options
         ctor = {f"{o.cluster}_python": o.python} if o.python else {}
         ex = submitit.AutoExecutor(folder=self.run_dir / "%j", cluster=o.cluster, **ctor)
-        params: dict[str, Any] = {"name": "harness-eval", "timeout_min": o.time_min, "gpus_per_node": o.gpus,
-                                  "cpus_per_task": o.cpus_per_task, "mem_gb": o.mem_gb}
+        params: dict[str, Any] = {
+            "name": "harness-eval",
+            "timeout_min": o.time_min,
+            "gpus_per_node": o.gpus,
+            "cpus_per_task": o.cpus_per_task,
+            "mem_gb": o.mem_gb,
+        }
         if o.cluster == "slurm":
-            params.update(slurm_partition=o.partition, slurm_account=o.account,
-                          slurm_additional_parameters=dict(o.sbatch_extra) or None,
-                          slurm_srun_args=self.srun_args() or None, slurm_setup=list(o.setup) or None)
+            params.update(
+                slurm_partition=o.partition,
+                slurm_account=o.account,
+                slurm_additional_parameters=dict(o.sbatch_extra) or None,
+                slurm_srun_args=self.srun_args() or None,
+                slurm_setup=list(o.setup) or None,
+            )
         elif o.setup:
             params["local_setup"] = list(o.setup)
         ex.update_parameters(**params)
@@ -158,8 +169,8 @@ class SlurmExecutor:
         self._live.append(h)
         return h
 
-    def wait_any(self, handles: Iterable[SlurmHandle], timeout: float | None = None) -> list[SlurmHandle]:
-        pending = list(handles)
+    def wait_any(self, handles: Iterable[Handle], timeout: float | None = None) -> list[SlurmHandle]:
+        pending = [_own(h) for h in handles]
         deadline = None if timeout is None else time.monotonic() + timeout
         while True:
             self._poll([h for h in pending if not h.done()])
@@ -168,8 +179,9 @@ class SlurmExecutor:
                 return done
             time.sleep(self.poll_s)
 
-    def cancel(self, handle: SlurmHandle) -> bool:
+    def cancel(self, any_handle: Handle) -> bool:
         """scancel a job nobody needs; False when it already finished (its result is still good)."""
+        handle = _own(any_handle)
         if handle.done() or handle.cancelled or jobstate.read_result(self._paths(handle).result_pickle):
             return False
         self._kill(handle.job)
@@ -227,8 +239,10 @@ class SlurmExecutor:
                 f.unlink(missing_ok=True)
         where = "must be on a file system the compute nodes share (NFS, Lustre, GPFS)"
         if answer["unseen"]:
-            raise SharedFilesystemError(f"the start-up job on {answer['host']} cannot read {answer['unseen'][0]}, "
-                                        f"which this driver wrote: {Path(answer['unseen'][0]).parent} {where}")
+            raise SharedFilesystemError(
+                f"the start-up job on {answer['host']} cannot read {answer['unseen'][0]}, "
+                f"which this driver wrote: {Path(answer['unseen'][0]).parent} {where}"
+            )
         self.say(f"jobs run on {answer['host']} and see {', '.join(map(str, [self.cache_dir, *also]))}")
         namespace = answer["namespace"]
         return None if namespace is None else (namespace[0], namespace[1])
@@ -242,13 +256,16 @@ class SlurmExecutor:
             raise SharedFilesystemError(
                 f"the start-up job {h.job.job_id} did not run within {self.options.probe_timeout_s:.0f} s, so "
                 f"whether jobs see {self.cache_dir} is unknown; retry when the partition is less busy or raise "
-                "probe_timeout_s in [tool.harness.slurm]")
+                "probe_timeout_s in [tool.harness.slurm]"
+            )
         if h.error is not None:
             raise JobFailed(f"the start-up job failed, so nothing can run: {h.error}")
         if not isinstance(h.value, dict):  # ended without a result the driver can see
-            raise SharedFilesystemError(f"the start-up job left no result under {self.run_dir} "
-                                        f"({'; '.join(h.faults)}): --cache-dir {self.cache_dir} must be on a "
-                                        "file system the compute nodes share (NFS, Lustre, GPFS)")
+            raise SharedFilesystemError(
+                f"the start-up job left no result under {self.run_dir} "
+                f"({'; '.join(h.faults)}): --cache-dir {self.cache_dir} must be on a "
+                "file system the compute nodes share (NFS, Lustre, GPFS)"
+            )
         return h.value
 
     # ------------------------------------------------------------------ jobs
@@ -264,8 +281,18 @@ class SlurmExecutor:
             job.paths.result_pickle.unlink(missing_ok=True)
         h.attempt += 1
         h.job, h._ended_at = job, None
-        self.joblist.put(JobEntry(h.key, h.label, str(job.job_id), str(self.run_dir / "%j"), self.options.cluster,
-                                  h.attempt, now_utc(), EntryState.SUBMITTED))
+        self.joblist.put(
+            JobEntry(
+                h.key,
+                h.label,
+                str(job.job_id),
+                str(self.run_dir / "%j"),
+                self.options.cluster,
+                h.attempt,
+                now_utc(),
+                EntryState.SUBMITTED,
+            )
+        )
         if count:
             self.stats["submitted"] += 1
 
@@ -319,8 +346,9 @@ class SlurmExecutor:
             self._fault(h, "TIMEOUT", f"job {h.job.job_id} ({h.label}): {payload.reason}")
             return
         if outcome != "success" and "UncompletedJobError" in str(payload):  # time limit outside the call
-            self._fault(h, "TIMEOUT", f"job {h.job.job_id} ({h.label}) was cut short: "
-                                      f"{str(payload).strip().splitlines()[-1]}")
+            self._fault(
+                h, "TIMEOUT", f"job {h.job.job_id} ({h.label}) was cut short: {str(payload).strip().splitlines()[-1]}"
+            )
             return
         h.logs.append(self._log(h, "COMPLETED" if outcome == "success" else "FAILED"))
         h.finished = time.monotonic()
@@ -330,8 +358,9 @@ class SlurmExecutor:
             return
         trace = str(payload).strip().splitlines()
         self.say(f"job {h.job.job_id} ({h.label}) raised; last lines:\n" + _indent("\n".join(trace[-15:])))
-        h.error = (f"job {h.job.job_id} ({h.label}) raised {trace[-1] if trace else 'an error'}; "
-                   f"log: {self._paths(h).stderr}")
+        h.error = (
+            f"job {h.job.job_id} ({h.label}) raised {trace[-1] if trace else 'an error'}; log: {self._paths(h).stderr}"
+        )
 
     def _with_jobs(self, h: SlurmHandle, payload: Any) -> Any:
         if not isinstance(payload, EvalOutcome):
@@ -355,12 +384,23 @@ class SlurmExecutor:
             return
         self.stats["infrastructure"] += 1
         h.finished = time.monotonic()
-        h.value = EvalOutcome({}, duration_s=h.finished - h.started, infrastructure=True, jobs=list(h.logs),
-                              note="infrastructure: " + "; ".join(h.faults))
+        h.value = EvalOutcome(
+            {},
+            duration_s=h.finished - h.started,
+            infrastructure=True,
+            jobs=list(h.logs),
+            note="infrastructure: " + "; ".join(h.faults),
+        )
 
     def _log(self, h: SlurmHandle, state: str) -> JobLog:
         paths = self._paths(h)
         return JobLog(str(h.job.job_id), self.options.cluster, str(paths.stdout), str(paths.stderr), h.attempt, state)
+
+
+def _own(handle: Handle) -> SlurmHandle:
+    if not isinstance(handle, SlurmHandle):
+        raise TypeError(f"not a handle of this executor: {handle!r}")
+    return handle
 
 
 def _import_submitit() -> Any:
