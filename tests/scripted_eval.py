@@ -20,8 +20,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from harness.bisect.evaluator import EvalOutcome
-from harness.gitrepo import WorkspaceCache
 from harness.verdict import Verdict
+from harness.workspaces import WorkspaceCache
 
 
 @dataclass(frozen=True)

@@ -119,7 +119,7 @@ def test_executor_flags(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys:
         "an executor that ran no job leaves nothing behind"
     )
     assert _args.executor_argv(args) == argv
-    cmd = bisect_command("g", "b", Path("/r"), Path("/o"), ["s"], None, _args.executor_argv(args) + ["-j", "3"])
+    cmd = bisect_command("g", "b", Path("/r"), Path("/o"), ["s"], extra=_args.executor_argv(args) + ["-j", "3"])
     assert cmd[-len(argv) - 2 :] == [*argv, "-j", "3"], "nightly's bisection runs where the nightly's suites ran"
 
 

@@ -27,7 +27,7 @@ import pytest
 
 from harness.atomicio import read_versioned_json
 from harness.bisect.document import BisectDoc
-from harness.bisect.driver import BisectOptions, BisectRun, run_bisection, workspace_dir_for
+from harness.bisect.driver import BisectOptions, BisectRun, run_bisection
 from harness.bisect.executor import Executor, LocalExecutor
 from harness.errors import CorruptFile
 from harness.executors import joblist as jl
@@ -39,6 +39,7 @@ from harness.executors.slurm import SlurmExecutor
 from harness.gitrepo import open_repo
 from harness.report import render_bisect_report
 from harness.report.terminal import bisect_summary_lines
+from harness.workspaces import workspace_dir_for
 from tests.scripted_eval import ScriptedEvaluator
 from tests.test_bisect_command import _fake_history, cache_rows, culprits
 

@@ -6,7 +6,7 @@ the terminal summary (:func:`harness.report.terminal.bisect_summary_lines`) read
 record. Schema 2 added ``late_starts`` (cases GOOD cannot run, :class:`LateStart`) and
 ``confirmations`` (``--confirm``, :class:`Confirmation`) to the keys of schema 1; a schema 1
 file is read as one where neither was looked for. ``infrastructure``, ``cancelled`` and
-``cluster_jobs`` (``--executor slurm``) are optional keys, empty for a local bisection.
+``cluster_jobs`` (``--executor slurm``) are optional keys, written only when a cluster ran jobs.
 :meth:`BisectDoc.from_json` is lenient about
 missing fields, because a report of an interrupted bisection is still worth rendering; a wrong
 ``kind`` or a newer schema is refused by :meth:`BisectDoc.load`.
@@ -317,6 +317,14 @@ class BisectDoc:
             "selection": vars(self.selection).copy(),
             "cache": vars(self.cache).copy(),
             "finished": self.finished,
+            **self._cluster_json(),
+        }
+
+    def _cluster_json(self) -> dict[str, Any]:
+        """The cluster keys, only when a cluster executor ran (a local record keeps schema 2's keys)."""
+        if not (self.infrastructure or self.cancelled or self.cluster_jobs):
+            return {}
+        return {
             "infrastructure": {sha: list(v) for sha, v in self.infrastructure.items()},
             "cancelled": list(self.cancelled),
             "cluster_jobs": {sha: [vars(j).copy() for j in v] for sha, v in self.cluster_jobs.items()},
