@@ -10,6 +10,7 @@ what was tried, so a missing or renamed API is a bisect "skip", never a pass or 
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import importlib
 import importlib.util
@@ -19,15 +20,13 @@ from typing import Any, Callable
 
 from harness.errors import NotHere, Untestable
 
-__all__ = ["Candidate", "NotHere", "Operation", "Untestable", "accepts", "load_module", "symbol"]
+
+__all__ = ["Candidate", "NotHere", "Operation", "Untestable", "accepts", "field_names", "load_module", "module_source",
+           "symbol"]
 
 
-def load_module(name: str) -> Any:
-    """Import an MB module; absent -> NotHere, broken import -> Untestable (with the cause).
-
-    A module that exists but fails to import (syntax error, missing dependency) makes the case
-    untestable on this commit rather than failed: the packing behaviour was never reached.
-    """
+def _find_spec(name: str) -> Any:
+    """``importlib.util.find_spec`` with the era rules: absent -> NotHere, broken parent -> Untestable."""
     try:
         spec = importlib.util.find_spec(name)
     except ModuleNotFoundError as exc:
@@ -38,6 +37,33 @@ def load_module(name: str) -> Any:
         raise Untestable(f"import of {name} failed: {type(exc).__name__}: {exc}") from exc
     if spec is None:
         raise NotHere(f"no module {name}")
+    return spec
+
+
+def module_source(name: str) -> str | None:
+    """Source text of an MB module without executing it; None when the module does not exist.
+
+    Era signals read it (which API a commit has) where importing the module would be costly or
+    would itself be the behaviour under test.
+    """
+    try:
+        spec = _find_spec(name)
+    except NotHere:
+        return None
+    try:
+        with open(spec.origin, encoding="utf-8") as fh:
+            return fh.read()
+    except (OSError, TypeError):
+        return None
+
+
+def load_module(name: str) -> Any:
+    """Import an MB module; absent -> NotHere, broken import -> Untestable (with the cause).
+
+    A module that exists but fails to import (syntax error, missing dependency) makes the case
+    untestable on this commit rather than failed: the packing behaviour was never reached.
+    """
+    _find_spec(name)
     try:
         return importlib.import_module(name)
     except Exception as exc:
@@ -65,6 +91,11 @@ def source_text(obj: Any) -> str:
         return ""
 
 
+def field_names(cls: Any) -> set[str]:
+    """Dataclass field names of an MB config class (empty for anything else)."""
+    return {f.name for f in dataclasses.fields(cls)} if dataclasses.is_dataclass(cls) else set()
+
+
 def accepts(fn: Callable[..., Any], *params: str) -> bool:
     try:
         sig = inspect.signature(fn)
@@ -82,9 +113,10 @@ class Candidate:
 class Operation:
     """A named operation with era candidates; resolves once per process."""
 
-    def __init__(self, name: str, candidates: list[Candidate]) -> None:
+    def __init__(self, name: str, candidates: list[Candidate], before: str = "") -> None:
         self.name = name
         self.candidates = candidates
+        self.before = before  # what MB had before the oldest candidate's era (named in the untestable reason)
 
     @functools.cached_property
     def resolved(self) -> tuple[str, Callable[..., Any]]:
@@ -94,7 +126,8 @@ class Operation:
                 return cand.era, cand.probe()
             except NotHere as exc:
                 tried.append(f"{cand.era}: {exc}")
-        raise Untestable(f"operation '{self.name}' not found in this Megatron-Bridge ({'; '.join(tried)})")
+        before = f"{self.before}; " if self.before else ""
+        raise Untestable(f"operation '{self.name}' not found in this Megatron-Bridge ({before}tried {'; '.join(tried)})")
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         try:
