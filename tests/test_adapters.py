@@ -184,21 +184,6 @@ def test_vlm_step_tuple_and_direct_dict_eras_agree(fake_pkg, monkeypatch):
     assert old["cu_seqlens_unpadded"] is None and new["cu_seqlens_unpadded"] == [0, 3]
 
 
-def test_params_builder_without_unpadded_support_is_untestable(fake_pkg, monkeypatch):
-    fake_pkg("gpt_step.py", """
-        import types
-        def get_packed_seq_params(batch):
-            cu = batch["cu_seqlens"]
-            return types.SimpleNamespace(qkv_format="thd", cu_seqlens_q=cu, cu_seqlens_kv=cu, max_seqlen_q=None,
-                                         max_seqlen_kv=None)
-    """)
-    monkeypatch.setattr(thd, "symbol", lambda m, n: symbol(f"{FAKE}.gpt_step", n))
-    call = thd._params_probe("fake.gpt_step")()
-    assert call({"cu_seqlens": [0, 3]})["cu_seqlens_q"] == [0, 3]
-    with pytest.raises(Untestable, match="cu_seqlens_unpadded"):
-        call({"cu_seqlens": [0, 4], "cu_seqlens_unpadded": [0, 3]})
-
-
 # ---- light import ---------------------------------------------------------------------------
 
 def test_light_finder_skips_package_init(tmp_path, monkeypatch):
