@@ -127,7 +127,8 @@ class Operation:
             except NotHere as exc:
                 tried.append(f"{cand.era}: {exc}")
         before = f"{self.before}; " if self.before else ""
-        raise Untestable(f"operation '{self.name}' not found in this Megatron-Bridge ({before}tried {'; '.join(tried)})")
+        raise Untestable(f"operation '{self.name}' not found in this Megatron-Bridge "
+                         f"({before}tried {'; '.join(tried)})")
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         try:

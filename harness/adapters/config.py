@@ -204,8 +204,8 @@ def _packed_dataset_stage(spec: PackingConfigSpec) -> dict[str, Any]:
         meta = Path(tmp) / "metadata.jsonl"
         meta.write_text(json.dumps([{"max_samples_per_bin": 1, "dataset_max_seqlen": 3, "min_packed_seqlen": 3}]))
         try:
-            ds_ops.packed_dataset(npy, ds_ops.TinyTokenizer(), max_seq_length=pack, pad_to_max_length=spec.pad_to_max_length,
-                                  pad_cu_seqlens=spec.pad_cu_seqlens, metadata=meta)
+            ds_ops.packed_dataset(npy, ds_ops.TinyTokenizer(), max_seq_length=pack, metadata=meta,
+                                  pad_to_max_length=spec.pad_to_max_length, pad_cu_seqlens=spec.pad_cu_seqlens)
         except Untestable:
             raise
         except Exception as exc:

@@ -3,10 +3,13 @@
 Each ref's ``src`` is exported with ``git archive <ref> src`` into a cache directory (the
 mirror's refs are only read, never changed; ``src`` only, because mirrors may lack large docs
 blobs). Each ref is run with :func:`harness.runner.run_suites`; the table shows
-pass/fail/untestable/error counts per suite, and ``matrix.json`` keeps every run's cases.
+pass/fail/untestable/error counts per suite and the share of untestable CPU cases, and
+``matrix.json`` (typed rows, :mod:`harness.matrix`) and ``matrix.html`` keep every ref's result.
 
 Default refs: the last v0.1 tag (no v0.1.0 final was tagged, so the newest v0.1.0rc*), every
-release tag vX.Y.Z from v0.2.0 through v0.6.0, and the newest commit (HEAD).
+release tag vX.Y.Z from v0.2.0, and the newest commit (HEAD). ``--sample N`` replaces HEAD with
+N commits evenly spaced along ``--first-parent`` HEAD from the oldest release's fork point (or
+``--since``). ``--megatron-lm`` runs each ref with the megatron-core it pins (:mod:`harness.pins`).
 Exit code: 0 when no case is ERROR (failures are MB behaviour, reported in the table), 1 otherwise.
 """
 
@@ -22,16 +25,16 @@ import io
 from pathlib import Path
 from typing import TextIO
 
-from harness import runner
+from harness import matrix, runner
 from harness.commands import _args
-from harness.atomicio import write_versioned_json
-from harness.errors import UsageError
+from harness.errors import GitError, UsageError
+from harness.gitrepo import open_repo
+from harness.pins import pinned_core
+from harness.report.matrix import render_matrix_report
 from harness.target import Target
 from harness.verdict import Verdict
 
 MATRIX_CACHE = "matrix-src"  # under the per-user cache directory, never in the checkout
-_RELEASE = re.compile(r"^v(\d+)\.(\d+)\.(\d+)$")
-_RC01 = re.compile(r"^v0\.1\.0rc(\d+)$")
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -39,13 +42,18 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                        description="Export each ref's src/ from an MB git repository (a bare mirror works), run the "
                                    "golden suites on it and print a ref x suite table of pass/fail/untestable/error.")
     p.add_argument("--repo", required=True, type=Path, help="MB git repository or bare mirror")
-    p.add_argument("--refs", help="comma-separated refs (default: newest v0.1.0rc*, v0.2.0..v0.6.0 releases, HEAD)")
+    p.add_argument("--refs", help="comma-separated refs (default: newest v0.1.0rc*, every vX.Y.Z release from v0.2.0, HEAD)")
     _args.add_suites(p, keyword=False)
     _args.add_import_mode(p)
     _args.add_out(p, "reports/matrix-<run-id>")
     _args.add_cache_dir(p)
     _args.add_timeout(p, "one ref's suite process")
     _args.add_verbosity(p)
+    _args.add_megatron_lm(p)
+    p.add_argument("--sample", type=_args.positive_int, metavar="N",
+                   help="besides the release tags, N commits evenly spaced along --first-parent HEAD")
+    p.add_argument("--since", metavar="REF", help="with --sample: first commit of the sampled range "
+                   "(default: where the oldest release tag forked from HEAD)")
     p.set_defaults(func=run)
 
 
@@ -56,12 +64,17 @@ def _git(repo: Path, *args: str) -> str:
     return out.stdout
 
 
-def default_refs(tags: list[str]) -> list[str]:
-    rc01 = sorted((int(m.group(1)), t) for t in tags if (m := _RC01.match(t)))
-    rel = sorted((tuple(map(int, m.groups())), t) for t in tags if (m := _RELEASE.match(t)))
-    refs = [rc01[-1][1]] if rc01 else []
-    refs += [t for v, t in rel if (0, 2, 0) <= v <= (0, 6, 0)]
-    return refs + ["HEAD"]
+def select_refs(repo: Path, args: argparse.Namespace) -> list[tuple[str, str]]:
+    """(ref, kind) to run: --refs as given, else the release tags plus HEAD or the --sample commits."""
+    if args.refs:
+        return [(r.strip(), "ref") for r in args.refs.split(",") if r.strip()]
+    releases = matrix.release_refs(_git(repo, "tag", "--list").split())
+    if args.sample is None:
+        return [(r, "release") for r in releases] + [("HEAD", "ref")]
+    git_repo = open_repo(repo)
+    since = args.since or matrix.default_since(git_repo, releases)
+    return [(r, "release") for r in releases] + [
+        (sha[:9], "sample") for sha in matrix.sample_first_parent(git_repo, args.sample, since)]
 
 
 def export_src(repo: Path, ref: str, cache: Path) -> tuple[Path, str]:
@@ -86,50 +99,58 @@ def export_src(repo: Path, ref: str, cache: Path) -> tuple[Path, str]:
     return src, sha
 
 
-def _counts(cases: list, suite: str) -> dict[str, int]:
-    cs = [c for c in cases if c.suite == suite]
-    return {v.value: sum(c.verdict is v for c in cs) for v in Verdict}
-
-
 def run(args: argparse.Namespace, out: TextIO = sys.stdout) -> int:
     repo = Path(args.repo).expanduser().resolve()
     if not repo.exists():
         raise UsageError(f"--repo {args.repo}: no such directory")
-    refs = [r.strip() for r in args.refs.split(",") if r.strip()] if args.refs else \
-        default_refs(_git(repo, "tag", "--list").split())
+    refs = select_refs(repo, args)
     out_dir = _args.out_dir(args, f"matrix-{runner.new_run_id()}")
     out_dir.mkdir(parents=True, exist_ok=True)
-    rows: list[dict] = []
-    any_error = False
-    for ref in refs:
+    mlm = str(args.megatron_lm) if args.megatron_lm else None
+    gpu = matrix.gpu_suites()
+    rows: list[matrix.MatrixRow] = []
+    seen: set[str] = set()
+    for ref, kind in refs:
         src, sha = export_src(repo, ref, _args.cache_dir(args) / MATRIX_CACHE)
+        if sha in seen:  # a sampled commit that is also a release tag
+            continue
+        seen.add(sha)
+        date = _git(repo, "log", "-1", "--format=%cI", sha).strip()
         if not args.quiet:
-            print(f"matrix: {ref} ({sha[:9]})", file=sys.stderr)
+            print(f"matrix: {ref} ({sha[:9]}, {date[:10]})", file=sys.stderr)
+        tgt = Target(src=src, commit=sha)
+        if args.megatron_lm is not None:
+            try:
+                pinned = pinned_core(open_repo(repo), sha, args.megatron_lm, _args.cache_dir(args))
+            except GitError as exc:
+                rows.append(matrix.row_unavailable(ref, kind, sha, date, f"pinned megatron-core unavailable: {exc}"))
+                continue
+            if pinned is not None:
+                tgt = Target(src=src, commit=sha, core=pinned.path, core_pin=pinned.pin)
         opts = runner.RunOptions(suites=args.suite, timeout_s=args.timeout, import_mode=args.import_mode)
         ref_dir = out_dir / re.sub(r"[^A-Za-z0-9._-]", "_", ref)
-        result = runner.run_suites(Target(src=src, commit=sha), opts, ref_dir, progress=None)
-        suites = sorted({c.suite for c in result.cases})
-        any_error |= any(c.verdict is Verdict.ERROR for c in result.cases)
-        rows.append({"ref": ref, "commit": sha, "mb_version": result.versions.get("megatron-bridge"),
-                     "import_mode": result.import_mode, "duration_s": result.duration_s,
-                     "suites": {s: _counts(result.cases, s) for s in suites},
-                     "problems": [{"case_id": c.case_id, "verdict": c.verdict.value, "message": c.message[:4000]}
-                                  for c in result.cases if c.verdict is not Verdict.PASS],
-                     "notes": result.notes, "results": str(ref_dir / "results.json")})
-        write_versioned_json(out_dir / "matrix.json", "harness-matrix", 1, {"repo": str(repo), "refs": rows})
+        result = runner.run_suites(tgt, opts, ref_dir, progress=None)
+        rows.append(matrix.row_from_run(ref, kind, sha, date, result, ref_dir / "results.json", gpu))
+        matrix.save(out_dir / "matrix.json", str(repo), mlm, rows)
+    matrix.save(out_dir / "matrix.json", str(repo), mlm, rows)
+    html = render_matrix_report(rows, out_dir / "matrix.html", repo=str(repo), megatron_lm=mlm)
     print_table(rows, out)
-    print(f"\nmatrix: {out_dir / 'matrix.json'}", file=out)
-    return 1 if any_error else 0
+    print(f"\nmatrix: {out_dir / 'matrix.json'}\nreport: {html}", file=out)
+    return 1 if any(p["verdict"] == Verdict.ERROR.value for r in rows for p in r.problems) else 0
 
 
-def print_table(rows: list[dict], out: TextIO) -> None:
-    suites = sorted({s for r in rows for s in r["suites"]})
+def print_table(rows: list[matrix.MatrixRow], out: TextIO) -> None:
+    suites = sorted({s for r in rows for s in r.suites})
     width = max([len(s) for s in suites] + [10])
-    print(f"\n{'ref':<14}{'commit':<11}" + "".join(f"{s[:width]:>{width + 2}}" for s in suites), file=out)
-    print(f"{'':<25}" + "".join(f"{'p/f/u/e':>{width + 2}}" for _ in suites), file=out)
+    print(f"\n{'ref':<12}{'commit':<11}{'date':<12}{'CPU':>5}{'untest':>8}{'%':>8}"
+          + "".join(f"{s[:width]:>{width + 2}}" for s in suites), file=out)
+    print(f"{'':<56}" + "".join(f"{'p/f/u/e':>{width + 2}}" for _ in suites), file=out)
     for r in rows:
         cells = []
         for s in suites:
-            n = r["suites"].get(s)
+            n = r.suites.get(s)
             cells.append(f"{n['pass']}/{n['fail']}/{n['untestable']}/{n['error']}" if n else "-")
-        print(f"{r['ref']:<14}{r['commit'][:9]:<11}" + "".join(f"{c:>{width + 2}}" for c in cells), file=out)
+        mark = "" if r.meets_goal else " *"
+        print(f"{r.ref:<12}{r.commit[:9]:<11}{r.date[:10]:<12}{r.cpu_cases:>5}{r.untestable_cpu:>8}"
+              f"{r.untestable_pct:>6.1f}{mark:<2}" + "".join(f"{c:>{width + 2}}" for c in cells), file=out)
+    print(f"(* untestable above {matrix.UNTESTABLE_GOAL_PCT:g}% of the CPU cases)", file=out)
