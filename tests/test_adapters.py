@@ -15,25 +15,7 @@ import torch
 from harness.adapters import Candidate, NotHere, Operation, accepts, load_module, symbol, thd
 from harness.plugin import Untestable
 from harness.paths import ROOT, SITE_DIR
-
-FAKE = "harness_fake_mb"
-
-
-@pytest.fixture
-def fake_pkg(tmp_path, monkeypatch):
-    """A throwaway package tree on sys.path; returns a writer(relpath, source)."""
-    monkeypatch.syspath_prepend(str(tmp_path))
-    (tmp_path / FAKE).mkdir()
-    (tmp_path / FAKE / "__init__.py").write_text("")
-
-    def write(rel: str, source: str) -> None:
-        path = tmp_path / FAKE / rel
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(textwrap.dedent(source))
-
-    yield write
-    for name in [m for m in sys.modules if m == FAKE or m.startswith(FAKE + ".")]:
-        del sys.modules[name]
+from tests.conftest import FAKE
 
 
 def test_probing_order_first_fit_wins(fake_pkg):

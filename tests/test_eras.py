@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import dataclasses
 import sys
-import textwrap
 from pathlib import Path
 
 import pytest
@@ -18,25 +17,7 @@ import torch
 
 from harness.adapters import Candidate, Operation, config as cfg_ops, cp as cp_ops, module_source, symbol, thd
 from harness.plugin import Untestable
-
-FAKE = "harness_fake_era_mb"
-
-
-@pytest.fixture
-def fake_pkg(tmp_path, monkeypatch):
-    """A throwaway package tree on sys.path; returns a writer(relpath, source)."""
-    monkeypatch.syspath_prepend(str(tmp_path))
-    (tmp_path / FAKE).mkdir()
-    (tmp_path / FAKE / "__init__.py").write_text("")
-
-    def write(rel: str, source: str) -> None:
-        path = tmp_path / FAKE / rel
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(textwrap.dedent(source))
-
-    yield write
-    for name in [m for m in sys.modules if m == FAKE or m.startswith(FAKE + ".")]:
-        del sys.modules[name]
+from tests.conftest import FAKE
 
 
 def _sources(mapping: dict[str, str | None]):
