@@ -24,8 +24,13 @@ REL = ROOT / ".releases"
 _LEFT_PAD = ("training/vlm_step.pack_batch_sequences (v0.3-v0.5) takes each row's length from its last non-pad "
              "token and packs a left-padded row silently; explicit refusal ('requires unpadded input rows') came "
              "with pack_right_padded_sequence_batch_to_mcore_thd (59ae409f5, 2026-06-29, first release v0.6.0)")
-_PAD_CU = ("ConfigContainer.validate() does not reject pad_cu_seqlens without pad_to_max_length before v0.6.0 "
-           "(observed accepted=True, golden rejected)")
+_PAD_CU = ("ConfigContainer.validate() does not look at pad_cu_seqlens before e4cb868dc (2026-08-06): the packed "
+           "dataset's constructor refuses it without pad_to_max_length, with an AssertionError (golden from 0.6.2: "
+           "ValueError from validate)")
+_SEQ_ASSERT = ("ConfigContainer.validate() refuses seq_length % (2*CP) != 0 with an assert (AssertionError) in "
+               "the vlm_step era; the golden (0.6.2) has the ValueError of the collate-multiple rule")
+_SP_MULTIPLE = ("training/vlm_step.get_batch packs with 2*CP only, ignoring sequence parallelism (CP*TP), before "
+                "aba4fb2bf (2026-03-24, first in v0.4.0)")
 _MALFORMED = ("training/vlm_step.pack_batch_sequences (v0.3-v0.5) validates no shapes and silently skips an "
               "all-padding row; the refusal ('must match token shape', 'empty sequence row') came with "
               "data/packing/in_batch (59ae409f5, first release v0.6.0)")
@@ -38,10 +43,14 @@ KNOWN_DIFFERENCES: dict[tuple[str, str], str] = {
     ("0.3.1", "config_validation::test_packing_rule[pad_cu_seqlens_without_pad_to_max_length]"): _PAD_CU,
     **{(rel, f"in_batch_packing::{case}"): _MALFORMED for rel in ("0.3.1", "0.4.0", "0.5.1")
        for case in ("test_mismatched_label_shape_is_refused", "test_empty_row_is_refused")},
+    **{(rel, f"cp_constraints::test_seq_length_divisibility[{case}]"): _SEQ_ASSERT
+       for rel in ("0.3.1", "0.4.0", "0.5.1") for case in ("2-1-False-1002", "4-1-False-1004", "2-2-True-1002")},
+    **{("0.3.1", f"cp_constraints::test_in_batch_multiple[{case}]"): _SP_MULTIPLE for case in ("1-2-True", "1-4-True")},
     # Not exercised by test_release (no 0.1 install); seen by `harness matrix` on v0.1.0rc4:
-    ("0.1.0rc4", "packing_algorithms::test_packing_strategy_pipeline[10-30-32-first_fit_decreasing]"):
-        "fill_packing_strategy masked answer tokens equal to pad_id out of the loss (`!= pad_id`), removed in "
-        "5e4313cfe (2025-10-20, first in v0.2.0)",
+    **{("0.1.0rc4", f"packing_algorithms::test_packing_strategy_pipeline[{case}]"):
+       "fill_packing_strategy masked answer tokens equal to pad_id out of the loss (`!= pad_id`), removed in "
+       "5e4313cfe (2025-10-20, first in v0.2.0)"
+       for case in ("10-30-32-first_fit_decreasing", "11-50-64-first_fit_shuffle", "12-12-24-first_fit_decreasing")},
 }
 
 RELEASES = [
