@@ -26,7 +26,7 @@ from harness.atomicio import read_versioned_json, write_versioned_json
 from harness.errors import UsageError
 from harness.gitrepo import GitRepo
 from harness.results import RunResult
-from harness.runner import SUITES_DIR
+from harness.paths import SUITES_DIR
 from harness.verdict import Verdict
 
 MATRIX_KIND = "harness-matrix"

@@ -16,7 +16,7 @@ import pytest
 import torch
 
 from harness.adapters import Candidate, Operation, config as cfg_ops, cp as cp_ops, module_source, symbol, thd
-from harness.plugin import Untestable
+from harness.errors import Untestable
 from tests.conftest import FAKE
 
 

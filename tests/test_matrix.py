@@ -138,7 +138,7 @@ def test_matrix_sample_end_to_end(tmp_path):
     git(repo, "tag", "v0.2.0", shas[0])
     out = tmp_path / "out"
     proc = subprocess.run([sys.executable, "-m", "harness", "matrix", "--repo", str(repo), "--sample", "2",
-                           "--suite", "packed_seq_params", "--out", str(out), "--cache", str(tmp_path / "src"),
+                           "--suite", "packed_seq_params", "--out", str(out), "--cache-dir", str(tmp_path / "cache"),
                            "--quiet"], capture_output=True, text=True, timeout=900, env={**os.environ, **GIT_ENV})
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
     doc = json.loads((out / "matrix.json").read_text())

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from harness.matrix import UNTESTABLE_GOAL_PCT, MatrixRow, reason_summary
-from harness.report.render import VERDICT_ORDER, render_template
+from harness.report.formatting import VERDICT_ORDER, render_template
 
 
 def render_matrix_report(rows: list[MatrixRow], out_path: Path, *, repo: str, megatron_lm: str | None) -> Path:
