@@ -135,7 +135,7 @@ def row_unavailable(ref: str, kind: str, commit: str, date: str, reason: str) ->
 
 
 _UNTESTABLE_PREFIX = re.compile(r"^untestable:\s*")
-_TRIED = re.compile(r"; tried .*$")
+_TRIED = re.compile(r"(?:; |\()tried .*$")
 
 
 def reason_key(reason: str) -> str:

@@ -108,6 +108,8 @@ def test_row_counts_untestable_share_of_cpu_cases_and_groups_reasons(tmp_path):
     summary = matrix.reason_summary([row, good])
     assert summary[0]["cases"] == 3 and summary[0]["refs"] == ["v0.2.0", "s"], "same gap, however tried"
     assert summary[0]["reason"].endswith("(af2f35814, 2026-01-29))"), "tried lists dropped, parentheses kept whole"
+    assert matrix.reason_key("untestable: operation 'x' not found in this Megatron-Bridge (tried a: no module a)") \
+        == "operation 'x' not found in this Megatron-Bridge"
     path = tmp_path / "matrix.json"
     matrix.save(path, "/repo", "/mlm", [row, good])
     doc, rows = matrix.load(path)
