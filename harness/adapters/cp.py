@@ -7,10 +7,10 @@ a rejection is behaviour, not an error).
 
 Eras (``git log -S`` on MB's ``src``, first-parent main), newest first:
 
-* ``data/builders`` collate configs (``DirectHFSFTDatasetConfig`` e577829e1 2026-07-09,
-  ``MockVLMSFTDatasetConfig`` 8896e9027 2026-07-14): ``ConfigContainer.validate`` writes
-  ``in_batch_packing_pad_to_multiple_of`` with in-batch packing on, else raises the dataset's
-  ``pad_to_multiple_of`` to the lcm with the multiple.
+* ``data/builders`` collate configs (``DirectHFSFTDatasetConfig`` e577829e1 2026-07-09, with a
+  required declarative ``source``; ``MockVLMSFTDatasetConfig`` 8896e9027 2026-07-14):
+  ``ConfigContainer.validate`` writes ``in_batch_packing_pad_to_multiple_of`` with in-batch
+  packing on, else raises the dataset's ``pad_to_multiple_of`` to the lcm with the multiple.
 * dataset providers with ``in_batch_packing_pad_to_multiple_of`` (``HFConversationDatasetProvider``,
   ``MockVLMConversationProvider``; 814ad79af 2026-06-24 to 2026-07-09): ``validate`` writes the
   in-batch multiple only; the collate ``pad_to_multiple_of`` is not aligned to CP/SP there (that
@@ -55,12 +55,26 @@ def _validated(cfg: Any, dataset: Any, cp: int, tp: int, sp: bool, seq_length: i
     return run_validate(cfg, container, cp * tp * 4)  # DP 4 keeps the global batch divisible
 
 
+def _declared_source(ds_cls: Any) -> dict[str, Any]:
+    """A placeholder data source where the config declares one.
+
+    ``DirectHFSFTDatasetConfig`` (from e577829e1, 2026-07-09) requires a declarative
+    ``source: HFDatasetSourceConfig`` that its ``validate()`` checks; a custom path that is never
+    loaded satisfies it (no dataset is built here).
+    """
+    if "source" not in field_names(ds_cls):
+        return {}
+    source_cls = symbol("megatron.bridge.data.sources.hf", "HFDatasetSourceConfig")
+    return {"source": source_cls(path_or_dataset="harness/none")}
+
+
 def _collate_config(module: str, name: str, aligns_collate: bool) -> Callable[[], Callable[..., dict[str, Any]]]:
     def probe() -> Callable[..., dict[str, Any]]:
         ds_cls = symbol(module, name)
         if FIELD not in field_names(ds_cls):
             raise NotHere(f"{name} has no {FIELD}")
         cfg = load_module("megatron.bridge.training.config")
+        source = _declared_source(ds_cls)
 
         def call(cp: int, tp: int = 1, sp: bool = False, *, in_batch: bool = True, seq_length: int = 1680,
                  eval_cp: int | None = None, pad_to_multiple_of: int = 1) -> dict[str, Any]:
@@ -69,7 +83,7 @@ def _collate_config(module: str, name: str, aligns_collate: bool) -> Callable[[]
                                  "(that came with the data/builders collate configs, e577829e1, 2026-07-09)")
             dataset = ds_cls(**_kwargs_for(ds_cls, {"seq_length": seq_length, "hf_processor_path": "harness/none",
                                                     "maker_name": "harness_none", "enable_in_batch_packing": in_batch,
-                                                    "pad_to_multiple_of": pad_to_multiple_of}))
+                                                    "pad_to_multiple_of": pad_to_multiple_of, **source}))
             outcome = _validated(cfg, dataset, cp, tp, sp, seq_length, in_batch, eval_cp)
             field = FIELD if in_batch else "pad_to_multiple_of"
             outcome["multiple"] = int(getattr(dataset, field)) if outcome["accepted"] else None
