@@ -34,13 +34,15 @@ sys.path.insert(0, str(ROOT))
 
 from harness.bisect.driver import BisectOptions, run_bisection  # noqa: E402
 from harness.bisect.evaluator import EvalOutcome  # noqa: E402
-from harness.gitrepo import WorkspaceCache  # noqa: E402
 from harness.verdict import Verdict  # noqa: E402
+from harness.workspaces import WorkspaceCache  # noqa: E402
 
 CALC_OK = "def add(a, b):\n    return a + b\n\n\ndef mul(a, b):\n    return a * b\n"
 FAULTS = [("return a + b\n", "return a + b + (a == 2)\n"), ("return a * b\n", "return a * b + (b == 3)\n")]
-TEST = ("from fakepkg.calc import add, mul\n\n\ndef test_add():\n    assert add(2, 2) == 4\n\n\n"
-        "def test_mul():\n    assert mul(2, 3) == 6\n")
+TEST = (
+    "from fakepkg.calc import add, mul\n\n\ndef test_add():\n    assert add(2, 2) == 4\n\n\n"
+    "def test_mul():\n    assert mul(2, 3) == 6\n"
+)
 
 
 def _blob(text: str) -> bytes:
@@ -56,8 +58,12 @@ def make_history(path: Path, n: int, fault_at: list[int]) -> list[str]:
     for i in range(n):
         files = {"README": f"revision {i}\n"}
         if i == 0:
-            files |= {"src/fakepkg/__init__.py": "", "src/fakepkg/calc.py": calc, "tests/test_calc.py": TEST,
-                      "pyproject.toml": "[project]\nname = 'fakepkg'\n"}
+            files |= {
+                "src/fakepkg/__init__.py": "",
+                "src/fakepkg/calc.py": calc,
+                "tests/test_calc.py": TEST,
+                "pyproject.toml": "[project]\nname = 'fakepkg'\n",
+            }
         for k, at in enumerate(fault_at):
             if i == at:
                 calc = calc.replace(*FAULTS[k])
@@ -65,7 +71,10 @@ def make_history(path: Path, n: int, fault_at: list[int]) -> list[str]:
         msg = f"commit {i}" + ("".join(f" inject fault {k}" for k, at in enumerate(fault_at) if at == i))
         stream += b"commit refs/heads/main\nmark :%d\n" % (i + 1)
         stamp = 1_700_000_000 + 60 * i
-        stream += b"author Bench <bench@example.com> %d +0000\ncommitter Bench <bench@example.com> %d +0000\n" % (stamp, stamp)
+        stream += b"author Bench <bench@example.com> %d +0000\ncommitter Bench <bench@example.com> %d +0000\n" % (
+            stamp,
+            stamp,
+        )
         stream += _blob(msg)[:-1]
         if i:
             stream += b"from :%d\n" % i
@@ -74,15 +83,27 @@ def make_history(path: Path, n: int, fault_at: list[int]) -> list[str]:
         stream += b"\n"
     subprocess.run(["git", "-C", str(path), "fast-import", "--quiet"], input=bytes(stream), check=True)
     subprocess.run(["git", "-C", str(path), "reset", "-q", "--hard", "main"], check=True)
-    out = subprocess.run(["git", "-C", str(path), "rev-list", "--reverse", "main"], capture_output=True, text=True,
-                         check=True).stdout.split()
+    out = subprocess.run(
+        ["git", "-C", str(path), "rev-list", "--reverse", "main"], capture_output=True, text=True, check=True
+    ).stdout.split()
     assert len(out) == n
     return out
 
 
 def pytest_cmd(tests: Path, junit: Path | None = None, keyword: str | None = None) -> list[str]:
-    cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--rootdir", str(tests.parent),
-           "-c", os.devnull, str(tests / "test_calc.py")]
+    cmd = [
+        sys.executable,
+        "-m",
+        "pytest",
+        "-q",
+        "-p",
+        "no:cacheprovider",
+        "--rootdir",
+        str(tests.parent),
+        "-c",
+        os.devnull,
+        str(tests / "test_calc.py"),
+    ]
     if junit:
         cmd += ["--junitxml", str(junit)]
     if keyword:
@@ -104,7 +125,9 @@ class FakeEvaluator:
         t0 = time.monotonic()
         tree = WorkspaceCache(self.workspace_dir, self.repo).materialize(sha)
         junit = tree / "junit.xml"
-        env = dict(os.environ, PYTHONPATH=str(tree / "src"), PYTHONDONTWRITEBYTECODE="1", PYTEST_DISABLE_PLUGIN_AUTOLOAD="1")
+        env = dict(
+            os.environ, PYTHONPATH=str(tree / "src"), PYTHONDONTWRITEBYTECODE="1", PYTEST_DISABLE_PLUGIN_AUTOLOAD="1"
+        )
         subprocess.run(pytest_cmd(tree / "tests", junit), cwd=tree, env=env, capture_output=True)
         verdicts = {}
         for tc in ET.parse(junit).getroot().iter("testcase"):
@@ -118,8 +141,8 @@ def harness_bisect(repo: Path, good: str, bad: str, jobs: int, work: Path) -> tu
     shutil.rmtree(cache, ignore_errors=True)
     opts = BisectOptions(repo=repo, good=good, bad=bad, jobs=jobs, cache_dir=cache, out_dir=work / "out")
     # the evaluator needs the workspace dir the driver would choose
-    from harness.bisect.driver import workspace_dir_for
     from harness.gitrepo import open_repo
+    from harness.workspaces import workspace_dir_for
 
     ev = FakeEvaluator(repo, workspace_dir_for(cache, open_repo(repo)))
     t0 = time.monotonic()
@@ -136,7 +159,8 @@ def git_bisect(repo: Path, good: str, bad: str, keyword: str, work: Path) -> tup
     counter.write_text("")
     script = work / "check.sh"
     cmd = " ".join(pytest_cmd(clone / "tests", keyword=keyword))
-    script.write_text(f"#!/bin/sh\necho x >> {counter}\nPYTHONPATH={clone}/src PYTHONDONTWRITEBYTECODE=1 PYTEST_DISABLE_PLUGIN_AUTOLOAD=1 {cmd} >/dev/null 2>&1\n")
+    env = f"PYTHONPATH={clone}/src PYTHONDONTWRITEBYTECODE=1 PYTEST_DISABLE_PLUGIN_AUTOLOAD=1"
+    script.write_text(f"#!/bin/sh\necho x >> {counter}\n{env} {cmd} >/dev/null 2>&1\n")
     script.chmod(0o755)
     t0 = time.monotonic()
     git = ["git", "-C", str(clone)]
@@ -182,16 +206,21 @@ def main() -> int:
                 row["git"] = (runs, wall_total)
                 rows.append(row)
                 print(f"done n={n} faults={n_faults} at {fault_at} (history built in {built:.1f} s)", file=sys.stderr)
-    head = (f"{'commits':>7} {'faults':>6} {'ceil log2':>9} |" + "".join(
-        f" {'-j ' + str(j) + ' evals/rounds/wall':>24} |" for j in args.jobs) + f" {'git bisect run evals/wall':>26}")
+    head = (
+        f"{'commits':>7} {'faults':>6} {'ceil log2':>9} |"
+        + "".join(f" {'-j ' + str(j) + ' evals/rounds/wall':>24} |" for j in args.jobs)
+        + f" {'git bisect run evals/wall':>26}"
+    )
     print(head)
     print("-" * len(head))
     for r in rows:
         cells = "".join(f" {r[f'j{j}'][0]:>9} {r[f'j{j}'][1]:>6} {r[f'j{j}'][2]:>6.1f} s |" for j in args.jobs)
         print(f"{r['n']:>7} {r['faults']:>6} {r['log2']:>9} |{cells} {r['git'][0]:>17} {r['git'][1]:>6.1f} s")
-    print("\nevals include the 2 endpoint evaluations (git bisect run does not check its endpoints);"
-          " rounds = longest chain of dependent evaluations (wall time ~ rounds x cost of one evaluation);"
-          " git bisect needs one session per fault, the harness bisects both cases at once.")
+    print(
+        "\nevals include the 2 endpoint evaluations (git bisect run does not check its endpoints);"
+        " rounds = longest chain of dependent evaluations (wall time ~ rounds x cost of one evaluation);"
+        " git bisect needs one session per fault, the harness bisects both cases at once."
+    )
     return 0
 
 

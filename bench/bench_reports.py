@@ -35,13 +35,40 @@ def _failing_case(i: int, rng: random.Random) -> CaseResult:
     cu = sorted(rng.sample(range(1, SEQ_LEN), 7))
     exp_cu, obt_cu = [0, *cu, SEQ_LEN], [0, *[c + (i % 2) for c in cu], SEQ_LEN]
     mismatches = [
-        {"path": "rows[0].tokens", "kind": "tensor", "expected": None, "obtained": None, "first_index": None,
-         "max_abs": None, "max_rel": None, "n_mismatch": 3, "expected_row": expected, "obtained_row": obtained},
-        {"path": "rows[0].cu_seqlens", "kind": "tensor", "expected": None, "obtained": None, "first_index": [1],
-         "max_abs": None, "max_rel": None, "n_mismatch": None, "expected_row": exp_cu, "obtained_row": obt_cu},
+        {
+            "path": "rows[0].tokens",
+            "kind": "tensor",
+            "expected": None,
+            "obtained": None,
+            "first_index": None,
+            "max_abs": None,
+            "max_rel": None,
+            "n_mismatch": 3,
+            "expected_row": expected,
+            "obtained_row": obtained,
+        },
+        {
+            "path": "rows[0].cu_seqlens",
+            "kind": "tensor",
+            "expected": None,
+            "obtained": None,
+            "first_index": [1],
+            "max_abs": None,
+            "max_rel": None,
+            "n_mismatch": None,
+            "expected_row": exp_cu,
+            "obtained_row": obt_cu,
+        },
     ]
-    return CaseResult(f"packing::case_{i:04d}", f"suite_{i % 6}", Verdict.FAIL, 0.2, message=f"case {i} differs",
-                      diff="\n".join(f"rows[0].tokens[{k}]" for k in range(40)), diff_data={"mismatches": mismatches})
+    return CaseResult(
+        f"packing::case_{i:04d}",
+        f"suite_{i % 6}",
+        Verdict.FAIL,
+        0.2,
+        message=f"case {i} differs",
+        diff="\n".join(f"rows[0].tokens[{k}]" for k in range(40)),
+        diff_data={"mismatches": mismatches},
+    )
 
 
 def make_run(n_cases: int, seed: int = 0) -> RunResult:
@@ -52,13 +79,20 @@ def make_run(n_cases: int, seed: int = 0) -> RunResult:
         if i % 5 == 0:
             cases.append(_failing_case(i, rng))
         elif i % 17 == 0:
-            cases.append(CaseResult(f"packing::case_{i:04d}", f"suite_{i % 6}", Verdict.UNTESTABLE,
-                                    message="needs CUDA"))
+            cases.append(
+                CaseResult(f"packing::case_{i:04d}", f"suite_{i % 6}", Verdict.UNTESTABLE, message="needs CUDA")
+            )
         else:
             cases.append(CaseResult(f"packing::case_{i:04d}", f"suite_{i % 6}", Verdict.PASS, 0.1))
-    return RunResult(run_id=f"bench-{n_cases}", target={"version": "0.6.2", "commit": "f" * 40},
-                     versions={"megatron-core": "0.19.2", "torch": "2.13.0"}, machine={"cpu": "bench"},
-                     import_mode="installed", duration_s=60.0, cases=cases)
+    return RunResult(
+        run_id=f"bench-{n_cases}",
+        target={"version": "0.6.2", "commit": "f" * 40},
+        versions={"megatron-core": "0.19.2", "torch": "2.13.0"},
+        machine={"cpu": "bench"},
+        import_mode="installed",
+        duration_s=60.0,
+        cases=cases,
+    )
 
 
 def measure(run: RunResult, out: Path, repeat: int) -> tuple[float, int]:
@@ -82,8 +116,10 @@ def main(argv: list[str] | None = None) -> int:
         big_t, big_b = measure(make_run(args.cases), Path(tmp) / "big.html", args.repeat)
     print(f"baseline  {args.baseline:5d} cases: {base_b / 1e6:7.3f} MB  {base_t * 1000:8.1f} ms")
     print(f"report    {args.cases:5d} cases: {big_b / 1e6:7.3f} MB  {big_t * 1000:8.1f} ms")
-    print(f"ratios (report / baseline, cases x{args.cases / args.baseline:.1f}): "
-          f"size x{big_b / base_b:.2f}  time x{big_t / base_t:.2f}")
+    print(
+        f"ratios (report / baseline, cases x{args.cases / args.baseline:.1f}): "
+        f"size x{big_b / base_b:.2f}  time x{big_t / base_t:.2f}"
+    )
     return 0
 
 

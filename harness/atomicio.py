@@ -77,7 +77,9 @@ def read_versioned_json(
     if not isinstance(found, int):
         raise CorruptFile(f"{path}: missing schema_version")
     if found > version:
-        raise CorruptFile(f"{path}: schema_version {found} is newer than this harness understands ({version}); upgrade the harness")
+        raise CorruptFile(
+            f"{path}: schema_version {found} is newer than this harness understands ({version}); upgrade the harness"
+        )
     migrations = migrations or {}
     while found < version:
         step = migrations.get(found)

@@ -7,6 +7,7 @@ lost on such an error because commands write results atomically and only at the 
 from __future__ import annotations
 
 import argparse
+import importlib
 import sys
 
 from harness import __version__
@@ -20,19 +21,12 @@ def build_parser() -> argparse.ArgumentParser:
         prog="harness",
         description="Verify sequence packing in Megatron-Bridge against golden fixtures, and bisect regressions.",
         epilog="Start with 'harness run' (tests the MB installed here). 'harness bisect GOOD..BAD --repo MB_CHECKOUT' "
-               "finds the commit that broke each failing case. Every command has --help.")
+        "finds the commit that broke each failing case. Every command has --help.",
+    )
     parser.add_argument("--version", action="version", version=f"harness {__version__}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    import importlib
-
     for name in COMMANDS:
-        try:
-            module = importlib.import_module(f"harness.commands.{name}")
-        except ModuleNotFoundError as exc:
-            if exc.name != f"harness.commands.{name}":
-                raise
-            continue  # command not shipped in this build
-        module.add_parser(sub)
+        importlib.import_module(f"harness.commands.{name}").add_parser(sub)
     return parser
 
 

@@ -49,3 +49,17 @@ class NotHere(Exception):
     Internal to :mod:`harness.adapters`: when no candidate fits, the operation raises
     :class:`Untestable` with what was tried.
     """
+
+
+class Broken(Exception):
+    """MB has the operation but it is broken at this commit: its module exists and does not
+    import because of the commit's own code, or it no longer produces its output.
+
+    The plugin turns it into a FAIL whose message starts with ``broken:`` (bisectable): a break
+    is the commit's failure, never an era gap (see :mod:`harness.adapters.failures`).
+    """
+
+
+class MissingOutput(Exception):
+    """MB ran an adapter's operation, but its output lacks what the operation produces in this
+    era; :class:`harness.adapters.Operation` raises it as :class:`Broken`."""

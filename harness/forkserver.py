@@ -1,43 +1,74 @@
-"""A fork server for light-import suite runs: import torch and megatron-core once, fork per run.
+"""Fork servers for light-import suite runs: import torch and megatron-core once, fork per run.
 
 Why: a bisect evaluates many MB commits with the same environment. With light import, what is
 left of a suite process's start-up is mostly ``import torch`` and ``import megatron.core``
-(about 4 s here), paid again for every commit. The server (``python -m harness.forkserver``,
-started with the light-import environment) imports them once; every run is a ``fork()`` of it
-that puts the target's ``src`` first on ``sys.path`` and calls ``pytest.main``. Megatron-Bridge
-itself is never imported in the server, so each child sees only its own commit's MB.
+(about 4 s with the installed megatron-core, 20 s and more with a pinned Megatron-LM tree),
+paid again for every commit. A server (``python -m harness.forkserver``, started with the
+light-import environment and, for ``--megatron-lm``, the pinned tree on its path) imports them
+once; every run is a ``fork()`` of it that puts the target's ``src`` first on ``sys.path`` and
+calls ``pytest.main``. Megatron-Bridge itself is never imported in a server, so each child
+sees only its own commit's MB.
 
-Protocol: one JSON request per line on the server's stdin ``{"argv", "env", "cwd", "log"}``;
-the server answers ``{"pid": N}`` when the child starts and ``{"rc": N}`` when it ends. One
-run at a time per server; :class:`ForkServer` is the client (one per thread).
+One server per megatron-core (the installed one, or one pinned Megatron-LM tree): pins change
+rarely along MB's history, so one warm server serves many commits. :class:`ServerPool` keeps
+at most ``capacity`` servers alive (each holds torch and megatron-core, several hundred MB),
+evicting the least recently used idle one; when every server is busy with another tree the
+caller runs a plain subprocess instead. A server runs several children at once (bisect ``-j``).
+
+Protocol: one JSON request per line on the server's stdin ``{"id", "argv", "env", "cwd", "log"}``;
+the server answers ``{"id", "pid"}`` when the child starts and ``{"id", "rc"}`` when it ends.
 """
 
 from __future__ import annotations
 
+import collections
+import contextlib
 import json
 import os
+import queue
 import select
 import signal
 import subprocess
 import sys
 import threading
 import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-PRELOAD = ("torch", "megatron.core", "megatron.core.packed_seq_params", "numpy", "pytest", "harness.plugin",
-           "harness.golden.compare")
+PRELOAD = (
+    "torch",
+    "megatron.core",
+    "megatron.core.packed_seq_params",
+    "numpy",
+    "pytest",
+    "harness.plugin",
+    "harness.golden.compare",
+)
+START_TIMEOUT_S = 300.0
+DEFAULT_CAPACITY = 2  # servers alive at once (harness bisect --fork-servers)
+
+
+class ForkServerError(RuntimeError):
+    """A server did not start or stopped answering; the caller falls back to a plain subprocess."""
+
+
+# ------------------------------------------------------------------------------ server side
 
 
 def _child(req: dict[str, Any]) -> int:
     """In the forked child: become the suite process of ``req`` and run pytest."""
-    from harness.procs import _session_and_death_signal
+    from harness.procs import detach_and_die_with_parent
 
-    _session_and_death_signal()
+    detach_and_die_with_parent()
     fd = os.open(req["log"], os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
     os.dup2(fd, 1)
     os.dup2(fd, 2)
     os.close(fd)
+    null = os.open(os.devnull, os.O_RDONLY)
+    os.dup2(null, 0)  # never read the server's request pipe
+    os.close(null)
     os.environ.clear()
     os.environ.update(req["env"])
     front = [p for p in req["env"].get("PYTHONPATH", "").split(os.pathsep) if p]
@@ -51,74 +82,163 @@ def _child(req: dict[str, Any]) -> int:
     return int(pytest.main(req["argv"]))
 
 
-def serve() -> None:
-    """Server loop (``python -m harness.forkserver``)."""
+def _answer(msg: dict[str, Any]) -> None:
+    sys.stdout.write(json.dumps(msg) + "\n")
+    sys.stdout.flush()
+
+
+def _preload() -> None:
+    """Import what every run needs. A module that fails to import here is rolled back out of
+    ``sys.modules``: each child then imports it itself and fails exactly as a fresh process
+    would (a pinned tree whose megatron-core is broken is the commit's failure, not ours)."""
     for name in PRELOAD:
-        __import__(name)
-    out = sys.stdout
-    out.write(json.dumps({"ready": True}) + "\n")
-    out.flush()
-    for line in sys.stdin:
-        req = json.loads(line)
-        pid = os.fork()
-        if pid == 0:
-            code = 1
-            try:
-                code = _child(req)
-            finally:
-                sys.stdout.flush()
-                sys.stderr.flush()
-                os._exit(code)
-        out.write(json.dumps({"pid": pid}) + "\n")
-        out.flush()
-        _, status = os.waitpid(pid, 0)
-        rc = os.waitstatus_to_exitcode(status)
-        out.write(json.dumps({"rc": rc}) + "\n")
-        out.flush()
+        before = set(sys.modules)
+        try:
+            __import__(name)
+        except Exception:
+            for added in set(sys.modules) - before:
+                del sys.modules[added]
+
+
+def serve() -> None:
+    """Server loop (``python -m harness.forkserver``): fork per request, report each exit."""
+    _preload()
+    _answer({"ready": True})
+    fd = sys.stdin.fileno()
+    buf = b""
+    children: dict[int, Any] = {}  # pid -> request id
+    while True:
+        readable, _, _ = select.select([fd], [], [], 0.05)
+        if readable:
+            chunk = os.read(fd, 65536)
+            if not chunk:
+                return  # the client is gone; children die with us (parent-death signal)
+            buf += chunk
+            while b"\n" in buf:
+                line, buf = buf.split(b"\n", 1)
+                if not line.strip():
+                    continue
+                req = json.loads(line)
+                pid = os.fork()
+                if pid == 0:
+                    code = 1
+                    try:
+                        code = _child(req)
+                    finally:
+                        sys.stdout.flush()
+                        sys.stderr.flush()
+                        os._exit(code)
+                children[pid] = req["id"]
+                _answer({"id": req["id"], "pid": pid})
+        while children:
+            pid, status = os.waitpid(-1, os.WNOHANG)
+            if pid == 0:
+                break
+            if pid in children:
+                _answer({"id": children.pop(pid), "rc": os.waitstatus_to_exitcode(status)})
+
+
+# ------------------------------------------------------------------------------ client side
 
 
 class ForkServer:
-    """Client side: start the server once, then run pytest invocations through it."""
+    """One running server; thread-safe (runs from several threads go through it at once)."""
 
     def __init__(self, env: dict[str, str], cwd: Path) -> None:
         from harness.procs import popen_owned
 
-        self.proc = popen_owned([sys.executable, "-m", "harness.forkserver"], env=env, cwd=cwd,
-                                stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
-        ready = self._read(time.monotonic() + 300)
-        if not ready or not ready.get("ready"):
+        self.proc = popen_owned(
+            [sys.executable, "-m", "harness.forkserver"],
+            env=env,
+            cwd=cwd,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
+            text=True,
+        )
+        if not self._ready(time.monotonic() + START_TIMEOUT_S):
             self.close()
-            raise RuntimeError("the fork server did not start")
+            raise ForkServerError("the fork server did not start")
+        self._lock = threading.Lock()
+        self._waiters: dict[int, queue.Queue[dict[str, Any]]] = {}
+        self._next_id = 0
+        threading.Thread(target=self._dispatch, name="harness-forkserver-reader", daemon=True).start()
 
-    def _read(self, deadline: float) -> dict[str, Any] | None:
+    def _ready(self, deadline: float) -> bool:
         assert self.proc.stdout is not None
-        while True:
-            left = deadline - time.monotonic()
-            if left <= 0:
-                return None
-            ready, _, _ = select.select([self.proc.stdout], [], [], left)
+        while time.monotonic() < deadline:
+            ready, _, _ = select.select([self.proc.stdout], [], [], max(0.0, deadline - time.monotonic()))
             if ready:
                 line = self.proc.stdout.readline()
-                return json.loads(line) if line else None
+                try:
+                    return bool(line) and bool(json.loads(line).get("ready"))
+                except json.JSONDecodeError:
+                    return False
+        return False
 
-    def run(self, argv: list[str], env: dict[str, str], cwd: Path, log: Path, timeout_s: float) -> tuple[int | None, bool]:
+    def _dispatch(self) -> None:
+        """Route each answer to the run waiting for it; on EOF wake every waiter."""
+        assert self.proc.stdout is not None
+        for line in self.proc.stdout:
+            try:
+                msg = json.loads(line)
+            except json.JSONDecodeError:
+                continue
+            with self._lock:
+                waiter = self._waiters.get(msg.get("id"))
+            if waiter is not None:
+                waiter.put(msg)
+        with self._lock:
+            for waiter in self._waiters.values():
+                waiter.put({"gone": True})
+
+    def alive(self) -> bool:
+        return self.proc.poll() is None
+
+    def run(
+        self, argv: list[str], env: dict[str, str], cwd: Path, log: Path, timeout_s: float
+    ) -> tuple[int | None, bool]:
         """Run ``pytest argv`` in a fork; returns (exit code, timed out)."""
         assert self.proc.stdin is not None
-        self.proc.stdin.write(json.dumps({"argv": argv, "env": env, "cwd": str(cwd), "log": str(log)}) + "\n")
-        self.proc.stdin.flush()
-        deadline = time.monotonic() + timeout_s
-        started = self._read(deadline)
-        if not started or "pid" not in started:
-            raise RuntimeError("the fork server stopped answering")
-        done = self._read(deadline)
-        if done is None:  # timeout: kill the run's process group, then collect its status
+        answers: queue.Queue[dict[str, Any]] = queue.Queue()
+        with self._lock:
+            self._next_id += 1
+            rid = self._next_id
+            self._waiters[rid] = answers
             try:
-                os.killpg(started["pid"], signal.SIGKILL)
-            except (ProcessLookupError, PermissionError):
-                pass
-            done = self._read(time.monotonic() + 60)
-            return (done or {}).get("rc"), True
-        return done.get("rc"), False
+                self.proc.stdin.write(
+                    json.dumps({"id": rid, "argv": argv, "env": env, "cwd": str(cwd), "log": str(log)}) + "\n"
+                )
+                self.proc.stdin.flush()
+            except (BrokenPipeError, OSError) as exc:
+                del self._waiters[rid]
+                raise ForkServerError(f"the fork server is gone ({exc})") from None
+        deadline = time.monotonic() + timeout_s
+        try:
+            started = self._get(answers, deadline)
+            if not started or "pid" not in started:
+                raise ForkServerError("the fork server stopped answering")
+            done = self._get(answers, deadline)
+            if done is None:  # timeout: kill the run's process group, then collect its status
+                try:
+                    os.killpg(started["pid"], signal.SIGKILL)
+                except (ProcessLookupError, PermissionError):
+                    pass
+                done = self._get(answers, time.monotonic() + 60)
+                return (done or {}).get("rc"), True
+            if "rc" not in done:
+                raise ForkServerError("the fork server stopped while a run was in flight")
+            return done["rc"], False
+        finally:
+            with self._lock:
+                self._waiters.pop(rid, None)
+
+    @staticmethod
+    def _get(answers: queue.Queue[dict[str, Any]], deadline: float) -> dict[str, Any] | None:
+        try:
+            return answers.get(timeout=max(0.0, deadline - time.monotonic()))
+        except queue.Empty:
+            return None
 
     def close(self) -> None:
         from harness.procs import kill_group
@@ -127,16 +247,73 @@ class ForkServer:
             kill_group(self.proc)
 
 
-_local = threading.local()
+class PoolFull(ForkServerError):
+    """Every live server is busy with another megatron-core and no more may start."""
 
 
-def server_for(env: dict[str, str], cwd: Path) -> ForkServer:
-    """This thread's server, started on first use (environment fixed at start: light import)."""
-    srv = getattr(_local, "server", None)
-    if srv is None or srv.proc.poll() is not None:
-        srv = ForkServer(env, cwd)
-        _local.server = srv
-    return srv
+@dataclass
+class _Entry:
+    server: ForkServer | None = None
+    users: int = 0  # runs holding a lease on this server
+    starting: threading.Lock = field(default_factory=threading.Lock)
+
+
+class ServerPool:
+    """At most ``capacity`` warm servers, one per megatron-core key, least recently used evicted."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._entries: collections.OrderedDict[str, _Entry] = collections.OrderedDict()
+
+    def keys(self) -> list[str]:
+        """Keys of the servers alive (or starting), least recently used first."""
+        with self._lock:
+            return list(self._entries)
+
+    @contextlib.contextmanager
+    def lease(self, key: str, env: dict[str, str], cwd: Path, capacity: int) -> Iterator[ForkServer]:
+        """The server for ``key`` (started with ``env`` when needed), held for one run.
+
+        Raises :class:`PoolFull` when ``capacity`` servers are alive and all busy, and
+        :class:`ForkServerError` when the server cannot start.
+        """
+        with self._lock:
+            entry = self._entries.get(key)
+            if entry is None:
+                self._make_room(capacity)
+                entry = self._entries[key] = _Entry()
+            self._entries.move_to_end(key)
+            entry.users += 1
+        try:
+            with entry.starting:
+                if entry.server is None or not entry.server.alive():
+                    entry.server = ForkServer(env, cwd)
+            yield entry.server
+        finally:
+            with self._lock:
+                entry.users -= 1
+                if entry.users == 0 and (entry.server is None or not entry.server.alive()):
+                    if self._entries.get(key) is entry:
+                        del self._entries[key]
+
+    def _make_room(self, capacity: int) -> None:
+        while len(self._entries) >= max(1, capacity):
+            idle = next((k for k, e in self._entries.items() if e.users == 0), None)
+            if idle is None:
+                raise PoolFull(f"{len(self._entries)} fork server(s) alive, all busy (limit {capacity})")
+            entry = self._entries.pop(idle)
+            if entry.server is not None:
+                entry.server.close()
+
+    def close(self) -> None:
+        with self._lock:
+            entries, self._entries = list(self._entries.values()), collections.OrderedDict()
+        for entry in entries:
+            if entry.server is not None:
+                entry.server.close()
+
+
+POOL = ServerPool()
 
 
 if __name__ == "__main__":

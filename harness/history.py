@@ -163,10 +163,16 @@ def append_run(store: Path, run: RunResult, commit: str) -> pd.DataFrame:
 
 def _runs(df: pd.DataFrame) -> pd.DataFrame:
     """One row per run, ordered by start time (append order when any time is missing)."""
-    runs = df.groupby("run_id", sort=False).agg(
-        run_seq=("run_seq", "first"), started=("started", "first"), commit=("commit", "first"),
-        duration_s=("run_duration_s", "first"),
-    ).reset_index()
+    runs = (
+        df.groupby("run_id", sort=False)
+        .agg(
+            run_seq=("run_seq", "first"),
+            started=("started", "first"),
+            commit=("commit", "first"),
+            duration_s=("run_duration_s", "first"),
+        )
+        .reset_index()
+    )
     stamps = pd.to_datetime(runs["started"], utc=True, errors="coerce", format="ISO8601")
     if len(runs) and stamps.notna().all():
         runs = runs.assign(_t=stamps).sort_values(["_t", "run_seq"]).drop(columns="_t")
@@ -189,45 +195,69 @@ def trend(df: pd.DataFrame) -> dict[str, Any]:
     run, and the run durations.
 
     ``newly_failing``: FAIL in the latest run and not FAIL in the run before (passing,
-    untestable, errored or absent). ``newly_fixed``: PASS now and FAIL in the run before.
-    Only FAIL counts as failing: ERROR is a harness problem, not a change in Megatron-Bridge.
+    untestable, errored or absent). ``newly_untestable``: UNTESTABLE now and PASS or FAIL in
+    the run before: a case that ran and no longer can (an operation moved, a dependency went
+    missing) lost its coverage, which is watched like a failure. ``newly_fixed``: PASS now and
+    FAIL in the run before. ERROR is a harness problem, not a change in Megatron-Bridge.
     """
     runs = _runs(df)
     run_ids = list(runs["run_id"])
     run_list = [
-        {"run_id": str(r.run_id), "commit": str(r.commit), "started": str(r.started),
-         "duration_s": _clean(r.duration_s), "counts": {v.value: 0 for v in Verdict}}
+        {
+            "run_id": str(r.run_id),
+            "commit": str(r.commit),
+            "started": str(r.started),
+            "duration_s": _clean(r.duration_s),
+            "counts": {v.value: 0 for v in Verdict},
+        }
         for r in runs.itertuples()
     ]
     position = {rid: i for i, rid in enumerate(run_ids)}
     cases: dict[str, dict[str, Any]] = {}
     for row in df.sort_values(["suite", "case_id"]).itertuples():
-        entry = cases.setdefault(str(row.case_id), {"suite": str(row.suite), "source": str(row.source),
-                                                    "series": [None] * len(run_ids),
-                                                    "messages": [""] * len(run_ids)})
+        entry = cases.setdefault(
+            str(row.case_id),
+            {
+                "suite": str(row.suite),
+                "source": str(row.source),
+                "series": [None] * len(run_ids),
+                "messages": [""] * len(run_ids),
+            },
+        )
         i = position[row.run_id]
         entry["series"][i] = str(row.verdict)
         entry["messages"][i] = str(row.message or "")
         if str(row.verdict) in run_list[i]["counts"]:
             run_list[i]["counts"][str(row.verdict)] += 1
-    newly_failing, newly_fixed = [], []
+    newly_failing, newly_untestable, newly_fixed, newly_changed = [], [], [], []
     if len(run_ids) >= 1:
         latest = run_list[-1]
         for cid, entry in cases.items():
             now = entry["series"][-1]
             before = entry["series"][-2] if len(run_ids) >= 2 else None
-            change = {"case_id": cid, "suite": entry["suite"], "previous": before, "current": now,
-                      "commit": latest["commit"], "run_id": latest["run_id"],
-                      "message": entry["messages"][-1]}
+            change = {
+                "case_id": cid,
+                "suite": entry["suite"],
+                "previous": before,
+                "current": now,
+                "commit": latest["commit"],
+                "run_id": latest["run_id"],
+                "message": entry["messages"][-1],
+            }
             if len(run_ids) >= 2 and now == Verdict.FAIL.value and before != Verdict.FAIL.value:
                 newly_failing.append(change)
+            elif now == Verdict.UNTESTABLE.value and before is not None and Verdict(before).is_decisive:
+                newly_untestable.append(change)
             elif now == Verdict.PASS.value and before == Verdict.FAIL.value:
                 newly_fixed.append(change)
+            elif len(run_ids) >= 2 and now == Verdict.CHANGED.value and before != Verdict.CHANGED.value:
+                newly_changed.append(change)
     return {
         "runs": run_list,
         "cases": cases,
         "newly_failing": newly_failing,
+        "newly_untestable": newly_untestable,
         "newly_fixed": newly_fixed,
-        "durations": [{"run_id": r["run_id"], "commit": r["commit"], "duration_s": r["duration_s"]}
-                      for r in run_list],
+        "newly_changed": newly_changed,
+        "durations": [{"run_id": r["run_id"], "commit": r["commit"], "duration_s": r["duration_s"]} for r in run_list],
     }

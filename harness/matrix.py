@@ -25,8 +25,8 @@ from typing import Any
 from harness.atomicio import read_versioned_json, write_versioned_json
 from harness.errors import UsageError
 from harness.gitrepo import GitRepo
-from harness.results import RunResult
 from harness.paths import SUITES_DIR
+from harness.results import RunResult
 from harness.verdict import Verdict
 
 MATRIX_KIND = "harness-matrix"
@@ -50,10 +50,10 @@ def sample_first_parent(repo: GitRepo, n: int, since: str) -> list[str]:
     if n < 1:
         raise UsageError(f"--sample {n}: give at least 1 commit")
     start = repo.resolve(since)
-    chain = repo.git("rev-list", "--first-parent", "--reverse", "HEAD").stdout.decode().split()
+    chain = repo.first_parent_chain("HEAD")
     if start not in chain:
         raise UsageError(f"{since} ({start[:12]}) is not on the first-parent chain of HEAD in {repo.path}")
-    chain = chain[chain.index(start):]
+    chain = chain[chain.index(start) :]
     if n >= len(chain):
         return chain
     if n == 1:
@@ -65,10 +65,10 @@ def default_since(repo: GitRepo, releases: list[str]) -> str:
     """Fork point from HEAD of the oldest release ref: where the oldest covered era starts on main."""
     if not releases:
         raise UsageError(f"no release tags in {repo.path}; give --since REF")
-    out = repo.git("merge-base", releases[0], "HEAD", check=False)
-    if out.returncode != 0:
+    base = repo.merge_base(releases[0], "HEAD")
+    if base is None:
         raise UsageError(f"{releases[0]} shares no history with HEAD in {repo.path}; give --since REF")
-    return out.stdout.decode().strip()
+    return base
 
 
 def gpu_suites(suites_dir: Path = SUITES_DIR) -> set[str]:
@@ -91,7 +91,9 @@ class MatrixRow:
     cpu_cases: int = 0
     untestable_cpu: int = 0
     untestable: list[dict[str, str]] = field(default_factory=list)  # {case_id, reason} of CPU cases
-    problems: list[dict[str, str]] = field(default_factory=list)  # fail / error: {case_id, verdict, message}
+    problems: list[dict[str, str]] = field(
+        default_factory=list
+    )  # neither pass nor untestable: {case_id, verdict, message}
     notes: list[str] = field(default_factory=list)
     results: str | None = None  # path of that run's results.json
 
@@ -112,21 +114,33 @@ class MatrixRow:
         return cls(**{k: v for k, v in doc.items() if k in names})
 
 
-def row_from_run(ref: str, kind: str, commit: str, date: str, result: RunResult, results_path: Path,
-                 gpu: set[str]) -> MatrixRow:
+def row_from_run(
+    ref: str, kind: str, commit: str, date: str, result: RunResult, results_path: Path, gpu: set[str]
+) -> MatrixRow:
     cases = result.cases
     suites = sorted({c.suite for c in cases})
     cpu = [c for c in cases if c.suite not in gpu]
     untestable = [c for c in cpu if c.verdict is Verdict.UNTESTABLE]
     return MatrixRow(
-        ref=ref, kind=kind, commit=commit, date=date, mb_version=result.versions.get("megatron-bridge"),
-        megatron_core=result.versions.get("megatron-core"), duration_s=result.duration_s,
+        ref=ref,
+        kind=kind,
+        commit=commit,
+        date=date,
+        mb_version=result.versions.get("megatron-bridge"),
+        megatron_core=result.versions.get("megatron-core"),
+        duration_s=result.duration_s,
         suites={s: {v.value: sum(c.verdict is v for c in cases if c.suite == s) for v in Verdict} for s in suites},
-        cpu_cases=len(cpu), untestable_cpu=len(untestable),
+        cpu_cases=len(cpu),
+        untestable_cpu=len(untestable),
         untestable=[{"case_id": c.case_id, "reason": c.message[:2000]} for c in untestable],
-        problems=[{"case_id": c.case_id, "verdict": c.verdict.value, "message": c.message[:4000]}
-                  for c in cases if c.verdict in (Verdict.FAIL, Verdict.ERROR)],
-        notes=list(result.notes), results=str(results_path))
+        problems=[
+            {"case_id": c.case_id, "verdict": c.verdict.value, "message": c.message[:4000]}
+            for c in cases
+            if c.verdict not in (Verdict.PASS, Verdict.UNTESTABLE)
+        ],
+        notes=list(result.notes),
+        results=str(results_path),
+    )
 
 
 def row_unavailable(ref: str, kind: str, commit: str, date: str, reason: str) -> MatrixRow:
@@ -160,9 +174,18 @@ def reason_summary(rows: list[MatrixRow]) -> list[dict[str, Any]]:
 
 
 def save(path: Path, repo: str, megatron_lm: str | None, rows: list[MatrixRow]) -> None:
-    write_versioned_json(path, MATRIX_KIND, MATRIX_SCHEMA, {
-        "repo": repo, "megatron_lm": megatron_lm, "untestable_goal_pct": UNTESTABLE_GOAL_PCT,
-        "rows": [r.to_json() for r in rows], "untestable_reasons": reason_summary(rows)})
+    write_versioned_json(
+        path,
+        MATRIX_KIND,
+        MATRIX_SCHEMA,
+        {
+            "repo": repo,
+            "megatron_lm": megatron_lm,
+            "untestable_goal_pct": UNTESTABLE_GOAL_PCT,
+            "rows": [r.to_json() for r in rows],
+            "untestable_reasons": reason_summary(rows),
+        },
+    )
 
 
 def load(path: Path) -> tuple[dict[str, Any], list[MatrixRow]]:

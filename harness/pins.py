@@ -18,7 +18,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from harness.errors import GitError, UsageError
-from harness.gitrepo import GitRepo, WorkspaceCache, open_repo
+from harness.gitrepo import GitRepo, open_repo
+from harness.workspaces import WorkspaceCache
 
 SUBMODULE = "3rdparty/Megatron-LM"
 
@@ -42,10 +43,10 @@ def lock_pin(mb_repo: GitRepo, mb_sha: str) -> tuple[str, str] | None:
     megatron-core was released from (``core_v<version>``). A ``directory`` source (the submodule
     era) is not a pin of its own.
     """
-    proc = mb_repo.git("show", f"{mb_sha}:uv.lock", check=False)
-    if proc.returncode != 0:
+    lock = mb_repo.file_text(mb_sha, "uv.lock")
+    if lock is None:
         return None
-    m = _LOCK_ENTRY.search(proc.stdout.decode("utf-8", "replace"))
+    m = _LOCK_ENTRY.search(lock)
     if m is None:
         return None
     body = m.group("body")
@@ -73,14 +74,16 @@ def pinned_core(mb_repo: GitRepo, mb_sha: str, mlm_repo: Path, cache_dir: Path) 
         try:
             pin = open_repo(mlm_repo).resolve(ref)
         except UsageError:
-            raise GitError(f"Megatron-LM {ref} named by MB {mb_sha[:12]} ({via}) is not in {mlm_repo}; "
-                           "fetch it there (with tags)") from None
+            raise GitError(
+                f"Megatron-LM {ref} named by MB {mb_sha[:12]} ({via}) is not in {mlm_repo}; fetch it there (with tags)"
+            ) from None
     ws = WorkspaceCache(Path(cache_dir) / "megatron-lm", open_repo(mlm_repo), paths=("megatron",))
     try:
         tree = ws.materialize(pin)
     except UsageError:  # the pin is not a commit of that repository
-        raise GitError(f"Megatron-LM commit {pin[:12]} pinned by MB {mb_sha[:12]} is not in {mlm_repo}; "
-                       "fetch it there") from None
+        raise GitError(
+            f"Megatron-LM commit {pin[:12]} pinned by MB {mb_sha[:12]} is not in {mlm_repo}; fetch it there"
+        ) from None
     if not (tree / "megatron" / "core").is_dir():
         raise GitError(f"Megatron-LM commit {pin[:12]} has no megatron/core")
     return PinnedCore(pin, tree, via)

@@ -5,28 +5,42 @@ from ``suites/conftest.py``). Verdicts are decided where the exception is still 
 worker, with pytest-xdist) and travel to the controller in ``report.user_properties``, so
 results are read back as data, never by parsing pytest's text.
 
-Classification of a failing case:
-* :class:`GoldenMismatch` or ``AssertionError``: FAIL (MB behaves differently than pinned);
-* :class:`harness.adapters.Untestable` or a pytest skip: UNTESTABLE (with the reason);
-* any other exception raised from Megatron code (a frame under ``megatron/``): FAIL, MB broke;
+Classification of a failing case (suites check invariants first, the golden last):
+* :class:`GoldenMismatch` (every invariant held, the output differs from the golden, or there
+  is no golden yet): CHANGED, a change to review, never a regression;
+* an ``AssertionError`` (an oracle :class:`~harness.oracle.differential.InvariantFailure`, a
+  documented rule): FAIL;
+* :class:`harness.errors.Untestable` or a pytest skip: UNTESTABLE (with the reason);
+* :class:`Broken` (an MB module that exists and cannot be imported, an operation that no longer
+  produces its output): FAIL with a reason starting ``broken:``, bisectable like any failure;
+* any other exception whose innermost project frame is the commit under test's code (see
+  :mod:`harness.ownership`; torch or Python raising inside a call from MB counts): FAIL;
 * anything else: ERROR, a bug in the harness or a suite, never blamed on MB.
+Then known MB bugs (:mod:`harness.known`): a FAIL whose violations are all explained by
+applicable reviewed entries becomes KNOWN_FAIL; a listed case that passes becomes FIXED.
+
+In the setup phase an assertion or golden mismatch is a fixture's (ERROR); MB raising or a
+break found while a fixture builds something from MB is still MB's (FAIL).
+
+With ``--harness-events FILE`` the plugin also keeps the live event log of
+:mod:`harness.caselog`, so the runner can tell which case a killed process was running.
 """
 
 from __future__ import annotations
 
-import json
 import os
 import time
-import traceback
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from harness.errors import Untestable
+from harness import caselog
+from harness.errors import Broken, Untestable
 from harness.golden.compare import Comparator, Tolerance
 from harness.golden.serializer import encode
 from harness.golden.storage import Golden, golden_path, read_golden, write_golden
+from harness.ownership import Owner, add_harness_root, blame
 from harness.verdict import Verdict
 
 PROP = "harness_case"
@@ -46,15 +60,20 @@ def suite_of(item: pytest.Item) -> str:
 
 
 def case_of(item: pytest.Item) -> str:
-    cls = item.cls.__name__ + "." if getattr(item, "cls", None) else ""
-    return cls + item.name
+    owner = getattr(item, "cls", None)
+    return (owner.__name__ + "." if owner else "") + item.name
+
+
+def _case_id(item: pytest.Item) -> str:
+    return f"{suite_of(item)}::{case_of(item)}"
 
 
 class GoldenChecker:
     """The ``golden`` fixture: one golden per case, compared with per-field tolerances."""
 
-    def __init__(self, fixtures_root: Path, obtained_root: Path, suite: str, case: str,
-                 record: bool, provenance: dict[str, Any]) -> None:
+    def __init__(
+        self, fixtures_root: Path, obtained_root: Path, suite: str, case: str, record: bool, provenance: dict[str, Any]
+    ) -> None:
         self.fixtures_root = fixtures_root
         self.obtained_root = obtained_root
         self.suite = suite
@@ -79,8 +98,11 @@ class GoldenChecker:
         if not path.exists():
             out = golden_path(self.obtained_root, self.suite, self.case)
             write_golden(out, obtained)
-            raise GoldenMismatch(f"no golden at {path}; obtained value written to {out}; "
-                                 "review and accept it with `harness fixtures record`", None)
+            raise GoldenMismatch(
+                f"no golden at {path}; obtained value written to {out}; "
+                "review and accept it with `harness fixtures record`",
+                None,
+            )
         golden = read_golden(path)
         merged = {**golden.tolerances, **tols}
         result = Comparator(merged).compare(golden.value, encoded, golden.sidecar, sidecar)
@@ -94,15 +116,55 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group = parser.getgroup("harness")
     group.addoption("--harness-results", default=None, help="write case verdicts (JSON) to this file")
     group.addoption("--harness-fixtures", default=None, help="golden root (default: <rootdir>/fixtures)")
-    group.addoption("--harness-obtained", default=None,
-                    help="where obtained values go on mismatch (default: <rootdir>/reports/obtained)")
-    group.addoption("--harness-record", action="store_true", help="write obtained values for every case; never fail on goldens")
+    group.addoption(
+        "--harness-obtained",
+        default=None,
+        help="where obtained values go on mismatch (default: <rootdir>/reports/obtained)",
+    )
+    group.addoption(
+        "--harness-record", action="store_true", help="write obtained values for every case; never fail on goldens"
+    )
+    group.addoption(
+        "--harness-known-failures",
+        default=None,
+        help="reviewed known MB bugs (default: <fixtures>/known_failures.json)",
+    )
+    group.addoption(
+        "--harness-events", default=None, help="append the live case event log (harness.caselog) to this file"
+    )
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    config.addinivalue_line("markers", "gpu: needs a CUDA GPU (and Transformer Engine); skipped with a reason elsewhere")
+    config.addinivalue_line(
+        "markers", "gpu: needs a CUDA GPU (and Transformer Engine); skipped with a reason elsewhere"
+    )
     config.addinivalue_line("markers", "import_group(name): which MB import the case needs: 'light' or 'full'")
     config._harness_cases = []  # type: ignore[attr-defined]
+    config._harness_known = None  # type: ignore[attr-defined]
+    events = config.getoption("--harness-events")
+    _EVENTS[:] = [Path(events)] if events else []
+    if events and not hasattr(config, "workerinput"):
+        caselog.start_log(Path(events))
+
+
+_EVENTS: list[Path] = []  # the --harness-events file of this process, when given
+
+
+def _emit(**event: Any) -> None:
+    for path in _EVENTS:
+        caselog.emit(path, **event)
+
+
+def pytest_collection_finish(session: pytest.Session) -> None:
+    for item in session.items:  # the suite files are the harness's code, wherever they live
+        add_harness_root(Path(str(item.fspath)).parent)
+    if session.items:
+        _emit(ev="collected", cases=[[_case_id(i), suite_of(i)] for i in session.items])
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    _emit(ev="start", case_id=_case_id(item))
 
 
 def _root(config: pytest.Config, opt: str, default: str) -> Path:
@@ -123,17 +185,11 @@ def golden(request: pytest.FixtureRequest) -> GoldenChecker:
     return GoldenChecker(
         _root(config, "--harness-fixtures", "fixtures"),
         _root(config, "--harness-obtained", "reports/obtained"),
-        suite_of(request.node), case_of(request.node),
-        bool(config.getoption("--harness-record")), _provenance(),
+        suite_of(request.node),
+        case_of(request.node),
+        bool(config.getoption("--harness-record")),
+        _provenance(),
     )
-
-
-def _from_megatron(excinfo: pytest.ExceptionInfo) -> bool:
-    for entry in traceback.extract_tb(excinfo.tb):
-        parts = Path(entry.filename).parts
-        if "megatron" in parts and "harness" not in parts:
-            return True
-    return False
 
 
 def classify(excinfo: pytest.ExceptionInfo | None, skipped: bool, longrepr: Any) -> tuple[Verdict, str, Any]:
@@ -146,13 +202,15 @@ def classify(excinfo: pytest.ExceptionInfo | None, skipped: bool, longrepr: Any)
     exc = excinfo.value
     if isinstance(exc, Untestable):
         return Verdict.UNTESTABLE, f"untestable: {exc}", None
+    if isinstance(exc, Broken):
+        return Verdict.FAIL, f"broken: {exc}", None
     if isinstance(exc, GoldenMismatch):
-        return Verdict.FAIL, str(exc), exc.diff_data
+        return Verdict.CHANGED, f"changed: {exc}", exc.diff_data
     if isinstance(exc, (AssertionError, pytest.fail.Exception)):
         return Verdict.FAIL, f"assertion failed: {exc}", None
     if isinstance(exc, pytest.skip.Exception):
         return Verdict.UNTESTABLE, str(exc), None
-    if _from_megatron(excinfo):
+    if blame(excinfo.tb) is Owner.MEGATRON:
         return Verdict.FAIL, f"Megatron raised {type(exc).__name__}: {exc}", None
     return Verdict.ERROR, f"harness error {type(exc).__name__}: {exc}", None
 
@@ -169,20 +227,88 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
     if excinfo is not None and excinfo.errisinstance(Untestable):
         report.outcome = "skipped"
         report.longrepr = (str(item.fspath), item.location[1] or 0, f"untestable: {excinfo.value}")
-    if call.when == "setup" and verdict is Verdict.FAIL and not report.skipped:
-        verdict = Verdict.ERROR  # a fixture broke: the harness's problem, not MB's
-    report.user_properties.append((PROP, {
-        "case_id": f"{suite_of(item)}::{case_of(item)}", "suite": suite_of(item), "verdict": verdict.value,
-        "message": message[:20000], "diff": message if diff_data else "", "diff_data": diff_data,
-        "source": "golden",
-    }))
+    if (
+        call.when == "setup"
+        and verdict is Verdict.FAIL
+        and excinfo is not None
+        and excinfo.errisinstance((AssertionError, pytest.fail.Exception))
+    ):
+        verdict = Verdict.ERROR  # a fixture's own check broke: the harness's problem, not MB's
+    case_id = _case_id(item)
+    violations = _violations(excinfo)
+    known_ids: list[str] = []
+    if verdict in (Verdict.FAIL, Verdict.PASS, Verdict.CHANGED) and call.when == "call":
+        from harness import known
+
+        found = known.classify(case_id, verdict, violations, _known_entries(item.config), message)
+        if found is not None:
+            verdict, known_ids = found.verdict, list(found.entries)
+            message = f"{found.message}\n{message}".rstrip()
+    report.user_properties.append(
+        (
+            PROP,
+            {
+                "case_id": case_id,
+                "suite": suite_of(item),
+                "verdict": verdict.value,
+                "message": message[:20000],
+                "diff": message if diff_data else "",
+                "diff_data": diff_data,
+                "source": "golden",
+                "violations": violations,
+                "known": known_ids,
+            },
+        )
+    )
+
+
+def _known_entries(config: pytest.Config) -> list[Any]:
+    """Known MB bugs that apply to the MB this process imports (loaded once per process)."""
+    cached = getattr(config, "_harness_known", None)
+    if cached is not None:
+        return cached
+    from harness import known
+    from harness.target import mb_location, mb_version
+
+    path = config.getoption("--harness-known-failures")
+    path = Path(path) if path else _root(config, "--harness-fixtures", "fixtures") / known.FILENAME
+    version = mb_version(mb_location())
+    commit = (os.environ.get("HARNESS_TARGET_COMMIT") or "").removesuffix("-dirty") or None
+    repo = os.environ.get("HARNESS_MB_REPO")
+    in_range = known.git_in_range(Path(repo)) if repo else None
+    entries = [e for e in known.load(path) if e.applies(version, commit, in_range)]
+    config._harness_known = entries  # type: ignore[attr-defined]
+    return entries
+
+
+MAX_VIOLATIONS = 200  # per case: enough to match known failures and show patterns, bounded on disk
+
+
+def _violations(excinfo: pytest.ExceptionInfo | None) -> list[dict[str, Any]]:
+    """Structured violations of an :class:`~harness.oracle.differential.InvariantFailure` (else [])."""
+    found = getattr(excinfo.value, "violations", None) if excinfo is not None else None
+    out = []
+    for v in (found or [])[:MAX_VIOLATIONS]:
+        out.append(
+            {
+                "invariant": v.invariant.value,
+                "row": v.row,
+                "position": v.position,
+                "expected": repr(v.expected)[:200],
+                "got": repr(v.got)[:200],
+                "detail": v.detail,
+                "tags": list(v.tags),
+            }
+        )
+    return out
 
 
 def pytest_runtest_logreport(report: pytest.TestReport) -> None:
     for key, value in report.user_properties:
         if key == PROP:
-            value = dict(value, duration_s=round(report.duration, 4))
+            value = {**value, "duration_s": round(report.duration, 4)}  # type: ignore[dict-item]
             _CASES.append(value)
+            _emit(ev="done", case=value)
 
 
 _CASES: list[dict[str, Any]] = []
@@ -199,8 +325,9 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
             seen[case["case_id"]] = case
     from harness.atomicio import write_versioned_json
 
-    write_versioned_json(Path(path), "harness-cases", 1, {"finished": time.time(), "pid": os.getpid(),
-                                                         "cases": list(seen.values())})
+    write_versioned_json(
+        Path(path), "harness-cases", 1, {"finished": time.time(), "pid": os.getpid(), "cases": list(seen.values())}
+    )
 
 
-__all__ = ["GoldenMismatch", "Untestable", "GoldenChecker", "classify", "json"]
+__all__ = ["Broken", "GoldenMismatch", "Untestable", "GoldenChecker", "classify"]

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from harness.atomicio import read_versioned_json, write_versioned_json
-from harness.verdict import Verdict
+from harness.verdict import FAILING, Verdict
 
 RUN_KIND = "harness-run"
 RUN_SCHEMA = 1
@@ -29,6 +29,8 @@ class CaseResult:
     diff: str = ""  # human-readable golden diff (terminal and HTML)
     diff_data: dict[str, Any] | None = None  # structured diff (first index, errors, rows)
     source: str = "golden"  # "golden" or "upstream": which source of verdicts
+    violations: list[dict[str, Any]] = field(default_factory=list)  # broken oracle invariants (structured)
+    known: list[str] = field(default_factory=list)  # known MB bug entries that explain (or expected) it
 
     def to_json(self) -> dict[str, Any]:
         doc = dataclasses.asdict(self)
@@ -58,15 +60,23 @@ class RunResult:
     cases: list[CaseResult] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
 
-    def counts(self) -> dict[str, int]:
+    def counts(self, suite: str | None = None) -> dict[str, int]:
+        """Cases per verdict value (of one suite, when given)."""
         out = {v.value: 0 for v in Verdict}
-        for c in self.cases:
-            out[c.verdict.value] += 1
+        for case in self.cases:
+            if suite is None or case.suite == suite:
+                out[case.verdict.value] += 1
         return out
 
     @property
     def ok(self) -> bool:
-        return not any(c.verdict in (Verdict.FAIL, Verdict.ERROR) for c in self.cases)
+        """Nothing to act on: no regression, harness error, fixed known bug or unreviewed change."""
+        return self.exit_code() == 0
+
+    def exit_code(self, allow_changed: bool = False) -> int:
+        """0 when no case failed, erred or is FIXED (CHANGED too, unless allowed) and some case ran."""
+        bad = set(FAILING) | (set() if allow_changed else {Verdict.CHANGED})
+        return 1 if not self.cases or any(c.verdict in bad for c in self.cases) else 0
 
     def to_json(self) -> dict[str, Any]:
         doc = dataclasses.asdict(self)

@@ -2,8 +2,15 @@
 
 The subprocess is pytest with :mod:`harness.plugin`, the target's ``PYTHONPATH`` and the CPU
 stand-ins; its verdict file (not its text output) is the result. The process runs in its own
-session so a timeout kills the whole group; a timeout or a crash before any verdict makes
-every selected case UNTESTABLE with the reason (a bisect then skips that commit).
+session so a timeout kills the whole group.
+
+When the process leaves no verdict file, its live event log (:mod:`harness.caselog`) says how
+far it got. Killed at the time limit: the case(s) it was running FAIL with ``broken: timeout``
+(a hang is the commit's failure, bisectable; the kill at ``--timeout`` keeps a hung commit from
+hanging a bisection), finished cases keep their verdicts, cases never started are UNTESTABLE
+("not run"). Died on its own: the running case is an ERROR (a crash cannot be attributed), the
+others as above. Nothing collected at all: one ERROR per suite (the harness's suite modules
+never got as far as MB's code).
 """
 
 from __future__ import annotations
@@ -19,16 +26,16 @@ import time
 import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, TextIO
+from typing import TextIO
 
-from harness.procs import kill_group as _kill_group, popen_owned
-from harness import target as target_mod
 from harness.atomicio import read_versioned_json
+from harness.caselog import CaseLog, read_log
 from harness.errors import CorruptFile, UsageError
-from harness.results import CaseResult, RunResult
 from harness.paths import FIXTURES_DIR, ROOT, SUITES_DIR
-from harness.target import Target
-from harness.verdict import Verdict
+from harness.procs import kill_group, popen_owned
+from harness.results import CaseResult, RunResult
+from harness.target import Target, machine, mb_location
+from harness.verdict import Verdict, worst
 
 UPSTREAM = "upstream"  # MB's own packing tests, replayed from the target's tree (harness.upstream)
 
@@ -67,7 +74,9 @@ class RunOptions:
     fixtures_dir: Path = FIXTURES_DIR
     extra_pytest: list[str] = field(default_factory=list)
     import_mode: str = "auto"  # see IMPORT_MODES
-    fork_server: bool = False  # light-import group through harness.forkserver (torch + MCore imported once)
+    # > 0: the light-import group runs through harness.forkserver (torch and megatron-core imported
+    # once per megatron-core, installed or pinned tree), with at most this many servers alive
+    fork_servers: int = 0
     verbose: bool = False  # the live output names every case (pytest -v instead of -q)
 
 
@@ -101,12 +110,35 @@ def new_run_id() -> str:
 
 
 def _pytest_cmd(files: list[Path], opts: RunOptions, cases_file: Path, obtained: Path) -> list[str]:
-    cmd = [sys.executable, "-m", "pytest", *map(str, files), "-p", "harness.plugin", "-p", "harness.standins.light",
-           "-p", "no:cacheprovider",
-           "-v" if opts.verbose else "-q", "--no-header", "-rN", "--color=no", "-W", "ignore",
-           "--rootdir", str(ROOT), "-c", str(SUITES_DIR / "pytest.ini"),
-           "--harness-results", str(cases_file), "--harness-obtained", str(obtained),
-           "--harness-fixtures", str(opts.fixtures_dir)]
+    cmd = [
+        sys.executable,
+        "-m",
+        "pytest",
+        *map(str, files),
+        "-p",
+        "harness.plugin",
+        "-p",
+        "harness.standins.light",
+        "-p",
+        "no:cacheprovider",
+        "-v" if opts.verbose else "-q",
+        "--no-header",
+        "--tb=short" if opts.verbose else "--tb=no",
+        "-rN",
+        "--color=no",
+        "-W",
+        "ignore",
+        "--rootdir",
+        str(ROOT),
+        "-c",
+        str(SUITES_DIR / "pytest.ini"),
+        "--harness-results",
+        str(cases_file),
+        "--harness-obtained",
+        str(obtained),
+        "--harness-fixtures",
+        str(opts.fixtures_dir),
+    ]
     if opts.record:
         cmd.append("--harness-record")
     if opts.keyword:
@@ -121,14 +153,12 @@ def _stream(proc: subprocess.Popen, sink: TextIO | None, deadline: float) -> tup
     tail: list[str] = []
     assert proc.stdout is not None
     os.set_blocking(proc.stdout.fileno(), False)
-    buf = b""
     while True:
         if time.monotonic() > deadline:
-            _kill_group(proc)
+            kill_group(proc)
             return True, "".join(tail)
         chunk = proc.stdout.read(65536) if proc.stdout else b""
         if chunk:
-            buf += chunk
             text = chunk.decode("utf-8", "replace")
             if sink is not None:
                 sink.write(text)
@@ -139,7 +169,6 @@ def _stream(proc: subprocess.Popen, sink: TextIO | None, deadline: float) -> tup
             return False, "".join(tail)
         else:
             time.sleep(0.1)
-
 
 
 def run_suites(tgt: Target, opts: RunOptions, out_dir: Path, progress: TextIO | None = sys.stderr) -> RunResult:
@@ -173,28 +202,38 @@ def run_suites(tgt: Target, opts: RunOptions, out_dir: Path, progress: TextIO | 
         if not group_files:
             continue
         cases_file = out_dir / (f"cases-{group}.json" if group else "cases.json")
-        if cases_file.exists():
-            cases_file.unlink()
+        events_file = cases_file.with_suffix(".events.jsonl")
+        for stale in (cases_file, events_file):
+            if stale.exists():
+                stale.unlink()
+        remaining = deadline - time.monotonic()
+        if remaining < 1.0:  # an earlier group used the whole time limit
+            reason = f"not run: the time limit ({opts.timeout_s:.0f} s) was used up by an earlier import group"
+            cases += [_whole_suite(f, Verdict.UNTESTABLE, reason, group) for f in group_files]
+            notes.append(f"[{group} import] {reason}")
+            continue
         env = tgt.env(standins_log)
         env["HARNESS_IMPORT_MODE"] = import_env
         if group:
             env["HARNESS_IMPORT_GROUP"] = group
         else:
             env.pop("HARNESS_IMPORT_GROUP", None)
-        cmd = _pytest_cmd(group_files, opts, cases_file, obtained)
-        remaining = max(1.0, deadline - time.monotonic())
-        if opts.fork_server and import_env == "light":
-            rc, timed_out, tail = _run_forked(cmd, env, out_dir / f"pytest-{group}.log", remaining)
+        cmd = _pytest_cmd(group_files, opts, cases_file, obtained) + ["--harness-events", str(events_file)]
+        forked = None
+        if opts.fork_servers > 0 and import_env == "light":
+            forked, why_not = _run_forked(tgt, cmd, env, out_dir / f"pytest-{group}.log", remaining, opts.fork_servers)
+            if why_not:
+                notes.append(f"[{group} import] fork server unavailable ({why_not}): ran as a plain subprocess")
+        if forked is not None:
+            rc, timed_out, tail = forked
         else:
-            proc = popen_owned(cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                               stdin=subprocess.DEVNULL)
+            proc = popen_owned(
+                cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL
+            )
             timed_out, tail = _stream(proc, progress, time.monotonic() + remaining)
             rc = proc.returncode
-        g_cases, g_notes = _collect(cases_file, group_files, timed_out, rc, tail, opts.timeout_s,
-                                    empty_ok=group is not None)
-        if group and timed_out:  # the whole-suite placeholders must not collide between groups
-            for c in g_cases:
-                c.case_id = f"{c.case_id}[{group} import]"
+        outcome = _Outcome(rc, timed_out, tail, opts.timeout_s)
+        g_cases, g_notes = _collect(cases_file, events_file, group_files, outcome, group, empty_ok=group is not None)
         cases += g_cases
         notes += [f"[{group} import] {n}" if group else n for n in g_notes]
         per_group[import_env] = per_group.get(import_env, 0) + len(g_cases)
@@ -204,8 +243,9 @@ def run_suites(tgt: Target, opts: RunOptions, out_dir: Path, progress: TextIO | 
         left = [f.stem[5:] for f in files if file_groups(f) - {"light"}]
         import_mode = f"light ({per_group.get('light', 0)} cases)"
         if left:
-            notes.append(f"--import light: full-import cases not run (suites {', '.join(left)}); "
-                         "use --import auto or full")
+            notes.append(
+                f"--import light: full-import cases not run (suites {', '.join(left)}); use --import auto or full"
+            )
     else:
         import_mode = "full"
     if not cases and mode != "light":
@@ -217,25 +257,46 @@ def run_suites(tgt: Target, opts: RunOptions, out_dir: Path, progress: TextIO | 
         notes += up_notes
         duration = time.monotonic() - t0
     result = RunResult(
-        run_id=out_dir.name, target=_target_doc(tgt), versions=_target_versions(tgt), machine=target_mod.machine(),
-        import_mode=import_mode, standins=sorted(set(filter(None, standins_log.read_text().splitlines()))),
-        started=started.strftime("%Y-%m-%dT%H:%M:%SZ"), duration_s=round(duration, 2), cases=cases, notes=notes)
+        run_id=out_dir.name,
+        target=_target_doc(tgt),
+        versions=_target_versions(tgt),
+        machine=machine(),
+        import_mode=import_mode,
+        standins=sorted(set(filter(None, standins_log.read_text().splitlines()))),
+        started=started.strftime("%Y-%m-%dT%H:%M:%SZ"),
+        duration_s=round(duration, 2),
+        cases=cases,
+        notes=notes,
+    )
     result.save(out_dir / "results.json")
     return result
 
 
-def _run_forked(cmd: list[str], env: dict[str, str], log: Path, timeout_s: float) -> tuple[int | None, bool, str]:
-    """The light group through this thread's fork server (started without any target on its path)."""
-    from harness.forkserver import server_for
+def _run_forked(
+    tgt: Target, cmd: list[str], env: dict[str, str], log: Path, timeout_s: float, capacity: int
+) -> tuple[tuple[int | None, bool, str] | None, str]:
+    """The light group through the fork server of the target's megatron-core (the installed one,
+    or the pinned Megatron-LM tree; servers never have an MB on their path).
 
-    server_env = Target().env()
+    Returns ((exit code, timed out, output tail), "") or (None, why) when no server could take
+    the run: the caller then runs a plain subprocess and says so.
+    """
+    from harness.forkserver import POOL, ForkServerError
+
+    core = Target(core=tgt.core, core_pin=tgt.core_pin)
+    server_env = core.env()
     server_env["HARNESS_IMPORT_MODE"] = "light"
-    rc, timed_out = server_for(server_env, ROOT).run(cmd[3:], env, ROOT, log, timeout_s)
+    key = str(tgt.core) if tgt.core else "installed megatron-core"
+    try:
+        with POOL.lease(key, server_env, ROOT, capacity) as server:
+            rc, timed_out = server.run(cmd[3:], env, ROOT, log, timeout_s)
+    except ForkServerError as exc:
+        return None, str(exc)
     try:
         tail = log.read_text(errors="replace")[-20000:]
     except OSError:
         tail = ""
-    return rc, timed_out, tail
+    return (rc, timed_out, tail), ""
 
 
 def _upstream(tgt: Target, opts: RunOptions, out_dir: Path) -> tuple[list[CaseResult], list[str]]:
@@ -249,30 +310,83 @@ def _run_upstream_only(tgt: Target, opts: RunOptions, out_dir: Path) -> RunResul
     t0 = time.monotonic()
     cases, notes = _upstream(tgt, opts, out_dir)
     result = RunResult(
-        run_id=out_dir.name, target=_target_doc(tgt), versions=_target_versions(tgt), machine=target_mod.machine(),
-        import_mode="upstream", standins=[], started=started.strftime("%Y-%m-%dT%H:%M:%SZ"),
-        duration_s=round(time.monotonic() - t0, 2), cases=cases, notes=notes)
+        run_id=out_dir.name,
+        target=_target_doc(tgt),
+        versions=_target_versions(tgt),
+        machine=machine(),
+        import_mode="upstream",
+        standins=[],
+        started=started.strftime("%Y-%m-%dT%H:%M:%SZ"),
+        duration_s=round(time.monotonic() - t0, 2),
+        cases=cases,
+        notes=notes,
+    )
     result.save(out_dir / "results.json")
     return result
 
 
-def _collect(cases_file: Path, files: list[Path], timed_out: bool, rc: int | None, tail: str,
-             timeout_s: float, empty_ok: bool = False) -> tuple[list[CaseResult], list[str]]:
+@dataclass(frozen=True)
+class _Outcome:
+    """How a suite process ended."""
+
+    rc: int | None
+    timed_out: bool
+    tail: str  # the end of its output
+    timeout_s: float
+
+
+def _collect(
+    cases_file: Path, events_file: Path, files: list[Path], outcome: _Outcome, group: str | None, empty_ok: bool = False
+) -> tuple[list[CaseResult], list[str]]:
     notes: list[str] = []
-    if timed_out:
-        reason = f"timeout: the suite process ran past {timeout_s:.0f} s and was killed"
-        return [_whole_suite(f, Verdict.UNTESTABLE, reason) for f in files], [reason]
-    try:
-        doc = read_versioned_json(cases_file, "harness-cases", 1)
-    except (FileNotFoundError, CorruptFile):
-        reason = f"the suite process exited with code {rc} before reporting verdicts: {_last_lines(tail)}"
-        return [_whole_suite(f, Verdict.ERROR, reason) for f in files], [reason]
-    cases = [CaseResult.from_json(c) for c in doc["cases"]]
-    if rc not in (0, 1) and not (rc == 5 and not cases):  # 5: nothing selected (e.g. by -k in one group)
-        notes.append(f"pytest exited with code {rc}: {_last_lines(tail)}")
-    if not cases and not empty_ok:
-        notes.append("no case was selected")
-    return cases, notes
+    if not outcome.timed_out:
+        try:
+            doc = read_versioned_json(cases_file, "harness-cases", 1)
+        except (FileNotFoundError, CorruptFile):
+            doc = None
+        if doc is not None:
+            cases = [CaseResult.from_json(c) for c in doc["cases"]]
+            rc = outcome.rc
+            if rc not in (0, 1) and not (rc == 5 and not cases):  # 5: nothing selected (e.g. by -k in one group)
+                notes.append(f"pytest exited with code {rc}: {_last_lines(outcome.tail)}")
+            if not cases and not empty_ok:
+                notes.append("no case was selected")
+            return cases, notes
+    return _salvage(read_log(events_file), files, outcome, group)
+
+
+def _salvage(
+    log: CaseLog, files: list[Path], outcome: _Outcome, group: str | None
+) -> tuple[list[CaseResult], list[str]]:
+    """Verdicts of a suite process that left no verdict file, from its event log."""
+    if outcome.timed_out:
+        stopped = f"the suite process ran past {outcome.timeout_s:.0f} s and was killed"
+    else:
+        stopped = (
+            f"the suite process exited with code {outcome.rc} before reporting verdicts: {_last_lines(outcome.tail)}"
+        )
+    if not log.collected:
+        reason = f"{stopped} (before any case was collected)"
+        return [_whole_suite(f, Verdict.ERROR, reason, group) for f in files], [reason]
+    running = log.in_flight
+    where = f" while {', '.join(running)} ran" if running else ""
+    cases: list[CaseResult] = []
+    for case_id, suite in log.collected.items():
+        if case_id in log.done:  # a setup error and a teardown error for one case: keep the worst
+            records = [CaseResult.from_json(c) for c in log.done[case_id]]
+            verdict = worst([r.verdict for r in records])
+            cases.append(next(r for r in records if r.verdict is verdict))
+        elif case_id in running and outcome.timed_out:
+            cases.append(
+                CaseResult(
+                    case_id, suite, Verdict.FAIL, message=f"broken: timeout: this case was running when {stopped}"
+                )
+            )
+        elif case_id in running:
+            cases.append(CaseResult(case_id, suite, Verdict.ERROR, message=f"this case was running when {stopped}"))
+        else:
+            cases.append(CaseResult(case_id, suite, Verdict.UNTESTABLE, message=f"not run: {stopped}{where}"))
+    return cases, [f"{stopped}{where}"]
 
 
 def _last_lines(text: str, n: int = 6) -> str:
@@ -280,14 +394,18 @@ def _last_lines(text: str, n: int = 6) -> str:
     return " | ".join(lines[-n:])[-1500:]
 
 
-def _whole_suite(file: Path, verdict: Verdict, reason: str) -> CaseResult:
+def _whole_suite(file: Path, verdict: Verdict, reason: str, group: str | None) -> CaseResult:
+    """One verdict for a suite whose cases are unknown; the import group keeps the light and
+    full placeholders of one suite file apart."""
     suite = file.stem[5:]
-    return CaseResult(case_id=f"{suite}::*", suite=suite, verdict=verdict, message=reason)
+    return CaseResult(
+        case_id=f"{suite}::*" + (f"[{group} import]" if group else ""), suite=suite, verdict=verdict, message=reason
+    )
 
 
 def _target_doc(tgt: Target) -> dict[str, object]:
     if tgt.src is None:
-        loc = target_mod.mb_location()
+        loc = mb_location()
         return {"kind": "installed", "path": str(loc) if loc else None, "commit": None}
     return {"kind": "source", "path": str(tgt.src), "commit": tgt.commit}
 
@@ -296,8 +414,9 @@ def _target_versions(tgt: Target) -> dict[str, str]:
     """Versions as the child sees them (the target's MB may differ from the installed one)."""
     code = "import json; from harness.target import versions; print(json.dumps(versions()))"
     try:
-        out = subprocess.run([sys.executable, "-c", code], env=tgt.env(), capture_output=True, text=True,
-                             timeout=120, cwd=ROOT)
+        out = subprocess.run(
+            [sys.executable, "-c", code], env=tgt.env(), capture_output=True, text=True, timeout=120, cwd=ROOT
+        )
         return json.loads(out.stdout.strip().splitlines()[-1])
     except (subprocess.SubprocessError, json.JSONDecodeError, IndexError, OSError):
         return {"megatron-bridge": "unknown"}
@@ -305,6 +424,3 @@ def _target_versions(tgt: Target) -> dict[str, str]:
 
 def temp_out_dir() -> Path:
     return Path(tempfile.mkdtemp(prefix="harness-run-"))
-
-
-ProgressFn = Callable[[str], None]

@@ -3,8 +3,9 @@
 A target is either the MB importable in the environment (the default) or a source tree given
 with ``--mb-src`` (an MB checkout's ``src/``, or a tree the bisect driver materialised), put
 first on the subprocess's ``PYTHONPATH``. Identity is read without importing MB (its package
-``__init__`` costs ~20 s): version from ``package_info.py``, commit from git or from the
-``HARNESS_TARGET_COMMIT`` variable the bisect driver sets.
+``__init__`` costs ~20 s): version from ``package_info.py``, commit from git
+(:func:`harness.gitrepo.tree_commit`) or from the ``HARNESS_TARGET_COMMIT`` variable the bisect
+driver sets.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from typing import Any
 
 import harness
 from harness.errors import EnvironmentProblem, UsageError
+from harness.ownership import ENV_ROOTS, encode_roots
 from harness.paths import ROOT, SITE_DIR
 
 
@@ -42,8 +44,12 @@ class Target:
         if (src / "src" / "megatron" / "bridge").is_dir():
             src = src / "src"  # accept the checkout root too
         if not (src / "megatron" / "bridge").is_dir():
-            raise UsageError(f"--mb-src {mb_src}: no megatron/bridge package under it (give an MB checkout or its src/)")
-        return cls(src, commit or git_commit(src))
+            raise UsageError(
+                f"--mb-src {mb_src}: no megatron/bridge package under it (give an MB checkout or its src/)"
+            )
+        from harness.gitrepo import tree_commit  # GitPython only where a commit is asked for
+
+        return cls(src, commit or tree_commit(src))
 
     def pythonpath(self, extra: list[str] | None = None) -> str:
         """PYTHONPATH for a subprocess: target source, stand-ins, the harness itself."""
@@ -52,9 +58,16 @@ class Target:
         old = os.environ.get("PYTHONPATH")
         return os.pathsep.join(parts + ([old] if old else []))
 
+    def megatron_roots(self) -> list[Path]:
+        """Where the code under test lives (blame, see :mod:`harness.ownership`): the MB package
+        tree, and the pinned Megatron-LM tree when there is one."""
+        mb = self.src / "megatron" / "bridge" if self.src else mb_location()
+        return ([mb] if mb else []) + ([self.core / "megatron"] if self.core else [])
+
     def env(self, standins_log: Path | None = None) -> dict[str, str]:
         env = dict(os.environ)
         env["PYTHONPATH"] = self.pythonpath()
+        env[ENV_ROOTS] = encode_roots(self.megatron_roots())
         env["PYTHONDONTWRITEBYTECODE"] = "1"  # never write __pycache__ into a user's checkout
         if self.commit:
             env["HARNESS_TARGET_COMMIT"] = self.commit
@@ -63,22 +76,6 @@ class Target:
         if standins_log:
             env["HARNESS_STANDINS_LOG"] = str(standins_log)
         return env
-
-
-def git_commit(path: Path) -> str | None:
-    """HEAD of the git tree containing ``path`` (with ``-dirty`` when modified), or None."""
-    try:
-        tracked = subprocess.run(["git", "-C", str(path), "ls-files", "--", "."], capture_output=True, text=True,
-                                 timeout=30)
-        if tracked.returncode != 0 or not tracked.stdout.strip():
-            return None  # not a git tree, or a tree ignored by an enclosing repo (a venv inside a repo)
-        sha = subprocess.run(["git", "-C", str(path), "rev-parse", "HEAD"], capture_output=True, text=True,
-                             timeout=30, check=True).stdout.strip()
-        dirty = subprocess.run(["git", "-C", str(path), "status", "--porcelain", "--untracked-files=no", "--", "."],
-                               capture_output=True, text=True, timeout=60).stdout.strip()
-    except (OSError, subprocess.SubprocessError):
-        return None
-    return sha + ("-dirty" if dirty else "")
 
 
 def _dist_version(name: str) -> str:
@@ -130,13 +127,18 @@ def versions() -> dict[str, str]:
 
 def describe_running_target() -> dict[str, Any]:
     """Provenance of values produced in this process (goes into goldens)."""
+    from harness.gitrepo import tree_commit  # GitPython only where a commit is asked for
+
     loc = mb_location()
     return {
         "mb_version": mb_version(loc),
-        "mb_commit": os.environ.get("HARNESS_TARGET_COMMIT") or (git_commit(loc) if loc else None),
+        "mb_commit": os.environ.get("HARNESS_TARGET_COMMIT") or (tree_commit(loc) if loc else None),
         "torch": _dist_version("torch"),
-        "megatron_core": (f"Megatron-LM {os.environ['HARNESS_CORE_PIN']}" if os.environ.get("HARNESS_CORE_PIN")
-                          else _dist_version("megatron-core")),
+        "megatron_core": (
+            f"Megatron-LM {os.environ['HARNESS_CORE_PIN']}"
+            if os.environ.get("HARNESS_CORE_PIN")
+            else _dist_version("megatron-core")
+        ),
         "harness": harness.__version__,
         "date": _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
     }
@@ -146,17 +148,24 @@ def machine() -> dict[str, Any]:
     """CPU/GPU description without importing torch in the parent (cheap, no CUDA init)."""
     gpu = None
     try:
-        out = subprocess.run(["nvidia-smi", "--query-gpu=name", "--format=csv,noheader"], capture_output=True,
-                             text=True, timeout=20)
+        out = subprocess.run(
+            ["nvidia-smi", "--query-gpu=name", "--format=csv,noheader"], capture_output=True, text=True, timeout=20
+        )
         if out.returncode == 0 and out.stdout.strip():
             gpu = out.stdout.strip().splitlines()[0]
     except (OSError, subprocess.SubprocessError):
         pass
-    return {"hostname": platform.node(), "platform": platform.platform(), "cpus": os.cpu_count(),
-            "accelerator": gpu or "CPU only"}
+    return {
+        "hostname": platform.node(),
+        "platform": platform.platform(),
+        "cpus": os.cpu_count(),
+        "accelerator": gpu or "CPU only",
+    }
 
 
 def require_mb(target: Target) -> None:
     """Fail early, in one line, when no MB is importable for this target."""
     if target.src is None and mb_location() is None:
-        raise EnvironmentProblem("no megatron.bridge importable in this environment; run scripts/setup.sh or give --mb-src")
+        raise EnvironmentProblem(
+            "no megatron.bridge importable in this environment; run scripts/setup.sh or give --mb-src"
+        )

@@ -15,14 +15,24 @@ from collections.abc import Iterable
 class Verdict(enum.Enum):
     """Outcome of one case on one target.
 
-    PASS/FAIL are statements about Megatron-Bridge's behaviour. UNTESTABLE means the case
-    could not be evaluated on this target (operation missing in this era, import failure,
-    timeout, CUDA-only code): it maps to git-bisect's "skip". ERROR means the harness itself
-    broke (an adapter or suite bug); it is never blamed on a commit.
+    PASS/FAIL are statements about Megatron-Bridge's behaviour: FAIL means an invariant broke
+    (packed != MB's own unpacked path, padding trained, a documented rule broken, MB raised), a
+    regression; a FAIL whose message starts with ``broken:`` says MB's code at this commit does
+    not import, lost an output, or hung. CHANGED means every invariant holds but the output
+    differs from the golden: a change to review and accept, never a regression (a fix in MB
+    comes out as CHANGED or PASS). KNOWN_FAIL is a FAIL fully explained by a reviewed known MB
+    bug (harness/known.py); FIXED is a case a known-bug entry lists that passes now (the entry
+    must go, like a strict xfail). UNTESTABLE means the case could not be evaluated on this
+    target (the operation does not exist in this era, a missing non-packing dependency,
+    CUDA-only code): it maps to git-bisect's "skip". ERROR means the harness itself broke (an
+    adapter or suite bug); it is never blamed on a commit.
     """
 
     PASS = "pass"
     FAIL = "fail"
+    CHANGED = "changed"
+    KNOWN_FAIL = "known-fail"
+    FIXED = "fixed"
     UNTESTABLE = "untestable"
     ERROR = "error"
 
@@ -34,18 +44,41 @@ class Verdict(enum.Enum):
     @property
     def is_decisive(self) -> bool:
         """True when the verdict says something about MB (good or bad)."""
-        return self in (Verdict.PASS, Verdict.FAIL)
+        return self in _DECISIVE
 
+    def bisect_view(self, *, changed: bool = False) -> Verdict:
+        """The verdict as a bisection sees it: PASS (good), FAIL (bad), or a skip.
+
+        A known MB bug is still broken behaviour (bad) and a fixed one good; a golden change is
+        good unless the user bisects changes (``harness bisect --changed``), then it is bad.
+        """
+        if self is Verdict.KNOWN_FAIL:
+            return Verdict.FAIL
+        if self is Verdict.FIXED:
+            return Verdict.PASS
+        if self is Verdict.CHANGED:
+            return Verdict.FAIL if changed else Verdict.PASS
+        return self
+
+
+_DECISIVE = frozenset({Verdict.PASS, Verdict.FAIL, Verdict.CHANGED, Verdict.KNOWN_FAIL, Verdict.FIXED})
 
 #: Least to most severe. A FAIL (MB misbehaves) outranks an ERROR (the harness broke), which
-#: outranks UNTESTABLE (nothing could be said). A new verdict gets its place here; the test
-#: suite checks that every member has one.
+#: outranks FIXED (a known-bug entry to remove), KNOWN_FAIL (a reviewed MB bug), CHANGED (a
+#: golden to review) and UNTESTABLE (nothing could be said). A new verdict gets its place here;
+#: the test suite checks that every member has one.
 SEVERITY: dict[Verdict, int] = {
     Verdict.PASS: 0,
     Verdict.UNTESTABLE: 1,
-    Verdict.ERROR: 2,
-    Verdict.FAIL: 3,
+    Verdict.CHANGED: 2,
+    Verdict.KNOWN_FAIL: 3,
+    Verdict.FIXED: 4,
+    Verdict.ERROR: 5,
+    Verdict.FAIL: 6,
 }
+
+#: Verdicts that make ``harness run`` exit 1 (CHANGED only without ``--allow-changed``).
+FAILING = frozenset({Verdict.FAIL, Verdict.ERROR, Verdict.FIXED})
 
 
 def worst(verdicts: Iterable[Verdict]) -> Verdict:

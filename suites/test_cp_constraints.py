@@ -21,8 +21,16 @@ from suites import _inputs
 
 pytestmark = pytest.mark.import_group("full")
 
-TOPOLOGIES = [(1, 1, False), (2, 1, False), (4, 1, False), (1, 2, True), (1, 4, True), (2, 2, True),
-              (4, 2, True), (2, 4, False)]
+TOPOLOGIES = [
+    (1, 1, False),
+    (2, 1, False),
+    (4, 1, False),
+    (1, 2, True),
+    (1, 4, True),
+    (2, 2, True),
+    (4, 2, True),
+    (2, 4, False),
+]
 
 
 def _required(cp: int, tp: int, sp: bool) -> list[int]:
@@ -42,8 +50,14 @@ def test_in_batch_multiple(golden, cp, tp, sp):
     assert m == math.lcm(1, *_required(cp, tp, sp)), "the documented alignment is the lcm (no over-padding)"
     # the packed batch built with that multiple keeps every boundary on the CP/SP grid
     batch, lengths = _inputs.right_padded_batch(cp * 10 + tp, 4, 19)
-    packed = thd.pack_in_batch(batch["tokens"], batch["labels"], batch["loss_mask"], batch["position_ids"],
-                               pad_token_id=_inputs.PAD_ID, pad_to_multiple_of=m)
+    packed = thd.pack_in_batch(
+        batch["tokens"],
+        batch["labels"],
+        batch["loss_mask"],
+        batch["position_ids"],
+        pad_token_id=_inputs.PAD_ID,
+        pad_to_multiple_of=m,
+    )
     assert all(b % m == 0 for b in packed["cu_seqlens_padded"])
     golden.check({"multiple": m, "cu_seqlens_padded": packed["cu_seqlens_padded"]})
 
@@ -70,8 +84,9 @@ def test_eval_cp_multiple(golden, cp, eval_cp):
     golden.check({"multiple": out["multiple"]})
 
 
-@pytest.mark.parametrize("cp,tp,sp,seq", [(2, 1, False, 1002), (4, 1, False, 1004), (2, 2, True, 1002),
-                                          (4, 1, False, 1008)])
+@pytest.mark.parametrize(
+    "cp,tp,sp,seq", [(2, 1, False, 1002), (4, 1, False, 1004), (2, 2, True, 1002), (4, 1, False, 1008)]
+)
 def test_seq_length_divisibility(golden, cp, tp, sp, seq):
     out = cp_ops.collate_padding_multiple(cp, tp, sp, in_batch=True, seq_length=seq)
     req = math.lcm(1, *_required(cp, tp, sp))

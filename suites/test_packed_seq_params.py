@@ -1,10 +1,15 @@
-"""Building MCore ``PackedSeqParams`` from a packed batch.
+"""Building MCore ``PackedSeqParams`` from a packed batch (``get_packed_seq_params``).
 
-Documented contract: offline packed batches carry ``cu_seqlens`` padded with a ``-1``
-sentinel (and optionally ``cu_seqlens_argmin``) that the builder strips; with
-``pad_seq_to_mult`` the batch also carries ``cu_seqlens_unpadded`` and the params then hold the
-real-token boundaries in ``cu_seqlens_q`` and the physical ones in ``cu_seqlens_q_padded``;
-``qkv_format`` is ``"thd"``; ``max_seqlen`` is passed through.
+From MB's own batches: every micro-batch MB's packed dataset collates (offline packed SFT
+through MB's builder, see suites/_oracle.py) goes through MB's ``get_packed_seq_params``; what
+the params carry (boundaries, padded variants, ``max_seqlen``, dtypes) is checked by the oracle
+against MB's own unpacked path, like the collated batch itself, and ``qkv_format`` is ``"thd"``.
+
+Documented legacy contract (hand-made batches, because current MB no longer collates them but
+``get_packed_seq_params`` still accepts them): ``cu_seqlens`` padded with ``-1`` (optionally with
+``cu_seqlens_argmin``) is stripped of that padding and nothing else - a batch without ``-1`` keeps
+every boundary; with ``cu_seqlens_unpadded`` the params hold the real-token boundaries in
+``cu_seqlens_q`` and the physical ones in ``cu_seqlens_q_padded``; ``max_seqlen`` passes through.
 """
 
 from __future__ import annotations
@@ -12,15 +17,22 @@ from __future__ import annotations
 import pytest
 import torch
 
+from harness.adapters import batch as batch_ops
+from harness.adapters import forward as fwd
 from harness.adapters import thd
+from harness.oracle.differential import Invariant, InvariantFailure, Violation
+from suites import _oracle
 
 pytestmark = pytest.mark.import_group("light")
 
 
-def _legacy_batch(bounds: list[int], sentinels: int, max_seqlen: int, argmin: bool = False,
-                  unpadded: list[int] | None = None) -> dict:
-    batch = {"cu_seqlens": torch.tensor([bounds + [-1] * sentinels], dtype=torch.int32),
-             "max_seqlen": torch.tensor([[max_seqlen]], dtype=torch.int32)}
+def _legacy_batch(
+    bounds: list[int], sentinels: int, max_seqlen: int, argmin: bool = False, unpadded: list[int] | None = None
+) -> dict:
+    batch = {
+        "cu_seqlens": torch.tensor([bounds + [-1] * sentinels], dtype=torch.int32),
+        "max_seqlen": torch.tensor([[max_seqlen]], dtype=torch.int32),
+    }
     if argmin:
         batch["cu_seqlens_argmin"] = torch.tensor([[len(bounds)]])
     if unpadded is not None:
@@ -28,25 +40,78 @@ def _legacy_batch(bounds: list[int], sentinels: int, max_seqlen: int, argmin: bo
     return batch
 
 
-@pytest.mark.parametrize("bounds,sentinels,argmin", [
-    ([0, 5, 9, 12], 2, False), ([0, 5, 9, 12], 2, True), ([0, 7], 5, False), ([0, 3, 4, 10, 16, 31, 32], 1, True),
-], ids=["3seq-2sentinels", "3seq-2sentinels-argmin", "1seq-5sentinels", "6seq-1sentinel-argmin"])
+@pytest.mark.parametrize(
+    "bounds,sentinels,argmin",
+    [
+        ([0, 5, 9, 12], 2, False),
+        ([0, 5, 9, 12], 2, True),
+        ([0, 7], 5, False),
+        ([0, 3, 4, 10, 16, 31, 32], 1, True),
+        ([0, 5, 9, 12], 0, False),
+    ],
+    ids=["3seq-2sentinels", "3seq-2sentinels-argmin", "1seq-5sentinels", "6seq-1sentinel-argmin", "3seq-no-sentinel"],
+)
 def test_offline_sentinel_stripped(golden, bounds, sentinels, argmin):
     max_seqlen = max(b - a for a, b in zip(bounds, bounds[1:]))
     params = thd.packed_seq_params(_legacy_batch(bounds, sentinels, max_seqlen, argmin))
     assert params["qkv_format"] == "thd"
-    assert params["cu_seqlens_q"] == bounds, "sentinel -1 entries must be stripped, real boundaries kept"
-    assert params["cu_seqlens_kv"] == bounds
-    assert params["max_seqlen_q"] == max_seqlen
+    tags = ("legacy-keys", "no-sentinel" if sentinels == 0 else "sentinel")
+    violations = [
+        Violation(
+            Invariant.LOGICAL_BOUNDARIES,
+            0,
+            None,
+            bounds,
+            params[key],
+            f"{key}: -1 padding stripped, every real boundary kept",
+            tags,
+        )
+        for key in ("cu_seqlens_q", "cu_seqlens_kv")
+        if params[key] != bounds
+    ]
+    if params["max_seqlen_q"] != max_seqlen:
+        violations.append(Violation(Invariant.MAX_SEQLEN, 0, None, max_seqlen, params["max_seqlen_q"], "", tags))
+    if violations:
+        raise InvariantFailure("\n".join(v.text() for v in violations), violations)
     golden.check(params)
 
 
-@pytest.mark.parametrize("unpadded,padded", [
-    ([0, 5, 9, 12], [0, 8, 12, 16]), ([0, 1, 2, 3], [0, 4, 8, 12]), ([0, 13], [0, 16]),
-], ids=["3seq-mult4", "1token-seqs-mult4", "1seq-mult16"])
+@pytest.mark.parametrize(
+    "unpadded,padded",
+    [
+        ([0, 5, 9, 12], [0, 8, 12, 16]),
+        ([0, 1, 2, 3], [0, 4, 8, 12]),
+        ([0, 13], [0, 16]),
+    ],
+    ids=["3seq-mult4", "1token-seqs-mult4", "1seq-mult16"],
+)
 def test_offline_padded_and_unpadded(golden, unpadded, padded):
     params = thd.packed_seq_params(_legacy_batch(padded, 3, 8, unpadded=unpadded))
     assert params["cu_seqlens_q"] == unpadded, "cu_seqlens_q are the real-token boundaries"
     assert params["cu_seqlens_q_padded"] == padded, "cu_seqlens_q_padded are the physical boundaries"
     assert params["cu_seqlens_kv_padded"] == padded
     golden.check(params)
+
+
+MB_BATCH_CASES = [
+    c
+    for c in _oracle.CASES
+    if c.id in ("prompt-mult1", "prompt-mult4", "completion-mult2", "chat-mult8", "chat-mult4-full-loss")
+] + _oracle.FIXED_SHAPE_CASES
+
+
+@pytest.mark.parametrize("case", MB_BATCH_CASES, ids=[c.id for c in MB_BATCH_CASES])
+def test_params_from_mb_batches(golden, case):
+    """What MB's builder makes of MB's own collated batches, checked against MB's unpacked path."""
+    b = _oracle.built(case)
+    _, builder = fwd.mb_packed_seq_params.resolved
+    rows, formats = [], set()
+    for batch, row in zip(b.batches, b.rows):
+        params = builder({k: v for k, v in batch.items() if k.startswith(("cu_seqlens", "max_seqlen"))})
+        formats.add(getattr(params, "qkv_format", None))
+        rows.append(batch_ops.with_params(row, params))
+    assert formats == {"thd"}, f"qkv_format must be 'thd', got {formats}"
+    _oracle.compare(case, b.examples, rows, b.special_ids).only(_oracle.differential.BOUNDARY_INVARIANTS).assert_ok()
+    golden.check(
+        {"rows": [{k: v for k, v in r.items() if k.startswith(("cu_", "max_"))} for r in _oracle.canonical_rows(rows)]}
+    )

@@ -45,7 +45,9 @@ def test_first_fit(golden, seed, n, low, high, pack_size):
     lens = _inputs.seqlens(seed, n, low, high)
     bins = packing.first_fit(lens, pack_size)
     _check_bins(lens, bins, pack_size)
-    assert bins == _first_fit_reference(lens, pack_size), "first_fit must place each sequence in the first bin with room"
+    assert bins == _first_fit_reference(lens, pack_size), (
+        "first_fit must place each sequence in the first bin with room"
+    )
     golden.check({"seqlens": lens, "pack_size": pack_size, "bins": bins})
 
 
@@ -70,9 +72,14 @@ def test_first_fit_shuffle(golden, seed, n, low, high, pack_size):
     golden.check({"seqlens": lens, "pack_size": pack_size, "bins": bins})
 
 
-@pytest.mark.parametrize("seed,n,pack_size,algorithm", [
-    (10, 30, 32, "first_fit_decreasing"), (11, 50, 64, "first_fit_shuffle"), (12, 12, 24, "first_fit_decreasing"),
-])
+@pytest.mark.parametrize(
+    "seed,n,pack_size,algorithm",
+    [
+        (10, 30, 32, "first_fit_decreasing"),
+        (11, 50, 64, "first_fit_shuffle"),
+        (12, 12, 24, "first_fit_decreasing"),
+    ],
+)
 def test_packing_strategy_pipeline(golden, seed, n, pack_size, algorithm):
     """create_hist -> create_packing_strategy -> fill_packing_strategy on seeded SFT examples."""
     examples = _inputs.sft_examples(seed, n, max_len=min(24, pack_size))
@@ -94,9 +101,11 @@ def test_packing_strategy_pipeline(golden, seed, n, pack_size, algorithm):
         assert row["seq_start_id"][0] == 0 and len(row["seq_start_id"]) == len(assignment)
         assert len(row["loss_mask"]) == len(row["input_ids"])
         for k in range(len(assignment)):
-            seq = tuple(row["input_ids"][starts[k]:starts[k + 1]])
+            seq = tuple(row["input_ids"][starts[k] : starts[k + 1]])
             packed_ids[seq] += 1
-    assert packed_ids == Counter(tuple(ex["input_ids"]) for ex in examples), "packed rows hold exactly the input sequences"
+    assert packed_ids == Counter(tuple(ex["input_ids"]) for ex in examples), (
+        "packed rows hold exactly the input sequences"
+    )
     _check_answer_loss_mask(rows, examples)
     golden.check({"histogram": histogram, "assignments": assignments, "metadata": meta, "rows": rows})
 
@@ -107,8 +116,8 @@ def _check_answer_loss_mask(rows: list[dict], examples: list[dict]) -> None:
     for row in rows:
         starts = row["seq_start_id"] + [len(row["input_ids"])]
         for k in range(len(starts) - 1):
-            ids = tuple(row["input_ids"][starts[k]:starts[k + 1]])
-            mask = row["loss_mask"][starts[k]:starts[k + 1]]
+            ids = tuple(row["input_ids"][starts[k] : starts[k + 1]])
+            mask = row["loss_mask"][starts[k] : starts[k + 1]]
             a = answer_start[ids]
             expected = [1 if i >= a - 1 else 0 for i in range(len(ids))]
             assert mask == expected, f"loss mask of a packed sequence must start at answer_start_idx-1 ({a - 1})"

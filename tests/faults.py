@@ -108,8 +108,8 @@ PAD_CU_SEQLENS_RULE_DROPPED = Fault(
 # golden case (offline packing with micro-batch size 4) is still rejected by the offline
 # micro-batch-size rule, so no suite can see it (checked; the case keeps passing).
 
-# Not a behaviour fault: makes the in-batch packing module unimportable (a bisect must skip
-# the commits carrying it for the in-batch cases, and keep using them for the others).
+# A break, not a behaviour fault: makes the in-batch packing module unimportable (the in-batch
+# cases FAIL with "broken:" on the commits carrying it; the other suites are unaffected).
 IN_BATCH_SYNTAX_ERROR = Fault(
     name="in_batch_syntax_error",
     path="data/packing/in_batch.py",
@@ -118,7 +118,68 @@ IN_BATCH_SYNTAX_ERROR = Fault(
     description="syntax error in data/packing/in_batch.py (module cannot be imported)",
 )
 
-FAULTS: dict[str, Fault] = {f.name: f for f in (
-    CU_SEQLENS_OFF_BY_ONE, ALIGNMENT_PAD_LOSS_MASK_ONE, POSITION_IDS_NOT_RESET,
-    PAD_CU_SEQLENS_RULE_DROPPED, IN_BATCH_SYNTAX_ERROR,
-)}
+# MB raising instead of returning: torch refuses a tensor MB builds (blamed on MB, FAIL, wherever
+# the tree lives: a bisect workspace under ~/.cache/harness included).
+TORCH_RAISES_IN_MB = Fault(
+    name="torch_raises_in_mb",
+    path="training/utils/packed_seq_utils.py",
+    old="cu_seqlens_padded = cu_seqlens_padded[: torch.argmin(cu_seqlens_padded)]",
+    new="cu_seqlens_padded = torch.cat([cu_seqlens_padded, cu_seqlens_padded.reshape(1, 1, -1)])",
+    description="sentinel stripping concatenates tensors of different ranks: torch raises inside MB",
+    suite="packed_seq_params",
+    catches=(_PSP + "test_offline_sentinel_stripped", _PSP + "test_offline_padded_and_unpadded"),
+)
+
+# A break of a packing module that exists: every case using it FAILs with "broken:" (bisectable).
+GPT_SFT_SYNTAX_ERROR = Fault(
+    name="gpt_sft_syntax_error",
+    path="data/packing/gpt_sft.py",
+    old="def _safe_load_packed_npy(file_path: str | Path) -> np.ndarray:",
+    new="def _safe_load_packed_npy(file_path: str | Path) -> np.ndarray:\n    return (",
+    description="syntax error in data/packing/gpt_sft.py (the packed SFT dataset cannot be imported)",
+    suite="offline_packed_dataset",
+    catches=("offline_packed_dataset::test_pad_cu_seqlens_fixed_shape",),
+)
+
+# A hang at import of the packed-seq utilities: the case running when the suite process is
+# killed at --timeout FAILs with "broken: timeout" (bisectable; the bisection itself never hangs).
+PACKED_SEQ_UTILS_HANG = Fault(
+    name="packed_seq_utils_hang",
+    path="training/utils/packed_seq_utils.py",
+    old="PackedMetadataValue = torch.Tensor | int | None",
+    new="PackedMetadataValue = torch.Tensor | int | None\n\nimport time as _time\n\n_time.sleep(10**6)",
+    description="importing training/utils/packed_seq_utils.py never returns",
+    suite="packed_seq_params",
+)
+
+_ALG = "packing_algorithms::"
+
+FIRST_FIT_NEEDS_ONE_MORE = Fault(
+    name="first_fit_needs_one_more",
+    path="data/packing/algorithms.py",
+    old="first_bin = tree.query_first_fit(s)",
+    new="first_bin = tree.query_first_fit(s + 1)",
+    description="first fit asks for one token more room than a sequence needs (exact fits open a new bin)",
+    suite="packing_algorithms",
+    catches=(
+        _ALG + "test_first_fit",
+        _ALG + "test_first_fit_decreasing",
+        _ALG + "test_first_fit_shuffle",
+        _ALG + "test_packing_strategy_pipeline",
+    ),
+)
+
+FAULTS: dict[str, Fault] = {
+    f.name: f
+    for f in (
+        CU_SEQLENS_OFF_BY_ONE,
+        ALIGNMENT_PAD_LOSS_MASK_ONE,
+        POSITION_IDS_NOT_RESET,
+        PAD_CU_SEQLENS_RULE_DROPPED,
+        IN_BATCH_SYNTAX_ERROR,
+        TORCH_RAISES_IN_MB,
+        GPT_SFT_SYNTAX_ERROR,
+        PACKED_SEQ_UTILS_HANG,
+        FIRST_FIT_NEEDS_ONE_MORE,
+    )
+}

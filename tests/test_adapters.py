@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 import textwrap
@@ -12,8 +13,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from harness.adapters import Candidate, NotHere, Operation, accepts, load_module, symbol, thd
-from harness.plugin import Untestable
+from harness.adapters import Candidate, MissingOutput, NotHere, Operation, accepts, load_module, symbol, thd
+from harness.errors import Broken, Untestable
 from harness.paths import ROOT, SITE_DIR
 from tests.conftest import FAKE
 
@@ -21,23 +22,31 @@ from tests.conftest import FAKE
 def test_probing_order_first_fit_wins(fake_pkg):
     fake_pkg("new.py", "def op(x): return ('new', x)\n")
     fake_pkg("old.py", "def op(x): return ('old', x)\n")
-    op = Operation("op", [Candidate("new", lambda: symbol(f"{FAKE}.new", "op")),
-                          Candidate("old", lambda: symbol(f"{FAKE}.old", "op"))])
+    op = Operation(
+        "op",
+        [Candidate("new", lambda: symbol(f"{FAKE}.new", "op")), Candidate("old", lambda: symbol(f"{FAKE}.old", "op"))],
+    )
     assert op(1) == ("new", 1) and op.era == "new"
 
 
 def test_not_here_falls_through_to_next_candidate(fake_pkg):
     fake_pkg("old.py", "def op(x): return ('old', x)\n")
     fake_pkg("renamed.py", "def other(x): return x\n")
-    op = Operation("op", [Candidate("absent module", lambda: symbol(f"{FAKE}.absent", "op")),
-                          Candidate("absent symbol", lambda: symbol(f"{FAKE}.renamed", "op")),
-                          Candidate("old", lambda: symbol(f"{FAKE}.old", "op"))])
+    op = Operation(
+        "op",
+        [
+            Candidate("absent module", lambda: symbol(f"{FAKE}.absent", "op")),
+            Candidate("absent symbol", lambda: symbol(f"{FAKE}.renamed", "op")),
+            Candidate("old", lambda: symbol(f"{FAKE}.old", "op")),
+        ],
+    )
     assert op(2) == ("old", 2) and op.era == "old"
 
 
 def test_untestable_when_nothing_resolves_lists_tries(fake_pkg):
-    op = Operation("op", [Candidate("a", lambda: symbol(f"{FAKE}.a", "op")),
-                          Candidate("b", lambda: symbol(f"{FAKE}.b", "op"))])
+    op = Operation(
+        "op", [Candidate("a", lambda: symbol(f"{FAKE}.a", "op")), Candidate("b", lambda: symbol(f"{FAKE}.b", "op"))]
+    )
     with pytest.raises(Untestable) as exc:
         op(1)
     assert "a: no module" in str(exc.value) and "b: no module" in str(exc.value)
@@ -45,13 +54,18 @@ def test_untestable_when_nothing_resolves_lists_tries(fake_pkg):
         op(1)
 
 
-def test_broken_import_is_untestable_not_next_candidate(fake_pkg):
+def test_missing_dependency_is_untestable_not_next_candidate(fake_pkg):
     fake_pkg("broken.py", "import harness_no_such_dependency_xyz\ndef op(x): return x\n")
     fake_pkg("old.py", "def op(x): return x\n")
-    with pytest.raises(Untestable, match="import of .*broken failed: ModuleNotFoundError"):
+    with pytest.raises(Untestable, match="broken failed: missing dependency 'harness_no_such_dependency_xyz'"):
         load_module(f"{FAKE}.broken")
-    op = Operation("op", [Candidate("broken", lambda: symbol(f"{FAKE}.broken", "op")),
-                          Candidate("old", lambda: symbol(f"{FAKE}.old", "op"))])
+    op = Operation(
+        "op",
+        [
+            Candidate("broken", lambda: symbol(f"{FAKE}.broken", "op")),
+            Candidate("old", lambda: symbol(f"{FAKE}.old", "op")),
+        ],
+    )
     with pytest.raises(Untestable):
         op(1)
 
@@ -67,6 +81,7 @@ def test_late_not_here_becomes_untestable():
     def probe():
         def call():
             raise NotHere("output keys differ")
+
         return call
 
     with pytest.raises(Untestable, match="output keys differ"):
@@ -91,24 +106,45 @@ def test_accepts():
 
 # ---- canonicalisation -----------------------------------------------------------------------
 
+
 def test_canonical_params_tensor_shapes_and_none():
-    params = types.SimpleNamespace(qkv_format="thd", cu_seqlens_q=torch.tensor([[0, 3, 5]]),
-                                   cu_seqlens_kv=torch.tensor([0, 3, 5]), max_seqlen_q=torch.tensor([[3]]),
-                                   max_seqlen_kv=3)
+    params = types.SimpleNamespace(
+        qkv_format="thd",
+        cu_seqlens_q=torch.tensor([[0, 3, 5]]),
+        cu_seqlens_kv=torch.tensor([0, 3, 5]),
+        max_seqlen_q=torch.tensor([[3]]),
+        max_seqlen_kv=3,
+    )
     out = thd.canonical_params(params)
-    assert out == {"qkv_format": "thd", "cu_seqlens_q": [0, 3, 5], "cu_seqlens_kv": [0, 3, 5],
-                   "cu_seqlens_q_padded": None, "cu_seqlens_kv_padded": None, "max_seqlen_q": 3, "max_seqlen_kv": 3}
+    assert out == {
+        "qkv_format": "thd",
+        "cu_seqlens_q": [0, 3, 5],
+        "cu_seqlens_kv": [0, 3, 5],
+        "cu_seqlens_q_padded": None,
+        "cu_seqlens_kv_padded": None,
+        "max_seqlen_q": 3,
+        "max_seqlen_kv": 3,
+    }
 
 
 def _packed(**extra):
-    base = {"tokens": torch.tensor([[1, 2, 0, 3]]), "labels": torch.tensor([[2, -100, -100, -100]]),
-            "loss_mask": torch.tensor([[1.0, 0, 0, 0]]), "position_ids": torch.tensor([[0, 1, 0, 0]])}
+    base = {
+        "tokens": torch.tensor([[1, 2, 0, 3]]),
+        "labels": torch.tensor([[2, -100, -100, -100]]),
+        "loss_mask": torch.tensor([[1.0, 0, 0, 0]]),
+        "position_ids": torch.tensor([[0, 1, 0, 0]]),
+    }
     return {**base, **extra}
 
 
 def test_canonical_thd_batch_current_keys():
-    out = thd.canonical_thd_batch(_packed(cu_seqlens_q=torch.tensor([0, 2, 3]),
-                                          cu_seqlens_q_padded=torch.tensor([0, 2, 4]), max_seqlen_q=torch.tensor(2)))
+    out = thd.canonical_thd_batch(
+        _packed(
+            cu_seqlens_q=torch.tensor([0, 2, 3]),
+            cu_seqlens_q_padded=torch.tensor([0, 2, 4]),
+            max_seqlen_q=torch.tensor(2),
+        )
+    )
     assert out["cu_seqlens_padded"] == [0, 2, 4] and out["cu_seqlens_unpadded"] == [0, 2, 3]
     assert out["max_seqlen"] == 2 and out["tokens"] == [1, 2, 0, 3]
 
@@ -119,15 +155,19 @@ def test_canonical_thd_batch_current_keys_without_padding():
 
 
 def test_canonical_thd_batch_legacy_keys_with_sentinels():
-    out = thd.canonical_thd_batch(_packed(cu_seqlens=torch.tensor([[0, 2, 4, -1, -1]]),
-                                          cu_seqlens_unpadded=torch.tensor([[0, 2, 3, -1]]),
-                                          max_seqlen=torch.tensor([[2]])))
+    out = thd.canonical_thd_batch(
+        _packed(
+            cu_seqlens=torch.tensor([[0, 2, 4, -1, -1]]),
+            cu_seqlens_unpadded=torch.tensor([[0, 2, 3, -1]]),
+            max_seqlen=torch.tensor([[2]]),
+        )
+    )
     assert out["cu_seqlens_padded"] == [0, 2, 4] and out["cu_seqlens_unpadded"] == [0, 2, 3]
     assert out["max_seqlen"] == 2
 
 
-def test_canonical_thd_batch_unknown_keys_is_not_here():
-    with pytest.raises(NotHere):
+def test_canonical_thd_batch_without_boundaries_is_missing_output():
+    with pytest.raises(MissingOutput):  # MB returned a batch without boundaries: broken, not an era gap
         thd.canonical_thd_batch(_packed())
 
 
@@ -139,34 +179,42 @@ def test_strip_sentinel():
 
 def test_vlm_step_tuple_and_direct_dict_eras_agree(fake_pkg, monkeypatch):
     """A 7-tuple era and a dict-returning era give the same canonical value."""
-    fake_pkg("vlm_step.py", """
+    fake_pkg(
+        "vlm_step.py",
+        """
         import torch
         def pack_batch_sequences(tokens, labels, loss_mask, attention_mask, position_ids, pad_token_id=0,
                                  pad_to_multiple_of=1):
             return (tokens[:, :3].reshape(1, -1), labels[:, :3].reshape(1, -1), loss_mask[:, :3].reshape(1, -1),
                     None, position_ids[:, :3].reshape(1, -1), torch.tensor([0, 3], dtype=torch.int32),
                     torch.tensor(3))
-    """)
-    fake_pkg("in_batch.py", """
+    """,
+    )
+    fake_pkg(
+        "in_batch.py",
+        """
         import torch
         def pack_right_padded_sequence_batch_to_mcore_thd(batch, *, pad_token_id=0, pad_to_multiple_of=1):
             for k in ("tokens", "labels", "loss_mask", "position_ids"):
                 batch[k] = batch[k][:, :3].reshape(1, -1)
             batch["cu_seqlens_q"] = torch.tensor([0, 3], dtype=torch.int32)
             batch["max_seqlen_q"] = torch.tensor(3)
-    """)
-    monkeypatch.setattr(thd, "symbol", lambda m, n: symbol(
-        f"{FAKE}.vlm_step" if "vlm_step" in m else f"{FAKE}.in_batch", n))
+    """,
+    )
+    monkeypatch.setattr(
+        thd, "symbol", lambda m, n: symbol(f"{FAKE}.vlm_step" if "vlm_step" in m else f"{FAKE}.in_batch", n)
+    )
     t = torch.tensor([[5, 6, 7, 0]])
     args = (t, t, torch.ones(1, 4), torch.tensor([[0, 1, 2, 0]]))
     old = thd._in_batch_vlm_step()(*args)
-    new = thd._in_batch_direct("x.in_batch")()(*args)
+    new = thd._in_batch_canonical(thd._collate_direct("x.in_batch"))()(*args)
     assert old["cu_seqlens_padded"] == new["cu_seqlens_padded"] == [0, 3]
     assert old["tokens"] == new["tokens"] == [5, 6, 7] and old["max_seqlen"] == new["max_seqlen"] == 3
     assert old["cu_seqlens_unpadded"] is None and new["cu_seqlens_unpadded"] == [0, 3]
 
 
 # ---- light import ---------------------------------------------------------------------------
+
 
 def test_light_finder_skips_package_init(tmp_path, monkeypatch):
     """Fake megatron.bridge-like tree: package __init__ never runs; lazy names still resolve."""
@@ -216,10 +264,10 @@ def test_light_import_of_installed_mb_packing_modules():
         assert "megatron.bridge.models" not in sys.modules, "the model zoo was imported"
         print("OK", mods)
     """)
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(SITE_DIR), str(ROOT)]),
-               HARNESS_IMPORT_MODE="light")
-    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300,
-                         cwd=Path(ROOT))
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(SITE_DIR), str(ROOT)]), HARNESS_IMPORT_MODE="light")
+    out = subprocess.run(
+        [sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300, cwd=Path(ROOT)
+    )
     assert out.returncode == 0 and "OK" in out.stdout, out.stderr[-3000:]
 
 
@@ -241,3 +289,92 @@ def test_missing_dependency_of_a_parent_is_untestable_not_absent(tmp_path, monke
         load_module("depbroken.absent_module")
     for name in [m for m in sys.modules if m == "depbroken" or m.startswith("depbroken.")]:
         del sys.modules[name]
+
+
+# ---- broken (FAIL) vs untestable (skip) ------------------------------------------------------
+
+
+@pytest.fixture
+def mb_pkg(fake_pkg, tmp_path, monkeypatch):
+    """``fake_pkg`` declared the code under test (as the runner does for MB's tree)."""
+    monkeypatch.setenv("HARNESS_MB_ROOTS", str(tmp_path / FAKE))
+    return fake_pkg
+
+
+@pytest.mark.parametrize(
+    "source",
+    [
+        "def op(x:\n    return x\n",  # SyntaxError in the module itself
+        f"import {FAKE}.removed_helper\n",  # imports a module of the code under test that does not exist
+        f"from {FAKE}.helpers import gone\n",  # imports a name the code under test does not define
+        "X = undefined_name\n",  # the module body raises
+    ],
+    ids=["syntax", "missing-mb-module", "missing-mb-name", "module-body-raises"],
+)
+def test_present_module_that_cannot_import_is_broken(mb_pkg, source):
+    mb_pkg("helpers.py", "kept = 1\n")
+    mb_pkg("packing.py", source)
+    with pytest.raises(Broken, match=f"import of {FAKE}.packing failed"):
+        load_module(f"{FAKE}.packing")
+    op = Operation(
+        "op",
+        [
+            Candidate("new", lambda: symbol(f"{FAKE}.packing", "op")),
+            Candidate("old", lambda: symbol(f"{FAKE}.helpers", "kept")),
+        ],
+    )
+    with pytest.raises(Broken):  # a broken newest era never falls back to an older candidate
+        op(1)
+
+
+def test_syntax_error_in_an_imported_mb_module_is_broken(mb_pkg):
+    mb_pkg("utils.py", "def f(:\n")
+    mb_pkg("packing.py", f"from {FAKE}.utils import f\n")
+    with pytest.raises(Broken, match="SyntaxError"):
+        load_module(f"{FAKE}.packing")
+
+
+@pytest.mark.parametrize(
+    "source,reason",
+    [
+        ("import harness_no_such_dependency_xyz\n", "missing dependency 'harness_no_such_dependency_xyz'"),
+        (
+            "try:\n    import harness_fla_xyz\n"
+            "except ImportError as e:\n    raise RuntimeError('install fla') from e\n",
+            "missing dependency 'harness_fla_xyz'",
+        ),
+        ("raise ImportError('apex is required for this module')\n", "in this environment: ImportError: apex"),
+        ("from json import no_such_name_xyz\n", "in this environment: ImportError"),
+    ],
+    ids=["missing-third-party", "mb-reraises-missing", "mb-says-required", "name-missing-outside"],
+)
+def test_environment_import_failures_stay_untestable(mb_pkg, source, reason):
+    mb_pkg("packing.py", source)
+    with pytest.raises(Untestable, match=re.escape(reason)):
+        load_module(f"{FAKE}.packing")
+
+
+def test_third_party_raising_while_mb_imports_it_is_untestable(mb_pkg, tmp_path, monkeypatch):
+    (tmp_path / "harness_thirdparty_xyz.py").write_text("raise ValueError('built for another torch')\n")
+    mb_pkg("packing.py", "import harness_thirdparty_xyz\n")
+    try:
+        with pytest.raises(Untestable, match="raised outside the code under test"):
+            load_module(f"{FAKE}.packing")
+    finally:
+        sys.modules.pop("harness_thirdparty_xyz", None)
+
+
+def test_absent_module_is_not_here_even_under_test(mb_pkg):
+    with pytest.raises(NotHere):
+        load_module(f"{FAKE}.never_existed")
+
+
+def test_output_missing_is_broken_not_untestable():
+    def probe():
+        def call():
+            raise MissingOutput("rows lack loss_mask")
+
+        return call
+
+    with pytest.raises(Broken, match="operation 'op' \\(x\\): rows lack loss_mask"):
+        Operation("op", [Candidate("x", probe)])()

@@ -150,7 +150,12 @@ def test_all_skipped_range_is_ambiguous_with_all_candidates() -> None:
 
 @pytest.mark.parametrize(
     ("good_end", "bad_end", "reason"),
-    [(F, F, "good endpoint is bad"), (P, P, "bad endpoint is good"), (U, F, "good endpoint is skip"), (P, E, "bad endpoint is skip")],
+    [
+        (F, F, "good endpoint is bad"),
+        (P, P, "bad endpoint is good"),
+        (U, F, "good endpoint is skip"),
+        (P, E, "bad endpoint is skip"),
+    ],
 )
 def test_endpoints_not_showing_regression(good_end: Verdict, bad_end: Verdict, reason: str) -> None:
     commits = shas(8)

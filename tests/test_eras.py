@@ -15,7 +15,9 @@ from pathlib import Path
 import pytest
 import torch
 
-from harness.adapters import Candidate, Operation, config as cfg_ops, cp as cp_ops, module_source, symbol, thd
+from harness.adapters import Candidate, Operation, module_source, symbol, thd
+from harness.adapters import config as cfg_ops
+from harness.adapters import cp as cp_ops
 from harness.errors import Untestable
 from tests.conftest import FAKE
 
@@ -27,6 +29,7 @@ def _sources(mapping: dict[str, str | None]):
 
 # ---- module_source ---------------------------------------------------------------------------
 
+
 def test_module_source_reads_without_executing(fake_pkg):
     fake_pkg("body.py", "raise RuntimeError('executed')\nMARKER = 1\n")
     assert "MARKER = 1" in module_source(f"{FAKE}.body")
@@ -35,13 +38,15 @@ def test_module_source_reads_without_executing(fake_pkg):
 
 
 def test_operation_names_what_mb_had_before_its_oldest_era():
-    op = Operation("op", [Candidate("new", lambda: symbol(f"{FAKE}.nothing", "op"))],
-                   before="no such feature before 2026-01-29")
+    op = Operation(
+        "op", [Candidate("new", lambda: symbol(f"{FAKE}.nothing", "op"))], before="no such feature before 2026-01-29"
+    )
     with pytest.raises(Untestable, match="no such feature before 2026-01-29; tried new: "):
         op()
 
 
 # ---- config: era field names come from the era's API, not from validate() -----------------
+
 
 def test_in_batch_flag_by_era(monkeypatch):
     vlm_2026_02 = "def pack_batch_sequences(tokens):\n    pass\nflag = 'pack_sequences_in_batch'\n"
@@ -55,8 +60,9 @@ def test_in_batch_flag_by_era(monkeypatch):
     for sources, flag in eras:
         monkeypatch.setattr(cfg_ops, "module_source", _sources(sources))
         assert cfg_ops.in_batch_flag() == flag
-    monkeypatch.setattr(cfg_ops, "module_source",
-                        _sources({"megatron.bridge.training.vlm_step": "def get_batch(): pass\n"}))
+    monkeypatch.setattr(
+        cfg_ops, "module_source", _sources({"megatron.bridge.training.vlm_step": "def get_batch(): pass\n"})
+    )
     with pytest.raises(Untestable, match="in-batch packing does not exist .*2026-01-29"):
         cfg_ops.in_batch_flag()
 
@@ -185,7 +191,9 @@ def test_vlm_step_era_states_what_it_cannot_express(fake_pkg, monkeypatch):
 
 
 def test_provider_era_has_no_collate_alignment(fake_pkg, monkeypatch):
-    fake_pkg("provider.py", """
+    fake_pkg(
+        "provider.py",
+        """
         import dataclasses
         @dataclasses.dataclass(kw_only=True)
         class HFConversationDatasetProvider:  # data/hf_datasets/provider, 2026-06-24 to 2026-07-09
@@ -194,7 +202,8 @@ def test_provider_era_has_no_collate_alignment(fake_pkg, monkeypatch):
             enable_in_batch_packing: bool = False
             pad_to_multiple_of: int = 128
             in_batch_packing_pad_to_multiple_of: int = 1
-    """)
+    """,
+    )
     monkeypatch.setattr(cp_ops, "load_module", lambda name: None)
     call = cp_ops._collate_config(f"{FAKE}.provider", "HFConversationDatasetProvider", False)()
     with pytest.raises(Untestable, match="does not align the collate pad_to_multiple_of"):
@@ -212,15 +221,17 @@ BUILDER_IGNORING_UNPADDED = """
 """
 
 
-@pytest.mark.parametrize("specs_source,untestable", [
-    ("class PackedSequenceSpecs:\n    packed_sequence_size: int = -1\n", True),  # 2025: no alignment
-    ("class PackedSequenceSpecs:\n    pad_seq_to_mult: int = 1\n", False),  # 2026-01-20 on
-])
+@pytest.mark.parametrize(
+    "specs_source,untestable",
+    [
+        ("class PackedSequenceSpecs:\n    packed_sequence_size: int = -1\n", True),  # 2025: no alignment
+        ("class PackedSequenceSpecs:\n    pad_seq_to_mult: int = 1\n", False),  # 2026-01-20 on
+    ],
+)
 def test_unpadded_boundaries_era(fake_pkg, monkeypatch, specs_source, untestable):
     fake_pkg("gpt_step.py", BUILDER_IGNORING_UNPADDED)
     monkeypatch.setattr(thd, "symbol", lambda m, n: symbol(f"{FAKE}.gpt_step", n))
-    monkeypatch.setattr(thd, "module_source",
-                        _sources({"megatron.bridge.data.datasets.packed_sequence": specs_source}))
+    monkeypatch.setattr(thd, "module_source", _sources({"megatron.bridge.data.datasets.packed_sequence": specs_source}))
     call = thd._params_probe("fake.gpt_step")()
     assert call({"cu_seqlens": [0, 3]})["cu_seqlens_q"] == [0, 3]
     batch = {"cu_seqlens": [0, 4], "cu_seqlens_unpadded": [0, 3]}
@@ -233,6 +244,7 @@ def test_unpadded_boundaries_era(fake_pkg, monkeypatch, specs_source, untestable
 
 # ---- CPU refusal of MCore's import-time CUDA build ---------------------------------------------
 
+
 @pytest.mark.skipif(torch.cuda.is_available(), reason="the stand-in acts only without CUDA")
 def test_import_time_cuda_build_refused_on_cpu(fake_pkg, monkeypatch, tmp_path):
     """Mimics megatron/core/inference/unified_memory.py of Megatron-LM 2025-10: ``load_inline`` of a
@@ -241,7 +253,9 @@ def test_import_time_cuda_build_refused_on_cpu(fake_pkg, monkeypatch, tmp_path):
 
     from harness.standins import cuda_ext
 
-    fake_pkg("unified_memory.py", """
+    fake_pkg(
+        "unified_memory.py",
+        """
         from torch.utils.cpp_extension import load_inline
         has_unified_memory = False
         try:
@@ -249,7 +263,8 @@ def test_import_time_cuda_build_refused_on_cpu(fake_pkg, monkeypatch, tmp_path):
             has_unified_memory = True
         except (RuntimeError, ImportError, OSError):
             pass
-    """)
+    """,
+    )
     monkeypatch.setenv("TORCH_EXTENSIONS_DIR", str(tmp_path / "ext"))
     monkeypatch.setattr(cuda_ext, "WATCHED", (f"{FAKE}.unified_memory",))
     original = ext.load_inline

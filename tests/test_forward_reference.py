@@ -1,9 +1,12 @@
-"""The packed-vs-unpacked comparison really detects broken packing metadata.
+"""The oracle's own self-test of the reference THD attention (harness-built params, on purpose).
 
-The CPU forward suite trusts ``harness.adapters.forward.compare_packed``; here the same helper
-is fed deliberately corrupted inputs (a boundary shifted by one token, position ids that do
-not restart per sequence) and must report a mismatch, while the correct inputs match to fp32
-precision. Uses megatron-core only (no Megatron-Bridge import: fast).
+The CPU forward suite runs MB's step functions into a tiny GPTModel whose THD attention is
+``harness.adapters.forward.SegmentedSDPAttention``; here that attention is fed PackedSeqParams
+built by the test (the only place the harness builds them) and deliberately corrupted inputs.
+It is also the negative control for the suite's logit tolerance (``suites._forward.LOGIT_ATOL``):
+correct inputs match the unpacked run to fp32 noise far below it, and the smallest real fault
+(a boundary off by one token, position ids off by one or not restarting) moves some real
+token's logits by more than 100 times it. Uses megatron-core only (no Megatron-Bridge import).
 """
 
 from __future__ import annotations
@@ -14,8 +17,8 @@ import torch
 pytest.importorskip("megatron.core")
 
 from harness.adapters import forward as fwd  # noqa: E402
+from suites._forward import LOGIT_ATOL as ATOL  # noqa: E402  (the forward suite's tolerance)
 
-ATOL = 1e-5  # the suite's tolerance (see suites/test_forward_cpu.py)
 SEQS = [[5, 6, 7, 8, 9, 10], [11, 12, 13], [14, 15, 16, 17, 18, 19, 20, 21], [22, 23, 24, 25]]
 
 
@@ -23,9 +26,13 @@ def _params(cu: list[int]):
     from megatron.core.packed_seq_params import PackedSeqParams
 
     t = torch.tensor(cu, dtype=torch.int32)
-    return PackedSeqParams(qkv_format="thd", cu_seqlens_q=t, cu_seqlens_kv=t,
-                           max_seqlen_q=max(b - a for a, b in zip(cu, cu[1:])),
-                           max_seqlen_kv=max(b - a for a, b in zip(cu, cu[1:])))
+    return PackedSeqParams(
+        qkv_format="thd",
+        cu_seqlens_q=t,
+        cu_seqlens_kv=t,
+        max_seqlen_q=max(b - a for a, b in zip(cu, cu[1:])),
+        max_seqlen_kv=max(b - a for a, b in zip(cu, cu[1:])),
+    )
 
 
 @pytest.fixture(scope="module")
@@ -42,10 +49,17 @@ def _case(cu: list[int] | None = None, positions: torch.Tensor | None = None):
     pos = torch.tensor(sum((list(range(n)) for n in lens), []))
     labels = torch.tensor(sum((s[1:] + [0] for s in SEQS), []))
     mask = torch.tensor(sum(([1.0] * (len(s) - 1) + [0.0] for s in SEQS), []))
-    seqs = [{"offset": true_cu[i], "tokens": s, "labels": s[1:] + [0], "loss_mask": [1.0] * (len(s) - 1) + [0.0]}
-            for i, s in enumerate(SEQS)]
-    packed = {"tokens": tokens, "position_ids": pos if positions is None else positions, "labels": labels,
-              "loss_mask": mask, "params": _params(cu or true_cu)}
+    seqs = [
+        {"offset": true_cu[i], "tokens": s, "labels": s[1:] + [0], "loss_mask": [1.0] * (len(s) - 1) + [0.0]}
+        for i, s in enumerate(SEQS)
+    ]
+    packed = {
+        "tokens": tokens,
+        "position_ids": pos if positions is None else positions,
+        "labels": labels,
+        "loss_mask": mask,
+        "params": _params(cu or true_cu),
+    }
     return packed, seqs, true_cu
 
 
@@ -53,7 +67,7 @@ def test_correct_inputs_match(model):
     packed, seqs, _ = _case()
     cmp = fwd.compare_packed(model, packed, seqs)
     assert cmp.ok(ATOL), cmp.as_dict()
-    assert cmp.max_abs_logit_err < 1e-6
+    assert cmp.max_abs_logit_err < ATOL / 50, "fp32 noise must sit far below the suite's tolerance"
 
 
 @pytest.mark.parametrize("which,delta", [(1, 1), (2, -1), (3, 1)])
@@ -70,17 +84,21 @@ def test_wrong_cu_seqlens_detected(model, which, delta):
 def test_merged_sequences_detected(model):
     _, _, true_cu = _case()
     packed, seqs, _ = _case(cu=[c for i, c in enumerate(true_cu) if i != 2])  # two sequences attend each other
-    assert not fwd.compare_packed(model, packed, seqs).ok(ATOL)
+    cmp = fwd.compare_packed(model, packed, seqs)
+    assert not cmp.ok(ATOL) and cmp.max_abs_logit_err > 100 * ATOL
 
 
 def test_wrong_position_ids_detected(model):
     packed, seqs, _ = _case()
     n = packed["tokens"].numel()
-    for bad in (torch.arange(n),  # not reset per sequence
-                packed["position_ids"] + 1):  # shifted by one
+    for bad in (
+        torch.arange(n),  # not reset per sequence
+        packed["position_ids"] + 1,
+    ):  # shifted by one
         p = dict(packed, position_ids=bad)
         cmp = fwd.compare_packed(model, p, seqs)
         assert not cmp.ok(ATOL), f"wrong position ids went unnoticed: {cmp.as_dict()}"
+        assert cmp.max_abs_logit_err > 100 * ATOL
 
 
 def test_reference_attention_never_crosses_segments():

@@ -12,7 +12,8 @@ from pathlib import Path
 import pytest
 
 from harness.errors import GitError, UsageError
-from harness.gitrepo import GitRepo, WorkspaceCache, open_repo
+from harness.gitrepo import GitRepo, open_repo
+from harness.workspaces import WorkspaceCache
 
 GITLINK = "1234567890abcdef1234567890abcdef12345678"
 
@@ -64,7 +65,11 @@ def repo(tmp_path: Path) -> Repo:
     path = tmp_path / "user"
     path.mkdir()
     git(path, "init", "-q", "-b", "main")
-    c0 = commit(path, "start", {"src/pkg/a.py": "A = 0\n", "pyproject.toml": "[project]\nname='x'\n", "docs/big.txt": "x" * 1000})
+    c0 = commit(
+        path,
+        "start",
+        {"src/pkg/a.py": "A = 0\n", "pyproject.toml": "[project]\nname='x'\n", "docs/big.txt": "x" * 1000},
+    )
     git(path, "tag", "v0")
     c1 = commit(path, "add tests", {"src/pkg/a.py": "A = 1\n", "tests/test_a.py": "def test(): pass\n"})
     git(path, "update-index", "--add", "--cacheinfo", f"160000,{GITLINK},3rdparty/Megatron-LM")

@@ -66,8 +66,19 @@ def test_shape_dtype_missing_extra_are_reported():
     obt = encode({"a": torch.zeros(4, dtype=torch.int64), "d": 2, "c": [1, 2, 3]}, {})
     kinds = {m.path: m.kind for m in Comparator().compare(exp, obt).mismatches}
     assert kinds == {"$.a": "shape", "$.b": "missing", "$.d": "extra", "$.c": "shape"}
-    dt = Comparator().compare(encode(torch.zeros(2, dtype=torch.int32), {}), encode(torch.zeros(2, dtype=torch.int64), {}))
+    dt = Comparator().compare(
+        encode(torch.zeros(2, dtype=torch.int32), {}), encode(torch.zeros(2, dtype=torch.int64), {})
+    )
     assert dt.mismatches[0].kind == "dtype"
+
+
+def test_ragged_lists_of_different_lengths_are_a_mismatch_not_a_crash():
+    """Packing bins are ragged lists; a changed packing must read as a golden mismatch."""
+    exp = encode({"bins": [[52, 3, 5, 1, 1, 2], [55]]}, {})
+    obt = encode({"bins": [[52, 3, 5, 1, 1], [55, 5], [33]]}, {})
+    result = Comparator().compare(exp, obt)
+    assert not result.ok and [m.path for m in result.mismatches] == ["$.bins"]
+    assert "$.bins" in result.text()
 
 
 def test_bool_vs_int_is_a_type_change():

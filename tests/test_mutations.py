@@ -37,8 +37,13 @@ def test_catalogue_well_formed():
         assert f.description, f.id
         assert f.suites and set(f.suites) <= known, f"{f.id}: unknown suites {set(f.suites) - known}"
         assert not Path(f.file).is_absolute() and ".." not in Path(f.file).parts
-    assert {s for f in FAULTS for s in f.suites} >= {"offline_packed_dataset", "padding_loss_masks", "cp_constraints",
-                                                     "forward_cpu", "packing_algorithms"}
+    assert {s for f in FAULTS for s in f.suites} >= {
+        "offline_packed_dataset",
+        "padding_loss_masks",
+        "cp_constraints",
+        "forward_cpu",
+        "packing_algorithms",
+    }
 
 
 @pytest.mark.parametrize("fault", FAULTS, ids=[f.id for f in FAULTS])
@@ -67,7 +72,8 @@ def test_missing_search_text_is_not_applicable(tmp_path):
 def test_end_to_end_single_mutant(tmp_path):
     from harness.commands.mutate import run_fault
 
-    fault = next(f for f in FAULTS if f.id == "seq_length_rule_dropped")
+    fault = next(f for f in FAULTS if f.id == "in_batch_pad_loss_one")
+    fault = type(fault)(fault.id, fault.file, fault.search, fault.replace, ("in_batch_packing",), fault.description)
     row = run_fault(fault, tmp_path, all_suites=False, timeout=600, pkg=_pkg())
     assert row["status"] == "caught", row
-    assert all(c.startswith("cp_constraints::test_seq_length_divisibility") for c in row["caught_by"]), row
+    assert all(c.startswith("in_batch_packing::test_pack_right_padded") for c in row["caught_by"]), row

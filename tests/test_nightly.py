@@ -23,8 +23,8 @@ import pytest
 from harness import history, runner
 from harness.commands import nightly
 from harness.errors import CorruptFile, GitError, UsageError
-from harness.results import CaseResult, RunResult
 from harness.paths import ROOT
+from harness.results import CaseResult, RunResult
 from harness.verdict import Verdict
 
 CASES = ("packing_algorithms::first_fit", "packing_algorithms::greedy", "packed_seq_params::cu_seqlens")
@@ -43,18 +43,35 @@ def parse(argv: list[str]) -> argparse.Namespace:
 
 
 def recorded(verdicts: dict[str, Verdict], version: str = "0.6.2") -> RunResult:
-    cases = [CaseResult(case_id=cid, suite=cid.split("::")[0], verdict=v, duration_s=0.5,
-                        message="cu_seqlens differ at index 3" if v is Verdict.FAIL else "")
-             for cid, v in verdicts.items()]
-    return RunResult(run_id="", target={"kind": "installed", "path": None, "commit": None},
-                     versions={"megatron-bridge": version}, machine={"accelerator": "CPU only"},
-                     import_mode="full", cases=cases, duration_s=3.0)
+    cases = [
+        CaseResult(
+            case_id=cid,
+            suite=cid.split("::")[0],
+            verdict=v,
+            duration_s=0.5,
+            message="cu_seqlens differ at index 3" if v is Verdict.FAIL else "",
+        )
+        for cid, v in verdicts.items()
+    ]
+    return RunResult(
+        run_id="",
+        target={"kind": "installed", "path": None, "commit": None},
+        versions={"megatron-bridge": version},
+        machine={"accelerator": "CPU only"},
+        import_mode="full",
+        cases=cases,
+        duration_s=3.0,
+    )
 
 
 def night(broken: tuple[str, ...] = (), untestable: tuple[str, ...] = ()) -> RunResult:
     """One night's verdicts: every case passes unless named."""
-    return recorded({cid: Verdict.FAIL if cid in broken else Verdict.UNTESTABLE if cid in untestable
-                     else Verdict.PASS for cid in CASES})
+    return recorded(
+        {
+            cid: Verdict.FAIL if cid in broken else Verdict.UNTESTABLE if cid in untestable else Verdict.PASS
+            for cid in CASES
+        }
+    )
 
 
 class FakeRunner:
@@ -112,12 +129,18 @@ def mb_repo(tmp_path: Path) -> tuple[Path, list[str]]:
     """A small git repository with three commits (oldest first)."""
     repo = tmp_path / "mb"
     repo.mkdir()
-    env = {**os.environ, "GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@e", "GIT_COMMITTER_NAME": "t",
-           "GIT_COMMITTER_EMAIL": "t@e"}
+    env = {
+        **os.environ,
+        "GIT_AUTHOR_NAME": "t",
+        "GIT_AUTHOR_EMAIL": "t@e",
+        "GIT_COMMITTER_NAME": "t",
+        "GIT_COMMITTER_EMAIL": "t@e",
+    }
 
     def git(*a: str) -> str:
-        return subprocess.run(["git", "-C", str(repo), *a], check=True, capture_output=True, text=True,
-                              env=env).stdout.strip()
+        return subprocess.run(
+            ["git", "-C", str(repo), *a], check=True, capture_output=True, text=True, env=env
+        ).stdout.strip()
 
     git("init", "-q")
     shas = []
@@ -158,8 +181,9 @@ class Page(HTMLParser):
                 break
 
     def rows(self, table_id: str) -> list[str]:
-        return [a["data-case-id"] for t, a, anc in self.elements if t == "tr" and table_id in anc
-                and "data-case-id" in a]
+        return [
+            a["data-case-id"] for t, a, anc in self.elements if t == "tr" and table_id in anc and "data-case-id" in a
+        ]
 
     def links(self) -> dict[str, str]:
         """href of each bisect link, keyed by the case of the row it sits in."""
@@ -221,8 +245,9 @@ def test_error_verdict_fails_the_nightly(tmp_path: Path, fake_runner: FakeRunner
 
 def test_installed_mb_is_filed_under_its_version(tmp_path: Path, fake_runner: FakeRunner) -> None:
     fake_runner.queue.append(recorded({c: Verdict.PASS for c in CASES}, version="0.6.2"))
-    rc, text = go(["--history", str(tmp_path / "h.parquet"), "--out", str(tmp_path / "o"), "--suite",
-                   "packed_seq_params"])
+    rc, text = go(
+        ["--history", str(tmp_path / "h.parquet"), "--out", str(tmp_path / "o"), "--suite", "packed_seq_params"]
+    )
     assert rc == 0 and "filed under 0.6.2" in text
     assert set(history.load(tmp_path / "h.parquet")["commit"]) == {"0.6.2"}
     assert fake_runner.calls[0]["suites"] == ["packed_seq_params"]
@@ -250,8 +275,9 @@ def test_usage_errors_come_before_the_suites(tmp_path: Path, fake_runner: FakeRu
 # --------------------------------------------------------------------------------------------
 
 
-def test_auto_bisect_runs_harness_bisect_and_links_it(tmp_path: Path, fake_runner: FakeRunner,
-                                                      fake_bisect: FakeBisect, mb_repo) -> None:
+def test_auto_bisect_runs_harness_bisect_and_links_it(
+    tmp_path: Path, fake_runner: FakeRunner, fake_bisect: FakeBisect, mb_repo
+) -> None:
     repo, (c0, _, c2) = mb_repo
     store, out_dir = tmp_path / "history.parquet", tmp_path / "nightly"
     fake_runner.queue += [night(), night(broken=(BROKEN,))]
@@ -263,8 +289,22 @@ def test_auto_bisect_runs_harness_bisect_and_links_it(tmp_path: Path, fake_runne
 
     rc, text = go(common + ["--commit", c2])
     assert rc == 1
-    assert fake_bisect.commands == [[sys.executable, "-m", "harness", "bisect", f"{c0}..{c2}", "--repo", str(repo),
-                                     "--out", str(out_dir / "bisect"), "--suite", "packing_algorithms"]]
+    assert fake_bisect.commands == [
+        [
+            sys.executable,
+            "-m",
+            "harness",
+            "bisect",
+            f"{c0}..{c2}",
+            "--repo",
+            str(repo),
+            "--out",
+            str(out_dir / "bisect"),
+            "--suite",
+            "packing_algorithms",
+            "--confirm",
+        ]
+    ], "culprits are confirmed by default in a nightly"
     assert "harness bisect exited 0 (every culprit found)" in text
     page = trend_page(out_dir)
     assert page.rows("newly-failing") == [BROKEN]
@@ -272,8 +312,9 @@ def test_auto_bisect_runs_harness_bisect_and_links_it(tmp_path: Path, fake_runne
     assert (out_dir / page.links()[BROKEN]).is_file()
 
 
-def test_auto_bisect_gives_every_regressed_suite(tmp_path: Path, fake_runner: FakeRunner,
-                                                 fake_bisect: FakeBisect, mb_repo) -> None:
+def test_auto_bisect_gives_every_regressed_suite(
+    tmp_path: Path, fake_runner: FakeRunner, fake_bisect: FakeBisect, mb_repo
+) -> None:
     repo, (c0, c1, _) = mb_repo
     out_dir = tmp_path / "o"
     fake_runner.queue += [night(), night(broken=("packed_seq_params::cu_seqlens", BROKEN))]
@@ -283,18 +324,27 @@ def test_auto_bisect_gives_every_regressed_suite(tmp_path: Path, fake_runner: Fa
     assert rc == 1
     (cmd,) = fake_bisect.commands
     assert cmd[4] == f"{c0}..{c1}"
-    assert cmd[-4:] == ["--suite", "packed_seq_params", "--suite", "packing_algorithms"]
+    assert cmd[-5:] == ["--suite", "packed_seq_params", "--suite", "packing_algorithms", "--confirm"]
     assert set(trend_page(out_dir).links()) == {"packed_seq_params::cu_seqlens", BROKEN}
 
 
-@pytest.mark.parametrize("first_commit, second_commit, expected", [
-    ("0.6.2", "{c2}", "previous nightly's commit '0.6.2' is not a commit"),  # installed MB: a version
-    ("{c2}", "{c2}", "both nightlies tested"),
-    ("{c2}", "{c0}", "is not an ancestor"),
-])
-def test_auto_bisect_without_a_usable_range_says_why(tmp_path: Path, fake_runner: FakeRunner,
-                                                     fake_bisect: FakeBisect, mb_repo, first_commit: str,
-                                                     second_commit: str, expected: str) -> None:
+@pytest.mark.parametrize(
+    "first_commit, second_commit, expected",
+    [
+        ("0.6.2", "{c2}", "previous nightly's commit '0.6.2' is not a commit"),  # installed MB: a version
+        ("{c2}", "{c2}", "both nightlies tested"),
+        ("{c2}", "{c0}", "is not an ancestor"),
+    ],
+)
+def test_auto_bisect_without_a_usable_range_says_why(
+    tmp_path: Path,
+    fake_runner: FakeRunner,
+    fake_bisect: FakeBisect,
+    mb_repo,
+    first_commit: str,
+    second_commit: str,
+    expected: str,
+) -> None:
     repo, (c0, _, c2) = mb_repo
     out_dir = tmp_path / "o"
     fake_runner.queue += [night(), night(broken=(BROKEN,))]
@@ -309,22 +359,81 @@ def test_auto_bisect_without_a_usable_range_says_why(tmp_path: Path, fake_runner
     assert trend_page(out_dir).links() == {}
 
 
-def test_auto_bisect_only_for_cases_that_passed_before(tmp_path: Path, fake_runner: FakeRunner,
-                                                       fake_bisect: FakeBisect, mb_repo) -> None:
+def test_auto_bisect_only_for_cases_that_passed_before(
+    tmp_path: Path, fake_runner: FakeRunner, fake_bisect: FakeBisect, mb_repo
+) -> None:
     repo, (c0, _, c2) = mb_repo
     fake_runner.queue += [night(untestable=(BROKEN,)), night(broken=(BROKEN,))]
-    common = ["--history", str(tmp_path / "h.parquet"), "--out", str(tmp_path / "o"), "--auto-bisect",
-              "--repo", str(repo)]
+    common = [
+        "--history",
+        str(tmp_path / "h.parquet"),
+        "--out",
+        str(tmp_path / "o"),
+        "--auto-bisect",
+        "--repo",
+        str(repo),
+    ]
     go(common + ["--commit", c0])
     rc, text = go(common + ["--commit", c2])
     assert rc == 1 and fake_bisect.commands == []
     assert f"{BROKEN}  (previous nightly: untestable)" in text
-    assert "no bisect: nothing that passed in the previous nightly fails now" in text
+    assert "no bisect: nothing that passed in the previous nightly fails or is untestable now" in text
+
+
+def test_newly_untestable_is_listed_fails_the_night_and_is_bisected(
+    tmp_path: Path, fake_runner: FakeRunner, fake_bisect: FakeBisect, mb_repo
+) -> None:
+    """A case that ran last night and cannot run tonight lost its coverage: listed in the
+    terminal and the trend page, exit 1, bisected with --bisect-untestable."""
+    repo, (c0, _, c2) = mb_repo
+    out_dir = tmp_path / "o"
+    fake_runner.queue += [night(), night(untestable=(BROKEN,))]
+    common = ["--history", str(tmp_path / "h.parquet"), "--out", str(out_dir), "--auto-bisect", "--repo", str(repo)]
+    assert go(common + ["--commit", c0])[0] == 0
+    rc, text = go(common + ["--commit", c2])
+    assert rc == 1, "a newly untestable case fails the nightly"
+    assert "newly untestable (1):" in text and f"{BROKEN}  (previous nightly: pass)" in text
+    assert "newly failing: none" in text
+    (cmd,) = fake_bisect.commands
+    assert cmd[4] == f"{c0}..{c2}" and cmd[-2:] == ["--bisect-untestable", "--confirm"]
+    page = trend_page(out_dir)
+    assert page.rows("newly-untestable") == [BROKEN] and page.rows("newly-failing") == []
+    assert page.links() == {BROKEN: "bisect/report.html"}
+
+
+def test_no_confirm_leaves_the_culprits_unchecked(
+    tmp_path: Path, fake_runner: FakeRunner, fake_bisect: FakeBisect, mb_repo
+) -> None:
+    repo, (c0, _, c2) = mb_repo
+    fake_runner.queue += [night(), night(broken=(BROKEN,))]
+    common = [
+        "--history",
+        str(tmp_path / "h.parquet"),
+        "--out",
+        str(tmp_path / "o"),
+        "--auto-bisect",
+        "--repo",
+        str(repo),
+        "--no-confirm",
+    ]
+    go(common + ["--commit", c0])
+    go(common + ["--commit", c2])
+    (cmd,) = fake_bisect.commands
+    assert "--confirm" not in cmd and cmd[-2:] == ["--suite", "packing_algorithms"]
+
+
+def test_untestable_two_nights_running_is_not_new(tmp_path: Path, fake_runner: FakeRunner) -> None:
+    fake_runner.queue += [night(untestable=(BROKEN,)), night(untestable=(BROKEN,))]
+    common = ["--history", str(tmp_path / "h.parquet"), "--out", str(tmp_path / "o")]
+    go(common + ["--commit", "aaa"])
+    rc, text = go(common + ["--commit", "bbb"])
+    assert rc == 0 and "newly untestable: none" in text
 
 
 @pytest.mark.parametrize("rc, writes_report, linked", [(1, True, True), (2, False, False)])
-def test_auto_bisect_outcome_decides_the_link(tmp_path: Path, fake_runner: FakeRunner, monkeypatch, mb_repo,
-                                              rc: int, writes_report: bool, linked: bool) -> None:
+def test_auto_bisect_outcome_decides_the_link(
+    tmp_path: Path, fake_runner: FakeRunner, monkeypatch, mb_repo, rc: int, writes_report: bool, linked: bool
+) -> None:
     fake = FakeBisect(subprocess.run, rc=rc, writes_report=writes_report)
     monkeypatch.setattr(subprocess, "run", fake)
     repo, (c0, _, c2) = mb_repo
@@ -348,13 +457,24 @@ def test_auto_bisect_outcome_decides_the_link(tmp_path: Path, fake_runner: FakeR
 @pytest.mark.slow
 def test_nightly_end_to_end_on_installed_mb(tmp_path: Path) -> None:
     store, out_dir = tmp_path / "history.parquet", tmp_path / "nightly"
-    cmd = [sys.executable, "-m", "harness", "nightly", "--suite", "packed_seq_params", "--history", str(store),
-           "--out", str(out_dir), "--quiet"]
+    cmd = [
+        sys.executable,
+        "-m",
+        "harness",
+        "nightly",
+        "--suite",
+        "packed_seq_params",
+        "--history",
+        str(store),
+        "--out",
+        str(out_dir),
+        "--quiet",
+    ]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600, cwd=ROOT)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "first run in this history" in proc.stdout
     df = history.load(store)
-    assert len(df) > 0 and set(df["suite"]) == {"packed_seq_params"} and set(df["verdict"]) == {"pass"}
+    assert len(df) > 0 and set(df["suite"]) == {"packed_seq_params"} and set(df["verdict"]) <= {"pass", "known-fail"}
     assert df["commit"].nunique() == 1 and df["commit"].iloc[0][0].isdigit()  # the installed MB's version
     page = trend_page(out_dir)
     assert len(page.rows("trend-grid")) == len(df)

@@ -1,4 +1,9 @@
-"""Verdict classification by the pytest plugin, on throw-away suites (no MB needed)."""
+"""Verdict classification by the pytest plugin, on throw-away suites (no MB needed).
+
+The fake "MB" lives where a bisection puts a commit: under a cache directory whose path has
+``harness`` in it. It is MB's code because the runner's roots (``HARNESS_MB_ROOTS``) say so,
+not because of words in its path.
+"""
 
 from __future__ import annotations
 
@@ -9,10 +14,11 @@ from pathlib import Path
 
 from harness.paths import ROOT
 
-SUITE = '''
+SUITE = """
 import pytest
-from harness.plugin import Untestable
-from megatron_fake.mod import boom
+import torch
+from harness.errors import Broken, Untestable
+from megatron_fake.mod import boom, calls_back, pads_badly
 
 def test_pass(golden):
     golden.check({"x": [1, 2, 3]})
@@ -38,23 +44,65 @@ def test_harness_bug():
 def test_megatron_raised():
     boom()
 
+def test_torch_raised_from_megatron():
+    pads_badly()
+
+def test_torch_raised_from_harness():
+    torch.nn.functional.pad(torch.zeros(2), (1, 1), mode="nonsense")
+
+def _callback():
+    return {}["harness bug reached from MB"]
+
+def test_harness_code_called_by_megatron_raised():
+    calls_back(_callback)
+
+def test_broken():
+    raise Broken("import of megatron_fake.packing failed: SyntaxError")
+
 @pytest.fixture
 def broken():
     raise RuntimeError("fixture broke")
 
 def test_setup_error(broken):
     pass
-'''
+
+@pytest.fixture
+def built_by_mb():
+    boom()
+
+def test_setup_megatron_raised(built_by_mb):
+    pass
+"""
+
+FAKE_MB = """
+import torch
+
+def boom():
+    raise ValueError('MB broke')
+
+def pads_badly():
+    return torch.nn.functional.pad(torch.zeros(2), (1, 1), mode="nonsense")
+
+def calls_back(fn):
+    return fn()
+"""
 
 
-def _run(tmp_path: Path) -> dict[str, dict]:
+def _run(tmp_path: Path, linked: bool = False) -> dict[str, dict]:
+    """Run SUITE with the fake MB in a bisect-like workspace (``.../harness/cache/...``);
+    ``linked``: MB is imported through a symlink to that tree."""
     suite_dir = tmp_path / "suites"
     suite_dir.mkdir()
     (suite_dir / "test_demo.py").write_text(SUITE)
-    fake = tmp_path / "lib" / "megatron" / "megatron_fake"
+    src = tmp_path / "home" / "harness" / "cache" / "workspaces" / "0123" / "trees" / "abc" / "src"
+    fake = src / "megatron_fake"
     fake.mkdir(parents=True)
     (fake / "__init__.py").write_text("")
-    (fake / "mod.py").write_text("def boom():\n    raise ValueError('MB broke')\n")
+    (fake / "mod.py").write_text(FAKE_MB)
+    on_path = src
+    if linked:
+        on_path = tmp_path / "link"
+        on_path.symlink_to(src, target_is_directory=True)
     fixtures = tmp_path / "fixtures"
     (fixtures / "demo").mkdir(parents=True)
     from harness.golden.serializer import encode
@@ -63,30 +111,74 @@ def _run(tmp_path: Path) -> dict[str, dict]:
     for case in ("test_pass", "test_golden_mismatch"):
         write_golden(golden_path(fixtures, "demo", case), Golden("demo", case, encode({"x": [1, 2, 3]}, {})))
     results = tmp_path / "cases.json"
-    env_path = f"{tmp_path / 'lib' / 'megatron'}:{ROOT}"
-    subprocess.run([sys.executable, "-m", "pytest", str(suite_dir), "-p", "harness.plugin", "-q", "-p",
-                    "no:cacheprovider", "--rootdir", str(tmp_path), "--harness-results", str(results),
-                    "--harness-fixtures", str(fixtures), "--harness-obtained", str(tmp_path / "obtained")],
-                   env={"PYTHONPATH": env_path, "PATH": "/usr/bin:/bin"}, capture_output=True, text=True,
-                   cwd=tmp_path, timeout=300)
+    env = {"PYTHONPATH": f"{on_path}:{ROOT}", "PATH": "/usr/bin:/bin", "HARNESS_MB_ROOTS": str(fake)}
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            str(suite_dir),
+            "-p",
+            "harness.plugin",
+            "-q",
+            "-p",
+            "no:cacheprovider",
+            "--rootdir",
+            str(tmp_path),
+            "--harness-results",
+            str(results),
+            "--harness-fixtures",
+            str(fixtures),
+            "--harness-obtained",
+            str(tmp_path / "obtained"),
+        ],
+        env=env,
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        timeout=300,
+    )
+    assert results.exists(), proc.stdout[-3000:] + proc.stderr[-3000:]
     doc = json.loads(results.read_text())
     return {c["case_id"].split("::")[1]: c for c in doc["cases"]}
+
+
+EXPECTED = {
+    "test_pass": "pass",
+    "test_golden_mismatch": "changed",
+    "test_golden_missing": "changed",
+    "test_assert": "fail",
+    "test_untestable": "untestable",
+    "test_skip": "untestable",
+    "test_harness_bug": "error",
+    "test_megatron_raised": "fail",
+    "test_setup_error": "error",
+    "test_torch_raised_from_megatron": "fail",
+    "test_torch_raised_from_harness": "error",
+    "test_harness_code_called_by_megatron_raised": "error",
+    "test_broken": "fail",
+    "test_setup_megatron_raised": "fail",
+}
 
 
 def test_each_outcome_gets_its_verdict(tmp_path):
     cases = _run(tmp_path)
     verdicts = {k: v["verdict"] for k, v in cases.items()}
-    assert verdicts == {
-        "test_pass": "pass", "test_golden_mismatch": "fail", "test_golden_missing": "fail",
-        "test_assert": "fail", "test_untestable": "untestable", "test_skip": "untestable",
-        "test_harness_bug": "error", "test_megatron_raised": "fail", "test_setup_error": "error",
-    }
+    assert verdicts == EXPECTED
     assert "first at index [2]" in cases["test_golden_mismatch"]["diff"]
     mm = cases["test_golden_mismatch"]["diff_data"]["mismatches"][0]
     assert mm["expected_row"] == [1, 2, 3] and mm["obtained_row"] == [1, 2, 4]
     assert "operation missing in this era" in cases["test_untestable"]["message"]
     assert "Megatron raised ValueError" in cases["test_megatron_raised"]["message"]
     assert "harness error KeyError" in cases["test_harness_bug"]["message"]
+    assert "Megatron raised NotImplementedError" in cases["test_torch_raised_from_megatron"]["message"]
+    assert cases["test_broken"]["message"].startswith("broken: import of megatron_fake.packing failed")
+
+
+def test_ownership_follows_symlinks(tmp_path):
+    """MB imported through a symlinked path is still MB (roots and frames compared resolved)."""
+    verdicts = {k: v["verdict"] for k, v in _run(tmp_path, linked=True).items()}
+    assert verdicts == EXPECTED
 
 
 def test_missing_golden_writes_obtained_not_golden(tmp_path):

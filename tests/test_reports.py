@@ -19,8 +19,8 @@ import pyarrow.parquet as pq
 import pytest
 
 from harness import history
-from harness.errors import CorruptFile, UsageError
 from harness.bisect.document import BisectDoc
+from harness.errors import CorruptFile, UsageError
 from harness.report import render_bisect_report, render_run_report, render_trend_report, write_junit
 from harness.report.diffview import row_window
 from harness.results import CaseResult, RunResult
@@ -137,9 +137,19 @@ def external_urls(doc: Node) -> list[str]:
 
 
 def _row_mismatch(path: str, expected: list[Any], obtained: list[Any], **extra: Any) -> dict[str, Any]:
-    return {"path": path, "kind": "tensor", "expected": None, "obtained": None, "first_index": None,
-            "max_abs": None, "max_rel": None, "n_mismatch": None,
-            "expected_row": expected, "obtained_row": obtained, **extra}
+    return {
+        "path": path,
+        "kind": "tensor",
+        "expected": None,
+        "obtained": None,
+        "first_index": None,
+        "max_abs": None,
+        "max_rel": None,
+        "n_mismatch": None,
+        "expected_row": expected,
+        "obtained_row": obtained,
+        **extra,
+    }
 
 
 LONG_EXPECTED = list(range(1000))
@@ -150,38 +160,105 @@ def sample_run(run_id: str = "run-1", started: str = "2025-05-01T02:00:00+00:00"
     """A run with every verdict, every kind of diff, an upstream section and hostile text."""
     cases = [
         CaseResult("packing::basic", "packing", Verdict.PASS, 0.12),
-        CaseResult("packing::loss_mask", "packing", Verdict.FAIL, 0.3, message="loss mask differs",
-                   diff="rows[0].loss_mask differs at 2, 5",
-                   diff_data={"mismatches": [_row_mismatch("rows[0].loss_mask", [1, 1, 1, 0, 1, 1],
-                                                           [1, 1, 0, 0, 1, 0], first_index=[2], n_mismatch=2)]}),
-        CaseResult("packing::cu_seqlens", "packing", Verdict.FAIL, 0.2, message="boundary moved",
-                   diff="cu_seqlens differ",
-                   diff_data={"mismatches": [
-                       _row_mismatch("rows[0].cu_seqlens_padded", [0, 4, 9, 12], [0, 5, 9, 12])]}),
-        CaseResult("packing::long_tokens", "packing", Verdict.FAIL, 0.4, message="two tokens differ",
-                   diff="tokens differ at 10 and 900",
-                   diff_data={"mismatches": [_row_mismatch("rows[1].tokens", LONG_EXPECTED, LONG_OBTAINED)]}),
-        CaseResult("packing::logits", "packing", Verdict.FAIL, 0.5, message="float drift",
-                   diff="logits max abs 1.5e-3",
-                   diff_data={"mismatches": [{"path": "rows[0].logits", "kind": "tensor", "expected": "tensor(4, 8)",
-                                              "obtained": "tensor(4, 8)", "first_index": [0, 3], "max_abs": 0.0015,
-                                              "max_rel": 0.02, "n_mismatch": 3, "expected_row": None,
-                                              "obtained_row": None}]}),
-        CaseResult("packing::needs_cuda", "packing", Verdict.UNTESTABLE, 0.0,
-                   message="needs CUDA: pack_sequences uses torch.cuda"),
-        CaseResult("packing::hostile", "packing", Verdict.FAIL, 0.1, message=f"message with {XSS}",
-                   diff=f"diff with {XSS}", diff_data=None),
-        CaseResult("config::seq_len_too_small", "config", Verdict.FAIL, 0.05, message="config accepted",
-                   diff="outcome: expected error, got ok",
-                   diff_data={"mismatches": [
-                       {"path": "outcome", "kind": "value", "expected": "error", "obtained": "ok"},
-                       {"path": "error_class", "kind": "value", "expected": "ValueError", "obtained": None},
-                   ]}),
+        CaseResult(
+            "packing::loss_mask",
+            "packing",
+            Verdict.FAIL,
+            0.3,
+            message="loss mask differs",
+            diff="rows[0].loss_mask differs at 2, 5",
+            diff_data={
+                "mismatches": [
+                    _row_mismatch(
+                        "rows[0].loss_mask", [1, 1, 1, 0, 1, 1], [1, 1, 0, 0, 1, 0], first_index=[2], n_mismatch=2
+                    )
+                ]
+            },
+        ),
+        CaseResult(
+            "packing::cu_seqlens",
+            "packing",
+            Verdict.FAIL,
+            0.2,
+            message="boundary moved",
+            diff="cu_seqlens differ",
+            diff_data={"mismatches": [_row_mismatch("rows[0].cu_seqlens_padded", [0, 4, 9, 12], [0, 5, 9, 12])]},
+        ),
+        CaseResult(
+            "packing::long_tokens",
+            "packing",
+            Verdict.FAIL,
+            0.4,
+            message="two tokens differ",
+            diff="tokens differ at 10 and 900",
+            diff_data={"mismatches": [_row_mismatch("rows[1].tokens", LONG_EXPECTED, LONG_OBTAINED)]},
+        ),
+        CaseResult(
+            "packing::logits",
+            "packing",
+            Verdict.FAIL,
+            0.5,
+            message="float drift",
+            diff="logits max abs 1.5e-3",
+            diff_data={
+                "mismatches": [
+                    {
+                        "path": "rows[0].logits",
+                        "kind": "tensor",
+                        "expected": "tensor(4, 8)",
+                        "obtained": "tensor(4, 8)",
+                        "first_index": [0, 3],
+                        "max_abs": 0.0015,
+                        "max_rel": 0.02,
+                        "n_mismatch": 3,
+                        "expected_row": None,
+                        "obtained_row": None,
+                    }
+                ]
+            },
+        ),
+        CaseResult(
+            "packing::needs_cuda",
+            "packing",
+            Verdict.UNTESTABLE,
+            0.0,
+            message="needs CUDA: pack_sequences uses torch.cuda",
+        ),
+        CaseResult(
+            "packing::hostile",
+            "packing",
+            Verdict.FAIL,
+            0.1,
+            message=f"message with {XSS}",
+            diff=f"diff with {XSS}",
+            diff_data=None,
+        ),
+        CaseResult(
+            "config::seq_len_too_small",
+            "config",
+            Verdict.FAIL,
+            0.05,
+            message="config accepted",
+            diff="outcome: expected error, got ok",
+            diff_data={
+                "mismatches": [
+                    {"path": "outcome", "kind": "value", "expected": "error", "obtained": "ok"},
+                    {"path": "error_class", "kind": "value", "expected": "ValueError", "obtained": None},
+                ]
+            },
+        ),
         CaseResult("config::ok", "config", Verdict.PASS, 0.01),
         CaseResult("adapters::boom", "adapters", Verdict.ERROR, 0.0, message="KeyError: 'rows' in adapter"),
         CaseResult("upstream::tests/unit/test_packing.py::test_pack", "upstream", Verdict.PASS, 1.0, source="upstream"),
-        CaseResult("upstream::tests/unit/test_packing.py::test_flaky", "upstream", Verdict.FAIL, 1.0,
-                   message="flaky: failed 1 of 3 attempts", diff="AssertionError", source="upstream"),
+        CaseResult(
+            "upstream::tests/unit/test_packing.py::test_flaky",
+            "upstream",
+            Verdict.FAIL,
+            1.0,
+            message="flaky: failed 1 of 3 attempts",
+            diff="AssertionError",
+            source="upstream",
+        ),
     ]
     return RunResult(
         run_id=run_id,
@@ -198,8 +275,10 @@ def sample_run(run_id: str = "run-1", started: str = "2025-05-01T02:00:00+00:00"
 
 
 GOOD, BAD = "1" * 40, "9" * 40
-COMMITS = [{"sha": f"{i}" * 40, "subject": f"commit {i}", "author": "Dev <dev@example.com>",
-            "date": f"2025-04-0{i}T10:00:00Z"} for i in range(2, 9)]
+COMMITS = [
+    {"sha": f"{i}" * 40, "subject": f"commit {i}", "author": "Dev <dev@example.com>", "date": f"2025-04-0{i}T10:00:00Z"}
+    for i in range(2, 9)
+]
 
 
 def sample_bisect() -> dict[str, Any]:
@@ -217,17 +296,38 @@ def sample_bisect() -> dict[str, Any]:
         "commits": COMMITS,
         "probes": probes,
         "cases": [
-            {"case_id": "packing::a", "status": "found",
-             "culprit": {**COMMITS[3], "subject": "packing: drop last token <b>fast</b>",
-                         "files": ["src/megatron/bridge/data/packing.py"],
-                         "diff": "--- a/packing.py\n+++ b/packing.py\n-    end = n\n+    end = n - 1\n"},
-             "candidates": [COMMITS[3]["sha"]], "evaluations": 3, "golden_diff": "loss_mask differs at 7",
-             "source": "golden"},
-            {"case_id": "packing::b", "status": "ambiguous", "culprit": None,
-             "candidates": [COMMITS[4]["sha"], COMMITS[5]["sha"], COMMITS[6]["sha"]], "evaluations": 4,
-             "golden_diff": "", "source": "golden"},
-            {"case_id": "packing::c", "status": "not_reproduced", "culprit": None, "candidates": [],
-             "evaluations": 1, "golden_diff": "", "source": "upstream"},
+            {
+                "case_id": "packing::a",
+                "status": "found",
+                "culprit": {
+                    **COMMITS[3],
+                    "subject": "packing: drop last token <b>fast</b>",
+                    "files": ["src/megatron/bridge/data/packing.py"],
+                    "diff": "--- a/packing.py\n+++ b/packing.py\n-    end = n\n+    end = n - 1\n",
+                },
+                "candidates": [COMMITS[3]["sha"]],
+                "evaluations": 3,
+                "golden_diff": "loss_mask differs at 7",
+                "source": "golden",
+            },
+            {
+                "case_id": "packing::b",
+                "status": "ambiguous",
+                "culprit": None,
+                "candidates": [COMMITS[4]["sha"], COMMITS[5]["sha"], COMMITS[6]["sha"]],
+                "evaluations": 4,
+                "golden_diff": "",
+                "source": "golden",
+            },
+            {
+                "case_id": "packing::c",
+                "status": "not_reproduced",
+                "culprit": None,
+                "candidates": [],
+                "evaluations": 1,
+                "golden_diff": "",
+                "source": "upstream",
+            },
         ],
         "duration_s": 412.0,
         "evaluations": 8,
@@ -264,8 +364,11 @@ def test_run_report_highlights_exactly_the_differing_positions(run_html: Node) -
 def test_long_rows_are_windowed_around_every_difference(run_html: Node) -> None:
     block = _mismatch_block(run_html, "rows[1].tokens")
     assert _highlighted(block, "row-obtained") == [10, 900]
-    shown = [int(td.attrs["data-index"]) for td in block.find("tr", cls="row-expected").find_all("td")
-             if "data-index" in td.attrs]
+    shown = [
+        int(td.attrs["data-index"])
+        for td in block.find("tr", cls="row-expected").find_all("td")
+        if "data-index" in td.attrs
+    ]
     assert len(shown) < 100 and 0 not in shown and 999 not in shown
     assert block.find_all("td", cls="gap"), "elided stretches must be marked"
 
@@ -291,21 +394,28 @@ def test_float_and_config_mismatches_show_errors_and_expected_vs_actual(run_html
     cells = [td.text() for td in logits.find("tr", cls="mismatch").find_all("td")]
     assert cells == ["rows[0].logits", "tensor", "tensor(4, 8)", "tensor(4, 8)", "[0, 3]", "0.0015", "0.02", "3"]
     config = run_html.find(data_case_id="config::seq_len_too_small", cls="case")
-    rows = {tr.find_all("td")[0].text(): (tr.find("td", cls="expected").text(), tr.find("td", cls="obtained").text())
-            for tr in config.find_all("tr", cls="mismatch")}
+    rows = {
+        tr.find_all("td")[0].text(): (tr.find("td", cls="expected").text(), tr.find("td", cls="obtained").text())
+        for tr in config.find_all("tr", cls="mismatch")
+    }
     assert rows == {"outcome": ("error", "ok"), "error_class": ("ValueError", "null")}
     header = [th.text() for th in config.find("table", cls="mismatches").find_all("th")]
     assert header == ["path", "kind", "expected", "obtained"]  # no empty numeric-error columns
 
 
 def test_matrix_counts_sections_and_untestable_reasons(run_html: Node) -> None:
-    counts = {b.attrs["data-count"]: int(b.text().split()[0]) for b in run_html.by_id("counts").find_all("span")
-              if "data-count" in b.attrs}
+    counts = {
+        b.attrs["data-count"]: int(b.text().split()[0])
+        for b in run_html.by_id("counts").find_all("span")
+        if "data-count" in b.attrs
+    }
     assert counts == {"pass": 3, "fail": 7, "untestable": 1, "error": 1}
     golden = {tr.attrs["data-case-id"] for tr in run_html.by_id("golden-cases").find_all("tr", cls="case-row")}
     upstream = {tr.attrs["data-case-id"] for tr in run_html.by_id("upstream-cases").find_all("tr", cls="case-row")}
-    assert upstream == {"upstream::tests/unit/test_packing.py::test_pack",
-                        "upstream::tests/unit/test_packing.py::test_flaky"}
+    assert upstream == {
+        "upstream::tests/unit/test_packing.py::test_pack",
+        "upstream::tests/unit/test_packing.py::test_flaky",
+    }
     assert golden.isdisjoint(upstream) and len(golden) == 10
     buttons = [b.attrs["data-filter"] for b in run_html.find_all("button")]
     assert buttons == ["all", "pass", "fail", "untestable", "error"]
@@ -554,3 +664,32 @@ def test_bisect_report_groups_cases_by_culprit_and_names_the_source(tmp_path: Pa
     assert rows[0].attrs["data-sha"] == found["culprit"]["sha"]
     assert rows[0].find("td", cls="blamed-by").text() == "golden cases and upstream tests"
     assert "upstream::tests/test_x.py::test_pack" in rows[0].text()
+
+
+def test_bisect_report_shows_late_starts_and_confirmations(tmp_path: Path) -> None:
+    record = sample_bisect()
+    record["late_starts"] = [
+        {
+            "case_id": "packing::a",
+            "at_good": "untestable",
+            "runs_from": COMMITS[1]["sha"],
+            "verdict_there": "pass",
+            "bisected": True,
+            "reason": "untestable at good; the oldest commit where it runs is ... : bisected from there",
+        },
+        {"case_id": "packing::z", "at_good": "error", "runs_from": None, "reason": "could not be found"},
+    ]
+    record["confirmations"] = [
+        {
+            "culprit": COMMITS[3]["sha"],
+            "status": "not_confirmed",
+            "seen": {"packing::a": "same"},
+            "detail": "packing::a still fail <b>x</b>",
+        }
+    ]
+    doc = parse_html(render_bisect_report(BisectDoc.from_json(record), tmp_path / "bisect.html"))
+    rows = doc.by_id("late-starts").find("tbody").find_all("tr")
+    assert [r.attrs["data-case-id"] for r in rows] == ["packing::a", "packing::z"]
+    assert rows[0].attrs["data-bisected"] == "true" and "not found" in rows[1].text()
+    cell = doc.find("tr", cls="culprit-group").find("td", cls="confirmation")
+    assert cell.attrs["data-status"] == "not_confirmed" and "still fail <b>x</b>" in cell.text()

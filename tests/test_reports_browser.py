@@ -52,10 +52,21 @@ def _samples() -> ModuleType:
 
 def _chromium(profile: Path, *args: str) -> subprocess.CompletedProcess[str]:
     cmd = [
-        str(CHROMIUM), "--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
-        "--disable-component-update", "--disable-sync", "--no-first-run", "--disable-extensions",
-        "--disable-default-apps", f"--user-data-dir={profile}", "--host-resolver-rules=MAP * ~NOTFOUND",
-        "--enable-logging=stderr", "--v=0", *args,
+        str(CHROMIUM),
+        "--headless",
+        "--no-sandbox",
+        "--disable-gpu",
+        "--disable-background-networking",
+        "--disable-component-update",
+        "--disable-sync",
+        "--no-first-run",
+        "--disable-extensions",
+        "--disable-default-apps",
+        f"--user-data-dir={profile}",
+        "--host-resolver-rules=MAP * ~NOTFOUND",
+        "--enable-logging=stderr",
+        "--v=0",
+        *args,
     ]
     return subprocess.run(cmd, capture_output=True, text=True, timeout=TIMEOUT_S, check=False)
 
@@ -88,8 +99,13 @@ def load_page(page: Path, work: Path) -> dict[str, Any]:
 def screenshot(page: Path, name: str, work: Path) -> Path:
     SCREENSHOTS.mkdir(parents=True, exist_ok=True)
     out = SCREENSHOTS / f"{name}.png"
-    proc = _chromium(work / "profile-shot", f"--screenshot={out}", "--window-size=1280,2000",
-                     "--hide-scrollbars", page.resolve().as_uri())
+    proc = _chromium(
+        work / "profile-shot",
+        f"--screenshot={out}",
+        "--window-size=1280,2000",
+        "--hide-scrollbars",
+        page.resolve().as_uri(),
+    )
     assert proc.returncode == 0 and out.exists(), proc.stderr[-2000:]
     return out
 
@@ -124,7 +140,7 @@ def test_run_report_filter_buttons_hide_other_verdicts(pages: dict[str, Path], t
     """Click the "fail" filter (a script appended to a copy of the page) and read the DOM."""
     clicked = tmp_path / "clicked.html"
     html = pages["run"].read_text(encoding="utf-8")
-    click = '<script>document.querySelector(\'.filters button[data-filter="fail"]\').click();</script>'
+    click = "<script>document.querySelector('.filters button[data-filter=\"fail\"]').click();</script>"
     clicked.write_text(html.replace("</body>", click + "</body>"), encoding="utf-8")
     result = load_page(clicked, tmp_path / "work")
     assert result["console"] == [], result["console"]

@@ -14,15 +14,18 @@ import pytest
 from harness.paths import ROOT
 from harness.target import mb_location
 
-pytestmark = [pytest.mark.slow,
-              pytest.mark.skipif(mb_location() is None, reason="no megatron.bridge installed (run scripts/setup.sh)")]
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.skipif(mb_location() is None, reason="no megatron.bridge installed (run scripts/setup.sh)"),
+]
 
 FAST = ["--suite", "packed_seq_params", "--suite", "in_batch_packing"]
 
 
 def harness(*args: str, timeout: int = 900) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "harness", *args], capture_output=True, text=True,
-                          cwd=ROOT, timeout=timeout)
+    return subprocess.run(
+        [sys.executable, "-m", "harness", *args], capture_output=True, text=True, cwd=ROOT, timeout=timeout
+    )
 
 
 class _Text(HTMLParser):
@@ -51,7 +54,9 @@ def test_run_passes_on_installed_mb(tmp_path):
     doc = json.loads((tmp_path / "r" / "results.json").read_text())
     assert doc["kind"] == "harness-run" and doc["schema_version"] == 1
     assert doc["versions"]["megatron-bridge"] != "unknown" and doc["versions"]["torch"]
-    assert doc["cases"] and all(c["verdict"] == "pass" for c in doc["cases"])
+    verdicts = {c["verdict"] for c in doc["cases"]}
+    # the installed MB's known bugs (fixtures/known_failures.json) are listed, never failing the run
+    assert doc["cases"] and "pass" in verdicts and verdicts <= {"pass", "known-fail"}, verdicts
     assert (tmp_path / "r" / "junit.xml").exists()
     text = " ".join(_html(tmp_path / "r" / "report.html").chunks)
     assert doc["versions"]["megatron-bridge"] in text
@@ -65,8 +70,9 @@ def test_changed_golden_fails_with_readable_diff(tmp_path):
     doc = json.loads(path.read_text())
     doc["value"]["cu_seqlens_q"][1] += 1  # a hand edit: the golden now disagrees with MB
     path.write_text(json.dumps(doc))
-    proc = harness("run", "--quiet", "--out", str(tmp_path / "r"), "--fixtures", str(fixtures),
-                   "--suite", "packed_seq_params")
+    proc = harness(
+        "run", "--quiet", "--out", str(tmp_path / "r"), "--fixtures", str(fixtures), "--suite", "packed_seq_params"
+    )
     assert proc.returncode == 1, proc.stdout + proc.stderr
     assert "golden mismatch" in proc.stdout and "$.cu_seqlens_q" in proc.stdout
     assert "first at index [1]" in proc.stdout
@@ -74,10 +80,13 @@ def test_changed_golden_fails_with_readable_diff(tmp_path):
     assert report.diff_cells >= 2, "the differing position is highlighted in the HTML diff (golden and obtained rows)"
 
 
-@pytest.mark.parametrize("args,needle", [
-    (["run", "--suite", "nope"], "unknown suite"),
-    (["run", "--mb-src", "/nonexistent/mb"], "no megatron/bridge package"),
-])
+@pytest.mark.parametrize(
+    "args,needle",
+    [
+        (["run", "--suite", "nope"], "unknown suite"),
+        (["run", "--mb-src", "/nonexistent/mb"], "no megatron/bridge package"),
+    ],
+)
 def test_usage_errors_are_one_line_exit_2(args, needle):
     proc = harness(*args, timeout=120)
     assert proc.returncode == 2
@@ -90,7 +99,8 @@ def test_corrupt_golden_fails_the_case_not_the_harness(tmp_path):
     shutil.copytree(ROOT / "fixtures", fixtures)
     path = next((fixtures / "packed_seq_params").glob("*.json"))
     path.write_text("{ this is not json")
-    proc = harness("run", "--quiet", "--out", str(tmp_path / "r"), "--fixtures", str(fixtures),
-                   "--suite", "packed_seq_params")
+    proc = harness(
+        "run", "--quiet", "--out", str(tmp_path / "r"), "--fixtures", str(fixtures), "--suite", "packed_seq_params"
+    )
     assert proc.returncode == 1
     assert "not valid JSON" in proc.stdout and path.name in proc.stdout

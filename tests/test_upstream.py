@@ -20,8 +20,7 @@ import pytest
 
 from harness.paths import ROOT
 from harness.target import Target
-from harness.upstream import NO_CHECKOUT, NO_MATCH, load_selection, resolve, run_upstream
-from harness.upstream import outcomes, selection
+from harness.upstream import NO_CHECKOUT, NO_MATCH, load_selection, outcomes, resolve, run_upstream, selection
 from harness.verdict import Verdict
 
 UTILS = "tests/unit_tests/training/utils/test_packed_seq_utils.py"
@@ -52,18 +51,35 @@ def cases_by_id(cases):
 
 def test_selection_loads_and_covers_the_six_entries():
     sel = load_selection()
-    assert [e.name for e in sel.entries] == ["packed_seq_utils", "config", "in_batch", "vlm_step",
-                                             "packed_parquet", "sft_mapped_padding"]
+    assert [e.name for e in sel.entries] == [
+        "packed_seq_utils",
+        "config",
+        "in_batch",
+        "vlm_step",
+        "packed_parquet",
+        "sft_mapped_padding",
+    ]
     counts = {(e.name, v.era): v.expected_passed for e in sel.entries for v in e.variants if v.expected_passed}
-    assert counts == {("packed_seq_utils", "guidance-2026-03"): 8, ("config", "guidance-2026-06"): 14,
-                      ("config", "guidance-2026-03"): 14, ("vlm_step", "guidance-2026-03"): 2}
+    assert counts == {
+        ("packed_seq_utils", "guidance-2026-03"): 8,
+        ("config", "guidance-2026-06"): 14,
+        ("config", "guidance-2026-03"): 14,
+        ("vlm_step", "guidance-2026-03"): 2,
+    }
     assert sel.count_rule == "at_least"
 
 
 def test_era_new_keywords(tmp_path):
-    write(tmp_path, {UTILS: "", CONFIG: "def test_enable_in_batch_packing(): pass\n",
-                     VLM: "def test_deferred_in_batch_packing(): pass\n", IN_BATCH: "",
-                     "tests/unit_tests/data/datasets/test_gpt_sft.py": "mapped_padding_rows_do_not_contribute_to_loss"})
+    write(
+        tmp_path,
+        {
+            UTILS: "",
+            CONFIG: "def test_enable_in_batch_packing(): pass\n",
+            VLM: "def test_deferred_in_batch_packing(): pass\n",
+            IN_BATCH: "",
+            "tests/unit_tests/data/datasets/test_gpt_sft.py": "mapped_padding_rows_do_not_contribute_to_loss",
+        },
+    )
     r = by_name(resolve(tmp_path, load_selection()))
     assert r["config"].variant.era == "guidance-2026-07" and "enable_in_batch_packing" in r["config"].variant.k
     assert "pack_sequences_in_batch" not in r["config"].variant.k
@@ -75,10 +91,16 @@ def test_era_new_keywords(tmp_path):
 
 
 def test_era_old_keywords_and_renamed_files(tmp_path):
-    write(tmp_path, {UTILS: "", CONFIG: "def test_pack_sequences_in_batch(): pass\n",
-                     VLM: "def test_enable_packing(): pass\n",
-                     "tests/unit_tests/data/vlm_datasets/test_batching.py": "",
-                     "tests/unit_tests/data/datasets/test_packed_parquet.py": "negative_index_zeroes_loss_mask"})
+    write(
+        tmp_path,
+        {
+            UTILS: "",
+            CONFIG: "def test_pack_sequences_in_batch(): pass\n",
+            VLM: "def test_enable_packing(): pass\n",
+            "tests/unit_tests/data/vlm_datasets/test_batching.py": "",
+            "tests/unit_tests/data/datasets/test_packed_parquet.py": "negative_index_zeroes_loss_mask",
+        },
+    )
     r = by_name(resolve(tmp_path, load_selection()))
     assert r["config"].variant.era == "guidance-2026-03"
     assert "pack_sequences_in_batch" in r["config"].variant.k and "enable_in_batch_packing" not in r["config"].variant.k
@@ -113,7 +135,8 @@ def fake_tree(root: Path, files: dict[str, str]) -> Target:
 def test_installed_target_is_untestable(tmp_path):
     cases, notes = run_upstream(Target(), tmp_path)
     assert [(c.case_id, c.verdict, c.message, c.source) for c in cases] == [
-        ("upstream::*", Verdict.UNTESTABLE, NO_CHECKOUT, "upstream")]
+        ("upstream::*", Verdict.UNTESTABLE, NO_CHECKOUT, "upstream")
+    ]
     assert NO_CHECKOUT in notes
 
 
@@ -229,7 +252,10 @@ def test_count_rule_exact_and_at_least():
 
 
 def test_timeout_kills_the_group_and_keeps_finished_outcomes(tmp_path):
-    tgt = fake_tree(tmp_path / "t", {UTILS: """
+    tgt = fake_tree(
+        tmp_path / "t",
+        {
+            UTILS: """
         import time
 
         def test_a_quick():
@@ -237,7 +263,9 @@ def test_timeout_kills_the_group_and_keeps_finished_outcomes(tmp_path):
 
         def test_b_hangs():
             time.sleep(300)
-        """})
+        """
+        },
+    )
     cases, notes = run_upstream(tgt, tmp_path / "out", timeout_s=15)
     c = cases_by_id(cases)
     assert c[f"upstream::{UTILS}::test_a_quick"].verdict is Verdict.PASS
@@ -298,9 +326,18 @@ MB_FILES = {
 
 
 def _git(repo: Path, *args: str) -> None:
-    subprocess.run(["git", "-C", str(repo), *args], check=True, capture_output=True,
-                   env={**os.environ, "GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@t", "GIT_COMMITTER_NAME": "t",
-                        "GIT_COMMITTER_EMAIL": "t@t"})
+    subprocess.run(
+        ["git", "-C", str(repo), *args],
+        check=True,
+        capture_output=True,
+        env={
+            **os.environ,
+            "GIT_AUTHOR_NAME": "t",
+            "GIT_AUTHOR_EMAIL": "t@t",
+            "GIT_COMMITTER_NAME": "t",
+            "GIT_COMMITTER_EMAIL": "t@t",
+        },
+    )
 
 
 @pytest.fixture(scope="module")
@@ -309,8 +346,11 @@ def mb_repo(tmp_path_factory):
     if spec is None or not spec.submodule_search_locations:
         pytest.skip("no installed megatron.bridge")
     repo = tmp_path_factory.mktemp("mbrepo")
-    shutil.copytree(list(spec.submodule_search_locations)[0], repo / "src" / "megatron" / "bridge",
-                    ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
+    shutil.copytree(
+        list(spec.submodule_search_locations)[0],
+        repo / "src" / "megatron" / "bridge",
+        ignore=shutil.ignore_patterns("__pycache__", "*.pyc"),
+    )
     write(repo, MB_FILES)
     _git(repo, "init", "-q")
     _git(repo, "add", "-A")
@@ -334,8 +374,9 @@ def test_real_mb_checkout_old_era(mb_repo, tmp_path):
     assert c["upstream::count::vlm_step"].verdict is Verdict.PASS  # 2 of 2
     assert c["upstream::in_batch"].verdict is Verdict.UNTESTABLE
     assert not (mb_repo / "src" / "megatron" / "bridge" / "__pycache__").exists()
-    assert not subprocess.run(["git", "-C", str(mb_repo), "status", "--porcelain"], capture_output=True,
-                              text=True).stdout.strip()
+    assert not subprocess.run(
+        ["git", "-C", str(mb_repo), "status", "--porcelain"], capture_output=True, text=True
+    ).stdout.strip()
 
 
 # --------------------------------------------------------------------------- the real mirror
@@ -351,12 +392,29 @@ MIRROR = Path(os.environ.get("HARNESS_MB_MIRROR", "/work/.mirror/NVIDIA-NeMo+Meg
 def test_mirror_release_runs_green(ref, tmp_path):
     tree = tmp_path / ref
     tree.mkdir()
-    archive = subprocess.run(["git", "-C", str(MIRROR), "archive", ref, "src", "tests", "pyproject.toml"],
-                             capture_output=True, check=True)
+    archive = subprocess.run(
+        ["git", "-C", str(MIRROR), "archive", ref, "src", "tests", "pyproject.toml"], capture_output=True, check=True
+    )
     subprocess.run(["tar", "-x", "-C", str(tree)], input=archive.stdout, check=True)
     out = tmp_path / "out"
-    proc = subprocess.run([sys.executable, "-m", "harness", "run", "--suite", "upstream", "--mb-src", str(tree),
-                           "--out", str(out), "--quiet"], capture_output=True, text=True, cwd=ROOT,
-                          timeout=900)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "harness",
+            "run",
+            "--suite",
+            "upstream",
+            "--mb-src",
+            str(tree),
+            "--out",
+            str(out),
+            "--quiet",
+        ],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        timeout=900,
+    )
     assert proc.returncode == 0, proc.stdout[-4000:]
     assert "upstream" in proc.stdout

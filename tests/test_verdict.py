@@ -25,3 +25,18 @@ def test_settle_lets_a_decisive_retry_win_over_skips() -> None:
     assert settle([Verdict.UNTESTABLE, Verdict.ERROR]) is Verdict.ERROR
     assert not is_flaky([Verdict.ERROR, Verdict.PASS])
     assert is_flaky([Verdict.PASS, None, Verdict.FAIL])
+
+
+def test_bisect_view_keeps_known_bugs_bad_and_changes_good_unless_asked() -> None:
+    assert Verdict.KNOWN_FAIL.bisect_view() is Verdict.FAIL
+    assert Verdict.FIXED.bisect_view() is Verdict.PASS
+    assert Verdict.CHANGED.bisect_view() is Verdict.PASS
+    assert Verdict.CHANGED.bisect_view(changed=True) is Verdict.FAIL
+    for v in (Verdict.PASS, Verdict.FAIL, Verdict.UNTESTABLE, Verdict.ERROR):
+        assert v.bisect_view() is v and v.bisect_view(changed=True) is v
+
+
+def test_a_regression_outranks_a_change_and_a_known_bug() -> None:
+    assert worst([Verdict.CHANGED, Verdict.KNOWN_FAIL]) is Verdict.KNOWN_FAIL
+    assert worst([Verdict.KNOWN_FAIL, Verdict.FAIL]) is Verdict.FAIL
+    assert worst([Verdict.CHANGED, Verdict.UNTESTABLE]) is Verdict.CHANGED

@@ -6,6 +6,11 @@ implementations, newest era first; a candidate *probes* (module exists, symbol e
 signature accepts a parameter, config field exists) and, when it fits, adapts MB's output to
 one canonical form. When no candidate fits, the case is :class:`Untestable` with the list of
 what was tried, so a missing or renamed API is a bisect "skip", never a pass or a fail.
+
+A break is not an era gap: an MB module that exists and cannot be imported because of the
+commit's own code, or an operation whose output no longer holds what it produces
+(:class:`MissingOutput`), is :class:`~harness.plugin.Broken`: a failure, bisectable. See
+:mod:`harness.adapters.failures` for where the line between broken and untestable lies.
 """
 
 from __future__ import annotations
@@ -18,23 +23,34 @@ import inspect
 from dataclasses import dataclass
 from typing import Any, Callable
 
-from harness.errors import NotHere, Untestable
+from harness.adapters.failures import import_failure
+from harness.errors import Broken, MissingOutput, NotHere, Untestable
 
-
-__all__ = ["Candidate", "NotHere", "Operation", "Untestable", "accepts", "field_names", "load_module", "module_source",
-           "symbol"]
+__all__ = [
+    "Candidate",
+    "MissingOutput",
+    "NotHere",
+    "Operation",
+    "Untestable",
+    "accepts",
+    "field_names",
+    "load_module",
+    "module_source",
+    "symbol",
+]
 
 
 def _find_spec(name: str) -> Any:
-    """``importlib.util.find_spec`` with the era rules: absent -> NotHere, broken parent -> Untestable."""
+    """``importlib.util.find_spec`` with the era rules: absent -> NotHere, a parent that does not
+    import -> the import failure (Broken or Untestable, see :func:`import_failure`)."""
     try:
         spec = importlib.util.find_spec(name)
     except ModuleNotFoundError as exc:
         if not _names_module_or_parent(exc, name):  # a parent package imports something missing here
-            raise Untestable(f"import of {name} failed: ModuleNotFoundError: {exc}") from exc
+            raise import_failure(name, exc) from exc
         spec = None
-    except Exception as exc:  # parent package broken
-        raise Untestable(f"import of {name} failed: {type(exc).__name__}: {exc}") from exc
+    except Exception as exc:  # a parent package does not import
+        raise import_failure(name, exc) from exc
     if spec is None:
         raise NotHere(f"no module {name}")
     return spec
@@ -58,16 +74,13 @@ def module_source(name: str) -> str | None:
 
 
 def load_module(name: str) -> Any:
-    """Import an MB module; absent -> NotHere, broken import -> Untestable (with the cause).
-
-    A module that exists but fails to import (syntax error, missing dependency) makes the case
-    untestable on this commit rather than failed: the packing behaviour was never reached.
-    """
+    """Import an MB module; absent -> NotHere; present but failing to import -> Broken (the
+    commit's own code) or Untestable (a missing dependency, this environment), with the cause."""
     _find_spec(name)
     try:
         return importlib.import_module(name)
     except Exception as exc:
-        raise Untestable(f"import of {name} failed: {type(exc).__name__}: {exc}") from exc
+        raise import_failure(name, exc) from exc
 
 
 def _names_module_or_parent(exc: ModuleNotFoundError, name: str) -> bool:
@@ -127,8 +140,9 @@ class Operation:
             except NotHere as exc:
                 tried.append(f"{cand.era}: {exc}")
         before = f"{self.before}; " if self.before else ""
-        raise Untestable(f"operation '{self.name}' not found in this Megatron-Bridge "
-                         f"({before}tried {'; '.join(tried)})")
+        raise Untestable(
+            f"operation '{self.name}' not found in this Megatron-Bridge ({before}tried {'; '.join(tried)})"
+        )
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         try:
@@ -138,8 +152,10 @@ class Operation:
             raise
         try:
             return fn(*args, **kwargs)
-        except NotHere as exc:  # a late probe (output shape/keys checked after the call)
+        except NotHere as exc:  # a late probe: a feature this era lacks, found out at call time
             raise Untestable(f"operation '{self.name}' ({self.resolved[0]}): {exc}") from exc
+        except MissingOutput as exc:  # MB ran it and the output is not there: the operation broke
+            raise Broken(f"operation '{self.name}' ({self.resolved[0]}): {exc}") from exc
 
     @property
     def era(self) -> str:

@@ -70,10 +70,17 @@ def _dataset(spec: PackingConfigSpec, cfg: Any) -> Any:
         cls = cfg.GPTDatasetConfig
         # MB's own seq_length field came later; before, the class had only MCore's sequence_length
         length_field = "seq_length" if "seq_length" in field_names(cls) else "sequence_length"
-        return cls(random_seed=1234, reset_position_ids=False, reset_attention_mask=False, eod_mask_loss=False,
-                   **{length_field: spec.seq_length})
-    cls = _first(("megatron.bridge.data.builders", "GPTSFTDatasetConfig"),
-                 ("megatron.bridge.training.config", "FinetuningDatasetConfig"))
+        return cls(
+            random_seed=1234,
+            reset_position_ids=False,
+            reset_attention_mask=False,
+            eod_mask_loss=False,
+            **{length_field: spec.seq_length},
+        )
+    cls = _first(
+        ("megatron.bridge.data.builders", "GPTSFTDatasetConfig"),
+        ("megatron.bridge.training.config", "FinetuningDatasetConfig"),
+    )
     return cls(**_kwargs_for(cls, {"seq_length": spec.seq_length, "dataset_root": "/nonexistent/harness-dataset"}))
 
 
@@ -83,8 +90,10 @@ def _offline_field(dataset: Any) -> str:
     for name in ("offline_packing_specs", "packed_sequence_specs"):
         if name in names:
             return name
-    raise Untestable(f"{type(dataset).__name__} has no offline packing specs field in this era "
-                     "(neither offline_packing_specs nor packed_sequence_specs)")
+    raise Untestable(
+        f"{type(dataset).__name__} has no offline packing specs field in this era "
+        "(neither offline_packing_specs nor packed_sequence_specs)"
+    )
 
 
 def in_batch_flag() -> str:
@@ -102,20 +111,28 @@ def in_batch_flag() -> str:
     step = module_source("megatron.bridge.training.vlm_step") or ""
     if "def pack_batch_sequences" in step:
         return "enable_in_batch_packing" if "enable_in_batch_packing" in step else "pack_sequences_in_batch"
-    raise Untestable("in-batch packing does not exist in this MB era (it first appeared as "
-                     "training/vlm_step.pack_batch_sequences, af2f35814, 2026-01-29)")
+    raise Untestable(
+        "in-batch packing does not exist in this MB era (it first appeared as "
+        "training/vlm_step.pack_batch_sequences, af2f35814, 2026-01-29)"
+    )
 
 
 def _apply_packing(spec: PackingConfigSpec, dataset: Any) -> Any:
     """Set the spec's packing fields on ``dataset``; returns the offline specs object (or None)."""
     specs = None
     if spec.offline_packing_size is not None or spec.offline_enabled:
-        specs_cls = _first(("megatron.bridge.data.packing", "PackedSequenceSpecs"),
-                           ("megatron.bridge.data.datasets.packed_sequence", "PackedSequenceSpecs"))
+        specs_cls = _first(
+            ("megatron.bridge.data.packing", "PackedSequenceSpecs"),
+            ("megatron.bridge.data.datasets.packed_sequence", "PackedSequenceSpecs"),
+        )
         field = _offline_field(dataset)
         if spec.offline_packing_size is not None:
-            specs = specs_cls(**_kwargs_for(specs_cls, {"packed_sequence_size": spec.offline_packing_size,
-                                                        "pad_cu_seqlens": spec.pad_cu_seqlens}))
+            specs = specs_cls(
+                **_kwargs_for(
+                    specs_cls,
+                    {"packed_sequence_size": spec.offline_packing_size, "pad_cu_seqlens": spec.pad_cu_seqlens},
+                )
+            )
             if spec.pad_cu_seqlens and not hasattr(specs, "pad_cu_seqlens"):
                 raise Untestable("PackedSequenceSpecs has no pad_cu_seqlens in this era")
         enabled = spec.offline_enabled if spec.offline_enabled is not None else specs is not None
@@ -139,27 +156,51 @@ def _apply_packing(spec: PackingConfigSpec, dataset: Any) -> Any:
 def tiny_gpt_provider(seq_length: int, cp: int, tp: int, sp: bool, per_token_loss: bool) -> Any:
     """The smallest GPT model provider the validation rules look at."""
     provider_cls = symbol("megatron.bridge.models.gpt_provider", "GPTModelProvider")
-    return provider_cls(**_kwargs_for(provider_cls, {
-        "num_layers": 1, "hidden_size": 128, "num_attention_heads": 4, "seq_length": seq_length,
-        "apply_rope_fusion": False, "context_parallel_size": cp, "tensor_model_parallel_size": tp,
-        "pipeline_model_parallel_size": 1, "sequence_parallel": sp, "calculate_per_token_loss": per_token_loss}))
+    return provider_cls(
+        **_kwargs_for(
+            provider_cls,
+            {
+                "num_layers": 1,
+                "hidden_size": 128,
+                "num_attention_heads": 4,
+                "seq_length": seq_length,
+                "apply_rope_fusion": False,
+                "context_parallel_size": cp,
+                "tensor_model_parallel_size": tp,
+                "pipeline_model_parallel_size": 1,
+                "sequence_parallel": sp,
+                "calculate_per_token_loss": per_token_loss,
+            },
+        )
+    )
 
 
-def build_container(cfg: Any, model: Any, dataset: Any, *, global_batch_size: int, micro_batch_size: int,
-                    average_in_collective: bool = False, dist_extra: dict[str, Any] | None = None) -> Any:
+def build_container(
+    cfg: Any,
+    model: Any,
+    dataset: Any,
+    *,
+    global_batch_size: int,
+    micro_batch_size: int,
+    average_in_collective: bool = False,
+    dist_extra: dict[str, Any] | None = None,
+) -> Any:
     """A minimal ``ConfigContainer`` around ``model`` and ``dataset`` (fields the era lacks are left out)."""
     optimizer_cls = getattr(cfg, "OptimizerConfig", None) or symbol("megatron.core.optimizer", "OptimizerConfig")
     dist_kwargs = {"use_gloo_process_groups": True, "lazy_mpu_init": False, **(dist_extra or {})}
     parts: dict[str, Any] = {
-        "train": cfg.TrainingConfig(global_batch_size=global_batch_size, micro_batch_size=micro_batch_size,
-                                    train_iters=1000),
+        "train": cfg.TrainingConfig(
+            global_batch_size=global_batch_size, micro_batch_size=micro_batch_size, train_iters=1000
+        ),
         "model": model,
         "optimizer": optimizer_cls(lr=0.0001, use_distributed_optimizer=False),
         "scheduler": cfg.SchedulerConfig(lr_decay_style="linear", lr_warmup_iters=0),
         "dataset": dataset,
         "logger": cfg.LoggerConfig(),
-        "tokenizer": _first(("megatron.bridge.training.tokenizers.config", "TokenizerConfig"),
-                            ("megatron.bridge.training.config", "TokenizerConfig"))(),
+        "tokenizer": _first(
+            ("megatron.bridge.training.tokenizers.config", "TokenizerConfig"),
+            ("megatron.bridge.training.config", "TokenizerConfig"),
+        )(),
         "checkpoint": cfg.CheckpointConfig(ckpt_format="torch_dist"),
         "dist": cfg.DistributedInitConfig(**_kwargs_for(cfg.DistributedInitConfig, dist_kwargs)),
         "ddp": cfg.DistributedDataParallelConfig(average_in_collective=average_in_collective),
@@ -199,13 +240,20 @@ def _packed_dataset_stage(spec: PackingConfigSpec) -> dict[str, Any]:
 
     pack = spec.offline_packing_size or spec.seq_length
     with tempfile.TemporaryDirectory(prefix="harness-cfg-") as tmp:
-        npy = ds_ops.write_rows_npy([{"input_ids": [5, 6, 7, 2], "loss_mask": [0, 1, 1, 1], "seq_start_id": [0]}],
-                                    Path(tmp) / "packed.npy")
+        npy = ds_ops.write_rows_npy(
+            [{"input_ids": [5, 6, 7, 2], "loss_mask": [0, 1, 1, 1], "seq_start_id": [0]}], Path(tmp) / "packed.npy"
+        )
         meta = Path(tmp) / "metadata.jsonl"
         meta.write_text(json.dumps([{"max_samples_per_bin": 1, "dataset_max_seqlen": 3, "min_packed_seqlen": 3}]))
         try:
-            ds_ops.packed_dataset(npy, ds_ops.TinyTokenizer(), max_seq_length=pack, metadata=meta,
-                                  pad_to_max_length=spec.pad_to_max_length, pad_cu_seqlens=spec.pad_cu_seqlens)
+            ds_ops.packed_dataset(
+                npy,
+                ds_ops.TinyTokenizer(),
+                max_seq_length=pack,
+                metadata=meta,
+                pad_to_max_length=spec.pad_to_max_length,
+                pad_cu_seqlens=spec.pad_cu_seqlens,
+            )
         except Untestable:
             raise
         except Exception as exc:
@@ -220,13 +268,19 @@ def validate_packing_config(spec: PackingConfigSpec) -> dict[str, Any]:
     constructor (see :func:`_packed_dataset_stage`).
     """
     cfg = load_module("megatron.bridge.training.config")
-    model = tiny_gpt_provider(spec.seq_length, spec.context_parallel, spec.tensor_parallel, spec.sequence_parallel,
-                              spec.per_token_loss)
+    model = tiny_gpt_provider(
+        spec.seq_length, spec.context_parallel, spec.tensor_parallel, spec.sequence_parallel, spec.per_token_loss
+    )
     dataset = _dataset(spec, cfg)
     specs = _apply_packing(spec, dataset)
-    container = build_container(cfg, model, dataset, global_batch_size=spec.global_batch_size,
-                                micro_batch_size=spec.micro_batch_size,
-                                average_in_collective=spec.average_in_collective)
+    container = build_container(
+        cfg,
+        model,
+        dataset,
+        global_batch_size=spec.global_batch_size,
+        micro_batch_size=spec.micro_batch_size,
+        average_in_collective=spec.average_in_collective,
+    )
     outcome = run_validate(cfg, container, spec.context_parallel * spec.tensor_parallel)
     if outcome["accepted"] and specs is not None and spec.pad_cu_seqlens:
         return _packed_dataset_stage(spec)

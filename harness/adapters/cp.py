@@ -32,8 +32,15 @@ from typing import Any, Callable
 import torch
 
 from harness.adapters import Candidate, Operation, accepts, field_names, load_module, module_source, symbol
-from harness.adapters.config import (PackingConfigSpec, _dataset, _kwargs_for, build_container, in_batch_flag,
-                                     run_validate, tiny_gpt_provider)
+from harness.adapters.config import (
+    PackingConfigSpec,
+    _dataset,
+    _kwargs_for,
+    build_container,
+    in_batch_flag,
+    run_validate,
+    tiny_gpt_provider,
+)
 from harness.errors import NotHere, Untestable
 from harness.standins.cuda import cpu_cuda_calls
 
@@ -47,11 +54,18 @@ COLLATE_CONFIGS = (
 )
 
 
-def _validated(cfg: Any, dataset: Any, cp: int, tp: int, sp: bool, seq_length: int, in_batch: bool,
-               eval_cp: int | None) -> dict[str, Any]:
+def _validated(
+    cfg: Any, dataset: Any, cp: int, tp: int, sp: bool, seq_length: int, in_batch: bool, eval_cp: int | None
+) -> dict[str, Any]:
     model = tiny_gpt_provider(seq_length, cp, tp, sp, per_token_loss=True)
-    container = build_container(cfg, model, dataset, global_batch_size=32, micro_batch_size=4 if in_batch else 1,
-                                dist_extra={"eval_context_parallel_size": eval_cp} if eval_cp is not None else None)
+    container = build_container(
+        cfg,
+        model,
+        dataset,
+        global_batch_size=32,
+        micro_batch_size=4 if in_batch else 1,
+        dist_extra={"eval_context_parallel_size": eval_cp} if eval_cp is not None else None,
+    )
     return run_validate(cfg, container, cp * tp * 4)  # DP 4 keeps the global batch divisible
 
 
@@ -76,19 +90,41 @@ def _collate_config(module: str, name: str, aligns_collate: bool) -> Callable[[]
         cfg = load_module("megatron.bridge.training.config")
         source = _declared_source(ds_cls)
 
-        def call(cp: int, tp: int = 1, sp: bool = False, *, in_batch: bool = True, seq_length: int = 1680,
-                 eval_cp: int | None = None, pad_to_multiple_of: int = 1) -> dict[str, Any]:
+        def call(
+            cp: int,
+            tp: int = 1,
+            sp: bool = False,
+            *,
+            in_batch: bool = True,
+            seq_length: int = 1680,
+            eval_cp: int | None = None,
+            pad_to_multiple_of: int = 1,
+        ) -> dict[str, Any]:
             if not in_batch and not aligns_collate:
-                raise Untestable(f"{name} era: validate does not align the collate pad_to_multiple_of to CP/SP "
-                                 "(that came with the data/builders collate configs, e577829e1, 2026-07-09)")
-            dataset = ds_cls(**_kwargs_for(ds_cls, {"seq_length": seq_length, "hf_processor_path": "harness/none",
-                                                    "maker_name": "harness_none", "enable_in_batch_packing": in_batch,
-                                                    "pad_to_multiple_of": pad_to_multiple_of, **source}))
+                raise Untestable(
+                    f"{name} era: validate does not align the collate pad_to_multiple_of to CP/SP "
+                    "(that came with the data/builders collate configs, e577829e1, 2026-07-09)"
+                )
+            dataset = ds_cls(
+                **_kwargs_for(
+                    ds_cls,
+                    {
+                        "seq_length": seq_length,
+                        "hf_processor_path": "harness/none",
+                        "maker_name": "harness_none",
+                        "enable_in_batch_packing": in_batch,
+                        "pad_to_multiple_of": pad_to_multiple_of,
+                        **source,
+                    },
+                )
+            )
             outcome = _validated(cfg, dataset, cp, tp, sp, seq_length, in_batch, eval_cp)
             field = FIELD if in_batch else "pad_to_multiple_of"
             outcome["multiple"] = int(getattr(dataset, field)) if outcome["accepted"] else None
             return outcome
+
         return call
+
     return probe
 
 
@@ -102,21 +138,35 @@ def _step_multiple(get_batch: Callable[..., Any], flag: str, cp: int, tp: int, s
     tokens = torch.zeros((rows, width), dtype=torch.long)
     tokens[:, 0] = torch.tensor([7, 9])
     labels = torch.full((rows, width), -100, dtype=torch.long)
-    batch = {"tokens": tokens, "labels": labels, "loss_mask": torch.zeros((rows, width)),
-             "position_ids": torch.zeros((rows, width), dtype=torch.long),
-             "attention_mask": (tokens != 0).long(), "visual_inputs": None}
+    batch = {
+        "tokens": tokens,
+        "labels": labels,
+        "loss_mask": torch.zeros((rows, width)),
+        "position_ids": torch.zeros((rows, width), dtype=torch.long),
+        "attention_mask": (tokens != 0).long(),
+        "visual_inputs": None,
+    }
     group = lambda size: SimpleNamespace(rank=lambda: 0, size=lambda: size)  # noqa: E731
     pgs = SimpleNamespace(pp=group(1), cp=group(cp), tp=group(tp))
-    cfg = SimpleNamespace(dataset=SimpleNamespace(**{flag: True, "skip_getting_attention_mask_from_dataset": True}),
-                          model=SimpleNamespace(sequence_parallel=sp, seq_length=4096, pipeline_model_parallel_size=1,
-                                                context_parallel_size=cp, tensor_model_parallel_size=tp))
+    cfg = SimpleNamespace(
+        dataset=SimpleNamespace(**{flag: True, "skip_getting_attention_mask_from_dataset": True}),
+        model=SimpleNamespace(
+            sequence_parallel=sp,
+            seq_length=4096,
+            pipeline_model_parallel_size=1,
+            context_parallel_size=cp,
+            tensor_model_parallel_size=tp,
+        ),
+    )
     with cpu_cuda_calls():
         out = get_batch(iter([batch]), cfg, pg_collection=pgs)
     packed = out[0]
     total = int(packed.numel())
     if total % rows:
-        raise AssertionError(f"vlm_step.get_batch packed {rows} one-token rows into {total} slots, "
-                             "not a whole number of alignment multiples per row")
+        raise AssertionError(
+            f"vlm_step.get_batch packed {rows} one-token rows into {total} slots, "
+            "not a whole number of alignment multiples per row"
+        )
     return total // rows
 
 
@@ -130,25 +180,44 @@ def _vlm_step_probe() -> Callable[..., dict[str, Any]]:
         raise NotHere("vlm_step.get_batch takes no pg_collection")
     cfg = load_module("megatron.bridge.training.config")
 
-    def call(cp: int, tp: int = 1, sp: bool = False, *, in_batch: bool = True, seq_length: int = 1680,
-             eval_cp: int | None = None, pad_to_multiple_of: int = 1) -> dict[str, Any]:
+    def call(
+        cp: int,
+        tp: int = 1,
+        sp: bool = False,
+        *,
+        in_batch: bool = True,
+        seq_length: int = 1680,
+        eval_cp: int | None = None,
+        pad_to_multiple_of: int = 1,
+    ) -> dict[str, Any]:
         if not in_batch:
-            raise Untestable("training/vlm_step era: no collate pad_to_multiple_of aligned to CP/SP (came with the "
-                             "data/builders collate configs, e577829e1, 2026-07-09)")
+            raise Untestable(
+                "training/vlm_step era: no collate pad_to_multiple_of aligned to CP/SP (came with the "
+                "data/builders collate configs, e577829e1, 2026-07-09)"
+            )
         if eval_cp is not None:
-            raise Untestable("training/vlm_step era: no collate-time multiple to serve an evaluation CP; "
-                             "get_batch pads each step for the CP group it runs under")
+            raise Untestable(
+                "training/vlm_step era: no collate-time multiple to serve an evaluation CP; "
+                "get_batch pads each step for the CP group it runs under"
+            )
         flag = in_batch_flag()
         dataset = _dataset(PackingConfigSpec(seq_length=seq_length), cfg)
         setattr(dataset, flag, True)
         outcome = _validated(cfg, dataset, cp, tp, sp, seq_length, True, None)
         outcome["multiple"] = _step_multiple(get_batch, flag, cp, tp, sp) if outcome["accepted"] else None
         return outcome
+
     return call
 
 
-collate_padding_multiple = Operation("collate_padding_multiple", [
-    *(Candidate(f"{m.replace('megatron.bridge.', '')}.{c} + ConfigContainer.validate", _collate_config(m, c, a))
-      for m, c, a in COLLATE_CONFIGS),
-    Candidate("training/vlm_step.get_batch (2026-01-29 to 2026-06-24)", _vlm_step_probe),
-], before="no CP/SP padding multiple before in-batch packing (training/vlm_step, af2f35814, 2026-01-29)")
+collate_padding_multiple = Operation(
+    "collate_padding_multiple",
+    [
+        *(
+            Candidate(f"{m.replace('megatron.bridge.', '')}.{c} + ConfigContainer.validate", _collate_config(m, c, a))
+            for m, c, a in COLLATE_CONFIGS
+        ),
+        Candidate("training/vlm_step.get_batch (2026-01-29 to 2026-06-24)", _vlm_step_probe),
+    ],
+    before="no CP/SP padding multiple before in-batch packing (training/vlm_step, af2f35814, 2026-01-29)",
+)

@@ -57,8 +57,15 @@ class InMemorySFT:
         ex = self.examples[i]
         ids = list(ex["input_ids"])
         start = int(ex["answer_start_idx"])
-        return {"input_ids": ids, "answer_start_idx": start, "context_ids": ids[:start],
-                "context_length": start, "answer_ids": ids[start:], "metadata": {}, "token_count": len(ids)}
+        return {
+            "input_ids": ids,
+            "answer_start_idx": start,
+            "context_ids": ids[:start],
+            "context_length": start,
+            "answer_ids": ids[start:],
+            "metadata": {},
+            "token_count": len(ids),
+        }
 
 
 def _prepare_offline() -> Callable[..., dict[str, Any]]:
@@ -66,9 +73,17 @@ def _prepare_offline() -> Callable[..., dict[str, Any]]:
     if not accepts(fn, "dataset_builder", "pad_seq_to_mult"):
         raise NotHere("prepare_gpt_sft_packed_data takes no dataset_builder/pad_seq_to_mult")
 
-    def call(examples: list[dict[str, Any]], out_dir: Path, *, tokenizer: TinyTokenizer, pack_size: int,
-             max_seq_length: int | None = None, pad_seq_to_mult: int = 1, algorithm: str = "first_fit_shuffle",
-             seed: int = 0) -> dict[str, Any]:
+    def call(
+        examples: list[dict[str, Any]],
+        out_dir: Path,
+        *,
+        tokenizer: TinyTokenizer,
+        pack_size: int,
+        max_seq_length: int | None = None,
+        pad_seq_to_mult: int = 1,
+        algorithm: str = "first_fit_shuffle",
+        seed: int = 0,
+    ) -> dict[str, Any]:
         out_dir = Path(out_dir)
         out_dir.mkdir(parents=True, exist_ok=True)
         npy, meta = out_dir / "packed.npy", out_dir / "metadata.jsonl"
@@ -76,24 +91,43 @@ def _prepare_offline() -> Callable[..., dict[str, Any]]:
             meta.unlink()
         data = copy.deepcopy(examples)
 
-        def builder(path, tokenizer, seq_length, memmap_workers, seed, packed_sequence_size, is_test,
-                    dataset_kwargs):  # noqa: ANN001 - MB's builder signature
+        def builder(path, tokenizer, seq_length, memmap_workers, seed, packed_sequence_size, is_test, dataset_kwargs):  # noqa: ANN001 - MB's builder signature
             mult = int((dataset_kwargs or {}).get("pad_seq_length_to_mult", 1))
             return InMemorySFT(data, tokenizer, mult)
 
-        fn(out_dir / "in-memory.jsonl", npy, meta, pack_size, tokenizer, max_seq_length or pack_size, seed=seed,
-           packing_algorithm=algorithm, pad_seq_to_mult=pad_seq_to_mult, num_tokenizer_workers=1,
-           dataset_builder=builder)
+        fn(
+            out_dir / "in-memory.jsonl",
+            npy,
+            meta,
+            pack_size,
+            tokenizer,
+            max_seq_length or pack_size,
+            seed=seed,
+            packing_algorithm=algorithm,
+            pad_seq_to_mult=pad_seq_to_mult,
+            num_tokenizer_workers=1,
+            dataset_builder=builder,
+        )
         rows = np.load(npy, allow_pickle=True)
-        canon = [{"input_ids": [int(x) for x in r["input_ids"]], "loss_mask": [int(bool(x)) for x in r["loss_mask"]],
-                  "seq_start_id": [int(x) for x in r["seq_start_id"]]} for r in rows]
+        canon = [
+            {
+                "input_ids": [int(x) for x in r["input_ids"]],
+                "loss_mask": [int(bool(x)) for x in r["loss_mask"]],
+                "seq_start_id": [int(x) for x in r["seq_start_id"]],
+            }
+            for r in rows
+        ]
         return {"npy": npy, "metadata": meta, "rows": canon, "metadata_doc": json.loads(meta.read_text())}
+
     return call
 
 
-prepare_packed = Operation("prepare_packed", [
-    Candidate("data/packing/offline.prepare_gpt_sft_packed_data", _prepare_offline),
-])
+prepare_packed = Operation(
+    "prepare_packed",
+    [
+        Candidate("data/packing/offline.prepare_gpt_sft_packed_data", _prepare_offline),
+    ],
+)
 
 
 def _dataset_probe(module: str, cls_name: str = "GPTSFTPackedDataset") -> Callable[[], Callable[..., Any]]:
@@ -103,39 +137,64 @@ def _dataset_probe(module: str, cls_name: str = "GPTSFTPackedDataset") -> Callab
             raise NotHere(f"{module}.GPTSFTPackedDataset has no pad_cu_seqlens")
         takes_mult = accepts(cls.__init__, "pad_seq_to_mult")
 
-        def make(npy: Path, tokenizer: TinyTokenizer, *, max_seq_length: int, pad_seq_to_mult: int = 1,
-                 pad_to_max_length: bool = False, pad_cu_seqlens: bool = False, metadata: Path | None = None,
-                 pad_seq_length_to_mult: int = 16, max_num_samples: int | None = None, seed: int = 1234,
-                 answer_only_loss: bool = True) -> Any:
-            kwargs: dict[str, Any] = dict(max_seq_length=max_seq_length, pad_to_max_length=pad_to_max_length,
-                                          pad_cu_seqlens=pad_cu_seqlens, seed=seed, max_num_samples=max_num_samples,
-                                          pad_seq_length_to_mult=pad_seq_length_to_mult,
-                                          answer_only_loss=answer_only_loss,
-                                          # the packed rows are already tokenised; the template only
-                                          # satisfies the unpacked parent class's validation
-                                          prompt_template="{input} {output}", label_key="output",
-                                          truncation_field="input",
-                                          pack_metadata_file_path=str(metadata) if metadata else None)
+        def make(
+            npy: Path,
+            tokenizer: TinyTokenizer,
+            *,
+            max_seq_length: int,
+            pad_seq_to_mult: int = 1,
+            pad_to_max_length: bool = False,
+            pad_cu_seqlens: bool = False,
+            metadata: Path | None = None,
+            pad_seq_length_to_mult: int = 16,
+            max_num_samples: int | None = None,
+            seed: int = 1234,
+            answer_only_loss: bool = True,
+        ) -> Any:
+            kwargs: dict[str, Any] = dict(
+                max_seq_length=max_seq_length,
+                pad_to_max_length=pad_to_max_length,
+                pad_cu_seqlens=pad_cu_seqlens,
+                seed=seed,
+                max_num_samples=max_num_samples,
+                pad_seq_length_to_mult=pad_seq_length_to_mult,
+                answer_only_loss=answer_only_loss,
+                # the packed rows are already tokenised; the template only
+                # satisfies the unpacked parent class's validation
+                prompt_template="{input} {output}",
+                label_key="output",
+                truncation_field="input",
+                pack_metadata_file_path=str(metadata) if metadata else None,
+            )
             if takes_mult:
                 kwargs["pad_seq_to_mult"] = pad_seq_to_mult
             elif pad_seq_to_mult > 1:
                 raise NotHere("GPTSFTPackedDataset has no pad_seq_to_mult in this era")
             return cls(str(npy), tokenizer, **kwargs)
+
         return make
+
     return probe
 
 
-packed_dataset = Operation("packed_dataset", [
-    Candidate("data/packing/gpt_sft", _dataset_probe("megatron.bridge.data.packing.gpt_sft")),
-    Candidate("data/datasets/sft", _dataset_probe("megatron.bridge.data.datasets.sft")),
-    Candidate("data/datasets/gpt_sft", _dataset_probe("megatron.bridge.data.datasets.gpt_sft")),
-])
+packed_dataset = Operation(
+    "packed_dataset",
+    [
+        Candidate("data/packing/gpt_sft", _dataset_probe("megatron.bridge.data.packing.gpt_sft")),
+        Candidate("data/datasets/sft", _dataset_probe("megatron.bridge.data.datasets.sft")),
+        Candidate("data/datasets/gpt_sft", _dataset_probe("megatron.bridge.data.datasets.gpt_sft")),
+    ],
+)
 
 
-packed_parquet_dataset = Operation("packed_parquet_dataset", [
-    Candidate("data/packing/parquet", _dataset_probe("megatron.bridge.data.packing.parquet",
-                                                      "GPTSFTPackedParquetDataset")),
-])
+packed_parquet_dataset = Operation(
+    "packed_parquet_dataset",
+    [
+        Candidate(
+            "data/packing/parquet", _dataset_probe("megatron.bridge.data.packing.parquet", "GPTSFTPackedParquetDataset")
+        ),
+    ],
+)
 
 
 def _write_parquet() -> Callable[..., Path]:
@@ -144,12 +203,16 @@ def _write_parquet() -> Callable[..., Path]:
     def call(rows: list[dict[str, list[int]]], path: Path) -> Path:
         fn(rows, path)
         return path
+
     return call
 
 
-write_rows_parquet = Operation("write_rows_parquet", [
-    Candidate("data/packing/parquet.write_packed_parquet", _write_parquet),
-])
+write_rows_parquet = Operation(
+    "write_rows_parquet",
+    [
+        Candidate("data/packing/parquet.write_packed_parquet", _write_parquet),
+    ],
+)
 
 
 def collated(batch: dict[str, Any]) -> dict[str, Any]:
@@ -163,8 +226,19 @@ def collated(batch: dict[str, Any]) -> dict[str, Any]:
     repeats the last boundary instead of ``-1``, so each row keeps its length (its shape is
     behaviour too, e.g. ``pad_cu_seqlens``).
     """
-    keys = ("tokens", "labels", "loss_mask", "position_ids", "cu_seqlens_q", "cu_seqlens_kv", "cu_seqlens_q_padded",
-            "cu_seqlens_kv_padded", "max_seqlen_q", "max_seqlen_kv", "token_count")
+    keys = (
+        "tokens",
+        "labels",
+        "loss_mask",
+        "position_ids",
+        "cu_seqlens_q",
+        "cu_seqlens_kv",
+        "cu_seqlens_q_padded",
+        "cu_seqlens_kv_padded",
+        "max_seqlen_q",
+        "max_seqlen_kv",
+        "token_count",
+    )
     out = {k: as_list(batch.get(k)) for k in keys}
     if out["cu_seqlens_q"] is None and batch.get("cu_seqlens") is not None:
         physical = [_repeat_last(row) for row in as_list(batch["cu_seqlens"])]
@@ -174,8 +248,14 @@ def collated(batch: dict[str, Any]) -> dict[str, Any]:
         else:
             real, padded = [_repeat_last(row) for row in as_list(unpadded_raw)], physical
         max_seqlen = as_list(batch.get("max_seqlen"))
-        out.update(cu_seqlens_q=real, cu_seqlens_kv=real, cu_seqlens_q_padded=padded, cu_seqlens_kv_padded=padded,
-                   max_seqlen_q=max_seqlen, max_seqlen_kv=max_seqlen)
+        out.update(
+            cu_seqlens_q=real,
+            cu_seqlens_kv=real,
+            cu_seqlens_q_padded=padded,
+            cu_seqlens_kv_padded=padded,
+            max_seqlen_q=max_seqlen,
+            max_seqlen_kv=max_seqlen,
+        )
     return out
 
 
@@ -218,26 +298,10 @@ def write_rows_npy(rows: list[dict[str, list[int]]], path: Path) -> Path:
     """A packed artifact in MB's legacy ``.npy`` layout (an object array of row dicts)."""
     arr = np.empty(len(rows), dtype=object)
     for i, r in enumerate(rows):
-        arr[i] = {"input_ids": list(r["input_ids"]), "loss_mask": list(r["loss_mask"]),
-                  "seq_start_id": list(r["seq_start_id"])}
+        arr[i] = {
+            "input_ids": list(r["input_ids"]),
+            "loss_mask": list(r["loss_mask"]),
+            "seq_start_id": list(r["seq_start_id"]),
+        }
     np.save(path, arr)
     return path
-
-
-def _batch_sampler() -> Callable[..., Any]:
-    cls = symbol("megatron.bridge.data.samplers", "MegatronPretrainingBatchSampler")
-    if not accepts(cls.__init__, "pad_samples_to_global_batch_size"):
-        raise NotHere("MegatronPretrainingBatchSampler lacks pad_samples_to_global_batch_size")
-
-    def call(total_samples: int, global_batch_size: int, micro_batch_size: int = 1, seed: int = 0) -> list[list[int]]:
-        sampler = cls(total_samples=total_samples, consumed_samples=0, micro_batch_size=micro_batch_size,
-                      global_batch_size=global_batch_size, data_parallel_rank=0, data_parallel_size=1,
-                      drop_last=False, pad_samples_to_global_batch_size=True,
-                      **({"seed": seed} if accepts(cls.__init__, "seed") else {}))
-        return [[int(i) for i in b] for b in sampler]
-    return call
-
-
-padded_global_batches = Operation("padded_global_batches", [
-    Candidate("data/samplers.MegatronPretrainingBatchSampler", _batch_sampler),
-])

@@ -7,24 +7,27 @@
   (``cu_seqlens_*_padded`` when present, else ``cu_seqlens_*``), attending only to the
   segment's real tokens (``cu_seqlens_*`` lengths), as TE's THD kernels do. Padding slots
   produce zeros.
-* :func:`tiny_gpt` - a 2-layer GPTModel (hidden 64, 4 heads, vocab 128) on the local spec with
+* :func:`tiny_gpt` - a 2-layer GPTModel (hidden 64, 4 heads, vocab 128 unless asked) on the local spec with
   the attention above, learned absolute positions (so ``position_ids`` matter: with RoPE in
   THD mode MCore derives positions from ``cu_seqlens`` and ignores ``position_ids``).
-* :func:`compare_packed` - logits and masked loss of a packed row vs each sequence alone.
+* :func:`compare_packed` - logits and masked loss of a packed row vs each sequence alone, from
+  harness-built params (the reference attention's own self-test, tests/test_forward_reference.py).
+
+MB's step functions driving this model (what the forward suites run) are in
+:mod:`harness.adapters.step`.
 """
 
 from __future__ import annotations
 
-import contextlib
 import os
 import tempfile
 from dataclasses import dataclass, field
-from typing import Any, Iterator
+from typing import Any
 
 import torch
 
-from harness.adapters import Candidate, Operation, source_text, symbol
-from harness.errors import NotHere, Untestable
+from harness.adapters import Candidate, NotHere, Operation, source_text, symbol
+from harness.plugin import Untestable
 from harness.standins.cuda import cpu_cuda_calls
 
 VOCAB = 128
@@ -44,8 +47,7 @@ def init_cpu_parallel(seed: int = 1234) -> None:
 
     if not dist.is_initialized():
         store_dir = tempfile.mkdtemp(prefix="harness-pg-")
-        dist.init_process_group("gloo", init_method=f"file://{os.path.join(store_dir, 'store')}", rank=0,
-                                world_size=1)
+        dist.init_process_group("gloo", init_method=f"file://{os.path.join(store_dir, 'store')}", rank=0, world_size=1)
         _STATE["store_dir"] = store_dir
     if not parallel_state.model_parallel_is_initialized():
         with cpu_cuda_calls():
@@ -69,11 +71,27 @@ def segmented_attention_class() -> type:
     class SegmentedSDPAttention(base):  # type: ignore[misc, valid-type]
         """Reference THD core attention: per-segment causal SDPA (see module docstring)."""
 
-        def forward(self, query, key, value, attention_mask, attn_mask_type=None, attention_bias=None,
-                    packed_seq_params=None, **kwargs):  # noqa: ANN001 - MCore's signature
+        def forward(
+            self,
+            query,
+            key,
+            value,
+            attention_mask,
+            attn_mask_type=None,
+            attention_bias=None,
+            packed_seq_params=None,
+            **kwargs,
+        ):  # noqa: ANN001 - MCore's signature
             if packed_seq_params is None:
-                return super().forward(query, key, value, attention_mask, attn_mask_type=attn_mask_type,
-                                       attention_bias=attention_bias, packed_seq_params=None)
+                return super().forward(
+                    query,
+                    key,
+                    value,
+                    attention_mask,
+                    attn_mask_type=attn_mask_type,
+                    attention_bias=attention_bias,
+                    packed_seq_params=None,
+                )
             return thd_reference_attention(query, key, value, packed_seq_params)
 
     _STATE["SegmentedSDPAttention"] = SegmentedSDPAttention
@@ -103,26 +121,42 @@ def thd_reference_attention(query: torch.Tensor, key: torch.Tensor, value: torch
     for start, _end, real in _segments(params):
         if real == 0:
             continue
-        q = query[start:start + real].transpose(0, 1)  # [heads, real, dim]
-        k = key[start:start + real].transpose(0, 1)
-        v = value[start:start + real].transpose(0, 1)
+        q = query[start : start + real].transpose(0, 1)  # [heads, real, dim]
+        k = key[start : start + real].transpose(0, 1)
+        v = value[start : start + real].transpose(0, 1)
         o = torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True)
-        out[start:start + real] = o.transpose(0, 1)
+        out[start : start + real] = o.transpose(0, 1)
     return out.reshape(t, heads * dim)
 
 
 def tiny_config(**overrides: Any) -> Any:
     cfg_cls = symbol("megatron.core.transformer.transformer_config", "TransformerConfig")
-    kwargs = dict(num_layers=LAYERS, hidden_size=HIDDEN, num_attention_heads=HEADS, use_cpu_initialization=True,
-                  params_dtype=torch.float32, attention_dropout=0.0, hidden_dropout=0.0, masked_softmax_fusion=False,
-                  bias_activation_fusion=False, bias_dropout_fusion=False, gradient_accumulation_fusion=False,
-                  apply_rope_fusion=False, persist_layer_norm=False, pipeline_dtype=torch.float32)
+    kwargs = dict(
+        num_layers=LAYERS,
+        hidden_size=HIDDEN,
+        num_attention_heads=HEADS,
+        use_cpu_initialization=True,
+        params_dtype=torch.float32,
+        attention_dropout=0.0,
+        hidden_dropout=0.0,
+        masked_softmax_fusion=False,
+        bias_activation_fusion=False,
+        bias_dropout_fusion=False,
+        gradient_accumulation_fusion=False,
+        apply_rope_fusion=False,
+        persist_layer_norm=False,
+        pipeline_dtype=torch.float32,
+    )
     kwargs.update(overrides)
     return cfg_cls(**kwargs)
 
 
-def tiny_gpt(seed: int = 1234) -> Any:
-    """The tiny GPTModel with :class:`SegmentedSDPAttention` (eval mode, fp32, CPU)."""
+def tiny_gpt(seed: int = 1234, vocab_size: int = VOCAB) -> Any:
+    """The tiny GPTModel with :class:`SegmentedSDPAttention` (eval mode, fp32, CPU).
+
+    ``vocab_size`` must cover every token id fed in (MB-built SFT batches use the offline
+    tokenizer's ids, see :mod:`harness.oracle.tokenizer`).
+    """
     init_cpu_parallel(seed)
     spec_fn = symbol("megatron.core.models.gpt.gpt_layer_specs", "get_gpt_layer_local_spec")
     gpt_cls = symbol("megatron.core.models.gpt", "GPTModel")
@@ -130,8 +164,13 @@ def tiny_gpt(seed: int = 1234) -> Any:
     spec.submodules.self_attention.submodules.core_attention = segmented_attention_class()
     torch.manual_seed(seed)
     with cpu_cuda_calls():
-        model = gpt_cls(config=tiny_config(), transformer_layer_spec=spec, vocab_size=VOCAB,
-                        max_sequence_length=MAX_POS, position_embedding_type="learned_absolute")
+        model = gpt_cls(
+            config=tiny_config(),
+            transformer_layer_spec=spec,
+            vocab_size=vocab_size,
+            max_sequence_length=MAX_POS,
+            position_embedding_type="learned_absolute",
+        )
     model.eval()
     return model
 
@@ -139,13 +178,17 @@ def tiny_gpt(seed: int = 1234) -> Any:
 def _builder_probe(module: str):  # noqa: ANN202
     def probe():  # noqa: ANN202
         return symbol(module, "get_packed_seq_params")
+
     return probe
 
 
-mb_packed_seq_params = Operation("packed_seq_params_object", [
-    Candidate("training/utils/packed_seq_utils", _builder_probe("megatron.bridge.training.utils.packed_seq_utils")),
-    Candidate("training/gpt_step", _builder_probe("megatron.bridge.training.gpt_step")),
-])
+mb_packed_seq_params = Operation(
+    "packed_seq_params_object",
+    [
+        Candidate("training/utils/packed_seq_utils", _builder_probe("megatron.bridge.training.utils.packed_seq_utils")),
+        Candidate("training/gpt_step", _builder_probe("megatron.bridge.training.gpt_step")),
+    ],
+)
 
 
 def _i32(values: list[int]) -> torch.Tensor:
@@ -157,14 +200,19 @@ def params_from_boundaries(cu_seqlens: list[int], cu_seqlens_padded: list[int] |
 
     The batch speaks the builder's era: current MCore keys (``cu_seqlens_q``...) where the
     builder reads them, else the legacy packed-batch keys (``cu_seqlens`` = physical boundaries
-    ending with the ``-1`` sentinel, ``cu_seqlens_unpadded``, ``max_seqlen``). When the era cannot express the boundaries (padded
-    and real boundaries differ but the builder knows no unpadded key), the case is untestable.
+    ending with the ``-1`` sentinel, ``cu_seqlens_unpadded``, ``max_seqlen``). When the era cannot
+    express the boundaries (padded and real boundaries differ but the builder knows no unpadded
+    key), the case is untestable.
     """
     _, builder = mb_packed_seq_params.resolved
     source = source_text(builder)
     if not source or '"cu_seqlens_q" in batch' in source.replace("'", '"'):
-        batch: dict[str, Any] = {"cu_seqlens_q": _i32(cu_seqlens), "cu_seqlens_kv": _i32(cu_seqlens),
-                                 "max_seqlen_q": _i32([max_seqlen]), "max_seqlen_kv": _i32([max_seqlen])}
+        batch: dict[str, Any] = {
+            "cu_seqlens_q": _i32(cu_seqlens),
+            "cu_seqlens_kv": _i32(cu_seqlens),
+            "max_seqlen_q": _i32([max_seqlen]),
+            "max_seqlen_kv": _i32([max_seqlen]),
+        }
         if cu_seqlens_padded is not None:
             batch["cu_seqlens_q_padded"] = _i32(cu_seqlens_padded)
             batch["cu_seqlens_kv_padded"] = batch["cu_seqlens_q_padded"]
@@ -173,8 +221,10 @@ def params_from_boundaries(cu_seqlens: list[int], cu_seqlens_padded: list[int] |
     batch = {"cu_seqlens": _i32((cu_seqlens_padded or cu_seqlens) + [-1]), "max_seqlen": _i32([max_seqlen])}
     if cu_seqlens_padded is not None and cu_seqlens_padded != cu_seqlens:
         if "cu_seqlens_unpadded" not in source:
-            raise Untestable("this era's get_packed_seq_params has no unpadded boundaries (cu_seqlens_unpadded): "
-                             "aligned packing cannot be expressed")
+            raise Untestable(
+                "this era's get_packed_seq_params has no unpadded boundaries (cu_seqlens_unpadded): "
+                "aligned packing cannot be expressed"
+            )
         batch["cu_seqlens_unpadded"] = _i32(cu_seqlens + [-1])
     return builder(batch)
 
@@ -189,13 +239,20 @@ class Comparison:
     per_sequence_err: list[float] = field(default_factory=list)
 
     def ok(self, atol: float) -> bool:
-        return (self.max_abs_logit_err <= atol and abs(self.packed_loss - self.unpacked_loss) <= atol * max(1.0, abs(self.unpacked_loss))
-                and self.packed_mask_sum == self.unpacked_mask_sum)
+        return (
+            self.max_abs_logit_err <= atol
+            and abs(self.packed_loss - self.unpacked_loss) <= atol * max(1.0, abs(self.unpacked_loss))
+            and self.packed_mask_sum == self.unpacked_mask_sum
+        )
 
     def as_dict(self) -> dict[str, Any]:
-        return {"max_abs_logit_err": self.max_abs_logit_err, "packed_loss": self.packed_loss,
-                "unpacked_loss": self.unpacked_loss, "packed_mask_sum": self.packed_mask_sum,
-                "unpacked_mask_sum": self.unpacked_mask_sum}
+        return {
+            "max_abs_logit_err": self.max_abs_logit_err,
+            "packed_loss": self.packed_loss,
+            "unpacked_loss": self.unpacked_loss,
+            "packed_mask_sum": self.packed_mask_sum,
+            "unpacked_mask_sum": self.unpacked_mask_sum,
+        }
 
 
 @torch.no_grad()
@@ -205,8 +262,12 @@ def logits(model: Any, tokens: torch.Tensor, position_ids: torch.Tensor, packed_
         n = tokens.numel()
         mask = torch.triu(torch.ones(n, n, dtype=torch.bool), diagonal=1).reshape(1, 1, n, n)
     with cpu_cuda_calls():
-        out = model(input_ids=tokens.reshape(1, -1).long(), position_ids=position_ids.reshape(1, -1).long(),
-                    attention_mask=mask, packed_seq_params=packed_seq_params)
+        out = model(
+            input_ids=tokens.reshape(1, -1).long(),
+            position_ids=position_ids.reshape(1, -1).long(),
+            attention_mask=mask,
+            packed_seq_params=packed_seq_params,
+        )
     return out.reshape(-1, out.shape[-1]).float()
 
 
@@ -234,7 +295,7 @@ def compare_packed(model: Any, packed: dict[str, Any], sequences: list[dict[str,
     for s in sequences:
         n = len(s["tokens"])
         ref = logits(model, torch.as_tensor(s["tokens"]), torch.arange(n))
-        got = lg[s["offset"]:s["offset"] + n]
+        got = lg[s["offset"] : s["offset"] + n]
         errs.append(float((got - ref).abs().max()) if got.shape == ref.shape else float("inf"))
         m = torch.as_tensor(s["loss_mask"]).float()
         un_loss += float((_ce(ref, torch.as_tensor(s["labels"])) * m).sum())
@@ -242,79 +303,13 @@ def compare_packed(model: Any, packed: dict[str, Any], sequences: list[dict[str,
     return Comparison(max(errs), packed_loss, un_loss, float(mask.sum()), un_mask, errs)
 
 
-class _Timers:
-    """``state.timers``: callable returning an object with start/stop (no-ops)."""
-
-    def __call__(self, *args: Any, **kwargs: Any) -> "_Timers":
-        return self
-
-    def start(self, *args: Any, **kwargs: Any) -> None:
-        pass
-
-    def stop(self, *args: Any, **kwargs: Any) -> None:
-        pass
-
-
-class _Straggler:
-    """``state.straggler_timer``: usable as ``with t:`` and ``with t(bdata=True):``."""
-
-    def __call__(self, *args: Any, **kwargs: Any) -> contextlib.AbstractContextManager:
-        return contextlib.nullcontext()
-
-    def __enter__(self) -> "_Straggler":
-        return self
-
-    def __exit__(self, *exc: Any) -> bool:
-        return False
-
-
-def minimal_state() -> Any:
-    """The parts of MB's GlobalState that ``gpt_step.forward_step`` reads, as a SimpleNamespace."""
-    from types import SimpleNamespace
-
-    cfg = SimpleNamespace(dataset=SimpleNamespace(skip_getting_attention_mask_from_dataset=True), model=None,
-                          rerun_state_machine=SimpleNamespace(check_for_nan_in_loss=False, check_for_spiky_loss=False))
-    return SimpleNamespace(cfg=cfg, timers=_Timers(), straggler_timer=_Straggler())
-
-
-def _forward_step_probe() -> Any:
-    fn = symbol("megatron.bridge.training.gpt_step", "forward_step")
-
-    @torch.no_grad()
-    def call(model: Any, batch: dict[str, Any]) -> dict[str, Any]:
-        with cpu_cuda_calls():
-            output, loss_fn = fn(minimal_state(), iter([batch]), model)
-            loss = loss_fn(output)
-        total, count = loss[0], loss[1]
-        return {"per_token_loss": output.reshape(-1).float(), "loss_sum": float(total), "num_tokens": float(count)}
-    return call
-
-
-gpt_step_forward = Operation("gpt_step_forward", [
-    Candidate("training/gpt_step.forward_step", _forward_step_probe),
-])
-
-
-@torch.no_grad()
-def unpacked_token_losses(model: Any, sequences: list[dict[str, Any]]) -> list[torch.Tensor]:
-    """Per-token cross entropy of every sequence run alone (same order as ``sequences``)."""
-    out = []
-    for s in sequences:
-        n = len(s["tokens"])
-        ref = logits(model, torch.as_tensor(s["tokens"]), torch.arange(n))
-        out.append(_ce(ref, torch.as_tensor(s["labels"])))
-    return out
-
-
-@contextlib.contextmanager
-def deterministic() -> Iterator[None]:
-    prev = torch.are_deterministic_algorithms_enabled()
-    torch.use_deterministic_algorithms(True)
-    try:
-        yield
-    finally:
-        torch.use_deterministic_algorithms(prev)
-
-
-__all__ = ["init_cpu_parallel", "segmented_attention_class", "tiny_gpt", "compare_packed", "Comparison",
-           "params_from_boundaries", "thd_reference_attention", "NotHere"]
+__all__ = [
+    "init_cpu_parallel",
+    "segmented_attention_class",
+    "tiny_gpt",
+    "compare_packed",
+    "Comparison",
+    "params_from_boundaries",
+    "thd_reference_attention",
+    "NotHere",
+]

@@ -9,7 +9,7 @@ from __future__ import annotations
 from typing import Any, Callable
 
 from harness.adapters import Candidate, Operation, symbol
-from harness.errors import NotHere
+from harness.errors import MissingOutput
 
 MODULES = ("megatron.bridge.data.packing.algorithms", "megatron.bridge.data.datasets.packing_utils")
 
@@ -18,6 +18,7 @@ def _candidates(fn_name: str, wrap: Callable[[Any], Callable[..., Any]] = lambda
     def probe_for(module: str) -> Callable[[], Callable[..., Any]]:
         def probe() -> Callable[..., Any]:
             return wrap(symbol(module, fn_name))
+
         return probe
 
     return [Candidate(m.replace("megatron.bridge.", ""), probe_for(m)) for m in MODULES]
@@ -26,6 +27,7 @@ def _candidates(fn_name: str, wrap: Callable[[Any], Callable[..., Any]] = lambda
 def _bins(fn: Callable[..., Any]) -> Callable[..., list[list[int]]]:
     def call(seqlens: list[int], pack_size: int) -> list[list[int]]:
         return [[int(x) for x in b] for b in fn(list(seqlens), pack_size)]
+
     return call
 
 
@@ -38,6 +40,7 @@ def _hist(fn: Callable[..., Any]) -> Callable[..., tuple[dict[int, list[dict]], 
     def call(dataset: Any, truncate_seq_len: int) -> tuple[dict[int, list[dict]], list[int]]:
         sequences, histogram = fn(dataset, truncate_seq_len)
         return sequences, [int(x) for x in histogram]
+
     return call
 
 
@@ -48,6 +51,7 @@ def _strategy(fn: Callable[..., Any]) -> Callable[..., tuple[list[list[int]], di
     def call(histogram: list[int], pack_size: int, algorithm: str) -> tuple[list[list[int]], dict[str, Any]]:
         assignments, meta = fn(histogram, pack_size, algorithm)
         return [[int(x) for x in b] for b in assignments], dict(meta)
+
     return call
 
 
@@ -55,17 +59,25 @@ create_packing_strategy = Operation("create_packing_strategy", _candidates("crea
 
 
 def _fill(fn: Callable[..., Any]) -> Callable[..., list[dict[str, list[int]]]]:
-    def call(assignments: list[list[int]], sequences: dict[int, list[dict]], pack_size: int,
-             pad_id: int) -> list[dict[str, list[int]]]:
+    def call(
+        assignments: list[list[int]], sequences: dict[int, list[dict]], pack_size: int, pad_id: int
+    ) -> list[dict[str, list[int]]]:
         rows = fn(assignments, sequences, pack_size, pad_id)
         out = []
         for row in rows:
             if not {"input_ids", "loss_mask", "seq_start_id"} <= set(row):
-                raise NotHere(f"fill_packing_strategy row keys {sorted(row)}")
-            out.append({"input_ids": [int(x) for x in row["input_ids"]],
-                        "loss_mask": [int(bool(x)) for x in row["loss_mask"]],
-                        "seq_start_id": [int(x) for x in row["seq_start_id"]]})
+                raise MissingOutput(
+                    f"fill_packing_strategy rows lack input_ids/loss_mask/seq_start_id (keys {sorted(row)})"
+                )
+            out.append(
+                {
+                    "input_ids": [int(x) for x in row["input_ids"]],
+                    "loss_mask": [int(bool(x)) for x in row["loss_mask"]],
+                    "seq_start_id": [int(x) for x in row["seq_start_id"]],
+                }
+            )
         return out
+
     return call
 
 

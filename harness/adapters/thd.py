@@ -7,7 +7,11 @@ Canonical forms (all tensors become Python lists so goldens read the same in eve
 * an in-batch packed batch: ``tokens``, ``labels``, ``loss_mask``, ``position_ids`` (1-D),
   ``cu_seqlens_padded`` (physical boundaries: where each sequence starts in the packed row),
   ``cu_seqlens_unpadded`` (real-token boundaries; None in eras that do not emit it),
-  ``max_seqlen``.
+  ``max_seqlen``, and ``raw``: MB's batch itself (tensors, dtypes kept) in its era's keys, for
+  :func:`harness.adapters.batch.packed_rows`.
+
+:data:`in_batch_collate` is the exception: it hands back MB's own packed batch (tensors, keys,
+dtypes untouched), the way a VLM collate passes it to ``vlm_step`` (harness/adapters/step.py).
 
 Eras (from ``git log -S`` on MB's ``src``):
 
@@ -30,12 +34,11 @@ Eras (from ``git log -S`` on MB's ``src``):
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any, Callable
 
-from collections.abc import Mapping
-
 from harness.adapters import Candidate, Operation, accepts, module_source, symbol
-from harness.errors import NotHere, Untestable
+from harness.errors import MissingOutput, NotHere, Untestable
 
 
 def as_list(value: Any) -> Any:
@@ -106,23 +109,36 @@ def _params_probe(module: str) -> Callable[[], Callable[..., dict[str, Any]]]:
 
         def call(batch: dict[str, Any]) -> dict[str, Any]:
             if "cu_seqlens_unpadded" in batch and not aligned_offline_packing():
-                raise Untestable("padded vs real-token boundaries (cu_seqlens_unpadded) are not part of packed "
-                                 "params in this era: PackedSequenceSpecs has no pad_seq_to_mult (aligned offline "
-                                 "packing came with 5b2d692a9, 2026-01-20)")
+                raise Untestable(
+                    "padded vs real-token boundaries (cu_seqlens_unpadded) are not part of packed params in this "
+                    "era: PackedSequenceSpecs has no pad_seq_to_mult (aligned offline packing came with 5b2d692a9, "
+                    "2026-01-20)"
+                )
             return canonical_params(fn(batch))
+
         return call
+
     return probe
 
 
-packed_seq_params = Operation("packed_seq_params", [
-    Candidate("training/utils/packed_seq_utils (v0.2+)", _params_probe("megatron.bridge.training.utils.packed_seq_utils")),
-    Candidate("training/gpt_step (v0.1)", _params_probe("megatron.bridge.training.gpt_step")),
-])
+packed_seq_params = Operation(
+    "packed_seq_params",
+    [
+        Candidate(
+            "training/utils/packed_seq_utils (v0.2+)", _params_probe("megatron.bridge.training.utils.packed_seq_utils")
+        ),
+        Candidate("training/gpt_step (v0.1)", _params_probe("megatron.bridge.training.gpt_step")),
+    ],
+)
 
 
 def _batch_in(tokens, labels, loss_mask, position_ids, attention_mask) -> dict[str, Any]:
-    batch = {"tokens": tokens.clone(), "labels": labels.clone(), "loss_mask": loss_mask.clone(),
-             "position_ids": position_ids.clone()}
+    batch = {
+        "tokens": tokens.clone(),
+        "labels": labels.clone(),
+        "loss_mask": loss_mask.clone(),
+        "position_ids": position_ids.clone(),
+    }
     if attention_mask is not None:
         batch["attention_mask"] = attention_mask.clone()
     return batch
@@ -145,10 +161,16 @@ def canonical_thd_batch(batch: Mapping[str, Any]) -> dict[str, Any]:
         unpadded = strip_sentinel(_flat(batch.get("cu_seqlens_unpadded")))
         max_seqlen = batch.get("max_seqlen")
     else:
-        raise NotHere(f"packed batch has neither cu_seqlens_q nor cu_seqlens (keys {sorted(batch)})")
-    return {"tokens": _flat(batch["tokens"]), "labels": _flat(batch["labels"]),
-            "loss_mask": _flat(batch["loss_mask"]), "position_ids": _flat(batch["position_ids"]),
-            "cu_seqlens_padded": padded, "cu_seqlens_unpadded": unpadded, "max_seqlen": _int_or_none(max_seqlen)}
+        raise MissingOutput(f"packed batch has neither cu_seqlens_q nor cu_seqlens (keys {sorted(batch)})")
+    return {
+        "tokens": _flat(batch["tokens"]),
+        "labels": _flat(batch["labels"]),
+        "loss_mask": _flat(batch["loss_mask"]),
+        "position_ids": _flat(batch["position_ids"]),
+        "cu_seqlens_padded": padded,
+        "cu_seqlens_unpadded": unpadded,
+        "max_seqlen": _int_or_none(max_seqlen),
+    }
 
 
 def strip_sentinel(values: list[int] | None) -> list[int] | None:
@@ -163,33 +185,98 @@ def strip_sentinel(values: list[int] | None) -> list[int] | None:
     return out
 
 
-def _in_batch_direct(module: str) -> Callable[[], Callable[..., dict[str, Any]]]:
-    def probe() -> Callable[..., dict[str, Any]]:
+def _collate_flagged(module: str, name: str) -> Callable[[], Callable[..., Any]]:
+    """A collate policy function that packs when ``enable_in_batch_packing=True``."""
+
+    def probe() -> Callable[..., Any]:
+        fn = symbol(module, name)
+        if not accepts(fn, "enable_in_batch_packing", "in_batch_packing_pad_to_multiple_of", "pad_token_id"):
+            raise NotHere(f"{name} lacks enable_in_batch_packing/in_batch_packing_pad_to_multiple_of")
+
+        def call(batch: dict[str, Any], *, pad_token_id: int, pad_to_multiple_of: int) -> Any:
+            return fn(
+                batch,
+                sequence_length=None,
+                enable_in_batch_packing=True,
+                in_batch_packing_pad_to_multiple_of=pad_to_multiple_of,
+                pad_token_id=pad_token_id,
+            )
+
+        return call
+
+    return probe
+
+
+def _collate_direct(module: str) -> Callable[[], Callable[..., Any]]:
+    def probe() -> Callable[..., Any]:
         fn = symbol(module, "pack_right_padded_sequence_batch_to_mcore_thd")
         if not accepts(fn, "pad_to_multiple_of", "pad_token_id"):
             raise NotHere("pack_right_padded_sequence_batch_to_mcore_thd lacks pad_to_multiple_of/pad_token_id")
 
-        def call(tokens, labels, loss_mask, position_ids, attention_mask=None, *, pad_token_id: int = 0,
-                 pad_to_multiple_of: int = 1) -> dict[str, Any]:
-            batch = _batch_in(tokens, labels, loss_mask, position_ids, attention_mask)
-            ret = fn(batch, pad_token_id=pad_token_id, pad_to_multiple_of=pad_to_multiple_of)
-            return canonical_thd_batch(ret if isinstance(ret, Mapping) else batch)
+        def call(batch: dict[str, Any], *, pad_token_id: int, pad_to_multiple_of: int) -> Any:
+            return fn(batch, pad_token_id=pad_token_id, pad_to_multiple_of=pad_to_multiple_of)
+
         return call
+
     return probe
 
 
-def _in_batch_pad_or_pack() -> Callable[..., dict[str, Any]]:
-    fn = symbol("megatron.bridge.data.sequence_batching", "pad_or_pack_sequence")
-    if not accepts(fn, "enable_in_batch_packing", "in_batch_packing_pad_to_multiple_of", "pad_token_id"):
-        raise NotHere("pad_or_pack_sequence lacks enable_in_batch_packing/in_batch_packing_pad_to_multiple_of")
+def _returned_batch(probe: Callable[[], Callable[..., Any]]) -> Callable[[], Callable[..., Any]]:
+    """MB's packers fill the batch in place (some also return it): always hand back the batch."""
 
-    def call(tokens, labels, loss_mask, position_ids, attention_mask=None, *, pad_token_id: int = 0,
-             pad_to_multiple_of: int = 1) -> dict[str, Any]:
-        batch = _batch_in(tokens, labels, loss_mask, position_ids, attention_mask)
-        ret = fn(batch, sequence_length=None, enable_in_batch_packing=True,
-                 in_batch_packing_pad_to_multiple_of=pad_to_multiple_of, pad_token_id=pad_token_id)
-        return canonical_thd_batch(ret if isinstance(ret, Mapping) else batch)
-    return call
+    def wrapped() -> Callable[..., Any]:
+        fn = probe()
+
+        def call(batch: dict[str, Any], *, pad_token_id: int = 0, pad_to_multiple_of: int = 1) -> Any:
+            ret = fn(batch, pad_token_id=pad_token_id, pad_to_multiple_of=pad_to_multiple_of)
+            return ret if isinstance(ret, Mapping) else batch
+
+        return call
+
+    return wrapped
+
+
+# the packing functions MB's collates call, newest first: (era, probe returning call(batch, *, pad_token_id,
+# pad_to_multiple_of)); the first is the collate policy entry point, the others pack directly
+_PACKERS = [
+    (
+        "data/collators/sequence.prepare_sequence_batch (v0.6+)",
+        _collate_flagged("megatron.bridge.data.collators.sequence", "prepare_sequence_batch"),
+    ),
+    ("data/packing/in_batch (v0.6+)", _collate_direct("megatron.bridge.data.packing.in_batch")),
+    ("data/sequence_batching direct (2026-06-29)", _collate_direct("megatron.bridge.data.sequence_batching")),
+    (
+        "data/sequence_batching.pad_or_pack_sequence (2026-06-25)",
+        _collate_flagged("megatron.bridge.data.sequence_batching", "pad_or_pack_sequence"),
+    ),
+]
+
+in_batch_collate = Operation("in_batch_collate", [Candidate(era, _returned_batch(probe)) for era, probe in _PACKERS])
+"""A right-padded batch packed at collate time, exactly as MB's VLM collates hand it to the step
+(MB's tensors and keys, in place); before mid 2026 MB packed at step time instead (no candidate)."""
+
+
+def _in_batch_canonical(probe: Callable[[], Callable[..., Any]]) -> Callable[[], Callable[..., dict[str, Any]]]:
+    def wrapped() -> Callable[..., dict[str, Any]]:
+        fn = _returned_batch(probe)()
+
+        def call(
+            tokens,
+            labels,
+            loss_mask,
+            position_ids,
+            attention_mask=None,
+            *,
+            pad_token_id: int = 0,
+            pad_to_multiple_of: int = 1,
+        ) -> dict[str, Any]:
+            batch = _batch_in(tokens, labels, loss_mask, position_ids, attention_mask)
+            raw = fn(batch, pad_token_id=pad_token_id, pad_to_multiple_of=pad_to_multiple_of)
+            return {**canonical_thd_batch(raw), "raw": raw}
+
+        return call
+
+    return wrapped
 
 
 def _in_batch_vlm_step() -> Callable[..., dict[str, Any]]:
@@ -197,24 +284,60 @@ def _in_batch_vlm_step() -> Callable[..., dict[str, Any]]:
     if not accepts(fn, "pad_to_multiple_of"):
         raise NotHere("vlm_step.pack_batch_sequences lacks pad_to_multiple_of")
 
-    def call(tokens, labels, loss_mask, position_ids, attention_mask=None, *, pad_token_id: int = 0,
-             pad_to_multiple_of: int = 1) -> dict[str, Any]:
-        out = fn(tokens.clone(), labels.clone(), loss_mask.clone(), attention_mask, position_ids.clone(),
-                 pad_token_id=pad_token_id, pad_to_multiple_of=pad_to_multiple_of)
+    def call(
+        tokens,
+        labels,
+        loss_mask,
+        position_ids,
+        attention_mask=None,
+        *,
+        pad_token_id: int = 0,
+        pad_to_multiple_of: int = 1,
+    ) -> dict[str, Any]:
+        out = fn(
+            tokens.clone(),
+            labels.clone(),
+            loss_mask.clone(),
+            attention_mask,
+            position_ids.clone(),
+            pad_token_id=pad_token_id,
+            pad_to_multiple_of=pad_to_multiple_of,
+        )
         if not isinstance(out, tuple) or len(out) not in (7, 8):
-            raise NotHere(f"vlm_step.pack_batch_sequences returned {type(out).__name__} "
-                          f"of length {len(out) if isinstance(out, tuple) else '?'}; expected a 7- or 8-tuple")
+            raise MissingOutput(
+                f"vlm_step.pack_batch_sequences returned {type(out).__name__} "
+                f"of length {len(out) if isinstance(out, tuple) else '?'}; expected a 7- or 8-tuple"
+            )
         p_tokens, p_labels, p_loss, _attn, p_pos, cu, max_seqlen = out[:7]
         unpadded = strip_sentinel(_flat(out[7])) if len(out) == 8 and out[7] is not None else None
-        return {"tokens": _flat(p_tokens), "labels": _flat(p_labels), "loss_mask": _flat(p_loss),
-                "position_ids": _flat(p_pos), "cu_seqlens_padded": strip_sentinel(_flat(cu)),
-                "cu_seqlens_unpadded": unpadded, "max_seqlen": _int_or_none(max_seqlen)}
+        raw = {
+            "tokens": p_tokens,
+            "labels": p_labels,
+            "loss_mask": p_loss,
+            "position_ids": p_pos,
+            "cu_seqlens": cu,
+            "max_seqlen": max_seqlen,
+            "cu_seqlens_unpadded": out[7] if len(out) == 8 else None,
+        }
+        return {
+            "raw": raw,
+            "tokens": _flat(p_tokens),
+            "labels": _flat(p_labels),
+            "loss_mask": _flat(p_loss),
+            "position_ids": _flat(p_pos),
+            "cu_seqlens_padded": strip_sentinel(_flat(cu)),
+            "cu_seqlens_unpadded": unpadded,
+            "max_seqlen": _int_or_none(max_seqlen),
+        }
+
     return call
 
 
-pack_in_batch = Operation("pack_in_batch", [
-    Candidate("data/packing/in_batch (v0.6+)", _in_batch_direct("megatron.bridge.data.packing.in_batch")),
-    Candidate("data/sequence_batching direct (2026-06-29)", _in_batch_direct("megatron.bridge.data.sequence_batching")),
-    Candidate("data/sequence_batching.pad_or_pack_sequence (2026-06-25)", _in_batch_pad_or_pack),
-    Candidate("training/vlm_step.pack_batch_sequences (v0.4-v0.5)", _in_batch_vlm_step),
-], before="in-batch packing does not exist before training/vlm_step.pack_batch_sequences (af2f35814, 2026-01-29)")
+pack_in_batch = Operation(
+    "pack_in_batch",
+    [
+        *(Candidate(era, _in_batch_canonical(probe)) for era, probe in _PACKERS[1:]),  # the packing function itself
+        Candidate("training/vlm_step.pack_batch_sequences (v0.4-v0.5)", _in_batch_vlm_step),
+    ],
+    before="in-batch packing does not exist before training/vlm_step.pack_batch_sequences (af2f35814, 2026-01-29)",
+)

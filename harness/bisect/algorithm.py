@@ -28,6 +28,10 @@ and a note records it.
 Non-monotonic evidence (a PASS above the first FAIL, which shared probes can produce) keeps
 git bisect's semantics: first bad = lowest bad commit, last good = highest good commit
 below it; the case gets a note so a person can look.
+
+Kept as one module over ~350 lines (half of it docstrings): the marks, intervals and picks of
+one state machine share invariants that are read together; split, each part would need the
+others to be understood.
 """
 
 from __future__ import annotations
@@ -49,10 +53,6 @@ class CaseStatus(enum.Enum):
     AMBIGUOUS = "ambiguous"  # culprit among several commits, all but the last skipped
     FLAKY = "flaky"  # PASS and FAIL both observed at one commit: blame nothing
     NOT_REPRODUCED = "not_reproduced"  # endpoints do not show good -> bad
-
-    @property
-    def terminal(self) -> bool:
-        return self is not CaseStatus.OPEN
 
 
 class _Mark(enum.Enum):
@@ -80,16 +80,16 @@ class CaseOutcome:
     def describe(self, short: int = 12) -> str:
         """One human line, used by :meth:`Bisection.summary`."""
 
-        def s(sha: str | None) -> str:
+        def abbrev(sha: str | None) -> str:
             return (sha or "?")[:short]
 
         head = f"{self.case_id}: {self.status.value}"
         if self.status is CaseStatus.FOUND:
-            head += f" first bad {s(self.culprit)} (last good {s(self.last_good)})"
+            head += f" first bad {abbrev(self.culprit)} (last good {abbrev(self.last_good)})"
         elif self.status is CaseStatus.AMBIGUOUS:
-            head += f" first bad is one of {', '.join(s(c) for c in self.candidates)}"
+            head += f" first bad is one of {', '.join(abbrev(c) for c in self.candidates)}"
         elif self.status is CaseStatus.FLAKY:
-            head += f" at {', '.join(s(c) for c in self.flaky_commits)}"
+            head += f" at {', '.join(abbrev(c) for c in self.flaky_commits)}"
         head += f" [{self.evaluations} evaluations]"
         return "; ".join([head, *self.notes])
 
@@ -102,7 +102,7 @@ class _CaseState:
     evaluations: int = 0
 
 
-def _combine(observed: Sequence[Verdict | None]) -> _Mark:
+def _mark_of(observed: Sequence[Verdict | None]) -> _Mark:
     """Fold the verdicts of all records of one commit for one case into a mark."""
     if is_flaky(observed):
         return _Mark.FLAKY
@@ -191,7 +191,7 @@ class Bisection:
         observed = state.seen.get(idx)
         if observed is None:
             return None
-        return _combine(observed)
+        return _mark_of(observed)
 
     def _endpoint_mark(self, state: _CaseState, idx: int, assumed: _Mark) -> _Mark | None:
         """Endpoints are assumed unless probed; None = still to be verified."""
@@ -207,7 +207,7 @@ class Bisection:
         chosen in the same parallel round as the endpoints.
         """
         last = len(self._commits) - 1
-        marks = {i: _combine(v) for i, v in state.seen.items()}
+        marks = {i: _mark_of(v) for i, v in state.seen.items()}
         if speculative or not self._verify_endpoints:
             marks.setdefault(0, _Mark.GOOD)
             marks.setdefault(last, _Mark.BAD)
@@ -227,14 +227,21 @@ class Bisection:
         """The current result for one case (OPEN while undecided)."""
         state = self._cases[case_id]
 
-        def make(status: CaseStatus, *, notes: list[str], culprit: str | None = None,
-                 last_good: str | None = None, candidates: tuple[str, ...] = (),
-                 flaky_commits: tuple[str, ...] = ()) -> CaseOutcome:
-            return CaseOutcome(case_id, status, culprit, last_good, candidates, flaky_commits,
-                               state.evaluations, tuple(notes))
+        def make(
+            status: CaseStatus,
+            *,
+            notes: list[str],
+            culprit: str | None = None,
+            last_good: str | None = None,
+            candidates: tuple[str, ...] = (),
+            flaky_commits: tuple[str, ...] = (),
+        ) -> CaseOutcome:
+            return CaseOutcome(
+                case_id, status, culprit, last_good, candidates, flaky_commits, state.evaluations, tuple(notes)
+            )
 
         notes = self._retry_notes(state)
-        flaky = sorted(i for i, v in state.seen.items() if _combine(v) is _Mark.FLAKY)
+        flaky = sorted(i for i, v in state.seen.items() if _mark_of(v) is _Mark.FLAKY)
         if flaky:
             return make(CaseStatus.FLAKY, flaky_commits=tuple(self._commits[i] for i in flaky), notes=notes)
         last = len(self._commits) - 1
@@ -273,7 +280,7 @@ class Bisection:
         notes = []
         for i, observed in sorted(state.seen.items()):
             kinds = set(observed)
-            if len(observed) > 1 and len(kinds) > 1 and _combine(observed) in (_Mark.GOOD, _Mark.BAD):
+            if len(observed) > 1 and len(kinds) > 1 and _mark_of(observed) in (_Mark.GOOD, _Mark.BAD):
                 names = "/".join(sorted(v.value if v else "missing" for v in kinds))
                 notes.append(f"retries at {self._commits[i][:12]} disagreed ({names}); decisive verdict kept")
         return notes
@@ -284,7 +291,7 @@ class Bisection:
     @property
     def done(self) -> bool:
         """True when every case reached a terminal status."""
-        return all(o.status.terminal for o in self.outcomes().values())
+        return all(o.status is not CaseStatus.OPEN for o in self.outcomes().values())
 
     # ------------------------------------------------------------ choosing
 
@@ -295,7 +302,8 @@ class Bisection:
         intervals of all OPEN cases: repeatedly take the widest gap between split points
         (a case's last good, first bad and the commits already picked this round) and
         pick its midpoint, or, when the midpoint was already probed (skipped), an
-        unprobed commit galloping away from it (see :meth:`_near_midpoint`). A pick inside several cases' intervals splits all of them: that is how
+        unprobed commit galloping away from it (see :meth:`_near_midpoint`). A pick inside
+        several cases' intervals splits all of them: that is how
         probes are shared.
         """
         if k < 1:
@@ -308,19 +316,17 @@ class Bisection:
             picks = [i for i in (0, len(self._commits) - 1) if i not in self._probed][:k]
         intervals = [self._interval(s, speculative=True)[:2] for s in open_cases]
         while len(picks) < k:
-            pick = self._best_pick(intervals, open_cases, picks)
+            pick = self._best_pick(intervals, picks)
             if pick is None:
                 break
             picks.append(pick)
         return [self._commits[i] for i in picks]
 
-    def _best_pick(
-        self, intervals: list[tuple[int, int]], states: list[_CaseState], picks: list[int]
-    ) -> int | None:
+    def _best_pick(self, intervals: list[tuple[int, int]], picks: list[int]) -> int | None:
         """The next commit to pick, from the widest gap that still has an unprobed one."""
         taken = set(picks)
         gaps: dict[tuple[int, int], int] = {}
-        for (good, bad), state in zip(intervals, states):
+        for good, bad in intervals:
             inner = sorted(p for p in taken if good < p < bad)
             points = [good, *inner, bad]
             for lo, hi in zip(points, points[1:]):

@@ -123,9 +123,7 @@ class VerdictCache:
     # ------------------------------------------------------------ opening
 
     def _corrupt(self, why: str) -> CorruptFile:
-        return CorruptFile(
-            f"verdict cache {self.path} is unusable ({why}); run with --no-cache or delete the file"
-        )
+        return CorruptFile(f"verdict cache {self.path} is unusable ({why}); run with --no-cache or delete the file")
 
     def _connect(self) -> sqlite3.Connection:
         try:

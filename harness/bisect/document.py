@@ -1,15 +1,18 @@
 """``bisect.json``: the typed record of one bisection.
 
 The driver builds a :class:`BisectDoc`; ``harness bisect`` writes it (kind ``harness-bisect``,
-schema-versioned, atomic); the HTML report (:func:`harness.report.pages.bisect_context`) and the terminal summary
-(:func:`harness.report.terminal.bisect_summary_lines`) read the same record. Keys and shapes on disk are those of
-schema 1. :meth:`BisectDoc.from_json` is lenient about missing fields, because a report of an
-interrupted bisection is still worth rendering; a wrong ``kind`` or a newer schema is refused
-by :meth:`BisectDoc.load`.
+schema-versioned, atomic); the HTML report (:func:`harness.report.pages.bisect_context`) and
+the terminal summary (:func:`harness.report.terminal.bisect_summary_lines`) read the same
+record. Schema 2 added ``late_starts`` (cases GOOD cannot run, :class:`LateStart`) and
+``confirmations`` (``--confirm``, :class:`Confirmation`) to the keys of schema 1; a schema 1
+file is read as one where neither was looked for. :meth:`BisectDoc.from_json` is lenient about
+missing fields, because a report of an interrupted bisection is still worth rendering; a wrong
+``kind`` or a newer schema is refused by :meth:`BisectDoc.load`.
 """
 
 from __future__ import annotations
 
+import enum
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -18,9 +21,10 @@ from harness.atomicio import read_versioned_json, write_versioned_json
 from harness.bisect.algorithm import CaseStatus
 
 BISECT_KIND = "harness-bisect"
-BISECT_SCHEMA = 1
+BISECT_SCHEMA = 2  # 2: late_starts (cases GOOD cannot run) and confirmations (--confirm)
 FIND_REGRESSION = "find-regression"
 FIND_FIX = "find-fix"
+FIND_CHANGE = "find-change"  # --changed: CHANGED counts as bad; culprits are changes, not regressions
 
 
 @dataclass
@@ -34,8 +38,12 @@ class CommitMeta:
 
     @classmethod
     def from_json(cls, doc: dict[str, Any]) -> CommitMeta:
-        return cls(str(doc.get("sha") or ""), str(doc.get("subject") or ""), str(doc.get("author") or ""),
-                   str(doc.get("date") or ""))
+        return cls(
+            str(doc.get("sha") or ""),
+            str(doc.get("subject") or ""),
+            str(doc.get("author") or ""),
+            str(doc.get("date") or ""),
+        )
 
 
 @dataclass
@@ -53,9 +61,19 @@ class Culprit:
 
     @classmethod
     def from_json(cls, doc: dict[str, Any]) -> Culprit:
-        return cls(*(str(doc.get(k) or "") for k in ("sha", "subject", "author", "email", "date")),
-                   files=[str(f) for f in doc.get("files") or []], diff=str(doc.get("diff") or ""),
-                   diff_scope=str(doc.get("diff_scope") or ""))
+        def text(key: str) -> str:
+            return str(doc.get(key) or "")
+
+        return cls(
+            text("sha"),
+            text("subject"),
+            text("author"),
+            text("email"),
+            text("date"),
+            [str(f) for f in doc.get("files") or []],
+            text("diff"),
+            text("diff_scope"),
+        )
 
 
 @dataclass
@@ -74,24 +92,35 @@ class CaseDoc:
     source: str = "golden"  # which source of verdicts: "golden" or "upstream"
 
     def to_json(self) -> dict[str, Any]:
-        return {"case_id": self.case_id, "status": self.status.value,
-                "culprit": vars(self.culprit).copy() if self.culprit else None, "last_good": self.last_good,
-                "candidates": list(self.candidates), "flaky_commits": list(self.flaky_commits),
-                "evaluations": self.evaluations, "notes": list(self.notes), "golden_diff": self.golden_diff,
-                "source": self.source}
+        return {
+            "case_id": self.case_id,
+            "status": self.status.value,
+            "culprit": vars(self.culprit).copy() if self.culprit else None,
+            "last_good": self.last_good,
+            "candidates": list(self.candidates),
+            "flaky_commits": list(self.flaky_commits),
+            "evaluations": self.evaluations,
+            "notes": list(self.notes),
+            "golden_diff": self.golden_diff,
+            "source": self.source,
+        }
 
     @classmethod
     def from_json(cls, doc: dict[str, Any]) -> CaseDoc:
         culprit = doc.get("culprit")
         evaluations = doc.get("evaluations")
         return cls(
-            case_id=str(doc.get("case_id") or ""), status=CaseStatus(doc.get("status") or CaseStatus.OPEN.value),
+            case_id=str(doc.get("case_id") or ""),
+            status=CaseStatus(doc.get("status") or CaseStatus.OPEN.value),
             culprit=Culprit.from_json(culprit) if isinstance(culprit, dict) else None,
-            last_good=doc.get("last_good"), candidates=[str(s) for s in doc.get("candidates") or []],
+            last_good=doc.get("last_good"),
+            candidates=[str(s) for s in doc.get("candidates") or []],
             flaky_commits=[str(s) for s in doc.get("flaky_commits") or []],
             evaluations=int(evaluations) if evaluations is not None else None,
-            notes=[str(n) for n in doc.get("notes") or []], golden_diff=str(doc.get("golden_diff") or ""),
-            source=str(doc.get("source") or "golden"))
+            notes=[str(n) for n in doc.get("notes") or []],
+            golden_diff=str(doc.get("golden_diff") or ""),
+            source=str(doc.get("source") or "golden"),
+        )
 
 
 @dataclass
@@ -100,6 +129,64 @@ class NotBisected:
 
     case_id: str
     reason: str
+
+
+@dataclass
+class LateStart:
+    """A case that FAILs at BAD and that GOOD cannot run, and where it starts running.
+
+    ``runs_from`` is the oldest commit of the range where the case runs (PASS or FAIL), found
+    by bisecting "runs or not"; ``bisected`` says whether the case was then bisected from
+    there (it must pass there, and --strict-good must not be given).
+    """
+
+    case_id: str
+    at_good: str  # what GOOD gave: "untestable", "error", "not run"
+    runs_from: str | None = None  # None: could not be found
+    verdict_there: str = ""  # the case's verdict at runs_from
+    bisected: bool = False
+    reason: str = ""  # the sentence the terminal and the report show
+
+    @classmethod
+    def from_json(cls, doc: dict[str, Any]) -> LateStart:
+        return cls(
+            str(doc.get("case_id") or ""),
+            str(doc.get("at_good") or ""),
+            doc.get("runs_from"),
+            str(doc.get("verdict_there") or ""),
+            bool(doc.get("bisected", False)),
+            str(doc.get("reason") or ""),
+        )
+
+
+class ConfirmStatus(enum.Enum):
+    """What reverting a culprit on top of BAD showed (``--confirm``, see :mod:`harness.bisect.confirm`)."""
+
+    CONFIRMED = "confirmed"  # its cases pass again (or fail differently)
+    NOT_CONFIRMED = "not_confirmed"  # a case fails as at BAD with the culprit reverted
+    NOT_CHECKABLE = "not_checkable"  # the revert does not apply, or the cases cannot run there
+
+
+@dataclass
+class Confirmation:
+    """The check of one culprit: its cases re-run on BAD with the culprit reverted."""
+
+    culprit: str
+    status: ConfirmStatus
+    seen: dict[str, str] = field(default_factory=dict)  # case -> verdict with the revert, "same" or "changed"
+    detail: str = ""  # what was seen, or why it could not be checked
+
+    def to_json(self) -> dict[str, Any]:
+        return {"culprit": self.culprit, "status": self.status.value, "seen": dict(self.seen), "detail": self.detail}
+
+    @classmethod
+    def from_json(cls, doc: dict[str, Any]) -> Confirmation:
+        return cls(
+            str(doc.get("culprit") or ""),
+            ConfirmStatus(doc.get("status") or ConfirmStatus.NOT_CHECKABLE.value),
+            {str(k): str(v) for k, v in (doc.get("seen") or {}).items()},
+            str(doc.get("detail") or ""),
+        )
 
 
 @dataclass
@@ -157,6 +244,8 @@ class BisectDoc:
     attempts: dict[str, list[dict[str, str]]] = field(default_factory=dict)  # sha -> one verdict map per attempt
     cases: list[CaseDoc] = field(default_factory=list)
     not_bisected: list[NotBisected] = field(default_factory=list)
+    late_starts: list[LateStart] = field(default_factory=list)  # cases GOOD cannot run (see LateStart)
+    confirmations: list[Confirmation] = field(default_factory=list)  # --confirm: one per culprit commit
     notes: dict[str, list[str]] = field(default_factory=dict)  # sha -> evaluator notes
     duration_s: float = 0.0
     evaluations: int | None = None
@@ -176,11 +265,17 @@ class BisectDoc:
     @property
     def first_label(self) -> str:
         """What a culprit is called in this mode."""
-        return "first fixed" if self.find_fix else "first bad"
+        if self.find_fix:
+            return "first fixed"
+        return "first changed or bad" if self.mode == FIND_CHANGE else "first bad"
 
     def commit(self, sha: str) -> CommitMeta:
         """Metadata of a commit of the range (empty fields for one outside it)."""
         return next((c for c in self.commits if c.sha == sha), CommitMeta(sha))
+
+    def confirmation(self, sha: str) -> Confirmation | None:
+        """The ``--confirm`` check of a culprit commit, when one ran."""
+        return next((c for c in self.confirmations if c.culprit == sha), None)
 
     def culprit_groups(self) -> list[CulpritGroup]:
         """One group per culprit commit, in the order the cases name them."""
@@ -194,17 +289,27 @@ class BisectDoc:
 
     def to_json(self) -> dict[str, Any]:
         return {
-            "mode": self.mode, "range": vars(self.range).copy(), "repo": self.repo,
+            "mode": self.mode,
+            "range": vars(self.range).copy(),
+            "repo": self.repo,
             "commits": [vars(c).copy() for c in self.commits],
             "probes": {sha: dict(v) for sha, v in self.probes.items()},
             "attempts": {sha: [dict(a) for a in v] for sha, v in self.attempts.items()},
             "cases": [c.to_json() for c in self.cases],
             "not_bisected": [vars(n).copy() for n in self.not_bisected],
+            "late_starts": [vars(s).copy() for s in self.late_starts],
+            "confirmations": [c.to_json() for c in self.confirmations],
             "notes": {sha: list(v) for sha, v in self.notes.items()},
-            "duration_s": self.duration_s, "evaluations": self.evaluations,
-            "new_evaluations": self.new_evaluations, "cached_evaluations": self.cached_evaluations,
-            "rounds": self.rounds, "jobs": self.jobs, "retries": self.retries,
-            "selection": vars(self.selection).copy(), "cache": vars(self.cache).copy(), "finished": self.finished,
+            "duration_s": self.duration_s,
+            "evaluations": self.evaluations,
+            "new_evaluations": self.new_evaluations,
+            "cached_evaluations": self.cached_evaluations,
+            "rounds": self.rounds,
+            "jobs": self.jobs,
+            "retries": self.retries,
+            "selection": vars(self.selection).copy(),
+            "cache": vars(self.cache).copy(),
+            "finished": self.finished,
         }
 
     @classmethod
@@ -214,21 +319,32 @@ class BisectDoc:
         cache = doc.get("cache") or {}
         n_commits = rng.get("n_commits")
         return cls(
-            range=RangeDoc(str(rng.get("good") or ""), str(rng.get("bad") or ""),
-                           int(n_commits) if n_commits is not None else None, str(rng.get("given") or ""),
-                           bool(rng.get("first_parent", False))),
-            mode=str(doc.get("mode") or FIND_REGRESSION), repo=str(doc.get("repo") or ""),
+            range=RangeDoc(
+                str(rng.get("good") or ""),
+                str(rng.get("bad") or ""),
+                int(n_commits) if n_commits is not None else None,
+                str(rng.get("given") or ""),
+                bool(rng.get("first_parent", False)),
+            ),
+            mode=str(doc.get("mode") or FIND_REGRESSION),
+            repo=str(doc.get("repo") or ""),
             commits=[CommitMeta.from_json(c) for c in doc.get("commits") or []],
             probes={str(k): dict(v) for k, v in (doc.get("probes") or {}).items()},
             attempts={str(k): [dict(a) for a in v] for k, v in (doc.get("attempts") or {}).items()},
             cases=[CaseDoc.from_json(c) for c in doc.get("cases") or []],
-            not_bisected=[NotBisected(str(n.get("case_id", "")), str(n.get("reason", "")))
-                          for n in doc.get("not_bisected") or []],
+            not_bisected=[
+                NotBisected(str(n.get("case_id", "")), str(n.get("reason", ""))) for n in doc.get("not_bisected") or []
+            ],
+            late_starts=[LateStart.from_json(s) for s in doc.get("late_starts") or []],
+            confirmations=[Confirmation.from_json(c) for c in doc.get("confirmations") or []],
             notes={str(k): list(v) for k, v in (doc.get("notes") or {}).items()},
             duration_s=float(doc.get("duration_s") or 0.0),
-            evaluations=doc.get("evaluations"), new_evaluations=int(doc.get("new_evaluations") or 0),
-            cached_evaluations=int(doc.get("cached_evaluations") or 0), rounds=int(doc.get("rounds") or 0),
-            jobs=int(doc.get("jobs") or 1), retries=int(doc.get("retries") or 0),
+            evaluations=doc.get("evaluations"),
+            new_evaluations=int(doc.get("new_evaluations") or 0),
+            cached_evaluations=int(doc.get("cached_evaluations") or 0),
+            rounds=int(doc.get("rounds") or 0),
+            jobs=int(doc.get("jobs") or 1),
+            retries=int(doc.get("retries") or 0),
             selection=SelectionDoc(sel.get("suites"), sel.get("keyword")),
             cache=CacheNamespace(str(cache.get("suite_key") or ""), str(cache.get("env_key") or "")),
             finished=str(doc.get("finished") or ""),
@@ -239,4 +355,9 @@ class BisectDoc:
 
     @classmethod
     def load(cls, path: Path) -> BisectDoc:
-        return cls.from_json(read_versioned_json(path, BISECT_KIND, BISECT_SCHEMA))
+        return cls.from_json(read_versioned_json(path, BISECT_KIND, BISECT_SCHEMA, {1: _from_schema_1}))
+
+
+def _from_schema_1(doc: dict[str, Any]) -> dict[str, Any]:
+    """Schema 1 had no late starts and no confirmations: none were looked for."""
+    return {**doc, "late_starts": [], "confirmations": []}

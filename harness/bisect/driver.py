@@ -31,31 +31,35 @@ kept, they hold the golden diffs the report shows for cached verdicts.
 from __future__ import annotations
 
 import datetime as _dt
-import hashlib
 import sys
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TextIO
 
 from harness import paths
-from harness.bisect import findings
+from harness.bisect import confirm, findings, latestart
 from harness.bisect.algorithm import Bisection, CaseStatus
 from harness.bisect.cache import CacheKey, VerdictCache
-from harness.bisect.document import (FIND_FIX, FIND_REGRESSION, BisectDoc, CacheNamespace, NotBisected, RangeDoc,
-                                     SelectionDoc)
+from harness.bisect.document import (
+    FIND_CHANGE,
+    FIND_FIX,
+    FIND_REGRESSION,
+    BisectDoc,
+    CacheNamespace,
+    Confirmation,
+    LateStart,
+    NotBisected,
+    RangeDoc,
+    SelectionDoc,
+)
 from harness.bisect.evaluator import EvalOutcome, Evaluator, MBEvaluator
 from harness.bisect.executor import Executor, Handle, LocalExecutor
+from harness.bisect.view import CaseView, Selection, select_cases
 from harness.errors import UsageError
-from harness.gitrepo import GitRepo, WorkspaceCache, open_repo
-from harness.verdict import Verdict
-
-
-def workspace_dir_for(cache_dir: Path, repo: GitRepo) -> Path:
-    """One mirror + trees per user repository, so one cache dir can serve several repos."""
-    key = hashlib.sha256(str(Path(repo.git_dir).resolve()).encode()).hexdigest()[:16]
-    return cache_dir / "workspaces" / key
+from harness.gitrepo import GitRepo, open_repo
+from harness.workspaces import WorkspaceCache, workspace_dir_for
 
 
 @dataclass
@@ -75,6 +79,12 @@ class BisectOptions:
     allow_dirty: bool = False
     megatron_lm: Path | None = None  # a Megatron-LM repository: use the megatron-core each commit pins
     find_fix: bool = False  # bisect for the first commit where failing cases PASS (git bisect's old/new terms)
+    changed: bool = False  # bisect golden changes too: CHANGED counts as bad (never labelled a regression)
+    strict_good: bool = False  # a case GOOD cannot run is not bisected from where it starts running
+    confirm: bool = False  # revert each culprit on top of BAD in a private workspace and re-run its cases
+    fork_servers: int = 2  # warm fork servers alive at once (one per megatron-core); 0 disables them
+    # also bisect cases UNTESTABLE at BAD that PASS at GOOD: the first commit where they stop passing
+    bisect_untestable: bool = False
 
 
 @dataclass
@@ -87,12 +97,17 @@ class BisectRun:
     bisection: Bisection | None = None
 
 
-_SWAP_FOR_FIX = {Verdict.PASS: Verdict.FAIL, Verdict.FAIL: Verdict.PASS}
-
-
 class _Driver:
-    def __init__(self, opts: BisectOptions, repo: GitRepo, commits: list[str], evaluator: Evaluator,
-                 executor: Executor, cache: VerdictCache, progress: TextIO | None) -> None:
+    def __init__(
+        self,
+        opts: BisectOptions,
+        repo: GitRepo,
+        commits: list[str],
+        evaluator: Evaluator,
+        executor: Executor,
+        cache: VerdictCache,
+        progress: TextIO | None,
+    ) -> None:
         self.opts = opts
         self.repo = repo
         self.commits = commits
@@ -104,6 +119,9 @@ class _Driver:
         self.suite_key, self.env_key = evaluator.cache_namespace()
         self.evidence = findings.Evidence()
         self.bisection: Bisection | None = None
+        self.view = CaseView(opts.find_fix, self.index, changed=opts.changed)  # what the bisection sees
+        self.late_starts: list[LateStart] = []  # what was found for each case GOOD cannot run
+        self.confirmations: list[Confirmation] = []  # --confirm: one per culprit commit
         self._running: dict[Handle, tuple[str, int]] = {}  # handle -> (commit, depth)
         self._queued: list[str] = []  # attempts waiting for a slot (one entry per attempt)
         self._depth_done = 0  # longest chain of dependent evaluations finished so far
@@ -114,14 +132,6 @@ class _Driver:
     def say(self, text: str) -> None:
         if self.progress is not None:
             print(text, file=self.progress, flush=True)
-
-    def as_bisected(self, verdicts: Mapping[str, Verdict]) -> dict[str, Verdict]:
-        """Verdicts as the bisection sees them: with --find-fix, PASS and FAIL swap roles, so the
-        "first bad" commit the algorithm finds is the first commit where a failing case passes.
-        The cache and the report keep the real verdicts."""
-        if not self.opts.find_fix:
-            return dict(verdicts)
-        return {c: _SWAP_FOR_FIX.get(v, v) for c, v in verdicts.items()}
 
     def key(self, sha: str) -> CacheKey:
         return CacheKey(sha, self.suite_key, self.env_key)
@@ -188,7 +198,7 @@ class _Driver:
         if outcome.note:
             ev.notes.setdefault(sha, []).append(outcome.note)
         if self.bisection is not None:
-            self.bisection.record(sha, self.as_bisected(evaluation.verdicts))
+            self.bisection.record(sha, self.view(sha, evaluation.verdicts))
         counts: dict[str, int] = {}
         for verdict in evaluation.verdicts.values():
             counts[verdict.value] = counts.get(verdict.value, 0) + 1
@@ -198,80 +208,114 @@ class _Driver:
             n_open = sum(o.status is CaseStatus.OPEN for o in self.bisection.outcomes().values())
             open_cases = f"; {n_open} case(s) open"
         note = f" ({outcome.note[:160]})" if outcome.note else ""
-        self.say(f"[{ev.new_evaluations}] {sha[:12]} #{self.index.get(sha, '?')} attempt {evaluation.attempt}: "
-                 f"{summary} in {outcome.duration_s:.1f} s{open_cases}{note}")
+        self.say(
+            f"[{ev.new_evaluations}] {sha[:12]} #{self.index.get(sha, '?')} attempt {evaluation.attempt}: "
+            f"{summary} in {outcome.duration_s:.1f} s{open_cases}{note}"
+        )
+
+    def picker(self, bisection: Bisection) -> Callable[[int], list[str]]:
+        """What :meth:`run` asks for: the bisection's next probes that are not already in flight."""
+
+        def pick(n: int) -> list[str]:
+            if bisection.done:
+                return []
+            busy = self.in_progress()
+            return [c for c in bisection.next_probes(n + len(busy)) if c not in busy][:n]
+
+        return pick
 
     def replay(self, sha: str) -> None:
         """A picked commit whose attempts are all cached: feed them to the bisection."""
         if self.bisection is not None and sha not in self.bisection.probes:
             for evaluation in self.evidence.attempts.get(sha, []):
-                self.bisection.record(sha, self.as_bisected(evaluation.verdicts))
+                self.bisection.record(sha, self.view(sha, evaluation.verdicts))
 
     # ------------------------------------------------------------ outcome
 
-    def select_cases(self, good: str, bad: str) -> tuple[list[str], list[NotBisected]]:
-        """Cases that FAIL at bad and PASS at good; the other bad failures with the reason."""
-        at_bad: dict[str, set[Verdict]] = {}
-        at_good: dict[str, set[Verdict]] = {}
-        for sha, seen_at in ((bad, at_bad), (good, at_good)):
-            for evaluation in self.evidence.attempts.get(sha, []):
-                for case, verdict in self.as_bisected(evaluation.verdicts).items():
-                    seen_at.setdefault(case, set()).add(verdict)
-        cases, skipped = [], []
-        for case in sorted(c for c, vs in at_bad.items() if Verdict.FAIL in vs):
-            seen = at_good.get(case, set())
-            if Verdict.PASS in seen:
-                cases.append(case)
-                continue
-            if self.opts.find_fix and Verdict.FAIL in seen:
-                continue  # really passes at both ends: nothing was fixed, nothing to report
-            why = "fails at good too" if Verdict.FAIL in seen else (
-                f"{'/'.join(sorted(v.value for v in seen))} at good" if seen else "not run at good")
-            skipped.append(NotBisected(case, why))
-        return cases, skipped
+    def select_cases(self, good: str, bad: str) -> Selection:
+        attempts = self.evidence.attempts
+        return select_cases(
+            self.view, attempts.get(good, []), attempts.get(bad, []), good, bad, self.opts.bisect_untestable
+        )
 
-    def document(self, good: str, bad: str, bisection: Bisection | None, not_bisected: list[NotBisected],
-                 duration: float) -> BisectDoc:
+    def document(
+        self, good: str, bad: str, bisection: Bisection | None, not_bisected: list[NotBisected], duration: float
+    ) -> BisectDoc:
         """The bisect.json record of this run."""
         opts, ev = self.opts, self.evidence
         case_ids = list(bisection.cases) if bisection else []
         probes, attempts = findings.probe_tables(self.commits, ev.attempts, case_ids)
         outcomes = [bisection.outcome(c) for c in case_ids] if bisection else []
+        cases = findings.case_docs(self.repo, outcomes, ev, bad, self.details)
+        started_late = {s.case_id: s.reason for s in self.late_starts if s.bisected}
+        for case in cases:
+            if case.case_id in started_late:
+                case.notes.insert(0, started_late[case.case_id])
         return BisectDoc(
             range=RangeDoc(good, bad, len(self.commits), f"{opts.good}..{opts.bad}", opts.first_parent),
-            mode=FIND_FIX if opts.find_fix else FIND_REGRESSION, repo=str(self.repo.path),
-            commits=findings.commit_table(self.repo, self.commits), probes=probes, attempts=attempts,
-            cases=findings.case_docs(self.repo, outcomes, ev, bad, self.details), not_bisected=not_bisected,
-            notes={sha: list(notes) for sha, notes in ev.notes.items()}, duration_s=round(duration, 2),
-            evaluations=ev.evaluations, new_evaluations=ev.new_evaluations,
-            cached_evaluations=ev.cached_evaluations, rounds=self.rounds, jobs=self.executor.slots,
-            retries=opts.retries, selection=SelectionDoc(list(opts.suites) if opts.suites else None, opts.keyword),
+            mode=FIND_FIX if opts.find_fix else (FIND_CHANGE if opts.changed else FIND_REGRESSION),
+            repo=str(self.repo.path),
+            commits=findings.commit_table(self.repo, self.commits),
+            probes=probes,
+            attempts=attempts,
+            cases=cases,
+            not_bisected=not_bisected,
+            late_starts=list(self.late_starts),
+            confirmations=list(self.confirmations),
+            notes={sha: list(notes) for sha, notes in ev.notes.items()},
+            duration_s=round(duration, 2),
+            evaluations=ev.evaluations,
+            new_evaluations=ev.new_evaluations,
+            cached_evaluations=ev.cached_evaluations,
+            rounds=self.rounds,
+            jobs=self.executor.slots,
+            retries=opts.retries,
+            selection=SelectionDoc(list(opts.suites) if opts.suites else None, opts.keyword),
             cache=CacheNamespace(self.suite_key, self.env_key),
-            finished=_dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"))
+            finished=_dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
+        )
 
 
-def run_bisection(opts: BisectOptions, *, evaluator: Evaluator | None = None, executor: Executor | None = None,
-                  progress: TextIO | None = sys.stderr) -> BisectRun:
+def run_bisection(
+    opts: BisectOptions,
+    *,
+    evaluator: Evaluator | None = None,
+    executor: Executor | None = None,
+    progress: TextIO | None = sys.stderr,
+) -> BisectRun:
     """Bisect ``opts.good..opts.bad``; returns the bisect.json record and the exit code."""
     t0 = time.monotonic()
     if opts.jobs < 1:
         raise UsageError("-j must be at least 1")
     if opts.retries < 0:
         raise UsageError("--retries must be 0 or more")
+    if opts.find_fix and opts.bisect_untestable:
+        raise UsageError("--bisect-untestable looks for a regression; it cannot be combined with --find-fix")
     repo = open_repo(opts.repo)
     good, bad = repo.check_range(opts.good, opts.bad)
     commits = repo.commits_between(good, bad, first_parent=opts.first_parent)
     if repo.is_dirty() and not opts.allow_dirty and progress is not None:
-        print(f"warning: {repo.path} has uncommitted changes; only committed history is bisected "
-              "(the repository is never modified; --allow-dirty silences this)", file=progress)
+        print(
+            f"warning: {repo.path} has uncommitted changes; only committed history is bisected "
+            "(the repository is never modified; --allow-dirty silences this)",
+            file=progress,
+        )
     cache_dir = Path(opts.cache_dir).expanduser()
     ws_dir = workspace_dir_for(cache_dir, repo)
     ws = WorkspaceCache(ws_dir, repo)
     if not (ws.has_commit(bad) and ws.has_commit(good)):
         ws.sync()  # once, here: evaluations running in parallel never fetch
     if evaluator is None:
-        evaluator = MBEvaluator(repo.path, ws_dir, cache_dir / "runs", opts.suites, opts.keyword, opts.timeout_s,
-                                opts.megatron_lm)
+        evaluator = MBEvaluator(
+            repo.path,
+            ws_dir,
+            cache_dir / "runs",
+            opts.suites,
+            opts.keyword,
+            opts.timeout_s,
+            opts.megatron_lm,
+            opts.fork_servers,
+        )
     if opts.use_cache:
         cache_path = cache_dir / "verdicts.sqlite"
     else:  # a private cache: nothing stored earlier is read, the shared one is left alone
@@ -284,9 +328,11 @@ def run_bisection(opts: BisectOptions, *, evaluator: Evaluator | None = None, ex
     driver: _Driver | None = None
     try:
         driver = _Driver(opts, repo, commits, evaluator, executor, cache, progress)
-        driver.say(f"bisecting {len(commits)} commits {good[:12]}..{bad[:12]} with {executor.slots} slot(s)"
-                   f"{f', {opts.retries} retries' if opts.retries else ''}; cache {cache_path}")
-        return _bisect(driver, good, bad, t0)
+        driver.say(
+            f"bisecting {len(commits)} commits {good[:12]}..{bad[:12]} with {executor.slots} slot(s)"
+            f"{f', {opts.retries} retries' if opts.retries else ''}; cache {cache_path}"
+        )
+        return _bisect(driver, ws, good, bad, t0)
     finally:
         cache.close()
         if own_executor:
@@ -296,35 +342,50 @@ def run_bisection(opts: BisectOptions, *, evaluator: Evaluator | None = None, ex
                 ws.cleanup(sha)
 
 
-def _bisect(driver: _Driver, good: str, bad: str, t0: float) -> BisectRun:
+def _bisect(driver: _Driver, ws: WorkspaceCache, good: str, bad: str, t0: float) -> BisectRun:
     """Endpoints, then the cases that fail at ``bad`` and pass at ``good``, bisected together."""
     opts, evidence = driver.opts, driver.evidence
     driver.load_cached(driver.commits)
     if evidence.cached_evaluations:
         driver.say(f"reusing {evidence.cached_evaluations} cached evaluation(s) of {len(evidence.attempts)} commit(s)")
-    endpoints = [good, bad]
-    driver.run(lambda n: [e for e in endpoints if e not in driver.in_progress()
-                          and len(evidence.attempts.get(e, [])) < 1 + opts.retries][:n])
-    cases, not_bisected = driver.select_cases(good, bad)
+
+    def endpoints(n: int) -> list[str]:
+        busy = driver.in_progress()
+        return [e for e in (good, bad) if e not in busy and len(evidence.attempts.get(e, [])) < 1 + opts.retries][:n]
+
+    driver.run(endpoints)
+    selection = driver.select_cases(good, bad)
+    cases, not_bisected = selection.cases, selection.not_bisected
+    if selection.late:  # GOOD cannot run these: find where each starts running, bisect from there
+        for start in latestart.find_starts(driver, good, selection.late):
+            driver.late_starts.append(start)
+            if start.bisected and start.runs_from:
+                cases.append(start.case_id)
+                driver.view.starts[start.case_id] = driver.index[start.runs_from]
+            else:
+                not_bisected.append(NotBisected(start.case_id, start.reason))
+            driver.say(f"{start.case_id}: {start.reason}")
     if not cases:
         fails, passes = ("PASSes", "FAILs") if opts.find_fix else ("FAILs", "PASSes")
-        msg = (f"nothing to bisect: no case {fails} at {bad[:12]} and {passes} at {good[:12]}"
-               + (f" ({len(not_bisected)} failing at bad but not passing at good)" if not_bisected else ""))
+        if opts.changed and not opts.find_fix:
+            fails = "FAILs or CHANGEs"
+        msg = f"nothing to bisect: no case {fails} at {bad[:12]} and {passes} at {good[:12]}" + (
+            f" ({len(not_bisected)} failing at bad but not passing at good)" if not_bisected else ""
+        )
         return BisectRun(driver.document(good, bad, None, not_bisected, time.monotonic() - t0), 1, msg, None)
-    bisection = Bisection(driver.commits, cases)
+    bisection = Bisection(driver.commits, sorted(cases))
     driver.bisection = bisection
     for sha in driver.commits:  # endpoints first, then whatever the cache knows
         for evaluation in evidence.attempts.get(sha, []):
-            bisection.record(sha, driver.as_bisected(evaluation.verdicts))
+            bisection.record(sha, driver.view(sha, evaluation.verdicts))
     driver.say(f"{len(cases)} case(s) to bisect" + (f", {len(not_bisected)} not bisected" if not_bisected else ""))
-
-    def pick(n: int) -> list[str]:
-        if bisection.done:
-            return []
-        busy = driver.in_progress()
-        return [c for c in bisection.next_probes(n + len(busy)) if c not in busy][:n]
-
-    driver.run(pick)
+    driver.run(driver.picker(bisection))
+    if opts.confirm:
+        blamed: dict[str, list[str]] = {}
+        for outcome in bisection.outcomes().values():
+            if outcome.status is CaseStatus.FOUND and outcome.culprit:
+                blamed.setdefault(outcome.culprit, []).append(outcome.case_id)
+        driver.confirmations = confirm.confirm_culprits(driver, ws, bad, blamed)
     doc = driver.document(good, bad, bisection, not_bisected, time.monotonic() - t0)
     ok = all(o.status is CaseStatus.FOUND for o in bisection.outcomes().values())
     return BisectRun(doc, 0 if ok else 1, "", bisection)

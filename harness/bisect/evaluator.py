@@ -28,8 +28,9 @@ from typing import Protocol
 from harness import paths
 from harness.bisect.cache import suite_hash
 from harness.errors import CorruptFile, GitError
-from harness.gitrepo import WorkspaceCache, open_repo
+from harness.gitrepo import open_repo
 from harness.verdict import Verdict
+from harness.workspaces import WorkspaceCache
 
 
 @dataclass
@@ -55,17 +56,20 @@ class Evaluator(Protocol):
 
 def env_key() -> str:
     """Versions that decide a verdict besides MB itself and the harness suites."""
+
     def version(name: str) -> str:
         try:
             return md.version(name)
         except md.PackageNotFoundError:
             return "none"
+
     return f"python={platform.python_version()};torch={version('torch')};megatron-core={version('megatron-core')}"
 
 
 def selection_key(content_hash: str, suites: Sequence[str] | None, keyword: str | None) -> str:
-    doc = json.dumps({"content": content_hash, "suites": sorted(suites) if suites else None, "k": keyword},
-                     sort_keys=True)
+    doc = json.dumps(
+        {"content": content_hash, "suites": sorted(suites) if suites else None, "k": keyword}, sort_keys=True
+    )
     return hashlib.sha256(doc.encode()).hexdigest()
 
 
@@ -80,44 +84,77 @@ class MBEvaluator:
     keyword: str | None = None
     timeout_s: float = 1800.0
     megatron_lm: Path | None = None  # use the megatron-core each MB commit pins (harness.pins)
+    fork_servers: int = 2  # warm fork servers alive at once, one per megatron-core (0: plain subprocesses)
 
     def cache_namespace(self) -> tuple[str, str]:
         pkg = paths.PACKAGE
         # everything that decides a verdict: suites, goldens, adapters, CPU stand-ins, the
         # plugin's classification, golden comparison and the upstream selection
-        content = suite_hash([paths.SUITES_DIR, paths.FIXTURES_DIR, pkg / "adapters", pkg / "standins", pkg / "golden",
-                              pkg / "plugin.py", pkg / "upstream"])
+        content = suite_hash(
+            [
+                paths.SUITES_DIR,
+                paths.FIXTURES_DIR,
+                pkg / "adapters",
+                pkg / "standins",
+                pkg / "golden",
+                pkg / "plugin.py",
+                pkg / "upstream",
+            ]
+        )
         env = env_key() + ("+megatron-core-pinned-by-mb" if self.megatron_lm else "")
         return selection_key(content, self.suites, self.keyword), env
 
     def __call__(self, sha: str) -> EvalOutcome:
-        from harness import runner
-        from harness.target import Target
-
         t0 = time.monotonic()
         try:
             tree = WorkspaceCache(self.workspace_dir, self.repo_path).materialize(sha)
         except GitError as exc:
             return EvalOutcome({}, duration_s=time.monotonic() - t0, note=f"cannot materialise: {exc}")
-        src = tree / "src"
+        return self._evaluate(tree / "src", sha, sha, self.suites, t0)
+
+    def evaluate_tree(self, src: Path, label: str, pin_of: str, suites: Sequence[str] | None = None) -> EvalOutcome:
+        """Run the suites on a tree that is no commit (``--confirm``: BAD with the culprit reverted).
+
+        ``label`` names the run (its directory under the runs dir, the results' commit field);
+        ``pin_of`` is the MB commit whose pinned megatron-core to use with ``--megatron-lm``;
+        ``suites`` narrows the selection (the same ``-k`` applies).
+        """
+        return self._evaluate(src, label, pin_of, tuple(suites) if suites else self.suites, time.monotonic())
+
+    def _evaluate(self, src: Path, label: str, pin_of: str, suites: tuple[str, ...] | None, t0: float) -> EvalOutcome:
+        from harness import runner
+        from harness.target import Target
+
         if not (src / "megatron" / "bridge").is_dir():
-            return EvalOutcome({}, duration_s=time.monotonic() - t0,
-                               note="no src/megatron/bridge at this commit: skipped for every case")
+            return EvalOutcome(
+                {},
+                duration_s=time.monotonic() - t0,
+                note="no src/megatron/bridge at this commit: skipped for every case",
+            )
         pinned = None
         if self.megatron_lm is not None:
             from harness.pins import pinned_core
 
             try:
-                pinned = pinned_core(open_repo(self.repo_path), sha, self.megatron_lm, self.runs_dir.parent)
+                pinned = pinned_core(open_repo(self.repo_path), pin_of, self.megatron_lm, self.runs_dir.parent)
             except GitError as exc:
-                return EvalOutcome({}, duration_s=time.monotonic() - t0,
-                                   note=f"pinned megatron-core unavailable: {exc}: skipped for every case")
-        # light-import cases go through a per-thread fork server: torch and megatron-core are
-        # imported once per bisect instead of once per commit (not with a per-commit pinned core)
-        opts = runner.RunOptions(suites=list(self.suites) if self.suites else None, keyword=self.keyword,
-                                 timeout_s=self.timeout_s, fork_server=pinned is None)
-        tgt = Target(src=src, commit=sha, core=pinned.path if pinned else None, core_pin=pinned.pin if pinned else None)
-        result = runner.run_suites(tgt, opts, self.runs_dir / sha / runner.new_run_id(), progress=None)
+                return EvalOutcome(
+                    {},
+                    duration_s=time.monotonic() - t0,
+                    note=f"pinned megatron-core unavailable: {exc}: skipped for every case",
+                )
+        # light-import cases go through the fork server of their megatron-core (installed, or the
+        # pinned tree): torch and megatron-core are imported once per core, not once per commit
+        opts = runner.RunOptions(
+            suites=list(suites) if suites else None,
+            keyword=self.keyword,
+            timeout_s=self.timeout_s,
+            fork_servers=self.fork_servers,
+        )
+        tgt = Target(
+            src=src, commit=label, core=pinned.path if pinned else None, core_pin=pinned.pin if pinned else None
+        )
+        result = runner.run_suites(tgt, opts, self.runs_dir / label / runner.new_run_id(), progress=None)
         return EvalOutcome(
             verdicts={c.case_id: c.verdict for c in result.cases},
             messages={c.case_id: c.message for c in result.cases},

@@ -105,8 +105,9 @@ class LocalExecutor:
         self.close(cancel=exc[0] is not None)
 
 
-def poll_until_any_done(handles: Iterable[Handle], timeout: float | None = None,
-                        interval_s: float = 5.0) -> list[Handle]:
+def poll_until_any_done(
+    handles: Iterable[Handle], timeout: float | None = None, interval_s: float = 5.0
+) -> list[Handle]:
     """Generic ``wait_any`` for handles that only offer ``done()`` (cluster jobs)."""
     pending = list(handles)
     deadline = None if timeout is None else time.monotonic() + timeout

@@ -1,7 +1,8 @@
-"""From what the driver observed to the parts of a :class:`~harness.bisect.document.BisectDoc`.
+"""What the driver observed, and what it means: cases to bisect, and the parts of a BisectDoc.
 
 The driver collects :class:`Evidence` (every attempt per commit, golden diffs, evaluator
-notes); this module turns it into the record's tables: the probe table (one settled verdict
+notes); this module decides from it which cases to bisect (:func:`select_cases`) and turns
+it into the tables of a :class:`~harness.bisect.document.BisectDoc`: the probe table (one settled verdict
 per commit and case), the per-case records and, for a culprit, its metadata and the part of
 its diff that can affect packing. The repository is only read.
 """
@@ -22,12 +23,18 @@ MAX_DIFF_CHARS = 200_000
 # Paths whose changes can affect packing behaviour (the culprit's diff is limited to these; the
 # full file list is still shown). Patterns are git pathspecs relative to the repository root.
 PACKING_PATHSPECS: tuple[str, ...] = (
-    "src/megatron/bridge/data/packing", "src/megatron/bridge/data/datasets/packed_sequence.py",
-    "src/megatron/bridge/data/datasets/packing_utils.py", "src/megatron/bridge/data/datasets/packed_parquet.py",
-    "src/megatron/bridge/data/datasets/sft.py", "src/megatron/bridge/data/datasets/utils.py",
-    "src/megatron/bridge/data/sequence_batching.py", "src/megatron/bridge/training/utils/packed_seq_utils.py",
-    "src/megatron/bridge/training/gpt_step.py", "src/megatron/bridge/training/vlm_step.py",
-    "src/megatron/bridge/training/config.py", "src/megatron/bridge/data/builders",
+    "src/megatron/bridge/data/packing",
+    "src/megatron/bridge/data/datasets/packed_sequence.py",
+    "src/megatron/bridge/data/datasets/packing_utils.py",
+    "src/megatron/bridge/data/datasets/packed_parquet.py",
+    "src/megatron/bridge/data/datasets/sft.py",
+    "src/megatron/bridge/data/datasets/utils.py",
+    "src/megatron/bridge/data/sequence_batching.py",
+    "src/megatron/bridge/training/utils/packed_seq_utils.py",
+    "src/megatron/bridge/training/gpt_step.py",
+    "src/megatron/bridge/training/vlm_step.py",
+    "src/megatron/bridge/training/config.py",
+    "src/megatron/bridge/data/builders",
 )
 
 #: case -> {"diff": golden diff or message, "source": "golden" | "upstream"}
@@ -59,8 +66,9 @@ def probe_cell(values: Iterable[Verdict | None]) -> str:
     return settled.value if settled else Verdict.UNTESTABLE.value
 
 
-def probe_tables(commits: Sequence[str], attempts: dict[str, list[Evaluation]], case_ids: Sequence[str]
-                 ) -> tuple[dict[str, dict[str, str]], dict[str, list[dict[str, str]]]]:
+def probe_tables(
+    commits: Sequence[str], attempts: dict[str, list[Evaluation]], case_ids: Sequence[str]
+) -> tuple[dict[str, dict[str, str]], dict[str, list[dict[str, str]]]]:
     """(sha -> case -> settled verdict, sha -> one verdict map per attempt) for probed commits."""
     probes: dict[str, dict[str, str]] = {}
     per_attempt: dict[str, list[dict[str, str]]] = {}
@@ -97,8 +105,9 @@ def culprit_record(repo: GitRepo, sha: str) -> Culprit:
     return Culprit(info.sha, info.subject, info.author, info.email, info.date, list(info.files), diff, scope)
 
 
-def case_docs(repo: GitRepo, outcomes: Iterable[CaseOutcome], evidence: Evidence, bad: str,
-              details_of: Callable[[str], Details]) -> list[CaseDoc]:
+def case_docs(
+    repo: GitRepo, outcomes: Iterable[CaseOutcome], evidence: Evidence, bad: str, details_of: Callable[[str], Details]
+) -> list[CaseDoc]:
     """One record per bisected case; each culprit commit is described (and diffed) once."""
     culprits: dict[str, Culprit] = {}
     docs = []
@@ -110,11 +119,26 @@ def case_docs(repo: GitRepo, outcomes: Iterable[CaseOutcome], evidence: Evidence
             culprit = culprits[outcome.culprit]
         where = outcome.culprit or bad
         detail = details_of(where).get(outcome.case_id) or details_of(bad).get(outcome.case_id) or {}
-        message = next((ev.messages[outcome.case_id] for ev in reversed(evidence.attempts.get(where, []))
-                        if ev.messages.get(outcome.case_id)), "")
-        docs.append(CaseDoc(
-            case_id=outcome.case_id, status=outcome.status, culprit=culprit, last_good=outcome.last_good,
-            candidates=list(outcome.candidates), flaky_commits=list(outcome.flaky_commits),
-            evaluations=outcome.evaluations, notes=list(outcome.notes),
-            golden_diff=detail.get("diff") or message, source=detail.get("source") or "golden"))
+        message = next(
+            (
+                ev.messages[outcome.case_id]
+                for ev in reversed(evidence.attempts.get(where, []))
+                if ev.messages.get(outcome.case_id)
+            ),
+            "",
+        )
+        docs.append(
+            CaseDoc(
+                case_id=outcome.case_id,
+                status=outcome.status,
+                culprit=culprit,
+                last_good=outcome.last_good,
+                candidates=list(outcome.candidates),
+                flaky_commits=list(outcome.flaky_commits),
+                evaluations=outcome.evaluations,
+                notes=list(outcome.notes),
+                golden_diff=detail.get("diff") or message,
+                source=detail.get("source") or "golden",
+            )
+        )
     return docs

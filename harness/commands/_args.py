@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+from collections.abc import Callable
 from pathlib import Path
 
 from harness import paths, runner
@@ -17,26 +18,23 @@ from harness.errors import UsageError
 from harness.target import Target
 
 
-def positive_int(text: str) -> int:
-    """argparse type: an integer of at least 1."""
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not an integer: {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be at least 1, not {value}")
-    return value
+def int_at_least(minimum: int) -> Callable[[str], int]:
+    """argparse type: an integer of at least ``minimum``."""
+
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"not an integer: {text!r}") from None
+        if value < minimum:
+            raise argparse.ArgumentTypeError(f"must be at least {minimum}, not {value}")
+        return value
+
+    return parse
 
 
-def non_negative_int(text: str) -> int:
-    """argparse type: an integer of at least 0."""
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not an integer: {text!r}") from None
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"must be 0 or more, not {value}")
-    return value
+positive_int = int_at_least(1)
+non_negative_int = int_at_least(0)
 
 
 def positive_seconds(text: str) -> float:
@@ -60,9 +58,13 @@ def add_target(p: argparse.ArgumentParser) -> None:
 
 
 def add_megatron_lm(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--megatron-lm", metavar="PATH", type=Path,
-                   help="a Megatron-LM repository: run MB against the megatron-core that the MB commit pins in "
-                        "3rdparty/Megatron-LM instead of the installed one (with --mb-src: the checkout's HEAD)")
+    p.add_argument(
+        "--megatron-lm",
+        metavar="PATH",
+        type=Path,
+        help="a Megatron-LM repository: run MB against the megatron-core that the MB commit pins in "
+        "3rdparty/Megatron-LM instead of the installed one (with --mb-src: the checkout's HEAD)",
+    )
 
 
 def target_from_args(args: argparse.Namespace, commit: str | None = None) -> Target:
@@ -79,8 +81,10 @@ def target_from_args(args: argparse.Namespace, commit: str | None = None) -> Tar
     repo = open_repo(tgt.src)
     pinned = pinned_core(repo, "HEAD", mlm, cache_dir(args))
     if pinned is None:
-        raise UsageError(f"{repo.path} pins no Megatron-LM at HEAD (no 3rdparty/Megatron-LM submodule, "
-                         "no megatron-core entry in uv.lock)")
+        raise UsageError(
+            f"{repo.path} pins no Megatron-LM at HEAD (no 3rdparty/Megatron-LM submodule, "
+            "no megatron-core entry in uv.lock)"
+        )
     return dataclasses.replace(tgt, core=pinned.path, core_pin=pinned.pin)
 
 
@@ -89,15 +93,24 @@ def target_from_args(args: argparse.Namespace, commit: str | None = None) -> Tar
 
 def add_suites(p: argparse.ArgumentParser, *, keyword: bool = True) -> None:
     """``--suite NAME`` (repeatable) and, with ``keyword``, ``-k EXPR``."""
-    p.add_argument("--suite", action="append", metavar="NAME",
-                   help=f"suite to run (repeatable; default all: {', '.join(runner.available_suites())})")
+    p.add_argument(
+        "--suite",
+        action="append",
+        metavar="NAME",
+        help=f"suite to run (repeatable; default all: {', '.join(runner.available_suites())})",
+    )
     if keyword:
         p.add_argument("-k", dest="keyword", metavar="EXPR", help="pytest -k expression to select cases")
 
 
 def add_timeout(p: argparse.ArgumentParser, what: str, default: float = 1800.0) -> None:
-    p.add_argument("--timeout", type=positive_seconds, default=default, metavar="S",
-                   help=f"seconds before {what} is killed (default {default:.0f})")
+    p.add_argument(
+        "--timeout",
+        type=positive_seconds,
+        default=default,
+        metavar="S",
+        help=f"seconds before {what} is killed (default {default:.0f})",
+    )
 
 
 def add_jobs(p: argparse.ArgumentParser, what: str) -> None:
@@ -105,15 +118,21 @@ def add_jobs(p: argparse.ArgumentParser, what: str) -> None:
 
 
 def add_import_mode(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--import", dest="import_mode", choices=runner.IMPORT_MODES, default="auto",
-                   help="how MB is imported: auto (default) runs light-group cases without executing MB's package "
-                        "__init__ files and the others with the full import; full imports MB normally for every "
-                        "case; light runs only the light-group cases")
+    p.add_argument(
+        "--import",
+        dest="import_mode",
+        choices=runner.IMPORT_MODES,
+        default="auto",
+        help="how MB is imported: auto (default) runs light-group cases without executing MB's package "
+        "__init__ files and the others with the full import; full imports MB normally for every "
+        "case; light runs only the light-group cases",
+    )
 
 
 def add_fixtures(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--fixtures", type=Path, default=paths.FIXTURES_DIR, metavar="DIR",
-                   help="golden root (default fixtures/)")
+    p.add_argument(
+        "--fixtures", type=Path, default=paths.FIXTURES_DIR, metavar="DIR", help="golden root (default fixtures/)"
+    )
 
 
 def add_verbosity(p: argparse.ArgumentParser, *, verbose: bool = False) -> None:
@@ -138,12 +157,26 @@ def out_dir(args: argparse.Namespace, name: str) -> Path:
 
 
 def add_cache_dir(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--cache-dir", type=Path, metavar="DIR",
-                   help="per-user cache: bisect mirrors and verdicts, pinned Megatron-LM trees, matrix exports "
-                        f"(default $HARNESS_CACHE or {paths.cache_dir()})")
+    p.add_argument(
+        "--cache-dir",
+        type=Path,
+        metavar="DIR",
+        help="per-user cache: bisect mirrors and verdicts, pinned Megatron-LM trees, matrix exports "
+        f"(default $HARNESS_CACHE or {paths.cache_dir()})",
+    )
 
 
 def cache_dir(args: argparse.Namespace) -> Path:
     """``--cache-dir``, else the per-user cache directory."""
     given = getattr(args, "cache_dir", None)
     return Path(given).expanduser() if given else paths.cache_dir()
+
+
+def add_allow_changed(p: argparse.ArgumentParser) -> None:
+    """``--allow-changed``: golden differences with every invariant holding do not fail the exit code."""
+    p.add_argument(
+        "--allow-changed",
+        action="store_true",
+        help="exit 0 when the only findings are CHANGED cases (golden differences with every invariant "
+        "holding); they are still listed",
+    )

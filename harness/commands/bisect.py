@@ -31,31 +31,79 @@ from harness.report.terminal import bisect_summary_lines
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
-        "bisect", help="find the first bad commit of every case that fails at BAD and passes at GOOD",
+        "bisect",
+        help="find the first bad commit of every case that fails at BAD and passes at GOOD",
         description="Bisect GOOD..BAD of a Megatron-Bridge repository, all failing cases at once: evaluate "
-                    "both endpoints, then probe commits (in parallel with -j) until every case that FAILs at BAD "
-                    "and PASSes at GOOD has its first bad commit. Commits where a case cannot run (import "
-                    "error, missing API) are skipped for that case. Verdicts are cached per (commit, suites, "
-                    "environment), so an interrupted bisection resumes where it stopped. The repository is "
-                    "only read, never checked out or modified. Writes bisect.json and report.html.",
-        epilog="example: harness bisect v0.5.0..main --repo ~/Megatron-Bridge -j 4 --suite in_batch_packing")
+        "both endpoints, then probe commits (in parallel with -j) until every case that FAILs at BAD "
+        "and PASSes at GOOD has its first bad commit. Commits where a case cannot run (import "
+        "error, missing API) are skipped for that case. Verdicts are cached per (commit, suites, "
+        "environment), so an interrupted bisection resumes where it stopped. The repository is "
+        "only read, never checked out or modified. Writes bisect.json and report.html.",
+        epilog="example: harness bisect v0.5.0..main --repo ~/Megatron-Bridge -j 4 --suite in_batch_packing",
+    )
     p.add_argument("range", metavar="GOOD..BAD", help="known good and known bad commits (any git revision names)")
     p.add_argument("--repo", required=True, type=Path, metavar="PATH", help="the Megatron-Bridge git repository")
-    p.add_argument("--first-parent", action="store_true",
-                   help="follow only the first parent of merges (bisect merges as units)")
+    p.add_argument(
+        "--first-parent", action="store_true", help="follow only the first parent of merges (bisect merges as units)"
+    )
     _args.add_jobs(p, "evaluations in parallel")
-    p.add_argument("--retries", type=_args.non_negative_int, default=0, metavar="N",
-                   help="evaluate each probed commit N more times; disagreeing verdicts mark a case flaky")
+    p.add_argument(
+        "--retries",
+        type=_args.non_negative_int,
+        default=0,
+        metavar="N",
+        help="evaluate each probed commit N more times; disagreeing verdicts mark a case flaky",
+    )
     _args.add_timeout(p, "one evaluation (the commit is then skipped)")
     p.add_argument("--no-cache", action="store_true", help="ignore (and do not add to) the verdict cache")
     _args.add_cache_dir(p)
     _args.add_suites(p)
     _args.add_out(p, "reports/bisect-<timestamp>")
-    p.add_argument("--allow-dirty", action="store_true",
-                   help="do not warn about uncommitted changes in --repo (they are never bisected)")
+    p.add_argument(
+        "--allow-dirty",
+        action="store_true",
+        help="do not warn about uncommitted changes in --repo (they are never bisected)",
+    )
     _args.add_megatron_lm(p)
-    p.add_argument("--find-fix", action="store_true",
-                   help="look for the first commit where cases failing at GOOD pass (GOOD..BAD still old..new)")
+    p.add_argument(
+        "--changed",
+        action="store_true",
+        help="also bisect CHANGED cases (golden differences with every invariant holding): the commit "
+        "that changed a pinned output, reported as a change, never as a regression",
+    )
+    p.add_argument(
+        "--find-fix",
+        action="store_true",
+        help="look for the first commit where cases failing at GOOD pass (GOOD..BAD still old..new)",
+    )
+    p.add_argument(
+        "--fork-servers",
+        type=_args.non_negative_int,
+        default=2,
+        metavar="N",
+        help="warm fork servers kept alive, one per megatron-core (the installed one or a pinned "
+        "Megatron-LM tree; each holds torch and megatron-core in memory); 0 runs every "
+        "evaluation as a plain subprocess (default 2)",
+    )
+    p.add_argument(
+        "--confirm",
+        action="store_true",
+        help="check each culprit: revert it on top of BAD in a private workspace and re-run its cases "
+        "(confirmed / not confirmed / not checkable, in the summary and the report)",
+    )
+    p.add_argument(
+        "--strict-good",
+        action="store_true",
+        help="when GOOD cannot run a case that fails at BAD, only name the oldest commit where it runs "
+        "(to use as GOOD) instead of bisecting the case from there",
+    )
+    p.add_argument(
+        "--bisect-untestable",
+        action="store_true",
+        help="also bisect cases that are untestable at BAD and pass at GOOD: the first commit where "
+        "such a case stops passing (fails or cannot run); harness nightly uses it for cases that "
+        "newly became untestable",
+    )
     _args.add_verbosity(p)
     p.set_defaults(func=run)
 
@@ -75,11 +123,27 @@ def run(args: argparse.Namespace, out: TextIO = sys.stdout) -> int:
         runner.suite_files(args.suite)  # unknown suite names: usage error before any git work
     out_dir = _args.out_dir(args, f"bisect-{_dt.datetime.now().strftime('%Y%m%d-%H%M%S')}")
     opts = BisectOptions(
-        repo=args.repo, good=good, bad=bad, first_parent=args.first_parent, jobs=args.jobs, retries=args.retries,
-        timeout_s=args.timeout, use_cache=not args.no_cache,
-        cache_dir=_args.cache_dir(args), suites=tuple(args.suite) if args.suite else None,
-        keyword=args.keyword, out_dir=out_dir, allow_dirty=args.allow_dirty,
-        find_fix=args.find_fix, megatron_lm=args.megatron_lm)
+        repo=args.repo,
+        good=good,
+        bad=bad,
+        first_parent=args.first_parent,
+        jobs=args.jobs,
+        retries=args.retries,
+        timeout_s=args.timeout,
+        use_cache=not args.no_cache,
+        cache_dir=_args.cache_dir(args),
+        suites=tuple(args.suite) if args.suite else None,
+        keyword=args.keyword,
+        out_dir=out_dir,
+        allow_dirty=args.allow_dirty,
+        find_fix=args.find_fix,
+        megatron_lm=args.megatron_lm,
+        changed=args.changed,
+        bisect_untestable=args.bisect_untestable,
+        fork_servers=args.fork_servers,
+        strict_good=args.strict_good,
+        confirm=args.confirm,
+    )
     result = run_bisection(opts, progress=None if args.quiet else sys.stderr)
     json_path, report = write_outputs(result.doc, out_dir)
     print("\n".join(bisect_summary_lines(result.doc)), file=out)

@@ -19,24 +19,28 @@ from harness.commands import _args
 from harness.errors import CorruptFile, HarnessError
 from harness.golden.compare import Comparator
 from harness.golden.storage import golden_path, read_golden, write_golden
+from harness.results import RunResult
 from harness.target import require_mb
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("fixtures", help="record or verify golden fixtures",
-                       description="Goldens change only here: 'record' shows what would change and writes only "
-                                   "after confirmation (--yes); 'verify' checks every golden file is readable.")
+    p = sub.add_parser(
+        "fixtures",
+        help="record or verify golden fixtures",
+        description="Goldens change only here: 'record' shows what would change and writes only "
+        "after confirmation (--yes); 'verify' checks every golden file is readable.",
+    )
     fsub = p.add_subparsers(dest="fixtures_cmd", required=True)
-    r = fsub.add_parser("record", help="record goldens from the current target (shows the diff first)")
-    _args.add_target(r)
-    _args.add_cache_dir(r)
-    _args.add_suites(r)
-    r.add_argument("--yes", action="store_true", help="write the new and changed goldens without asking")
-    _args.add_fixtures(r)
-    r.set_defaults(func=record)
-    v = fsub.add_parser("verify", help="check that every golden file parses")
-    _args.add_fixtures(v)
-    v.set_defaults(func=verify)
+    rec = fsub.add_parser("record", help="record goldens from the current target (shows the diff first)")
+    _args.add_target(rec)
+    _args.add_cache_dir(rec)
+    _args.add_suites(rec)
+    rec.add_argument("--yes", action="store_true", help="write the new and changed goldens without asking")
+    _args.add_fixtures(rec)
+    rec.set_defaults(func=record)
+    ver = fsub.add_parser("verify", help="check that every golden file parses")
+    _args.add_fixtures(ver)
+    ver.set_defaults(func=verify)
 
 
 def record(args: argparse.Namespace, out: TextIO = sys.stdout) -> int:
@@ -44,14 +48,19 @@ def record(args: argparse.Namespace, out: TextIO = sys.stdout) -> int:
     require_mb(tgt)
     staging = runner.temp_out_dir()
     try:
-        opts = runner.RunOptions(suites=args.suite, keyword=args.keyword, record=True,
-                                 obtained_dir=staging / "obtained", fixtures_dir=args.fixtures)
+        opts = runner.RunOptions(
+            suites=args.suite,
+            keyword=args.keyword,
+            record=True,
+            obtained_dir=staging / "obtained",
+            fixtures_dir=args.fixtures,
+        )
         result = runner.run_suites(tgt, opts, staging, progress=None)
         broken = [c for c in result.cases if c.verdict.value in ("fail", "error")]
         for c in broken:
             print(f"not recordable: {c.case_id}: {c.message.splitlines()[0] if c.message else ''}", file=out)
         changes = _changes(staging / "obtained", args.fixtures, out)
-        stale = [] if args.keyword else _stale(staging / "obtained", args.fixtures, result, out)
+        stale = [] if args.keyword else _stale(args.fixtures, result, out)
         changes += [(None, path) for path in stale]
         if not changes:
             print("goldens are up to date; nothing to write", file=out)
@@ -73,7 +82,7 @@ def record(args: argparse.Namespace, out: TextIO = sys.stdout) -> int:
 
 def _changes(obtained_root: Path, fixtures_root: Path, out: TextIO) -> list[tuple[Path | None, Path]]:
     """Compare staged values with goldens; print new/changed ones; return what to write."""
-    changes = []
+    changes: list[tuple[Path | None, Path]] = []
     for src in sorted(obtained_root.rglob("*.json")):
         new = read_golden(src)
         dest = golden_path(fixtures_root, new.suite, new.case)
@@ -94,15 +103,24 @@ def _changes(obtained_root: Path, fixtures_root: Path, out: TextIO) -> list[tupl
     return changes
 
 
-def _stale(obtained_root: Path, fixtures_root: Path, result, out: TextIO) -> list[Path]:
-    """Goldens of the recorded suites that no case produced any more (renamed or removed cases)."""
-    suites = {c.suite for c in result.cases}
-    produced = {p.relative_to(obtained_root) for p in obtained_root.rglob("*.json")} if obtained_root.exists() else set()
+def _stale(fixtures_root: Path, result: RunResult, out: TextIO) -> list[Path]:
+    """Goldens of the recorded suites whose case no longer exists in the suite's collection.
+
+    Only the collection decides: a case that ran but produced no value (untestable on this MB,
+    a known MB bug, a failure before its golden check, an error) keeps its golden. A suite that
+    did not report its cases (it crashed or timed out: a ``suite::*`` placeholder) keeps all.
+    """
+    collected = {c.case_id for c in result.cases}
+    whole_suite_lost = {c.suite for c in result.cases if c.case_id.endswith("::*")}
     stale = []
-    for suite in sorted(suites):
+    for suite in sorted({c.suite for c in result.cases} - whole_suite_lost):
         for path in sorted((fixtures_root / suite).glob("*.json")):
-            if path.relative_to(fixtures_root) not in produced:
-                print(f"STALE    {suite}/{path.name} (no case produces it; removed on --yes)", file=out)
+            try:
+                golden = read_golden(path)
+            except CorruptFile:
+                continue  # `harness fixtures verify` reports it; never deleted here
+            if f"{golden.suite}::{golden.case}" not in collected:
+                print(f"STALE    {suite}/{path.name} (case {golden.case} no longer exists; removed on --yes)", file=out)
                 stale.append(path)
     return stale
 
@@ -114,8 +132,20 @@ def _confirm(question: str) -> bool:
 
 
 def verify(args: argparse.Namespace, out: TextIO = sys.stdout) -> int:
+    """Every golden parses, and so does the reviewed known-failures file beside them."""
+    from harness import known
+
     bad = 0
-    files = sorted(p for p in Path(args.fixtures).rglob("*.json"))
+    root = Path(args.fixtures)
+    known_file = root / known.FILENAME
+    try:
+        entries = known.load(known_file)
+        if known_file.exists():
+            print(f"{known_file.name}: {len(entries)} known MB bug(s)", file=out)
+    except CorruptFile as exc:
+        bad += 1
+        print(f"corrupt: {exc}", file=out)
+    files = sorted(p for p in root.rglob("*.json") if p != known_file)
     for path in files:
         try:
             read_golden(path)

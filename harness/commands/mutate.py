@@ -29,9 +29,12 @@ from harness.verdict import Verdict
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("mutate", help="mutation self-test: inject packing faults into a copy of MB",
-                       description="Apply each catalogued fault to a temporary copy of the installed MB, run the "
-                                   "suites against it and print which cases caught it, plus the mutation score.")
+    p = sub.add_parser(
+        "mutate",
+        help="mutation self-test: inject packing faults into a copy of MB",
+        description="Apply each catalogued fault to a temporary copy of the installed MB, run the "
+        "suites against it and print which cases caught it, plus the mutation score.",
+    )
     p.add_argument("--fault", action="append", metavar="ID", help="fault id to run (repeatable; default all)")
     _args.add_jobs(p, "mutants run in parallel")
     p.add_argument("--all-suites", action="store_true", help="run every golden suite against each mutant")
@@ -46,8 +49,13 @@ def run_fault(fault: Fault, out_dir: Path, *, all_suites: bool, timeout: float, 
     t0 = time.monotonic()
     root = make_mutant(fault, pkg)
     if root is None:
-        return {"id": fault.id, "status": "not applicable", "caught_by": [], "duration_s": 0.0,
-                "description": fault.description}
+        return {
+            "id": fault.id,
+            "status": "not applicable",
+            "caught_by": [],
+            "duration_s": 0.0,
+            "description": fault.description,
+        }
     try:
         known = set(runner.available_suites())
         suites = None if all_suites else [s for s in fault.suites if s in known] or None
@@ -61,9 +69,18 @@ def run_fault(fault: Fault, out_dir: Path, *, all_suites: bool, timeout: float, 
     # only a FAIL verdict (an assertion or golden mismatch) counts as caught; a mutant that only
     # crashes the harness is reported separately and scored as escaped (conservative)
     status = "caught" if caught else ("error only" if errored else "escaped")
-    return {"id": fault.id, "status": status, "caught_by": caught, "errored": errored,
-            "untestable": len(untestable), "cases": len(result.cases), "suites": suites or "all",
-            "duration_s": round(time.monotonic() - t0, 1), "description": fault.description, "notes": result.notes}
+    return {
+        "id": fault.id,
+        "status": status,
+        "caught_by": caught,
+        "errored": errored,
+        "untestable": len(untestable),
+        "cases": len(result.cases),
+        "suites": suites or "all",
+        "duration_s": round(time.monotonic() - t0, 1),
+        "description": fault.description,
+        "notes": result.notes,
+    }
 
 
 def score(rows: list[dict[str, Any]]) -> tuple[int, int, float]:
@@ -100,16 +117,17 @@ def run(args: argparse.Namespace, out: TextIO = sys.stdout) -> int:
     out_dir = _args.out_dir(args, f"mutate-{runner.new_run_id()}")
     out_dir.mkdir(parents=True, exist_ok=True)
 
-    def one(f: Fault) -> dict[str, Any]:
-        row = run_fault(f, out_dir, all_suites=args.all_suites, timeout=args.timeout, pkg=pkg)
-        print(f"[mutate] {f.id}: {row['status']} ({row['duration_s']} s)", file=sys.stderr, flush=True)
+    def one(fault: Fault) -> dict[str, Any]:
+        row = run_fault(fault, out_dir, all_suites=args.all_suites, timeout=args.timeout, pkg=pkg)
+        print(f"[mutate] {fault.id}: {row['status']} ({row['duration_s']} s)", file=sys.stderr, flush=True)
         return row
 
     with ThreadPoolExecutor(max_workers=args.jobs) as pool:
         rows = list(pool.map(one, faults))
     print_table(rows, out)
     caught, applicable, s = score(rows)
-    (out_dir / "summary.json").write_text(json.dumps({"score": s, "caught": caught, "applicable": applicable,
-                                                      "faults": rows}, indent=2))
+    (out_dir / "summary.json").write_text(
+        json.dumps({"score": s, "caught": caught, "applicable": applicable, "faults": rows}, indent=2)
+    )
     print(f"\nsummary: {out_dir / 'summary.json'}", file=out)
     return 0 if applicable and s >= args.min_score else 1

@@ -3,10 +3,14 @@ optional automatic bisection of what newly broke.
 
 Steps: run the suites (as ``harness run`` does), write ``junit.xml`` and ``report.html``,
 append the verdicts to the parquet history under the commit tested, render ``trend.html``
-and print the cases that newly fail or were fixed since the previous nightly. With
-``--auto-bisect``, cases that PASSED in the previous nightly and FAIL now are handed to
-``harness bisect PREV..THIS`` (run as a subprocess, so a crash there cannot lose the
-nightly's results), and its report is linked from the trend page.
+and print the cases that newly fail, newly became untestable, or were fixed since the
+previous nightly. A case that ran last night and cannot run tonight lost its coverage (an
+operation moved, a dependency went missing): it is watched like a failure. With
+``--auto-bisect``, cases that PASSED in the previous nightly and FAIL or are UNTESTABLE now
+are handed to ``harness bisect PREV..THIS --confirm`` (each culprit reverted on top of THIS and
+its cases re-run; ``--no-confirm`` skips that; ``--bisect-untestable`` when any became
+untestable; run as a subprocess, so a crash there cannot lose the nightly's results), and its
+report is linked from the trend page.
 
 Layout under ``--out DIR``::
 
@@ -22,8 +26,9 @@ Which commit a run is filed under: ``--commit`` when given, else the git commit 
 ``--mb-src``, else the version of the installed MB (a version is no git commit, so such a
 run cannot be the end of an automatic bisection; the command says so).
 
-Exit codes: 0 every case passed (untestable allowed), 1 a case failed or erred (whatever the
-bisection found), 2 usage or environment error, found before the suites run when possible.
+Exit codes: 0 every case passed (untestable allowed, unless newly untestable), 1 a case failed
+or erred or newly became untestable (whatever the bisection found), 2 usage or environment
+error, found before the suites run when possible.
 """
 
 from __future__ import annotations
@@ -53,30 +58,54 @@ BISECT_LINK = f"{BISECT_DIR}/report.html"
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
-        "nightly", help="run the suites, add the run to the history, render the trend (optionally bisect)",
+        "nightly",
+        help="run the suites, add the run to the history, render the trend (optionally bisect)",
         description="Run the golden suites like 'harness run', append the verdicts to the history store "
-                    "under the commit tested, write trend.html, report.html and junit.xml under --out, and "
-                    "print what newly fails or was fixed since the previous nightly. With --auto-bisect, "
-                    "cases that passed last night and fail now are bisected between the two nightlies' "
-                    "commits with 'harness bisect' (report linked from trend.html).",
-        epilog="Exit 0 when every case passed, 1 when any case failed, 2 on a usage or environment error.")
+        "under the commit tested, write trend.html, report.html and junit.xml under --out, and "
+        "print what newly fails or was fixed since the previous nightly. With --auto-bisect, "
+        "cases that passed last night and fail now are bisected between the two nightlies' "
+        "commits with 'harness bisect' (report linked from trend.html).",
+        epilog="Exit 0 when every case passed, 1 when any case failed, 2 on a usage or environment error.",
+    )
     _args.add_target(p)
     _args.add_cache_dir(p)
-    p.add_argument("--history", type=Path, default=paths.DEFAULT_HISTORY, metavar="FILE",
-                   help="parquet history store (default reports/history.parquet; created when missing)")
+    p.add_argument(
+        "--history",
+        type=Path,
+        default=paths.DEFAULT_HISTORY,
+        metavar="FILE",
+        help="parquet history store (default reports/history.parquet; created when missing)",
+    )
     _args.add_out(p, "reports/nightly-<run-id>")
     _args.add_suites(p, keyword=False)
-    p.add_argument("--commit", metavar="SHA",
-                   help="commit to file the run under (default: git commit of --mb-src, else the installed "
-                        "MB's version)")
-    p.add_argument("--auto-bisect", action="store_true",
-                   help="bisect cases that passed in the previous nightly and fail now (needs --repo)")
-    p.add_argument("--repo", type=Path, metavar="MB_CHECKOUT",
-                   help="MB git checkout holding both nightlies' commits (for --auto-bisect)")
+    p.add_argument(
+        "--commit",
+        metavar="SHA",
+        help="commit to file the run under (default: git commit of --mb-src, else the installed MB's version)",
+    )
+    p.add_argument(
+        "--auto-bisect",
+        action="store_true",
+        help="bisect cases that passed in the previous nightly and fail now (needs --repo)",
+    )
+    p.add_argument(
+        "--repo",
+        type=Path,
+        metavar="MB_CHECKOUT",
+        help="MB git checkout holding both nightlies' commits (for --auto-bisect)",
+    )
+    p.add_argument(
+        "--no-confirm",
+        dest="confirm",
+        action="store_false",
+        help="with --auto-bisect, do not check each culprit by reverting it on top of this nightly's "
+        "commit (harness bisect --confirm, on by default here)",
+    )
     _args.add_fixtures(p)
     _args.add_timeout(p, "the suite process")
     _args.add_jobs(p, "pytest-xdist workers")
     _args.add_verbosity(p, verbose=True)
+    _args.add_allow_changed(p)
     p.set_defaults(func=run)
 
 
@@ -99,8 +128,9 @@ def run(args: argparse.Namespace, out: TextIO = sys.stdout) -> int:
     out_dir = _args.out_dir(args, f"nightly-{run_id}").resolve()
     run_dir = out_dir / "runs" / run_id
 
-    opts = runner.RunOptions(suites=args.suite, timeout_s=args.timeout, jobs=args.jobs, fixtures_dir=args.fixtures,
-                             verbose=args.verbose)
+    opts = runner.RunOptions(
+        suites=args.suite, timeout_s=args.timeout, jobs=args.jobs, fixtures_dir=args.fixtures, verbose=args.verbose
+    )
     result = runner.run_suites(tgt, opts, run_dir, progress=None if args.quiet else sys.stderr)
     junit = write_junit(result, out_dir / "junit.xml")
     report = render_run_report(result, out_dir / "report.html")
@@ -113,19 +143,23 @@ def run(args: argparse.Namespace, out: TextIO = sys.stdout) -> int:
     render_trend_report(store, trend_page)  # written before any bisect: a killed bisect keeps it
     print(f"\nnightly {result.run_id}: filed under {commit} in {store} ({_plural(len(tr['runs']), 'run')})", file=out)
     if tr["runs"] and tr["runs"][-1]["run_id"] != result.run_id:
-        print("note: a stored run started later than this one; the changes below are relative to the latest "
-              "stored run", file=out)
+        print(
+            "note: a stored run started later than this one; the changes below are relative to the latest stored run",
+            file=out,
+        )
     _print_changes(tr, out)
 
     if args.auto_bisect:
-        plan = plan_bisect(tr, repo, out_dir / BISECT_DIR, cache_dir=args.cache_dir)
+        plan = plan_bisect(tr, repo, out_dir / BISECT_DIR, cache_dir=args.cache_dir, confirm=args.confirm)
         links = _execute(plan, out_dir / BISECT_DIR, out)
         if links:
             render_trend_report(store, trend_page, bisect_links=links)
 
-    print(f"\ntrend:   {trend_page}\nreport:  {report}\njunit:   {junit}\nresults: {run_dir / 'results.json'}",
-          file=out)
-    return 0 if result.ok and result.cases else 1
+    print(
+        f"\ntrend:   {trend_page}\nreport:  {report}\njunit:   {junit}\nresults: {run_dir / 'results.json'}", file=out
+    )
+    code = result.exit_code(allow_changed=args.allow_changed)
+    return 1 if tr["newly_untestable"] else code
 
 
 # --------------------------------------------------------------------------------------------
@@ -170,46 +204,70 @@ def run_commit(explicit: str | None, tgt: Target, result: RunResult) -> str:
 
 
 def _print_changes(tr: dict[str, Any], out: TextIO) -> None:
-    failing, fixed = tr["newly_failing"], tr["newly_fixed"]
+    failing, untestable, fixed = tr["newly_failing"], tr["newly_untestable"], tr["newly_fixed"]
     if len(tr["runs"]) < 2:
         print("first run in this history: nothing to compare with", file=out)
         return
     print(f"newly failing ({len(failing)}):" if failing else "newly failing: none", file=out)
     for c in failing:
         print(f"  {c['case_id']}  (previous nightly: {c['previous'] or 'not run'})", file=out)
+    print(f"newly untestable ({len(untestable)}):" if untestable else "newly untestable: none", file=out)
+    for c in untestable:
+        print(f"  {c['case_id']}  (previous nightly: {c['previous']}): {c['message'][:200]}", file=out)
     print(f"newly fixed ({len(fixed)}):" if fixed else "newly fixed: none", file=out)
     for c in fixed:
         print(f"  {c['case_id']}", file=out)
+    changed = tr.get("newly_changed", [])
+    print(
+        f"newly changed ({len(changed)}, every invariant holds; review the golden diff):"
+        if changed
+        else "newly changed: none",
+        file=out,
+    )
+    for c in changed:
+        print(f"  {c['case_id']}  (previous nightly: {c['previous'] or 'not run'})", file=out)
 
 
 def regressions(tr: dict[str, Any]) -> list[dict[str, Any]]:
-    """Newly failing cases that PASSED in the previous nightly (only those have a good end)."""
-    return [c for c in tr["newly_failing"] if c["previous"] == Verdict.PASS.value]
+    """Newly failing or newly untestable cases that PASSED in the previous nightly (only those
+    have a good end)."""
+    return [c for c in tr["newly_failing"] + tr["newly_untestable"] if c["previous"] == Verdict.PASS.value]
 
 
-def bisect_command(good: str, bad: str, repo: Path, out_dir: Path, suites: list[str],
-                   cache_dir: Path | None = None) -> list[str]:
-    """The ``harness bisect`` command line (through this interpreter, not an installed script)."""
+def bisect_command(
+    good: str,
+    bad: str,
+    repo: Path,
+    out_dir: Path,
+    suites: list[str],
+    cache_dir: Path | None = None,
+    untestable: bool = False,
+    confirm: bool = True,
+) -> list[str]:
+    """The ``harness bisect`` command line (through this interpreter, not an installed script);
+    ``untestable``: some regressions are cases that became untestable (``--bisect-untestable``);
+    ``confirm``: check each culprit by reverting it on top of ``bad`` (``--confirm``)."""
     cmd = [sys.executable, "-m", "harness", "bisect", f"{good}..{bad}", "--repo", str(repo), "--out", str(out_dir)]
     for suite in suites:
         cmd += ["--suite", suite]
     if cache_dir is not None:
         cmd += ["--cache-dir", str(cache_dir)]
-    return cmd
+    return cmd + (["--bisect-untestable"] if untestable else []) + (["--confirm"] if confirm else [])
 
 
 def _clean_commit(commit: str) -> tuple[str, bool]:
     return (commit[: -len("-dirty")], True) if commit.endswith("-dirty") else (commit, False)
 
 
-def plan_bisect(tr: dict[str, Any], repo: gitrepo.GitRepo | None, out_dir: Path,
-                cache_dir: Path | None = None) -> BisectPlan:
+def plan_bisect(
+    tr: dict[str, Any], repo: gitrepo.GitRepo | None, out_dir: Path, cache_dir: Path | None = None, confirm: bool = True
+) -> BisectPlan:
     """Decide whether the two latest nightlies give a range to bisect the regressions in."""
     cases = regressions(tr)
     if len(tr["runs"]) < 2:
         return BisectPlan(cases, reason="no previous nightly in the history")
     if not cases:
-        return BisectPlan(cases, reason="nothing that passed in the previous nightly fails now")
+        return BisectPlan(cases, reason="nothing that passed in the previous nightly fails or is untestable now")
     if repo is None:
         return BisectPlan(cases, reason="no --repo to bisect in")
     prev_raw, this_raw = tr["runs"][-2]["commit"], tr["runs"][-1]["commit"]
@@ -224,13 +282,20 @@ def plan_bisect(tr: dict[str, Any], repo: gitrepo.GitRepo | None, out_dir: Path,
     except HarnessError:
         return BisectPlan(cases, reason=f"this nightly's commit {this_raw!r} is not a commit in {repo.path}")
     if good == bad:
-        return BisectPlan(cases, reason=f"both nightlies tested {good[:12]}{' (this one with local changes)' if dirty else ''}: "
-                                        "nothing to bisect (flaky case or a change outside MB)")
+        return BisectPlan(
+            cases,
+            reason=f"both nightlies tested {good[:12]}{' (this one with local changes)' if dirty else ''}: "
+            "nothing to bisect (flaky case or a change outside MB)",
+        )
     if not repo.is_ancestor(good, bad):
         return BisectPlan(cases, reason=f"the previous nightly's commit {good[:12]} is not an ancestor of {bad[:12]}")
     suites = sorted({c["suite"] for c in cases})
-    return BisectPlan(cases, command=bisect_command(prev, this, repo.path, out_dir, suites, cache_dir),
-                      reason="this nightly's tree had local changes; bisecting its commit" if dirty else "")
+    untestable = any(c["current"] == Verdict.UNTESTABLE.value for c in cases)
+    return BisectPlan(
+        cases,
+        command=bisect_command(prev, this, repo.path, out_dir, suites, cache_dir, untestable, confirm),
+        reason="this nightly's tree had local changes; bisecting its commit" if dirty else "",
+    )
 
 
 def _execute(plan: BisectPlan, out_dir: Path, out: TextIO) -> dict[str, str]:
@@ -250,9 +315,11 @@ def _execute(plan: BisectPlan, out_dir: Path, out: TextIO) -> dict[str, str]:
         print(f"auto-bisect: could not start harness bisect: {exc}", file=out)
         return {}
     meaning = {0: "every culprit found", 1: "not every culprit found", 2: "usage or environment error"}
-    print(f"auto-bisect: harness bisect exited {proc.returncode} "
-          f"({meaning.get(proc.returncode, 'crashed')}); report: {report if report.exists() else 'none written'}",
-          file=out)
+    print(
+        f"auto-bisect: harness bisect exited {proc.returncode} "
+        f"({meaning.get(proc.returncode, 'crashed')}); report: {report if report.exists() else 'none written'}",
+        file=out,
+    )
     if not report.exists():
         return {}
     return {c["case_id"]: BISECT_LINK for c in plan.cases}

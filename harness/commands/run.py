@@ -1,7 +1,9 @@
 """``harness run``: run the suites against one MB and write results, JUnit and HTML report.
 
-Exit codes: 0 every case passed (untestable cases allowed), 1 a case failed or the harness
-erred on a case, 2 usage or environment error (raised as HarnessError by the CLI).
+Exit codes: 0 nothing to act on (untestable and known MB bugs allowed; changed cases too with
+``--allow-changed``), 1 a regression (FAIL), a harness error on a case, a known bug that is
+fixed now, an unreviewed change, or no case ran at all; 2 usage or environment error (raised as
+HarnessError by the CLI).
 """
 
 from __future__ import annotations
@@ -18,10 +20,13 @@ from harness.target import require_mb
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("run", help="run the golden suites against one Megatron-Bridge",
-                       description="Run the golden suites against the MB importable here (default) or an MB "
-                                   "source tree (--mb-src), print a summary, and write results.json, junit.xml "
-                                   "and report.html under --out (default reports/<run-id>/).")
+    p = sub.add_parser(
+        "run",
+        help="run the golden suites against one Megatron-Bridge",
+        description="Run the golden suites against the MB importable here (default) or an MB "
+        "source tree (--mb-src), print a summary, and write results.json, junit.xml "
+        "and report.html under --out (default reports/<run-id>/).",
+    )
     _args.add_target(p)
     _args.add_cache_dir(p)
     _args.add_suites(p)
@@ -31,6 +36,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     _args.add_fixtures(p)
     _args.add_verbosity(p, verbose=True)
     _args.add_import_mode(p)
+    _args.add_allow_changed(p)
     p.set_defaults(func=run)
 
 
@@ -38,11 +44,18 @@ def run(args: argparse.Namespace, out: TextIO = sys.stdout) -> int:
     tgt = _args.target_from_args(args)
     require_mb(tgt)
     out_dir = _args.out_dir(args, runner.new_run_id())
-    opts = runner.RunOptions(suites=args.suite, keyword=args.keyword, timeout_s=args.timeout, jobs=args.jobs,
-                             fixtures_dir=args.fixtures, import_mode=args.import_mode, verbose=args.verbose)
+    opts = runner.RunOptions(
+        suites=args.suite,
+        keyword=args.keyword,
+        timeout_s=args.timeout,
+        jobs=args.jobs,
+        fixtures_dir=args.fixtures,
+        import_mode=args.import_mode,
+        verbose=args.verbose,
+    )
     result = runner.run_suites(tgt, opts, out_dir, progress=None if args.quiet else sys.stderr)
     write_junit(result, out_dir / "junit.xml")
     report = render_run_report(result, out_dir / "report.html")
     print_run_summary(result, out)
     print(f"\nresults: {out_dir / 'results.json'}\njunit:   {out_dir / 'junit.xml'}\nreport:  {report}", file=out)
-    return 0 if result.ok and result.cases else 1
+    return result.exit_code(allow_changed=args.allow_changed)

@@ -46,8 +46,10 @@ class Mismatch:
     def text(self) -> str:
         """One readable paragraph for the terminal."""
         if self.kind == "tensor":
-            lines = [f"{self.path}: {self.n_mismatch} element(s) differ; first at index {self.first_index}: "
-                     f"golden {self.expected!r} vs obtained {self.obtained!r}"]
+            lines = [
+                f"{self.path}: {self.n_mismatch} element(s) differ; first at index {self.first_index}: "
+                f"golden {self.expected!r} vs obtained {self.obtained!r}"
+            ]
             if self.max_abs is not None:
                 lines.append(f"    max abs err {self.max_abs:.3g}, max rel err {self.max_rel:.3g}")
             if self.expected_row is not None and self.obtained_row is not None:
@@ -96,8 +98,13 @@ class Comparator:
     def __init__(self, tolerances: dict[str, Tolerance] | None = None) -> None:
         self.tolerances = tolerances or {}
 
-    def compare(self, expected: Any, obtained: Any, exp_side: dict[str, np.ndarray] | None = None,
-                obt_side: dict[str, np.ndarray] | None = None) -> Comparison:
+    def compare(
+        self,
+        expected: Any,
+        obtained: Any,
+        exp_side: dict[str, np.ndarray] | None = None,
+        obt_side: dict[str, np.ndarray] | None = None,
+    ) -> Comparison:
         result = Comparison()
         self._walk("$", expected, obtained, exp_side or {}, obt_side or {}, result)
         return result
@@ -124,8 +131,16 @@ class Comparator:
                 self._tensor(path, np.array(exp), np.array(obt), out, compare_dtype=False)
                 return
             if len(exp) != len(obt):
-                out.mismatches.append(Mismatch(f"{path}", "shape", f"len {len(exp)}", f"len {len(obt)}",
-                                               expected_row=_row(exp), obtained_row=_row(obt)))
+                out.mismatches.append(
+                    Mismatch(
+                        f"{path}",
+                        "shape",
+                        f"len {len(exp)}",
+                        f"len {len(obt)}",
+                        expected_row=_row(exp),
+                        obtained_row=_row(obt),
+                    )
+                )
                 return
             for i, (e, o) in enumerate(zip(exp, obt)):
                 self._walk(f"{path}[{i}]", e, o, es, os_, out)
@@ -135,24 +150,32 @@ class Comparator:
     def _scalar(self, path: str, exp: Any, obt: Any, out: Comparison) -> None:
         numeric = (int, float)
         if isinstance(exp, float) or isinstance(obt, float):
-            if isinstance(exp, numeric) and isinstance(obt, numeric) and not isinstance(exp, bool) and not isinstance(obt, bool):
+            if (
+                isinstance(exp, numeric)
+                and isinstance(obt, numeric)
+                and not isinstance(exp, bool)
+                and not isinstance(obt, bool)
+            ):
                 tol = tolerance_for(path, self.tolerances)
                 if _close(float(exp), float(obt), tol):
                     return
                 err = abs(float(obt) - float(exp))
-                out.mismatches.append(Mismatch(path, "value", exp, obt, max_abs=err,
-                                               max_rel=err / abs(exp) if exp else float("inf")))
+                out.mismatches.append(
+                    Mismatch(path, "value", exp, obt, max_abs=err, max_rel=err / abs(exp) if exp else float("inf"))
+                )
                 return
         if type(exp) is not type(obt) and not (_is_num(exp) and _is_num(obt)):
             out.mismatches.append(Mismatch(path, "type", exp, obt))
         elif exp != obt:
             out.mismatches.append(Mismatch(path, "value", exp, obt))
 
-    def _tensor(self, path: str, exp: np.ndarray, obt: np.ndarray, out: Comparison,
-                compare_dtype: bool = True) -> None:
+    def _tensor(self, path: str, exp: np.ndarray, obt: np.ndarray, out: Comparison, compare_dtype: bool = True) -> None:
         if exp.shape != obt.shape:
-            out.mismatches.append(Mismatch(path, "shape", list(exp.shape), list(obt.shape),
-                                           expected_row=_row(exp), obtained_row=_row(obt)))
+            out.mismatches.append(
+                Mismatch(
+                    path, "shape", list(exp.shape), list(obt.shape), expected_row=_row(exp), obtained_row=_row(obt)
+                )
+            )
             return
         if compare_dtype and exp.dtype != obt.dtype:
             out.mismatches.append(Mismatch(path, "dtype", str(exp.dtype), str(obt.dtype)))
@@ -174,10 +197,20 @@ class Comparator:
         diff = np.abs(obt.astype(np.float64) - exp.astype(np.float64))
         finite = np.where(np.isfinite(diff), diff, 0.0)
         rel = finite / np.maximum(np.abs(exp.astype(np.float64)), 1e-300)
-        out.mismatches.append(Mismatch(
-            path, "tensor", exp[tuple(idx)].item(), obt[tuple(idx)].item(), first_index=idx,
-            max_abs=float(finite.max()), max_rel=float(rel.max()), n_mismatch=int(bad.sum()),
-            expected_row=_row(exp), obtained_row=_row(obt)))
+        out.mismatches.append(
+            Mismatch(
+                path,
+                "tensor",
+                exp[tuple(idx)].item(),
+                obt[tuple(idx)].item(),
+                first_index=idx,
+                max_abs=float(np.max(finite)),
+                max_rel=float(np.max(rel)),
+                n_mismatch=int(bad.sum()),
+                expected_row=_row(exp),
+                obtained_row=_row(obt),
+            )
+        )
 
 
 def _close(e: float, o: float, tol: Tolerance) -> bool:
@@ -199,8 +232,13 @@ def _kind(node: Any) -> str:
 
 
 def _row(x: Any) -> list[Any] | None:
-    """A 1-D sequence as a list for aligned display; None for anything else."""
-    arr = np.asarray(x) if not isinstance(x, np.ndarray) else x
+    """A 1-D sequence as a list for aligned display; None for anything else (a ragged list of
+    lists, such as packing bins, included: a display helper must never turn a mismatch into a
+    harness error)."""
+    try:
+        arr = np.asarray(x) if not isinstance(x, np.ndarray) else x
+    except ValueError:
+        return None
     if arr.ndim == 1 and arr.size <= ROW_LIMIT and arr.dtype.kind in "iufb":
         return arr.tolist()
     return None

@@ -59,7 +59,8 @@ def write_golden(path: Path, golden: Golden) -> None:
     }
     if golden.sidecar:
         buf = io.BytesIO()
-        np.savez(buf, **golden.sidecar)
+        arrays: dict[str, Any] = dict(golden.sidecar)  # names are array keys, never savez's own options
+        np.savez(buf, **arrays)
         atomic_write_bytes(_npz_path(path), buf.getvalue())
     elif _npz_path(path).exists():
         _npz_path(path).unlink()

@@ -83,7 +83,7 @@ def aligned_row_view(expected: list[Any], obtained: list[Any]) -> dict[str, Any]
     """Cells for the two-row expected/obtained table, each flagged when it differs."""
     diffs = differing_positions(expected, obtained)
     diff_set = set(diffs)
-    cells = []
+    cells: list[dict[str, Any]] = []
     for pos in row_window(max(len(expected), len(obtained)), diffs):
         if pos is None:
             cells.append({"gap": True})
@@ -144,27 +144,45 @@ def segments_view(expected: list[Any], obtained: list[Any], width: float = 760.0
     for k, (label, row, other) in enumerate((("expected", exp, obt), ("obtained", obt, exp))):
         y = top + k * (bar_h + gap)
         other_set = set(other)
-        blocks = [
-            {"x": x(a), "w": max(round(x(b) - x(a), 2), 0.5), "cls": "seg-a" if i % 2 == 0 else "seg-b",
-             "title": f"{label} sequence {i}: [{format_number(a)}, {format_number(b)}) length {format_number(b - a)}"}
-            for i, (a, b) in enumerate(zip(row, row[1:]))
+        blocks = []
+        for i, (start, end) in enumerate(zip(row, row[1:])):
+            span_text = f"[{format_number(start)}, {format_number(end)}) length {format_number(end - start)}"
+            blocks.append(
+                {
+                    "x": x(start),
+                    "w": max(round(x(end) - x(start), 2), 0.5),
+                    "cls": "seg-a" if i % 2 == 0 else "seg-b",
+                    "title": f"{label} sequence {i}: {span_text}",
+                }
+            )
+        ticks = [
+            {"x": x(v), "bad": v not in other_set, "title": f"{label} boundary {i} = {format_number(v)}"}
+            for i, v in enumerate(row)
         ]
-        ticks = [{"x": x(v), "bad": v not in other_set, "title": f"{label} boundary {i} = {format_number(v)}"}
-                 for i, v in enumerate(row)]
-        bars.append({"label": label, "y": y, "h": bar_h, "blocks": blocks, "ticks": ticks,
-                     "label_y": round(y + bar_h * 0.7, 2)})
+        bars.append(
+            {"label": label, "y": y, "h": bar_h, "blocks": blocks, "ticks": ticks, "label_y": round(y + bar_h * 0.7, 2)}
+        )
     height = top + 2 * (bar_h + gap) + 10
-    return {"bars": bars, "width": round(left + width + 20, 2), "height": round(height, 2),
-            "axis": [{"x": x(lo), "text": format_number(int(lo) if lo.is_integer() else lo)},
-                     {"x": x(hi), "text": format_number(int(hi) if hi.is_integer() else hi)}]}
+    return {
+        "bars": bars,
+        "width": round(left + width + 20, 2),
+        "height": round(height, 2),
+        "axis": [
+            {"x": x(lo), "text": format_number(int(lo) if lo.is_integer() else lo)},
+            {"x": x(hi), "text": format_number(int(hi) if hi.is_integer() else hi)},
+        ],
+    }
 
 
 def mismatch_view(m: dict[str, Any]) -> dict[str, Any]:
     """One mismatch ready for the template: scalars formatted, rows aligned, segments drawn."""
     path = str(m.get("path", ""))
     exp_row, obt_row = m.get("expected_row"), m.get("obtained_row")
-    has_rows = isinstance(exp_row, list) and isinstance(obt_row, list)
-    view = {
+    rows = segments = None
+    if isinstance(exp_row, list) and isinstance(obt_row, list):
+        rows = aligned_row_view(exp_row, obt_row)
+        segments = segments_view(exp_row, obt_row) if is_cu_seqlens(path) else None
+    view: dict[str, Any] = {
         "path": path,
         "kind": str(m.get("kind", "")),
         "expected": format_value(m.get("expected")),
@@ -173,8 +191,8 @@ def mismatch_view(m: dict[str, Any]) -> dict[str, Any]:
         "max_abs": format_number(m.get("max_abs")),
         "max_rel": format_number(m.get("max_rel")),
         "n_mismatch": format_number(m.get("n_mismatch")),
-        "rows": aligned_row_view(exp_row, obt_row) if has_rows else None,
-        "segments": segments_view(exp_row, obt_row) if has_rows and is_cu_seqlens(path) else None,
+        "rows": rows,
+        "segments": segments,
     }
     view["has_errors"] = bool(view["max_abs"] or view["max_rel"] or view["n_mismatch"] or view["first_index"])
     return view

@@ -58,8 +58,10 @@ def _environment() -> jinja2.Environment:
 
 def render_template(name: str, context: dict[str, Any], out_path: Path) -> Path:
     """Render ``name`` with ``context`` and write it atomically to ``out_path``."""
-    html = _environment().get_template(name).render(
-        harness_version=harness.__version__, report_schema=REPORT_SCHEMA, **context
+    html = (
+        _environment()
+        .get_template(name)
+        .render(harness_version=harness.__version__, report_schema=REPORT_SCHEMA, **context)
     )
     out_path = Path(out_path)
     atomic_write_text(out_path, html)
@@ -120,7 +122,7 @@ def format_value(value: Any) -> str:
 def case_name(case: CaseResult) -> str:
     """The case part of ``<suite>::<case>`` (the whole id when it has no suite prefix)."""
     prefix = f"{case.suite}::"
-    return case.case_id[len(prefix):] if case.case_id.startswith(prefix) else case.case_id
+    return case.case_id[len(prefix) :] if case.case_id.startswith(prefix) else case.case_id
 
 
 def anchor(case_id: str) -> str:

@@ -32,8 +32,14 @@ def _is_flaky(case: CaseResult) -> bool:
 
 
 def _testcase(case: CaseResult) -> ET.Element:
-    el = ET.Element("testcase", {"classname": _xml_text(case.suite), "name": _xml_text(case_name(case)),
-                                 "time": f"{max(case.duration_s, 0.0):.3f}"})
+    el = ET.Element(
+        "testcase",
+        {
+            "classname": _xml_text(case.suite),
+            "name": _xml_text(case_name(case)),
+            "time": f"{max(case.duration_s, 0.0):.3f}",
+        },
+    )
     props = ET.SubElement(el, "properties")
     ET.SubElement(props, "property", {"name": "case_id", "value": _xml_text(case.case_id)})
     ET.SubElement(props, "property", {"name": "source", "value": _xml_text(case.source)})
@@ -43,6 +49,14 @@ def _testcase(case: CaseResult) -> ET.Element:
     if case.verdict == Verdict.FAIL:
         failure = ET.SubElement(el, "failure", {"message": message, "type": f"{case.source}-mismatch"})
         failure.text = _xml_text(case.diff or case.message)
+    elif case.verdict == Verdict.CHANGED:
+        failure = ET.SubElement(el, "failure", {"message": message, "type": "changed"})
+        failure.text = _xml_text(case.diff or case.message)
+    elif case.verdict == Verdict.FIXED:
+        failure = ET.SubElement(el, "failure", {"message": message, "type": "known-bug-fixed"})
+        failure.text = message
+    elif case.verdict == Verdict.KNOWN_FAIL:
+        ET.SubElement(el, "skipped", {"message": message, "type": "known-mb-bug"})
     elif case.verdict == Verdict.ERROR:
         error = ET.SubElement(el, "error", {"message": message, "type": "harness-error"})
         error.text = message
@@ -57,12 +71,17 @@ def _testcase(case: CaseResult) -> ET.Element:
 
 def _suite_attrs(name: str, cases: list[CaseResult]) -> dict[str, str]:
     count = lambda v: sum(1 for c in cases if c.verdict == v)  # noqa: E731
-    return {"name": _xml_text(name), "tests": str(len(cases)), "failures": str(count(Verdict.FAIL)),
-            "errors": str(count(Verdict.ERROR)), "skipped": str(count(Verdict.UNTESTABLE)),
-            "time": f"{sum(max(c.duration_s, 0.0) for c in cases):.3f}"}
+    return {
+        "name": _xml_text(name),
+        "tests": str(len(cases)),
+        "failures": str(count(Verdict.FAIL) + count(Verdict.CHANGED) + count(Verdict.FIXED)),
+        "errors": str(count(Verdict.ERROR)),
+        "skipped": str(count(Verdict.UNTESTABLE) + count(Verdict.KNOWN_FAIL)),
+        "time": f"{sum(max(c.duration_s, 0.0) for c in cases):.3f}",
+    }
 
 
-def junit_tree(run: RunResult) -> ET.ElementTree:
+def _junit_root(run: RunResult) -> ET.Element:
     """The JUnit document: one <testsuite> per suite inside one <testsuites> for the run."""
     root = ET.Element("testsuites", _suite_attrs(f"harness {run.run_id}", run.cases))
     root.set("time", f"{max(run.duration_s, 0.0):.3f}")
@@ -80,12 +99,12 @@ def junit_tree(run: RunResult) -> ET.ElementTree:
         for c in members:
             suite_el.append(_testcase(c))
     ET.indent(root)
-    return ET.ElementTree(root)
+    return root
 
 
 def write_junit(run: RunResult, out_path: Path) -> Path:
     """Write the run as JUnit XML, atomically, for CI systems that display test results."""
-    root = junit_tree(run).getroot()
+    root = _junit_root(run)
     text = '<?xml version="1.0" encoding="UTF-8"?>\n' + ET.tostring(root, encoding="unicode") + "\n"
     out_path = Path(out_path)
     atomic_write_text(out_path, text)

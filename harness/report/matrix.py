@@ -10,7 +10,17 @@ from harness.report.formatting import VERDICT_ORDER, render_template
 
 def render_matrix_report(rows: list[MatrixRow], out_path: Path, *, repo: str, megatron_lm: str | None) -> Path:
     suites = sorted({s for r in rows for s in r.suites})
-    return render_template("matrix.html.j2", {
-        "rows": rows, "suites": suites, "verdicts": VERDICT_ORDER, "reasons": reason_summary(rows),
-        "meeting": sum(r.meets_goal for r in rows), "goal": UNTESTABLE_GOAL_PCT, "repo": repo,
-        "megatron_lm": megatron_lm}, out_path)
+    return render_template(
+        "matrix.html.j2",
+        {
+            "rows": rows,
+            "suites": suites,
+            "verdicts": VERDICT_ORDER,
+            "reasons": reason_summary(rows),
+            "meeting": sum(r.meets_goal for r in rows),
+            "goal": UNTESTABLE_GOAL_PCT,
+            "repo": repo,
+            "megatron_lm": megatron_lm,
+        },
+        out_path,
+    )

@@ -13,7 +13,7 @@ from collections import OrderedDict
 from pathlib import Path
 from typing import Any
 
-from harness.bisect.document import BisectDoc, CaseDoc
+from harness.bisect.document import BisectDoc, CaseDoc, Confirmation
 from harness.report.diffview import diff_view
 from harness.report.formatting import VERDICT_ORDER, anchor, case_name, format_value, render_template, short_sha
 from harness.results import CaseResult, RunResult
@@ -64,23 +64,59 @@ def _header_view(run: RunResult) -> dict[str, Any]:
     }
 
 
+def _untestable_groups(cases: list[CaseResult]) -> list[dict[str, Any]]:
+    """Untestable cases grouped by reason, most common reason first."""
+    groups: dict[str, list[CaseResult]] = {}
+    for c in cases:
+        groups.setdefault(c.message or "no reason recorded", []).append(c)
+    return [
+        {"reason": reason, "cases": [_case_view(c) for c in members]}
+        for reason, members in sorted(groups.items(), key=lambda kv: (-len(kv[1]), kv[0]))
+    ]
+
+
 def run_context(run: RunResult) -> dict[str, Any]:
-    """Everything the run template shows, computed once."""
+    """Everything the run template shows, computed once; what needs a person comes first."""
+    from harness.report.terminal import accept_command, reproduce_command
+
     golden = [c for c in run.cases if c.source != "upstream"]
     upstream = [c for c in run.cases if c.source == "upstream"]
     failures = [
-        {**_case_view(c), "diff": diff_view(c)} for c in run.cases if c.verdict == Verdict.FAIL
+        {**_case_view(c), "diff": diff_view(c), "reproduce": reproduce_command(run, c.case_id)}
+        for c in run.cases
+        if c.verdict == Verdict.FAIL
     ]
+    changed = [
+        {**_case_view(c), "diff": diff_view(c), "accept": accept_command(run, c.case_id)}
+        for c in run.cases
+        if c.verdict == Verdict.CHANGED
+    ]
+    known = [
+        {**_case_view(c), "entries": c.known, "violations": len(c.violations)}
+        for c in run.cases
+        if c.verdict == Verdict.KNOWN_FAIL
+    ]
+    untestable = [c for c in run.cases if c.verdict == Verdict.UNTESTABLE]
     return {
         "run": run,
         "header": _header_view(run),
         "counts": run.counts(),
         "verdicts": VERDICT_ORDER,
+        # the classic four always show (a reassuring "0 fail"); the others only when present
+        "always_shown": ("pass", "fail", "untestable", "error"),
         "golden_suites": _suites(golden),
         "upstream_suites": _suites(upstream),
         "failures": failures,
-        "errors": [_case_view(c) for c in run.cases if c.verdict == Verdict.ERROR],
-        "untestable": [_case_view(c) for c in run.cases if c.verdict == Verdict.UNTESTABLE],
+        "errors": [
+            {**_case_view(c), "reproduce": reproduce_command(run, c.case_id)}
+            for c in run.cases
+            if c.verdict == Verdict.ERROR
+        ],
+        "fixed": [_case_view(c) for c in run.cases if c.verdict == Verdict.FIXED],
+        "changed": changed,
+        "known": known,
+        "untestable": [_case_view(c) for c in untestable],
+        "untestable_groups": _untestable_groups(untestable),
     }
 
 
@@ -106,27 +142,46 @@ def timeline_view(bisect: BisectDoc, case_ids: list[str], culprits: dict[str, st
     left, top, lane_h, gap = 200.0, 26.0, 20.0, 6.0
     cell_w = max(2.0, min(72.0, 1000.0 / n))
     label_every = max(1, math.ceil(64.0 / cell_w))  # a 7-character hash needs about 60 px
-    columns = []
+    columns: list[dict[str, Any]] = []
     for i, commit in enumerate(commits):
         sha = commit.sha
-        columns.append({"x": round(left + i * cell_w, 2), "sha": sha, "short": short_sha(sha)[:7],
-                        "subject": commit.subject, "probed": sha in probes,
-                        "label": i % label_every == 0 or i == n - 1})
+        columns.append(
+            {
+                "x": round(left + i * cell_w, 2),
+                "sha": sha,
+                "short": short_sha(sha)[:7],
+                "subject": commit.subject,
+                "probed": sha in probes,
+                "label": i % label_every == 0 or i == n - 1,
+            }
+        )
     lanes = []
     for k, cid in enumerate(case_ids):
         y = round(top + k * (lane_h + gap), 2)
         cells = []
         for col in columns:
             verdict = (probes.get(col["sha"]) or {}).get(cid)
-            cells.append({"x": col["x"], "w": cell_w, "probed": verdict is not None,
-                          "cls": _verdict_class(verdict) if verdict is not None else "unprobed",
-                          "culprit": culprits.get(cid) == col["sha"],
-                          "title": f"{cid} @ {col['short']} {col['subject']}: {verdict or 'not probed'}"})
+            cells.append(
+                {
+                    "x": col["x"],
+                    "w": cell_w,
+                    "probed": verdict is not None,
+                    "cls": _verdict_class(verdict) if verdict is not None else "unprobed",
+                    "culprit": culprits.get(cid) == col["sha"],
+                    "title": f"{cid} @ {col['short']} {col['subject']}: {verdict or 'not probed'}",
+                }
+            )
         lanes.append({"case_id": cid, "y": y, "h": lane_h, "cells": cells, "label_y": round(y + lane_h * 0.7, 2)})
     height = top + max(len(case_ids), 1) * (lane_h + gap) + 24
-    return {"columns": columns, "lanes": lanes, "cell_w": cell_w, "left": left,
-            "width": round(left + n * cell_w + 20, 2), "height": round(height, 2),
-            "axis_y": round(height - 14, 2)}
+    return {
+        "columns": columns,
+        "lanes": lanes,
+        "cell_w": cell_w,
+        "left": left,
+        "width": round(left + n * cell_w + 20, 2),
+        "height": round(height, 2),
+        "axis_y": round(height - 14, 2),
+    }
 
 
 def _bisect_case_view(case: CaseDoc, bisect: BisectDoc) -> dict[str, Any]:
@@ -146,24 +201,62 @@ def _bisect_case_view(case: CaseDoc, bisect: BisectDoc) -> dict[str, Any]:
     }
 
 
+def _confirmation_view(found: Confirmation | None) -> dict[str, Any] | None:
+    if found is None:
+        return None
+    return {
+        "status": found.status.value,
+        "label": found.status.value.replace("_", " "),
+        "detail": found.detail,
+        "seen": sorted(found.seen.items()),
+    }
+
+
 def bisect_context(bisect: BisectDoc) -> dict[str, Any]:
     """Everything the bisect template shows, from a bisection record."""
     views = {id(c): _bisect_case_view(c, bisect) for c in bisect.cases}
     culprits = {c.case_id: c.culprit.sha for c in bisect.cases if c.culprit}
     rng = bisect.range
     return {
-        "labels": {"good": "old", "bad": "new", "first": "first fixed commit"} if bisect.find_fix
+        "labels": {"good": "old", "bad": "new", "first": "first fixed commit"}
+        if bisect.find_fix
         else {"good": "good", "bad": "bad", "first": "first bad commit"},
-        "range": {"good": rng.good, "bad": rng.bad,
-                  "n_commits": len(bisect.commits) if rng.n_commits is None else rng.n_commits},
+        "range": {
+            "good": rng.good,
+            "bad": rng.bad,
+            "n_commits": len(bisect.commits) if rng.n_commits is None else rng.n_commits,
+        },
         "duration_s": bisect.duration_s,
         "evaluations": "?" if bisect.evaluations is None else bisect.evaluations,
         "n_probed": len(bisect.probes),
         "cases": list(views.values()),
-        "culprit_groups": [{"culprit": g.culprit, "cases": [views[id(c)] for c in g.cases],
-                            "sources": g.sources, "blamed_by": g.blamed_by} for g in bisect.culprit_groups()],
+        "culprit_groups": [
+            {
+                "culprit": g.culprit,
+                "cases": [views[id(c)] for c in g.cases],
+                "sources": g.sources,
+                "blamed_by": g.blamed_by,
+                "confirmation": _confirmation_view(bisect.confirmation(g.culprit.sha)),
+            }
+            for g in bisect.culprit_groups()
+        ],
+        "confirmed_any": bool(bisect.confirmations),
         "timeline": timeline_view(bisect, [c.case_id for c in bisect.cases], culprits),
+        "late_starts": [
+            {
+                "case_id": s.case_id,
+                "at_good": s.at_good,
+                "runs_from": s.runs_from,
+                "subject": bisect.commit(s.runs_from).subject if s.runs_from else "",
+                "verdict_there": s.verdict_there,
+                "bisected": s.bisected,
+                "reason": s.reason,
+            }
+            for s in bisect.late_starts
+        ],
         "verdicts": VERDICT_ORDER,
+        # the classic four always show (a reassuring "0 fail"); the others only when present
+        "always_shown": ("pass", "fail", "untestable", "error"),
     }
 
 

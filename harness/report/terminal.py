@@ -14,32 +14,94 @@ from harness.bisect.document import BisectDoc
 from harness.results import RunResult
 from harness.verdict import Verdict
 
+COLUMNS = (
+    Verdict.PASS,
+    Verdict.FAIL,
+    Verdict.CHANGED,
+    Verdict.KNOWN_FAIL,
+    Verdict.FIXED,
+    Verdict.UNTESTABLE,
+    Verdict.ERROR,
+)
+
+
+def _target_flags(result: RunResult) -> str:
+    path = result.target.get("path") if result.target.get("kind") == "source" else None
+    return f" --mb-src {path}" if path else ""
+
+
+def case_selector(case_id: str) -> tuple[str, str]:
+    """(suite, -k expression) that selects exactly this case with ``harness run``."""
+    suite, _, name = case_id.partition("::")
+    return suite, name.split(".")[-1]
+
+
+def reproduce_command(result: RunResult, case_id: str) -> str:
+    suite, name = case_selector(case_id)
+    return f"harness run{_target_flags(result)} --suite {suite} -k '{name}'"
+
+
+def accept_command(result: RunResult, case_id: str) -> str:
+    suite, name = case_selector(case_id)
+    return f"harness fixtures record{_target_flags(result)} --suite {suite} -k '{name}' --yes"
+
 
 def print_run_summary(result: RunResult, out: TextIO) -> None:
-    """Per-suite counts, then every failure with its diff and every untestable reason."""
+    """Per-suite counts; then what needs a person, most urgent first: regressions and harness
+    errors (with the command that reproduces each), fixed known bugs, changes to review (with
+    the command that accepts each), known MB bugs, and untestable cases grouped by reason."""
     v = result.versions
-    print(f"\nMegatron-Bridge {v.get('megatron-bridge')} ({result.target.get('kind')}"
-          f"{', ' + str(result.target['commit']) if result.target.get('commit') else ''}), "
-          f"megatron-core {v.get('megatron-core')}, torch {v.get('torch')}, {result.machine.get('accelerator')}",
-          file=out)
-    suites = sorted({c.suite for c in result.cases})
-    header = f"{'suite':<28}{'pass':>6}{'fail':>6}{'untestable':>12}{'error':>7}"
+    print(
+        f"\nMegatron-Bridge {v.get('megatron-bridge')} ({result.target.get('kind')}"
+        f"{', ' + str(result.target['commit']) if result.target.get('commit') else ''}), "
+        f"megatron-core {v.get('megatron-core')}, torch {v.get('torch')}, {result.machine.get('accelerator')}",
+        file=out,
+    )
+    header = f"{'suite':<26}" + "".join(f"{c.value:>{max(6, len(c.value) + 2)}}" for c in COLUMNS)
     print(header + "\n" + "-" * len(header), file=out)
-    for s in suites:
-        cs = [c for c in result.cases if c.suite == s]
-        n = {vv: sum(c.verdict is vv for c in cs) for vv in Verdict}
-        print(f"{s:<28}{n[Verdict.PASS]:>6}{n[Verdict.FAIL]:>6}{n[Verdict.UNTESTABLE]:>12}{n[Verdict.ERROR]:>7}", file=out)
-    counts = result.counts()
-    print(f"{'total':<28}{counts['pass']:>6}{counts['fail']:>6}{counts['untestable']:>12}{counts['error']:>7}"
-          f"   ({result.duration_s:.1f} s)", file=out)
+
+    def row(label: str, cases: list) -> str:
+        return f"{label:<26}" + "".join(
+            f"{sum(c.verdict is col for c in cases):>{max(6, len(col.value) + 2)}}" for col in COLUMNS
+        )
+
+    for suite in sorted({c.suite for c in result.cases}):
+        print(row(suite, [c for c in result.cases if c.suite == suite]), file=out)
+    print(row("total", result.cases) + f"   ({result.duration_s:.1f} s)", file=out)
     for c in result.cases:
         if c.verdict in (Verdict.FAIL, Verdict.ERROR):
             print(f"\n{c.verdict.value.upper()} {c.case_id}\n  " + c.message.replace("\n", "\n  "), file=out)
+            print(f"  reproduce: {reproduce_command(result, c.case_id)}", file=out)
+    for c in result.cases:
+        if c.verdict is Verdict.FIXED:
+            print(f"\nFIXED {c.case_id}\n  {c.message.splitlines()[0]}", file=out)
+    for c in result.cases:
+        if c.verdict is Verdict.CHANGED:
+            print(
+                f"\nCHANGED {c.case_id} (every invariant holds; the output differs from its golden)\n  "
+                + c.message.removeprefix("changed: ").replace("\n", "\n  "),
+                file=out,
+            )
+            print(f"  accept:    {accept_command(result, c.case_id)}", file=out)
+    known = [c for c in result.cases if c.verdict is Verdict.KNOWN_FAIL]
+    if known:
+        by_entry: dict[str, int] = {}
+        for c in known:
+            for entry in c.known or ["?"]:
+                by_entry[entry] = by_entry.get(entry, 0) + 1
+        print(
+            f"\nknown MB bugs ({len(known)} case(s), fixtures/known_failures.json): "
+            + ", ".join(f"{e} x{n}" for e, n in sorted(by_entry.items())),
+            file=out,
+        )
     untestable = [c for c in result.cases if c.verdict is Verdict.UNTESTABLE]
     if untestable:
-        print("\nuntestable here:", file=out)
+        by_reason: dict[str, list[str]] = {}
         for c in untestable:
-            print(f"  {c.case_id}: {c.message}", file=out)
+            by_reason.setdefault(c.message, []).append(c.case_id)
+        print("\nuntestable here:", file=out)
+        for reason, ids in sorted(by_reason.items(), key=lambda kv: -len(kv[1])):
+            print(f"  {len(ids)} case(s): {reason}" + (f" ({ids[0]})" if len(ids) == 1 else ""), file=out)
     for note in result.notes:
         print(f"note: {note}", file=out)
     if result.standins:
@@ -49,9 +111,11 @@ def print_run_summary(result: RunResult, out: TextIO) -> None:
 def bisect_summary_lines(doc: BisectDoc) -> list[str]:
     """The terminal summary: one line per case, then one block per culprit commit."""
     rng = doc.range
-    lines = [f"bisected {rng.given} ({rng.n_commits} commits, {rng.good[:12]}..{rng.bad[:12]}): "
-             f"{doc.evaluations} evaluations ({doc.new_evaluations} new, {doc.cached_evaluations} cached), "
-             f"{len(doc.probes)} commits probed, {doc.rounds} rounds, {doc.duration_s:.1f} s"]
+    lines = [
+        f"bisected {rng.given} ({rng.n_commits} commits, {rng.good[:12]}..{rng.bad[:12]}): "
+        f"{doc.evaluations} evaluations ({doc.new_evaluations} new, {doc.cached_evaluations} cached), "
+        f"{len(doc.probes)} commits probed, {doc.rounds} rounds, {doc.duration_s:.1f} s"
+    ]
     first = doc.first_label
     width = min(max((len(c.case_id) for c in doc.cases), default=10), 90)
     for case in doc.cases:
@@ -67,13 +131,22 @@ def bisect_summary_lines(doc: BisectDoc) -> list[str]:
         lines.append(f"  {case.case_id:<{width}}  {status.value:<14} {what}  [{case.evaluations} evaluations]")
     for nb in doc.not_bisected:
         lines.append(f"  {nb.case_id:<{width}}  {'not bisected':<14} {nb.reason}")
+    if doc.late_starts:
+        lines += ["", f"good {rng.good[:12]} cannot run {len(doc.late_starts)} case(s) failing at bad:"]
+        lines += [f"  {start.case_id}: {start.reason}" for start in doc.late_starts]
     for group in doc.culprit_groups():
         cul, ids = group.culprit, [c.case_id for c in group.cases]
         more = f" and {len(ids) - 6} more" if len(ids) > 6 else ""
-        lines += ["", f"{first} commit {cul.sha[:12]}  {cul.subject}",
-                  f"  author: {cul.author} <{cul.email}>   date: {cul.date}",
-                  "  files under src/: " + (", ".join(cul.files) or "(none)"),
-                  f"  cases ({len(ids)}): " + ", ".join(ids[:6]) + more]
+        lines += [
+            "",
+            f"{first} commit {cul.sha[:12]}  {cul.subject}",
+            f"  author: {cul.author} <{cul.email}>   date: {cul.date}",
+            "  files under src/: " + (", ".join(cul.files) or "(none)"),
+            f"  cases ({len(ids)}): " + ", ".join(ids[:6]) + more,
+        ]
+        checked = doc.confirmation(cul.sha)
+        if checked is not None:
+            lines.append(f"  {checked.status.value.replace('_', ' ')}: {checked.detail}")
     for case in doc.cases:
         if case.status is CaseStatus.AMBIGUOUS:
             lines += ["", f"{case.case_id}: the {first} commit is one of (all but the last were skipped):"]

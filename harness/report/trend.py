@@ -26,21 +26,40 @@ def _durations_chart(durations: list[dict[str, Any]]) -> dict[str, Any]:
     bars = []
     for i, (d, v) in enumerate(zip(durations, values)):
         h = round(v / top * plot_h, 2)
-        bars.append({"x": round(left + i * bar_w + 1, 2), "w": round(bar_w - 2, 2), "y": round(base_y - h, 2),
-                     "h": h, "title": f"{d['run_id']} @ {str(d['commit'])[:10]}: {v:.1f} s",
-                     "cx": round(left + i * bar_w + bar_w / 2, 2),
-                     "label": str(d["commit"])[:7], "show_label": i % label_every == 0})
-    return {"bars": bars, "width": round(left + len(values) * bar_w + 20, 2), "height": 210.0,
-            "base_y": base_y, "top_y": base_y - plot_h, "left": left, "max_s": top}
+        bars.append(
+            {
+                "x": round(left + i * bar_w + 1, 2),
+                "w": round(bar_w - 2, 2),
+                "y": round(base_y - h, 2),
+                "h": h,
+                "title": f"{d['run_id']} @ {str(d['commit'])[:10]}: {v:.1f} s",
+                "cx": round(left + i * bar_w + bar_w / 2, 2),
+                "label": str(d["commit"])[:7],
+                "show_label": i % label_every == 0,
+            }
+        )
+    return {
+        "bars": bars,
+        "width": round(left + len(values) * bar_w + 20, 2),
+        "height": 210.0,
+        "base_y": base_y,
+        "top_y": base_y - plot_h,
+        "left": left,
+        "max_s": top,
+    }
 
 
 def _grid(tr: dict[str, Any]) -> list[dict[str, Any]]:
     """Cases grouped by suite for the verdict grid, each with one cell per run."""
     suites: dict[str, list[dict[str, Any]]] = {}
     for cid, entry in tr["cases"].items():
-        cells = [{"verdict": v or "absent", "title": f"{cid} @ {r['commit'][:10]} ({r['run_id']}): {v or 'not run'}"
-                  + (f" - {m}" if m else "")}
-                 for v, m, r in zip(entry["series"], entry["messages"], tr["runs"])]
+        cells = [
+            {
+                "verdict": v or "absent",
+                "title": f"{cid} @ {r['commit'][:10]} ({r['run_id']}): {v or 'not run'}" + (f" - {m}" if m else ""),
+            }
+            for v, m, r in zip(entry["series"], entry["messages"], tr["runs"])
+        ]
         suites.setdefault(entry["suite"], []).append({"case_id": cid, "cells": cells, "latest": entry["series"][-1]})
     return [{"name": name, "cases": members} for name, members in sorted(suites.items())]
 

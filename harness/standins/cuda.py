@@ -38,4 +38,36 @@ def cpu_cuda_calls() -> Iterator[None]:
         yield
     finally:
         torch.Tensor.cuda = orig_cuda  # type: ignore[method-assign]
-        torch.cuda.current_device = orig_current  # type: ignore[assignment]
+        torch.cuda.current_device = orig_current
+
+
+STANDIN_CAUSAL_MASK = "MCore get_default_causal_mask built on CPU (it hard-codes device='cuda')"
+
+
+@contextlib.contextmanager
+def cpu_causal_mask() -> Iterator[None]:
+    """MCore's default causal mask (``get_default_causal_mask``) built on the CPU, for this block only.
+
+    An unpacked batch reaches MCore's local attention with ``attention_mask=None`` (MB's
+    ``get_batch`` drops the dataset's mask by default), and MCore then builds the causal mask
+    with ``device="cuda"``. The stand-in returns the same upper-triangular boolean mask on the
+    CPU; nothing else changes. Patched where MCore's fused softmax looks the name up.
+    """
+    import torch
+
+    if torch.cuda.is_available():
+        yield
+        return
+    from megatron.core.fusions import fused_softmax
+
+    original = fused_softmax.get_default_causal_mask
+
+    def _cpu_mask(sq: int) -> torch.Tensor:
+        standins.record(STANDIN_CAUSAL_MASK)
+        return torch.triu(torch.ones(sq, sq), diagonal=1).bool()
+
+    fused_softmax.get_default_causal_mask = _cpu_mask
+    try:
+        yield
+    finally:
+        fused_softmax.get_default_causal_mask = original

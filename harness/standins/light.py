@@ -157,8 +157,9 @@ class LightImportFinder(importlib.abc.MetaPathFinder):
         if spec is None or spec.submodule_search_locations is None:
             return None  # a plain module (or absent): the normal finders handle it
         locations = list(spec.submodule_search_locations)
-        new = importlib.machinery.ModuleSpec(fullname, _SkipInitLoader(spec.origin), origin=spec.origin,
-                                             is_package=True)
+        new = importlib.machinery.ModuleSpec(
+            fullname, _SkipInitLoader(spec.origin), origin=spec.origin, is_package=True
+        )
         new.submodule_search_locations = locations
         return new
 
@@ -194,6 +195,7 @@ def skipped_init(module: types.ModuleType) -> bool:
 
 # ---- pytest plugin: select the cases of one import group -------------------------------------
 
+
 def case_group(item: Any) -> str:
     mark = item.get_closest_marker("import_group")
     if mark is None:
@@ -207,7 +209,8 @@ def pytest_collection_modifyitems(config: Any, items: list[Any]) -> None:
     group = os.environ.get(ENV_GROUP)
     if not group:
         return
-    keep, drop = [], []
+    keep: list[Any] = []
+    drop: list[Any] = []
     for item in items:
         (keep if case_group(item) == group else drop).append(item)
     if drop:

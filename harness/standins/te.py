@@ -32,6 +32,8 @@ STANDIN: tuple[str, ...] = ()
 
 def _covered(name: str) -> bool:
     return any(name == p or name.startswith(p + ".") for p in STANDIN)
+
+
 WATCHED_PREFIX = "megatron.bridge."
 
 
@@ -50,8 +52,10 @@ class _StandinObject(metaclass=_StandinMeta):
     """Anything taken from the TE stand-in: subclassable, never usable."""
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
-        raise RuntimeError(f"{type(self).__name__} is a harness stand-in for transformer_engine (CUDA-only); "
-                           "this code path is untestable without Transformer Engine")
+        raise RuntimeError(
+            f"{type(self).__name__} is a harness stand-in for transformer_engine (CUDA-only); "
+            "this code path is untestable without Transformer Engine"
+        )
 
 
 class _StandinModule(types.ModuleType):
@@ -157,7 +161,7 @@ class _MBModuleFinder(importlib.abc.MetaPathFinder):
         except OSError:
             return None
         has_te, others = _unguarded_te_imports(source)
-        if not has_te:
+        if not has_te or spec.loader is None:
             return None
         spec.loader = _WrappingLoader(spec.loader, others, self.te_finder)
         return spec

@@ -44,8 +44,13 @@ def pytest_configure(config: Any) -> None:
         config.pluginmanager.register(_EventsPlugin(Path(spec), Path(events)), "harness-upstream-events")
 
 
-_CUDA_MARKERS = ("Found no NVIDIA driver", "Torch not compiled with CUDA enabled", "No CUDA GPUs are available",
-                 "CUDA driver initialization failed", "libcudart functions unavailable")
+_CUDA_MARKERS = (
+    "Found no NVIDIA driver",
+    "Torch not compiled with CUDA enabled",
+    "No CUDA GPUs are available",
+    "CUDA driver initialization failed",
+    "libcudart functions unavailable",
+)
 
 
 def _environment_reason(exc: BaseException) -> str | None:
@@ -96,8 +101,11 @@ class _EventsPlugin:
         keep, drop = [], []
         for item in items:
             path = item.nodeid.split("::")[0]
-            hits = [e["name"] for e, expr in compiled if e["file"] == path
-                    and (expr is None or expr.evaluate(KeywordMatcher.from_item(item)))]
+            hits = [
+                e["name"]
+                for e, expr in compiled
+                if e["file"] == path and (expr is None or expr.evaluate(KeywordMatcher.from_item(item)))
+            ]
             if hits:
                 keep.append(item)
                 for name in hits:
@@ -143,8 +151,15 @@ class _EventsPlugin:
             else:
                 where = "" if report.when == "call" else f" (in {report.when})"
                 verdict, message = Verdict.FAIL, f"{crash_line(text)}{where}\n\n{text[-MESSAGE_LIMIT:]}"
-        self.emit(ev="phase", nodeid=report.nodeid, when=report.when, outcome=report.outcome,
-                  verdict=verdict.value, message=message, duration=round(report.duration, 4))
+        self.emit(
+            ev="phase",
+            nodeid=report.nodeid,
+            when=report.when,
+            outcome=report.outcome,
+            verdict=verdict.value,
+            message=message,
+            duration=round(report.duration, 4),
+        )
 
     def pytest_sessionfinish(self, session: Any, exitstatus: int) -> None:
         self.emit(ev="finished", exitstatus=int(exitstatus))

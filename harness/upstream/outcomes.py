@@ -33,18 +33,18 @@ class PytestRun:
 
 
 def case_results(resolved: list[Resolved], run: PytestRun, count_rule: str) -> list[CaseResult]:
-    started = any(e.get("ev") == "session_start" for e in run.events)
-    collected = any(e.get("ev") == "collected" for e in run.events)
+    started = any(event.get("ev") == "session_start" for event in run.events)
+    collected = any(event.get("ev") == "collected" for event in run.events)
     selected: dict[str, list[str]] = {}
     collect_errors: dict[str, str] = {}
     phases: dict[str, list[dict[str, Any]]] = {}
-    for e in run.events:
-        if e.get("ev") == "selected":
-            selected.setdefault(e["entry"], []).append(e["nodeid"])
-        elif e.get("ev") == "collect_error":
-            collect_errors[e["nodeid"].split("::")[0]] = e.get("message", "")
-        elif e.get("ev") == "phase":
-            phases.setdefault(e["nodeid"], []).append(e)
+    for event in run.events:
+        if event.get("ev") == "selected":
+            selected.setdefault(event["entry"], []).append(event["nodeid"])
+        elif event.get("ev") == "collect_error":
+            collect_errors[event["nodeid"].split("::")[0]] = event.get("message", "")
+        elif event.get("ev") == "phase":
+            phases.setdefault(event["nodeid"], []).append(event)
     broken_verdict = Verdict.UNTESTABLE
     if run.timed_out:
         broken = "timeout: MB's pytest ran past the time limit and was killed"
@@ -52,68 +52,81 @@ def case_results(resolved: list[Resolved], run: PytestRun, count_rule: str) -> l
         broken_verdict = Verdict.ERROR
         broken = f"harness error: MB's pytest stopped with an internal error (code 3): {run.tail}"
     elif not started or not collected:
-        broken = (f"MB's pytest exited with code {run.rc} before running tests (conftest or import failure "
-                  f"in this environment): {run.tail}")
+        broken = (
+            f"MB's pytest exited with code {run.rc} before running tests (conftest or import failure "
+            f"in this environment): {run.tail}"
+        )
     else:
         broken = ""
 
     cases: list[CaseResult] = []
-    for r in resolved:
-        name = r.entry.name
-        if r.variant is None:
-            cases.append(make_case(f"{SUITE}::{name}", Verdict.UNTESTABLE, r.reason))
+    for resolution in resolved:
+        name = resolution.entry.name
+        if resolution.variant is None:
+            cases.append(make_case(f"{SUITE}::{name}", Verdict.UNTESTABLE, resolution.reason))
             continue
         nodeids = selected.get(name, [])
         entry_cases = [_test_case(n, phases.get(n, []), broken) for n in nodeids]
         cases += entry_cases
         problem = ""
         if not nodeids:
-            err = collect_errors.get(r.variant.file)
+            err = collect_errors.get(resolution.variant.file)
             if err is not None:
-                problem = f"cannot collect {r.variant.file} at this commit in this environment: {crash_line(err)}"
-                cases.append(make_case(f"{SUITE}::{r.variant.file}", Verdict.UNTESTABLE, problem))
+                problem = (
+                    f"cannot collect {resolution.variant.file} at this commit in this environment: {crash_line(err)}"
+                )
+                cases.append(make_case(f"{SUITE}::{resolution.variant.file}", Verdict.UNTESTABLE, problem))
             elif broken and not collected:
                 problem = broken
                 cases.append(make_case(f"{SUITE}::{name}", broken_verdict, broken))
             else:
-                k = f' -k "{r.variant.k}"' if r.variant.k else ""
-                cases.append(make_case(f"{SUITE}::{name}", Verdict.UNTESTABLE,
-                                   f"{NO_MATCH}: {r.variant.file}{k} selects no test at this commit"))
-        if r.expected_passed is not None:
-            cases.append(count_case(r, entry_cases, problem or (broken if nodeids else ""), count_rule))
+                cases.append(
+                    make_case(
+                        f"{SUITE}::{name}",
+                        Verdict.UNTESTABLE,
+                        f"{NO_MATCH}: {resolution.variant.command} selects no test at this commit",
+                    )
+                )
+        if resolution.expected_passed is not None:
+            cases.append(count_case(resolution, entry_cases, problem or (broken if nodeids else ""), count_rule))
     return cases
 
 
 def make_case(case_id: str, verdict: Verdict, message: str, duration: float = 0.0) -> CaseResult:
-    return CaseResult(case_id=case_id, suite=SUITE, verdict=verdict, duration_s=round(duration, 4),
-                      message=message[-MESSAGE_LIMIT:] if len(message) > MESSAGE_LIMIT else message, source=SUITE)
+    return CaseResult(
+        case_id=case_id,
+        suite=SUITE,
+        verdict=verdict,
+        duration_s=round(duration, 4),
+        message=message[-MESSAGE_LIMIT:] if len(message) > MESSAGE_LIMIT else message,
+        source=SUITE,
+    )
 
 
 def _test_case(nodeid: str, phases: list[dict[str, Any]], broken: str) -> CaseResult:
-    duration = sum(float(p.get("duration", 0.0)) for p in phases)
+    duration = sum(float(phase.get("duration", 0.0)) for phase in phases)
     worst: tuple[Verdict, str] | None = None
-    for p in phases:
-        v = Verdict(p["verdict"])
-        if v is Verdict.PASS:
+    for phase in phases:
+        verdict = Verdict(phase["verdict"])
+        if verdict is Verdict.PASS:
             continue
-        if worst is None or v.severity > worst[0].severity:
-            worst = (v, p.get("message", ""))
+        if worst is None or verdict.severity > worst[0].severity:
+            worst = (verdict, phase.get("message", ""))
     if worst is not None:
         return make_case(f"{SUITE}::{nodeid}", worst[0], worst[1], duration)
-    if any(p.get("when") == "call" for p in phases):
+    if any(phase.get("when") == "call" for phase in phases):
         return make_case(f"{SUITE}::{nodeid}", Verdict.PASS, "", duration)
     reason = broken or "MB's pytest stopped before this test finished"
     return make_case(f"{SUITE}::{nodeid}", Verdict.UNTESTABLE, f"not run to the end: {reason}", duration)
 
 
-def count_case(r: Resolved, entry_cases: list[CaseResult], problem: str, rule: str) -> CaseResult:
-    assert r.variant is not None and r.expected_passed is not None
-    expected = r.expected_passed
+def count_case(resolution: Resolved, entry_cases: list[CaseResult], problem: str, rule: str) -> CaseResult:
+    assert resolution.variant is not None and resolution.expected_passed is not None
+    expected = resolution.expected_passed
     got = sum(c.verdict is Verdict.PASS for c in entry_cases)
     skipped = sum(c.verdict is Verdict.UNTESTABLE for c in entry_cases)
-    k = f' -k "{r.variant.k}"' if r.variant.k else ""
-    where = f"{r.variant.file}{k}, MB guidance era {r.variant.era}"
-    cid = f"{SUITE}::count::{r.entry.name}"
+    where = f"{resolution.variant.command}, MB guidance era {resolution.variant.era}"
+    cid = f"{SUITE}::count::{resolution.entry.name}"
     if problem:
         return make_case(cid, Verdict.UNTESTABLE, f"expected {expected} passed, not countable here: {problem}")
     ok = got == expected if rule == "exact" else got >= expected
@@ -121,7 +134,13 @@ def count_case(r: Resolved, entry_cases: list[CaseResult], problem: str, rule: s
         more = f" (more than the {expected} MB's guidance states: tests added since)" if got > expected else ""
         return make_case(cid, Verdict.PASS, f"expected {expected} passed, got {got}{more} ({where})")
     if got < expected <= got + skipped:
-        return make_case(cid, Verdict.UNTESTABLE, f"expected {expected} passed, got {got}: {skipped} of the selected "
-                                              f"tests untestable here ({where})")
-    return make_case(cid, Verdict.FAIL, f"expected {expected} passed, got {got} ({where}); "
-                                    f"{len(entry_cases)} selected, {skipped} untestable")
+        return make_case(
+            cid,
+            Verdict.UNTESTABLE,
+            f"expected {expected} passed, got {got}: {skipped} of the selected tests untestable here ({where})",
+        )
+    return make_case(
+        cid,
+        Verdict.FAIL,
+        f"expected {expected} passed, got {got} ({where}); {len(entry_cases)} selected, {skipped} untestable",
+    )

@@ -65,26 +65,51 @@ def child_env(tgt: Target, tree: Path) -> dict[str, str]:
 
 def build_command(tree: Path, runnable: list[Resolved], spec: Path, events: Path) -> list[str]:
     files = sorted({r.variant.file for r in runnable if r.variant})
-    return [sys.executable, "-m", "pytest", *files, "--rootdir", str(tree), "-p", "no:cacheprovider",
-            "-p", "harness.upstream.child_plugin", "--harness-upstream-spec", str(spec),
-            "--harness-upstream-events", str(events), "--continue-on-collection-errors",
-            "-q", "--color=no", "-rN"]
+    return [
+        sys.executable,
+        "-m",
+        "pytest",
+        *files,
+        "--rootdir",
+        str(tree),
+        "-p",
+        "no:cacheprovider",
+        "-p",
+        "harness.upstream.child_plugin",
+        "--harness-upstream-spec",
+        str(spec),
+        "--harness-upstream-events",
+        str(events),
+        "--continue-on-collection-errors",
+        "-q",
+        "--color=no",
+        "-rN",
+    ]
 
 
 def _run_pytest(tgt: Target, tree: Path, runnable: list[Resolved], timeout_s: float, out_dir: Path) -> PytestRun:
     spec = out_dir / "spec.json"
     events = out_dir / "events.jsonl"
     log = out_dir / "pytest.log"
-    spec.write_text(json.dumps({"entries": [{"name": r.entry.name, "file": r.variant.file, "k": r.variant.k}
-                                            for r in runnable if r.variant]}, indent=1))
+    spec.write_text(
+        json.dumps(
+            {
+                "entries": [
+                    {"name": r.entry.name, "file": r.variant.file, "k": r.variant.k} for r in runnable if r.variant
+                ]
+            },
+            indent=1,
+        )
+    )
     if events.exists():
         events.unlink()
     cmd = build_command(tree, runnable, spec, events)
     run = PytestRun()
     t0 = time.monotonic()
     with log.open("wb") as sink:
-        proc = popen_owned(cmd, cwd=tree, env=child_env(tgt, tree), stdout=sink, stderr=subprocess.STDOUT,
-                                stdin=subprocess.DEVNULL)
+        proc = popen_owned(
+            cmd, cwd=tree, env=child_env(tgt, tree), stdout=sink, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL
+        )
         try:
             run.rc = proc.wait(timeout=timeout_s)
         except subprocess.TimeoutExpired:
@@ -102,10 +127,9 @@ def _run_pytest(tgt: Target, tree: Path, runnable: list[Resolved], timeout_s: fl
     return run
 
 
-
 def read_events(path: Path) -> list[dict[str, Any]]:
     """Events written so far; a line cut by a kill is ignored."""
-    out = []
+    out: list[dict[str, Any]] = []
     try:
         lines = path.read_text(encoding="utf-8", errors="replace").splitlines()
     except OSError:

@@ -31,6 +31,11 @@ class Variant:
     expected_passed: int | None = None
     probes: tuple[Probe, ...] = ()
 
+    @property
+    def command(self) -> str:
+        """The file and its ``-k``, as MB's guidance writes the command."""
+        return f'{self.file} -k "{self.k}"' if self.k else self.file
+
 
 @dataclass(frozen=True)
 class Entry:
@@ -49,12 +54,20 @@ def load_selection(path: Path = SELECTION_FILE) -> Selection:
     if doc.get("kind") != SELECTION_KIND or doc.get("schema") != 1:
         raise ValueError(f"{path}: not a {SELECTION_KIND} schema 1 file")
     entries = []
-    for e in doc["entries"]:
+    for entry_doc in doc["entries"]:
         variants = []
-        for v in e["variants"]:
-            probes = tuple(Probe(p.get("file"), tuple(p.get("contains", ()))) for p in v.get("probes", ()))
-            variants.append(Variant(v["era"], v["file"], v.get("k"), v.get("expected_passed"), probes))
-        entries.append(Entry(e["name"], tuple(variants)))
+        for variant_doc in entry_doc["variants"]:
+            probes = tuple(Probe(p.get("file"), tuple(p.get("contains", ()))) for p in variant_doc.get("probes", ()))
+            variants.append(
+                Variant(
+                    variant_doc["era"],
+                    variant_doc["file"],
+                    variant_doc.get("k"),
+                    variant_doc.get("expected_passed"),
+                    probes,
+                )
+            )
+        entries.append(Entry(entry_doc["name"], tuple(variants)))
     rule = doc.get("count_rule", "at_least")
     if rule not in ("at_least", "exact"):
         raise ValueError(f"{path}: count_rule must be 'at_least' or 'exact', not {rule!r}")
@@ -91,8 +104,14 @@ def resolve(tree: Path, selection: Selection) -> list[Resolved]:
     cache: dict[Path, str | None] = {}
     out = []
     for entry in selection.entries:
-        chosen = next((v for v in entry.variants if (tree / v.file).is_file()
-                       and all(_probe_holds(tree, v, p, cache) for p in v.probes)), None)
+        chosen = next(
+            (
+                v
+                for v in entry.variants
+                if (tree / v.file).is_file() and all(_probe_holds(tree, v, p, cache) for p in v.probes)
+            ),
+            None,
+        )
         if chosen is not None:
             out.append(Resolved(entry, chosen, True))
             continue
@@ -105,11 +124,11 @@ def resolve(tree: Path, selection: Selection) -> list[Resolved]:
     return out
 
 
-def describe(r: Resolved) -> str:
-    if r.variant is None:
-        return f"upstream {r.entry.name}: {r.reason}"
-    v = r.variant
-    k = f' -k "{v.k}"' if v.k else ""
-    count = f", MB guidance: {v.expected_passed} passed" if r.expected_passed is not None else ""
-    how = f"era {v.era}{count}" if r.probed else f"era {v.era} ({r.reason})"
-    return f"upstream {r.entry.name}: {v.file}{k} ({how})"
+def describe(resolution: Resolved) -> str:
+    """One note line: which form of an entry runs at this commit, and why."""
+    variant = resolution.variant
+    if variant is None:
+        return f"upstream {resolution.entry.name}: {resolution.reason}"
+    count = f", MB guidance: {variant.expected_passed} passed" if resolution.expected_passed is not None else ""
+    how = f"era {variant.era}{count}" if resolution.probed else f"era {variant.era} ({resolution.reason})"
+    return f"upstream {resolution.entry.name}: {variant.command} ({how})"

@@ -1,0 +1,96 @@
+"""Why an MB module that exists failed to import: a broken commit, or this environment.
+
+The line between the two decides whether a case FAILs (bisectable) or is UNTESTABLE (a skip),
+so a break can never hide as an era gap:
+
+* **broken** (the commit's own code cannot be imported): a ``SyntaxError`` in a file of the
+  code under test; an import of a module of the code under test that does not exist, or of a
+  name such a module does not define (a circular import included); any other exception raised
+  by the code under test's own module body.
+* **untestable** (the environment, not the commit): a missing third-party module (named in the
+  reason, e.g. a CUDA-only package a non-packing parent package imports unguarded, see
+  ENVIRONMENT.md); a name missing from a module outside the code under test (an installed
+  megatron-core older than the commit needs); an ``ImportError`` raised by hand (MB's "X is
+  required"); anything raised inside third-party code while MB imports it.
+
+An exception chain (``raise ... from``, or raised while handling another) is read from the
+outermost exception in: the first link that decides wins, so MB's ``raise RuntimeError("install
+fla")`` in an ``except ImportError`` is still "missing dependency fla". "Code under test" is
+decided by location (:mod:`harness.ownership`), so it includes the pinned Megatron-LM tree.
+"""
+
+from __future__ import annotations
+
+import enum
+import sys
+
+from harness.errors import Broken, Untestable
+from harness.ownership import Owner, frames, megatron_roots, owner_of
+
+
+class _Cause(enum.Enum):
+    BROKEN = "broken"
+    MISSING = "missing"  # a module this environment does not have
+    ENVIRONMENT = "environment"
+
+
+def import_failure(module: str, exc: BaseException) -> Broken | Untestable:
+    """The exception a case raises for ``module`` failing to import with ``exc``."""
+    roots = megatron_roots()
+    seen: set[int] = set()
+    link: BaseException | None = exc
+    while link is not None and id(link) not in seen:
+        seen.add(id(link))
+        cause = _decide(link, roots)
+        if cause is _Cause.BROKEN:
+            return Broken(f"import of {module} failed: {_describe(exc)}")
+        if cause is _Cause.MISSING:
+            return Untestable(
+                f"import of {module} failed: missing dependency '{getattr(link, 'name', '')}' "
+                f"(not installed in this environment): {_describe(exc)}"
+            )
+        if cause is _Cause.ENVIRONMENT:
+            return Untestable(f"import of {module} failed in this environment: {_describe(exc)}")
+        link = link.__cause__ or link.__context__
+    raised = frames(exc.__traceback__)
+    if raised and owner_of(raised[-1], roots) is Owner.MEGATRON:
+        return Broken(f"import of {module} failed: {_describe(exc)}")
+    return Untestable(
+        f"import of {module} failed in this environment (raised outside the code under test): {_describe(exc)}"
+    )
+
+
+def _describe(exc: BaseException) -> str:
+    return f"{type(exc).__name__}: {exc}"
+
+
+def _decide(exc: BaseException, roots: tuple[str, ...]) -> _Cause | None:
+    if isinstance(exc, SyntaxError):
+        return _Cause.BROKEN if exc.filename and _in_roots(exc.filename, roots) else _Cause.ENVIRONMENT
+    if isinstance(exc, ModuleNotFoundError):
+        return _Cause.BROKEN if exc.name and _module_in_roots(exc.name, roots) else _Cause.MISSING
+    if isinstance(exc, ImportError):
+        if exc.path:
+            return _Cause.BROKEN if _in_roots(exc.path, roots) else _Cause.ENVIRONMENT
+        if exc.name:
+            return _Cause.BROKEN if _module_in_roots(exc.name, roots) else _Cause.ENVIRONMENT
+        return _Cause.ENVIRONMENT  # raised by hand ("X is required"): a dependency is unavailable
+    return None
+
+
+def _in_roots(path: str, roots: tuple[str, ...]) -> bool:
+    return owner_of(path, roots) is Owner.MEGATRON
+
+
+def _module_in_roots(name: str, roots: tuple[str, ...]) -> bool:
+    """Is ``name`` (imported or not) a module of the code under test? Decided by where it, or
+    its nearest imported parent package, lives: a missing submodule of an MB package is MB's
+    broken import; one of a namespace spread over several trees (``megatron``) is not."""
+    parts = name.split(".")
+    for i in range(len(parts), 0, -1):
+        mod = sys.modules.get(".".join(parts[:i]))
+        if mod is None:
+            continue
+        places = list(getattr(mod, "__path__", None) or []) or [getattr(mod, "__file__", None) or ""]
+        return all(p and _in_roots(p, roots) for p in places)
+    return False

@@ -1,0 +1,295 @@
+"""MB's own SFT data path, driven the way a user's config drives it: tokenizer, builder, datasets.
+
+Operations (era adapters; see :mod:`harness.adapters`):
+
+* ``load_tokenizer(directory)``: MB's tokenizer builder on a local Hugging Face tokenizer
+  directory (:mod:`harness.oracle.tokenizer` writes one), as ``TokenizerConfig(tokenizer_type=
+  "HuggingFaceTokenizer", tokenizer_model=directory)`` does in a recipe.
+* ``build_sft(request)``: MB's dataset builder over a ``dataset_root`` of JSONL files (the
+  config a recipe sets: sequence length, preprocessing, offline packing specs) -> the training
+  split MB would train on, plus the *reference*: the unpacked dataset MB's own packing
+  preparation constructed for these examples (same tokenisation and truncation, captured by a
+  spy that records instances and changes nothing), and the unpacked split a user training
+  without packing would get.
+
+Eras: ``data/builders/gpt_sft.GPTSFTDatasetBuilder`` with a ``GPTSFTDatasetConfig`` (explicit
+``preprocessing``: prompt-completion or chat configs) vs
+``data/builders/finetuning_dataset.FinetuningDatasetBuilder(dataset_root, tokenizer, ...)`` with
+``dataset_kwargs`` (``chat``/``use_hf_tokenizer_chat_template``, ``answer_only_loss``...).
+A preprocessing layout an era does not have (prompt-completion configs before 2026) makes the
+case untestable there.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+from harness.adapters import Candidate, NotHere, Operation, Untestable, accepts, symbol
+
+KINDS = ("prompt", "completion", "chat")
+"""How examples become tokens: ``prompt`` = the prompt-template path ("{input} {output}",
+answer from ``answer_start_idx``), ``completion`` = explicit prompt-completion preprocessing
+(emits a ``loss_mask``), ``chat`` = multi-turn chat template with assistant masks."""
+
+
+@dataclass(frozen=True)
+class OfflinePacking:
+    """The user's offline packing settings (``PackedSequenceSpecs`` + dataset kwargs)."""
+
+    pack_size: int
+    pad_seq_to_mult: int = 1
+    pad_cu_seqlens: bool = False
+    pad_to_max_length: bool = False
+
+
+@dataclass(frozen=True)
+class SFTRequest:
+    root: Path
+    tokenizer: Any
+    seq_length: int
+    kind: str = "prompt"
+    full_loss: bool = False  # answer_only_loss=False / loss_mode="full"
+    packing: OfflinePacking | None = None
+    seed: int = 1234
+    max_train_samples: int | None = None
+
+    def __post_init__(self) -> None:
+        if self.kind not in KINDS:
+            raise ValueError(f"unknown SFT kind {self.kind!r}; known: {KINDS}")
+
+
+@dataclass
+class SFTBuild:
+    """What MB built: the training split plus the unpacked references."""
+
+    train: Any  # the packed dataset when packing is on, else the unpacked one
+    prep_reference: Any | None  # the unpacked dataset MB's packing preparation built (None unpacked)
+    unpacked: Any | None  # the unpacked split a user without packing gets (built on request)
+    era: str
+    metadata_path: Path | None = None
+    notes: list[str] = field(default_factory=list)
+
+
+# --------------------------------------------------------------------------- tokenizer
+
+
+def _tokenizer_probe(config_module: str) -> Callable[[], Callable[..., Any]]:
+    def probe() -> Callable[..., Any]:
+        cfg_cls = symbol(config_module, "TokenizerConfig")
+        build = symbol("megatron.bridge.training.tokenizers.tokenizer", "build_tokenizer")
+
+        # 2025 eras: build_tokenizer(config, make_vocab_size_divisible_by, tensor_model_parallel_size)
+        extra = {
+            k: v
+            for k, v in (("make_vocab_size_divisible_by", 128), ("tensor_model_parallel_size", 1))
+            if accepts(build, k)
+        }
+
+        def call(directory: Path) -> Any:
+            return build(cfg_cls(tokenizer_type="HuggingFaceTokenizer", tokenizer_model=str(directory)), **extra)
+
+        return call
+
+    return probe
+
+
+load_tokenizer = Operation(
+    "load_tokenizer",
+    [
+        Candidate(
+            "training/tokenizers/config.TokenizerConfig", _tokenizer_probe("megatron.bridge.training.tokenizers.config")
+        ),
+        Candidate("training/config.TokenizerConfig", _tokenizer_probe("megatron.bridge.training.config")),
+    ],
+)
+
+
+# --------------------------------------------------------------------------- the spy
+
+
+def _unpacked_base() -> Any:
+    for module in ("megatron.bridge.data.datasets.gpt_sft", "megatron.bridge.data.datasets.sft"):
+        try:
+            return symbol(module, "GPTSFTDataset")
+        except NotHere:
+            continue
+    raise NotHere("no GPTSFTDataset in data/datasets/gpt_sft or data/datasets/sft")
+
+
+@contextlib.contextmanager
+def _record_unpacked(base: Any) -> Iterator[list[Any]]:
+    """Record every unpacked SFT dataset constructed inside the block (packed ones excluded).
+
+    Wraps ``base.__init__`` for the block only; the wrapper calls the original unchanged, so MB
+    behaves exactly as without it. Packing preparation builds its unpacked dataset internally
+    and drops it; this is how the oracle gets MB's own unpacked view of the same examples.
+    """
+    seen: list[Any] = []
+    original = base.__init__
+
+    def init(self: Any, *args: Any, **kwargs: Any) -> None:
+        original(self, *args, **kwargs)
+        if "Packed" not in type(self).__name__ and self not in seen:
+            seen.append(self)
+
+    base.__init__ = init
+    try:
+        yield seen
+    finally:
+        base.__init__ = original
+
+
+# --------------------------------------------------------------------------- builders
+
+
+def _legacy_kwargs(req: SFTRequest) -> dict[str, Any]:
+    kwargs: dict[str, Any] = {"answer_only_loss": not req.full_loss}
+    if req.kind == "chat":
+        kwargs.update(chat=True, use_hf_tokenizer_chat_template=True)
+    if req.packing is not None and req.packing.pad_to_max_length:
+        kwargs["pad_to_max_length"] = True
+    return kwargs
+
+
+def _specs(cls: Any, packing: OfflinePacking) -> Any:
+    names = {f.name for f in dataclasses.fields(cls)}
+    wanted = {
+        "packed_sequence_size": packing.pack_size,
+        "pad_seq_to_mult": packing.pad_seq_to_mult,
+        "pad_cu_seqlens": packing.pad_cu_seqlens,
+    }
+    missing = [k for k, v in wanted.items() if k not in names and v not in (1, False)]
+    if missing:
+        raise Untestable(f"PackedSequenceSpecs has no {', '.join(missing)} in this era")
+    return cls(**{k: v for k, v in wanted.items() if k in names})
+
+
+def _gpt_sft_builder() -> Callable[[SFTRequest], SFTBuild]:
+    builder_cls = symbol("megatron.bridge.data.builders.gpt_sft", "GPTSFTDatasetBuilder")
+    config_cls = symbol("megatron.bridge.data.builders.gpt_sft", "GPTSFTDatasetConfig")
+    specs_cls = symbol("megatron.bridge.data.packing", "PackedSequenceSpecs")
+    sft = "megatron.bridge.data.sft_processing"
+    base = _unpacked_base()
+
+    def preprocessing(req: SFTRequest) -> tuple[Any, dict[str, Any]]:
+        if req.kind == "prompt":  # the legacy prompt-template path a config without preprocessing takes
+            return None, _legacy_kwargs(req)
+        extra = {"pad_to_max_length": True} if req.packing is not None and req.packing.pad_to_max_length else {}
+        if req.kind == "completion":
+            cls = symbol(sft, "PromptCompletionSFTPreprocessingConfig")
+            return cls(
+                prompt_column="input",
+                completion_column="output",
+                separator=" ",
+                loss_mode="full" if req.full_loss else "completion",
+            ), extra
+        cls = symbol(sft, "ChatSFTPreprocessingConfig")
+        return cls(loss_mode="full" if req.full_loss else "assistant"), extra
+
+    def build(req: SFTRequest) -> SFTBuild:
+        prep, kwargs = preprocessing(req)
+
+        def make(packing: OfflinePacking | None) -> tuple[Any, list[Any], Any]:
+            config = config_cls(
+                seq_length=req.seq_length,
+                dataset_root=str(req.root),
+                seed=req.seed,
+                do_validation=False,
+                do_test=False,
+                preprocessing=prep,
+                dataset_kwargs=dict(kwargs) or None,
+                max_train_samples=req.max_train_samples,
+                enable_offline_packing=packing is not None,
+                offline_packing_specs=_specs(specs_cls, packing) if packing else None,
+            )
+            builder = builder_cls(config, req.tokenizer)
+            with _record_unpacked(base) as seen:
+                train = builder.build()[0]
+            meta = builder.pack_metadata if packing is not None else None
+            return train, seen, meta
+
+        if req.packing is None:
+            train, _, _ = make(None)
+            return SFTBuild(train, None, train, "data/builders/gpt_sft.GPTSFTDatasetBuilder")
+        train, seen, meta = make(req.packing)
+        return SFTBuild(
+            train,
+            seen[0] if seen else None,
+            None,
+            "data/builders/gpt_sft.GPTSFTDatasetBuilder",
+            Path(meta) if meta else None,
+        )
+
+    return build
+
+
+def _finetuning_builder() -> Callable[[SFTRequest], SFTBuild]:
+    builder_cls = symbol("megatron.bridge.data.builders.finetuning_dataset", "FinetuningDatasetBuilder")
+    if not accepts(builder_cls.__init__, "dataset_root", "packed_sequence_specs", "dataset_kwargs"):
+        raise NotHere("FinetuningDatasetBuilder takes no dataset_root/packed_sequence_specs/dataset_kwargs")
+    specs_cls = None
+    for module in ("megatron.bridge.data.packing", "megatron.bridge.data.datasets.packed_sequence"):
+        try:
+            specs_cls = symbol(module, "PackedSequenceSpecs")
+            break
+        except NotHere:
+            continue
+    if specs_cls is None:
+        raise NotHere("no PackedSequenceSpecs")
+    base = _unpacked_base()
+    era = "data/builders/finetuning_dataset.FinetuningDatasetBuilder"
+
+    chat_cls = symbol(base.__module__, "GPTSFTChatDataset")
+    hf_chat = accepts(chat_cls.__init__, "use_hf_tokenizer_chat_template")
+
+    def build(req: SFTRequest) -> SFTBuild:
+        if req.kind == "completion":
+            raise Untestable(
+                "prompt-completion preprocessing configs do not exist in this era "
+                "(FinetuningDatasetBuilder takes dataset_kwargs only)"
+            )
+        if req.kind == "chat" and not hf_chat:
+            raise Untestable(
+                "chat datasets over HF chat templates ('messages') do not exist in this era "
+                "(GPTSFTChatDataset has no use_hf_tokenizer_chat_template)"
+            )
+
+        def make(packing: OfflinePacking | None) -> tuple[Any, list[Any], Any]:
+            kwargs: dict[str, Any] = dict(
+                dataset_root=req.root,
+                tokenizer=req.tokenizer,
+                seq_length=req.seq_length,
+                seed=req.seed,
+                max_train_samples=req.max_train_samples,
+                packed_sequence_specs=_specs(specs_cls, packing) if packing else None,
+                dataset_kwargs=_legacy_kwargs(req),
+                do_validation=False,
+                do_test=False,
+            )
+            builder = builder_cls(**{k: v for k, v in kwargs.items() if accepts(builder_cls.__init__, k)})
+            with _record_unpacked(base) as seen:
+                train = builder.build()[0]
+            meta = getattr(builder, "pack_metadata", None) if packing is not None else None
+            return train, seen, meta
+
+        if req.packing is None:
+            train, _, _ = make(None)
+            return SFTBuild(train, None, train, era)
+        train, seen, meta = make(req.packing)
+        return SFTBuild(train, seen[0] if seen else None, None, era, Path(meta) if meta else None)
+
+    return build
+
+
+build_sft = Operation(
+    "build_sft",
+    [
+        Candidate("data/builders/gpt_sft.GPTSFTDatasetBuilder", _gpt_sft_builder),
+        Candidate("data/builders/finetuning_dataset.FinetuningDatasetBuilder", _finetuning_builder),
+    ],
+)

@@ -1,0 +1,72 @@
+"""When GOOD cannot run a case: find the oldest commit of the range where it runs, and start there.
+
+Why: a user who says "it worked in October" names a GOOD where the case may not run at all (an
+operation older adapters do not reach, a dependency missing in that era). Stopping with "nothing
+to bisect: untestable at good" loses the regression. Instead, the cases that FAIL at BAD and that
+GOOD cannot run (untestable, error, not run) first get one shared bisection of "runs here or
+not": running (PASS or FAIL) is "bad", not running "good", so the first "bad" commit is the
+oldest commit where the case runs. Where the case PASSes there, it is bisected from that commit
+(the driver counts "not running" before it as good); where it already FAILs there, there is
+nothing to bisect and the record says so; with ``--strict-good`` nothing is bisected and the
+record names the commit to use as GOOD. Every outcome is said in the terminal and kept in the
+record (:class:`~harness.bisect.document.LateStart`).
+
+Like ``git bisect``, the search finds *a* transition: if a case runs, stops running and runs
+again inside the range, the start found is one of those transitions, not necessarily the oldest.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from harness.bisect.algorithm import Bisection, CaseStatus
+from harness.bisect.document import LateStart
+from harness.verdict import Verdict, settle
+
+if TYPE_CHECKING:
+    from harness.bisect.driver import _Driver
+
+
+def find_starts(driver: _Driver, good: str, late: dict[str, str]) -> list[LateStart]:
+    """Where each case of ``late`` (case -> what GOOD gave) starts running, and what follows."""
+    driver.say(
+        f"{len(late)} case(s) fail at bad and cannot run at good {good[:12]}: looking for the oldest "
+        "commit where each runs"
+    )
+    search = Bisection(driver.commits, sorted(late))
+    driver.view.finding_starts = set(late)
+    driver.bisection = search
+    try:
+        for sha in driver.commits:
+            for evaluation in driver.evidence.attempts.get(sha, []):
+                search.record(sha, driver.view(sha, evaluation.verdicts))
+        driver.run(driver.picker(search))
+    finally:
+        driver.view.finding_starts = set()
+        driver.bisection = None
+    return [_start(driver, good, case, at_good, search) for case, at_good in sorted(late.items())]
+
+
+def _start(driver: _Driver, good: str, case: str, at_good: str, search: Bisection) -> LateStart:
+    outcome = search.outcome(case)
+    head = f"{at_good} at good {good[:12]}"
+    if outcome.status is not CaseStatus.FOUND or outcome.culprit is None:
+        why = "; ".join(outcome.notes) or outcome.status.value
+        return LateStart(case, at_good, reason=f"{head}; where it starts running could not be found ({why})")
+    first = outcome.culprit
+    attempts = driver.evidence.attempts.get(first, [])
+    real = settle(e.verdicts.get(case) for e in attempts)
+    seen = settle(driver.view(first, e.verdicts).get(case) for e in attempts)
+    there = real.value if real else "not run"
+    where = f"the oldest commit where it runs is {first[:12]} ({there} there)"
+    if seen is not Verdict.PASS:
+        return LateStart(case, at_good, first, there, reason=f"{head}; {where}: nothing to bisect")
+    if driver.opts.strict_good:
+        return LateStart(
+            case,
+            at_good,
+            first,
+            there,
+            reason=f"{head}; {where}: not bisected (--strict-good); use {first[:12]} as GOOD",
+        )
+    return LateStart(case, at_good, first, there, bisected=True, reason=f"{head}; {where}: bisected from there")

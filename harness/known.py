@@ -1,0 +1,257 @@
+"""Known MB bugs, never hidden: reviewed entries that turn a matching FAIL into KNOWN_FAIL.
+
+When Megatron-Bridge itself breaks an oracle invariant (a real bug in a release), every run of
+that release would be red and a new regression in the same cases would drown in it. An entry in
+``fixtures/known_failures.json`` (a reviewed data file, like the goldens) names the bug:
+
+* ``cases``: case ids where it shows (``*`` matches anything; brackets are literal);
+* ``invariants`` and ``tags``: which violations it explains (a violation is covered when its
+  invariant is listed and it carries every listed tag, e.g. ``input:eos``); or, for a documented
+  rule or MB raising (a FAIL without oracle violations), ``message``: text the FAIL message
+  must contain (``invariants: ["rule"]``);
+* ``mb_versions`` (a PEP 440 specifier set, or a list of them meaning any; for installed
+  packages and checkouts alike) and/or
+  ``commits`` (``FIRST_BAD..FIRST_FIXED``; resolved against the repository when one is known):
+  where the bug exists;
+* ``reason`` and ``upstream`` (file and line, issue or PR): why, for the person reading it.
+
+Classification (:func:`classify`): a failing case whose violations are *all* covered by
+applicable entries is KNOWN_FAIL (listed and counted, not failing the run); anything else stays
+FAIL, so a new break in a known-bad case is still a regression. A case an applicable entry
+lists that now passes is FIXED, like pytest's strict xfail: the run says so until the entry is
+removed. Nothing else may silence a FAIL.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import re
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from harness.errors import CorruptFile
+from harness.verdict import Verdict
+
+KIND = "harness-known-failures"
+SCHEMA = 1
+FILENAME = "known_failures.json"  # in the fixtures directory, reviewed like the goldens
+
+
+@dataclass(frozen=True)
+class KnownFailure:
+    """One reviewed MB bug (see the module docstring for the fields)."""
+
+    id: str
+    cases: tuple[str, ...]
+    invariants: tuple[str, ...]
+    reason: str
+    upstream: str
+    tags: tuple[str, ...] = ()
+    mb_versions: str | tuple[str, ...] | None = None  # one specifier set, or several (any of them)
+    commits: str | None = None
+    message: str | None = None  # for FAILs without oracle violations (documented rules, MB raised)
+
+    @classmethod
+    def from_json(cls, doc: Mapping[str, Any]) -> KnownFailure:
+        try:
+            entry = cls(
+                id=str(doc["id"]),
+                cases=tuple(doc["cases"]),
+                invariants=tuple(doc["invariants"]),
+                reason=str(doc["reason"]),
+                upstream=str(doc["upstream"]),
+                tags=tuple(doc.get("tags", ())),
+                mb_versions=_versions_field(doc.get("mb_versions")),
+                commits=doc.get("commits"),
+                message=doc.get("message"),
+            )
+        except (KeyError, TypeError) as exc:
+            raise ValueError(f"known failure entry {doc.get('id', '?')!r}: missing or bad field {exc}") from exc
+        if not entry.cases or not entry.invariants:
+            raise ValueError(f"known failure {entry.id!r}: cases and invariants must not be empty")
+        if entry.mb_versions is None and entry.commits is None:
+            raise ValueError(f"known failure {entry.id!r}: give mb_versions and/or commits (where the bug exists)")
+        for spec in _as_tuple(entry.mb_versions):
+            _specifier(spec, entry.id)
+        if entry.commits is not None and ".." not in entry.commits:
+            raise ValueError(f"known failure {entry.id!r}: commits must read FIRST_BAD..FIRST_FIXED")
+        return entry
+
+    def to_json(self) -> dict[str, Any]:
+        doc: dict[str, Any] = {
+            "id": self.id,
+            "cases": list(self.cases),
+            "invariants": list(self.invariants),
+            "tags": list(self.tags),
+            "reason": self.reason,
+            "upstream": self.upstream,
+        }
+        if self.mb_versions is not None:
+            doc["mb_versions"] = self.mb_versions if isinstance(self.mb_versions, str) else list(self.mb_versions)
+        if self.commits is not None:
+            doc["commits"] = self.commits
+        if self.message is not None:
+            doc["message"] = self.message
+        return doc
+
+    def lists(self, case_id: str) -> bool:
+        return any(_pattern(p).fullmatch(case_id) for p in self.cases)
+
+    def explains(self, message: str) -> bool:
+        """A FAIL without oracle violations: the entry names text its message contains."""
+        return self.message is not None and self.message in message
+
+    def covers(self, violation: Mapping[str, Any]) -> bool:
+        tags = set(violation.get("tags") or ())
+        return violation.get("invariant") in self.invariants and set(self.tags) <= tags
+
+    def applies(
+        self,
+        mb_version: str | None,
+        commit: str | None,
+        in_range: Callable[[str, str, str | None], bool | None] | None = None,
+    ) -> bool:
+        """Does the bug exist in this target? Commit ranges win when they can be resolved."""
+        if self.commits is not None and commit and in_range is not None:
+            first_bad, _, first_fixed = self.commits.partition("..")
+            decided = in_range(commit, first_bad, first_fixed or None)
+            if decided is not None:
+                return decided
+        if self.mb_versions is not None and mb_version:
+            from packaging.version import InvalidVersion, Version
+
+            try:
+                version = Version(mb_version)
+            except InvalidVersion:
+                return False
+            return any(version in _specifier(spec, self.id) for spec in _as_tuple(self.mb_versions))
+        return False
+
+
+def _versions_field(value: Any) -> str | tuple[str, ...] | None:
+    if value is None or isinstance(value, str):
+        return value
+    if isinstance(value, list) and value and all(isinstance(v, str) for v in value):
+        return tuple(value)
+    raise TypeError(f"mb_versions must be a specifier string or a non-empty list of them, got {value!r}")
+
+
+def _as_tuple(value: str | tuple[str, ...] | None) -> tuple[str, ...]:
+    if value is None:
+        return ()
+    return (value,) if isinstance(value, str) else value
+
+
+@functools.lru_cache(maxsize=None)
+def _pattern(text: str) -> re.Pattern[str]:
+    """A case pattern: ``*`` matches anything, everything else literally (case ids hold brackets)."""
+    return re.compile(".*".join(re.escape(part) for part in text.split("*")))
+
+
+def _specifier(text: str, entry_id: str) -> Any:
+    from packaging.specifiers import InvalidSpecifier, SpecifierSet
+
+    try:
+        return SpecifierSet(text, prereleases=True)
+    except InvalidSpecifier as exc:
+        raise ValueError(f"known failure {entry_id!r}: bad mb_versions {text!r}: {exc}") from exc
+
+
+def load(path: Path) -> list[KnownFailure]:
+    """The entries of ``path``; a missing file is no entries, a corrupt one a one-line error."""
+    path = Path(path)
+    if not path.exists():
+        return []
+    try:
+        doc = json.loads(path.read_text(encoding="utf-8"))
+        if doc.get("kind") != KIND or doc.get("schema_version") != SCHEMA:
+            raise ValueError(
+                f"expected kind {KIND!r} schema {SCHEMA}, got {doc.get('kind')!r} schema {doc.get('schema_version')!r}"
+            )
+        entries = [KnownFailure.from_json(e) for e in doc["entries"]]
+    except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
+        raise CorruptFile(f"{path}: not a readable known-failures file: {exc}") from exc
+    ids = [e.id for e in entries]
+    if len(ids) != len(set(ids)):
+        raise CorruptFile(f"{path}: duplicate known failure ids")
+    return entries
+
+
+def dump(entries: Iterable[KnownFailure]) -> dict[str, Any]:
+    return {"kind": KIND, "schema_version": SCHEMA, "entries": [e.to_json() for e in entries]}
+
+
+@dataclass(frozen=True)
+class Classified:
+    verdict: Verdict
+    entries: tuple[str, ...]  # ids of the entries that explain (KNOWN_FAIL) or expected (FIXED) it
+    message: str
+
+
+def classify(
+    case_id: str,
+    verdict: Verdict,
+    violations: Sequence[Mapping[str, Any]],
+    entries: Sequence[KnownFailure],
+    message: str = "",
+) -> Classified | None:
+    """KNOWN_FAIL / FIXED for one case, or None when the verdict stands as it is.
+
+    ``entries`` are the ones that apply to the target. Oracle violations must each be covered;
+    a FAIL without violations (a documented rule, MB raised) is known only through an entry's
+    ``message``.
+    """
+    listed = [e for e in entries if e.lists(case_id)]
+    if not listed:
+        return None
+    if verdict is Verdict.FAIL and not violations:
+        rule_ids = tuple(sorted(e.id for e in listed if e.explains(message)))
+        return Classified(Verdict.KNOWN_FAIL, rule_ids, f"known MB bug(s) {', '.join(rule_ids)}") if rule_ids else None
+    if verdict is Verdict.FAIL and violations:
+        explained: set[str] = set()
+        for v in violations:
+            by = [e.id for e in listed if e.covers(v)]
+            if not by:
+                return None  # something the known bugs do not explain: a regression
+            explained.update(by)
+        ids = tuple(sorted(explained))
+        return Classified(
+            Verdict.KNOWN_FAIL, ids, f"known MB bug(s) {', '.join(ids)}: {len(violations)} violation(s), all explained"
+        )
+    if verdict in (Verdict.PASS, Verdict.CHANGED):  # every invariant holds (a golden may differ)
+        ids = tuple(sorted(e.id for e in listed))
+        return Classified(
+            Verdict.FIXED,
+            ids,
+            f"listed as known MB bug(s) {', '.join(ids)} but every invariant "
+            "holds now: remove the entry (fixtures/known_failures.json)",
+        )
+    return None
+
+
+def git_in_range(repo: Path) -> Callable[[str, str, str | None], bool | None]:
+    """``in_range(commit, first_bad, first_fixed)`` answered by ``repo``'s history (read-only).
+
+    None when the repository cannot tell (a commit it does not have): then versions decide.
+    """
+    import subprocess
+
+    def ancestor(a: str, b: str) -> bool | None:
+        proc = subprocess.run(
+            ["git", "-C", str(repo), "merge-base", "--is-ancestor", a, b], capture_output=True, timeout=60
+        )
+        return {0: True, 1: False}.get(proc.returncode)
+
+    def in_range(commit: str, first_bad: str, first_fixed: str | None) -> bool | None:
+        after_bad = ancestor(first_bad, commit)
+        if after_bad is None or not after_bad:
+            return after_bad
+        if first_fixed is None:
+            return True
+        fixed = ancestor(first_fixed, commit)
+        return None if fixed is None else not fixed
+
+    return in_range

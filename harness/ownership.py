@@ -1,0 +1,118 @@
+"""Who owns a line of code: the Megatron commit under test, the harness, or neither.
+
+A failing case is blamed by *where the code lives*, never by words in a path. ``harness
+bisect`` materialises MB commits under the cache directory (``~/.cache/harness/...``): a rule
+like "the path has ``megatron`` and not ``harness`` in it" made every exception MB raised
+during a bisection a harness ERROR, so a regression that shows up as MB raising could not be
+bisected, while the same commit run with ``harness run --mb-src`` was a FAIL.
+
+Roots (directories, compared after resolving symlinks; the most specific root wins, so a cache
+directory inside a harness checkout still holds MB code):
+
+* **Megatron**: the MB source tree under test (``--mb-src``, a bisect workspace, or the
+  installed package) and, with ``--megatron-lm``, the pinned Megatron-LM tree (it comes with
+  the MB commit, so what it raises is blamed on that commit). The runner passes them to the
+  suite process in :data:`ENV_ROOTS`; a plain ``pytest suites/`` run falls back to the
+  ``megatron.bridge`` this interpreter imports.
+* **Harness**: the ``harness`` package, the ``suites`` directory and the directory of every
+  suite file a pytest session collects (:func:`add_harness_root`, called by the plugin).
+* Everything else (torch, numpy, the standard library, pytest, an installed megatron-core)
+  owns nothing: an exception raised there belongs to whichever project frame called it.
+"""
+
+from __future__ import annotations
+
+import enum
+import functools
+import os
+from collections.abc import Iterable
+from pathlib import Path
+from types import TracebackType
+
+from harness.paths import PACKAGE, SUITES_DIR
+
+ENV_ROOTS = "HARNESS_MB_ROOTS"
+_harness_roots: tuple[str, ...] = (str(PACKAGE), str(SUITES_DIR))
+
+
+class Owner(enum.Enum):
+    MEGATRON = "megatron"  # the commit under test
+    HARNESS = "harness"  # the harness package or its suites
+    NONE = "none"  # third-party code, the standard library, generated code
+
+
+def real(path: str | os.PathLike[str]) -> str:
+    return os.path.realpath(os.fspath(path))
+
+
+def encode_roots(paths: Iterable[Path | str]) -> str:
+    """The value of :data:`ENV_ROOTS` for these directories (resolved, deduplicated)."""
+    return os.pathsep.join(dict.fromkeys(real(p) for p in paths))
+
+
+def megatron_roots() -> tuple[str, ...]:
+    """Directories whose code is the commit under test, as this process was told."""
+    value = os.environ.get(ENV_ROOTS)
+    if value is not None:
+        return tuple(p for p in value.split(os.pathsep) if p)
+    from harness.target import mb_location
+
+    loc = mb_location()
+    return (real(loc),) if loc else ()
+
+
+def add_harness_root(path: Path | str) -> None:
+    """Count the code under ``path`` as the harness's (the directory of a collected suite file)."""
+    global _harness_roots
+    root = real(path)
+    if root not in _harness_roots:
+        _harness_roots = (*_harness_roots, root)
+
+
+def _inside(path: str, root: str) -> bool:
+    return path == root or path.startswith(root.rstrip(os.sep) + os.sep)
+
+
+def _owner(filename: str, mb_roots: tuple[str, ...]) -> Owner:
+    return _owner_in(filename, mb_roots, _harness_roots)
+
+
+@functools.lru_cache(maxsize=8192)
+def _owner_in(filename: str, mb_roots: tuple[str, ...], harness_roots: tuple[str, ...]) -> Owner:
+    if not filename or filename.startswith("<"):  # <frozen importlib...>, <string>
+        return Owner.NONE
+    path = real(filename)
+    best, owner = -1, Owner.NONE
+    for roots, who in ((mb_roots, Owner.MEGATRON), (harness_roots, Owner.HARNESS)):
+        for root in roots:
+            if _inside(path, root) and len(root) > best:
+                best, owner = len(root), who
+    return owner
+
+
+def owner_of(filename: str, mb_roots: tuple[str, ...] | None = None) -> Owner:
+    """Owner of a source file (``mb_roots`` defaults to :func:`megatron_roots`)."""
+    return _owner(filename, megatron_roots() if mb_roots is None else mb_roots)
+
+
+def frames(tb: TracebackType | None) -> list[str]:
+    """File names of a traceback's frames, outermost first."""
+    out = []
+    while tb is not None:
+        out.append(tb.tb_frame.f_code.co_filename)
+        tb = tb.tb_next
+    return out
+
+
+def blame(tb: TracebackType | None, mb_roots: tuple[str, ...] | None = None) -> Owner:
+    """Owner of the innermost project frame (Megatron or harness) of a traceback.
+
+    Third-party frames are passed over: torch refusing a tensor MB built is MB's failure,
+    torch refusing one the harness built is the harness's.
+    """
+    roots = megatron_roots() if mb_roots is None else mb_roots
+    for filename in reversed(frames(tb)):
+        who = _owner(filename, roots)
+        if who is not Owner.NONE:
+            return who
+    return Owner.NONE

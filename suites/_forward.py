@@ -1,0 +1,352 @@
+"""Forward cases through MB's step functions, and the oracle's view of what the model received.
+
+Offline (:func:`run_offline`): each collated packed micro-batch of an :class:`~suites._oracle.SFTCase`
+(``Built.batches``, as the training loop feeds them) goes through MB's ``gpt_step.forward_step``
+with a recording model double around MCore's real tiny ``GPTModel``; the reference is every
+example of MB's own unpacked dataset (the one its packing preparation built), collated alone
+by its ``collate_fn`` and run through the same ``gpt_step.forward_step``.
+
+In-batch VLM (:func:`run_vlm`): right-padded micro-batches of MB's unpacked chat examples (tokens,
+labels, loss mask, position ids from MB's unpacked collate; padding: the tokenizer's pad id,
+labels ignored, loss mask 0, positions continuing, plus a padding mask because content holds
+the pad id too) go through MB's ``vlm_step.forward_step`` with in-batch packing as the era does
+it; the reference is the same batch through ``vlm_step.forward_step`` without packing.
+
+Both return a :class:`ForwardResult`: violations from :mod:`harness.oracle.differential` (the
+model's inputs as a packed row) and :mod:`harness.oracle.stepcheck` (params contract, logits,
+per-token loss, loss totals), the largest errors measured, and change-detector values.
+"""
+
+from __future__ import annotations
+
+import functools
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from harness.adapters import batch as batch_ops
+from harness.adapters import forward as fwd
+from harness.adapters import sft, step
+from harness.oracle import corpus, differential, stepcheck, tokenizer
+from suites import _oracle
+
+# fp32 on CPU: packed (per-segment SDPA) and unpacked (MCore's local attention) runs differ only
+# by summation order: measured <= 2.4e-7 on logits (5e-7 on per-token loss) over MB's batches
+# here. The negative control (tests/test_forward_reference.py) measures the smallest real fault
+# (a boundary off by one token, two segments merged, position ids off by one) at >= 0.18 on some
+# real token's logits, and requires > 100x the tolerance: 1e-4 sits ~400x above the noise and
+# ~1800x below the smallest fault.
+LOGIT_ATOL = 1e-4
+LOSS_ATOL = 1e-4
+TOTALS_RTOL, TOTALS_ATOL = 1e-5, 1e-4
+MODEL_VOCAB = 64 * -(-tokenizer.VOCAB_SIZE // 64)  # the tokenizer's ids, padded like MB pads vocabularies
+SEED = 1234
+IGNORE_INDEX = -100  # the label MB's VLM collates put on padding
+
+
+@dataclass(frozen=True)
+class CleanCase(_oracle.SFTCase):
+    """An SFT case whose answers hold no literal EOS (so 0.6.2's EOS handling is never reached).
+
+    MB 0.6.2's packed collate masks genuine EOS inputs by token id and cuts logical boundaries at
+    a segment's last non-EOS token; these inputs avoid both, so the forward machinery is shown to
+    pass where MB is right.
+    """
+
+    @property
+    def corpus(self) -> corpus.CorpusSpec:
+        base = super().corpus
+        return corpus.CorpusSpec(
+            seed=base.seed,
+            n=base.n,
+            layout=base.layout,
+            long_rate=base.long_rate,
+            eos_inside_rate=0.0,
+            eos_last_rate=0.0,
+        )
+
+
+@dataclass(frozen=True)
+class VLMCase:
+    id: str
+    source: _oracle.SFTCase  # corpus and tokenizer of the chat examples that fill the micro-batches
+    cp: int = 1
+    tp: int = 1
+    sp: bool = False
+    micro_batch: int = 4
+
+    @property
+    def multiple(self) -> int:
+        return step.in_batch_multiple(self.cp, self.tp, self.sp)
+
+
+@dataclass
+class ForwardResult:
+    violations: list[differential.Violation]
+    errors: stepcheck.OutputErrors
+    golden: dict[str, Any]
+    report: differential.Report
+
+    def __repr__(self) -> str:  # pytest prints it in tracebacks: the summary says the rest
+        return f"ForwardResult({len(self.violations)} violations, errors={self.errors})"
+
+    def assert_ok(self) -> None:
+        if self.violations:
+            summary = differential.Report(
+                self.report.rows, self.violations, self.report.unpacked_trained, self.report.packed_trained
+            ).summary()
+            raise differential.InvariantFailure(
+                summary + f"\n  (largest errors on real tokens: logits {self.errors.logits:.3g}, "
+                f"per-token loss {self.errors.token_loss:.3g})",
+                self.violations,
+            )
+
+
+@functools.lru_cache(maxsize=None)
+def models() -> tuple[step.RecordingModel, step.VLMRecordingModel]:
+    """One tiny GPTModel per process, seen through the GPT-shaped and the VLM-shaped double."""
+    gpt = fwd.tiny_gpt(seed=SEED, vocab_size=MODEL_VOCAB)
+    return step.RecordingModel(gpt), step.VLMRecordingModel(gpt)
+
+
+def _rows(t: torch.Tensor | None) -> list[list[Any]]:
+    if t is None:
+        return []
+    return t.reshape(t.shape[0], -1).tolist() if t.dim() > 1 else [t.tolist()]
+
+
+def _int(value: Any) -> int | None:
+    if value is None:
+        return None
+    return int(value.reshape(-1)[0].item()) if isinstance(value, torch.Tensor) else int(value)
+
+
+def params_view(params: Any) -> stepcheck.ParamsView | None:
+    if params is None:
+        return None
+    f = step.params_fields(params)
+    bounds: dict[str, list[int] | None] = {}
+    dtypes: dict[str, str] = {}
+    ndims: dict[str, int] = {}
+    for name in stepcheck.BOUNDARY_FIELDS:
+        v = f.get(name)
+        bounds[name] = None if v is None else [int(x) for x in torch.as_tensor(v).reshape(-1).tolist()]
+        if isinstance(v, torch.Tensor):
+            dtypes[name] = batch_ops.dtype_name(v) or "?"
+            ndims[name] = v.dim()
+    return stepcheck.ParamsView(
+        f.get("qkv_format"),
+        bounds,
+        dtypes,
+        ndims,
+        _int(f.get("max_seqlen_q")),
+        _int(f.get("max_seqlen_kv")),
+        step.extra_fields(params),
+    )
+
+
+def _loss_mask(run: step.StepRun) -> torch.Tensor:
+    mask = run.loss_mask if run.loss_mask is not None else run.kwargs.get("loss_mask")
+    if mask is None:
+        raise AssertionError("cannot see the loss mask MB's loss function uses")
+    return mask
+
+
+def model_rows(run: step.StepRun) -> list[differential.PackedRow]:
+    """What the model received, one packed row per batch row (boundaries from the PackedSeqParams)."""
+    k = run.kwargs
+    view = params_view(k.get("packed_seq_params"))
+    cols = [_rows(k["input_ids"]), _rows(k["labels"]), _rows(_loss_mask(run)), _rows(k["position_ids"])]
+    return [stepcheck.model_row(stepcheck.ModelInputs(*row), view) for row in zip(*cols)]
+
+
+def token_outputs(run: step.StepRun, r: int, n: int | None = None) -> stepcheck.TokenOutputs:
+    logits, loss = run.logits[r], run.token_loss.reshape(run.logits.shape[0], -1)[r]
+    return stepcheck.TokenOutputs(logits[:n].tolist(), loss[:n].tolist())
+
+
+def _totals(run: step.StepRun) -> stepcheck.LossTotals:
+    return stepcheck.LossTotals(run.loss_sum, run.num_tokens)
+
+
+def _cut_totals(ex: differential.Example, out: stepcheck.TokenOutputs, real: int) -> stepcheck.LossTotals:
+    """An example longer than the pack, which MB documents it truncates: only its first ``real``
+    tokens can train, so the unpacked run's loss and mask count up to there (what MB's loss
+    function sums: loss times mask)."""
+    mask = ex.loss_mask[:real]
+    return stepcheck.LossTotals(sum(m * x for m, x in zip(mask, out.token_loss)), float(sum(mask)))
+
+
+def _golden_row(run: step.StepRun) -> dict[str, Any]:
+    view = params_view(run.kwargs.get("packed_seq_params"))
+    b = view.boundaries if view else {}
+    return {
+        "loss_sum": run.loss_sum,
+        "num_tokens": run.num_tokens,
+        "cu_seqlens_q": b.get("cu_seqlens_q"),
+        "cu_seqlens_q_padded": b.get("cu_seqlens_q_padded"),
+        "max_seqlen_q": view.max_seqlen_q if view else None,
+    }
+
+
+GOLDEN_TOLERANCES = {"$.micro_batches*loss_sum": (1e-3, 1e-5)}
+
+
+def _check(
+    rows: list[differential.PackedRow],
+    runs: list[step.StepRun],
+    examples: list[differential.Example],
+    refs: dict[str, stepcheck.TokenOutputs],
+    expected_totals: list[stepcheck.LossTotals] | None,
+    ref_totals: dict[str, stepcheck.LossTotals],
+    special_ids: dict[str, int | None],
+    *,
+    mult: int,
+    static_max: bool,
+    pack_size: int | None,
+) -> ForwardResult:
+    pads = {v for v in special_ids.values() if v is not None}
+    report = differential.compare(
+        rows,
+        examples,
+        pad_seq_to_mult=mult,
+        padding_ids=pads,
+        static_max_seqlen=static_max,
+        pack_size=pack_size,
+        special_ids=special_ids,
+    )
+    violations = stepcheck.at_model(report.violations)
+    roles = stepcheck.role_map(special_ids)
+    errors = stepcheck.OutputErrors()
+    by_key = {ex.key: ex for ex in examples}
+    for r, (row_report, run) in enumerate(zip(report.rows, runs)):
+        violations += stepcheck.check_params(r, params_view(run.kwargs.get("packed_seq_params")))
+        out, errs = stepcheck.check_outputs(
+            r,
+            rows[r].tokens,
+            row_report.segments,
+            token_outputs(run, 0),
+            refs,
+            logit_atol=LOGIT_ATOL,
+            loss_atol=LOSS_ATOL,
+            roles=roles,
+        )
+        violations += out
+        errors.update(errs)
+        if expected_totals is not None:
+            want = expected_totals[r]
+        else:
+            want = stepcheck.LossTotals(0.0, 0.0)
+            for seg in row_report.segments:
+                full = seg.real >= len(refs[seg.key].token_loss)
+                want = want.plus(ref_totals[seg.key] if full else _cut_totals(by_key[seg.key], refs[seg.key], seg.real))
+        violations += stepcheck.check_totals(r, _totals(run), want, rtol=TOTALS_RTOL, atol=TOTALS_ATOL)
+    golden = {"micro_batches": [_golden_row(run) for run in runs]}
+    return ForwardResult(violations, errors, golden, report)
+
+
+def run_offline(case: _oracle.SFTCase) -> ForwardResult:
+    """Every packed micro-batch of ``case`` through ``gpt_step``, against each example's unpacked run."""
+    b = _oracle.built(case)
+    gpt, _ = models()
+    ds = b.build.prep_reference
+    refs: dict[str, stepcheck.TokenOutputs] = {}
+    ref_totals: dict[str, stepcheck.LossTotals] = {}
+    for i, ex in enumerate(b.examples):
+        run = step.gpt_step(gpt, ds.collate_fn([ds[i]]))
+        refs[ex.key] = token_outputs(run, 0, len(ex.tokens))
+        ref_totals[ex.key] = _totals(run)
+    runs = [step.gpt_step(gpt, batch) for batch in b.batches]
+    rows = [row for run in runs for row in model_rows(run)]
+    if len(rows) != len(runs):
+        raise AssertionError(f"offline packed micro-batches must hold one row each, got {len(rows)} rows")
+    return _check(
+        rows,
+        runs,
+        b.examples,
+        refs,
+        None,
+        ref_totals,
+        b.special_ids,
+        mult=case.mult,
+        static_max=case.pad_cu_seqlens,
+        pack_size=_oracle.SEQ,
+    )
+
+
+def right_padded(examples: list[differential.Example], pad_id: int) -> dict[str, Any]:
+    """MB's unpacked examples as one right-padded micro-batch, the way VLM collates pad.
+
+    ``attention_mask`` marks real positions (1) because content may hold the pad id itself.
+    """
+    width = max(len(ex.tokens) for ex in examples)
+    b = len(examples)
+    tokens = torch.full((b, width), pad_id, dtype=torch.long)
+    labels = torch.full((b, width), IGNORE_INDEX, dtype=torch.long)
+    loss_mask = torch.zeros((b, width), dtype=torch.float32)
+    position_ids = torch.arange(width).repeat(b, 1)
+    attention_mask = torch.zeros((b, width), dtype=torch.long)
+    for r, ex in enumerate(examples):
+        n = len(ex.tokens)
+        tokens[r, :n] = torch.tensor(ex.tokens)
+        labels[r, :n] = torch.tensor(ex.labels)
+        loss_mask[r, :n] = torch.tensor(ex.loss_mask, dtype=torch.float32)
+        position_ids[r, :n] = torch.tensor(ex.position_ids)
+        attention_mask[r, :n] = 1
+    return {
+        "tokens": tokens,
+        "labels": labels,
+        "loss_mask": loss_mask,
+        "position_ids": position_ids,
+        "attention_mask": attention_mask,
+        "visual_inputs": None,
+    }
+
+
+@dataclass(frozen=True)
+class Unpacked:
+    examples: list[differential.Example]
+    special_ids: dict[str, int | None]
+
+
+@functools.lru_cache(maxsize=None)
+def unpacked(case: _oracle.SFTCase) -> Unpacked:
+    """MB's unpacked SFT split of ``case``'s corpus (what a user without packing trains on), per example.
+
+    Built without offline packing: in-batch packing never runs MB's packing preparation.
+    """
+    tok = _oracle.load_tokenizer(case.distinct_eod)
+    root = corpus.write_dataset_root(Path(tempfile.mkdtemp(prefix=f"harness-vlm-{case.id}-")), case.corpus)
+    build = sft.build_sft(
+        sft.SFTRequest(root, tok, _oracle.SEQ, kind=case.kind, full_loss=case.full_loss, seed=case.seed)
+    )
+    return Unpacked(batch_ops.unpacked_examples(build.train), tokenizer.special_ids(tok))
+
+
+def run_vlm(case: VLMCase) -> ForwardResult:
+    """Right-padded micro-batches of MB's unpacked chat examples through ``vlm_step``, packed vs not."""
+    b = unpacked(case.source)
+    _, vlm = models()
+    pad_id = b.special_ids.get("pad_id")
+    if pad_id is None:
+        raise AssertionError("the tokenizer reports no pad id")
+    runs, rows, refs, expected = [], [], {}, []
+    for start in range(0, len(b.examples), case.micro_batch):
+        group = b.examples[start : start + case.micro_batch]
+        out = step.vlm_in_batch(
+            vlm, right_padded(group, pad_id), pad_token_id=pad_id, cp=case.cp, tp=case.tp, sp=case.sp
+        )
+        packed_rows = model_rows(out.packed)
+        if len(packed_rows) != 1:
+            raise AssertionError(f"in-batch packing must give one THD row, the model got {len(packed_rows)}")
+        for r, ex in enumerate(group):
+            refs[ex.key] = token_outputs(out.unpacked, r, len(ex.tokens))
+        runs.append(out.packed)
+        rows += packed_rows
+        expected.append(_totals(out.unpacked))
+    return _check(
+        rows, runs, b.examples, refs, expected, {}, b.special_ids, mult=case.multiple, static_max=False, pack_size=None
+    )

@@ -1,0 +1,203 @@
+"""Offline packed SFT cases built through MB's own data path, and the oracle's view of them.
+
+A :class:`SFTCase` is what a user configures: the data (a seeded corpus written as JSONL), the
+preprocessing (prompt template, prompt-completion, chat template), the loss policy, the offline
+packing specs and the tokenizer. :func:`built` runs MB's builder twice on it (packed, and with
+the unpacked reference captured from MB's own packing preparation) and compares them with the
+differential oracle; results are cached per process so the forward suites reuse the same builds.
+"""
+
+from __future__ import annotations
+
+import functools
+import tempfile
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+from harness.adapters import batch as batch_ops
+from harness.adapters import sft
+from harness.oracle import corpus, differential, tokenizer
+
+SEQ = 64  # sequence length = pack size: every example that fits a sequence fits a pack
+
+
+@dataclass(frozen=True)
+class SFTCase:
+    id: str
+    seed: int
+    kind: str = "prompt"  # sft.KINDS
+    mult: int = 1  # pad_seq_to_mult (2 * CP for THD context parallelism)
+    full_loss: bool = False
+    pad_to_max_length: bool = False
+    pad_cu_seqlens: bool = False
+    distinct_eod: bool = False
+    n: int = 14
+    long_rate: float = 0.1
+    max_samples: int | None = None  # max_train_samples: a samples mapping over the packed rows
+
+    @property
+    def corpus(self) -> corpus.CorpusSpec:
+        layout = "chat" if self.kind == "chat" else "prompt"
+        return corpus.CorpusSpec(seed=self.seed, n=self.n, layout=layout, long_rate=self.long_rate)
+
+    @property
+    def packing(self) -> sft.OfflinePacking:
+        return sft.OfflinePacking(SEQ, self.mult, self.pad_cu_seqlens, self.pad_to_max_length or self.pad_cu_seqlens)
+
+
+def _cases() -> list[SFTCase]:
+    out = []
+    for k, kind in enumerate(sft.KINDS):
+        for mult in (1, 2, 4, 8):
+            out.append(SFTCase(f"{kind}-mult{mult}", seed=10 * k + mult, kind=kind, mult=mult))
+        out.append(SFTCase(f"{kind}-mult1-full-loss", seed=10 * k + 5, kind=kind, full_loss=True))
+        out.append(SFTCase(f"{kind}-mult4-full-loss", seed=10 * k + 6, kind=kind, mult=4, full_loss=True))
+        out.append(SFTCase(f"{kind}-mult1-eod-not-eos", seed=10 * k + 7, kind=kind, distinct_eod=True))
+        out.append(SFTCase(f"{kind}-mult4-eod-not-eos", seed=10 * k + 9, kind=kind, mult=4, distinct_eod=True))
+    out.append(SFTCase("prompt-mult2-pad-to-max", seed=41, mult=2, pad_to_max_length=True))
+    out.append(SFTCase("chat-mult4-pad-to-max", seed=42, kind="chat", mult=4, pad_to_max_length=True))
+    return out
+
+
+CASES = _cases()
+FIXED_SHAPE_CASES = [
+    SFTCase("prompt-mult1-pad-cu-seqlens", seed=51, pad_cu_seqlens=True, n=24),
+    SFTCase("chat-mult4-pad-cu-seqlens", seed=52, kind="chat", mult=4, pad_cu_seqlens=True, n=24),
+]
+
+
+@functools.lru_cache(maxsize=None)
+def load_tokenizer(distinct_eod: bool = False) -> Any:
+    """MB's tokenizer over the offline tokenizer directory (the eod wrapper when asked)."""
+    tok = sft.load_tokenizer(tokenizer.write_tokenizer_dir())
+    return tokenizer.with_distinct_eod(tok) if distinct_eod else tok
+
+
+@dataclass
+class Built:
+    case: SFTCase
+    build: sft.SFTBuild
+    examples: list[differential.Example]
+    rows: list[differential.PackedRow]
+    batches: list[dict[str, Any]]  # one collated micro-batch per packed row (offline packing: MBS 1)
+    report: differential.Report
+    special_ids: dict[str, int | None] = field(default_factory=dict)
+
+    @property
+    def padding_ids(self) -> set[int]:
+        return {v for v in self.special_ids.values() if v is not None}
+
+
+def _workdir(name: str) -> Path:
+    """A fresh directory per build: MB's builder reuses packed artifacts it finds in dataset_root."""
+    return Path(tempfile.mkdtemp(prefix=f"harness-sft-{name}-"))
+
+
+def compare(
+    case: SFTCase,
+    examples: list[differential.Example],
+    rows: list[differential.PackedRow],
+    special_ids: dict[str, int | None],
+    *,
+    expect_all_packed: bool = True,
+) -> differential.Report:
+    pads = {v for v in special_ids.values() if v is not None}
+    return differential.compare(
+        rows,
+        examples,
+        pad_seq_to_mult=case.mult,
+        padding_ids=pads,
+        static_max_seqlen=case.pad_cu_seqlens,
+        expect_all_packed=expect_all_packed,
+        pack_size=SEQ,
+        special_ids=special_ids,
+    )
+
+
+@functools.lru_cache(maxsize=None)
+def built(case: SFTCase) -> Built:
+    """Build ``case`` through MB (packed + captured unpacked reference) and run the oracle."""
+    tok = load_tokenizer(case.distinct_eod)
+    root = corpus.write_dataset_root(_workdir(case.id), case.corpus)
+    req = sft.SFTRequest(
+        root,
+        tok,
+        SEQ,
+        kind=case.kind,
+        full_loss=case.full_loss,
+        packing=case.packing,
+        seed=case.seed,
+        max_train_samples=case.max_samples,
+    )
+    result = sft.build_sft(req)
+    if result.prep_reference is None:
+        raise AssertionError("MB's packing preparation built no unpacked dataset the oracle could read")
+    examples = batch_ops.unpacked_examples(result.prep_reference)
+    ds = result.train
+    batches = [ds.collate_fn([ds[i]]) for i in range(len(ds))]
+    rows = [row for b in batches for row in batch_ops.packed_rows(b)]
+    ids = tokenizer.special_ids(tok)
+    return Built(case, result, examples, rows, batches, compare(case, examples, rows, ids), ids)
+
+
+def unpacked_case(case: SFTCase) -> SFTCase:
+    return replace(case, id=case.id + "-unpacked")
+
+
+def canonical_rows(rows: list[differential.PackedRow]) -> list[dict[str, Any]]:
+    """Era-independent golden form: boundary row padding trimmed, physical = logical when absent."""
+    out = []
+    for r in rows:
+        q = differential.strip_row_padding(r.cu_seqlens_q) if r.cu_seqlens_q is not None else None
+        qp = differential.strip_row_padding(r.cu_seqlens_q_padded) if r.cu_seqlens_q_padded is not None else q
+        out.append(
+            {
+                "tokens": list(r.tokens),
+                "labels": list(r.labels),
+                "loss_mask": list(r.loss_mask),
+                "position_ids": list(r.position_ids),
+                "cu_seqlens_q": q,
+                "cu_seqlens_q_padded": qp,
+                "max_seqlen_q": r.max_seqlen_q,
+            }
+        )
+    return out
+
+
+@functools.lru_cache(maxsize=None)
+def reference(case: SFTCase) -> tuple[differential.Example, ...]:
+    """MB's unpacked split for ``case`` (what a user without packing trains on), as examples."""
+    tok = load_tokenizer(case.distinct_eod)
+    root = corpus.write_dataset_root(_workdir(case.id + "-unpacked"), case.corpus)
+    result = sft.build_sft(sft.SFTRequest(root, tok, SEQ, kind=case.kind, full_loss=case.full_loss, seed=case.seed))
+    return tuple(batch_ops.unpacked_examples(result.unpacked))
+
+
+def right_padded(examples: list[differential.Example], pad_id: int, ignore_index: int) -> dict[str, Any]:
+    """A right-padded micro-batch of MB's unpacked examples, as a VLM collate hands it to in-batch
+    packing: padding = ``pad_id`` tokens, ``ignore_index`` labels, loss mask 0, and a padding mask
+    (``attention_mask``), because content may itself hold the pad id."""
+    import torch
+
+    width = max(len(ex.tokens) for ex in examples)
+    rows = len(examples)
+    out = {
+        "tokens": torch.full((rows, width), pad_id, dtype=torch.long),
+        "labels": torch.full((rows, width), ignore_index, dtype=torch.long),
+        "loss_mask": torch.zeros((rows, width), dtype=torch.float),
+        "position_ids": torch.zeros((rows, width), dtype=torch.long),
+        "attention_mask": torch.zeros((rows, width), dtype=torch.bool),
+    }
+    for r, ex in enumerate(examples):
+        n = len(ex.tokens)
+        out["tokens"][r, :n] = torch.tensor(ex.tokens)
+        out["labels"][r, :n] = torch.tensor(ex.labels)
+        out["loss_mask"][r, :n] = torch.tensor(ex.loss_mask, dtype=torch.float)
+        out["position_ids"][r, :n] = torch.tensor(ex.position_ids)
+        out["attention_mask"][r, :n] = True
+    return out
+
+
+def special_ids(case: SFTCase) -> dict[str, int | None]:
+    return tokenizer.special_ids(load_tokenizer(case.distinct_eod))

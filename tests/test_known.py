@@ -1,0 +1,207 @@
+"""Known MB bugs: a reviewed entry explains a failure only completely, only where the bug exists,
+and a listed case that passes again is reported as FIXED (strict), never silently green."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from harness import known
+from harness.errors import CorruptFile
+from harness.paths import ROOT
+from harness.verdict import Verdict
+
+EOS_MASKED = {"invariant": "loss-mask-equals-unpacked", "tags": ["input:eos", "label:eos"]}
+OTHER_MASK = {"invariant": "loss-mask-equals-unpacked", "tags": ["input:pad"]}
+PADDING = {"invariant": "padding-never-trains", "tags": ["padding:eod"]}
+
+
+def entry(**over) -> known.KnownFailure:
+    doc = {
+        "id": "eos-masked",
+        "cases": ["offline::*[prompt-*]"],
+        "invariants": ["loss-mask-equals-unpacked"],
+        "tags": ["input:eos"],
+        "mb_versions": ">=0.6.0,<0.7",
+        "reason": "packed collate masks EOS inputs",
+        "upstream": "data/packing/gpt_sft.py: loss_mask[tokens == eos_id] = 0",
+    }
+    doc.update(over)
+    return known.KnownFailure.from_json(doc)
+
+
+def test_a_failure_is_known_only_when_every_violation_is_explained():
+    e = entry()
+    got = known.classify("offline::test[prompt-mult1]", Verdict.FAIL, [EOS_MASKED, EOS_MASKED], [e])
+    assert got is not None and got.verdict is Verdict.KNOWN_FAIL and got.entries == ("eos-masked",)
+    assert known.classify("offline::test[prompt-mult1]", Verdict.FAIL, [EOS_MASKED, OTHER_MASK], [e]) is None
+    assert known.classify("offline::test[prompt-mult1]", Verdict.FAIL, [EOS_MASKED, PADDING], [e]) is None
+    assert known.classify("offline::test[chat-mult1]", Verdict.FAIL, [EOS_MASKED], [e]) is None  # not listed
+    assert known.classify("offline::test[prompt-mult1]", Verdict.FAIL, [], [e]) is None  # MB raised: stands
+
+
+def test_two_entries_can_explain_one_case_together():
+    pad = entry(id="eod-padding-trains", invariants=["padding-never-trains"], tags=["padding:eod"])
+    got = known.classify("offline::test[prompt-mult4]", Verdict.FAIL, [EOS_MASKED, PADDING], [entry(), pad])
+    assert got is not None and got.entries == ("eod-padding-trains", "eos-masked")
+
+
+def test_a_listed_case_that_passes_is_fixed_and_others_stand():
+    got = known.classify("offline::test[prompt-mult1]", Verdict.PASS, [], [entry()])
+    assert got is not None and got.verdict is Verdict.FIXED and "remove the entry" in got.message
+    changed = known.classify("offline::test[prompt-mult1]", Verdict.CHANGED, [], [entry()])
+    assert changed is not None and changed.verdict is Verdict.FIXED  # invariants hold, only the golden is new
+    for verdict in (Verdict.UNTESTABLE, Verdict.ERROR):
+        assert known.classify("offline::test[prompt-mult1]", verdict, [], [entry()]) is None
+
+
+def test_where_the_bug_exists_versions_and_commit_ranges():
+    e = entry()
+    assert e.applies("0.6.2", None) and e.applies("0.6.1rc1", None)
+    assert not e.applies("0.5.1", None) and not e.applies("0.7.0", None) and not e.applies(None, None)
+    ranged = entry(commits="aaa..bbb", mb_versions=None)
+    assert ranged.applies(None, "c1", lambda commit, bad, fixed: True)
+    assert not ranged.applies(None, "c1", lambda commit, bad, fixed: False)
+    assert not ranged.applies("0.6.2", "c1", None)  # no repository to ask and no versions: does not apply
+    both = entry(commits="aaa..bbb")
+    assert both.applies("0.6.2", "c1", lambda commit, bad, fixed: None)  # repository cannot tell: versions decide
+
+
+def test_entries_are_validated_and_a_corrupt_file_is_one_error(tmp_path):
+    with pytest.raises(ValueError, match="mb_versions and/or commits"):
+        entry(mb_versions=None)
+    with pytest.raises(ValueError, match="bad mb_versions"):
+        entry(mb_versions="not a spec")
+    with pytest.raises(ValueError, match="FIRST_BAD..FIRST_FIXED"):
+        entry(commits="abc")
+    assert known.load(tmp_path / "absent.json") == []
+    bad = tmp_path / "known_failures.json"
+    bad.write_text("{not json")
+    with pytest.raises(CorruptFile, match="not a readable known-failures file"):
+        known.load(bad)
+    bad.write_text(json.dumps({"kind": known.KIND, "schema_version": 99, "entries": []}))
+    with pytest.raises(CorruptFile, match="schema 99"):
+        known.load(bad)
+    good = tmp_path / "ok.json"
+    good.write_text(json.dumps(known.dump([entry()])))
+    assert known.load(good) == [entry()]
+
+
+def test_the_repository_decides_commit_ranges(tmp_path):
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    git = ["git", "-C", str(repo), "-c", "user.name=t", "-c", "user.email=t@t"]
+    subprocess.run(git[:3] + ["init", "-q"], check=True)
+    shas = []
+    for i in range(4):
+        (repo / "f").write_text(str(i))
+        subprocess.run(git + ["add", "f"], check=True)
+        subprocess.run(git + ["commit", "-qm", f"c{i}"], check=True)
+        shas.append(subprocess.run(git + ["rev-parse", "HEAD"], capture_output=True, text=True).stdout.strip())
+    in_range = known.git_in_range(repo)
+    assert [in_range(s, shas[1], shas[3]) for s in shas] == [False, True, True, False]
+    assert in_range(shas[3], shas[1], None) is True
+    assert in_range("f" * 40, shas[1], None) is None  # unknown commit: cannot tell
+
+
+SUITE = """
+from harness.oracle.differential import Invariant, InvariantFailure, Violation
+
+def _fail(*tags_per_violation):
+    raise InvariantFailure("broken", [Violation(Invariant.LOSS_MASK, 0, i, 1, 0, "", tags)
+                                      for i, tags in enumerate(tags_per_violation)])
+
+def test_known():
+    _fail(("input:eos",), ("input:eos", "label:eos"))
+
+def test_known_plus_new():
+    _fail(("input:eos",), ("input:pad",))
+
+def test_listed_but_passing():
+    pass
+
+def test_not_listed():
+    _fail(("input:eos",))
+"""
+
+
+def test_the_plugin_applies_known_failures_to_verdicts(tmp_path):
+    suite_dir = tmp_path / "suites"
+    suite_dir.mkdir()
+    (suite_dir / "test_demo.py").write_text(SUITE)
+    fixtures = tmp_path / "fixtures"
+    fixtures.mkdir()
+    entries = [
+        entry(id="eos", cases=["demo::test_known*", "demo::test_listed_but_passing"], mb_versions=">=0"),
+        entry(id="never-here", cases=["demo::*"], mb_versions="<0.0.1"),
+    ]
+    (fixtures / known.FILENAME).write_text(json.dumps(known.dump(entries)))
+    results = tmp_path / "cases.json"
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            str(suite_dir),
+            "-p",
+            "harness.plugin",
+            "-q",
+            "-p",
+            "no:cacheprovider",
+            "--rootdir",
+            str(tmp_path),
+            "--harness-results",
+            str(results),
+            "--harness-fixtures",
+            str(fixtures),
+            "--harness-obtained",
+            str(tmp_path / "obtained"),
+        ],
+        env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"},
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        timeout=300,
+    )
+    cases = {c["case_id"].split("::")[1]: c for c in json.loads(results.read_text())["cases"]}
+    assert {k: c["verdict"] for k, c in cases.items()} == {
+        "test_known": "known-fail",
+        "test_known_plus_new": "fail",
+        "test_listed_but_passing": "fixed",
+        "test_not_listed": "fail",
+    }
+    assert cases["test_known"]["known"] == ["eos"]
+    assert cases["test_known_plus_new"]["violations"][1]["tags"] == ["input:pad"]
+
+
+def test_a_rule_failure_is_known_only_through_its_message():
+    rule = entry(
+        id="left-pad-accepted",
+        cases=["in_batch::test_left_padding_is_refused"],
+        invariants=["rule"],
+        tags=[],
+        message="DID NOT RAISE",
+    )
+    got = known.classify(
+        "in_batch::test_left_padding_is_refused",
+        Verdict.FAIL,
+        [],
+        [rule],
+        "assertion failed: DID NOT RAISE <class 'ValueError'>",
+    )
+    assert got is not None and got.verdict is Verdict.KNOWN_FAIL
+    assert (
+        known.classify(
+            "in_batch::test_left_padding_is_refused", Verdict.FAIL, [], [rule], "Megatron raised TypeError: boom"
+        )
+        is None
+    )
+
+
+def test_several_version_ranges_mean_any_of_them():
+    e = entry(mb_versions=["==0.4.0", ">=0.6.0,<0.7"])
+    assert e.applies("0.4.0", None) and e.applies("0.6.2", None) and not e.applies("0.5.1", None)
+    assert known.KnownFailure.from_json(e.to_json()) == e
