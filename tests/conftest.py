@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import os
+import sys
+import textwrap
 from pathlib import Path
 
 import pytest
@@ -10,6 +12,7 @@ import pytest
 from tests.test_bisect_command import GIT_ENV, mb_repo  # noqa: F401  (the generated MB history, once per module)
 
 ROOT = Path(__file__).resolve().parent.parent
+FAKE = "harness_fake_mb"  # package name of the throwaway fake MB modules
 
 
 @pytest.fixture
@@ -19,3 +22,20 @@ def job_env(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(ROOT), *filter(None, [os.environ.get("PYTHONPATH")])]))
     for k, v in GIT_ENV.items():
         monkeypatch.setenv(k, v)
+
+
+@pytest.fixture
+def fake_pkg(tmp_path, monkeypatch):
+    """A throwaway package tree on sys.path; returns a writer(relpath, source)."""
+    monkeypatch.syspath_prepend(str(tmp_path))
+    (tmp_path / FAKE).mkdir()
+    (tmp_path / FAKE / "__init__.py").write_text("")
+
+    def write(rel: str, source: str) -> None:
+        path = tmp_path / FAKE / rel
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(textwrap.dedent(source))
+
+    yield write
+    for name in [m for m in sys.modules if m == FAKE or m.startswith(FAKE + ".")]:
+        del sys.modules[name]

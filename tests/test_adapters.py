@@ -16,25 +16,7 @@ import torch
 from harness.adapters import Candidate, MissingOutput, NotHere, Operation, accepts, load_module, symbol, thd
 from harness.errors import Broken, Untestable
 from harness.paths import ROOT, SITE_DIR
-
-FAKE = "harness_fake_mb"
-
-
-@pytest.fixture
-def fake_pkg(tmp_path, monkeypatch):
-    """A throwaway package tree on sys.path; returns a writer(relpath, source)."""
-    monkeypatch.syspath_prepend(str(tmp_path))
-    (tmp_path / FAKE).mkdir()
-    (tmp_path / FAKE / "__init__.py").write_text("")
-
-    def write(rel: str, source: str) -> None:
-        path = tmp_path / FAKE / rel
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(textwrap.dedent(source))
-
-    yield write
-    for name in [m for m in sys.modules if m == FAKE or m.startswith(FAKE + ".")]:
-        del sys.modules[name]
+from tests.conftest import FAKE
 
 
 def test_probing_order_first_fit_wins(fake_pkg):
@@ -229,24 +211,6 @@ def test_vlm_step_tuple_and_direct_dict_eras_agree(fake_pkg, monkeypatch):
     assert old["cu_seqlens_padded"] == new["cu_seqlens_padded"] == [0, 3]
     assert old["tokens"] == new["tokens"] == [5, 6, 7] and old["max_seqlen"] == new["max_seqlen"] == 3
     assert old["cu_seqlens_unpadded"] is None and new["cu_seqlens_unpadded"] == [0, 3]
-
-
-def test_params_builder_without_unpadded_support_is_untestable(fake_pkg, monkeypatch):
-    fake_pkg(
-        "gpt_step.py",
-        """
-        import types
-        def get_packed_seq_params(batch):
-            cu = batch["cu_seqlens"]
-            return types.SimpleNamespace(qkv_format="thd", cu_seqlens_q=cu, cu_seqlens_kv=cu, max_seqlen_q=None,
-                                         max_seqlen_kv=None)
-    """,
-    )
-    monkeypatch.setattr(thd, "symbol", lambda m, n: symbol(f"{FAKE}.gpt_step", n))
-    call = thd._params_probe("fake.gpt_step")()
-    assert call({"cu_seqlens": [0, 3]})["cu_seqlens_q"] == [0, 3]
-    with pytest.raises(Untestable, match="cu_seqlens_unpadded"):
-        call({"cu_seqlens": [0, 4], "cu_seqlens_unpadded": [0, 3]})
 
 
 # ---- light import ---------------------------------------------------------------------------

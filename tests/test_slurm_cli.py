@@ -254,7 +254,7 @@ def test_cli_matrix_one_job_per_ref_matches_a_local_matrix(
     local = harness(local_cluster_dir, *common, "--out", str(tmp_path / "local"))
     jobs = harness(local_cluster_dir, *common, "--out", str(tmp_path / "jobs"), "--executor", "slurm", "-j", "2")
     assert local.returncode == jobs.returncode == 0, jobs.stdout + jobs.stderr
-    rows = {name: json.loads((tmp_path / name / "matrix.json").read_text())["refs"] for name in ("local", "jobs")}
+    rows = {name: json.loads((tmp_path / name / "matrix.json").read_text())["rows"] for name in ("local", "jobs")}
     assert [(r["ref"], r["commit"], r["suites"]) for r in rows["jobs"]] == [
         (r["ref"], r["commit"], r["suites"]) for r in rows["local"]
     ]

@@ -86,7 +86,10 @@ def target_from_args(args: argparse.Namespace, commit: str | None = None) -> Tar
     repo = open_repo(tgt.src)
     pinned = pinned_core(repo, "HEAD", mlm, cache_dir(args))
     if pinned is None:
-        raise UsageError(f"{repo.path} pins no Megatron-LM at HEAD (no 3rdparty/Megatron-LM submodule)")
+        raise UsageError(
+            f"{repo.path} pins no Megatron-LM at HEAD (no 3rdparty/Megatron-LM submodule, "
+            "no megatron-core entry in uv.lock)"
+        )
     return dataclasses.replace(tgt, core=pinned.path, core_pin=pinned.pin)
 
 
