@@ -299,3 +299,28 @@ def test_cli_refuses_what_cannot_work_in_one_line(tmp_path: Path, capsys, args: 
     err = capsys.readouterr().err
     assert code == 2 and err.count("\n") == 1 and words in err, err
     assert not (tmp_path / "out").exists()
+
+
+def test_the_mb_held_is_a_commit_of_mb_repo_or_a_source_tree_named_by_its_content(tmp_path: Path) -> None:
+    from harness.bisect.coreeval import hold_mb
+    from harness.errors import UsageError
+
+    repos = _build(tmp_path, [{}, {}], [("Import", 0, [], False), ("Bump", 1, [], False)])
+    before = repos.digests()
+    opts = BisectOptions(repo=repos.mlm, good="x", bad="y", mb_at=repos.mb_shas[1][:10], mb_repo=repos.mb)
+    held, src, release = hold_mb(opts, tmp_path / "cache")
+    assert (held.sha, held.subject, held.repo) == (repos.mb_shas[1], "Bump", str(repos.mb))
+    assert (src / "megatron" / "bridge" / "__init__.py").is_file() and tmp_path / "cache" in src.parents
+    release()
+    assert not src.exists(), "the private tree of the MB held is removed afterwards"
+
+    tree = BisectOptions(repo=repos.mlm, good="x", bad="y", mb_src=repos.mb)  # a checkout: its src/ is taken
+    first, src, _ = hold_mb(tree, tmp_path / "cache")
+    assert src == (repos.mb / "src").resolve() and first.sha.startswith("tree-") and first.src == str(src)
+    (repos.mb / "src" / "megatron" / "bridge" / "extra.py").write_text("X = 1\n")
+    second, _, _ = hold_mb(tree, tmp_path / "cache")
+    assert second.sha != first.sha, "an edited tree is another MB: its verdicts are cached apart"
+    (repos.mb / "src" / "megatron" / "bridge" / "extra.py").unlink()
+    assert repos.digests() == before
+    with pytest.raises(UsageError, match="no megatron/bridge"):
+        hold_mb(BisectOptions(repo=repos.mlm, good="x", bad="y", mb_src=tmp_path), tmp_path / "cache")

@@ -127,28 +127,31 @@ def pin_check(doc: BisectDoc) -> PinCheck:
     ends are MB's side of the culprit (or older); with no case bad at BAD, nothing the selected
     cases observe changed.
     """
-    rng, held = doc.range, doc.held
-    change = f"{rng.good[:12]}..{rng.bad[:12]}"
-    mb = f"Megatron-Bridge held at {held.label}" if held else "Megatron-Bridge held"
+    rng = doc.range
+    old, new = rng.good[:12], rng.bad[:12]
     reproduced = [c.case_id for c in doc.cases]
     elsewhere = [n.case_id for n in doc.not_bisected]
+    one = len(elsewhere) == 1
+    already = f"{'is' if one else 'are'} already bad at {old}: the change does not explain {'it' if one else 'them'}"
     if reproduced and not elsewhere:
-        return PinCheck(PinStatus.CONFIRMED, f"with {mb}, the change {change} alone reproduces {_cases(reproduced)}")
+        return PinCheck(
+            PinStatus.CONFIRMED, f"with Megatron-Bridge held, {old}..{new} alone reproduces {_cases(reproduced)}"
+        )
     if reproduced:
         return PinCheck(
             PinStatus.PARTLY,
-            f"with {mb}, the change {change} alone reproduces {_cases(reproduced)}; "
-            f"{_cases(elsewhere)} {'is' if len(elsewhere) == 1 else 'are'} already bad at {rng.good[:12]}",
+            f"with Megatron-Bridge held, {old}..{new} alone reproduces {_cases(reproduced)}; "
+            f"{_cases(elsewhere)} {already}",
         )
     if elsewhere:
         return PinCheck(
             PinStatus.NOT_CONFIRMED,
-            f"with {mb}, {_cases(elsewhere)} {'is' if len(elsewhere) == 1 else 'are'} already bad at "
-            f"{rng.good[:12]}: Megatron-Bridge's side of the change (or an older cause), not Megatron-LM's",
+            f"with Megatron-Bridge held, {_cases(elsewhere)} {already} (an older cause, or Megatron-Bridge's "
+            "own side of the commit)",
         )
     return PinCheck(
         PinStatus.NOT_CONFIRMED,
-        f"with {mb}, no case is good at {rng.good[:12]} and bad at {rng.bad[:12]}: "
+        f"with Megatron-Bridge held, no case is good at {old} and bad at {new}: "
         "nothing the selected cases observe changes between the two",
     )
 
