@@ -90,14 +90,21 @@ def _answer(msg: dict[str, Any]) -> None:
 def _preload() -> None:
     """Import what every run needs. A module that fails to import here is rolled back out of
     ``sys.modules``: each child then imports it itself and fails exactly as a fresh process
-    would (a pinned tree whose megatron-core is broken is the commit's failure, not ours)."""
+    would (a pinned tree whose megatron-core is broken is the commit's failure, not ours).
+
+    Only the failing module's own top-level package is rolled back (``megatron.*``): the
+    third-party modules it pulled in imported fine and some cannot be imported twice in one
+    process (torch registers operator libraries at import: a second import raises).
+    """
     for name in PRELOAD:
         before = set(sys.modules)
         try:
             __import__(name)
         except Exception:
+            top = name.split(".", 1)[0]
             for added in set(sys.modules) - before:
-                del sys.modules[added]
+                if added == top or added.startswith(top + "."):
+                    del sys.modules[added]
 
 
 def serve() -> None:

@@ -13,6 +13,7 @@ git ``rev`` of Megatron-LM. Those commits get that tree the same way.
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -77,13 +78,26 @@ def pinned_core(mb_repo: GitRepo, mb_sha: str, mlm_repo: Path, cache_dir: Path) 
             raise GitError(
                 f"Megatron-LM {ref} named by MB {mb_sha[:12]} ({via}) is not in {mlm_repo}; fetch it there (with tags)"
             ) from None
-    ws = WorkspaceCache(Path(cache_dir) / "megatron-lm", open_repo(mlm_repo), paths=("megatron",))
     try:
-        tree = ws.materialize(pin)
+        return dataclasses.replace(core_at(mlm_repo, pin, cache_dir), via=via)
     except UsageError:  # the pin is not a commit of that repository
         raise GitError(
             f"Megatron-LM commit {pin[:12]} pinned by MB {mb_sha[:12]} is not in {mlm_repo}; fetch it there"
         ) from None
+
+
+def mlm_workspace(cache_dir: Path, mlm_repo: GitRepo | Path) -> WorkspaceCache:
+    """The private mirror and per-commit ``megatron/`` trees of a Megatron-LM repository (shared by
+    the trees MB commits pin and the second level of a bisection, which walks Megatron-LM)."""
+    return WorkspaceCache(Path(cache_dir) / "megatron-lm", mlm_repo, paths=("megatron",))
+
+
+def core_at(mlm_repo: GitRepo | Path, sha: str, cache_dir: Path) -> PinnedCore:
+    """megatron-core of any Megatron-LM commit; GitError when it has none, UsageError when ``sha``
+    is not a commit of the repository."""
+    repo = mlm_repo if isinstance(mlm_repo, GitRepo) else open_repo(mlm_repo)
+    full = repo.resolve(sha)
+    tree = mlm_workspace(cache_dir, repo).materialize(full)
     if not (tree / "megatron" / "core").is_dir():
-        raise GitError(f"Megatron-LM commit {pin[:12]} has no megatron/core")
-    return PinnedCore(pin, tree, via)
+        raise GitError(f"Megatron-LM commit {full[:12]} has no megatron/core")
+    return PinnedCore(full, tree)

@@ -132,6 +132,11 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group.addoption(
         "--harness-events", default=None, help="append the live case event log (harness.caselog) to this file"
     )
+    group.addoption(
+        "--harness-cases",
+        default=None,
+        help="a JSON list of case ids (suite::test[param]): run only these (a bisection re-running its cases)",
+    )
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -153,6 +158,21 @@ _EVENTS: list[Path] = []  # the --harness-events file of this process, when give
 def _emit(**event: Any) -> None:
     for path in _EVENTS:
         caselog.emit(path, **event)
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """``--harness-cases``: keep exactly the listed cases (ids, unlike ``-k``, match whole names)."""
+    listed = config.getoption("--harness-cases")
+    if not listed:
+        return
+    import json
+
+    wanted = set(json.loads(Path(listed).read_text(encoding="utf-8")))
+    keep = [i for i in items if _case_id(i) in wanted]
+    drop = [i for i in items if _case_id(i) not in wanted]
+    if drop:
+        config.hook.pytest_deselected(items=drop)
+        items[:] = keep
 
 
 def pytest_collection_finish(session: pytest.Session) -> None:

@@ -78,6 +78,7 @@ class RunOptions:
     # once per megatron-core, installed or pinned tree), with at most this many servers alive
     fork_servers: int = 0
     verbose: bool = False  # the live output names every case (pytest -v instead of -q)
+    cases: list[str] | None = None  # run only these case ids (suite::test[param]) of the selected suites
 
 
 IMPORT_MODES = ("auto", "light", "full")
@@ -143,6 +144,10 @@ def _pytest_cmd(files: list[Path], opts: RunOptions, cases_file: Path, obtained:
         cmd.append("--harness-record")
     if opts.keyword:
         cmd += ["-k", opts.keyword]
+    if opts.cases is not None:
+        listed = cases_file.parent / "selected-cases.json"
+        listed.write_text(json.dumps(sorted(opts.cases)), encoding="utf-8")
+        cmd += ["--harness-cases", str(listed)]
     if opts.jobs > 1:
         cmd += ["-n", str(opts.jobs)]
     return cmd + opts.extra_pytest

@@ -23,7 +23,7 @@ from typing import Any
 
 import harness
 from harness.errors import EnvironmentProblem, UsageError
-from harness.ownership import ENV_ROOTS, encode_roots
+from harness.ownership import ENV_ROOTS, ENV_VARYING, encode_roots
 from harness.paths import ROOT, SITE_DIR
 
 
@@ -35,6 +35,9 @@ class Target:
     commit: str | None = None
     core: Path | None = None  # a tree holding megatron/core pinned by the MB commit (harness.pins)
     core_pin: str | None = None  # the Megatron-LM commit of ``core``
+    # ``core`` is what a bisection varies with MB held fixed (its second level): a megatron-core
+    # that does not import with this MB is a mismatch, untestable (harness.adapters.failures)
+    core_varies: bool = False
 
     @classmethod
     def from_args(cls, mb_src: str | None, commit: str | None = None) -> "Target":
@@ -68,6 +71,10 @@ class Target:
         env = dict(os.environ)
         env["PYTHONPATH"] = self.pythonpath()
         env[ENV_ROOTS] = encode_roots(self.megatron_roots())
+        if self.core_varies and self.core:
+            env[ENV_VARYING] = encode_roots([self.core / "megatron"])
+        else:
+            env.pop(ENV_VARYING, None)
         env["PYTHONDONTWRITEBYTECODE"] = "1"  # never write __pycache__ into a user's checkout
         if self.commit:
             env["HARNESS_TARGET_COMMIT"] = self.commit
