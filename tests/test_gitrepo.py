@@ -220,8 +220,8 @@ def test_no_checkout_clone_is_not_dirty(repo: Repo, tmp_path: Path) -> None:
     subprocess.run(["git", "clone", "-q", "--no-checkout", str(repo.path), str(clone)], check=True)
     r = open_repo(clone)
     assert git(clone, "status", "--porcelain").strip(), "git itself lists every file as deleted"
-    assert not r.checked_out()
     assert not r.is_dirty() and r.dirty_files() == []
+    assert not r.checked_out()
     archive = subprocess.run(["git", "-C", str(clone), "archive", "HEAD", "src"], capture_output=True, check=True)
     subprocess.run(["tar", "-x", "-C", str(clone)], input=archive.stdout, check=True)
     assert not r.is_dirty(include_untracked=True)
