@@ -11,10 +11,11 @@ from pathlib import Path
 from typing import Any
 
 from harness.atomicio import read_versioned_json, write_versioned_json
+from harness.machine import Machine, upgrade_v1
 from harness.verdict import FAILING, Verdict
 
 RUN_KIND = "harness-run"
-RUN_SCHEMA = 1
+RUN_SCHEMA = 2  # 2: ``machine`` is a :class:`~harness.machine.Machine` (was cpus/accelerator)
 
 
 @dataclass
@@ -52,7 +53,7 @@ class RunResult:
     run_id: str
     target: dict[str, Any]
     versions: dict[str, str]
-    machine: dict[str, Any]
+    machine: Machine
     import_mode: str
     standins: list[str] = field(default_factory=list)
     started: str = ""
@@ -81,6 +82,7 @@ class RunResult:
     def to_json(self) -> dict[str, Any]:
         doc = dataclasses.asdict(self)
         doc["cases"] = [c.to_json() for c in self.cases]
+        doc["machine"] = self.machine.to_json()
         return doc
 
     @classmethod
@@ -88,6 +90,7 @@ class RunResult:
         names = {f.name for f in dataclasses.fields(cls)}
         kwargs = {k: v for k, v in doc.items() if k in names}
         kwargs["cases"] = [CaseResult.from_json(c) for c in doc.get("cases", [])]
+        kwargs["machine"] = Machine.from_json(doc.get("machine"))
         return cls(**kwargs)
 
     def save(self, path: Path) -> None:
@@ -95,4 +98,8 @@ class RunResult:
 
     @classmethod
     def load(cls, path: Path) -> "RunResult":
-        return cls.from_json(read_versioned_json(path, RUN_KIND, RUN_SCHEMA))
+        return cls.from_json(read_versioned_json(path, RUN_KIND, RUN_SCHEMA, {1: _upgrade_v1}))
+
+
+def _upgrade_v1(doc: dict[str, Any]) -> dict[str, Any]:
+    return {**doc, "machine": upgrade_v1(doc.get("machine") or {})}

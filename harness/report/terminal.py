@@ -54,7 +54,7 @@ def print_run_summary(result: RunResult, out: TextIO) -> None:
     print(
         f"\nMegatron-Bridge {v.get('megatron-bridge')} ({result.target.get('kind')}"
         f"{', ' + str(result.target['commit']) if result.target.get('commit') else ''}), "
-        f"megatron-core {v.get('megatron-core')}, torch {v.get('torch')}, {result.machine.get('accelerator')}",
+        f"megatron-core {v.get('megatron-core')}, torch {v.get('torch')}, GPU {result.machine.gpu_label}",
         file=out,
     )
     header = f"{'suite':<26}" + "".join(f"{c.value:>{max(6, len(c.value) + 2)}}" for c in COLUMNS)
