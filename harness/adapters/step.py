@@ -90,7 +90,8 @@ class RecordingModel(torch.nn.Module):
 
     def forward(self, **kwargs: Any) -> Any:
         self.calls.append({k: _snapshot(v) for k, v in kwargs.items()})
-        hook = self.gpt.output_layer.register_forward_hook(self._record_logits)
+        output_layer: Any = self.gpt.output_layer
+        hook = output_layer.register_forward_hook(self._record_logits)
         try:
             return self.gpt(**self.model_kwargs(kwargs))
         finally:
@@ -157,8 +158,8 @@ class _Straggler:
     def __enter__(self) -> "_Straggler":
         return self
 
-    def __exit__(self, *exc: Any) -> bool:
-        return False
+    def __exit__(self, *exc: Any) -> None:
+        return None
 
 
 def minimal_state(*, sequence_parallel: bool = False, **dataset: Any) -> Any:

@@ -38,7 +38,7 @@ def cpu_cuda_calls() -> Iterator[None]:
         yield
     finally:
         torch.Tensor.cuda = orig_cuda  # type: ignore[method-assign]
-        torch.cuda.current_device = orig_current  # type: ignore[assignment]
+        torch.cuda.current_device = orig_current
 
 
 STANDIN_CAUSAL_MASK = "MCore get_default_causal_mask built on CPU (it hard-codes device='cuda')"
