@@ -150,7 +150,7 @@ def run(args: argparse.Namespace, out: TextIO = sys.stdout) -> int:
     _print_changes(tr, out)
 
     if args.auto_bisect:
-        plan = plan_bisect(tr, repo, out_dir / BISECT_DIR, cache_dir=args.cache_dir, confirm=args.confirm)
+        plan = plan_bisect(tr, repo, out_dir / BISECT_DIR, BisectEnv.of(args), confirm=args.confirm)
         links = _execute(plan, out_dir / BISECT_DIR, out)
         if links:
             render_trend_report(store, trend_page, bisect_links=links)
@@ -180,9 +180,9 @@ def _check_args(args: argparse.Namespace) -> gitrepo.GitRepo | None:
 
 
 def _target(args: argparse.Namespace) -> Target:
-    if args.mb_src is None:
+    if args.mb_src is None and args.megatron_lm is None:
         return Target(None, args.commit)  # the installed MB; the commit only labels the run
-    return _args.target_from_args(args, args.commit)
+    return _args.target_from_args(args, args.commit)  # --megatron-lm without --mb-src: a usage error
 
 
 def _plural(n: int, word: str) -> str:
@@ -234,24 +234,47 @@ def regressions(tr: dict[str, Any]) -> list[dict[str, Any]]:
     return [c for c in tr["newly_failing"] + tr["newly_untestable"] if c["previous"] == Verdict.PASS.value]
 
 
+@dataclass(frozen=True)
+class BisectEnv:
+    """What the nightly ran with that its bisection must run with too: a bisection in another
+    environment (another megatron-core, a shorter time limit) can blame the wrong commit."""
+
+    timeout_s: float = 1800.0
+    jobs: int = 1
+    megatron_lm: Path | None = None  # each commit with the megatron-core it pins
+    cache_dir: Path | None = None
+
+    @classmethod
+    def of(cls, args: argparse.Namespace) -> "BisectEnv":
+        return cls(args.timeout, args.jobs, args.megatron_lm, args.cache_dir)
+
+    def flags(self) -> list[str]:
+        flags = ["--timeout", f"{self.timeout_s:g}", "-j", str(self.jobs)]
+        if self.megatron_lm is not None:
+            flags += ["--megatron-lm", str(Path(self.megatron_lm).expanduser().resolve())]
+        if self.cache_dir is not None:
+            flags += ["--cache-dir", str(self.cache_dir)]
+        return flags
+
+
 def bisect_command(
     good: str,
     bad: str,
     repo: Path,
     out_dir: Path,
     suites: list[str],
-    cache_dir: Path | None = None,
+    env: BisectEnv = BisectEnv(),
     untestable: bool = False,
     confirm: bool = True,
 ) -> list[str]:
-    """The ``harness bisect`` command line (through this interpreter, not an installed script);
+    """The ``harness bisect`` command line (through this interpreter, not an installed script),
+    in the nightly's environment (``env``);
     ``untestable``: some regressions are cases that became untestable (``--bisect-untestable``);
     ``confirm``: check each culprit by reverting it on top of ``bad`` (``--confirm``)."""
     cmd = [sys.executable, "-m", "harness", "bisect", f"{good}..{bad}", "--repo", str(repo), "--out", str(out_dir)]
+    cmd += env.flags()
     for suite in suites:
         cmd += ["--suite", suite]
-    if cache_dir is not None:
-        cmd += ["--cache-dir", str(cache_dir)]
     return cmd + (["--bisect-untestable"] if untestable else []) + (["--confirm"] if confirm else [])
 
 
@@ -260,7 +283,11 @@ def _clean_commit(commit: str) -> tuple[str, bool]:
 
 
 def plan_bisect(
-    tr: dict[str, Any], repo: gitrepo.GitRepo | None, out_dir: Path, cache_dir: Path | None = None, confirm: bool = True
+    tr: dict[str, Any],
+    repo: gitrepo.GitRepo | None,
+    out_dir: Path,
+    env: BisectEnv = BisectEnv(),
+    confirm: bool = True,
 ) -> BisectPlan:
     """Decide whether the two latest nightlies give a range to bisect the regressions in."""
     cases = regressions(tr)
@@ -293,7 +320,7 @@ def plan_bisect(
     untestable = any(c["current"] == Verdict.UNTESTABLE.value for c in cases)
     return BisectPlan(
         cases,
-        command=bisect_command(prev, this, repo.path, out_dir, suites, cache_dir, untestable, confirm),
+        command=bisect_command(prev, this, repo.path, out_dir, suites, env, untestable, confirm),
         reason="this nightly's tree had local changes; bisecting its commit" if dirty else "",
     )
 
