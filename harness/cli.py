@@ -34,7 +34,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     try:
-        return int(args.func(args) or 0)
+        return int(args.func(args, sys.stdout) or 0)  # the stdout of now (a test may have replaced it)
     except HarnessError as exc:
         print(exc.one_line(), file=sys.stderr)
         return exc.exit_code

@@ -29,10 +29,10 @@ from collections.abc import Iterable
 from pathlib import Path
 from types import TracebackType
 
-from harness.paths import PACKAGE, SUITES_DIR
+from harness.paths import PACKAGE, suites_dir
 
 ENV_ROOTS = "HARNESS_MB_ROOTS"
-_harness_roots: tuple[str, ...] = (str(PACKAGE), str(SUITES_DIR))
+_harness_roots: tuple[str, ...] = (str(PACKAGE), str(suites_dir()))
 
 
 class Owner(enum.Enum):

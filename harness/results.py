@@ -77,7 +77,19 @@ class RunResult:
     def exit_code(self, allow_changed: bool = False) -> int:
         """0 when no case failed, erred or is FIXED (CHANGED too, unless allowed) and some case ran."""
         bad = set(FAILING) | (set() if allow_changed else {Verdict.CHANGED})
-        return 1 if not self.cases or any(c.verdict in bad for c in self.cases) else 0
+        return 1 if self.nothing_ran() or any(c.verdict in bad for c in self.cases) else 0
+
+    def nothing_ran(self) -> str | None:
+        """Why no case was checked, when none was: a run of zero checks is no green run."""
+        if not self.cases:
+            return "; ".join(self.notes) or "no case was selected"
+        if all(c.verdict is Verdict.UNTESTABLE for c in self.cases):
+            reasons: dict[str, int] = {}
+            for c in self.cases:
+                reasons[c.message] = reasons.get(c.message, 0) + 1
+            common = max(reasons, key=lambda r: reasons[r])
+            return f"all {len(self.cases)} selected case(s) are untestable here (most often: {common[:300]})"
+        return None
 
     def to_json(self) -> dict[str, Any]:
         doc = dataclasses.asdict(self)

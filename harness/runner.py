@@ -28,11 +28,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TextIO
 
+from harness import paths
 from harness.atomicio import read_versioned_json
 from harness.caselog import CaseLog, read_log
 from harness.errors import CorruptFile, UsageError
 from harness.machine import this_machine
-from harness.paths import FIXTURES_DIR, ROOT, SUITES_DIR
 from harness.procs import kill_group, popen_owned
 from harness.results import CaseResult, RunResult
 from harness.target import Target, mb_location
@@ -42,7 +42,7 @@ UPSTREAM = "upstream"  # MB's own packing tests, replayed from the target's tree
 
 
 def golden_suites() -> list[str]:
-    return sorted(p.stem[5:] for p in SUITES_DIR.glob("test_*.py"))
+    return sorted(p.stem[5:] for p in paths.suites_dir().glob("test_*.py"))
 
 
 def available_suites() -> list[str]:
@@ -55,13 +55,16 @@ def suite_files(names: list[str] | None) -> list[Path]:
     ``None`` means every golden suite. The ``upstream`` suite has no file here; it is run by
     :mod:`harness.upstream` (see :func:`run_suites`).
     """
+    if names and set(names) <= {UPSTREAM}:
+        return []
+    suites = paths.require_suites()  # a one-line error, never a run of zero suites
     known = available_suites()
     if not names:
-        return [SUITES_DIR / f"test_{n}.py" for n in golden_suites()]
+        return [suites / f"test_{n}.py" for n in golden_suites()]
     unknown = [n for n in names if n not in known]
     if unknown:
         raise UsageError(f"unknown suite(s) {', '.join(unknown)}; known: {', '.join(known)}")
-    return [SUITES_DIR / f"test_{n}.py" for n in names if n != UPSTREAM]
+    return [suites / f"test_{n}.py" for n in names if n != UPSTREAM]
 
 
 @dataclass
@@ -72,7 +75,7 @@ class RunOptions:
     jobs: int = 1
     record: bool = False
     obtained_dir: Path | None = None
-    fixtures_dir: Path = FIXTURES_DIR
+    fixtures_dir: Path = field(default_factory=paths.fixtures_dir)
     extra_pytest: list[str] = field(default_factory=list)
     import_mode: str = "auto"  # see IMPORT_MODES
     # > 0: the light-import group runs through harness.forkserver (torch and megatron-core imported
@@ -130,9 +133,9 @@ def _pytest_cmd(files: list[Path], opts: RunOptions, cases_file: Path, obtained:
         "-W",
         "ignore",
         "--rootdir",
-        str(ROOT),
+        str(paths.suites_dir().parent),
         "-c",
-        str(SUITES_DIR / "pytest.ini"),
+        str(paths.suites_dir() / "pytest.ini"),
         "--harness-results",
         str(cases_file),
         "--harness-obtained",
@@ -178,6 +181,8 @@ def run_suites(tgt: Target, opts: RunOptions, out_dir: Path, progress: TextIO | 
     out_dir.mkdir(parents=True, exist_ok=True)
     if not files:  # only the upstream suite was asked for
         return _run_upstream_only(tgt, opts, out_dir)
+    if not opts.record:
+        paths.require_fixtures(opts.fixtures_dir)
     mode = opts.import_mode
     if mode not in IMPORT_MODES:
         raise UsageError(f"unknown import mode {mode!r}; known: {', '.join(IMPORT_MODES)}")
@@ -229,7 +234,12 @@ def run_suites(tgt: Target, opts: RunOptions, out_dir: Path, progress: TextIO | 
             rc, timed_out, tail = forked
         else:
             proc = popen_owned(
-                cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL
+                cmd,
+                cwd=paths.suites_dir().parent,
+                env=env,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
             )
             timed_out, tail = _stream(proc, progress, time.monotonic() + remaining)
             rc = proc.returncode
@@ -289,8 +299,8 @@ def _run_forked(
     server_env["HARNESS_IMPORT_MODE"] = "light"
     key = str(tgt.core) if tgt.core else "installed megatron-core"
     try:
-        with POOL.lease(key, server_env, ROOT, capacity) as server:
-            rc, timed_out = server.run(cmd[3:], env, ROOT, log, timeout_s)
+        with POOL.lease(key, server_env, paths.ROOT, capacity) as server:
+            rc, timed_out = server.run(cmd[3:], env, paths.suites_dir().parent, log, timeout_s)
     except ForkServerError as exc:
         return None, str(exc)
     try:
@@ -416,7 +426,7 @@ def _target_versions(tgt: Target) -> dict[str, str]:
     code = "import json; from harness.target import versions; print(json.dumps(versions()))"
     try:
         out = subprocess.run(
-            [sys.executable, "-c", code], env=tgt.env(), capture_output=True, text=True, timeout=120, cwd=ROOT
+            [sys.executable, "-c", code], env=tgt.env(), capture_output=True, text=True, timeout=120, cwd=paths.ROOT
         )
         return json.loads(out.stdout.strip().splitlines()[-1])
     except (subprocess.SubprocessError, json.JSONDecodeError, IndexError, OSError):

@@ -23,7 +23,7 @@ from typing import Any
 import harness
 from harness.errors import EnvironmentProblem, UsageError
 from harness.ownership import ENV_ROOTS, encode_roots
-from harness.paths import ROOT, SITE_DIR
+from harness.paths import ROOT, SITE_DIR, suites_dir
 
 
 @dataclass(frozen=True)
@@ -51,9 +51,11 @@ class Target:
         return cls(src, commit or tree_commit(src))
 
     def pythonpath(self, extra: list[str] | None = None) -> str:
-        """PYTHONPATH for a subprocess: target source, stand-ins, the harness itself."""
+        """PYTHONPATH for a subprocess: target source, stand-ins, the harness itself and the
+        parent of its suites package (``import suites``: the checkout, or the wheel's data)."""
         parts = ([str(self.src)] if self.src else []) + ([str(self.core)] if self.core else [])
-        parts += [str(SITE_DIR), str(ROOT)] + (extra or [])
+        suites_parent = str(suites_dir().parent)
+        parts += [str(SITE_DIR), str(ROOT)] + ([suites_parent] if suites_parent != str(ROOT) else []) + (extra or [])
         old = os.environ.get("PYTHONPATH")
         return os.pathsep.join(parts + ([old] if old else []))
 

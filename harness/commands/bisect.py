@@ -58,6 +58,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--no-cache", action="store_true", help="ignore (and do not add to) the verdict cache")
     _args.add_cache_dir(p)
     _args.add_suites(p)
+    _args.add_roots(p)
     _args.add_out(p, "reports/bisect-<timestamp>")
     p.add_argument(
         "--allow-dirty",
@@ -119,8 +120,8 @@ def parse_range(text: str) -> tuple[str, str]:
 
 def run(args: argparse.Namespace, out: TextIO = sys.stdout) -> int:
     good, bad = parse_range(args.range)
-    if args.suite:
-        runner.suite_files(args.suite)  # unknown suite names: usage error before any git work
+    _args.use_roots(args)
+    runner.suite_files(args.suite)  # no suites, unknown suite names: one-line error before any git work
     out_dir = _args.out_dir(args, f"bisect-{_dt.datetime.now().strftime('%Y%m%d-%H%M%S')}")
     opts = BisectOptions(
         repo=args.repo,

@@ -3,7 +3,8 @@
 ``record`` runs the suites in record mode against the target (obtained values go to a
 staging directory, never into ``fixtures/``), shows for every case whether its golden is new,
 changed (with the diff) or unchanged, and writes new/changed goldens only with ``--yes`` or an
-interactive "y". ``verify`` reads every golden and reports corrupt ones.
+interactive "y", and never into the goldens installed with the harness (``--fixtures DIR`` for
+a copy). ``verify`` reads every golden and reports corrupt ones; finding none fails.
 """
 
 from __future__ import annotations
@@ -14,9 +15,9 @@ import sys
 from pathlib import Path
 from typing import TextIO
 
-from harness import runner
+from harness import paths, runner
 from harness.commands import _args
-from harness.errors import CorruptFile, HarnessError
+from harness.errors import CorruptFile, HarnessError, UsageError
 from harness.golden.compare import Comparator
 from harness.golden.storage import golden_path, read_golden, write_golden
 from harness.results import RunResult
@@ -36,14 +37,20 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     _args.add_cache_dir(rec)
     _args.add_suites(rec)
     rec.add_argument("--yes", action="store_true", help="write the new and changed goldens without asking")
-    _args.add_fixtures(rec)
+    _args.add_roots(rec)
     rec.set_defaults(func=record)
     ver = fsub.add_parser("verify", help="check that every golden file parses")
-    _args.add_fixtures(ver)
+    _args.add_roots(ver)
     ver.set_defaults(func=verify)
 
 
 def record(args: argparse.Namespace, out: TextIO = sys.stdout) -> int:
+    fixtures = _args.use_roots(args)
+    bundled = paths.is_bundled(fixtures)  # the installed package's goldens: shown, never rewritten
+    if bundled and args.yes:
+        raise UsageError(
+            f"{fixtures} holds the goldens installed with the harness; record into your own copy with --fixtures DIR"
+        )
     tgt = _args.target_from_args(args)
     require_mb(tgt)
     staging = runner.temp_out_dir()
@@ -53,18 +60,21 @@ def record(args: argparse.Namespace, out: TextIO = sys.stdout) -> int:
             keyword=args.keyword,
             record=True,
             obtained_dir=staging / "obtained",
-            fixtures_dir=args.fixtures,
+            fixtures_dir=fixtures,
         )
         result = runner.run_suites(tgt, opts, staging, progress=None)
         broken = [c for c in result.cases if c.verdict.value in ("fail", "error")]
         for c in broken:
             print(f"not recordable: {c.case_id}: {c.message.splitlines()[0] if c.message else ''}", file=out)
-        changes = _changes(staging / "obtained", args.fixtures, out)
-        stale = [] if args.keyword else _stale(args.fixtures, result, out)
+        changes = _changes(staging / "obtained", fixtures, out)
+        stale = [] if args.keyword else _stale(fixtures, result, out)
         changes += [(None, path) for path in stale]
         if not changes:
             print("goldens are up to date; nothing to write", file=out)
             return 1 if broken else 0
+        if bundled:
+            print(f"nothing written: {fixtures} is installed with the harness; use --fixtures DIR", file=out)
+            return 1
         if not (args.yes or _confirm(f"write {len(changes)} golden file(s)?")):
             print(f"nothing written; rerun with --yes to accept these {len(changes)} change(s)", file=out)
             return 1
@@ -74,7 +84,7 @@ def record(args: argparse.Namespace, out: TextIO = sys.stdout) -> int:
                 dest.with_suffix(".npz").unlink(missing_ok=True)
             else:
                 write_golden(dest, read_golden(src))
-        print(f"wrote {len(changes)} golden file(s) under {args.fixtures}", file=out)
+        print(f"wrote {len(changes)} golden file(s) under {fixtures}", file=out)
         return 1 if broken else 0
     finally:
         shutil.rmtree(staging, ignore_errors=True)
@@ -136,7 +146,7 @@ def verify(args: argparse.Namespace, out: TextIO = sys.stdout) -> int:
     from harness import known
 
     bad = 0
-    root = Path(args.fixtures)
+    root = paths.require_fixtures(_args.use_roots(args))
     known_file = root / known.FILENAME
     try:
         entries = known.load(known_file)
@@ -153,4 +163,7 @@ def verify(args: argparse.Namespace, out: TextIO = sys.stdout) -> int:
             bad += 1
             print(f"corrupt: {exc}", file=out)
     print(f"{len(files) - bad} golden file(s) ok, {bad} corrupt", file=out)
+    if not files:  # "0 ok, 0 corrupt" is no verification
+        print(f"harness: no golden files under {root}: nothing verified", file=sys.stderr)
+        return 1
     return 1 if bad else 0

@@ -44,6 +44,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--refs", help="comma-separated refs (default: newest v0.1.0rc*, v0.2.0..v0.6.0 releases, HEAD)")
     _args.add_suites(p, keyword=False)
     _args.add_import_mode(p)
+    _args.add_roots(p)
     _args.add_out(p, "reports/matrix-<run-id>")
     _args.add_cache_dir(p)
     _args.add_timeout(p, "one ref's suite process")
@@ -69,6 +70,7 @@ def export_src(workspaces: WorkspaceCache, ref: str) -> tuple[Path, str]:
 
 
 def run(args: argparse.Namespace, out: TextIO = sys.stdout) -> int:
+    _args.use_roots(args)
     if not Path(args.repo).expanduser().exists():
         raise UsageError(f"--repo {args.repo}: no such directory")
     repo = open_repo(args.repo)

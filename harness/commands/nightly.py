@@ -46,7 +46,7 @@ from harness import gitrepo, history, paths, runner
 from harness.commands import _args
 from harness.errors import HarnessError, UsageError
 from harness.report import render_run_report, render_trend_report, write_junit
-from harness.report.terminal import print_run_summary
+from harness.report.terminal import print_nothing_ran, print_run_summary
 from harness.results import RunResult
 from harness.target import Target, require_mb
 from harness.verdict import Verdict
@@ -72,9 +72,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--history",
         type=Path,
-        default=paths.DEFAULT_HISTORY,
         metavar="FILE",
-        help="parquet history store (default reports/history.parquet; created when missing)",
+        help="parquet history store (default reports/history.parquet under the current directory; "
+        "created when missing)",
     )
     _args.add_out(p, "reports/nightly-<run-id>")
     _args.add_suites(p, keyword=False)
@@ -101,7 +101,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         help="with --auto-bisect, do not check each culprit by reverting it on top of this nightly's "
         "commit (harness bisect --confirm, on by default here)",
     )
-    _args.add_fixtures(p)
+    _args.add_roots(p)
     _args.add_timeout(p, "the suite process")
     _args.add_jobs(p, "pytest-xdist workers")
     _args.add_verbosity(p, verbose=True)
@@ -119,17 +119,18 @@ class BisectPlan:
 
 
 def run(args: argparse.Namespace, out: TextIO = sys.stdout) -> int:
+    fixtures = _args.use_roots(args)
     repo = _check_args(args)
     tgt = _target(args)
     require_mb(tgt)
-    store = Path(args.history).expanduser().resolve()
+    store = Path(args.history or paths.default_history()).expanduser().resolve()
     history.load(store)  # a corrupt or too-new store fails now, not after hours of suites
     run_id = runner.new_run_id()
     out_dir = _args.out_dir(args, f"nightly-{run_id}").resolve()
     run_dir = out_dir / "runs" / run_id
 
     opts = runner.RunOptions(
-        suites=args.suite, timeout_s=args.timeout, jobs=args.jobs, fixtures_dir=args.fixtures, verbose=args.verbose
+        suites=args.suite, timeout_s=args.timeout, jobs=args.jobs, fixtures_dir=fixtures, verbose=args.verbose
     )
     result = runner.run_suites(tgt, opts, run_dir, progress=None if args.quiet else sys.stderr)
     junit = write_junit(result, out_dir / "junit.xml")
@@ -158,6 +159,7 @@ def run(args: argparse.Namespace, out: TextIO = sys.stdout) -> int:
     print(
         f"\ntrend:   {trend_page}\nreport:  {report}\njunit:   {junit}\nresults: {run_dir / 'results.json'}", file=out
     )
+    print_nothing_ran(result, sys.stderr)
     code = result.exit_code(allow_changed=args.allow_changed)
     return 1 if tr["newly_untestable"] else code
 

@@ -108,6 +108,13 @@ def print_run_summary(result: RunResult, out: TextIO) -> None:
         print("stand-ins used: " + "; ".join(result.standins), file=out)
 
 
+def print_nothing_ran(result: RunResult, err: TextIO) -> None:
+    """The one line that says why a run checked nothing (it exits 1, see RunResult.exit_code)."""
+    why = result.nothing_ran()
+    if why:
+        print(f"harness: no case ran: {' '.join(why.split())}", file=err)
+
+
 def bisect_summary_lines(doc: BisectDoc) -> list[str]:
     """The terminal summary: one line per case, then one block per culprit commit."""
     rng = doc.range
