@@ -11,7 +11,6 @@ driver sets.
 from __future__ import annotations
 
 import datetime as _dt
-import importlib.metadata as md
 import importlib.util
 import os
 import platform
@@ -80,6 +79,8 @@ class Target:
 
 
 def _dist_version(name: str) -> str:
+    import importlib.metadata as md  # ~50 ms; the CLI's start-up does not need it
+
     try:
         return md.version(name)
     except md.PackageNotFoundError:

@@ -19,14 +19,14 @@ import argparse
 import datetime as _dt
 import sys
 from pathlib import Path
-from typing import TextIO
+from typing import TYPE_CHECKING, TextIO
 
 from harness import runner
-from harness.bisect.document import BisectDoc
-from harness.bisect.driver import BisectOptions, run_bisection
 from harness.commands import _args
 from harness.errors import UsageError
-from harness.report.terminal import bisect_summary_lines
+
+if TYPE_CHECKING:
+    from harness.bisect.document import BisectDoc
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -119,6 +119,9 @@ def parse_range(text: str) -> tuple[str, str]:
 
 
 def run(args: argparse.Namespace, out: TextIO = sys.stdout) -> int:
+    from harness.bisect.driver import BisectOptions, run_bisection  # GitPython: not needed by --help
+    from harness.report.terminal import bisect_summary_lines
+
     good, bad = parse_range(args.range)
     _args.use_roots(args)
     runner.suite_files(args.suite)  # no suites, unknown suite names: one-line error before any git work

@@ -13,15 +13,15 @@ import argparse
 import shutil
 import sys
 from pathlib import Path
-from typing import TextIO
+from typing import TYPE_CHECKING, TextIO
 
 from harness import paths, runner
 from harness.commands import _args
 from harness.errors import CorruptFile, HarnessError, UsageError
-from harness.golden.compare import Comparator
-from harness.golden.storage import golden_path, read_golden, write_golden
-from harness.results import RunResult
 from harness.target import require_mb
+
+if TYPE_CHECKING:
+    from harness.results import RunResult
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -45,6 +45,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 
 def record(args: argparse.Namespace, out: TextIO = sys.stdout) -> int:
+    from harness.golden.storage import read_golden, write_golden  # numpy: not needed by --help
+
     fixtures = _args.use_roots(args)
     bundled = paths.is_bundled(fixtures)  # the installed package's goldens: shown, never rewritten
     if bundled and args.yes:
@@ -92,6 +94,9 @@ def record(args: argparse.Namespace, out: TextIO = sys.stdout) -> int:
 
 def _changes(obtained_root: Path, fixtures_root: Path, out: TextIO) -> list[tuple[Path | None, Path]]:
     """Compare staged values with goldens; print new/changed ones; return what to write."""
+    from harness.golden.compare import Comparator
+    from harness.golden.storage import golden_path, read_golden
+
     changes: list[tuple[Path | None, Path]] = []
     for src in sorted(obtained_root.rglob("*.json")):
         new = read_golden(src)
@@ -120,6 +125,8 @@ def _stale(fixtures_root: Path, result: RunResult, out: TextIO) -> list[Path]:
     a known MB bug, a failure before its golden check, an error) keeps its golden. A suite that
     did not report its cases (it crashed or timed out: a ``suite::*`` placeholder) keeps all.
     """
+    from harness.golden.storage import read_golden
+
     collected = {c.case_id for c in result.cases}
     whole_suite_lost = {c.suite for c in result.cases if c.case_id.endswith("::*")}
     stale = []
@@ -144,6 +151,7 @@ def _confirm(question: str) -> bool:
 def verify(args: argparse.Namespace, out: TextIO = sys.stdout) -> int:
     """Every golden parses, and so does the reviewed known-failures file beside them."""
     from harness import known
+    from harness.golden.storage import read_golden
 
     bad = 0
     root = paths.require_fixtures(_args.use_roots(args))

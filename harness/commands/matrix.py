@@ -17,16 +17,17 @@ import argparse
 import re
 import sys
 from pathlib import Path
-from typing import TextIO
+from typing import TYPE_CHECKING, TextIO
 
 from harness import runner
 from harness.atomicio import write_versioned_json
 from harness.commands import _args
 from harness.errors import UsageError
-from harness.gitrepo import open_repo
 from harness.target import Target
 from harness.verdict import Verdict
-from harness.workspaces import WorkspaceCache, workspace_dir_for
+
+if TYPE_CHECKING:
+    from harness.workspaces import WorkspaceCache
 
 MATRIX_CACHE = "matrix-src"  # under the per-user cache directory, never in the checkout
 _RELEASE = re.compile(r"^v(\d+)\.(\d+)\.(\d+)$")
@@ -70,6 +71,9 @@ def export_src(workspaces: WorkspaceCache, ref: str) -> tuple[Path, str]:
 
 
 def run(args: argparse.Namespace, out: TextIO = sys.stdout) -> int:
+    from harness.gitrepo import open_repo  # GitPython: not needed by --help
+    from harness.workspaces import WorkspaceCache, workspace_dir_for
+
     _args.use_roots(args)
     if not Path(args.repo).expanduser().exists():
         raise UsageError(f"--repo {args.repo}: no such directory")

@@ -40,16 +40,17 @@ import subprocess
 import sys
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, TextIO
+from typing import TYPE_CHECKING, Any, TextIO
 
-from harness import gitrepo, history, paths, runner
+from harness import paths, runner
 from harness.commands import _args
 from harness.errors import HarnessError, UsageError
-from harness.report import render_run_report, render_trend_report, write_junit
-from harness.report.terminal import print_nothing_ran, print_run_summary
 from harness.results import RunResult
 from harness.target import Target, require_mb
 from harness.verdict import Verdict
+
+if TYPE_CHECKING:
+    from harness import gitrepo
 
 BISECT_DIR = "bisect"
 #: Address of the bisect report as seen from DIR/trend.html.
@@ -119,6 +120,10 @@ class BisectPlan:
 
 
 def run(args: argparse.Namespace, out: TextIO = sys.stdout) -> int:
+    from harness import history  # pandas, jinja2: not needed by --help
+    from harness.report import render_run_report, render_trend_report, write_junit
+    from harness.report.terminal import print_nothing_ran, print_run_summary
+
     fixtures = _args.use_roots(args)
     repo = _check_args(args)
     tgt = _target(args)
@@ -171,6 +176,8 @@ def run(args: argparse.Namespace, out: TextIO = sys.stdout) -> int:
 
 def _check_args(args: argparse.Namespace) -> gitrepo.GitRepo | None:
     """Usage errors before anything runs; the opened --repo when bisecting."""
+    from harness import gitrepo
+
     runner.suite_files(args.suite)  # unknown suite names
     if args.auto_bisect and args.repo is None:
         raise UsageError("--auto-bisect needs --repo MB_CHECKOUT (the git checkout to bisect in)")

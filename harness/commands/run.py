@@ -14,8 +14,6 @@ from typing import TextIO
 
 from harness import runner
 from harness.commands import _args
-from harness.report import render_run_report, write_junit
-from harness.report.terminal import print_nothing_ran, print_run_summary
 from harness.target import require_mb
 
 
@@ -41,6 +39,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace, out: TextIO = sys.stdout) -> int:
+    from harness.report import render_run_report, write_junit  # jinja2: not needed by --help
+    from harness.report.terminal import print_nothing_ran, print_run_summary
+
     fixtures = _args.use_roots(args)
     tgt = _args.target_from_args(args)
     require_mb(tgt)
