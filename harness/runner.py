@@ -16,6 +16,7 @@ never got as far as MB's code).
 from __future__ import annotations
 
 import datetime as _dt
+import functools
 import json
 import os
 import re
@@ -24,6 +25,7 @@ import sys
 import tempfile
 import time
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TextIO
@@ -34,6 +36,7 @@ from harness.caselog import CaseLog, read_log
 from harness.errors import CorruptFile, UsageError
 from harness.machine import this_machine
 from harness.procs import kill_group, popen_owned
+from harness.progress import CaseFeed
 from harness.results import CaseResult, RunResult
 from harness.target import Target, mb_location
 from harness.verdict import Verdict, worst
@@ -152,8 +155,11 @@ def _pytest_cmd(files: list[Path], opts: RunOptions, cases_file: Path, obtained:
     return cmd + opts.extra_pytest
 
 
-def _stream(proc: subprocess.Popen, sink: TextIO | None, deadline: float) -> tuple[bool, str]:
-    """Copy the child's output to ``sink`` live; return (timed_out, tail of the output)."""
+def _stream(
+    proc: subprocess.Popen, sink: TextIO | CaseFeed | None, deadline: float, tick: Callable[[], object] = lambda: None
+) -> tuple[bool, str]:
+    """Copy the child's output to ``sink`` live, calling ``tick`` between reads (progress);
+    return (timed_out, tail of the output)."""
     tail: list[str] = []
     assert proc.stdout is not None
     os.set_blocking(proc.stdout.fileno(), False)
@@ -172,6 +178,7 @@ def _stream(proc: subprocess.Popen, sink: TextIO | None, deadline: float) -> tup
         elif proc.poll() is not None:
             return False, "".join(tail)
         else:
+            tick()
             time.sleep(0.1)
 
 
@@ -204,50 +211,59 @@ def run_suites(tgt: Target, opts: RunOptions, out_dir: Path, progress: TextIO | 
     cases: list[CaseResult] = []
     notes: list[str] = []
     per_group: dict[str, int] = {}
-    for group, import_env, group_files in plan:
-        if not group_files:
-            continue
-        cases_file = out_dir / (f"cases-{group}.json" if group else "cases.json")
-        events_file = cases_file.with_suffix(".events.jsonl")
-        for stale in (cases_file, events_file):
-            if stale.exists():
-                stale.unlink()
-        remaining = deadline - time.monotonic()
-        if remaining < 1.0:  # an earlier group used the whole time limit
-            reason = f"not run: the time limit ({opts.timeout_s:.0f} s) was used up by an earlier import group"
-            cases += [_whole_suite(f, Verdict.UNTESTABLE, reason, group) for f in group_files]
-            notes.append(f"[{group} import] {reason}")
-            continue
-        env = tgt.env(standins_log)
-        env["HARNESS_IMPORT_MODE"] = import_env
-        if group:
-            env["HARNESS_IMPORT_GROUP"] = group
-        else:
-            env.pop("HARNESS_IMPORT_GROUP", None)
-        cmd = _pytest_cmd(group_files, opts, cases_file, obtained) + ["--harness-events", str(events_file)]
-        forked = None
-        if opts.fork_servers > 0 and import_env == "light":
-            forked, why_not = _run_forked(tgt, cmd, env, out_dir / f"pytest-{group}.log", remaining, opts.fork_servers)
-            if why_not:
-                notes.append(f"[{group} import] fork server unavailable ({why_not}): ran as a plain subprocess")
-        if forked is not None:
-            rc, timed_out, tail = forked
-        else:
-            proc = popen_owned(
-                cmd,
-                cwd=paths.suites_dir().parent,
-                env=env,
-                stdout=subprocess.PIPE,
-                stderr=subprocess.STDOUT,
-                stdin=subprocess.DEVNULL,
+    feed = CaseFeed(progress, opts.verbose)
+    with feed:
+        for group, import_env, group_files in plan:
+            if not group_files:
+                continue
+            cases_file = out_dir / (f"cases-{group}.json" if group else "cases.json")
+            events_file = cases_file.with_suffix(".events.jsonl")
+            for stale in (cases_file, events_file):
+                if stale.exists():
+                    stale.unlink()
+            remaining = deadline - time.monotonic()
+            if remaining < 1.0:  # an earlier group used the whole time limit
+                reason = f"not run: the time limit ({opts.timeout_s:.0f} s) was used up by an earlier import group"
+                cases += [_whole_suite(f, Verdict.UNTESTABLE, reason, group) for f in group_files]
+                notes.append(f"[{group} import] {reason}")
+                continue
+            env = tgt.env(standins_log)
+            env["HARNESS_IMPORT_MODE"] = import_env
+            if group:
+                env["HARNESS_IMPORT_GROUP"] = group
+            else:
+                env.pop("HARNESS_IMPORT_GROUP", None)
+            cmd = _pytest_cmd(group_files, opts, cases_file, obtained) + ["--harness-events", str(events_file)]
+            forked = None
+            if opts.fork_servers > 0 and import_env == "light":
+                forked, why_not = _run_forked(
+                    tgt, cmd, env, out_dir / f"pytest-{group}.log", remaining, opts.fork_servers
+                )
+                if why_not:
+                    notes.append(f"[{group} import] fork server unavailable ({why_not}): ran as a plain subprocess")
+            if forked is not None:
+                rc, timed_out, tail = forked
+            else:
+                proc = popen_owned(
+                    cmd,
+                    cwd=paths.suites_dir().parent,
+                    env=env,
+                    stdout=subprocess.PIPE,
+                    stderr=subprocess.STDOUT,
+                    stdin=subprocess.DEVNULL,
+                )
+                timed_out, tail = _stream(
+                    proc, feed.sink, time.monotonic() + remaining, functools.partial(feed.poll, events_file)
+                )
+                rc = proc.returncode
+            feed.group_done(events_file)
+            outcome = _Outcome(rc, timed_out, tail, opts.timeout_s)
+            g_cases, g_notes = _collect(
+                cases_file, events_file, group_files, outcome, group, empty_ok=group is not None
             )
-            timed_out, tail = _stream(proc, progress, time.monotonic() + remaining)
-            rc = proc.returncode
-        outcome = _Outcome(rc, timed_out, tail, opts.timeout_s)
-        g_cases, g_notes = _collect(cases_file, events_file, group_files, outcome, group, empty_ok=group is not None)
-        cases += g_cases
-        notes += [f"[{group} import] {n}" if group else n for n in g_notes]
-        per_group[import_env] = per_group.get(import_env, 0) + len(g_cases)
+            cases += g_cases
+            notes += [f"[{group} import] {n}" if group else n for n in g_notes]
+            per_group[import_env] = per_group.get(import_env, 0) + len(g_cases)
     if mode == "auto":
         import_mode = f"auto (light: {per_group.get('light', 0)} cases, full: {per_group.get('full', 0)} cases)"
     elif mode == "light":

@@ -23,6 +23,7 @@ from harness import runner
 from harness.atomicio import write_versioned_json
 from harness.commands import _args
 from harness.errors import UsageError
+from harness.progress import Progress
 from harness.target import Target
 from harness.verdict import Verdict
 
@@ -84,36 +85,46 @@ def run(args: argparse.Namespace, out: TextIO = sys.stdout) -> int:
     out_dir.mkdir(parents=True, exist_ok=True)
     rows: list[dict] = []
     any_error = False
-    for ref in refs:
-        src, sha = export_src(workspaces, ref)
-        if not args.quiet:
-            print(f"matrix: {ref} ({sha[:9]})", file=sys.stderr)
-        opts = runner.RunOptions(suites=args.suite, timeout_s=args.timeout, import_mode=args.import_mode)
-        ref_dir = out_dir / re.sub(r"[^A-Za-z0-9._-]", "_", ref)
-        result = runner.run_suites(Target(src=src, commit=sha), opts, ref_dir, progress=None)
-        suites = sorted({c.suite for c in result.cases})
-        any_error |= any(c.verdict is Verdict.ERROR for c in result.cases)
-        rows.append(
-            {
-                "ref": ref,
-                "commit": sha,
-                "mb_version": result.versions.get("megatron-bridge"),
-                "import_mode": result.import_mode,
-                "duration_s": result.duration_s,
-                "suites": {suite: result.counts(suite) for suite in suites},
-                "problems": [
-                    {"case_id": c.case_id, "verdict": c.verdict.value, "message": c.message[:4000]}
-                    for c in result.cases
-                    if c.verdict is not Verdict.PASS
-                ],
-                "notes": result.notes,
-                "results": str(ref_dir / "results.json"),
-            }
-        )
-        write_versioned_json(out_dir / "matrix.json", "harness-matrix", 1, {"repo": str(repo.path), "refs": rows})
+    with Progress(None if args.quiet else sys.stderr, "matrix", total=len(refs)) as progress:
+        for ref in refs:
+            progress.update(status=f"running {ref}")
+            row = _run_ref(args, workspaces, ref, out_dir)
+            rows.append(row)
+            any_error |= any(p["verdict"] == Verdict.ERROR.value for p in row["problems"])
+            write_versioned_json(out_dir / "matrix.json", "harness-matrix", 1, {"repo": str(repo.path), "refs": rows})
+            counts = {k: sum(n[k] for n in row["suites"].values()) for k in ("pass", "fail", "untestable", "error")}
+            progress.step(
+                f"{ref} ({row['commit'][:9]}): "
+                + ", ".join(f"{n} {k}" for k, n in counts.items())
+                + f" in {row['duration_s']:.0f} s",
+                status="",
+            )
     print_table(rows, out)
     print(f"\nmatrix: {out_dir / 'matrix.json'}", file=out)
     return 1 if any_error else 0
+
+
+def _run_ref(args: argparse.Namespace, workspaces: WorkspaceCache, ref: str, out_dir: Path) -> dict:
+    """One ref: its src exported, the suites run on it; its row of matrix.json."""
+    src, sha = export_src(workspaces, ref)
+    opts = runner.RunOptions(suites=args.suite, timeout_s=args.timeout, import_mode=args.import_mode)
+    ref_dir = out_dir / re.sub(r"[^A-Za-z0-9._-]", "_", ref)
+    result = runner.run_suites(Target(src=src, commit=sha), opts, ref_dir, progress=None)
+    return {
+        "ref": ref,
+        "commit": sha,
+        "mb_version": result.versions.get("megatron-bridge"),
+        "import_mode": result.import_mode,
+        "duration_s": result.duration_s,
+        "suites": {suite: result.counts(suite) for suite in sorted({c.suite for c in result.cases})},
+        "problems": [
+            {"case_id": c.case_id, "verdict": c.verdict.value, "message": c.message[:4000]}
+            for c in result.cases
+            if c.verdict is not Verdict.PASS
+        ],
+        "notes": result.notes,
+        "results": str(ref_dir / "results.json"),
+    }
 
 
 def print_table(rows: list[dict], out: TextIO) -> None:
