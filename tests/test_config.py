@@ -144,3 +144,17 @@ def test_a_run_takes_its_goldens_from_the_configuration(tmp_path: Path, monkeypa
     monkeypatch.chdir(tmp_path)
     assert cli.main(["fixtures", "verify"]) == 1
     assert f"no golden files under {fixtures}" in capsys.readouterr().err
+
+
+def test_shared_options_mean_the_same_everywhere() -> None:
+    """-j, --timeout, --cache-dir, -q/-v, --fixtures: one definition (commands/_args.py), so one
+    type, one destination and one configuration key wherever a command has them."""
+    commands = config._commands(cli.build_parser())
+    for flag in ("--jobs", "--timeout", "--cache-dir", "--quiet", "--verbose", "--fixtures", "--suites-dir"):
+        having = {path: a for path, sub in commands.items() for a in sub._actions if flag in a.option_strings}
+        assert len(having) >= 3, (flag, sorted(having))
+        assert len({(a.dest, a.type, a.nargs, type(a)) for a in having.values()}) == 1, (flag, sorted(having))
+    suite_commands = ("run", "nightly", "bisect", "fixtures record")
+    for path in suite_commands:
+        flags = {f for a in commands[path]._actions for f in a.option_strings}
+        assert {"-j", "--timeout", "-q", "--suites-dir", "--fixtures", "--suite"} <= flags, path

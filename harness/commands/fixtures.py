@@ -38,6 +38,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     _args.add_suites(rec)
     rec.add_argument("--yes", action="store_true", help="write the new and changed goldens without asking")
     _args.add_roots(rec)
+    _args.add_timeout(rec, "the suite process")
+    _args.add_jobs(rec, "pytest-xdist workers")
+    _args.add_verbosity(rec, verbose=True)
     rec.set_defaults(func=record)
     ver = fsub.add_parser("verify", help="check that every golden file parses")
     _args.add_roots(ver)
@@ -63,8 +66,11 @@ def record(args: argparse.Namespace, out: TextIO = sys.stdout) -> int:
             record=True,
             obtained_dir=staging / "obtained",
             fixtures_dir=fixtures,
+            timeout_s=args.timeout,
+            jobs=args.jobs,
+            verbose=args.verbose,
         )
-        result = runner.run_suites(tgt, opts, staging, progress=None)
+        result = runner.run_suites(tgt, opts, staging, progress=None if args.quiet else sys.stderr)
         broken = [c for c in result.cases if c.verdict.value in ("fail", "error")]
         for c in broken:
             print(f"not recordable: {c.case_id}: {c.message.splitlines()[0] if c.message else ''}", file=out)
