@@ -46,9 +46,6 @@ import pytest
 
 from harness import caselog
 from harness.errors import Broken, Untestable
-from harness.golden.compare import Comparator, Tolerance
-from harness.golden.serializer import encode
-from harness.golden.storage import Golden, golden_path, read_golden, write_golden
 from harness.ownership import Owner, add_harness_root, blame
 from harness.verdict import Verdict
 
@@ -95,6 +92,11 @@ class GoldenChecker:
     def check(self, value: Any, tolerances: dict[str, tuple[float, float]] | None = None) -> None:
         """Compare ``value`` with the golden; raise :class:`GoldenMismatch` with a diff."""
         __tracebackhide__ = True  # pytest shows the case's line and the diff, not this method
+        # numpy and the golden modules load here, not with the plugin: it is loaded by every pytest
+        from harness.golden.compare import Comparator, Tolerance
+        from harness.golden.serializer import encode
+        from harness.golden.storage import Golden, golden_path, read_golden, write_golden
+
         if self.checked:
             raise RuntimeError("one golden check per case: put everything in one dict")
         self.checked = True

@@ -56,11 +56,12 @@ def test_marked():
 """
 
 OTHER_PROJECT_CONFTEST = """
-import json, os
+import json, os, sys
 
 def pytest_configure(config):
+    heavy = [m for m in ("numpy", "torch", "pandas", "git") if m in sys.modules]
     with open(os.environ["PROBE"], "w") as fh:
-        json.dump({"loaded": config.pluginmanager.has_plugin("harness.plugin")}, fh)
+        json.dump({"loaded": config.pluginmanager.has_plugin("harness.plugin"), "heavy": heavy}, fh)
 """
 
 
@@ -73,7 +74,8 @@ def test_another_projects_pytest_is_untouched(tmp_path: Path, monkeypatch) -> No
     (tmp_path / "test_marked.py").write_text(MARKED)
     monkeypatch.setenv("PROBE", str(tmp_path / "probe.json"))
     proc = pytest_run(["-q", "--junitxml", str(tmp_path / "junit.xml"), "test_other.py"], tmp_path)
-    assert json.loads((tmp_path / "probe.json").read_text()) == {"loaded": True}, "loaded through the entry point"
+    probe = json.loads((tmp_path / "probe.json").read_text())
+    assert probe == {"loaded": True, "heavy": []}, "loaded through the entry point, importing nothing heavy"
     assert proc.returncode == 1 and "1 failed, 1 passed" in proc.stdout, proc.stdout
     props = [p.attrib["name"] for p in ET.parse(tmp_path / "junit.xml").iter("property")]
     assert props == [], "no harness verdict properties in someone else's JUnit"
