@@ -188,14 +188,20 @@ class Applied:
     """The defaults a configuration set, kept to give command-line flags the last word."""
 
     appended: dict[str, list[Any]] = field(default_factory=dict)  # dest -> the configured list
+    # a configured option of a mutually exclusive group, its own default, the group's other options
+    exclusive: list[tuple[argparse.Action, Any, list[argparse.Action]]] = field(default_factory=list)
 
     def finish(self, args: argparse.Namespace) -> argparse.Namespace:
         """A repeatable option given on the command line replaces the configured list (argparse
-        appends to its default)."""
+        appends to its default); an option given on the command line turns off the configured
+        value of the options it excludes (``-v`` on the command line, ``quiet = true`` configured)."""
         for dest, configured in self.appended.items():
             given = getattr(args, dest, None)
             if isinstance(given, list) and len(given) > len(configured) and given[: len(configured)] == configured:
                 setattr(args, dest, given[len(configured) :])
+        for action, original, others in self.exclusive:
+            if any(hasattr(args, o.dest) and getattr(args, o.dest) != o.default for o in others):
+                setattr(args, action.dest, original)
         return args
 
 
@@ -222,12 +228,15 @@ def apply(parser: argparse.ArgumentParser, config: HarnessConfig) -> Applied:
                 raise UsageError(f"{config.source}: unknown key {key!r} in [{name}] ('harness {name}' has no --{flag})")
     for path, options in by_command.items():
         own = {k.replace("_", "-"): v for k, v in _own_table(config, path).items()}
+        groups = {a: g._group_actions for g in commands[path]._mutually_exclusive_groups for a in g._group_actions}
         for key, value in {**top_level, **own}.items():
             action = options.get(key)
             if action is None:
                 continue
             where = f"{config.source}: {key}" if key not in own else f"{config.source}: [{path.split()[0]}] {key}"
             default = _value(action, value, where)
+            if action in groups:
+                applied.exclusive.append((action, action.default, [a for a in groups[action] if a is not action]))
             action.default = default
             if isinstance(action, argparse._AppendAction):
                 applied.appended[action.dest] = default

@@ -64,6 +64,13 @@ def test_flags_win(tmp_path: Path) -> None:
     assert night.suite == ["packing_algorithms"]
 
 
+def test_a_flag_turns_off_the_configured_option_it_excludes(tmp_path: Path) -> None:
+    (tmp_path / "harness.toml").write_text("quiet = true\n")
+    assert parse(tmp_path, ["run"]).quiet is True
+    run = parse(tmp_path, ["run", "-v"])
+    assert run.verbose is True and run.quiet is False, "-v on the command line wins over quiet = true"
+
+
 def test_harness_toml_comes_first(tmp_path: Path) -> None:
     (tmp_path / "pyproject.toml").write_text(PYPROJECT)
     (tmp_path / "harness.toml").write_text('jobs = 3\n\n[run]\nimport = "light"\nallow-changed = true\n')
