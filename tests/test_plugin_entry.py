@@ -33,8 +33,10 @@ def pytest_run(args: list[str], cwd: Path) -> subprocess.CompletedProcess:
 
 
 def test_the_plugin_is_a_pytest11_entry_point() -> None:
-    found = {ep.name: ep.value for ep in md.entry_points(group="pytest11")}
-    assert found.get("harness.plugin") == "harness.plugin", "reinstall the harness (pip install -e .)"
+    """Looked up as pytest does (every distribution: a stale harness.egg-info in the checkout
+    must not hide the installed one)."""
+    found = {(ep.name, ep.value) for d in md.distributions() for ep in d.entry_points if ep.group == "pytest11"}
+    assert ("harness.plugin", "harness.plugin") in found, "reinstall the harness (pip install -e .)"
 
 
 OTHER_PROJECT_TESTS = """
