@@ -11,6 +11,8 @@
 #             forward_cpu / forward_gpu included once they are there; add "upstream" for MB's own tests)
 #   HARNESS_VENV  where scripts/setup.sh puts the environment (default: <harness>/.venv)
 #   SKIP_SETUP=1  reuse the environment as is
+#   HARNESS_ARGS  more arguments for harness nightly, split on spaces (nightly-slurm.sh passes
+#             --executor slurm, -j and --cache-dir this way)
 #
 # Exit status is harness nightly's: 0 every case passed, 1 a case failed, 2 usage/environment.
 set -euo pipefail
@@ -33,10 +35,12 @@ mkdir -p "$OUT" "$(dirname "$HISTORY")"
 
 suite_args=()
 for s in $SUITES; do suite_args+=(--suite "$s"); done
+read -r -a extra_args <<< "${HARNESS_ARGS:-}"
 
 set +e
 "$VENV/bin/harness" nightly --mb-src "$MB/src" --history "$HISTORY" --out "$OUT" \
-  --auto-bisect --repo "$MB" ${suite_args[@]+"${suite_args[@]}"} 2>&1 | tee "$OUT/nightly.log"
+  --auto-bisect --repo "$MB" ${suite_args[@]+"${suite_args[@]}"} ${extra_args[@]+"${extra_args[@]}"} \
+  2>&1 | tee "$OUT/nightly.log"
 rc=${PIPESTATUS[0]}
 set -e
 echo "nightly.sh: harness nightly exited $rc; pages under $OUT (trend.html, report.html, bisect/report.html)"

@@ -104,9 +104,10 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     )
     _args.add_roots(p)
     _args.add_timeout(p, "the suite process")
-    _args.add_jobs(p, "pytest-xdist workers")
+    _args.add_jobs(p, "pytest-xdist workers (with --executor slurm: jobs in flight, for the bisection too)")
     _args.add_verbosity(p, verbose=True)
     _args.add_allow_changed(p)
+    _args.add_executor(p, "the suites (one job per suite) and the automatic bisection's evaluations")
     p.set_defaults(func=run)
 
 
@@ -121,6 +122,7 @@ class BisectPlan:
 
 def run(args: argparse.Namespace, out: TextIO = sys.stdout) -> int:
     from harness import history  # pandas, jinja2: not needed by --help
+    from harness.executors.shards import run_suites_with
     from harness.report import render_run_report, render_trend_report, write_junit
     from harness.report.terminal import print_nothing_ran, print_run_summary
 
@@ -137,7 +139,13 @@ def run(args: argparse.Namespace, out: TextIO = sys.stdout) -> int:
     opts = runner.RunOptions(
         suites=args.suite, timeout_s=args.timeout, jobs=args.jobs, fixtures_dir=fixtures, verbose=args.verbose
     )
-    result = runner.run_suites(tgt, opts, run_dir, progress=None if args.quiet else sys.stderr)
+    result = run_suites_with(
+        _args.executor_from_args(args, args.jobs, args.timeout),
+        tgt,
+        opts,
+        run_dir,
+        progress=None if args.quiet else sys.stderr,
+    )
     junit = write_junit(result, out_dir / "junit.xml")
     report = render_run_report(result, out_dir / "report.html")
     print_run_summary(result, out)
@@ -252,10 +260,11 @@ class BisectEnv:
     jobs: int = 1
     megatron_lm: Path | None = None  # each commit with the megatron-core it pins
     cache_dir: Path | None = None
+    executor: tuple[str, ...] = ()  # --executor and its flags: evaluations run where the suites ran
 
     @classmethod
     def of(cls, args: argparse.Namespace) -> "BisectEnv":
-        return cls(args.timeout, args.jobs, args.megatron_lm, args.cache_dir)
+        return cls(args.timeout, args.jobs, args.megatron_lm, args.cache_dir, tuple(_args.executor_argv(args)))
 
     def flags(self) -> list[str]:
         flags = ["--timeout", f"{self.timeout_s:g}", "-j", str(self.jobs)]
@@ -263,7 +272,7 @@ class BisectEnv:
             flags += ["--megatron-lm", str(Path(self.megatron_lm).expanduser().resolve())]
         if self.cache_dir is not None:
             flags += ["--cache-dir", str(self.cache_dir)]
-        return flags
+        return flags + list(self.executor)
 
 
 def bisect_command(

@@ -30,15 +30,17 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     _args.add_suites(p)
     _args.add_out(p, "reports/<run-id>")
     _args.add_timeout(p, "the suite process")
-    _args.add_jobs(p, "pytest-xdist workers")
+    _args.add_jobs(p, "pytest-xdist workers (with --executor slurm: suite jobs in flight)")
     _args.add_roots(p)
     _args.add_verbosity(p, verbose=True)
     _args.add_import_mode(p)
     _args.add_allow_changed(p)
+    _args.add_executor(p, "the suites (one job per suite)")
     p.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace, out: TextIO = sys.stdout) -> int:
+    from harness.executors.shards import run_suites_with  # the SLURM side: not needed by --help
     from harness.report import render_run_report, write_junit  # jinja2: not needed by --help
     from harness.report.terminal import print_nothing_ran, print_run_summary
 
@@ -55,7 +57,13 @@ def run(args: argparse.Namespace, out: TextIO = sys.stdout) -> int:
         import_mode=args.import_mode,
         verbose=args.verbose,
     )
-    result = runner.run_suites(tgt, opts, out_dir, progress=None if args.quiet else sys.stderr)
+    result = run_suites_with(
+        _args.executor_from_args(args, args.jobs, args.timeout),
+        tgt,
+        opts,
+        out_dir,
+        progress=None if args.quiet else sys.stderr,
+    )
     write_junit(result, out_dir / "junit.xml")
     report = render_run_report(result, out_dir / "report.html")
     print_run_summary(result, out)
