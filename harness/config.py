@@ -1,7 +1,9 @@
-"""Defaults for command-line options from a configuration file in the current directory.
+"""Defaults for command-line options (and settings of concerns like SLURM) from a configuration file.
 
-Read from ``./harness.toml`` (its top level is the harness table), else from ``[tool.harness]``
-in ``./pyproject.toml``; none of them: no defaults. So a nightly does not repeat ten flags::
+Read from the nearest directory, the current one or a parent, that has ``harness.toml`` (its
+top level is the harness table; ``[tool.harness]`` in it works too, so a pyproject snippet can
+be copied as is) or a ``pyproject.toml`` with ``[tool.harness]``; ``harness.toml`` wins in a
+directory that has both. None found: no defaults. So a nightly does not repeat ten flags::
 
     [tool.harness]                    # every command that has the option
     mb-src = "~/Megatron-Bridge"
@@ -15,6 +17,7 @@ in ``./pyproject.toml``; none of them: no defaults. So a nightly does not repeat
     suite = ["packing_algorithms", "forward_cpu"]
 
     [tool.harness.slurm]              # a concern of its own, read with HarnessConfig.section()
+    partition = "batch"
 
 Keys are the long options without the dashes in front (``cache-dir``; ``cache_dir`` too). A value
 goes through the option's own type and checks (``jobs = 0`` fails as ``-j 0`` would). Flags
@@ -23,7 +26,7 @@ by the flags. An unknown key, a top-level key no command has, or a value of the 
 one-line usage error naming the file and the key.
 
 A concern that is not a command option (SLURM submission...) gets a sub-table and a typed
-record: list its name in :data:`SECTIONS`, then ``load().section("slurm", SlurmSettings)``
+record: list its name in :data:`SECTIONS`, then ``load().section("slurm", SlurmOptions)``
 turns ``[tool.harness.slurm]`` into that dataclass, with the same one-line errors.
 """
 
@@ -52,13 +55,14 @@ T = TypeVar("T")
 class HarnessConfig:
     """What the configuration file says (empty when there is none)."""
 
-    source: str = ""  # "harness.toml" or "pyproject.toml [tool.harness]", for messages
+    source: str = ""  # ".../harness.toml" or ".../pyproject.toml [tool.harness]", for messages
     options: dict[str, Any] = field(default_factory=dict)  # top level: every command with the option
     commands: dict[str, dict[str, Any]] = field(default_factory=dict)  # [tool.harness.<command>]
     sections: dict[str, dict[str, Any]] = field(default_factory=dict)  # [tool.harness.<concern>]
 
-    def section(self, name: str, record: type[T]) -> T:
-        """``[tool.harness.<name>]`` as the dataclass ``record`` (its defaults where absent)."""
+    def section(self, name: str, record: type[T], **overrides: Any) -> T:
+        """``[tool.harness.<name>]`` as the dataclass ``record`` (its defaults where absent), with
+        ``overrides`` (the command line's flags; None: not given) over the file."""
         if name not in SECTIONS:
             raise ValueError(f"{name!r} is not a configuration section (add it to config.SECTIONS)")
         table = self.sections.get(name, {})
@@ -70,6 +74,7 @@ class HarnessConfig:
             if attr not in fields:
                 raise UsageError(f"{self.source}: unknown key {key!r} in [{name}]; known: {', '.join(sorted(fields))}")
             values[attr] = _coerce(value, hints[attr], f"{self.source}: [{name}] {key}")
+        values.update({k: v for k, v in overrides.items() if v is not None})
         return record(**values)
 
 
@@ -79,6 +84,10 @@ def _coerce(value: Any, hint: Any, where: str) -> Any:
     if origin in (typing.Union, types.UnionType):
         for arg in (a for a in args if a is not type(None)):
             return _coerce(value, arg, where)
+    if origin is tuple and args and typing.get_origin(args[0]) is tuple:  # pairs: a table of name = value
+        if not isinstance(value, dict):
+            raise UsageError(f"{where}: expected a table of name = value, not {value!r}")
+        return tuple((str(k), str(v)) for k, v in value.items())
     if origin in (list, tuple):
         if not isinstance(value, list):
             raise UsageError(f"{where}: expected a list, not {value!r}")
@@ -96,15 +105,23 @@ def _coerce(value: Any, hint: Any, where: str) -> Any:
 
 
 def load(directory: Path | None = None) -> HarnessConfig:
-    """The configuration of ``directory`` (default: the current one)."""
-    directory = Path.cwd() if directory is None else directory
-    own, project = directory / "harness.toml", directory / "pyproject.toml"
-    if own.is_file():
-        return _split(_read(own), "harness.toml")
-    if project.is_file():
-        tool = _read(project).get("tool", {})
-        if isinstance(tool, dict) and isinstance(tool.get("harness"), dict):
-            return _split(tool["harness"], "pyproject.toml [tool.harness]")
+    """The configuration that applies in ``directory`` (default: the current one): the nearest
+    directory upwards with a ``harness.toml`` or a ``pyproject.toml`` that has ``[tool.harness]``."""
+    start = Path.cwd() if directory is None else directory
+    for folder in [start, *start.parents]:
+        own, project = folder / "harness.toml", folder / "pyproject.toml"
+        if own.is_file():
+            doc = _read(own)
+            tool = doc.pop("tool", None)
+            if isinstance(tool, dict) and isinstance(tool.get("harness"), dict):
+                doc.update(tool["harness"])
+            elif tool is not None:
+                doc["tool"] = tool  # reported as an unknown table
+            return _split(doc, str(own))
+        if project.is_file():
+            tool = _read(project).get("tool", {})
+            if isinstance(tool, dict) and isinstance(tool.get("harness"), dict):
+                return _split(tool["harness"], f"{project} [tool.harness]")
     return HarnessConfig()
 
 

@@ -11,13 +11,14 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
-import tomllib
 from pathlib import Path
 
 import pytest
 
+from harness import config as harness_config
 from harness.bisect.evaluator import EvalOutcome
 from harness.bisect.executor import JobLog
 from harness.cli import build_parser
@@ -25,6 +26,7 @@ from harness.commands import _args
 from harness.commands.nightly import BisectEnv, bisect_command
 from harness.errors import UsageError
 from harness.executors import config
+from harness.executors.options import SlurmOptions
 from harness.executors.shards import LOST, merge
 from harness.executors.slurm import SlurmExecutor
 from harness.machine import Machine
@@ -44,33 +46,38 @@ def test_nearest_config_table_wins_and_flags_override_it(tmp_path: Path) -> None
     top, mid = tmp_path / "top", tmp_path / "top" / "mid"
     (mid / "deep").mkdir(parents=True)
     (top / "pyproject.toml").write_text('[project]\nname = "x"\n[tool.harness.slurm]\npartition = "top"\ngpus = 2\n')
-    assert config.find_table(mid / "deep") == (top / "pyproject.toml", {"partition": "top", "gpus": 2})
+    opts = config.slurm_options(mid / "deep")
+    assert (opts.partition, opts.gpus) == ("top", 2)
     (mid / "pyproject.toml").write_text('[project]\nname = "no table here"\n')
     (mid / "harness.toml").write_text(
         '[slurm]\npartition = "mid"\ncontainer_mounts = ["/data:/data"]\nsbatch_extra = { qos = "low" }\n'
     )
-    source, table = config.find_table(mid / "deep")
-    assert source == mid / "harness.toml"
-    opts = config.options_from(table, str(source), partition="flag", gpus=None)
+    opts = config.slurm_options(mid / "deep", partition="flag", gpus=None)
     assert (opts.partition, opts.gpus, opts.container_mounts, opts.sbatch_extra) == (
         "flag",
         0,
         ("/data:/data",),
         (("qos", "low"),),
     )
-    assert config.find_table(tmp_path) == (None, {})
+    assert config.slurm_options(tmp_path) == SlurmOptions()
     (mid / "harness.toml").write_text("[slurm]\npartiton = 'typo'\n")
     with pytest.raises(UsageError, match=r"harness.toml: unknown key 'partiton'"):
-        config.options_from(*reversed(config.find_table(mid)))
+        config.slurm_options(mid)
     (mid / "harness.toml").write_text("[slurm\n")
-    with pytest.raises(UsageError, match="not readable TOML"):
-        config.find_table(mid)
+    with pytest.raises(UsageError, match="not valid TOML"):
+        config.slurm_options(mid)
 
 
-def test_example_cluster_settings_are_valid() -> None:
-    path = ROOT / "examples" / "ci" / "harness.slurm.toml"
-    opts = config.options_from(tomllib.loads(path.read_text())["tool"]["harness"]["slurm"], str(path))
+def test_example_cluster_settings_are_valid(tmp_path: Path) -> None:
+    """The example is copied to harness.toml as it is: its [tool.harness.slurm] table is read there."""
+    shutil.copy(ROOT / "examples" / "ci" / "harness.slurm.toml", tmp_path / "harness.toml")
+    opts = config.slurm_options(tmp_path)
     assert opts.container_image and opts.gpus == 1 and opts.time_min * 60 > 1800
+    assert opts.sbatch_extra == (("qos", "normal"),)
+    # every command starts with the file applied to its options: [tool.harness] in harness.toml
+    # is the harness table, not an unknown command "tool"
+    applied = harness_config.apply(build_parser(), harness_config.load(tmp_path))
+    assert applied.appended == {}
 
 
 @pytest.mark.parametrize("text,minutes", [("90", 90), ("1:30", 2), ("1:30:00", 90), ("2-0", 2880), ("0-1:00", 60)])

@@ -259,11 +259,10 @@ def executor_from_args(args: argparse.Namespace, slots: int, timeout_s: float | 
     from harness.executors import config
     from harness.executors.slurm import SlurmExecutor
 
-    source, table = config.find_table(Path.cwd())
     flags = {field: getattr(args, dest, None) for dest, field in SLURM_FLAGS.items()}
     if flags["time_min"] is not None:
         flags["time_min"] = config.parse_minutes(flags["time_min"])
-    opts = config.options_from(table, str(source or "[tool.harness.slurm]"), **flags)
+    opts = config.slurm_options(**flags)
     if timeout_s is not None and opts.time_min * 60 < timeout_s:
         print(
             f"warning: the SLURM time limit ({opts.time_min} min) is below --timeout ({timeout_s:.0f} s): jobs "
