@@ -6,7 +6,10 @@ from __future__ import annotations
 
 import argparse
 import io
+import os
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -16,6 +19,7 @@ from harness.commands import _args
 from harness.machine import Machine
 from harness.report.terminal import print_nothing_ran
 from harness.results import CaseResult, RunResult
+from harness.target import mb_location
 from harness.verdict import Verdict
 
 
@@ -115,3 +119,20 @@ def test_untestable_cases_beside_checked_ones_still_pass() -> None:
     err = io.StringIO()
     print_nothing_ran(run, err)
     assert run.exit_code() == 0 and err.getvalue() == ""
+
+
+@pytest.mark.skipif(mb_location() is None, reason="no megatron.bridge installed (run scripts/setup.sh)")
+def test_harness_run_that_selected_nothing_exits_1_with_one_line(tmp_path: Path) -> None:
+    """End to end: ``harness run -k`` matching no case once printed an all-zero table and exited 0."""
+    proc = subprocess.run(
+        [sys.executable, "-m", "harness", "run", "--suite", "packing_algorithms", "-k", "no_such_case_here", "-q"],
+        cwd=tmp_path,
+        env={**os.environ, "PYTHONPATH": str(paths.ROOT)},
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    assert proc.stderr.strip().splitlines() == ["harness: no case ran: no case was selected"], proc.stderr
+    (results,) = (tmp_path / "reports").glob("*/results.json")
+    assert RunResult.load(results).cases == []
