@@ -154,15 +154,18 @@ class ForkServer:
     def __init__(self, env: dict[str, str], cwd: Path) -> None:
         from harness.procs import popen_owned
 
-        self.proc = popen_owned(
-            [sys.executable, "-m", "harness.forkserver"],
-            env=env,
-            cwd=cwd,
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.DEVNULL,
-            text=True,
-        )
+        try:
+            self.proc = popen_owned(
+                [sys.executable, "-m", "harness.forkserver"],
+                env=env,
+                cwd=cwd,
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.DEVNULL,
+                text=True,
+            )
+        except OSError as exc:  # no process at all (too many open files, no memory...)
+            raise ForkServerError(f"the fork server could not be started: {exc}") from None
         if not self._ready(time.monotonic() + START_TIMEOUT_S):
             self.close()
             raise ForkServerError("the fork server did not start")

@@ -277,13 +277,22 @@ class GitRepo:
     # --------------------------------------------------------------- state
 
     def dirty_files(self, include_untracked: bool = False, under: Path | None = None) -> list[str]:
-        """``status --porcelain`` lines (no index refresh: no optional locks), optionally below ``under``."""
-        if self.bare:
+        """``status --porcelain`` lines (no index refresh: no optional locks), optionally below ``under``.
+
+        None for a bare repository or a clone made with ``--no-checkout``: nothing was ever
+        checked out there (git keeps no index), so the missing files are no deletions.
+        """
+        if self.bare or not self.checked_out():
             return []
         untracked = "--untracked-files=normal" if include_untracked else "--untracked-files=no"
         limit = ["--", str(under)] if under is not None else []
         out = self._text("status", "--porcelain", untracked, "--ignore-submodules=dirty", *limit)
         return [line for line in out.splitlines() if line]
+
+    def checked_out(self) -> bool:
+        """False when the working tree was never checked out (``git clone --no-checkout``: no index)."""
+        index = self._text("rev-parse", "--git-path", "index").strip()
+        return (self.path / index).exists()
 
     def is_dirty(self, include_untracked: bool = False) -> bool:
         """True when tracked files differ from HEAD; the caller decides to refuse or warn."""

@@ -25,7 +25,7 @@ from typing import Any
 from harness.atomicio import read_versioned_json, write_versioned_json
 from harness.errors import UsageError
 from harness.gitrepo import GitRepo
-from harness.paths import SUITES_DIR
+from harness.paths import suites_dir as _suites_dir
 from harness.results import RunResult
 from harness.verdict import Verdict
 
@@ -71,9 +71,10 @@ def default_since(repo: GitRepo, releases: list[str]) -> str:
     return base
 
 
-def gpu_suites(suites_dir: Path = SUITES_DIR) -> set[str]:
+def gpu_suites(suites_dir: Path | None = None) -> set[str]:
     """Suites whose module-level ``pytestmark`` carries ``pytest.mark.gpu``."""
-    return {p.stem[5:] for p in suites_dir.glob("test_*.py") if _GPU_MARK.search(p.read_text(encoding="utf-8"))}
+    root = suites_dir if suites_dir is not None else _suites_dir()
+    return {p.stem[5:] for p in root.glob("test_*.py") if _GPU_MARK.search(p.read_text(encoding="utf-8"))}
 
 
 @dataclass

@@ -34,11 +34,11 @@ from collections.abc import Iterable
 from pathlib import Path
 from types import TracebackType
 
-from harness.paths import PACKAGE, SUITES_DIR
+from harness.paths import PACKAGE, suites_dir
 
 ENV_ROOTS = "HARNESS_MB_ROOTS"
 ENV_VARYING = "HARNESS_VARYING_CORE"
-_harness_roots: tuple[str, ...] = (str(PACKAGE), str(SUITES_DIR))
+_harness_roots: tuple[str, ...] = (str(PACKAGE), str(suites_dir()))
 
 
 class Owner(enum.Enum):

@@ -11,12 +11,10 @@ driver sets.
 from __future__ import annotations
 
 import datetime as _dt
-import importlib.metadata as md
 import importlib.util
 import os
 import platform
 import re
-import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -24,7 +22,7 @@ from typing import Any
 import harness
 from harness.errors import EnvironmentProblem, UsageError
 from harness.ownership import ENV_ROOTS, ENV_VARYING, encode_roots
-from harness.paths import ROOT, SITE_DIR
+from harness.paths import ROOT, SITE_DIR, suites_dir
 
 
 @dataclass(frozen=True)
@@ -55,9 +53,11 @@ class Target:
         return cls(src, commit or tree_commit(src))
 
     def pythonpath(self, extra: list[str] | None = None) -> str:
-        """PYTHONPATH for a subprocess: target source, stand-ins, the harness itself."""
+        """PYTHONPATH for a subprocess: target source, stand-ins, the harness itself and the
+        parent of its suites package (``import suites``: the checkout, or the wheel's data)."""
         parts = ([str(self.src)] if self.src else []) + ([str(self.core)] if self.core else [])
-        parts += [str(SITE_DIR), str(ROOT)] + (extra or [])
+        suites_parent = str(suites_dir().parent)
+        parts += [str(SITE_DIR), str(ROOT)] + ([suites_parent] if suites_parent != str(ROOT) else []) + (extra or [])
         old = os.environ.get("PYTHONPATH")
         return os.pathsep.join(parts + ([old] if old else []))
 
@@ -86,6 +86,8 @@ class Target:
 
 
 def _dist_version(name: str) -> str:
+    import importlib.metadata as md  # ~50 ms; the CLI's start-up does not need it
+
     try:
         return md.version(name)
     except md.PackageNotFoundError:
@@ -148,25 +150,6 @@ def describe_running_target() -> dict[str, Any]:
         ),
         "harness": harness.__version__,
         "date": _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
-    }
-
-
-def machine() -> dict[str, Any]:
-    """CPU/GPU description without importing torch in the parent (cheap, no CUDA init)."""
-    gpu = None
-    try:
-        out = subprocess.run(
-            ["nvidia-smi", "--query-gpu=name", "--format=csv,noheader"], capture_output=True, text=True, timeout=20
-        )
-        if out.returncode == 0 and out.stdout.strip():
-            gpu = out.stdout.strip().splitlines()[0]
-    except (OSError, subprocess.SubprocessError):
-        pass
-    return {
-        "hostname": platform.node(),
-        "platform": platform.platform(),
-        "cpus": os.cpu_count(),
-        "accelerator": gpu or "CPU only",
     }
 
 

@@ -9,10 +9,21 @@ from pathlib import Path
 
 import pytest
 
+from harness import paths
 from tests.test_bisect_command import GIT_ENV, mb_repo  # noqa: F401  (the generated MB history, once per module)
 
 ROOT = Path(__file__).resolve().parent.parent
 FAKE = "harness_fake_mb"  # package name of the throwaway fake MB modules
+
+
+@pytest.fixture(autouse=True)
+def _golden_roots_do_not_leak(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Commands export --suites-dir/--fixtures to the environment (paths.use_roots) so that the
+    processes they start see them; a command run in-process by one test must not move the
+    goldens of the next. Recording the variables as absent makes monkeypatch restore that."""
+    for name in (paths.SUITES_ENV, paths.FIXTURES_ENV):
+        monkeypatch.setenv(name, "")
+        monkeypatch.delenv(name)
 
 
 @pytest.fixture

@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from harness import runner
+from harness.errors import EnvironmentProblem
 from harness.mutations import CATALOGUE, Fault, installed_package_dir, load_catalogue
 
 FAULTS = load_catalogue()
@@ -21,7 +22,7 @@ FAULTS = load_catalogue()
 def _pkg() -> Path:
     try:
         return installed_package_dir()
-    except RuntimeError:
+    except EnvironmentProblem:
         pytest.skip("megatron.bridge is not installed here")
 
 

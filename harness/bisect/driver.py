@@ -49,7 +49,7 @@ from pathlib import Path
 from typing import TextIO
 
 from harness.bisect import confirm, descend, findings, latestart
-from harness.bisect.algorithm import Bisection, CaseStatus
+from harness.bisect.algorithm import Bisection, CaseStatus, max_steps
 from harness.bisect.axis import Axis
 from harness.bisect.cache import CacheKey, Evaluation, VerdictCache
 from harness.bisect.coreeval import core_evaluator, hold_mb
@@ -72,6 +72,7 @@ from harness.bisect.view import CaseView, Selection, select_cases
 from harness.errors import UsageError
 from harness.gitrepo import GitRepo, open_repo
 from harness.pins import mlm_workspace
+from harness.progress import Progress
 from harness.workspaces import WorkspaceCache, workspace_dir_for
 
 
@@ -105,7 +106,7 @@ class _Driver:
         self.evaluator = evaluator
         self.executor = executor
         self.cache = cache
-        self.progress = progress
+        self.progress = Progress(progress, "bisect")
         self.suite_key, self.env_key = evaluator.cache_namespace()
         self.evidence = findings.Evidence()
         self.bisection: Bisection | None = None
@@ -120,7 +121,17 @@ class _Driver:
     # ------------------------------------------------------------ helpers
 
     def say(self, text: str) -> None:
-        _say(self.progress, text)
+        self.progress.log(text)
+
+    def left(self) -> str:
+        """ "12 commits left, about 3 steps" (steps: rounds of ``slots`` parallel evaluations)."""
+        if self.bisection is None:
+            return "checking the endpoints"
+        n, widest = self.bisection.remaining()
+        if not n:
+            return "no commit left to probe"
+        steps = max_steps(widest + 1, self.executor.slots)
+        return f"{n} commit{'s' if n != 1 else ''} left, about {steps} step{'s' if steps != 1 else ''}"
 
     def key(self, sha: str) -> CacheKey:
         return self.axis.key(sha, self.suite_key, self.env_key)
@@ -224,9 +235,10 @@ class _Driver:
             n_open = sum(o.status is CaseStatus.OPEN for o in self.bisection.outcomes().values())
             open_cases = f"; {n_open} case(s) open"
         note = f" ({outcome.note[:160]})" if outcome.note else ""
-        self.say(
+        self.progress.step(
             f"[{ev.new_evaluations}] {sha[:12]} #{self.index.get(sha, '?')} attempt {evaluation.attempt}: "
-            f"{summary} in {outcome.duration_s:.1f} s{open_cases}{note}"
+            f"{summary} in {outcome.duration_s:.1f} s{open_cases}{note}",
+            status=self.left(),
         )
 
     def picker(self, bisection: Bisection) -> Callable[[int], list[str]]:
@@ -389,7 +401,8 @@ def _run_level(
             f"bisecting {len(commits)} {where} {good[:12]}..{bad[:12]} with {executor.slots} slot(s)"
             f"{f', {opts.retries} retries' if opts.retries else ''}; cache {cache_path}"
         )
-        run = _bisect(driver, ws, good, bad, t0)
+        with driver.progress:
+            run = _bisect(driver, ws, good, bad, t0)
         if held:
             run.doc.pin_change = descend.pin_check(run.doc)
         return run
@@ -444,7 +457,13 @@ def _bisect(driver: _Driver, ws: WorkspaceCache, good: str, bad: str, t0: float)
     for sha in driver.commits:  # endpoints first, then whatever the cache knows
         for evaluation in evidence.attempts.get(sha, []):
             bisection.record(sha, driver.view(sha, evaluation.verdicts))
-    driver.say(f"{len(cases)} case(s) to bisect" + (f", {len(not_bisected)} not bisected" if not_bisected else ""))
+    left = driver.left()
+    driver.say(
+        f"{len(cases)} case(s) to bisect"
+        + (f", {len(not_bisected)} not bisected" if not_bisected else "")
+        + f": {left} (with {driver.executor.slots} evaluation(s) at a time)"
+    )
+    driver.progress.update(status=left)
     driver.run(driver.picker(bisection))
     if opts.confirm:
         blamed: dict[str, list[str]] = {}

@@ -104,8 +104,8 @@ class MBEvaluator:
         # plugin's classification, golden comparison and the upstream selection
         content = suite_hash(
             [
-                paths.SUITES_DIR,
-                paths.FIXTURES_DIR,
+                paths.suites_dir(),
+                paths.fixtures_dir(),
                 pkg / "adapters",
                 pkg / "standins",
                 pkg / "golden",

@@ -25,14 +25,14 @@ import contextlib
 import datetime as _dt
 import sys
 from pathlib import Path
-from typing import TextIO
+from typing import TYPE_CHECKING, TextIO
 
 from harness import runner
-from harness.bisect.document import BisectDoc
-from harness.bisect.driver import BisectOptions, run_bisection
 from harness.commands import _args
 from harness.errors import UsageError
-from harness.report.terminal import bisect_summary_lines
+
+if TYPE_CHECKING:
+    from harness.bisect.document import BisectDoc
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -72,6 +72,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--no-cache", action="store_true", help="ignore (and do not add to) the verdict cache")
     _args.add_cache_dir(p)
     _args.add_suites(p)
+    _args.add_roots(p)
     _args.add_out(p, "reports/bisect-<timestamp>")
     p.add_argument(
         "--allow-dirty",
@@ -155,9 +156,12 @@ def parse_range(text: str) -> tuple[str, str]:
 
 
 def run(args: argparse.Namespace, out: TextIO = sys.stdout) -> int:
+    from harness.bisect.driver import BisectOptions, run_bisection  # GitPython: not needed by --help
+    from harness.report.terminal import bisect_summary_lines
+
     good, bad = parse_range(args.range)
-    if args.suite:
-        runner.suite_files(args.suite)  # unknown suite names: usage error before any git work
+    _args.use_roots(args)
+    runner.suite_files(args.suite)  # no suites, unknown suite names: one-line error before any git work
     second = args.mb_at is not None or args.mb_src is not None
     if args.no_descend and args.megatron_lm is None:
         raise UsageError("--no-descend only applies with --megatron-lm (it stops at a Megatron-LM pin bump)")

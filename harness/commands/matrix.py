@@ -33,14 +33,15 @@ from harness.errors import GitError, UsageError
 from harness.executors import shards
 from harness.gitrepo import GitRepo, open_repo
 from harness.pins import pinned_core
+from harness.progress import Progress
 from harness.report.matrix import render_matrix_report
 from harness.results import RunResult
 from harness.target import Target
 from harness.verdict import Verdict
-from harness.workspaces import WorkspaceCache, workspace_dir_for
 
 if TYPE_CHECKING:
     from harness.executors.slurm import SlurmExecutor
+    from harness.workspaces import WorkspaceCache
 
 MATRIX_CACHE = "matrix-src"  # under the per-user cache directory, never in the checkout
 
@@ -56,6 +57,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--refs", help="comma-separated refs (default: newest v0.1.0rc*, every vX.Y.Z from v0.2.0, HEAD)")
     _args.add_suites(p, keyword=False)
     _args.add_import_mode(p)
+    _args.add_roots(p)
     _args.add_out(p, "reports/matrix-<run-id>")
     _args.add_cache_dir(p)
     _args.add_timeout(p, "one ref's suite process")
@@ -101,6 +103,9 @@ def export_src(workspaces: WorkspaceCache, ref: str) -> tuple[Path, str]:
 
 
 def run(args: argparse.Namespace, out: TextIO = sys.stdout) -> int:
+    from harness.workspaces import WorkspaceCache, workspace_dir_for
+
+    _args.use_roots(args)
     if not Path(args.repo).expanduser().exists():
         raise UsageError(f"--repo {args.repo}: no such directory")
     repo = open_repo(args.repo)
@@ -135,12 +140,16 @@ def run(args: argparse.Namespace, out: TextIO = sys.stdout) -> int:
         with executor:
             rows += _run_as_jobs(todo, opts, out_dir, executor, gpu)
     else:
-        for item in todo:
-            if not args.quiet:
-                print(f"matrix: {item.ref} ({item.sha[:9]}, {item.date[:10]})", file=sys.stderr)
-            result = runner.run_suites(item.target, opts, item.out, progress=None)
-            rows.append(item.row(result, gpu))
-            matrix.save(out_dir / "matrix.json", str(repo.path), mlm, rows)
+        with Progress(None if args.quiet else sys.stderr, "matrix", total=len(todo)) as progress:
+            for item in todo:
+                progress.update(status=f"running {item.ref} ({item.sha[:9]}, {item.date[:10]})")
+                result = runner.run_suites(item.target, opts, item.out, progress=None)
+                rows.append(item.row(result, gpu))
+                matrix.save(out_dir / "matrix.json", str(repo.path), mlm, rows)
+                counts = ", ".join(f"{n} {k}" for k, n in result.counts().items() if n)
+                progress.step(
+                    f"{item.ref} ({item.sha[:9]}): {counts or 'no case'} in {result.duration_s:.0f} s", status=""
+                )
     matrix.save(out_dir / "matrix.json", str(repo.path), mlm, rows)
     html = render_matrix_report(rows, out_dir / "matrix.html", repo=str(repo.path), megatron_lm=mlm)
     print_table(rows, out)

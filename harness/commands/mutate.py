@@ -24,6 +24,7 @@ from harness import runner
 from harness.commands import _args
 from harness.errors import UsageError
 from harness.mutations import CATALOGUE, Fault, installed_package_dir, load_catalogue, make_mutant
+from harness.progress import Progress
 from harness.target import Target
 from harness.verdict import Verdict
 
@@ -119,10 +120,10 @@ def run(args: argparse.Namespace, out: TextIO = sys.stdout) -> int:
 
     def one(fault: Fault) -> dict[str, Any]:
         row = run_fault(fault, out_dir, all_suites=args.all_suites, timeout=args.timeout, pkg=pkg)
-        print(f"[mutate] {fault.id}: {row['status']} ({row['duration_s']} s)", file=sys.stderr, flush=True)
+        progress.step(f"{fault.id}: {row['status']} ({row['duration_s']} s)")
         return row
 
-    with ThreadPoolExecutor(max_workers=args.jobs) as pool:
+    with Progress(sys.stderr, "mutate", total=len(faults)) as progress, ThreadPoolExecutor(args.jobs) as pool:
         rows = list(pool.map(one, faults))
     print_table(rows, out)
     caught, applicable, s = score(rows)

@@ -16,6 +16,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from harness.errors import CorruptFile, EnvironmentProblem
+
 CATALOGUE = Path(__file__).with_name("catalogue.json")
 
 
@@ -49,14 +51,16 @@ class Fault:
 
 
 def load_catalogue(path: Path = CATALOGUE) -> list[Fault]:
-    doc = json.loads(Path(path).read_text(encoding="utf-8"))
-    return [Fault.from_json(d) for d in doc["faults"]]
+    try:
+        return [Fault.from_json(d) for d in json.loads(Path(path).read_text(encoding="utf-8"))["faults"]]
+    except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
+        raise CorruptFile(f"{path}: not a fault catalogue ({type(exc).__name__}: {exc})") from None
 
 
 def installed_package_dir() -> Path:
     spec = importlib.util.find_spec("megatron.bridge")
     if spec is None or not spec.submodule_search_locations:
-        raise RuntimeError("megatron.bridge is not importable here")
+        raise EnvironmentProblem("megatron.bridge is not importable here (harness mutate copies the installed MB)")
     return Path(list(spec.submodule_search_locations)[0])
 
 

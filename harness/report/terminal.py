@@ -57,7 +57,7 @@ def print_run_summary(result: RunResult, out: TextIO) -> None:
     print(
         f"\nMegatron-Bridge {v.get('megatron-bridge')} ({result.target.get('kind')}"
         f"{', ' + str(result.target['commit']) if result.target.get('commit') else ''}), "
-        f"megatron-core {v.get('megatron-core')}, torch {v.get('torch')}, {result.machine.get('accelerator')}",
+        f"megatron-core {v.get('megatron-core')}, torch {v.get('torch')}, GPU {result.machine.gpu_label}",
         file=out,
     )
     header = f"{'suite':<26}" + "".join(f"{c.value:>{max(6, len(c.value) + 2)}}" for c in COLUMNS)
@@ -109,6 +109,13 @@ def print_run_summary(result: RunResult, out: TextIO) -> None:
         print(f"note: {note}", file=out)
     if result.standins:
         print("stand-ins used: " + "; ".join(result.standins), file=out)
+
+
+def print_nothing_ran(result: RunResult, err: TextIO) -> None:
+    """The one line that says why a run checked nothing (it exits 1, see RunResult.exit_code)."""
+    why = result.nothing_ran()
+    if why:
+        print(f"harness: no case ran: {' '.join(why.split())}", file=err)
 
 
 def bisect_summary_lines(doc: BisectDoc) -> list[str]:
