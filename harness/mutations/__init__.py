@@ -87,6 +87,8 @@ class Fault:
         try:
             raw = d["edits"] if "edits" in d else [{k: d[k] for k in ("file", "search", "replace")}]
             edits = tuple(Edit(e["file"], e["search"], e["replace"]) for e in raw)
+            if not all(isinstance(v, str) for e in edits for v in (e.file, e.search, e.replace)):
+                raise TypeError("file, search and replace must be strings")
             fault = cls(d["id"], edits, tuple(d.get("suites", ())), d.get("description", ""),
                         d.get("layer", "collate"), d.get("kind", "fault"), bool(d.get("catchable", True)),
                         d.get("reason", ""))

@@ -35,7 +35,7 @@ SUMMARY_SCHEMA = 1
 
 GOLDEN = "golden"
 ERROR = "error"
-_GOLDEN_PREFIXES = ("golden mismatch", "no golden")
+_GOLDEN_PREFIXES = ("golden mismatch", "no golden", "changed:")  # FAIL-era golden messages too
 _KNOWN_FAIL = {"known_fail", "knownfail", "xfail"}
 
 Signature = tuple[str, tuple[str, ...]]
