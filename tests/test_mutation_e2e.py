@@ -50,7 +50,7 @@ def baseline(tmp_path_factory):
     keyword = " or ".join(f"({k})" for _, k, _ in CHECKS.values())
     suites = sorted({s for s, _, _ in CHECKS.values()})
     out = tmp_path_factory.mktemp("mutate")
-    result, evidence = mutate.run_baseline(out, suites, timeout=600, pkg=_pkg(), keyword=keyword)
+    result, evidence = mutate.run_baseline(out / "baseline", suites, timeout=600, pkg=_pkg(), keyword=keyword)
     return out, result, evidence
 
 

@@ -42,6 +42,7 @@ def test_evidence_kinds_from_the_plugins_messages():
     assert ev("fail", "no golden at /x/y.json; obtained value written to /z").kinds == {scoring.GOLDEN}
     assert ev("fail", "Megatron raised ValueError: boom 3").kinds == {"raised: ValueError"}
     assert ev("fail", "assertion failed: shapes vary: [5, 6]\nassert 2 == 1").kinds == {"assertion: shapes vary: [#...]"}
+    assert ev("fail", "assertion failed: ").kinds == {"assertion: (no message: a bare assert)"}
     assert ev("error", "harness error KeyError: 'x'").kinds == {scoring.ERROR}
     for quiet in ("pass", "fixed", "untestable"):
         assert ev(quiet).kinds == frozenset() and ev(quiet).signatures == frozenset()
@@ -150,7 +151,7 @@ def test_table_prints_invariant_score_golden_catches_and_fixes_apart():
 
 
 def test_summary_is_typed_and_versioned(tmp_path):
-    summary = mutate.Summary(0.5, 2, 1, 4, 1, 2, {"cases": 3}, ROWS)
+    summary = mutate.Summary(0.5, 2, 1, 4, 1, 2, [{"suites": ["s"], "cases": 3}], ROWS)
     summary.save(tmp_path / "summary.json")
     doc = read_versioned_json(tmp_path / "summary.json", scoring.SUMMARY_KIND, scoring.SUMMARY_SCHEMA)
     assert doc["score"] == 0.5 and doc["faults"][0]["invariant_cases"] == {"s::a": ["new violation x"]}

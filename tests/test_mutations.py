@@ -14,7 +14,14 @@ import pytest
 
 from harness import runner
 from harness.errors import CorruptFile
-from harness.mutations import CATALOGUE, LAYERS, Edit, Fault, installed_package_dir, load_catalogue
+from harness.mutations import (
+    CATALOGUE,
+    LAYERS,
+    Edit,
+    Fault,
+    installed_package_dir,
+    load_catalogue,
+)
 
 FAULTS = load_catalogue()
 
@@ -117,10 +124,16 @@ def test_malformed_entries_are_refused(tmp_path, entry, message):
 
 @pytest.mark.slow
 def test_end_to_end_single_mutant(tmp_path):
+    """A config fault breaks a documented rule (caught by invariants); dropping the seq_length rule only
+    changes which check rejects the config (the rule still holds): a golden change, reported apart."""
     from harness.commands.mutate import run_baseline, score_fault
 
-    fault = next(f for f in FAULTS if f.id == "seq_length_rule_dropped")
-    _, baseline = run_baseline(tmp_path, list(fault.suites), timeout=600, pkg=_pkg())
-    row = score_fault(fault, baseline, tmp_path, all_suites=False, timeout=600, pkg=_pkg())
+    by_id = {f.id: f for f in FAULTS}
+    _, baseline = run_baseline(tmp_path / "baseline", ["cp_constraints"], timeout=600, pkg=_pkg())
+    row = score_fault(by_id["cp_multiple_not_doubled"], baseline, tmp_path, all_suites=False, timeout=600, pkg=_pkg())
     assert row.status == "caught", row
-    assert all(c.startswith("cp_constraints::test_seq_length_divisibility") for c in row.invariant_cases), row
+    assert row.invariant_cases and all(c.startswith("cp_constraints::") for c in row.invariant_cases), row
+    assert all(r.startswith("new failure assertion:") for rs in row.invariant_cases.values() for r in rs), row
+    row = score_fault(by_id["seq_length_rule_dropped"], baseline, tmp_path, all_suites=False, timeout=600, pkg=_pkg())
+    assert row.status == "golden-only" and not row.invariant_cases, row
+    assert all(c.startswith("cp_constraints::test_seq_length_divisibility") for c in row.golden_cases), row

@@ -1,8 +1,9 @@
 """``harness mutate``: the mutation self-test of the oracle.
 
-Runs the unmutated installed Megatron-Bridge once (the *baseline*: a temporary copy, the same
-suites), then, for every entry of the catalogue (``harness/mutations/catalogue.json``), a copy
-with that entry's edits, and compares each case with the baseline's
+For every entry of the catalogue (``harness/mutations/catalogue.json``), runs the entry's suites
+on a temporary copy of the installed Megatron-Bridge with that entry's edits, and compares each
+case with the same case of the *baseline*: an unmutated copy run with exactly the same suites
+(one baseline per suite selection, shared by the entries that use it)
 (:mod:`harness.mutations.scoring`): a fault is *caught by invariants* when some case shows a
 violation or failure the baseline did not have, *golden-only* when only goldens noticed, else
 *escaped* (a mutant that only makes the harness ERROR is "error only", scored as escaped). MB's
@@ -21,6 +22,7 @@ import hashlib
 import json
 import shutil
 import sys
+import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
@@ -32,8 +34,14 @@ from harness.atomicio import write_versioned_json
 from harness.commands import _args
 from harness.errors import EnvironmentProblem, UsageError
 from harness.golden.storage import golden_path
-from harness.mutations import CATALOGUE, Fault, installed_package_dir, load_catalogue, make_mutant
-from harness.mutations import scoring
+from harness.mutations import (
+    CATALOGUE,
+    Fault,
+    installed_package_dir,
+    load_catalogue,
+    make_mutant,
+    scoring,
+)
 from harness.results import RunResult
 from harness.target import Target
 from harness.verdict import Verdict
@@ -80,7 +88,7 @@ class Row:
 
 @dataclass
 class Summary:
-    """``summary.json`` (kind ``harness-mutate``): the scores, the baseline and every row."""
+    """``summary.json`` (kind ``harness-mutate``): the scores, the baseline runs and every row."""
 
     score: float
     caught: int
@@ -88,7 +96,7 @@ class Summary:
     scored: int
     fixes_clean: int
     fixes: int
-    baseline: dict[str, Any]
+    baselines: list[dict[str, Any]]
     faults: list[Row]
 
     def save(self, path: Path) -> None:
@@ -160,13 +168,47 @@ def score_fault(fault: Fault, baseline: dict[str, scoring.Evidence], out_dir: Pa
 
 def run_baseline(out_dir: Path, suites: list[str] | None, *, timeout: float, pkg: Path,
                  keyword: str | None = None) -> tuple[RunResult, dict[str, scoring.Evidence]]:
-    result = run_copy(None, out_dir / "baseline", suites, timeout=timeout, pkg=pkg, keyword=keyword)
+    """The unmutated copy on ``suites``, written to ``out_dir``; no decisive verdict is an environment problem."""
+    result = run_copy(None, out_dir, suites, timeout=timeout, pkg=pkg, keyword=keyword)
     assert result is not None  # the unmutated copy always applies
     decisive = [c for c in result.cases if c.verdict.is_decisive]
     if not decisive:
         raise EnvironmentProblem("the baseline (unmutated MB) gave no decisive verdict; nothing can be scored: "
                                  + "; ".join(result.notes[:3]))
-    return result, evidence_of(result, out_dir / "baseline")
+    return result, evidence_of(result, out_dir)
+
+
+class Baselines:
+    """Baseline runs, one per suite selection, made when an entry first needs one and then shared.
+
+    A mutant is compared with a run of exactly its own selection because the suites of one
+    import group share a pytest process: a suite that fails to collect (or a slow one timing out)
+    changes what its neighbours report, so a baseline over other suites would not be comparable.
+    """
+
+    def __init__(self, out_dir: Path, *, timeout: float, pkg: Path) -> None:
+        self.out_dir, self.timeout, self.pkg = out_dir, timeout, pkg
+        self._lock = threading.Lock()
+        self._locks: dict[tuple[str, ...], threading.Lock] = {}
+        self._runs: dict[tuple[str, ...], tuple[RunResult, dict[str, scoring.Evidence], Path]] = {}
+
+    def get(self, suites: list[str] | None) -> dict[str, scoring.Evidence]:
+        key = tuple(sorted(suites)) if suites else ("all",)
+        with self._lock:
+            lock = self._locks.setdefault(key, threading.Lock())
+        with lock:
+            if key not in self._runs:
+                t0 = time.monotonic()
+                out = self.out_dir / f"baseline-{len(self._locks)}-{'+'.join(key)}"
+                result, evidence = run_baseline(out, suites, timeout=self.timeout, pkg=self.pkg)
+                self._runs[key] = (result, evidence, out)
+                print(f"[mutate] baseline {'+'.join(key)}: {len(result.cases)} cases "
+                      f"({time.monotonic() - t0:.0f} s)", file=sys.stderr, flush=True)
+            return self._runs[key][1]
+
+    def describe(self) -> list[dict[str, Any]]:
+        return [{"suites": list(key), "dir": str(out), "cases": len(result.cases), "counts": result.counts(),
+                 "notes": result.notes} for key, (result, _, out) in sorted(self._runs.items())]
 
 
 def _shown(cases: dict[str, list[str]] | list[str], n: int = 2) -> str:
@@ -218,15 +260,10 @@ def run(args: argparse.Namespace, out: TextIO = sys.stdout) -> int:
     pkg = installed_package_dir()
     out_dir = _args.out_dir(args, f"mutate-{runner.new_run_id()}")
     out_dir.mkdir(parents=True, exist_ok=True)
-    wanted = [fault_suites(f, args.all_suites) for f in faults]
-    union = None if any(s is None for s in wanted) else sorted({s for ss in wanted for s in ss or ()})
-
-    t0 = time.monotonic()
-    base_result, baseline = run_baseline(out_dir, union, timeout=args.timeout, pkg=pkg)
-    print(f"[mutate] baseline: {len(base_result.cases)} cases {base_result.counts()} "
-          f"({time.monotonic() - t0:.0f} s)", file=sys.stderr, flush=True)
+    baselines = Baselines(out_dir, timeout=args.timeout, pkg=pkg)
 
     def one(f: Fault) -> Row:
+        baseline = baselines.get(fault_suites(f, args.all_suites))
         row = score_fault(f, baseline, out_dir, all_suites=args.all_suites, timeout=args.timeout, pkg=pkg)
         print(f"[mutate] {f.id}: {row.status} ({row.duration_s} s)", file=sys.stderr, flush=True)
         return row
@@ -237,9 +274,8 @@ def run(args: argparse.Namespace, out: TextIO = sys.stdout) -> int:
     s = scoring.overall([asdict(r) for r in rows])
     fixes = [r for r in rows if r.kind == "fix" and r.status != scoring.Status.NOT_APPLICABLE.value]
     clean = sum(r.status == scoring.Status.CLEAN.value for r in fixes)
-    Summary(round(s.value, 4), s.caught, s.golden_only, s.scored, clean, len(fixes),
-            {"dir": str(out_dir / "baseline"), "cases": len(base_result.cases), "counts": base_result.counts(),
-             "suites": union or "all"}, rows).save(out_dir / "summary.json")
+    Summary(round(s.value, 4), s.caught, s.golden_only, s.scored, clean, len(fixes), baselines.describe(),
+            rows).save(out_dir / "summary.json")
     print(f"\nsummary: {out_dir / 'summary.json'}", file=out)
     score_ok = s.scored == 0 or s.value >= args.min_score
     return 0 if score_ok and clean == len(fixes) and (s.scored or fixes) else 1

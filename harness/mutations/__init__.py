@@ -82,7 +82,7 @@ class Fault:
         return self.kind == "fix"
 
     @classmethod
-    def from_json(cls, d: dict[str, Any]) -> "Fault":
+    def from_json(cls, d: dict[str, Any]) -> Fault:
         where = f"catalogue entry {d.get('id', '?')!r}"
         try:
             raw = d["edits"] if "edits" in d else [{k: d[k] for k in ("file", "search", "replace")}]
@@ -162,7 +162,7 @@ def installed_package_dir() -> Path:
     spec = importlib.util.find_spec("megatron.bridge")
     if spec is None or not spec.submodule_search_locations:
         raise RuntimeError("megatron.bridge is not importable here")
-    return Path(list(spec.submodule_search_locations)[0])
+    return Path(next(iter(spec.submodule_search_locations)))
 
 
 def make_mutant(fault: Fault | None, src_pkg: Path | None = None, parent: Path | None = None) -> Path | None:

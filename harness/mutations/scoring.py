@@ -90,7 +90,7 @@ def fail_kind(message: str, violations: list[Any]) -> str:
     if message.startswith("Megatron raised "):
         return "raised: " + message[len("Megatron raised "):].split(":", 1)[0].strip()
     if message.startswith("assertion failed:"):
-        return "assertion: " + _normalise(message[len("assertion failed:"):])
+        return "assertion: " + (_normalise(message[len("assertion failed:"):]) or "(no message: a bare assert)")
     return "fail: " + _normalise(message)
 
 
