@@ -156,3 +156,24 @@ def test_summary_is_typed_and_versioned(tmp_path):
     doc = read_versioned_json(tmp_path / "summary.json", scoring.SUMMARY_KIND, scoring.SUMMARY_SCHEMA)
     assert doc["score"] == 0.5 and doc["faults"][0]["invariant_cases"] == {"s::a": ["new violation x"]}
     assert [f["id"] for f in doc["faults"]] == [r.id for r in ROWS]
+
+
+def test_one_baseline_per_suite_selection(tmp_path, monkeypatch):
+    """Suites of one import group share a process, so only the same selection is a comparable baseline."""
+    calls = []
+
+    def fake_run_baseline(out, suites, *, timeout, pkg, keyword=None):
+        calls.append((out.name, suites))
+        result = mutate.RunResult("r", {}, {}, {}, "auto", cases=[CaseResult(f"{s}::c", s, Verdict.PASS)
+                                                                    for s in suites or ["all"]])
+        return result, {c.case_id: evidence(c) for c in result.cases}
+
+    monkeypatch.setattr(mutate, "run_baseline", fake_run_baseline)
+    baselines = mutate.Baselines(tmp_path, timeout=1, pkg=tmp_path)
+    first = baselines.get(["padding_loss_masks", "offline_packed_dataset"])
+    assert baselines.get(["offline_packed_dataset", "padding_loss_masks"]) is first, "order does not matter"
+    assert set(baselines.get(["cp_constraints"])) == {"cp_constraints::c"}
+    assert set(baselines.get(None)) == {"all::c"}
+    assert [s for _, s in calls] == [["padding_loss_masks", "offline_packed_dataset"], ["cp_constraints"], None]
+    assert [d["suites"] for d in baselines.describe()] == [["all"], ["cp_constraints"],
+                                                          ["offline_packed_dataset", "padding_loss_masks"]]

@@ -2,9 +2,9 @@
 
 For every entry of the catalogue (``harness/mutations/catalogue.json``), runs the entry's suites
 on a temporary copy of the installed Megatron-Bridge with that entry's edits, and compares each
-case with the same case of the *baseline*: an unmutated copy run with exactly the same suites
-(one baseline per suite selection, shared by the entries that use it)
-(:mod:`harness.mutations.scoring`): a fault is *caught by invariants* when some case shows a
+case with the same case of the *baseline*, an unmutated copy run with exactly the same suites
+(one baseline per suite selection, shared by the entries that use it). Following
+:mod:`harness.mutations.scoring`, a fault is *caught by invariants* when some case shows a
 violation or failure the baseline did not have, *golden-only* when only goldens noticed, else
 *escaped* (a mutant that only makes the harness ERROR is "error only", scored as escaped). MB's
 own known bugs are in the baseline too, so they neither count as catches nor hide new ones.
