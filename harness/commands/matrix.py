@@ -27,20 +27,18 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, TextIO
 
-from harness import matrix, runner
+from harness import runner
 from harness.commands import _args
 from harness.errors import GitError, UsageError
-from harness.executors import shards
-from harness.gitrepo import GitRepo, open_repo
-from harness.pins import pinned_core
 from harness.progress import Progress
-from harness.report.matrix import render_matrix_report
-from harness.results import RunResult
 from harness.target import Target
 from harness.verdict import Verdict
 
-if TYPE_CHECKING:
+if TYPE_CHECKING:  # the rest loads with the command, not with ``--help`` (GitPython, jinja2, sqlite3)
+    from harness import matrix
     from harness.executors.slurm import SlurmExecutor
+    from harness.gitrepo import GitRepo
+    from harness.results import RunResult
     from harness.workspaces import WorkspaceCache
 
 MATRIX_CACHE = "matrix-src"  # under the per-user cache directory, never in the checkout
@@ -82,6 +80,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 def select_refs(repo: GitRepo, args: argparse.Namespace) -> list[tuple[str, str]]:
     """(ref, kind) to run: --refs as given, else the release tags plus HEAD or the --sample commits."""
+    from harness import matrix
+
     if args.refs:
         return [(r.strip(), "ref") for r in args.refs.split(",") if r.strip()]
     releases = matrix.release_refs(repo.tags())
@@ -103,6 +103,10 @@ def export_src(workspaces: WorkspaceCache, ref: str) -> tuple[Path, str]:
 
 
 def run(args: argparse.Namespace, out: TextIO = sys.stdout) -> int:
+    from harness import matrix
+    from harness.gitrepo import open_repo
+    from harness.pins import pinned_core
+    from harness.report.matrix import render_matrix_report
     from harness.workspaces import WorkspaceCache, workspace_dir_for
 
     _args.use_roots(args)
@@ -169,6 +173,8 @@ class _RefItem:
     out: Path
 
     def row(self, result: RunResult, gpu: set[str]) -> matrix.MatrixRow:
+        from harness import matrix
+
         return matrix.row_from_run(self.ref, self.kind, self.sha, self.date, result, self.out / "results.json", gpu)
 
 
@@ -176,6 +182,10 @@ def _run_as_jobs(
     todo: list[_RefItem], opts: runner.RunOptions, out_dir: Path, executor: SlurmExecutor, gpu: set[str]
 ) -> list[matrix.MatrixRow]:
     """One job per ref; the refs were materialised here, into the cache directory the jobs see."""
+    from harness import matrix
+    from harness.executors import shards
+    from harness.results import RunResult
+
     executor.check_shared(also=[out_dir])
     done = shards.run_jobs(executor, shards.RefRun(opts), [(item.target, str(item.out)) for item in todo])
     rows = []
@@ -193,6 +203,8 @@ def _run_as_jobs(
 
 
 def print_table(rows: list[matrix.MatrixRow], out: TextIO) -> None:
+    from harness import matrix
+
     suites = sorted({s for r in rows for s in r.suites})
     width = max([len(s) for s in suites] + [10])
     print(
