@@ -166,6 +166,7 @@ def _stream(proc: subprocess.Popen, sink: TextIO | None, deadline: float) -> tup
             tail.append(text)
             tail = tail[-200:]
         elif proc.poll() is not None:
+            kill_group(proc)  # whatever the suite process started and left running dies with it
             return False, "".join(tail)
         else:
             time.sleep(0.1)

@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import sys
+import tempfile
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -137,6 +138,15 @@ def add_fixtures(p: argparse.ArgumentParser) -> None:
     )
 
 
+def fixtures_root(args: argparse.Namespace) -> Path:
+    """``--fixtures`` of a command that reads goldens: a missing root would turn every case into
+    CHANGED (no golden), a typo reported as a run's worth of differences."""
+    root = Path(args.fixtures).expanduser()
+    if not root.is_dir():
+        raise UsageError(f"--fixtures {root} is not a directory (the golden root, default fixtures/)")
+    return root
+
+
 def add_verbosity(p: argparse.ArgumentParser, *, verbose: bool = False) -> None:
     """``-q/--quiet`` (no live progress on stderr) and, where progress is the suites' own output,
     ``-v/--verbose`` (it names every case)."""
@@ -156,6 +166,17 @@ def add_out(p: argparse.ArgumentParser, default: str) -> None:
 def out_dir(args: argparse.Namespace, name: str) -> Path:
     """``--out``, else ``reports/<name>``."""
     return Path(args.out).expanduser() if args.out else paths.REPORTS_DIR / name
+
+
+def writable_dir(path: Path, what: str) -> Path:
+    """Create ``path`` and prove it takes a file, before hours of work whose results go there."""
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryFile(dir=path):
+            pass
+    except OSError as exc:
+        raise UsageError(f"{what} {path} cannot be written: {exc.strerror or exc}") from None
+    return path
 
 
 def add_cache_dir(p: argparse.ArgumentParser) -> None:

@@ -123,7 +123,9 @@ def run(args: argparse.Namespace, out: TextIO = sys.stdout) -> int:
     good, bad = parse_range(args.range)
     if args.suite:
         runner.suite_files(args.suite)  # unknown suite names: usage error before any git work
-    out_dir = _args.out_dir(args, f"bisect-{_dt.datetime.now().strftime('%Y%m%d-%H%M%S')}")
+    # both directories are proven writable before the first evaluation, not after the last one
+    out_dir = _args.writable_dir(_args.out_dir(args, f"bisect-{_dt.datetime.now().strftime('%Y%m%d-%H%M%S')}"), "--out")
+    cache_dir = _args.writable_dir(_args.cache_dir(args), "--cache-dir")
     opts = BisectOptions(
         repo=args.repo,
         good=good,
@@ -133,7 +135,7 @@ def run(args: argparse.Namespace, out: TextIO = sys.stdout) -> int:
         retries=args.retries,
         timeout_s=args.timeout,
         use_cache=not args.no_cache,
-        cache_dir=_args.cache_dir(args),
+        cache_dir=cache_dir,
         suites=tuple(args.suite) if args.suite else None,
         keyword=args.keyword,
         out_dir=out_dir,

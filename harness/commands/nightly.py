@@ -122,6 +122,7 @@ class BisectPlan:
 
 def run(args: argparse.Namespace, out: TextIO = sys.stdout) -> int:
     repo = _check_args(args)
+    fixtures = _args.fixtures_root(args)
     tgt = _target(args)
     require_mb(tgt)
     store = Path(args.history).expanduser().resolve()
@@ -131,7 +132,7 @@ def run(args: argparse.Namespace, out: TextIO = sys.stdout) -> int:
     run_dir = out_dir / "runs" / run_id
 
     opts = runner.RunOptions(
-        suites=args.suite, timeout_s=args.timeout, jobs=args.jobs, fixtures_dir=args.fixtures, verbose=args.verbose
+        suites=args.suite, timeout_s=args.timeout, jobs=args.jobs, fixtures_dir=fixtures, verbose=args.verbose
     )
     result = run_suites_with(
         _args.executor_from_args(args, args.jobs, args.timeout),

@@ -43,6 +43,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace, out: TextIO = sys.stdout) -> int:
+    fixtures = _args.fixtures_root(args)
     tgt = _args.target_from_args(args)
     require_mb(tgt)
     out_dir = _args.out_dir(args, runner.new_run_id())
@@ -51,7 +52,7 @@ def run(args: argparse.Namespace, out: TextIO = sys.stdout) -> int:
         keyword=args.keyword,
         timeout_s=args.timeout,
         jobs=args.jobs,
-        fixtures_dir=args.fixtures,
+        fixtures_dir=fixtures,
         import_mode=args.import_mode,
         verbose=args.verbose,
     )

@@ -47,7 +47,11 @@ def find_table(start: Path) -> tuple[Path | None, dict[str, Any]]:
                 doc = tomllib.loads(path.read_text(encoding="utf-8"))
             except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
                 raise UsageError(f"{path}: not readable TOML ({exc})") from None
-            table = doc.get("tool", {}).get("harness", {}).get("slurm")
+            ours = doc.get("tool", {}).get("harness", {})
+            _known_keys(path, "[tool.harness]", ours, {"slurm"})
+            if name == "harness.toml":  # the file is ours: its top level too
+                _known_keys(path, "the top level", doc, {"slurm", "tool"})
+            table = ours.get("slurm") if isinstance(ours, dict) else None
             if table is None and name == "harness.toml":
                 table = doc.get("slurm")
             if table is not None:
@@ -55,6 +59,15 @@ def find_table(start: Path) -> tuple[Path | None, dict[str, Any]]:
                     raise UsageError(f"{path}: [tool.harness.slurm] must be a table")
                 return path, table
     return None, {}
+
+
+def _known_keys(path: Path, where: str, table: object, known: set[str]) -> None:
+    """A misspelt table (``[tool.harness.slrum]``) would otherwise be ignored without a word."""
+    if not isinstance(table, dict):
+        raise UsageError(f"{path}: {where} must be a table")
+    unknown = sorted(set(table) - known)
+    if unknown:
+        raise UsageError(f"{path}: unknown key {unknown[0]!r} in {where} (known: {', '.join(sorted(known))})")
 
 
 def options_from(table: dict[str, Any], source: str, **overrides: Any) -> SlurmOptions:
