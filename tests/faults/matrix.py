@@ -101,6 +101,12 @@ ROWS: list[Row] = [
         D,
         files.corrupt_earlier_results,
     ),
+    Row(
+        "kill9-nightly-writes",
+        "SIGKILL of a nightly during its history / trend / report writes",
+        R,
+        files.sigkill_during_nightly_writes,
+    ),
     Row("history-parquet", "a corrupt history parquet (harness nightly)", C, files.corrupt_history_store),
     # ---- repositories as users have them
     Row("repo-no-checkout", "a --no-checkout clone", U, repo.no_checkout_clone),

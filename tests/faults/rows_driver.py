@@ -94,18 +94,16 @@ def sigkill_while_materialising(lab: Lab) -> Observed:
 
 
 def sigkill_after_last_evaluation(lab: Lab) -> Observed:
-    """Killed as the last evaluation is stored: the document and report writes (atomic) either
-    happened whole or not at all, and the rerun evaluates nothing."""
+    """Killed once the last verdict is stored, while bisect.json and report.html are written
+    (atomic): each is whole or absent, and the rerun evaluates nothing."""
     repo, shas, cache, out = _setup(lab, "kill9-report")
     full = lab.bisect(repo, RANGE, out.parent / "probe-cache", out.parent / "probe-out", "-q")
     n = len(lab.rows(out.parent / "probe-cache"))
-    counter = out.parent / "evaluated.txt"
-    counter.touch()
 
-    def last_started() -> bool:
-        return len(counter.read_text().split()) >= n
+    def last_stored() -> bool:
+        return len(lab.rows(cache)) >= n
 
-    lab.bisect_killed(repo, RANGE, cache, out, signal.SIGKILL, last_started, {"FAULTS_COUNTER": str(counter)})
+    lab.bisect_killed(repo, RANGE, cache, out, signal.SIGKILL, last_stored, {})
     report = out / "report.html"
     if report.exists() and not report.read_text().rstrip().endswith("</html>"):
         return Observed(Outcome.LOST, 0.0, "a cut report.html was left behind")

@@ -3,17 +3,23 @@ results file of an earlier run, the nightly history store."""
 
 from __future__ import annotations
 
+import os
 import shutil
+import signal
+import subprocess
+import time
 from pathlib import Path
 
 import numpy as np
 
+from harness import history
 from harness.bisect.evaluator import MBEvaluator
+from harness.errors import CorruptFile
 from harness.golden.serializer import INLINE_MAX_ELEMENTS, encode
 from harness.golden.storage import Golden, golden_path, write_golden
 from harness.results import CaseResult, RunResult
 from harness.verdict import Verdict
-from tests.faults.lab import Lab, Observed, Outcome
+from tests.faults.lab import HARNESS, Lab, Observed, Outcome
 from tests.faults.rows_driver import _clean_error
 from tests.faults.rows_repo import _harness_in
 
@@ -86,3 +92,40 @@ def corrupt_history_store(lab: Lab) -> Observed:
     if got.outcome is Outcome.CLEAN_ERROR and store.read_bytes() != before:
         return Observed(Outcome.LOST, 0.0, "the refused store was modified")
     return got
+
+
+def sigkill_during_nightly_writes(lab: Lab) -> Observed:
+    """A second nightly is killed once its suites are done (results.json exists) while it writes
+    the history store, trend and report: the store still loads with the first night (or both),
+    and a rerun adds the night."""
+    where = lab.fresh("nightly-kill")
+    store = where / "history.parquet"
+    args = ["nightly", "--history", str(store), "--suite", "packing_algorithms", "-q"]
+    first = _harness_in(where, *args, "--out", str(where / "n1"))
+    if first.rc not in (0, 1) or not store.exists():
+        return Observed(Outcome.LOST, 0.0, f"first night failed: rc={first.rc} {first.err[-300:]}")
+    proc = subprocess.Popen(
+        [*HARNESS, *args, "--out", str(where / "n2")],
+        cwd=where,
+        env=lab.env(),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
+    deadline = time.monotonic() + 240
+    while proc.poll() is None and time.monotonic() < deadline and not list(where.glob("n2/runs/*/results.json")):
+        time.sleep(0.01)
+    if proc.poll() is None:
+        os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait(timeout=60)
+    try:
+        nights = history.load(store)["run_id"].nunique()
+    except CorruptFile as exc:
+        return Observed(Outcome.LOST, 0.0, f"the history store was cut: {exc}")
+    again = _harness_in(where, *args, "--out", str(where / "n3"))
+    after = history.load(store)["run_id"].nunique()
+    if again.rc not in (0, 1) or after != nights + 1:
+        return Observed(Outcome.LOST, again.wall_s, f"rerun rc={again.rc}, nights {nights} -> {after}")
+    return Observed(
+        Outcome.RESUMED, again.wall_s, f"store intact with {nights} night(s) after the kill, {after} after rerun"
+    )
