@@ -53,6 +53,24 @@ ROWS: list[Row] = [
         drv.sigkill_after_last_evaluation,
     ),
     Row(
+        "kill9-harness-run",
+        "SIGKILL of the harness while a suite process runs (no orphan left)",
+        U,
+        covered_by="tests/test_procs.py::test_child_dies_when_the_harness_is_killed",
+    ),
+    Row(
+        "kill9-cluster-job",
+        "SIGKILL of a cluster job (retried, then skipped as infrastructure)",
+        D,
+        covered_by="tests/test_slurm_executor.py::test_sigkilled_job_is_retried_then_skipped_as_infrastructure",
+    ),
+    Row(
+        "kill9-cluster-driver",
+        "SIGKILL of the driver with cluster jobs in flight (rerun reattaches)",
+        R,
+        covered_by="tests/test_slurm_executor.py::test_killed_driver_leaves_a_job_list_and_a_rerun_reattaches",
+    ),
+    Row(
         "kill9-real-mb",
         "SIGKILL of a real-MB bisect mid-run",
         R,

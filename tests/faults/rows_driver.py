@@ -71,19 +71,27 @@ def sigterm_during_evaluation(lab: Lab) -> Observed:
 
 
 def sigkill_while_materialising(lab: Lab) -> Observed:
-    """``git archive`` of a commit is slowed down by a ``git`` wrapper first on PATH; the driver is
-    killed while it runs, leaving a half-extracted temp tree in the workspace cache."""
+    """Once two commits are evaluated, ``git archive`` is slowed down by a ``git`` wrapper first on
+    PATH; the driver is killed while it runs, leaving a half-extracted temp tree in the workspace
+    cache and two verdicts to keep."""
     repo, shas, cache, out = _setup(lab, "kill9-materialise")
     shim = out.parent / "bin"
     shim.mkdir()
-    mark = out.parent / "archiving"
+    armed, mark = out.parent / "armed", out.parent / "archiving"
     real_git = shutil.which("git")
     (shim / "git").write_text(
-        f'#!/bin/sh\ncase " $* " in *" archive "*) touch {mark}; sleep 30;; esac\nexec {real_git} "$@"\n'
+        f'#!/bin/sh\nif [ -e {armed} ]; then case " $* " in *" archive "*) touch {mark}; sleep 30;; esac; fi\n'
+        f'exec {real_git} "$@"\n'
     )
     (shim / "git").chmod(0o755)
+
+    def archiving_after_two_verdicts() -> bool:
+        if not armed.exists() and len(lab.rows(cache)) >= 2:
+            armed.touch()
+        return mark.exists()
+
     env = {"PATH": f"{shim}{os.pathsep}{os.environ['PATH']}"}
-    rc = lab.bisect_killed(repo, RANGE, cache, out, signal.SIGKILL, mark.exists, env)
+    rc = lab.bisect_killed(repo, RANGE, cache, out, signal.SIGKILL, archiving_after_two_verdicts, env)
     if rc != -signal.SIGKILL:
         return Observed(Outcome.LOST, 0.0, f"not killed while materialising (rc={rc})")
     got = _resume(lab, repo, shas, cache, out, _cached(lab, cache))
