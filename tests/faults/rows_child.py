@@ -21,7 +21,11 @@ MEMORY = (
     "_r.setrlimit(_r.RLIMIT_AS, (_vm + (256 << 20), _r.getrlimit(_r.RLIMIT_AS)[1]))\n"
     "_hog = bytearray(4 << 30)"
 )
-ENDLESS = "import sys as _s\nwhile True:\n    _s.stdout.write('x' * 1000 + '\\n')\n    _s.stdout.flush()"
+# Without end, not without limit: ~10 MB/s, so a captured copy never fills the CI disk.
+ENDLESS = (
+    "import sys as _s, time as _t\n"
+    "while True:\n    _s.stdout.write('x' * 1000 + '\\n')\n    _s.stdout.flush()\n    _t.sleep(0.0001)"
+)
 ORPHAN = (
     "import subprocess as _sp, pathlib as _p\n"
     "_child = _sp.Popen(['sleep', '600'])\n"
@@ -57,8 +61,8 @@ def _run(lab: Lab, name: str, code: str, *extra: str) -> tuple[Proc, Path, Path]
 
 
 def hanging_import(lab: Lab) -> Observed:
-    proc, out, _ = _run(lab, "hang", HANG, "--timeout", "8")
-    return _degraded(proc, out, "ran past 8 s")
+    proc, out, _ = _run(lab, "hang", HANG, "--timeout", "4")
+    return _degraded(proc, out, "ran past 4 s")
 
 
 def memory_exhausted(lab: Lab) -> Observed:
@@ -67,8 +71,8 @@ def memory_exhausted(lab: Lab) -> Observed:
 
 
 def endless_stdout(lab: Lab) -> Observed:
-    proc, out, _ = _run(lab, "stdout", ENDLESS, "--timeout", "8")
-    return _degraded(proc, out, "ran past 8 s")
+    proc, out, _ = _run(lab, "stdout", ENDLESS, "--timeout", "4")
+    return _degraded(proc, out, "ran past 4 s")
 
 
 def child_killed(lab: Lab) -> Observed:
