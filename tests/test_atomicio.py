@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 
 import pytest
 
@@ -43,3 +45,13 @@ def test_missing_header_is_corrupt(tmp_path):
     p.write_text(json.dumps({"kind": "k"}))
     with pytest.raises(CorruptFile, match="schema_version"):
         read_versioned_json(p, "k", 1)
+
+
+def test_written_files_honour_the_umask(tmp_path):
+    """mkstemp creates 0600; reports and records must be as readable as any file the user writes."""
+    code = (
+        "import os, sys; os.umask(0o027); from pathlib import Path; from harness.atomicio import atomic_write_text; "
+        "p = Path(sys.argv[1]); atomic_write_text(p, 'x'); print(oct(p.stat().st_mode & 0o777))"
+    )
+    out = subprocess.run([sys.executable, "-c", code, str(tmp_path / "f.txt")], capture_output=True, text=True)
+    assert out.stdout.strip() == "0o640", out.stderr
