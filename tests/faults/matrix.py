@@ -92,6 +92,7 @@ ROWS: list[Row] = [
         covered_by="tests/test_bisect_cache.py::test_newer_schema_is_refused",
     ),
     Row("cache-read-only", "read-only cache directory", C, drv.read_only_cache_dir),
+    Row("cache-file-read-only", "read-only verdict cache file in a writable directory", C, drv.read_only_cache_file),
     Row("cache-shared", "two bisects sharing one cache directory at once", U, drv.two_bisects_share_a_cache),
     # ---- the evaluated MB misbehaves
     Row("mb-hangs", "an MB commit whose import hangs", D, child.hanging_import),

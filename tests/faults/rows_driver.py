@@ -243,6 +243,35 @@ def read_only_cache_dir(lab: Lab) -> Observed:
     return got
 
 
+def read_only_cache_file(lab: Lab) -> Observed:
+    """The directory is writable, the SQLite file is not: one line that keeps the file (never
+    the advice to delete a healthy cache), and a run once it is writable resumes."""
+    repo, shas, cache, out = _setup(lab, "cache-file-readonly")
+    warm = lab.bisect(repo, "main~11..main~4", cache, out.parent / "warm", "-q")
+    if warm.rc not in (0, 1):
+        return Observed(Outcome.LOST, 0.0, f"warm-up failed: {warm.err[-300:]}")
+    db = cache / "verdicts.sqlite"
+    before = _cached(lab, cache)
+    for extra in db.parent.glob(db.name + "-*"):
+        extra.unlink()
+    _immutable(db, True)
+    try:
+        proc = lab.bisect(repo, RANGE, cache, out, "-q")
+    finally:
+        _immutable(db, False)
+    line = proc.one_line_error()
+    if line is None:
+        return Observed(Outcome.LOST, 0.0, f"rc={proc.rc}: {proc.err[-400:]}")
+    if "delete" in line:
+        return Observed(Outcome.LOST, 0.0, f"advises deleting a healthy cache: {line}")
+    got = _resume(lab, repo, shas, cache, out, before)
+    return (
+        Observed(Outcome.CLEAN_ERROR, got.recover_s, f"{line} | then {got.detail}")
+        if got.outcome is Outcome.RESUMED
+        else got
+    )
+
+
 def two_bisects_share_a_cache(lab: Lab) -> Observed:
     """Two drivers on one cache dir at once: both finish with the culprit, no verdict lost, and a
     commit both evaluated is two attempts that agree (never a row overwritten or duplicated)."""
