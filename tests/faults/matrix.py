@@ -48,7 +48,7 @@ ROWS: list[Row] = [
     ),
     Row(
         "kill9-report",
-        "SIGKILL as the last evaluation ends (bisect.json / report writes)",
+        "SIGKILL once the last verdict is stored (bisect.json / report writes)",
         R,
         drv.sigkill_after_last_evaluation,
     ),
