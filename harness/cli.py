@@ -11,7 +11,7 @@ import errno
 import importlib
 import sys
 
-from harness import __version__
+from harness import __version__, config
 from harness.errors import HarnessError
 
 #: A file system refusing a write (full, over quota or a file-size limit, read-only, no
@@ -39,9 +39,14 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
-    args = parser.parse_args(argv)
+    try:  # defaults from ./harness.toml or [tool.harness] in ./pyproject.toml; flags win
+        applied = config.apply(parser, config.load())
+    except HarnessError as exc:
+        print(exc.one_line(), file=sys.stderr)
+        return exc.exit_code
+    args = applied.finish(parser.parse_args(argv))
     try:
-        return int(args.func(args) or 0)
+        return int(args.func(args, sys.stdout) or 0)  # the stdout of now (a test may have replaced it)
     except HarnessError as exc:
         print(exc.one_line(), file=sys.stderr)
         return exc.exit_code

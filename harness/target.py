@@ -11,20 +11,18 @@ driver sets.
 from __future__ import annotations
 
 import datetime as _dt
-import importlib.metadata as md
 import importlib.util
 import os
 import platform
 import re
-import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import harness
 from harness.errors import EnvironmentProblem, UsageError
-from harness.ownership import ENV_ROOTS, encode_roots
-from harness.paths import ROOT, SITE_DIR
+from harness.ownership import ENV_ROOTS, ENV_VARYING, encode_roots
+from harness.paths import ROOT, SITE_DIR, suites_dir
 
 
 @dataclass(frozen=True)
@@ -35,6 +33,9 @@ class Target:
     commit: str | None = None
     core: Path | None = None  # a tree holding megatron/core pinned by the MB commit (harness.pins)
     core_pin: str | None = None  # the Megatron-LM commit of ``core``
+    # ``core`` is what a bisection varies with MB held fixed (its second level): a megatron-core
+    # that does not import with this MB is a mismatch, untestable (harness.adapters.failures)
+    core_varies: bool = False
 
     @classmethod
     def from_args(cls, mb_src: str | None, commit: str | None = None) -> "Target":
@@ -52,9 +53,11 @@ class Target:
         return cls(src, commit or tree_commit(src))
 
     def pythonpath(self, extra: list[str] | None = None) -> str:
-        """PYTHONPATH for a subprocess: target source, stand-ins, the harness itself."""
+        """PYTHONPATH for a subprocess: target source, stand-ins, the harness itself and the
+        parent of its suites package (``import suites``: the checkout, or the wheel's data)."""
         parts = ([str(self.src)] if self.src else []) + ([str(self.core)] if self.core else [])
-        parts += [str(SITE_DIR), str(ROOT)] + (extra or [])
+        suites_parent = str(suites_dir().parent)
+        parts += [str(SITE_DIR), str(ROOT)] + ([suites_parent] if suites_parent != str(ROOT) else []) + (extra or [])
         old = os.environ.get("PYTHONPATH")
         return os.pathsep.join(parts + ([old] if old else []))
 
@@ -68,6 +71,10 @@ class Target:
         env = dict(os.environ)
         env["PYTHONPATH"] = self.pythonpath()
         env[ENV_ROOTS] = encode_roots(self.megatron_roots())
+        if self.core_varies and self.core:
+            env[ENV_VARYING] = encode_roots([self.core / "megatron"])
+        else:
+            env.pop(ENV_VARYING, None)
         env["PYTHONDONTWRITEBYTECODE"] = "1"  # never write __pycache__ into a user's checkout
         if self.commit:
             env["HARNESS_TARGET_COMMIT"] = self.commit
@@ -79,6 +86,8 @@ class Target:
 
 
 def _dist_version(name: str) -> str:
+    import importlib.metadata as md  # ~50 ms; the CLI's start-up does not need it
+
     try:
         return md.version(name)
     except md.PackageNotFoundError:
@@ -141,25 +150,6 @@ def describe_running_target() -> dict[str, Any]:
         ),
         "harness": harness.__version__,
         "date": _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
-    }
-
-
-def machine() -> dict[str, Any]:
-    """CPU/GPU description without importing torch in the parent (cheap, no CUDA init)."""
-    gpu = None
-    try:
-        out = subprocess.run(
-            ["nvidia-smi", "--query-gpu=name", "--format=csv,noheader"], capture_output=True, text=True, timeout=20
-        )
-        if out.returncode == 0 and out.stdout.strip():
-            gpu = out.stdout.strip().splitlines()[0]
-    except (OSError, subprocess.SubprocessError):
-        pass
-    return {
-        "hostname": platform.node(),
-        "platform": platform.platform(),
-        "cpus": os.cpu_count(),
-        "accelerator": gpu or "CPU only",
     }
 
 

@@ -37,6 +37,7 @@ CASES = [
 
 
 def _micro_batch(case: _oracle.SFTCase, first: int, rows: int):
+    thd.pack_in_batch.era  # noqa: B018 - an era without in-batch packing is untestable before inputs are built
     examples = list(_oracle.reference(case))[first : first + rows]
     assert len(examples) == rows, f"reference has {len(_oracle.reference(case))} examples"
     pad_id = _oracle.special_ids(case)["pad_id"]

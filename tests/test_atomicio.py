@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 
 import pytest
 
@@ -47,11 +45,19 @@ def test_missing_header_is_corrupt(tmp_path):
         read_versioned_json(p, "k", 1)
 
 
-def test_written_files_honour_the_umask(tmp_path):
-    """mkstemp creates 0600; reports and records must be as readable as any file the user writes."""
-    code = (
-        "import os, sys; os.umask(0o027); from pathlib import Path; from harness.atomicio import atomic_write_text; "
-        "p = Path(sys.argv[1]); atomic_write_text(p, 'x'); print(oct(p.stat().st_mode & 0o777))"
-    )
-    out = subprocess.run([sys.executable, "-c", code, str(tmp_path / "f.txt")], capture_output=True, text=True)
-    assert out.stdout.strip() == "0o640", out.stderr
+@pytest.mark.parametrize("umask, mode", [(0o022, 0o644), (0o002, 0o664), (0o077, 0o600), (0o027, 0o640)])
+def test_written_files_honour_the_umask(tmp_path, umask, mode):
+    """Reports, histories and JUnit files get the mode open(path, "w") would give them, not
+    mkstemp's 0o600 (teammates and web servers must be able to read them)."""
+    import os
+    import stat
+
+    old = os.umask(umask)
+    try:
+        atomic_write_text(tmp_path / "report.html", "<html></html>")
+        write_versioned_json(tmp_path / "results.json", "k", 1, {})
+        (tmp_path / "plain.txt").write_text("x")  # the reference: what a plain write gives
+    finally:
+        os.umask(old)
+    for name in ("report.html", "results.json", "plain.txt"):
+        assert stat.S_IMODE((tmp_path / name).stat().st_mode) == mode, name

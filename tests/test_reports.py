@@ -21,6 +21,7 @@ import pytest
 from harness import history
 from harness.bisect.document import BisectDoc
 from harness.errors import CorruptFile, UsageError
+from harness.machine import Machine
 from harness.report import render_bisect_report, render_run_report, render_trend_report, write_junit
 from harness.report.diffview import row_window
 from harness.results import CaseResult, RunResult
@@ -264,7 +265,7 @@ def sample_run(run_id: str = "run-1", started: str = "2025-05-01T02:00:00+00:00"
         run_id=run_id,
         target={"version": "0.6.2", "commit": "a" * 40, "path": "/src/Megatron-Bridge"},
         versions={"megatron-core": "0.19.2", "torch": "2.13.0"},
-        machine={"cpu": "AMD EPYC 7B13 (2 cores)", "gpu": "", "ram_gb": 8},
+        machine=Machine("host", "Linux", "AMD EPYC 7B13", 2, None),
         import_mode="installed",
         standins=["transformer_engine"],
         started=started,
@@ -459,8 +460,44 @@ def test_report_writes_are_atomic_and_versioned(tmp_path: Path) -> None:
     assert doc.find("meta", name="harness-report-kind").attrs["content"] == "run"
 
 
+def machine_cells(doc: Node) -> dict[str, str]:
+    return {tr.find("th").text(): tr.find("td").text() for tr in doc.by_id("machine").find_all("tr")}
+
+
+def test_run_header_shows_the_machine_as_the_runner_recorded_it(tmp_path: Path, monkeypatch) -> None:
+    """The runner writes the machine record and the header reads the same record: CPU and GPU
+    are never blank or "none" by a key mismatch (they were on every real run)."""
+    from harness import machine, runner
+
+    monkeypatch.setattr(machine, "_gpu_name", lambda: "NVIDIA H200")
+    monkeypatch.setattr(machine, "_cpu_model", lambda: "Intel Xeon Platinum 8480C")
+    run = sample_run()
+    run.machine = runner.this_machine()  # what run_suites records
+    run.save(tmp_path / "results.json")
+    doc = parse_html(render_run_report(RunResult.load(tmp_path / "results.json"), tmp_path / "r.html"))
+    cells = machine_cells(doc)
+    assert cells["GPU"] == "NVIDIA H200"
+    assert cells["CPU"].startswith("Intel Xeon Platinum 8480C (") and "CPUs)" in cells["CPU"]
+
+
+def test_run_header_of_a_schema_1_results_file(tmp_path: Path) -> None:
+    """results.json written before the machine record (``cpus``, ``accelerator``) still shows
+    its CPU count and GPU (the bisect cache keeps such runs)."""
+    doc = sample_run().to_json()
+    doc["machine"] = {"hostname": "h", "platform": "Linux", "cpus": 16, "accelerator": "NVIDIA A100-SXM4-80GB"}
+    from harness.atomicio import write_versioned_json
+
+    write_versioned_json(tmp_path / "results.json", "harness-run", 1, doc)
+    cells = machine_cells(parse_html(render_run_report(RunResult.load(tmp_path / "results.json"), tmp_path / "r.html")))
+    assert cells["CPU"] == "16 CPUs" and cells["GPU"] == "NVIDIA A100-SXM4-80GB"
+    doc["machine"] = {"cpus": 2, "accelerator": "CPU only"}
+    write_versioned_json(tmp_path / "results.json", "harness-run", 1, doc)
+    cells = machine_cells(parse_html(render_run_report(RunResult.load(tmp_path / "results.json"), tmp_path / "r.html")))
+    assert cells["CPU"] == "2 CPUs" and cells["GPU"] == "none"
+
+
 def test_run_report_of_an_empty_run(tmp_path: Path) -> None:
-    empty = RunResult(run_id="empty", target={}, versions={}, machine={}, import_mode="source")
+    empty = RunResult(run_id="empty", target={}, versions={}, machine=Machine(), import_mode="source")
     doc = parse_html(render_run_report(empty, tmp_path / "empty.html"))
     assert doc.by_id("failures").text() == "Failures (0)"
     assert not doc.find_all("tr", cls="case-row")

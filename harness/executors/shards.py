@@ -21,6 +21,7 @@ from harness import runner
 from harness.bisect.evaluator import EvalOutcome
 from harness.bisect.executor import JobLog
 from harness.executors.slurm import SlurmExecutor, SlurmHandle
+from harness.machine import Machine
 from harness.results import CaseResult, RunResult
 from harness.target import Target
 from harness.verdict import Verdict
@@ -43,13 +44,14 @@ class SuiteShard:
 
 @dataclass(frozen=True)
 class RefRun:
-    """The suites on one exported MB ref, in a job: the argument is (ref, sha, src, out dir)."""
+    """The suites on one exported MB ref, in a job: the argument is (target, out dir); the target
+    carries the ref's pinned megatron-core when the matrix runs with ``--megatron-lm``."""
 
     opts: runner.RunOptions
 
-    def __call__(self, item: tuple[str, str, str, str]) -> RunResult:
-        _, sha, src, out = item
-        return runner.run_suites(Target(src=Path(src), commit=sha), self.opts, Path(out), progress=None)
+    def __call__(self, item: tuple[Target, str]) -> RunResult:
+        tgt, out = item
+        return runner.run_suites(tgt, self.opts, Path(out), progress=None)
 
 
 def run_jobs(
@@ -131,7 +133,7 @@ def merge(
         run_id=run_id,
         target=first.target if first else {"src": str(tgt.src) if tgt.src else None},
         versions=first.versions if first else {},
-        machine=first.machine if first else {},
+        machine=first.machine if first else Machine(),
         import_mode="; ".join(sorted({r.import_mode for r in runs})) or "none (every job lost)",
         standins=sorted({s for r in runs for s in r.standins}),
         started=started,

@@ -13,7 +13,9 @@ from collections import OrderedDict
 from pathlib import Path
 from typing import Any
 
+from harness.bisect.descentdoc import Descent, PinCheck
 from harness.bisect.document import BisectDoc, CaseDoc, Confirmation
+from harness.pins import SUBMODULE
 from harness.report.diffview import diff_view
 from harness.report.formatting import VERDICT_ORDER, anchor, case_name, format_value, render_template, short_sha
 from harness.results import CaseResult, RunResult
@@ -49,18 +51,18 @@ def _suites(cases: list[CaseResult]) -> list[dict[str, Any]]:
 
 def _header_view(run: RunResult) -> dict[str, Any]:
     """The facts a reader needs to trust or distrust the run, with the usual keys first."""
-    target, versions, machine = run.target or {}, run.versions or {}, run.machine or {}
+    target, versions, machine = run.target or {}, run.versions or {}, run.machine
     mb_version = target.get("version") or versions.get("megatron-bridge") or versions.get("megatron_bridge") or ""
     return {
         "mb_version": mb_version,
         "mb_commit": target.get("commit") or target.get("sha") or "",
         "mcore": versions.get("megatron-core") or versions.get("megatron_core") or versions.get("mcore") or "",
         "torch": versions.get("torch", ""),
-        "cpu": machine.get("cpu", ""),
-        "gpu": machine.get("gpu", "") or "none",
+        "cpu": machine.cpu_label,
+        "gpu": machine.gpu_label,
         "target_items": sorted((str(k), format_value(v)) for k, v in target.items()),
         "version_items": sorted((str(k), format_value(v)) for k, v in versions.items()),
-        "machine_items": sorted((str(k), format_value(v)) for k, v in machine.items()),
+        "machine_items": sorted((str(k), format_value(v)) for k, v in machine.to_json().items()),
     }
 
 
@@ -184,14 +186,14 @@ def timeline_view(bisect: BisectDoc, case_ids: list[str], culprits: dict[str, st
     }
 
 
-def _bisect_case_view(case: CaseDoc, bisect: BisectDoc) -> dict[str, Any]:
+def _bisect_case_view(case: CaseDoc, bisect: BisectDoc, prefix: str) -> dict[str, Any]:
     candidates = []
     for sha in case.candidates:
         meta = bisect.commit(sha)
         candidates.append({"sha": sha, "subject": meta.subject, "author": meta.author, "date": meta.date})
     return {
         "case_id": case.case_id,
-        "anchor": anchor(case.case_id),
+        "anchor": prefix + anchor(case.case_id),
         "status": case.status.value,
         "source": case.source,
         "evaluations": "?" if case.evaluations is None else case.evaluations,
@@ -212,9 +214,16 @@ def _confirmation_view(found: Confirmation | None) -> dict[str, Any] | None:
     }
 
 
-def bisect_context(bisect: BisectDoc) -> dict[str, Any]:
-    """Everything the bisect template shows, from a bisection record."""
-    views = {id(c): _bisect_case_view(c, bisect) for c in bisect.cases}
+def _pin_view(check: PinCheck | None) -> dict[str, Any] | None:
+    return {"status": check.status.value, "label": check.label, "detail": check.detail} if check else None
+
+
+def _level_context(bisect: BisectDoc, prefix: str = "") -> dict[str, Any]:
+    """What one level of a bisection shows: range, timeline, culprits, late starts, cases.
+
+    ``prefix`` keeps the element ids of a second level (nested in the first's page) unique.
+    """
+    views = {id(c): _bisect_case_view(c, bisect, prefix) for c in bisect.cases}
     culprits = {c.case_id: c.culprit.sha for c in bisect.cases if c.culprit}
     rng = bisect.range
     return {
@@ -254,6 +263,35 @@ def bisect_context(bisect: BisectDoc) -> dict[str, Any]:
             }
             for s in bisect.late_starts
         ],
+    }
+
+
+def _descent_view(descent: Descent, bisect: BisectDoc, n: int) -> dict[str, Any]:
+    nested = descent.doc
+    return {
+        "mb_culprit": descent.mb_culprit,
+        "subject": bisect.commit(descent.mb_culprit).subject,
+        "old_pin": descent.old_pin,
+        "new_pin": descent.new_pin,
+        "cases": descent.cases,
+        "descended": descent.descended,
+        "reason": descent.reason,
+        "pin_change": _pin_view(nested.pin_change) if nested else None,
+        "ctx": _level_context(nested, f"descent-{n}-") if nested else None,
+    }
+
+
+def bisect_context(bisect: BisectDoc) -> dict[str, Any]:
+    """Everything the bisect template shows, from a bisection record: its own level, then the
+    Megatron-LM bisection behind each culprit that moved the pin."""
+    level = _level_context(bisect)
+    return {
+        **level,
+        "ctx": level,
+        "held": {"label": bisect.held.label, "sha": bisect.held.sha} if bisect.held else None,
+        "pin_change": _pin_view(bisect.pin_change),
+        "descents": [_descent_view(d, bisect, n) for n, d in enumerate(bisect.descents, 1)],
+        "submodule": SUBMODULE,
         "verdicts": VERDICT_ORDER,
         # the classic four always show (a reassuring "0 fail"); the others only when present
         "always_shown": ("pass", "fail", "untestable", "error"),

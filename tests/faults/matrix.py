@@ -142,12 +142,7 @@ ROWS: list[Row] = [
     # ---- configuration and directories
     Row("config-keys", "an unknown key in [tool.harness] (a misspelt table)", C, repo.unknown_config_keys),
     Row("fixtures-missing", "a --fixtures root that does not exist", C, repo.missing_fixtures_root),
-    Row(
-        "suites-missing",
-        "a suites root that does not exist",
-        C,
-        untestable="the suites ship inside the harness package: no option or setting names another root",
-    ),
+    Row("suites-missing", "a --suites-dir root that does not exist", C, repo.missing_suites_root),
     Row("run-out-uncreatable", "harness run --out that cannot be created", C, repo.uncreatable_run_out),
     Row("out-uncreatable", "--out under a file (cannot be created)", C, drv.out_dir_cannot_be_created),
     Row("cache-uncreatable", "--cache-dir under a file (cannot be created)", C, drv.cache_dir_cannot_be_created),

@@ -17,6 +17,7 @@ from harness.bisect.evaluator import MBEvaluator
 from harness.errors import CorruptFile
 from harness.golden.serializer import INLINE_MAX_ELEMENTS, encode
 from harness.golden.storage import Golden, golden_path, write_golden
+from harness.machine import Machine
 from harness.results import CaseResult, RunResult
 from harness.verdict import Verdict
 from tests.faults.lab import HARNESS, Lab, Observed, Outcome
@@ -69,7 +70,9 @@ def corrupt_earlier_results(lab: Lab) -> Observed:
     case = CaseResult(case_id="s::a", suite="s", verdict=Verdict.FAIL, message="first differs at 3", diff="d")
     older = runs / sha / "20260101-000000-aaaaaa" / "results.json"
     older.parent.mkdir(parents=True)
-    RunResult(run_id="older", target={}, versions={}, machine={}, import_mode="full", cases=[case]).save(older)
+    RunResult(
+        run_id="older", target={}, versions={}, machine=Machine.from_json(None), import_mode="full", cases=[case]
+    ).save(older)
     newer = runs / sha / "20260102-000000-bbbbbb" / "results.json"
     newer.parent.mkdir(parents=True)
     shutil.copy(older, newer)

@@ -125,6 +125,12 @@ def missing_fixtures_root(lab: Lab) -> Observed:
     return _clean_error(proc, "nowhere")
 
 
+def missing_suites_root(lab: Lab) -> Observed:
+    where = lab.fresh("suites-missing")
+    proc = _harness_in(where, "run", "--suites-dir", str(where / "nowhere"), "--out", str(where / "out"), "-q")
+    return _clean_error(proc, "nowhere")
+
+
 def uncreatable_run_out(lab: Lab) -> Observed:
     where = lab.fresh("run-out-uncreatable")
     (where / "a-file").write_text("x\n")

@@ -36,16 +36,10 @@ CASES = ("s::a", "s::b", "s::c")
 
 @dataclass(frozen=True)
 class StateMB:
-    """Same constructor as :class:`harness.bisect.evaluator.MBEvaluator`; verdicts from ``state.json``."""
+    """Verdicts from ``state.json`` of the materialised tree (see the module docstring)."""
 
     repo_path: Path
     workspace_dir: Path
-    runs_dir: Path
-    suites: tuple[str, ...] | None = None
-    keyword: str | None = None
-    timeout_s: float = 1800.0
-    megatron_lm: Path | None = None
-    fork_servers: int = 0
 
     def cache_namespace(self) -> tuple[str, str]:
         return "scripted-suite", "scripted-env"
@@ -66,6 +60,12 @@ class StateMB:
         return EvalOutcome(out, {c: f"{c} {v.value} {pad}" for c, v in out.items()})
 
 
+def state_mb(repo_path: Path, workspace_dir: Path, *_options: object, **_named: object) -> StateMB:
+    """Called where the driver builds its MB evaluator (same leading arguments; the suite
+    options it passes mean nothing to a scripted MB)."""
+    return StateMB(repo_path, workspace_dir)
+
+
 if __name__ == "__main__":
-    driver.MBEvaluator = StateMB  # type: ignore[misc,assignment]
+    driver.MBEvaluator = state_mb  # type: ignore[misc,assignment]
     sys.exit(cli.main(sys.argv[1:]))
