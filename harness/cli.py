@@ -7,11 +7,18 @@ lost on such an error because commands write results atomically and only at the 
 from __future__ import annotations
 
 import argparse
+import errno
 import importlib
 import sys
 
 from harness import __version__, config
 from harness.errors import HarnessError
+
+#: A file system refusing a write (full, over quota or a file-size limit, read-only, no
+#: permission, a file where a directory should be): the user's environment, not a harness bug.
+FILESYSTEM_ERRNOS = frozenset(
+    {errno.ENOSPC, errno.EDQUOT, errno.EFBIG, errno.EROFS, errno.EACCES, errno.EPERM, errno.ENOTDIR}
+)
 
 COMMANDS = ("run", "fixtures", "bisect", "nightly", "mutate", "matrix")
 
@@ -43,6 +50,16 @@ def main(argv: list[str] | None = None) -> int:
     except HarnessError as exc:
         print(exc.one_line(), file=sys.stderr)
         return exc.exit_code
+    except OSError as exc:
+        if exc.errno not in FILESYSTEM_ERRNOS:
+            raise  # anything else is a harness bug and keeps its traceback
+        where = f" {exc.filename}" if exc.filename else ""
+        print(
+            f"harness: error: cannot write{where}: {exc.strerror or exc} (disk full, read-only or missing "
+            "directory?); results written so far are kept",
+            file=sys.stderr,
+        )
+        return 2
     except KeyboardInterrupt:
         print("harness: interrupted; results written so far are kept", file=sys.stderr)
         return 130

@@ -230,14 +230,12 @@ class ForkServer:
                 raise ForkServerError("the fork server stopped answering")
             done = self._get(answers, deadline)
             if done is None:  # timeout: kill the run's process group, then collect its status
-                try:
-                    os.killpg(started["pid"], signal.SIGKILL)
-                except (ProcessLookupError, PermissionError):
-                    pass
+                _kill_group(started["pid"])
                 done = self._get(answers, time.monotonic() + 60)
                 return (done or {}).get("rc"), True
             if "rc" not in done:
                 raise ForkServerError("the fork server stopped while a run was in flight")
+            _kill_group(started["pid"])  # whatever the run started and left running dies with it
             return done["rc"], False
         finally:
             with self._lock:
@@ -328,3 +326,11 @@ POOL = ServerPool()
 
 if __name__ == "__main__":
     serve()
+
+
+def _kill_group(pid: int) -> None:
+    """SIGKILL the process group of a forked run (its own session: the run and what it started)."""
+    try:
+        os.killpg(pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass

@@ -150,16 +150,31 @@ class GitRepo:
             raise git_failure(exc, "merge-base --is-ancestor") from exc
         return True
 
+    def is_shallow(self) -> bool:
+        """A ``git clone --depth N`` (also seen from a linked worktree): history ends at grafted commits."""
+        return self._text("rev_parse", "--is-shallow-repository").strip() == "true"
+
+    def _unshallow_hint(self, what: str) -> UsageError:
+        return UsageError(
+            f"{what}: {self.path} is a shallow clone whose history may not reach it; "
+            f"run 'git -C {self.path} fetch --unshallow' (or fetch a deeper history) and retry"
+        )
+
     def check_range(self, good: str, bad: str) -> tuple[str, str]:
         """Resolve and validate a bisection range; returns (good sha, bad sha)."""
-        good_sha, bad_sha = self.resolve(good), self.resolve(bad)
+        try:
+            good_sha, bad_sha = self.resolve(good), self.resolve(bad)
+        except UsageError as exc:
+            if self.is_shallow():
+                raise self._unshallow_hint(str(exc)) from None
+            raise
         if good_sha == bad_sha:
             raise UsageError(f"empty range: good {good!r} and bad {bad!r} are the same commit {good_sha[:12]}")
         if not self.is_ancestor(good_sha, bad_sha):
-            raise UsageError(
-                f"good {good!r} ({good_sha[:12]}) is not an ancestor of bad {bad!r} ({bad_sha[:12]}); "
-                "a regression range needs good older than bad on the same history"
-            )
+            what = f"good {good!r} ({good_sha[:12]}) is not an ancestor of bad {bad!r} ({bad_sha[:12]})"
+            if self.is_shallow():  # the graft cut the path between them
+                raise self._unshallow_hint(what)
+            raise UsageError(f"{what}; a regression range needs good older than bad on the same history")
         return good_sha, bad_sha
 
     def commits_between(self, good: str, bad: str, first_parent: bool = False) -> list[str]:

@@ -181,6 +181,7 @@ def _stream(
             tail.append(text)
             tail = tail[-200:]
         elif proc.poll() is not None:
+            kill_group(proc)  # whatever the suite process started and left running dies with it
             return False, "".join(tail)
         else:
             tick()

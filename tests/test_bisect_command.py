@@ -2,7 +2,7 @@
 
 The repositories are built once per module: the installed ``megatron/bridge`` package becomes
 ``src/megatron/bridge`` of the first commit, then noise commits and commits that inject faults
-from tests/faults.py (each checked to be caught by the golden suites): behaviour faults, MB
+from the catalogue in tests/faults/__init__.py (each checked to be caught by the golden suites): behaviour faults, MB
 raising, breaks (a syntax error, a hang) and a module deleted outright. Every MB evaluation
 costs seconds to tens of seconds (MB import), so the slow tests share the repositories and
 one verdict cache, select light suites where they can, and keep the ranges short.

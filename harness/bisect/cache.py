@@ -20,6 +20,7 @@ migrated in place, in one transaction, when it is first opened: its rows get ``c
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
 import sqlite3
@@ -29,7 +30,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from types import TracebackType
 
-from harness.errors import CorruptFile
+from harness.errors import CorruptFile, EnvironmentProblem
 from harness.results import CaseResult
 from harness.verdict import Verdict
 
@@ -161,13 +162,24 @@ class VerdictCache:
     def _corrupt(self, why: str) -> CorruptFile:
         return CorruptFile(f"verdict cache {self.path} is unusable ({why}); run with --no-cache or delete the file")
 
+    def _unwritable(self, exc: sqlite3.Error) -> EnvironmentProblem:
+        """SQLite could not read or write the file for a reason outside it (a full disk, a read-only
+        or missing directory): the cache itself is fine, so deleting it would be the wrong advice."""
+        return EnvironmentProblem(
+            f"cannot use the verdict cache {self.path} ({exc}): is the disk full or its directory read-only? "
+            "verdicts stored so far are kept; rerun once it is writable to resume, or use --cache-dir elsewhere"
+        )
+
     def _connect(self) -> sqlite3.Connection:
         try:
             db = sqlite3.connect(self.path, timeout=60, isolation_level=None)
         except sqlite3.Error as exc:
-            raise self._corrupt(str(exc)) from None
+            raise self._unwritable(exc) from None
         try:
             self._prepare(db)
+        except sqlite3.OperationalError as exc:  # I/O, permissions, locks: the file is not to blame
+            db.close()
+            raise self._unwritable(exc) from None
         except sqlite3.DatabaseError as exc:
             db.close()
             raise self._corrupt(str(exc)) from None
@@ -256,8 +268,14 @@ class VerdictCache:
         messages: Mapping[str, str] | None = None,
         duration_s: float = 0.0,
         evaluated_at: datetime | None = None,
-    ) -> Evaluation:
-        """Store one complete evaluation atomically; returns it with its attempt number."""
+        up_to: int | None = None,
+    ) -> Evaluation | None:
+        """Store one complete evaluation atomically; returns it with its attempt number.
+
+        ``up_to``: store it only while the key holds fewer attempts (else None, nothing written):
+        two bisects sharing a cache that evaluated the same commit at once keep one verdict, not
+        two attempts that would read as a retry. Checked inside the write lock, so it is race-free.
+        """
         messages = dict(messages or {})
         stamp = (evaluated_at or datetime.now(timezone.utc)).astimezone(timezone.utc).isoformat()
         rows = [(cid, v.value, messages.get(cid, "")) for cid, v in sorted(verdicts.items())]
@@ -265,6 +283,9 @@ class VerdictCache:
         db.execute("BEGIN IMMEDIATE")  # the write lock makes max(attempt)+1 race-free
         try:
             attempt = self._next_attempt(key)
+            if up_to is not None and attempt > up_to:
+                db.execute("ROLLBACK")
+                return None
             cur = db.execute(
                 "INSERT INTO evaluations"
                 " (commit_sha, core_commit, suite_hash, env_key, attempt, duration_s, evaluated_at, n_cases)"
@@ -276,20 +297,25 @@ class VerdictCache:
                 [(cur.lastrowid, *row) for row in rows],
             )
             db.execute("COMMIT")
-        except BaseException:
+        except BaseException as exc:
             if db.in_transaction:
-                db.execute("ROLLBACK")
+                with contextlib.suppress(sqlite3.Error):  # SQLite undoes it itself when it cannot
+                    db.execute("ROLLBACK")
+            if isinstance(exc, sqlite3.OperationalError):  # a full disk mid-run: this evaluation is not stored
+                raise self._unwritable(exc) from None
             raise
         return Evaluation(key, attempt, dict(verdicts), {c: m for c, _, m in rows}, float(duration_s), stamp)
 
     def record_results(self, key: CacheKey, cases: Sequence[CaseResult], duration_s: float = 0.0) -> Evaluation:
         """Convenience: store the case results of one run of the suites."""
-        return self.record(
+        stored = self.record(
             key,
             {c.case_id: c.verdict for c in cases},
             {c.case_id: c.message for c in cases},
             duration_s=duration_s,
         )
+        assert stored is not None  # without up_to every evaluation is stored
+        return stored
 
     def _next_attempt(self, key: CacheKey) -> int:
         row = self._db.execute(

@@ -167,6 +167,8 @@ class _Driver:
             free = self.executor.slots - len(self._running)
             if free > 0 and not self._queued:
                 for sha in pick(free):
+                    if sha not in self.evidence.evaluated:  # stored by another bisect sharing the cache?
+                        self.adopt(sha)
                     self._queued += [sha] * self.want_attempts(sha)
                     if not self.want_attempts(sha):
                         self.replay(sha)
@@ -214,7 +216,16 @@ class _Driver:
             evaluation = Evaluation(self.key(sha), len(ev.attempts.get(sha, [])) + 1, {}, {}, outcome.duration_s, stamp)
             ev.infrastructure.setdefault(sha, []).append(outcome.note)
         else:
-            evaluation = self.cache.record(self.key(sha), outcome.verdicts, outcome.messages, outcome.duration_s)
+            stored = self.cache.record(
+                self.key(sha), outcome.verdicts, outcome.messages, outcome.duration_s, up_to=self.opts.retries + 1
+            )
+            if stored is None:  # another bisect sharing the cache stored this commit meanwhile
+                self.adopt(sha)
+                self.say(
+                    f"{sha[:12]} #{self.index.get(sha, '?')}: stored meanwhile by another bisect; its verdicts used"
+                )
+                return
+            evaluation = stored
             ev.new_evaluations += 1
         ev.evaluated.add(sha)
         if outcome.jobs:
@@ -240,6 +251,15 @@ class _Driver:
             f"{summary} in {outcome.duration_s:.1f} s{open_cases}{note}",
             status=self.left(),
         )
+
+    def adopt(self, sha: str) -> None:
+        """Take the attempts another bisect sharing the cache stored for ``sha`` since we looked."""
+        known = self.evidence.attempts.get(sha, [])
+        for evaluation in self.cache.attempts(self.key(sha))[len(known) :]:
+            self.evidence.attempts.setdefault(sha, []).append(evaluation)
+            self.evidence.cached_evaluations += 1
+            if self.bisection is not None:
+                self.bisection.record(sha, self.view(sha, evaluation.verdicts))
 
     def picker(self, bisection: Bisection) -> Callable[[int], list[str]]:
         """What :meth:`run` asks for: the bisection's next probes that are not already in flight."""

@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import sys
+import tempfile
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -178,6 +179,17 @@ def add_out(p: argparse.ArgumentParser, default: str) -> None:
 def out_dir(args: argparse.Namespace, name: str) -> Path:
     """``--out``, else ``reports/<name>`` under the current directory."""
     return Path(args.out).expanduser() if args.out else paths.reports_dir() / name
+
+
+def writable_dir(path: Path, what: str) -> Path:
+    """Create ``path`` and prove it takes a file, before hours of work whose results go there."""
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryFile(dir=path):
+            pass
+    except OSError as exc:
+        raise UsageError(f"{what} {path} cannot be written: {exc.strerror or exc}") from None
+    return path
 
 
 def add_cache_dir(p: argparse.ArgumentParser) -> None:

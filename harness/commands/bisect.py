@@ -167,7 +167,9 @@ def run(args: argparse.Namespace, out: TextIO = sys.stdout) -> int:
         raise UsageError("--no-descend only applies with --megatron-lm (it stops at a Megatron-LM pin bump)")
     if args.mlm_ancestry_path and args.megatron_lm is None and not second:
         raise UsageError("--mlm-ancestry-path walks Megatron-LM's history: give --megatron-lm, --mb-at or --mb-src")
-    out_dir = _args.out_dir(args, f"bisect-{_dt.datetime.now().strftime('%Y%m%d-%H%M%S')}")
+    # both directories are proven writable before the first evaluation, not after the last one
+    out_dir = _args.writable_dir(_args.out_dir(args, f"bisect-{_dt.datetime.now().strftime('%Y%m%d-%H%M%S')}"), "--out")
+    cache_dir = _args.writable_dir(_args.cache_dir(args), "--cache-dir")
     opts = BisectOptions(
         repo=args.repo,
         good=good,
@@ -177,7 +179,7 @@ def run(args: argparse.Namespace, out: TextIO = sys.stdout) -> int:
         retries=args.retries,
         timeout_s=args.timeout,
         use_cache=not args.no_cache,
-        cache_dir=_args.cache_dir(args),
+        cache_dir=cache_dir,
         suites=tuple(args.suite) if args.suite else None,
         keyword=args.keyword,
         out_dir=out_dir,

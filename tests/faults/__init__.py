@@ -10,6 +10,9 @@ Used by tests/test_bisect_command.py (commits that inject a fault into a tempora
 repository built from the installed MB) and usable by anyone checking that a suite catches
 a regression: copy MB's ``src``, ``apply`` a fault, ``harness run --mb-src`` it.
 
+The package's modules are the other kind of fault: faults injected into the harness itself
+(signals, full disks, corrupt files, odd repositories), the matrix in tests/faults/matrix.py.
+
 ``suite`` and ``catches`` say which golden suite and tests catch the fault (checked against
 MB 0.6.2 with ``harness run --mb-src <tree>/src``: cu_seqlens_off_by_one fails the 5 cases
 without a precomputed argmin; alignment_pad_loss_mask_one the 3 right-padded cases whose
