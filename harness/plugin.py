@@ -304,6 +304,8 @@ def classify(excinfo: pytest.ExceptionInfo | None, skipped: bool, longrepr: Any)
         return Verdict.FAIL, f"assertion failed: {exc}", None
     if isinstance(exc, pytest.skip.Exception):
         return Verdict.UNTESTABLE, str(exc), None
+    if _harness_object_lacks(exc):  # MB asked a harness test double for something it does not model
+        return Verdict.ERROR, f"harness error {type(exc).__name__}: {exc} (a harness test double)", None
     if blame(excinfo.tb) is Owner.MEGATRON:
         if isinstance(exc, (ImportError, SyntaxError)):  # MB's own import of a module failed
             from harness.adapters.failures import import_failure
@@ -315,6 +317,15 @@ def classify(excinfo: pytest.ExceptionInfo | None, skipped: bool, longrepr: Any)
             return Verdict.FAIL, f"broken: {decided}", None
         return Verdict.FAIL, f"Megatron raised {type(exc).__name__}: {exc}", None
     return Verdict.ERROR, f"harness error {type(exc).__name__}: {exc}", None
+
+
+def _harness_object_lacks(exc: BaseException) -> bool:
+    """An AttributeError on an object of a harness class: MB code raised it, but the gap is the
+    harness's (a double such as the recording model not exposing what MB reads), never MB's."""
+    if not isinstance(exc, AttributeError):
+        return False
+    obj = getattr(exc, "obj", None)
+    return obj is not None and type(obj).__module__.split(".")[0] == "harness"
 
 
 @pytest.hookimpl(hookwrapper=True)

@@ -18,7 +18,8 @@ SUITE = """
 import pytest
 import torch
 from harness.errors import Broken, Untestable
-from megatron_fake.mod import boom, calls_back, imports_broken_module, imports_missing_dependency, pads_badly
+from harness.adapters.step import SizedGroup
+from megatron_fake.mod import boom, calls_back, imports_broken_module, imports_missing_dependency, pads_badly, reads_attr
 
 def test_pass(golden):
     golden.check({"x": [1, 2, 3]})
@@ -56,6 +57,12 @@ def _callback():
 def test_harness_code_called_by_megatron_raised():
     calls_back(_callback)
 
+def test_mb_reads_what_a_harness_double_lacks():
+    reads_attr(SizedGroup(2), "pre_process")
+
+def test_mb_reads_what_its_own_object_lacks():
+    reads_attr(boom, "pre_process")
+
 def test_broken():
     raise Broken("import of megatron_fake.packing failed: SyntaxError")
 
@@ -91,6 +98,9 @@ def pads_badly():
 
 def calls_back(fn):
     return fn()
+
+def reads_attr(obj, name):
+    return getattr(obj, name)
 
 def imports_broken_module():
     import megatron_fake.broken  # a SyntaxError in MB's own file: the commit is broken
@@ -169,6 +179,8 @@ EXPECTED = {
     "test_torch_raised_from_megatron": "fail",
     "test_torch_raised_from_harness": "error",
     "test_harness_code_called_by_megatron_raised": "error",
+    "test_mb_reads_what_a_harness_double_lacks": "error",
+    "test_mb_reads_what_its_own_object_lacks": "fail",
     "test_broken": "fail",
     "test_mb_imports_its_broken_module": "fail",
     "test_mb_imports_a_missing_dependency": "untestable",
@@ -187,6 +199,7 @@ def test_each_outcome_gets_its_verdict(tmp_path):
     assert "Megatron raised ValueError" in cases["test_megatron_raised"]["message"]
     assert "harness error KeyError" in cases["test_harness_bug"]["message"]
     assert "Megatron raised NotImplementedError" in cases["test_torch_raised_from_megatron"]["message"]
+    assert "a harness test double" in cases["test_mb_reads_what_a_harness_double_lacks"]["message"]
     assert cases["test_broken"]["message"].startswith("broken: import of megatron_fake.packing failed")
     broken_import = cases["test_mb_imports_its_broken_module"]["message"]
     assert broken_import.startswith("broken: import of ") and "SyntaxError" in broken_import, broken_import

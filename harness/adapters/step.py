@@ -81,6 +81,14 @@ class RecordingModel(torch.nn.Module):
         self.calls: list[dict[str, Any]] = []
         self.logits: list[torch.Tensor] = []
 
+    def __getattr__(self, name: str) -> Any:
+        """Transparent for what MB reads off the model (``pre_process``, ``config``...): the wrapped
+        ``GPTModel``'s attribute, so MB sees the real model apart from the recording."""
+        try:
+            return super().__getattr__(name)
+        except AttributeError:
+            return getattr(super().__getattr__("gpt"), name)
+
     def _record_logits(self, _module: Any, _inputs: Any, output: Any) -> None:
         logits = output[0] if isinstance(output, tuple) else output
         self.logits.append(logits.detach().transpose(0, 1).float().clone())  # [s, b, v] -> [b, s, v]
