@@ -693,3 +693,58 @@ def test_bisect_report_shows_late_starts_and_confirmations(tmp_path: Path) -> No
     assert rows[0].attrs["data-bisected"] == "true" and "not found" in rows[1].text()
     cell = doc.find("tr", cls="culprit-group").find("td", cls="confirmation")
     assert cell.attrs["data-status"] == "not_confirmed" and "still fail <b>x</b>" in cell.text()
+
+
+# --------------------------------------------------------------------------------------------
+# Failure messages of the suites name what differs
+# --------------------------------------------------------------------------------------------
+
+
+def _assertion_text(check: Callable[[], None]) -> str:
+    with pytest.raises((AssertionError, pytest.fail.Exception)) as info:
+        check()
+    return str(info.value)
+
+
+def test_explain_helpers_name_position_and_both_values() -> None:
+    from suites import _explain
+
+    assert _explain.first_difference([0, 5, 9], [0, 6, 9]) == "position 1: expected 5, got 6 (lengths 3 and 3)"
+    assert _explain.first_difference([0, 5], [0, 5, 9], "boundary") == (
+        "boundary 2: expected nothing, got 9 (lengths 2 and 3)"
+    )
+    assert _explain.first_difference([1, 2], [1, 2]) == ""
+    assert _explain.multiset_difference([3, 3, 4], [3, 4, 7], "length") == "lengths: missing 1 x 3; extra 1 x 7"
+    assert _explain.first_offender([2, 4, 5, 6], lambda x: x % 2 == 0, "boundary") == "boundary 2: 5"
+    assert len(_explain.show(list(range(1000)))) == _explain.MAX_CHARS
+
+
+def test_packing_suite_messages_name_bin_row_position_and_values() -> None:
+    """Before: ``assert False + where False = all(<generator ...>)`` and no position."""
+    from suites import test_packing_algorithms as suite
+
+    over = _assertion_text(lambda: suite._check_bins([40, 30, 9], [[40, 30], [9]], 64))
+    assert "bin (total, lengths) 0: (70, [40, 30])" in over and "64" in over
+    lost = _assertion_text(lambda: suite._check_bins([40, 30, 9], [[40], [9, 9]], 64))
+    assert "missing 1 x 30" in lost and "extra 1 x 9" in lost
+    examples = [{"input_ids": [5, 6, 7, 2], "answer_start_idx": 2}, {"input_ids": [8, 9, 2], "answer_start_idx": 1}]
+    rows = [{"input_ids": [5, 6, 7, 2, 8, 9, 2], "seq_start_id": [0, 4], "loss_mask": [0, 1, 1, 1, 1, 0, 1]}]
+    mask = _assertion_text(lambda: suite._check_answer_loss_mask(rows, examples))
+    assert "row 0, sequence 1 (starting at 4)" in mask
+    assert "position in the sequence 1: expected 1, got 0" in mask
+
+
+def test_refusal_cases_say_what_was_packed_instead(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Before: ``DID NOT RAISE``; now the boundaries MB produced for the malformed batch."""
+    from suites import test_in_batch_packing as suite
+
+    monkeypatch.setattr(suite, "_pack", lambda batch, pad_id: {"cu_seqlens_padded": [0, 3, 7], "tokens": [1] * 7})
+    text = _assertion_text(lambda: suite._assert_refused({}, 0, (ValueError,), "row 1 of only padding"))
+    assert "row 1 of only padding was packed instead of refused" in text
+    assert "cu_seqlens_padded [0, 3, 7]" in text and "7 packed tokens" in text and "ValueError" in text
+
+    def refuses(batch: Any, pad_id: int) -> Any:
+        raise ValueError("left padding")
+
+    monkeypatch.setattr(suite, "_pack", refuses)
+    suite._assert_refused({}, 0, (ValueError,), "row 1 left-padded")  # refused: no failure
