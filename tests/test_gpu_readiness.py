@@ -1,5 +1,7 @@
 """GPU readiness checked on a CPU machine: the CPU forward suite stays on the CPU where CUDA is
-available, and a broken Transformer Engine is an environment error, never MB's failure.
+available, a broken Transformer Engine is an environment error (never MB's failure),
+``--require-gpu`` turns GPU cases that did not run into an exit 2, and the GPU suite's negative
+control sees a moved boundary on MB's real batches.
 
 CUDA is simulated in a child process: ``torch.cuda.is_available()`` answers True (so every
 ``if torch.cuda.is_available()`` in torch, megatron-core, MB and the harness takes its GPU
@@ -20,8 +22,13 @@ from pathlib import Path
 
 import pytest
 
+from harness import gpucheck
+from harness.errors import EnvironmentProblem, UsageError
 from harness.paths import ROOT
+from harness.results import CaseResult, RunResult
 from harness.target import Target, mb_location
+from harness.verdict import Verdict
+from suites._forward import BF16, CONTROL_MARGIN, FP32
 
 SIMULATE_CUDA = textwrap.dedent(
     """
@@ -100,3 +107,119 @@ def test_cpu_forward_stays_on_the_cpu_where_cuda_is_available(tmp_path: Path) ->
     for case_id, case in unpinned.items():  # the control: without the pin the simulation catches it
         assert case["verdict"] != "pass", f"{case_id} passed unpinned: the simulation cannot see the GPU path"
         assert "CUDA touched" in case["message"] or "NVIDIA driver" in case["message"], case["message"][:800]
+
+
+BROKEN_TE = {
+    "ImportError": "raise ImportError('/opt/te/transformer_engine_torch.cpython-312-x86_64-linux-gnu.so: "
+    "undefined symbol: _ZN3c1017RegisterOperatorsD1Ev')",
+    "OSError": "raise OSError('/opt/te/libtransformer_engine.so: undefined symbol: cudnnGetVersion')",
+}
+
+
+@pytest.mark.parametrize("kind", sorted(BROKEN_TE))
+def test_a_broken_transformer_engine_is_an_environment_error_never_mbs(tmp_path: Path, kind: str) -> None:
+    """TE built for another torch, on a (simulated) CUDA machine: the GPU case is ERROR with an
+    ``environment:`` reason naming the import error and the fix; never FAIL, never UNTESTABLE."""
+    te = tmp_path / "site" / "transformer_engine"
+    te.mkdir(parents=True)
+    (te / "__init__.py").write_text(BROKEN_TE[kind] + "\n")
+    results = tmp_path / "cases.json"
+    args = [str(SUITES_DIR / "test_forward_gpu.py"), "-p", "harness.plugin", "-p", "no:cacheprovider", "-q"]
+    args += ["-c", str(SUITES_DIR / "pytest.ini"), "--rootdir", str(ROOT), "-W", "ignore"]
+    args += ["-k", "clean-prompt-mult1 and not pad", "--harness-results", str(results)]
+    args += ["--harness-fixtures", str(FIXTURES_DIR)]
+    env = Target().env()
+    env["PYTHONPATH"] = f"{tmp_path / 'site'}:{env['PYTHONPATH']}"
+    proc = subprocess.run(
+        [sys.executable, "-c", SIMULATE_CUDA + RUN_CASES, *args],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert results.exists(), f"no verdicts written: {proc.stdout[-2000:]} {proc.stderr[-2000:]}"
+    (case,) = json.loads(results.read_text())["cases"]
+    assert case["verdict"] == "error", case
+    assert case["message"].startswith("environment: transformer_engine is installed but does not import"), case
+    assert f"{kind}: " in case["message"] and "undefined symbol" in case["message"]
+    assert "scripts/setup_gpu.sh" in case["message"]
+
+
+def _result(*cases: tuple[str, Verdict, str]) -> RunResult:
+    return RunResult(
+        "r",
+        {},
+        {},
+        {},
+        "full",
+        cases=[CaseResult(f"{suite}::c{i}", suite, v, message=m) for i, (suite, v, m) in enumerate(cases)],
+    )
+
+
+def test_require_gpu_turns_gpu_cases_that_did_not_run_into_an_environment_error(tmp_path: Path) -> None:
+    suites = [ROOT / "suites" / "test_forward_gpu.py", ROOT / "suites" / "test_forward_cpu.py"]
+    assert gpucheck.check_selection(suites) == ["forward_gpu"]
+    with pytest.raises(UsageError, match="no GPU suite selected"):
+        gpucheck.check_selection([ROOT / "suites" / "test_forward_cpu.py"])
+
+    gpucheck.check_result(
+        _result(("forward_gpu", Verdict.PASS, ""), ("forward_cpu", Verdict.UNTESTABLE, "x")), ["forward_gpu"]
+    )
+    gpucheck.check_result(_result(("forward_gpu", Verdict.FAIL, "a verdict on MB")), ["forward_gpu"])
+    untestable = _result(
+        ("forward_gpu", Verdict.PASS, ""), ("forward_gpu", Verdict.UNTESTABLE, "untestable: no CUDA device visible")
+    )
+    with pytest.raises(EnvironmentProblem) as info:
+        gpucheck.check_result(untestable, ["forward_gpu"])
+    assert info.value.exit_code == 2
+    assert "1 of 2 GPU case(s) did not run" in info.value.one_line() and "no CUDA device" in info.value.one_line()
+    with pytest.raises(EnvironmentProblem, match="environment: transformer_engine"):
+        gpucheck.check_result(
+            _result(("forward_gpu", Verdict.ERROR, "environment: transformer_engine ...")), ["forward_gpu"]
+        )
+    with pytest.raises(EnvironmentProblem, match="no case of forward_gpu ran"):
+        gpucheck.check_result(_result(("forward_cpu", Verdict.PASS, "")), ["forward_gpu"])
+
+
+def test_run_require_gpu_needs_a_gpu_suite_before_anything_runs(capsys: pytest.CaptureFixture[str]) -> None:
+    from harness.cli import main
+
+    assert main(["run", "--suite", "packing_algorithms", "--require-gpu"]) == 2
+    assert "--require-gpu: no GPU suite selected" in capsys.readouterr().err
+
+
+@pytest.mark.slow
+def test_the_negative_control_sees_a_moved_boundary_on_mbs_batches(tmp_path: Path) -> None:
+    """The GPU suite's control, run on the CPU model over MB's real micro-batches: moving one
+    boundary by a token moves real-token logits far beyond both tolerances, and a tolerance
+    that cannot see it is refused (the case would err, not pass)."""
+    _needs_mb()
+    script = textwrap.dedent(
+        """
+        import json
+        from suites import _forward, test_forward_gpu as g
+        case = next(c for c in g.OFFLINE if c.id == "clean-prompt-mult4")
+        res = _forward.cpu_offline(case)
+        control = _forward.wrong_boundary_error(res, _forward.models()[0])
+        note = _forward.check_control(res, control, _forward.FP32)
+        blind = _forward.Tolerances("blind", control, 1.0, 1.0, 1.0)
+        try:
+            _forward.check_control(res, control, blind)
+            refused = ""
+        except _forward.ToleranceBlind as exc:
+            refused = str(exc)
+        got = {"noise": res.errors.logits, "control": control, "note": note, "refused": refused}
+        print("RESULT=" + json.dumps(got))
+        """
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", script], cwd=ROOT, env=Target().env(), capture_output=True, text=True, timeout=900
+    )
+    line = [ln for ln in proc.stdout.splitlines() if ln.startswith("RESULT=")]
+    assert line, proc.stderr[-3000:]
+    got = json.loads(line[-1][len("RESULT=") :])
+    assert got["noise"] < FP32.logits
+    assert got["control"] > 100 * FP32.logits and got["control"] > CONTROL_MARGIN * BF16.logits, got
+    assert "one boundary moved by a token" in got["note"] and f"{got['control']:.3g}" in got["note"]
+    assert "cannot see a wrong boundary" in got["refused"]

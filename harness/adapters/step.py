@@ -97,7 +97,8 @@ class RecordingModel(torch.nn.Module):
 
     def forward(self, **kwargs: Any) -> Any:
         self.calls.append({k: _snapshot(v) for k, v in kwargs.items()})
-        output_layer: Any = self.gpt.output_layer
+        inner = getattr(self.gpt, "module", self.gpt)  # a bf16 model is wrapped in MCore's Float16Module
+        output_layer: Any = inner.output_layer
         hook = output_layer.register_forward_hook(self._record_logits)
         try:
             return self.gpt(**self.model_kwargs(kwargs))
@@ -194,6 +195,23 @@ def _loss_mask_of(loss_fn: Any) -> torch.Tensor | None:
     return args[0].detach().clone() if args and isinstance(args[0], torch.Tensor) else None
 
 
+def on_model_device(model: RecordingModel) -> contextlib.AbstractContextManager[None]:
+    """Pinned to the CPU for a model on the CPU (whatever the machine has), nothing for a GPU model."""
+    return pinned_to_cpu() if model.device.type == "cpu" else contextlib.nullcontext()
+
+
+@torch.no_grad()
+def call_model(model: RecordingModel, kwargs: dict[str, Any]) -> tuple[torch.Tensor, torch.Tensor]:
+    """The model called directly with ``kwargs`` (a step's recorded arguments, some changed):
+    (logits [b, s, vocab], per-token loss [b, s]), both float32."""
+    model.calls.clear()
+    model.logits.clear()
+    with on_model_device(model):
+        output = model(**kwargs)
+    output = output[0] if isinstance(output, tuple) else output
+    return model.logits[0], output.detach().float()
+
+
 @torch.no_grad()
 def run_step(
     step: Callable[..., Any], state: Any, batch: dict[str, Any], model: RecordingModel, groups: Any = None
@@ -210,8 +228,7 @@ def run_step(
     threads = torch.get_num_threads()
     torch.set_num_threads(1)  # tiny matrices: one thread is faster, and sums never depend on the core count
     try:
-        on_cpu = pinned_to_cpu() if model.device.type == "cpu" else contextlib.nullcontext()
-        with on_cpu:
+        with on_model_device(model):
             output, loss_fn = step(state, iter([dict(batch)]), model)
             totals = loss_fn(output)
     finally:
@@ -371,10 +388,12 @@ __all__ = [
     "StepRun",
     "VLMRecordingModel",
     "VLMRun",
+    "call_model",
     "extra_fields",
     "gpt_step",
     "in_batch_multiple",
     "minimal_state",
+    "on_model_device",
     "params_fields",
     "run_step",
     "sized_groups",

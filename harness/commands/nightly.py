@@ -28,7 +28,8 @@ run cannot be the end of an automatic bisection; the command says so).
 
 Exit codes: 0 every case passed (untestable allowed, unless newly untestable), 1 a case failed
 or erred or newly became untestable (whatever the bisection found), 2 usage or environment
-error, found before the suites run when possible.
+error, found before the suites run when possible; with ``--require-gpu`` a GPU case that could
+not run is one (exit 2 after the reports, history and trend are written, and no bisection).
 """
 
 from __future__ import annotations
@@ -42,7 +43,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TextIO
 
-from harness import gitrepo, history, paths, runner
+from harness import gitrepo, gpucheck, history, paths, runner
 from harness.commands import _args
 from harness.errors import HarnessError, UsageError
 from harness.report import render_run_report, render_trend_report, write_junit
@@ -106,6 +107,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     _args.add_jobs(p, "pytest-xdist workers")
     _args.add_verbosity(p, verbose=True)
     _args.add_allow_changed(p)
+    gpucheck.add_option(p)
     p.set_defaults(func=run)
 
 
@@ -120,6 +122,7 @@ class BisectPlan:
 
 def run(args: argparse.Namespace, out: TextIO = sys.stdout) -> int:
     repo = _check_args(args)
+    gpu_suites = gpucheck.check_selection(runner.suite_files(args.suite)) if args.require_gpu else []
     tgt = _target(args)
     require_mb(tgt)
     store = Path(args.history).expanduser().resolve()
@@ -148,6 +151,8 @@ def run(args: argparse.Namespace, out: TextIO = sys.stdout) -> int:
             file=out,
         )
     _print_changes(tr, out)
+    if args.require_gpu:  # before any bisection: a night without its GPU cases is no regression to hunt
+        gpucheck.check_result(result, gpu_suites)
 
     if args.auto_bisect:
         plan = plan_bisect(tr, repo, out_dir / BISECT_DIR, cache_dir=args.cache_dir, confirm=args.confirm)

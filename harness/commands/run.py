@@ -3,7 +3,7 @@
 Exit codes: 0 nothing to act on (untestable and known MB bugs allowed; changed cases too with
 ``--allow-changed``), 1 a regression (FAIL), a harness error on a case, a known bug that is
 fixed now, an unreviewed change, or no case ran at all; 2 usage or environment error (raised as
-HarnessError by the CLI).
+HarnessError by the CLI), including, with ``--require-gpu``, a GPU case that could not run.
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ import argparse
 import sys
 from typing import TextIO
 
-from harness import runner
+from harness import gpucheck, runner
 from harness.commands import _args
 from harness.report import render_run_report, write_junit
 from harness.report.terminal import print_run_summary
@@ -37,10 +37,12 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     _args.add_verbosity(p, verbose=True)
     _args.add_import_mode(p)
     _args.add_allow_changed(p)
+    gpucheck.add_option(p)
     p.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace, out: TextIO = sys.stdout) -> int:
+    gpu_suites = gpucheck.check_selection(runner.suite_files(args.suite)) if args.require_gpu else []
     tgt = _args.target_from_args(args)
     require_mb(tgt)
     out_dir = _args.out_dir(args, runner.new_run_id())
@@ -58,4 +60,6 @@ def run(args: argparse.Namespace, out: TextIO = sys.stdout) -> int:
     report = render_run_report(result, out_dir / "report.html")
     print_run_summary(result, out)
     print(f"\nresults: {out_dir / 'results.json'}\njunit:   {out_dir / 'junit.xml'}\nreport:  {report}", file=out)
+    if args.require_gpu:
+        gpucheck.check_result(result, gpu_suites)
     return result.exit_code(allow_changed=args.allow_changed)
