@@ -15,6 +15,7 @@ unpinned path.
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 import textwrap
@@ -223,3 +224,122 @@ def test_the_negative_control_sees_a_moved_boundary_on_mbs_batches(tmp_path: Pat
     assert got["control"] > 100 * FP32.logits and got["control"] > CONTROL_MARGIN * BF16.logits, got
     assert "one boundary moved by a token" in got["note"] and f"{got['control']:.3g}" in got["note"]
     assert "cannot see a wrong boundary" in got["refused"]
+
+
+def _setup_gpu(tmp_path: Path, nvidia_smi: str, nvcc_release: str | None) -> subprocess.CompletedProcess[str]:
+    """scripts/setup_gpu.sh with stand-in nvidia-smi/nvcc first on PATH, as a dry run (DRY_RUN=1:
+    it checks the machine and prints the pip commands, never installs)."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir(exist_ok=True)
+    (bin_dir / "nvidia-smi").write_text(f"#!/bin/sh\n{nvidia_smi}\n")
+    if nvcc_release:
+        (bin_dir / "nvcc").write_text(
+            f"#!/bin/sh\necho 'Cuda compilation tools, release {nvcc_release}, V{nvcc_release}.1'\n"
+        )
+    for tool in bin_dir.iterdir():
+        tool.chmod(0o755)
+    env = {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}", "DRY_RUN": "1", "HARNESS_VENV": sys.prefix}
+    env.pop("CUDA_HOME", None)
+    return subprocess.run(
+        ["bash", str(ROOT / "scripts" / "setup_gpu.sh")], env=env, capture_output=True, text=True, timeout=300
+    )
+
+
+def _torch_cuda_major() -> int:
+    import torch
+
+    if torch.version.cuda is None:
+        pytest.skip("this torch is a CPU build: setup_gpu.sh refuses it before looking at nvcc")
+    return int(torch.version.cuda.split(".")[0])
+
+
+def test_setup_gpu_fails_in_one_line_without_a_gpu(tmp_path: Path) -> None:
+    proc = _setup_gpu(tmp_path, "exit 9", None)
+    assert proc.returncode == 2
+    assert proc.stderr.strip().splitlines() == [
+        "setup_gpu.sh: error: nvidia-smi failed: the NVIDIA driver does not answer (nothing installed)"
+    ]
+
+
+def test_setup_gpu_builds_te_for_the_installed_torchs_cuda(tmp_path: Path) -> None:
+    major = _torch_cuda_major()
+    gpu = "echo 'NVIDIA H100 80GB HBM3, 550.54.15'"
+    wrong = _setup_gpu(tmp_path, gpu, f"{major + 1}.0")
+    assert wrong.returncode == 2 and f"nvcc is CUDA {major + 1}.0 but torch" in wrong.stderr, wrong.stderr
+    right = _setup_gpu(tmp_path, gpu, f"{major}.2")
+    assert right.returncode == 0, right.stderr
+    assert f"install --no-build-isolation 'transformer_engine[pytorch,core-cu{major}]==" in right.stdout, right.stdout
+
+
+# --------------------------------------------------------------------------------------------
+# examples/ci: a GPU runner never goes green without its GPU cases
+# --------------------------------------------------------------------------------------------
+
+
+def test_nightly_sh_requires_the_gpu_where_nvidia_smi_answers(tmp_path: Path) -> None:
+    """nightly.sh with a stand-in harness (records its arguments, exits as harness does when GPU
+    cases could not run): --require-gpu is passed on a GPU machine and exit 2 comes through."""
+    venv_bin = tmp_path / "venv" / "bin"
+    venv_bin.mkdir(parents=True)
+    args_file = tmp_path / "args"
+    (venv_bin / "harness").write_text(f'#!/bin/sh\necho "$@" > {args_file}\nexit 2\n')
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "nvidia-smi").write_text("#!/bin/sh\necho 'NVIDIA H100 80GB HBM3'\n")
+    for tool in (venv_bin / "harness", bin_dir / "nvidia-smi"):
+        tool.chmod(0o755)
+    env = {
+        **os.environ,
+        "PATH": f"{bin_dir}:{os.environ['PATH']}",
+        "MB": str(tmp_path / "mb"),
+        "HARNESS_VENV": str(tmp_path / "venv"),
+        "SKIP_SETUP": "1",
+        "OUT": str(tmp_path / "out"),
+        "HISTORY": str(tmp_path / "history.parquet"),
+        "SUITES": "forward_gpu",
+    }
+    env.pop("REQUIRE_GPU", None)
+    script = str(ROOT / "examples" / "ci" / "nightly.sh")
+    proc = subprocess.run(["bash", script], env=env, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    assert "--require-gpu" in args_file.read_text().split() and "--suite forward_gpu" in args_file.read_text()
+    proc = subprocess.run(["bash", script], env={**env, "REQUIRE_GPU": "0"}, capture_output=True, text=True)
+    assert "--require-gpu" not in args_file.read_text().split()
+
+
+def test_the_gpu_workflow_sets_up_python_and_te_requires_the_gpu_and_keys_caches() -> None:
+    import yaml
+
+    doc = yaml.safe_load((ROOT / "examples" / "ci" / "nightly-gpu.yml").read_text())
+    steps = doc["jobs"]["nightly"]["steps"]
+    by_name = {s.get("name", ""): s for s in steps}
+    python = by_name["Python 3.12"]
+    assert python["uses"].startswith("actions/setup-python@") and python["with"]["python-version"] == "3.12"
+    setup = by_name["Set up (idempotent; reuses the environment in the runner's tool cache)"]
+    assert "steps.python.outputs.python-path" in setup["env"]["HARNESS_PYTHON"]
+    assert "hashFiles(" in setup["env"]["HARNESS_VENV"] and "./scripts/setup_gpu.sh" in setup["run"]
+    assert [s["name"] for s in steps].index("Python 3.12") < [s["name"] for s in steps].index(setup["name"])
+    assert "--require-gpu" in by_name["harness nightly"]["run"]
+    assert 'exit "$rc"' in by_name["harness nightly"]["run"]
+    restore, save = by_name["Restore the history store"], by_name["Save the history store"]
+    assert restore["with"]["key"] == save["with"]["key"]
+    for part in ("env.MB_REF", "github.run_id", "github.run_attempt"):
+        assert part in save["with"]["key"]
+    assert restore["with"]["restore-keys"] == "harness-history-${{ env.MB_REF }}-"
+
+
+@pytest.mark.slow
+def test_nightly_with_require_gpu_on_a_machine_without_one_exits_2_after_writing_the_night(tmp_path: Path) -> None:
+    _needs_mb()
+    import torch
+
+    if torch.cuda.is_available():
+        pytest.skip("this machine has CUDA: the GPU cases may run here")
+    out, store = tmp_path / "out", tmp_path / "history.parquet"
+    cmd = [sys.executable, "-m", "harness", "nightly", "--suite", "forward_gpu", "--require-gpu", "-q"]
+    cmd += ["--out", str(out), "--history", str(store), "--commit", "night-1"]
+    proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=1200)
+    assert proc.returncode == 2, proc.stdout[-2000:] + proc.stderr[-2000:]
+    (line,) = [ln for ln in proc.stderr.splitlines() if ln.startswith("harness: error:")]
+    assert "--require-gpu: 6 of 6 GPU case(s) did not run" in line and "no CUDA device" in line
+    assert (out / "report.html").exists() and (out / "trend.html").exists() and store.exists()
