@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from harness.atomicio import read_versioned_json, write_versioned_json
+from harness.provenance import Provenance
 from harness.verdict import FAILING, Verdict
 
 RUN_KIND = "harness-run"
@@ -59,6 +60,8 @@ class RunResult:
     duration_s: float = 0.0
     cases: list[CaseResult] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+    # MB's commit (or release tag) and the harness's; absent (empty) in files written before it
+    provenance: Provenance = field(default_factory=Provenance)
 
     def counts(self, suite: str | None = None) -> dict[str, int]:
         """Cases per verdict value (of one suite, when given)."""
@@ -88,6 +91,7 @@ class RunResult:
         names = {f.name for f in dataclasses.fields(cls)}
         kwargs = {k: v for k, v in doc.items() if k in names}
         kwargs["cases"] = [CaseResult.from_json(c) for c in doc.get("cases", [])]
+        kwargs["provenance"] = Provenance.from_json(doc.get("provenance"))
         return cls(**kwargs)
 
     def save(self, path: Path) -> None:

@@ -33,6 +33,7 @@ from harness.caselog import CaseLog, read_log
 from harness.errors import CorruptFile, UsageError
 from harness.paths import FIXTURES_DIR, ROOT, SUITES_DIR
 from harness.procs import kill_group, popen_owned
+from harness.provenance import of_run
 from harness.results import CaseResult, RunResult
 from harness.target import Target, machine, mb_location
 from harness.verdict import Verdict, worst
@@ -78,6 +79,7 @@ class RunOptions:
     # once per megatron-core, installed or pinned tree), with at most this many servers alive
     fork_servers: int = 0
     verbose: bool = False  # the live output names every case (pytest -v instead of -q)
+    repo_url: str = ""  # web repository of the MB under test (--repo-url; else found, see harness.provenance)
 
 
 IMPORT_MODES = ("auto", "light", "full")
@@ -267,6 +269,7 @@ def run_suites(tgt: Target, opts: RunOptions, out_dir: Path, progress: TextIO | 
         duration_s=round(duration, 2),
         cases=cases,
         notes=notes,
+        provenance=of_run(tgt, opts.repo_url),
     )
     result.save(out_dir / "results.json")
     return result
@@ -320,6 +323,7 @@ def _run_upstream_only(tgt: Target, opts: RunOptions, out_dir: Path) -> RunResul
         duration_s=round(time.monotonic() - t0, 2),
         cases=cases,
         notes=notes,
+        provenance=of_run(tgt, opts.repo_url),
     )
     result.save(out_dir / "results.json")
     return result

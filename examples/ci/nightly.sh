@@ -38,10 +38,9 @@ fi
 gpu_args=()
 if [ "$REQUIRE_GPU" = 1 ]; then gpu_args=(--require-gpu); fi
 
-# Last night's report pages must not be mistaken for tonight's (the history is elsewhere).
-if [ -f "$OUT/trend.html" ] || [ -d "$OUT/runs" ]; then
-  rm -rf -- "$OUT"
-fi
+# Last night's pages must not be mistaken for tonight's (the history is elsewhere); each
+# night's own report under runs/<run-id>/ stays: trend.html links every night to it.
+rm -rf -- "$OUT/trend.html" "$OUT/report.html" "$OUT/junit.xml" "$OUT/nightly.log" "$OUT/bisect"
 mkdir -p "$OUT" "$(dirname "$HISTORY")"
 
 suite_args=()

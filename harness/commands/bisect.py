@@ -21,7 +21,7 @@ import sys
 from pathlib import Path
 from typing import TextIO
 
-from harness import runner
+from harness import provenance, runner
 from harness.bisect.document import BisectDoc
 from harness.bisect.driver import BisectOptions, run_bisection
 from harness.commands import _args
@@ -105,6 +105,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         "newly became untestable",
     )
     _args.add_verbosity(p)
+    provenance.add_repo_url_option(p)
     p.set_defaults(func=run)
 
 
@@ -119,6 +120,7 @@ def parse_range(text: str) -> tuple[str, str]:
 
 def run(args: argparse.Namespace, out: TextIO = sys.stdout) -> int:
     good, bad = parse_range(args.range)
+    repo_url = provenance.checked_repo_url(args.repo_url)
     if args.suite:
         runner.suite_files(args.suite)  # unknown suite names: usage error before any git work
     out_dir = _args.out_dir(args, f"bisect-{_dt.datetime.now().strftime('%Y%m%d-%H%M%S')}")
@@ -145,6 +147,7 @@ def run(args: argparse.Namespace, out: TextIO = sys.stdout) -> int:
         confirm=args.confirm,
     )
     result = run_bisection(opts, progress=None if args.quiet else sys.stderr)
+    result.doc.repo_url = repo_url or provenance.remote_url(args.repo)
     json_path, report = write_outputs(result.doc, out_dir)
     print("\n".join(bisect_summary_lines(result.doc)), file=out)
     if result.message:

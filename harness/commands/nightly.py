@@ -16,8 +16,13 @@ Layout under ``--out DIR``::
 
     DIR/trend.html            the history's trend page (bisect links when one ran)
     DIR/report.html           this run's report        DIR/junit.xml   this run's JUnit
-    DIR/runs/<run-id>/        the runner's raw output (results.json, obtained values)
+    DIR/runs/<run-id>/        the runner's raw output (results.json, obtained values) and a
+                              copy of its report.html, which the trend page links the night to
     DIR/bisect/               ``harness bisect`` output (bisect.json, report.html)
+
+The history records, per night, where its report is: ``--report-url`` when given (a CI
+run's page, say), else ``runs/<run-id>/report.html`` relative to the trend page, which
+stays valid as long as ``DIR/runs/`` is kept between nights (examples/ci/nightly.sh keeps it).
 
 The run id is fresh on every call even when ``DIR`` is reused (the history replaces rows of
 a run id it already holds, so a fixed ``--out reports/nightly`` must not mean a fixed id).
@@ -43,7 +48,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TextIO
 
-from harness import gitrepo, gpucheck, history, paths, runner
+from harness import gitrepo, gpucheck, history, paths, provenance, runner
 from harness.commands import _args
 from harness.errors import HarnessError, UsageError
 from harness.report import render_run_report, render_trend_report, write_junit
@@ -108,6 +113,13 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     _args.add_verbosity(p, verbose=True)
     _args.add_allow_changed(p)
     gpucheck.add_option(p)
+    provenance.add_repo_url_option(p)
+    p.add_argument(
+        "--report-url",
+        metavar="URL",
+        help="where this night's report can be read later (e.g. the CI run's page), recorded in the "
+        "history and linked from trend.html (default: runs/<run-id>/report.html under --out)",
+    )
     p.set_defaults(func=run)
 
 
@@ -132,15 +144,21 @@ def run(args: argparse.Namespace, out: TextIO = sys.stdout) -> int:
     run_dir = out_dir / "runs" / run_id
 
     opts = runner.RunOptions(
-        suites=args.suite, timeout_s=args.timeout, jobs=args.jobs, fixtures_dir=args.fixtures, verbose=args.verbose
+        suites=args.suite,
+        timeout_s=args.timeout,
+        jobs=args.jobs,
+        fixtures_dir=args.fixtures,
+        verbose=args.verbose,
+        repo_url=provenance.checked_repo_url(args.repo_url),
     )
     result = runner.run_suites(tgt, opts, run_dir, progress=None if args.quiet else sys.stderr)
     junit = write_junit(result, out_dir / "junit.xml")
     report = render_run_report(result, out_dir / "report.html")
+    kept = render_run_report(result, run_dir / "report.html")
     print_run_summary(result, out)
 
     commit = run_commit(args.commit, tgt, result)
-    df = history.append_run(store, result, commit)
+    df = history.append_run(store, result, commit, args.report_url or kept.relative_to(out_dir).as_posix())
     tr = history.trend(df)
     trend_page = out_dir / "trend.html"
     render_trend_report(store, trend_page)  # written before any bisect: a killed bisect keeps it

@@ -12,7 +12,7 @@ import argparse
 import sys
 from typing import TextIO
 
-from harness import gpucheck, runner
+from harness import gpucheck, provenance, runner
 from harness.commands import _args
 from harness.report import render_run_report, write_junit
 from harness.report.terminal import print_run_summary
@@ -38,6 +38,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     _args.add_import_mode(p)
     _args.add_allow_changed(p)
     gpucheck.add_option(p)
+    provenance.add_repo_url_option(p)
     p.set_defaults(func=run)
 
 
@@ -54,6 +55,7 @@ def run(args: argparse.Namespace, out: TextIO = sys.stdout) -> int:
         fixtures_dir=args.fixtures,
         import_mode=args.import_mode,
         verbose=args.verbose,
+        repo_url=provenance.checked_repo_url(args.repo_url),
     )
     result = runner.run_suites(tgt, opts, out_dir, progress=None if args.quiet else sys.stderr)
     write_junit(result, out_dir / "junit.xml")

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from harness.bisect.document import BisectDoc, CaseDoc, Confirmation
+from harness.provenance import commit_url, ref_url
 from harness.report.diffview import diff_view
 from harness.report.formatting import VERDICT_ORDER, anchor, case_name, format_value, render_template, short_sha
 from harness.results import CaseResult, RunResult
@@ -51,9 +52,17 @@ def _header_view(run: RunResult) -> dict[str, Any]:
     """The facts a reader needs to trust or distrust the run, with the usual keys first."""
     target, versions, machine = run.target or {}, run.versions or {}, run.machine or {}
     mb_version = target.get("version") or versions.get("megatron-bridge") or versions.get("megatron_bridge") or ""
+    prov = run.provenance
+    mb_commit = prov.mb_commit or target.get("commit") or target.get("sha") or ""
     return {
         "mb_version": mb_version,
-        "mb_commit": target.get("commit") or target.get("sha") or "",
+        "mb_commit": mb_commit,
+        "mb_ref": "" if mb_commit else prov.mb_ref,
+        "mb_href": commit_url(prov.mb_repo_url, mb_commit)
+        or ("" if mb_commit else ref_url(prov.mb_repo_url, prov.mb_ref)),
+        "mb_source": prov.mb_source,
+        "harness": prov.harness_commit or prov.harness_version or versions.get("harness", ""),
+        "harness_href": commit_url(prov.harness_repo_url, prov.harness_commit),
         "mcore": versions.get("megatron-core") or versions.get("megatron_core") or versions.get("mcore") or "",
         "torch": versions.get("torch", ""),
         "cpu": machine.get("cpu", ""),
@@ -130,6 +139,34 @@ def _verdict_class(value: Any) -> str:
     return value if value in VERDICT_ORDER else ("untestable" if value == "skip" else "unknown")
 
 
+#: Width the timeline's one-line header needs (about 60 characters of 11 px text).
+TIMELINE_HEADER_W = 380.0
+#: Longest lane label: about what 11 px monospace fits left of the cells.
+LANE_LABEL_CHARS = 30
+
+
+def _label_columns(n: int, every: int) -> set[int]:
+    """Columns whose hash is written under the timeline: every ``every``-th and the newest,
+    never two closer than ``every`` columns (the newest replaces a label too close to it)."""
+    if n <= 0:
+        return set()
+    chosen = list(range(0, n, every))
+    if chosen[-1] != n - 1:
+        if n - 1 - chosen[-1] < every and len(chosen) > 1:
+            chosen[-1] = n - 1
+        elif n - 1 - chosen[-1] >= every:
+            chosen.append(n - 1)
+    return set(chosen)
+
+
+def _lane_label(case_id: str) -> str:
+    """A case id that fits the lane label: its start and its end (the parameters), cut in the middle."""
+    if len(case_id) <= LANE_LABEL_CHARS:
+        return case_id
+    head = 9
+    return case_id[:head] + "…" + case_id[-(LANE_LABEL_CHARS - head - 1) :]
+
+
 def timeline_view(bisect: BisectDoc, case_ids: list[str], culprits: dict[str, str]) -> dict[str, Any]:
     """SVG geometry of the range: one column per commit, one lane per case.
 
@@ -142,6 +179,7 @@ def timeline_view(bisect: BisectDoc, case_ids: list[str], culprits: dict[str, st
     left, top, lane_h, gap = 200.0, 26.0, 20.0, 6.0
     cell_w = max(2.0, min(72.0, 1000.0 / n))
     label_every = max(1, math.ceil(64.0 / cell_w))  # a 7-character hash needs about 60 px
+    labelled = _label_columns(len(commits), label_every)
     columns: list[dict[str, Any]] = []
     for i, commit in enumerate(commits):
         sha = commit.sha
@@ -152,7 +190,8 @@ def timeline_view(bisect: BisectDoc, case_ids: list[str], culprits: dict[str, st
                 "short": short_sha(sha)[:7],
                 "subject": commit.subject,
                 "probed": sha in probes,
-                "label": i % label_every == 0 or i == n - 1,
+                "label": i in labelled,
+                "href": commit_url(bisect.repo_url, sha),
             }
         )
     lanes = []
@@ -171,14 +210,24 @@ def timeline_view(bisect: BisectDoc, case_ids: list[str], culprits: dict[str, st
                     "title": f"{cid} @ {col['short']} {col['subject']}: {verdict or 'not probed'}",
                 }
             )
-        lanes.append({"case_id": cid, "y": y, "h": lane_h, "cells": cells, "label_y": round(y + lane_h * 0.7, 2)})
+        lanes.append(
+            {
+                "case_id": cid,
+                "label": _lane_label(cid),
+                "y": y,
+                "h": lane_h,
+                "cells": cells,
+                "label_y": round(y + lane_h * 0.7, 2),
+            }
+        )
     height = top + max(len(case_ids), 1) * (lane_h + gap) + 24
     return {
         "columns": columns,
         "lanes": lanes,
         "cell_w": cell_w,
         "left": left,
-        "width": round(left + n * cell_w + 20, 2),
+        # room for the one-line header ("oldest ... newest") however few commits there are
+        "width": round(left + max(n * cell_w, TIMELINE_HEADER_W) + 20, 2),
         "height": round(height, 2),
         "axis_y": round(height - 14, 2),
     }
@@ -188,7 +237,15 @@ def _bisect_case_view(case: CaseDoc, bisect: BisectDoc) -> dict[str, Any]:
     candidates = []
     for sha in case.candidates:
         meta = bisect.commit(sha)
-        candidates.append({"sha": sha, "subject": meta.subject, "author": meta.author, "date": meta.date})
+        candidates.append(
+            {
+                "sha": sha,
+                "subject": meta.subject,
+                "author": meta.author,
+                "date": meta.date,
+                "href": commit_url(bisect.repo_url, sha),
+            }
+        )
     return {
         "case_id": case.case_id,
         "anchor": anchor(case.case_id),
@@ -217,6 +274,7 @@ def bisect_context(bisect: BisectDoc) -> dict[str, Any]:
     views = {id(c): _bisect_case_view(c, bisect) for c in bisect.cases}
     culprits = {c.case_id: c.culprit.sha for c in bisect.cases if c.culprit}
     rng = bisect.range
+    href = {sha: commit_url(bisect.repo_url, sha) for sha in [rng.good, rng.bad, *culprits.values()]}
     return {
         "labels": {"good": "old", "bad": "new", "first": "first fixed commit"}
         if bisect.find_fix
@@ -224,8 +282,11 @@ def bisect_context(bisect: BisectDoc) -> dict[str, Any]:
         "range": {
             "good": rng.good,
             "bad": rng.bad,
+            "good_href": href.get(rng.good, ""),
+            "bad_href": href.get(rng.bad, ""),
             "n_commits": len(bisect.commits) if rng.n_commits is None else rng.n_commits,
         },
+        "repo_url": bisect.repo_url,
         "duration_s": bisect.duration_s,
         "evaluations": "?" if bisect.evaluations is None else bisect.evaluations,
         "n_probed": len(bisect.probes),
@@ -233,6 +294,8 @@ def bisect_context(bisect: BisectDoc) -> dict[str, Any]:
         "culprit_groups": [
             {
                 "culprit": g.culprit,
+                "href": href.get(g.culprit.sha, ""),
+                "anchor": anchor("culprit-" + g.culprit.sha),
                 "cases": [views[id(c)] for c in g.cases],
                 "sources": g.sources,
                 "blamed_by": g.blamed_by,
@@ -240,6 +303,7 @@ def bisect_context(bisect: BisectDoc) -> dict[str, Any]:
             }
             for g in bisect.culprit_groups()
         ],
+        "unblamed": [views[id(c)] for c in bisect.cases if c.culprit is None],
         "confirmed_any": bool(bisect.confirmations),
         "timeline": timeline_view(bisect, [c.case_id for c in bisect.cases], culprits),
         "late_starts": [
@@ -247,6 +311,7 @@ def bisect_context(bisect: BisectDoc) -> dict[str, Any]:
                 "case_id": s.case_id,
                 "at_good": s.at_good,
                 "runs_from": s.runs_from,
+                "runs_from_href": commit_url(bisect.repo_url, s.runs_from),
                 "subject": bisect.commit(s.runs_from).subject if s.runs_from else "",
                 "verdict_there": s.verdict_there,
                 "bisected": s.bisected,
