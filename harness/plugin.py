@@ -219,6 +219,14 @@ def classify(excinfo: pytest.ExceptionInfo | None, skipped: bool, longrepr: Any)
     if isinstance(exc, pytest.skip.Exception):
         return Verdict.UNTESTABLE, str(exc), None
     if blame(excinfo.tb) is Owner.MEGATRON:
+        if isinstance(exc, (ImportError, SyntaxError)):  # MB's own import of a module failed
+            from harness.adapters.failures import import_failure
+
+            what = getattr(exc, "name", None) or getattr(exc, "filename", None) or "an MB module"
+            decided = import_failure(str(what), exc)
+            if isinstance(decided, Untestable):  # a missing third-party dependency, not a break
+                return Verdict.UNTESTABLE, f"untestable: {decided}", None
+            return Verdict.FAIL, f"broken: {decided}", None
         return Verdict.FAIL, f"Megatron raised {type(exc).__name__}: {exc}", None
     return Verdict.ERROR, f"harness error {type(exc).__name__}: {exc}", None
 

@@ -27,6 +27,7 @@ from harness.errors import GitError
 from harness.gitrepo import GIT_ENV, GitRepo, git_failure, git_in, one_line, open_repo, text_of
 
 DEFAULT_WORKSPACE_PATHS: tuple[str, ...] = ("src", "tests", "pyproject.toml")
+_TREES = "trees"  # workspaces under a WorkspaceCache directory, one per full sha
 
 
 def workspace_dir_for(cache_dir: Path, repo: GitRepo) -> Path:
@@ -52,7 +53,7 @@ class WorkspaceCache:
         self.repo = user_repo if isinstance(user_repo, GitRepo) else open_repo(user_repo)
         self.paths = tuple(paths)
         self.mirror = self.cache_dir / "mirror.git"
-        self.trees = self.cache_dir / "trees"
+        self.trees = self.cache_dir / _TREES
         self._synced = False
         self.trees.mkdir(parents=True, exist_ok=True)
         self._remove_stale_temps()
@@ -111,6 +112,13 @@ class WorkspaceCache:
 
     def path_for(self, sha: str) -> Path:
         return self.trees / sha
+
+    @staticmethod
+    def prepared(cache_dir: Path | str, sha: str) -> Path | None:
+        """The complete workspace of full ``sha`` under ``cache_dir``, if one was built, found
+        without opening the user's repository (a cluster job may not see it)."""
+        tree = Path(cache_dir) / _TREES / sha
+        return tree if tree.is_dir() else None
 
     def materialize(self, sha: str) -> Path:
         """Directory with ``paths`` of commit ``sha``; built once, atomically, then reused."""

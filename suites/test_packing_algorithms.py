@@ -3,7 +3,9 @@
 Documented behaviour pinned here (MB's docstrings and docs/training/packed-sequences.md):
 every sequence is placed exactly once, no bin exceeds ``pack_size``, first-fit puts each
 sequence in the first bin with room, results are deterministic for a seed, and the packed
-rows concatenate whole sequences with ``seq_start_id`` at their starts.
+rows concatenate whole sequences with ``seq_start_id`` at their starts. Which positions train is
+not decided here: the offline suite checks the filled rows' loss masks against MB's own
+unpacked path (the oracle).
 """
 
 from __future__ import annotations
@@ -124,21 +126,4 @@ def test_packing_strategy_pipeline(golden, seed, n, pack_size, algorithm):
     assert packed_ids == Counter(inputs), "packed rows hold exactly the input sequences: " + multiset_difference(
         inputs, packed_ids.elements(), "sequence"
     )
-    _check_answer_loss_mask(rows, examples)
     golden.check({"histogram": histogram, "assignments": assignments, "metadata": meta, "rows": rows})
-
-
-def _check_answer_loss_mask(rows: list[dict], examples: list[dict]) -> None:
-    """Loss is on answer tokens only: position i is trained iff token i+1 is an answer token."""
-    answer_start = {tuple(ex["input_ids"]): ex["answer_start_idx"] for ex in examples}
-    for r, row in enumerate(rows):
-        starts = row["seq_start_id"] + [len(row["input_ids"])]
-        for k in range(len(starts) - 1):
-            ids = tuple(row["input_ids"][starts[k] : starts[k + 1]])
-            mask = row["loss_mask"][starts[k] : starts[k + 1]]
-            a = answer_start[ids]
-            expected = [1 if i >= a - 1 else 0 for i in range(len(ids))]
-            assert mask == expected, (
-                f"loss mask of a packed sequence must start at answer_start_idx-1 ({a - 1}): row {r}, sequence {k} "
-                f"(starting at {starts[k]}), " + first_difference(expected, mask, "position in the sequence")
-            )

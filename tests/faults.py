@@ -138,7 +138,8 @@ GPT_SFT_SYNTAX_ERROR = Fault(
     new="def _safe_load_packed_npy(file_path: str | Path) -> np.ndarray:\n    return (",
     description="syntax error in data/packing/gpt_sft.py (the packed SFT dataset cannot be imported)",
     suite="offline_packed_dataset",
-    catches=("offline_packed_dataset::test_pad_cu_seqlens_fixed_shape",),
+    # every offline case imports it; these pass on the installed MB (no known bug in them)
+    catches=("offline_packed_dataset::test_deterministic_and_rng_independent",),
 )
 
 # A hang at import of the packed-seq utilities: the case running when the suite process is

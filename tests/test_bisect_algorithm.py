@@ -296,6 +296,24 @@ def test_parallel_round_splits_union_of_open_intervals() -> None:
     assert picks == [8, 24]
 
 
+def test_needs_tells_which_in_flight_probes_a_result_made_moot() -> None:
+    commits = shas(33)
+    b = Bisection(commits, ["a", "b"])
+    assert b.needs(commits[0]) and b.needs(commits[32]), "endpoints to verify are needed"
+    assert not b.needs("elsewhere")
+    b.record(commits[0], {"a": P, "b": P})
+    b.record(commits[32], {"a": F, "b": F})
+    assert all(b.needs(c) for c in commits[1:32])
+    b.record(commits[10], {"a": F, "b": P})  # a in (0, 10], b in (10, 32]
+    assert b.needs(commits[5]) and b.needs(commits[20])
+    b.record(commits[20], {"a": F, "b": F})  # b in (10, 20]: nothing above 20 matters any more
+    assert [i for i in range(33) if b.needs(commits[i])] == [*range(1, 10), *range(11, 20)]
+    for i in range(1, 10):
+        b.record(commits[i], {"a": P if i < 4 else F})
+    assert not b.needs(commits[5]), "case a is found; b's interval is (10, 20)"
+    assert b.needs(commits[15])
+
+
 # ------------------------------------------------------------ edge cases
 
 

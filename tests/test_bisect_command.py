@@ -406,7 +406,10 @@ def test_mb_raising_is_fail_through_run_and_bisect_wherever_the_cache_lives(mb_b
         assert proc.returncode == 0, proc.stdout + proc.stderr
         doc = load(out)
         found = culprits(doc)
-        assert set(found) == set(failed) and set(found.values()) == {culprit}, (env, found)
+        # cases already failing at GOOD (the installed MB's known bugs) have nothing to bisect
+        at_good = doc["probes"].get(mb_breaks.shas[at - 1], {})
+        bisectable = {c for c in failed if at_good.get(c) == "pass"}
+        assert bisectable and set(found) == bisectable and set(found.values()) == {culprit}, (env, found)
         messages = _case_messages(doc, culprit)
         assert all(m.startswith("Megatron raised RuntimeError") for m in messages.values()), messages
         assert (cache / "verdicts.sqlite").is_file(), f"the cache went elsewhere than {cache}"
@@ -427,7 +430,7 @@ def test_broken_packing_module_is_fail_and_bisect_names_it(
         "--suite",
         fault.suite,
         "-k",
-        "test_pad_cu_seqlens_fixed_shape",
+        "test_deterministic_and_rng_independent",  # passes on the installed MB (no known bug in it)
         out=tmp_path,
         cache=shared_cache,
     )
@@ -436,7 +439,7 @@ def test_broken_packing_module_is_fail_and_bisect_names_it(
     assert_culprits(doc, mb_breaks, fault.name)
     messages = _case_messages(doc, mb_breaks.shas[at])
     assert messages and all(
-        m.startswith("broken: import of megatron.bridge.") and "SyntaxError" in m for m in messages.values()
+        m.startswith("broken: import of ") and "SyntaxError" in m and "gpt_sft.py" in m for m in messages.values()
     ), messages
 
 

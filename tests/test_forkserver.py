@@ -63,7 +63,8 @@ def test_fork_server_failure_falls_back_to_a_plain_subprocess_in_one_line(tmp_pa
     monkeypatch.setattr(forkserver, "POOL", forkserver.ServerPool())  # no warm server from an earlier test
     opts = runner.RunOptions(suites=["packed_seq_params"], import_mode="light", fork_servers=2)
     result = runner.run_suites(Target(), opts, tmp_path / "run", progress=None)
-    assert result.cases and {c.verdict.value for c in result.cases} == {"pass"}, "the plain subprocess ran them"
+    seen = {c.verdict.value for c in result.cases}
+    assert result.cases and "pass" in seen and seen <= {"pass", "known-fail"}, "the plain subprocess ran them"
     (note,) = [n for n in result.notes if "fork server" in n]
     assert note == (
         "[light import] fork server unavailable (simulated: the fork server did not start): ran as a plain subprocess"
@@ -112,7 +113,8 @@ def test_pinned_evaluations_go_through_the_fork_server_of_their_tree(tmp_path: P
         mb, tmp_path / "cache" / "ws", tmp_path / "cache" / "runs", suites=("packed_seq_params",), megatron_lm=mlm
     )
     outcome = ev(sha)
-    assert outcome.verdicts and set(outcome.verdicts.values()) == {Verdict.PASS}, outcome.note
+    seen = set(outcome.verdicts.values())
+    assert outcome.verdicts and Verdict.PASS in seen and seen <= {Verdict.PASS, Verdict.KNOWN_FAIL}, outcome.note
     assert "fork server" not in outcome.note, outcome.note
     pinned_keys = [k for k in POOL.keys() if str(tmp_path / "cache") in k]
     assert len(pinned_keys) == 1 and pin in pinned_keys[0], POOL.keys()

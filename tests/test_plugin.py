@@ -18,7 +18,7 @@ SUITE = """
 import pytest
 import torch
 from harness.errors import Broken, Untestable
-from megatron_fake.mod import boom, calls_back, pads_badly
+from megatron_fake.mod import boom, calls_back, imports_broken_module, imports_missing_dependency, pads_badly
 
 def test_pass(golden):
     golden.check({"x": [1, 2, 3]})
@@ -59,6 +59,12 @@ def test_harness_code_called_by_megatron_raised():
 def test_broken():
     raise Broken("import of megatron_fake.packing failed: SyntaxError")
 
+def test_mb_imports_its_broken_module():
+    imports_broken_module()
+
+def test_mb_imports_a_missing_dependency():
+    imports_missing_dependency()
+
 @pytest.fixture
 def broken():
     raise RuntimeError("fixture broke")
@@ -85,6 +91,12 @@ def pads_badly():
 
 def calls_back(fn):
     return fn()
+
+def imports_broken_module():
+    import megatron_fake.broken  # a SyntaxError in MB's own file: the commit is broken
+
+def imports_missing_dependency():
+    import harness_test_not_installed_pkg  # a third-party package this environment lacks
 """
 
 
@@ -99,6 +111,7 @@ def _run(tmp_path: Path, linked: bool = False) -> dict[str, dict]:
     fake.mkdir(parents=True)
     (fake / "__init__.py").write_text("")
     (fake / "mod.py").write_text(FAKE_MB)
+    (fake / "broken.py").write_text("def f(:\n")
     on_path = src
     if linked:
         on_path = tmp_path / "link"
@@ -157,6 +170,8 @@ EXPECTED = {
     "test_torch_raised_from_harness": "error",
     "test_harness_code_called_by_megatron_raised": "error",
     "test_broken": "fail",
+    "test_mb_imports_its_broken_module": "fail",
+    "test_mb_imports_a_missing_dependency": "untestable",
     "test_setup_megatron_raised": "fail",
 }
 
@@ -173,6 +188,10 @@ def test_each_outcome_gets_its_verdict(tmp_path):
     assert "harness error KeyError" in cases["test_harness_bug"]["message"]
     assert "Megatron raised NotImplementedError" in cases["test_torch_raised_from_megatron"]["message"]
     assert cases["test_broken"]["message"].startswith("broken: import of megatron_fake.packing failed")
+    broken_import = cases["test_mb_imports_its_broken_module"]["message"]
+    assert broken_import.startswith("broken: import of ") and "SyntaxError" in broken_import, broken_import
+    missing = cases["test_mb_imports_a_missing_dependency"]["message"]
+    assert "missing dependency 'harness_test_not_installed_pkg'" in missing, missing
 
 
 def test_ownership_follows_symlinks(tmp_path):

@@ -728,11 +728,6 @@ def test_packing_suite_messages_name_bin_row_position_and_values() -> None:
     assert "bin (total, lengths) 0: (70, [40, 30])" in over and "64" in over
     lost = _assertion_text(lambda: suite._check_bins([40, 30, 9], [[40], [9, 9]], 64))
     assert "missing 1 x 30" in lost and "extra 1 x 9" in lost
-    examples = [{"input_ids": [5, 6, 7, 2], "answer_start_idx": 2}, {"input_ids": [8, 9, 2], "answer_start_idx": 1}]
-    rows = [{"input_ids": [5, 6, 7, 2, 8, 9, 2], "seq_start_id": [0, 4], "loss_mask": [0, 1, 1, 1, 1, 0, 1]}]
-    mask = _assertion_text(lambda: suite._check_answer_loss_mask(rows, examples))
-    assert "row 0, sequence 1 (starting at 4)" in mask
-    assert "position in the sequence 1: expected 1, got 0" in mask
 
 
 def test_refusal_cases_say_what_was_packed_instead(monkeypatch: pytest.MonkeyPatch) -> None:

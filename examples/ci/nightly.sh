@@ -14,6 +14,8 @@
 #   REQUIRE_GPU   1: the GPU cases must run (scripts/setup_gpu.sh installs Transformer Engine, and
 #             harness nightly --require-gpu fails the night, exit 2, when a GPU case is untestable or
 #             errs); 0: never; default: 1 when nvidia-smi answers, else 0
+#   HARNESS_ARGS  more arguments for harness nightly, split on spaces (nightly-slurm.sh passes
+#             --executor slurm, -j and --cache-dir this way)
 #
 # Exit status is harness nightly's: 0 every case passed, 1 a case failed, 2 usage/environment
 # (including, with REQUIRE_GPU, GPU cases that could not run: a GPU runner never goes green
@@ -45,11 +47,12 @@ mkdir -p "$OUT" "$(dirname "$HISTORY")"
 
 suite_args=()
 for s in $SUITES; do suite_args+=(--suite "$s"); done
+read -r -a extra_args <<< "${HARNESS_ARGS:-}"
 
 set +e
 "$VENV/bin/harness" nightly --mb-src "$MB/src" --history "$HISTORY" --out "$OUT" \
-  --auto-bisect --repo "$MB" ${gpu_args[@]+"${gpu_args[@]}"} ${suite_args[@]+"${suite_args[@]}"} 2>&1 \
-  | tee "$OUT/nightly.log"
+  --auto-bisect --repo "$MB" ${gpu_args[@]+"${gpu_args[@]}"} ${suite_args[@]+"${suite_args[@]}"} \
+  ${extra_args[@]+"${extra_args[@]}"} 2>&1 | tee "$OUT/nightly.log"
 rc=${PIPESTATUS[0]}
 set -e
 echo "nightly.sh: harness nightly exited $rc; pages under $OUT (trend.html, report.html, bisect/report.html)"

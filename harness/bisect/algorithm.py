@@ -295,6 +295,26 @@ class Bisection:
 
     # ------------------------------------------------------------ choosing
 
+    def needs(self, commit: str) -> bool:
+        """Whether an evaluation of ``commit`` (not recorded yet) can still change an outcome.
+
+        Why: with k-ary speculation several commits are in flight; one result can settle the
+        interval another in-flight commit was probing (it now lies above a first bad or below a
+        last good of every open case). On a cluster that job is worth cancelling. True for an
+        endpoint still to verify and for a commit strictly inside some OPEN case's interval.
+        """
+        idx = self._index.get(commit)
+        if idx is None:
+            return False
+        last = len(self._commits) - 1
+        for state in (s for c, s in self._cases.items() if self.outcome(c).status is CaseStatus.OPEN):
+            if self._verify_endpoints and idx in (0, last) and idx not in state.seen:
+                return True
+            good, bad, _ = self._interval(state, speculative=True)
+            if good < idx < bad:
+                return True
+        return False
+
     def next_probes(self, k: int = 1) -> list[str]:
         """Up to ``k`` unprobed commits to evaluate next (in parallel); [] when done.
 

@@ -6,7 +6,9 @@ the terminal summary (:func:`harness.report.terminal.bisect_summary_lines`) read
 record. Schema 2 added ``late_starts`` (cases GOOD cannot run, :class:`LateStart`) and
 ``confirmations`` (``--confirm``, :class:`Confirmation`) to the keys of schema 1; a schema 1
 file is read as one where neither was looked for. ``repo_url`` (the web repository commits
-link to) is optional, written only when known. :meth:`BisectDoc.from_json` is lenient about
+link to) is optional, written only when known; ``infrastructure``, ``cancelled`` and
+``cluster_jobs`` (``--executor slurm``) are optional keys, written only when a cluster ran jobs.
+:meth:`BisectDoc.from_json` is lenient about
 missing fields, because a report of an interrupted bisection is still worth rendering; a wrong
 ``kind`` or a newer schema is refused by :meth:`BisectDoc.load`.
 """
@@ -20,6 +22,7 @@ from typing import Any
 
 from harness.atomicio import read_versioned_json, write_versioned_json
 from harness.bisect.algorithm import CaseStatus
+from harness.bisect.executor import JobLog
 
 BISECT_KIND = "harness-bisect"
 BISECT_SCHEMA = 2  # 2: late_starts (cases GOOD cannot run) and confirmations (--confirm)
@@ -259,6 +262,10 @@ class BisectDoc:
     selection: SelectionDoc = field(default_factory=SelectionDoc)
     cache: CacheNamespace = field(default_factory=CacheNamespace)
     finished: str = ""  # UTC, ISO 8601
+    # cluster executors only: skips the cluster caused (never cached), moot jobs cancelled, job logs
+    infrastructure: dict[str, list[str]] = field(default_factory=dict)  # sha -> why its jobs were lost
+    cancelled: list[str] = field(default_factory=list)  # shas whose in-flight evaluation was cancelled
+    cluster_jobs: dict[str, list[JobLog]] = field(default_factory=dict)  # sha -> jobs, every attempt
 
     @property
     def find_fix(self) -> bool:
@@ -313,6 +320,17 @@ class BisectDoc:
             "selection": vars(self.selection).copy(),
             "cache": vars(self.cache).copy(),
             "finished": self.finished,
+            **self._cluster_json(),
+        }
+
+    def _cluster_json(self) -> dict[str, Any]:
+        """The cluster keys, only when a cluster executor ran (a local record keeps schema 2's keys)."""
+        if not (self.infrastructure or self.cancelled or self.cluster_jobs):
+            return {}
+        return {
+            "infrastructure": {sha: list(v) for sha, v in self.infrastructure.items()},
+            "cancelled": list(self.cancelled),
+            "cluster_jobs": {sha: [vars(j).copy() for j in v] for sha, v in self.cluster_jobs.items()},
         }
 
     @classmethod
@@ -352,6 +370,9 @@ class BisectDoc:
             selection=SelectionDoc(sel.get("suites"), sel.get("keyword")),
             cache=CacheNamespace(str(cache.get("suite_key") or ""), str(cache.get("env_key") or "")),
             finished=str(doc.get("finished") or ""),
+            infrastructure={str(k): [str(n) for n in v] for k, v in (doc.get("infrastructure") or {}).items()},
+            cancelled=[str(s) for s in doc.get("cancelled") or []],
+            cluster_jobs={str(k): [_job_log(j) for j in v] for k, v in (doc.get("cluster_jobs") or {}).items()},
         )
 
     def save(self, path: Path) -> None:
@@ -365,3 +386,18 @@ class BisectDoc:
 def _from_schema_1(doc: dict[str, Any]) -> dict[str, Any]:
     """Schema 1 had no late starts and no confirmations: none were looked for."""
     return {**doc, "late_starts": [], "confirmations": []}
+
+
+def _job_log(doc: dict[str, Any]) -> JobLog:
+    def text(key: str) -> str:
+        return str(doc.get(key) or "")
+
+    attempt = doc.get("attempt")
+    return JobLog(
+        job_id=text("job_id"),
+        cluster=text("cluster"),
+        stdout=text("stdout"),
+        stderr=text("stderr"),
+        attempt=int(attempt) if attempt is not None else 1,
+        state=text("state"),
+    )

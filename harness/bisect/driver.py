@@ -22,6 +22,11 @@ Retries (``retries=N``): each probed commit is evaluated 1+N times (attempts run
 when slots allow), each attempt recorded separately so the bisection sees disagreement (FLAKY).
 Commits known only from the cache keep the attempts they have.
 
+Cluster executors (:mod:`harness.executors.slurm`): an outcome marked ``infrastructure`` (the
+cluster lost the job past its retries) is a skip for that evaluation and is never cached;
+in-flight evaluations a newer result made moot are cancelled (``Executor.cancel``); the jobs'
+ids and log paths go to ``bisect.json``.
+
 Disk: workspaces (``<cache>/workspaces/<repo>/trees/<sha>``) of the commits a run evaluated
 are removed when it ends (an MB tree is ~20 MB; rebuilding one is a ``git archive``); the
 suite run directories (``<cache>/runs/<sha>/<run-id>``: results.json, obtained values) are
@@ -41,7 +46,7 @@ from typing import TextIO
 from harness import paths
 from harness.bisect import confirm, findings, latestart
 from harness.bisect.algorithm import Bisection, CaseStatus
-from harness.bisect.cache import CacheKey, VerdictCache
+from harness.bisect.cache import CacheKey, Evaluation, VerdictCache
 from harness.bisect.document import (
     FIND_CHANGE,
     FIND_FIX,
@@ -185,13 +190,40 @@ class _Driver:
                 self.store(sha, handle.result())
                 self._depth_done = max(self._depth_done, depth)
                 self.rounds = max(self.rounds, depth)
+            self.drop_moot()
+
+    def drop_moot(self) -> None:
+        """Cancel in-flight evaluations of commits that no open case needs any more (k-ary
+        speculation: a newer result settled the interval they were probing); on a cluster each
+        holds a node. Commits with a recorded attempt keep their retries (flakiness checks)."""
+        bisection = self.bisection
+        if bisection is None:
+            return
+        probed = set(bisection.probes)
+
+        def moot(sha: str) -> bool:
+            return sha not in probed and not bisection.needs(sha)
+
+        self._queued = [sha for sha in self._queued if not moot(sha)]
+        for handle, (sha, _) in list(self._running.items()):
+            if moot(sha) and self.executor.cancel(handle):
+                del self._running[handle]
+                self.evidence.cancelled.append(sha)
+                self.say(f"cancelled {sha[:12]} #{self.index.get(sha, '?')}: no open case needs it any more")
 
     def store(self, sha: str, outcome: EvalOutcome) -> None:
         """Cache first (durable), then tell the bisection, then the user."""
-        evaluation = self.cache.record(self.key(sha), outcome.verdicts, outcome.messages, outcome.duration_s)
         ev = self.evidence
-        ev.new_evaluations += 1
+        if outcome.infrastructure:  # the cluster lost the job: a skip for this run, never a cached verdict
+            stamp = _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+            evaluation = Evaluation(self.key(sha), len(ev.attempts.get(sha, [])) + 1, {}, {}, outcome.duration_s, stamp)
+            ev.infrastructure.setdefault(sha, []).append(outcome.note)
+        else:
+            evaluation = self.cache.record(self.key(sha), outcome.verdicts, outcome.messages, outcome.duration_s)
+            ev.new_evaluations += 1
         ev.evaluated.add(sha)
+        if outcome.jobs:
+            ev.jobs.setdefault(sha, []).extend(outcome.jobs)
         ev.attempts.setdefault(sha, []).append(evaluation)
         if outcome.details:
             ev.details[sha] = outcome.details
@@ -273,6 +305,9 @@ class _Driver:
             selection=SelectionDoc(list(opts.suites) if opts.suites else None, opts.keyword),
             cache=CacheNamespace(self.suite_key, self.env_key),
             finished=_dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
+            infrastructure={sha: list(n) for sha, n in ev.infrastructure.items()},
+            cancelled=list(ev.cancelled),
+            cluster_jobs={sha: list(jobs) for sha, jobs in ev.jobs.items()},
         )
 
 
@@ -324,6 +359,9 @@ def run_bisection(
             cache_path.unlink()
     own_executor = executor is None
     executor = executor or LocalExecutor(opts.jobs)
+    bind = getattr(executor, "bind", None)
+    if bind is not None:  # a remote executor: do its jobs see the cache dir, which environment do they run?
+        evaluator = bind(evaluator)
     cache = VerdictCache(cache_path)
     driver: _Driver | None = None
     try:
@@ -338,7 +376,7 @@ def run_bisection(
         if own_executor:
             executor.close()
         if driver is not None:  # workspaces are cheap to rebuild (git archive) and MB trees are ~20 MB each
-            for sha in driver.evidence.evaluated:
+            for sha in driver.evidence.evaluated | set(driver.evidence.cancelled):
                 ws.cleanup(sha)
 
 

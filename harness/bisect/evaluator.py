@@ -27,6 +27,7 @@ from typing import Protocol
 
 from harness import paths
 from harness.bisect.cache import suite_hash
+from harness.bisect.executor import JobLog
 from harness.errors import CorruptFile, GitError
 from harness.gitrepo import open_repo
 from harness.verdict import Verdict
@@ -42,6 +43,10 @@ class EvalOutcome:
     details: dict[str, dict[str, str]] = field(default_factory=dict)  # case -> {"diff", "source"}
     duration_s: float = 0.0
     note: str = ""  # why there are no verdicts, timeouts...
+    # The cluster lost the job (preempted, node failure, time limit, killed) past its retries:
+    # a skip for this evaluation that says nothing about MB, so the driver never caches it.
+    infrastructure: bool = False
+    jobs: list[JobLog] = field(default_factory=list)  # cluster jobs that ran it (ids, log paths)
 
 
 class Evaluator(Protocol):
@@ -104,10 +109,20 @@ class MBEvaluator:
         env = env_key() + ("+megatron-core-pinned-by-mb" if self.megatron_lm else "")
         return selection_key(content, self.suites, self.keyword), env
 
+    def prepare(self, sha: str) -> None:
+        """Materialise ``sha`` in the driver, before a remote executor submits its job: the job
+        then finds the tree on the shared cache directory and never reads the user's repository."""
+        try:
+            WorkspaceCache(self.workspace_dir, self.repo_path).materialize(sha)
+        except GitError:
+            pass  # the evaluation itself reports it ("cannot materialise")
+
     def __call__(self, sha: str) -> EvalOutcome:
         t0 = time.monotonic()
         try:
-            tree = WorkspaceCache(self.workspace_dir, self.repo_path).materialize(sha)
+            tree = WorkspaceCache.prepared(self.workspace_dir, sha) or WorkspaceCache(
+                self.workspace_dir, self.repo_path
+            ).materialize(sha)
         except GitError as exc:
             return EvalOutcome({}, duration_s=time.monotonic() - t0, note=f"cannot materialise: {exc}")
         return self._evaluate(tree / "src", sha, sha, self.suites, t0)

@@ -13,41 +13,40 @@ state machine) always happens in the driver, on the calling thread, as soon as
 Local (:class:`LocalExecutor`): a thread pool. Threads are enough because each evaluation
 is a ``git archive`` plus a pytest subprocess; the GIL is released while waiting on them.
 
-Adding a cluster executor (SLURM through submitit) touches neither the algorithm nor the
-driver; write a class with the same three members, e.g.::
-
-    class SubmititExecutor:
-        def __init__(self, folder, slots, **slurm):
-            import submitit
-            self.slots = slots
-            self._ex = submitit.AutoExecutor(folder=folder)
-            self._ex.update_parameters(**slurm)        # partition, time, gpus_per_node...
-
-        def submit(self, fn, arg):
-            return self._ex.submit(fn, arg)            # a submitit Job: has done() and result()
-
-        def wait_any(self, handles, timeout=None):
-            return poll_until_any_done(handles, timeout, interval_s=10.0)
-
-        def close(self, cancel=False):
-            pass
-
-and pass it to :func:`harness.bisect.driver.run_bisection` (``executor=``). The cache
-directory (``--cache-dir``) must then be on a file system the compute nodes share,
-because workspaces are materialised there by the job; the verdict cache is still written
-only by the driver. :func:`poll_until_any_done` is the generic ``wait_any`` for handles
-that only offer ``done()``.
+Cluster (:class:`harness.executors.slurm.SlurmExecutor`): SLURM jobs through submitit,
+one job per evaluation. Two more members serve it: ``cancel(handle)`` (the driver drops an
+in-flight evaluation that a newer result made moot; the thread pool can only drop one not
+started yet) and the optional ``bind(evaluator)`` (called once before the bisection starts,
+so a remote executor can check that its jobs see the cache directory and learn the cache
+namespace where the evaluations really run). The cache directory (``--cache-dir``) must
+then be on a file system the compute nodes share; the verdict cache is still written only
+by the driver. :func:`poll_until_any_done` is the generic ``wait_any`` for handles that
+only offer ``done()``.
 """
 
 from __future__ import annotations
 
 import concurrent.futures as cf
 import time
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from dataclasses import dataclass
 from typing import Any, Protocol, TypeVar, runtime_checkable
 
 T = TypeVar("T")
 R = TypeVar("R")
+
+
+@dataclass(frozen=True)
+class JobLog:
+    """Where one cluster job of an evaluation wrote its output (carried in the outcome, so
+    reports link the logs of every attempt, a retried one included)."""
+
+    job_id: str
+    cluster: str  # "slurm", or "local" for submitit's local processes
+    stdout: str
+    stderr: str
+    attempt: int  # 1 = first submission, 2 = first retry...
+    state: str  # how the job ended: COMPLETED, NODE_FAIL, PREEMPTED, TIMEOUT...
 
 
 @runtime_checkable
@@ -69,8 +68,13 @@ class Executor(Protocol):
         """Start ``fn(arg)``; return at once."""
         ...
 
-    def wait_any(self, handles: Iterable[Handle], timeout: float | None = None) -> list[Handle]:
+    def wait_any(self, handles: Iterable[Handle], timeout: float | None = None) -> Sequence[Handle]:
         """Block until at least one of ``handles`` is done (or ``timeout``); return the done ones."""
+        ...
+
+    def cancel(self, handle: Handle) -> bool:
+        """Drop an evaluation nobody needs any more; True when it will never deliver a result
+        (the driver then forgets it), False when it goes on (its result is still recorded)."""
         ...
 
     def close(self, cancel: bool = False) -> None:
@@ -94,6 +98,10 @@ class LocalExecutor:
         futures = list(handles)
         done, _ = cf.wait(futures, timeout=timeout, return_when=cf.FIRST_COMPLETED)  # type: ignore[arg-type]
         return [f for f in futures if f in done]
+
+    def cancel(self, handle: Handle) -> bool:
+        """A thread cannot be stopped: only an evaluation still waiting for a slot is dropped."""
+        return isinstance(handle, cf.Future) and handle.cancel()
 
     def close(self, cancel: bool = False) -> None:
         self._pool.shutdown(wait=not cancel, cancel_futures=cancel)

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from harness.bisect.algorithm import CaseOutcome, CaseStatus
 from harness.bisect.cache import Evaluation
 from harness.bisect.document import CaseDoc, CommitMeta, Culprit
+from harness.bisect.executor import JobLog
 from harness.gitrepo import GitRepo
 from harness.verdict import Verdict, is_flaky, settle
 
@@ -51,6 +52,9 @@ class Evidence:
     new_evaluations: int = 0
     cached_evaluations: int = 0
     evaluated: set[str] = field(default_factory=set)  # commits evaluated (not just read from the cache) here
+    infrastructure: dict[str, list[str]] = field(default_factory=dict)  # commit -> why the cluster lost its jobs
+    cancelled: list[str] = field(default_factory=list)  # in-flight evaluations a newer result made moot
+    jobs: dict[str, list[JobLog]] = field(default_factory=dict)  # commit -> cluster jobs (ids, log paths)
 
     @property
     def evaluations(self) -> int:

@@ -16,6 +16,7 @@ flaky or not reproduced, or nothing fails at BAD while passing at GOOD; 2 usage 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import datetime as _dt
 import sys
 from pathlib import Path
@@ -46,7 +47,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--first-parent", action="store_true", help="follow only the first parent of merges (bisect merges as units)"
     )
-    _args.add_jobs(p, "evaluations in parallel")
+    _args.add_jobs(p, "evaluations in parallel (with --executor slurm: jobs in flight)")
     p.add_argument(
         "--retries",
         type=_args.non_negative_int,
@@ -106,6 +107,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     )
     _args.add_verbosity(p)
     provenance.add_repo_url_option(p)
+    _args.add_executor(p, "evaluations")
     p.set_defaults(func=run)
 
 
@@ -146,7 +148,9 @@ def run(args: argparse.Namespace, out: TextIO = sys.stdout) -> int:
         strict_good=args.strict_good,
         confirm=args.confirm,
     )
-    result = run_bisection(opts, progress=None if args.quiet else sys.stderr)
+    executor = _args.executor_from_args(args, args.jobs, args.timeout)
+    with executor or contextlib.nullcontext():  # Ctrl-C (or any error) cancels the jobs in flight
+        result = run_bisection(opts, executor=executor, progress=None if args.quiet else sys.stderr)
     result.doc.repo_url = repo_url or provenance.remote_url(args.repo)
     json_path, report = write_outputs(result.doc, out_dir)
     print("\n".join(bisect_summary_lines(result.doc)), file=out)

@@ -9,6 +9,10 @@ counts per suite, and ``matrix.json`` keeps every run's cases.
 Default refs: the last v0.1 tag (no v0.1.0 final was tagged, so the newest v0.1.0rc*), every
 release tag vX.Y.Z from v0.2.0 through v0.6.0, and the newest commit (HEAD).
 Exit code: 0 when no case is ERROR (failures are MB behaviour, reported in the table), 1 otherwise.
+
+With ``--executor slurm`` every ref is one SLURM job (``-j`` of them in flight): the refs are
+materialised here, into the cache directory the jobs share; a ref whose job the cluster lost
+counts as an error of that ref (``(job lost)``), never as MB's.
 """
 
 from __future__ import annotations
@@ -17,16 +21,21 @@ import argparse
 import re
 import sys
 from pathlib import Path
-from typing import TextIO
+from typing import TYPE_CHECKING, TextIO
 
 from harness import runner
 from harness.atomicio import write_versioned_json
 from harness.commands import _args
 from harness.errors import UsageError
+from harness.executors import shards
 from harness.gitrepo import open_repo
+from harness.results import RunResult
 from harness.target import Target
 from harness.verdict import Verdict
 from harness.workspaces import WorkspaceCache, workspace_dir_for
+
+if TYPE_CHECKING:
+    from harness.executors.slurm import SlurmExecutor
 
 MATRIX_CACHE = "matrix-src"  # under the per-user cache directory, never in the checkout
 _RELEASE = re.compile(r"^v(\d+)\.(\d+)\.(\d+)$")
@@ -48,6 +57,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     _args.add_cache_dir(p)
     _args.add_timeout(p, "one ref's suite process")
     _args.add_verbosity(p)
+    _args.add_jobs(p, "refs in flight with --executor slurm (here, refs run one after another)")
+    _args.add_executor(p, "the refs (one job per ref)")
     p.set_defaults(func=run)
 
 
@@ -76,38 +87,73 @@ def run(args: argparse.Namespace, out: TextIO = sys.stdout) -> int:
     workspaces = WorkspaceCache(workspace_dir_for(_args.cache_dir(args) / MATRIX_CACHE, repo), repo, paths=("src",))
     out_dir = _args.out_dir(args, f"matrix-{runner.new_run_id()}")
     out_dir.mkdir(parents=True, exist_ok=True)
+    opts = runner.RunOptions(suites=args.suite, timeout_s=args.timeout, import_mode=args.import_mode)
+    executor = _args.executor_from_args(args, args.jobs, args.timeout)
     rows: list[dict] = []
-    any_error = False
-    for ref in refs:
-        src, sha = export_src(workspaces, ref)
-        if not args.quiet:
-            print(f"matrix: {ref} ({sha[:9]})", file=sys.stderr)
-        opts = runner.RunOptions(suites=args.suite, timeout_s=args.timeout, import_mode=args.import_mode)
-        ref_dir = out_dir / re.sub(r"[^A-Za-z0-9._-]", "_", ref)
-        result = runner.run_suites(Target(src=src, commit=sha), opts, ref_dir, progress=None)
-        suites = sorted({c.suite for c in result.cases})
-        any_error |= any(c.verdict is Verdict.ERROR for c in result.cases)
-        rows.append(
-            {
-                "ref": ref,
-                "commit": sha,
-                "mb_version": result.versions.get("megatron-bridge"),
-                "import_mode": result.import_mode,
-                "duration_s": result.duration_s,
-                "suites": {suite: result.counts(suite) for suite in suites},
-                "problems": [
-                    {"case_id": c.case_id, "verdict": c.verdict.value, "message": c.message[:4000]}
-                    for c in result.cases
-                    if c.verdict is not Verdict.PASS
-                ],
-                "notes": result.notes,
-                "results": str(ref_dir / "results.json"),
-            }
-        )
+    if executor is not None:
+        with executor:
+            rows = _run_as_jobs(workspaces, refs, opts, out_dir, executor)
         write_versioned_json(out_dir / "matrix.json", "harness-matrix", 1, {"repo": str(repo.path), "refs": rows})
+    else:
+        for ref in refs:
+            src, sha = export_src(workspaces, ref)
+            if not args.quiet:
+                print(f"matrix: {ref} ({sha[:9]})", file=sys.stderr)
+            ref_dir = _ref_dir(out_dir, ref)
+            result = runner.run_suites(Target(src=src, commit=sha), opts, ref_dir, progress=None)
+            rows.append(_row(ref, sha, result, ref_dir))
+            write_versioned_json(out_dir / "matrix.json", "harness-matrix", 1, {"repo": str(repo.path), "refs": rows})
     print_table(rows, out)
     print(f"\nmatrix: {out_dir / 'matrix.json'}", file=out)
-    return 1 if any_error else 0
+    return 1 if any(p["verdict"] == Verdict.ERROR.value for r in rows for p in r["problems"]) else 0
+
+
+def _ref_dir(out_dir: Path, ref: str) -> Path:
+    return out_dir / re.sub(r"[^A-Za-z0-9._-]", "_", ref)
+
+
+def _row(ref: str, sha: str, result: RunResult, ref_dir: Path) -> dict:
+    suites = sorted({c.suite for c in result.cases})
+    return {
+        "ref": ref,
+        "commit": sha,
+        "mb_version": result.versions.get("megatron-bridge"),
+        "import_mode": result.import_mode,
+        "duration_s": result.duration_s,
+        "suites": {suite: result.counts(suite) for suite in suites},
+        "problems": [
+            {"case_id": c.case_id, "verdict": c.verdict.value, "message": c.message[:4000]}
+            for c in result.cases
+            if c.verdict is not Verdict.PASS
+        ],
+        "notes": result.notes,
+        "results": str(ref_dir / "results.json"),
+    }
+
+
+def _run_as_jobs(
+    workspaces: WorkspaceCache, refs: list[str], opts: runner.RunOptions, out_dir: Path, executor: SlurmExecutor
+) -> list[dict]:
+    """One job per ref; the refs are materialised here first, into the cache directory the jobs see."""
+    items = []
+    for ref in refs:
+        src, sha = export_src(workspaces, ref)
+        items.append((ref, sha, str(src), str(_ref_dir(out_dir, ref))))
+    executor.check_shared(also=[out_dir])
+    done = shards.run_jobs(executor, shards.RefRun(opts), items)
+    rows = []
+    for i, (ref, sha, _, ref_dir) in enumerate(items):
+        result, logs = done[i]
+        if isinstance(result, RunResult):
+            row = _row(ref, sha, result, Path(ref_dir))
+            row["notes"].append(f"ran as {shards.describe(logs)}")
+        else:
+            case = shards.lost_case(ref, "(all)", result, logs)
+            problem = {"case_id": case.case_id, "verdict": case.verdict.value, "message": case.message}
+            row = {"ref": ref, "commit": sha, "mb_version": None, "import_mode": "", "duration_s": 0.0}
+            row.update({"suites": {}, "problems": [problem], "notes": [], "results": ""})
+        rows.append(row)
+    return rows
 
 
 def print_table(rows: list[dict], out: TextIO) -> None:

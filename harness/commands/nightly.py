@@ -51,6 +51,7 @@ from typing import Any, TextIO
 from harness import gitrepo, gpucheck, history, paths, provenance, runner
 from harness.commands import _args
 from harness.errors import HarnessError, UsageError
+from harness.executors.shards import run_suites_with
 from harness.report import render_run_report, render_trend_report, write_junit
 from harness.report.terminal import print_run_summary
 from harness.results import RunResult
@@ -109,7 +110,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     )
     _args.add_fixtures(p)
     _args.add_timeout(p, "the suite process")
-    _args.add_jobs(p, "pytest-xdist workers")
+    _args.add_jobs(p, "pytest-xdist workers (with --executor slurm: jobs in flight, for the bisection too)")
     _args.add_verbosity(p, verbose=True)
     _args.add_allow_changed(p)
     gpucheck.add_option(p)
@@ -120,6 +121,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         help="where this night's report can be read later (e.g. the CI run's page), recorded in the "
         "history and linked from trend.html (default: runs/<run-id>/report.html under --out)",
     )
+    _args.add_executor(p, "the suites (one job per suite) and the automatic bisection's evaluations")
     p.set_defaults(func=run)
 
 
@@ -151,7 +153,13 @@ def run(args: argparse.Namespace, out: TextIO = sys.stdout) -> int:
         verbose=args.verbose,
         repo_url=provenance.checked_repo_url(args.repo_url),
     )
-    result = runner.run_suites(tgt, opts, run_dir, progress=None if args.quiet else sys.stderr)
+    result = run_suites_with(
+        _args.executor_from_args(args, args.jobs, args.timeout),
+        tgt,
+        opts,
+        run_dir,
+        progress=None if args.quiet else sys.stderr,
+    )
     junit = write_junit(result, out_dir / "junit.xml")
     report = render_run_report(result, out_dir / "report.html")
     kept = render_run_report(result, run_dir / "report.html")
@@ -173,7 +181,10 @@ def run(args: argparse.Namespace, out: TextIO = sys.stdout) -> int:
         gpucheck.check_result(result, gpu_suites)
 
     if args.auto_bisect:
-        plan = plan_bisect(tr, repo, out_dir / BISECT_DIR, cache_dir=args.cache_dir, confirm=args.confirm)
+        executor_args = _args.executor_argv(args) + (["-j", str(args.jobs)] if args.executor == "slurm" else [])
+        plan = plan_bisect(
+            tr, repo, out_dir / BISECT_DIR, cache_dir=args.cache_dir, confirm=args.confirm, extra=executor_args
+        )
         links = _execute(plan, out_dir / BISECT_DIR, out)
         if links:
             render_trend_report(store, trend_page, bisect_links=links)
@@ -266,16 +277,20 @@ def bisect_command(
     cache_dir: Path | None = None,
     untestable: bool = False,
     confirm: bool = True,
+    extra: list[str] | None = None,
 ) -> list[str]:
     """The ``harness bisect`` command line (through this interpreter, not an installed script);
     ``untestable``: some regressions are cases that became untestable (``--bisect-untestable``);
-    ``confirm``: check each culprit by reverting it on top of ``bad`` (``--confirm``)."""
+    ``confirm``: check each culprit by reverting it on top of ``bad`` (``--confirm``); ``extra``: more
+    flags (where the evaluations run)."""
     cmd = [sys.executable, "-m", "harness", "bisect", f"{good}..{bad}", "--repo", str(repo), "--out", str(out_dir)]
     for suite in suites:
         cmd += ["--suite", suite]
     if cache_dir is not None:
         cmd += ["--cache-dir", str(cache_dir)]
-    return cmd + (["--bisect-untestable"] if untestable else []) + (["--confirm"] if confirm else [])
+    return (
+        cmd + (["--bisect-untestable"] if untestable else []) + (["--confirm"] if confirm else []) + list(extra or [])
+    )
 
 
 def _clean_commit(commit: str) -> tuple[str, bool]:
@@ -283,7 +298,12 @@ def _clean_commit(commit: str) -> tuple[str, bool]:
 
 
 def plan_bisect(
-    tr: dict[str, Any], repo: gitrepo.GitRepo | None, out_dir: Path, cache_dir: Path | None = None, confirm: bool = True
+    tr: dict[str, Any],
+    repo: gitrepo.GitRepo | None,
+    out_dir: Path,
+    cache_dir: Path | None = None,
+    confirm: bool = True,
+    extra: list[str] | None = None,
 ) -> BisectPlan:
     """Decide whether the two latest nightlies give a range to bisect the regressions in."""
     cases = regressions(tr)
@@ -316,7 +336,7 @@ def plan_bisect(
     untestable = any(c["current"] == Verdict.UNTESTABLE.value for c in cases)
     return BisectPlan(
         cases,
-        command=bisect_command(prev, this, repo.path, out_dir, suites, cache_dir, untestable, confirm),
+        command=bisect_command(prev, this, repo.path, out_dir, suites, cache_dir, untestable, confirm, extra),
         reason="this nightly's tree had local changes; bisecting its commit" if dirty else "",
     )
 

@@ -14,6 +14,7 @@ from typing import TextIO
 
 from harness import gpucheck, provenance, runner
 from harness.commands import _args
+from harness.executors.shards import run_suites_with
 from harness.report import render_run_report, write_junit
 from harness.report.terminal import print_run_summary
 from harness.target import require_mb
@@ -32,13 +33,14 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     _args.add_suites(p)
     _args.add_out(p, "reports/<run-id>")
     _args.add_timeout(p, "the suite process")
-    _args.add_jobs(p, "pytest-xdist workers")
+    _args.add_jobs(p, "pytest-xdist workers (with --executor slurm: suite jobs in flight)")
     _args.add_fixtures(p)
     _args.add_verbosity(p, verbose=True)
     _args.add_import_mode(p)
     _args.add_allow_changed(p)
     gpucheck.add_option(p)
     provenance.add_repo_url_option(p)
+    _args.add_executor(p, "the suites (one job per suite)")
     p.set_defaults(func=run)
 
 
@@ -57,7 +59,13 @@ def run(args: argparse.Namespace, out: TextIO = sys.stdout) -> int:
         verbose=args.verbose,
         repo_url=provenance.checked_repo_url(args.repo_url),
     )
-    result = runner.run_suites(tgt, opts, out_dir, progress=None if args.quiet else sys.stderr)
+    result = run_suites_with(
+        _args.executor_from_args(args, args.jobs, args.timeout),
+        tgt,
+        opts,
+        out_dir,
+        progress=None if args.quiet else sys.stderr,
+    )
     write_junit(result, out_dir / "junit.xml")
     report = render_run_report(result, out_dir / "report.html")
     print_run_summary(result, out)

@@ -322,7 +322,40 @@ def bisect_context(bisect: BisectDoc) -> dict[str, Any]:
         "verdicts": VERDICT_ORDER,
         # the classic four always show (a reassuring "0 fail"); the others only when present
         "always_shown": ("pass", "fail", "untestable", "error"),
+        **cluster_view(bisect),
     }
+
+
+def cluster_view(bisect: BisectDoc) -> dict[str, Any]:
+    """The cluster jobs of a bisection (``--executor slurm``): every job with links to its logs,
+    the commits skipped because the cluster lost their jobs, the evaluations cancelled as moot."""
+
+    def commit(sha: str) -> dict[str, str]:
+        return {"sha": sha, "short": short_sha(sha), "subject": bisect.commit(sha).subject}
+
+    jobs = [
+        {
+            **commit(sha),
+            "job_id": j.job_id,
+            "cluster": j.cluster,
+            "attempt": j.attempt,
+            "state": j.state,
+            "stdout_url": _file_url(j.stdout),
+            "stderr_url": _file_url(j.stderr),
+            "completed": j.state == "COMPLETED",
+        }
+        for sha, js in bisect.cluster_jobs.items()
+        for j in js
+    ]
+    return {
+        "cluster_jobs": jobs,
+        "cancelled": [commit(sha) for sha in bisect.cancelled],
+        "infrastructure": [{**commit(sha), "reasons": reasons} for sha, reasons in bisect.infrastructure.items()],
+    }
+
+
+def _file_url(path: str) -> str:
+    return Path(path).as_uri() if path and Path(path).is_absolute() else path
 
 
 def render_bisect_report(bisect: BisectDoc, out_path: Path) -> Path:

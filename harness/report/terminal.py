@@ -118,6 +118,8 @@ def bisect_summary_lines(doc: BisectDoc) -> list[str]:
         f"bisected {rng.given} ({rng.n_commits} commits, {rng.good[:12]}..{rng.bad[:12]}): "
         f"{doc.evaluations} evaluations ({doc.new_evaluations} new, {doc.cached_evaluations} cached), "
         f"{len(doc.probes)} commits probed, {doc.rounds} rounds, {doc.duration_s:.1f} s"
+        + (f", {sum(map(len, doc.infrastructure.values()))} skipped for infrastructure" if doc.infrastructure else "")
+        + (f", {len(doc.cancelled)} cancelled as moot" if doc.cancelled else "")
     ]
     first = doc.first_label
     width = min(max((len(c.case_id) for c in doc.cases), default=10), 90)

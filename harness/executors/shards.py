@@ -1,0 +1,142 @@
+"""Suite runs as cluster jobs: ``harness run``/``nightly`` shard by suite, ``matrix`` by ref.
+
+Each job calls :func:`harness.runner.run_suites` exactly as a local run does, for one suite
+(or one MB ref), with its output under the run's directory; the driver merges the
+:class:`~harness.results.RunResult` records. A job the cluster lost past its retries becomes
+an ERROR case ``<suite>::(job lost)`` with the reason and the job's logs: an error of the
+harness's machinery, never a verdict on MB. Every job's id and log paths go into the merged
+result's notes, so the run report shows where to look.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, TextIO
+
+from harness import runner
+from harness.bisect.evaluator import EvalOutcome
+from harness.bisect.executor import JobLog
+from harness.executors.slurm import SlurmExecutor, SlurmHandle
+from harness.provenance import of_run
+from harness.results import CaseResult, RunResult
+from harness.target import Target
+from harness.verdict import Verdict
+
+LOST = "(job lost)"  # the case name of a suite whose job the cluster lost
+
+
+@dataclass(frozen=True)
+class SuiteShard:
+    """One suite of the target, in a job, written under ``shards_dir/<suite>``."""
+
+    target: Target
+    opts: runner.RunOptions
+    shards_dir: Path
+
+    def __call__(self, suite: str) -> RunResult:
+        opts = dataclasses.replace(self.opts, suites=[suite], jobs=1)
+        return runner.run_suites(self.target, opts, self.shards_dir / suite, progress=None)
+
+
+@dataclass(frozen=True)
+class RefRun:
+    """The suites on one exported MB ref, in a job: the argument is (ref, sha, src, out dir)."""
+
+    opts: runner.RunOptions
+
+    def __call__(self, item: tuple[str, str, str, str]) -> RunResult:
+        _, sha, src, out = item
+        return runner.run_suites(Target(src=Path(src), commit=sha), self.opts, Path(out), progress=None)
+
+
+def run_jobs(
+    executor: SlurmExecutor, fn: Any, items: Sequence[Any]
+) -> dict[int, tuple[RunResult | EvalOutcome, list[JobLog]]]:
+    """``fn(item)`` for every item, ``executor.slots`` jobs in flight; index -> (result or the
+    infrastructure outcome of a lost job, the jobs that ran it)."""
+    queue = list(enumerate(items))
+    running: dict[SlurmHandle, int] = {}
+    done: dict[int, tuple[RunResult | EvalOutcome, list[JobLog]]] = {}
+    while queue or running:
+        while queue and len(running) < executor.slots:
+            i, item = queue.pop(0)
+            running[executor.submit(fn, item)] = i
+        for handle in executor.wait_any(list(running)):
+            done[running.pop(handle)] = (handle.result(), list(handle.logs))
+    return done
+
+
+def lost_case(name: str, suite: str, outcome: EvalOutcome, logs: Iterable[JobLog]) -> CaseResult:
+    return CaseResult(
+        f"{name}::{LOST}",
+        suite,
+        Verdict.ERROR,
+        message=f"{outcome.note} (not a verdict on Megatron-Bridge); {describe(logs)}",
+    )
+
+
+def describe(logs: Iterable[JobLog]) -> str:
+    return "; ".join(f"{j.cluster} job {j.job_id} attempt {j.attempt} {j.state}: {j.stdout} {j.stderr}" for j in logs)
+
+
+def run_suites_with(
+    executor: SlurmExecutor | None, tgt: Target, opts: runner.RunOptions, out_dir: Path, progress: TextIO | None
+) -> RunResult:
+    """:func:`harness.runner.run_suites` here (no executor), or one job per suite (the executor is
+    closed afterwards; an exception or Ctrl-C cancels the jobs in flight)."""
+    if executor is None:
+        return runner.run_suites(tgt, opts, out_dir, progress=progress)
+    with executor:
+        return run_sharded(tgt, opts, out_dir, executor)
+
+
+def run_sharded(tgt: Target, opts: runner.RunOptions, out_dir: Path, executor: SlurmExecutor) -> RunResult:
+    """The selected suites, one job each, merged into one result saved as ``out_dir/results.json``."""
+    suites = list(opts.suites or runner.golden_suites())
+    runner.suite_files(suites)  # unknown names: a usage error before any job
+    started = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+    t0 = time.monotonic()
+    executor.check_shared(also=[out_dir])
+    done = run_jobs(executor, SuiteShard(tgt, opts, out_dir / "shards"), suites)
+    merged = merge(suites, [done[i] for i in range(len(suites))], tgt, out_dir.name, started)
+    merged.duration_s = round(time.monotonic() - t0, 2)
+    merged.save(out_dir / "results.json")
+    return merged
+
+
+def merge(
+    suites: Sequence[str],
+    done: Sequence[tuple[RunResult | EvalOutcome, list[JobLog]]],
+    tgt: Target,
+    run_id: str,
+    started: str,
+) -> RunResult:
+    """One result from the suites' jobs, in suite order; a lost job is an ERROR case of its suite."""
+    cases: list[CaseResult] = []
+    notes: list[str] = []
+    runs: list[RunResult] = []
+    for suite, (result, logs) in zip(suites, done):
+        if isinstance(result, RunResult):
+            runs.append(result)
+            cases += result.cases
+            notes += [f"[{suite}] {n}" for n in result.notes]
+            notes.append(f"[{suite}] ran as {describe(logs)}")
+        else:
+            cases.append(lost_case(suite, suite, result, logs))
+    first = runs[0] if runs else None
+    return RunResult(
+        run_id=run_id,
+        target=first.target if first else {"src": str(tgt.src) if tgt.src else None},
+        versions=first.versions if first else {},
+        machine=first.machine if first else {},
+        import_mode="; ".join(sorted({r.import_mode for r in runs})) or "none (every job lost)",
+        standins=sorted({s for r in runs for s in r.standins}),
+        started=started,
+        cases=cases,
+        notes=notes,
+        provenance=first.provenance if first else of_run(tgt),  # what the jobs ran, as they recorded it
+    )
