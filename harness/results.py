@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from harness.atomicio import read_versioned_json, write_versioned_json
+from harness.machine import Machine
 from harness.provenance import Provenance
 from harness.verdict import FAILING, Verdict
 
@@ -53,7 +54,7 @@ class RunResult:
     run_id: str
     target: dict[str, Any]
     versions: dict[str, str]
-    machine: dict[str, Any]
+    machine: Machine
     import_mode: str
     standins: list[str] = field(default_factory=list)
     started: str = ""
@@ -91,6 +92,7 @@ class RunResult:
         names = {f.name for f in dataclasses.fields(cls)}
         kwargs = {k: v for k, v in doc.items() if k in names}
         kwargs["cases"] = [CaseResult.from_json(c) for c in doc.get("cases", [])]
+        kwargs["machine"] = Machine.from_json(doc.get("machine"))
         kwargs["provenance"] = Provenance.from_json(doc.get("provenance"))
         return cls(**kwargs)
 

@@ -31,11 +31,12 @@ from typing import TextIO
 from harness.atomicio import read_versioned_json
 from harness.caselog import CaseLog, read_log
 from harness.errors import CorruptFile, UsageError
+from harness.machine import this_machine
 from harness.paths import FIXTURES_DIR, ROOT, SUITES_DIR
 from harness.procs import kill_group, popen_owned
 from harness.provenance import of_run
 from harness.results import CaseResult, RunResult
-from harness.target import Target, machine, mb_location
+from harness.target import Target, mb_location
 from harness.verdict import Verdict, worst
 
 UPSTREAM = "upstream"  # MB's own packing tests, replayed from the target's tree (harness.upstream)
@@ -262,7 +263,7 @@ def run_suites(tgt: Target, opts: RunOptions, out_dir: Path, progress: TextIO | 
         run_id=out_dir.name,
         target=_target_doc(tgt),
         versions=_target_versions(tgt),
-        machine=machine(),
+        machine=this_machine(),
         import_mode=import_mode,
         standins=sorted(set(filter(None, standins_log.read_text().splitlines()))),
         started=started.strftime("%Y-%m-%dT%H:%M:%SZ"),
@@ -316,7 +317,7 @@ def _run_upstream_only(tgt: Target, opts: RunOptions, out_dir: Path) -> RunResul
         run_id=out_dir.name,
         target=_target_doc(tgt),
         versions=_target_versions(tgt),
-        machine=machine(),
+        machine=this_machine(),
         import_mode="upstream",
         standins=[],
         started=started.strftime("%Y-%m-%dT%H:%M:%SZ"),

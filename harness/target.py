@@ -16,7 +16,6 @@ import importlib.util
 import os
 import platform
 import re
-import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -141,25 +140,6 @@ def describe_running_target() -> dict[str, Any]:
         ),
         "harness": harness.__version__,
         "date": _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
-    }
-
-
-def machine() -> dict[str, Any]:
-    """CPU/GPU description without importing torch in the parent (cheap, no CUDA init)."""
-    gpu = None
-    try:
-        out = subprocess.run(
-            ["nvidia-smi", "--query-gpu=name", "--format=csv,noheader"], capture_output=True, text=True, timeout=20
-        )
-        if out.returncode == 0 and out.stdout.strip():
-            gpu = out.stdout.strip().splitlines()[0]
-    except (OSError, subprocess.SubprocessError):
-        pass
-    return {
-        "hostname": platform.node(),
-        "platform": platform.platform(),
-        "cpus": os.cpu_count(),
-        "accelerator": gpu or "CPU only",
     }
 
 

@@ -13,6 +13,7 @@ from pathlib import Path
 from harness.commands.fixtures import _stale
 from harness.golden.serializer import encode
 from harness.golden.storage import Golden, golden_path, write_golden
+from harness.machine import Machine
 from harness.results import CaseResult, RunResult
 from harness.verdict import Verdict
 
@@ -24,7 +25,7 @@ def _golden(root: Path, suite: str, case: str) -> Path:
 
 
 def _run(cases: list[CaseResult]) -> RunResult:
-    return RunResult(run_id="r", target={}, versions={}, machine={}, import_mode="auto", cases=cases)
+    return RunResult(run_id="r", target={}, versions={}, machine=Machine(), import_mode="auto", cases=cases)
 
 
 def test_only_goldens_of_cases_that_no_longer_exist_are_stale(tmp_path):

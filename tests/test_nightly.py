@@ -23,6 +23,7 @@ import pytest
 from harness import history, runner
 from harness.commands import nightly
 from harness.errors import CorruptFile, GitError, UsageError
+from harness.machine import Machine
 from harness.paths import ROOT
 from harness.results import CaseResult, RunResult
 from harness.verdict import Verdict
@@ -57,7 +58,7 @@ def recorded(verdicts: dict[str, Verdict], version: str = "0.6.2") -> RunResult:
         run_id="",
         target={"kind": "installed", "path": None, "commit": None},
         versions={"megatron-bridge": version},
-        machine={"accelerator": "CPU only"},
+        machine=Machine(),
         import_mode="full",
         cases=cases,
         duration_s=3.0,

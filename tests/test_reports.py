@@ -21,6 +21,7 @@ import pytest
 from harness import history
 from harness.bisect.document import BisectDoc
 from harness.errors import CorruptFile, UsageError
+from harness.machine import Machine
 from harness.report import render_bisect_report, render_run_report, render_trend_report, write_junit
 from harness.report.diffview import row_window
 from harness.results import CaseResult, RunResult
@@ -264,7 +265,7 @@ def sample_run(run_id: str = "run-1", started: str = "2025-05-01T02:00:00+00:00"
         run_id=run_id,
         target={"version": "0.6.2", "commit": "a" * 40, "path": "/src/Megatron-Bridge"},
         versions={"megatron-core": "0.19.2", "torch": "2.13.0"},
-        machine={"cpu": "AMD EPYC 7B13 (2 cores)", "gpu": "", "ram_gb": 8},
+        machine=Machine(hostname="ci-7", cpu="AMD EPYC 7B13", cpus=2),
         import_mode="installed",
         standins=["transformer_engine"],
         started=started,
@@ -460,7 +461,7 @@ def test_report_writes_are_atomic_and_versioned(tmp_path: Path) -> None:
 
 
 def test_run_report_of_an_empty_run(tmp_path: Path) -> None:
-    empty = RunResult(run_id="empty", target={}, versions={}, machine={}, import_mode="source")
+    empty = RunResult(run_id="empty", target={}, versions={}, machine=Machine(), import_mode="source")
     doc = parse_html(render_run_report(empty, tmp_path / "empty.html"))
     assert doc.by_id("failures").text() == "Failures (0)"
     assert not doc.find_all("tr", cls="case-row")
@@ -869,7 +870,7 @@ def test_provenance_of_an_installed_release_and_web_addresses_of_remotes(monkeyp
 
 def _night(run_id: str, started: str, verdicts: dict[str, tuple[Verdict, float]], url: str = "") -> RunResult:
     cases = [CaseResult(cid, cid.split("::")[0], v, d) for cid, (v, d) in verdicts.items()]
-    run = RunResult(run_id, {"kind": "source"}, {}, {}, "full", started=started, duration_s=10.0, cases=cases)
+    run = RunResult(run_id, {"kind": "source"}, {}, Machine(), "full", started=started, duration_s=10.0, cases=cases)
     return _with_provenance(run, mb_repo_url=url)
 
 
@@ -929,3 +930,34 @@ def test_trend_refuses_an_unsafe_night_report_address(tmp_path: Path) -> None:
     history.append_run(store, sample_run(), "a" * 40, "javascript:alert(1)")
     with pytest.raises(UsageError, match="unsafe"):
         render_trend_report(store, tmp_path / "trend.html")
+
+
+def _machine_row(doc: Any, name: str) -> str:
+    row = next(tr for tr in doc.by_id("machine").find_all("tr") if tr.find("th").text() == name)
+    return row.find("td").text()
+
+
+def test_run_header_shows_the_cpu_and_gpu_the_runner_recorded(tmp_path: Path) -> None:
+    """Before: the runner wrote ``cpus``/``accelerator``, the header read ``cpu``/``gpu``: every real
+    report showed a blank CPU and GPU "none", also on a GPU machine."""
+    from harness.machine import this_machine
+
+    run = sample_run()
+    run.machine = this_machine()  # what the runner writes, through results.json
+    run.save(tmp_path / "results.json")
+    doc = parse_html(render_run_report(RunResult.load(tmp_path / "results.json"), tmp_path / "run.html"))
+    cpu = _machine_row(doc, "CPU")
+    assert cpu.strip() and cpu != "unknown" and f"{run.machine.cpus} CPU" in cpu
+    assert _machine_row(doc, "GPU") == (run.machine.gpu or "none")
+    gpu_run = sample_run()
+    gpu_run.machine = Machine(cpu="Intel Xeon", cpus=16, gpu="NVIDIA H200")
+    doc = parse_html(render_run_report(gpu_run, tmp_path / "gpu.html"))
+    assert _machine_row(doc, "GPU") == "NVIDIA H200" and _machine_row(doc, "CPU") == "Intel Xeon, 16 CPUs"
+
+
+def test_results_json_written_before_the_machine_record_keeps_its_gpu(tmp_path: Path) -> None:
+    old = sample_run().to_json()
+    old["machine"] = {"hostname": "h", "platform": "Linux", "cpus": 8, "accelerator": "NVIDIA A100"}
+    assert RunResult.from_json(old).machine == Machine(hostname="h", platform="Linux", cpus=8, gpu="NVIDIA A100")
+    old["machine"]["accelerator"] = "CPU only"
+    assert RunResult.from_json(old).machine.gpu_text == "none"

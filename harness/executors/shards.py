@@ -21,6 +21,7 @@ from harness import runner
 from harness.bisect.evaluator import EvalOutcome
 from harness.bisect.executor import JobLog
 from harness.executors.slurm import SlurmExecutor, SlurmHandle
+from harness.machine import Machine
 from harness.provenance import of_run
 from harness.results import CaseResult, RunResult
 from harness.target import Target
@@ -132,7 +133,7 @@ def merge(
         run_id=run_id,
         target=first.target if first else {"src": str(tgt.src) if tgt.src else None},
         versions=first.versions if first else {},
-        machine=first.machine if first else {},
+        machine=first.machine if first else Machine(),
         import_mode="; ".join(sorted({r.import_mode for r in runs})) or "none (every job lost)",
         standins=sorted({s for r in runs for s in r.standins}),
         started=started,

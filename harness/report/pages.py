@@ -50,7 +50,7 @@ def _suites(cases: list[CaseResult]) -> list[dict[str, Any]]:
 
 def _header_view(run: RunResult) -> dict[str, Any]:
     """The facts a reader needs to trust or distrust the run, with the usual keys first."""
-    target, versions, machine = run.target or {}, run.versions or {}, run.machine or {}
+    target, versions, machine = run.target or {}, run.versions or {}, run.machine
     mb_version = target.get("version") or versions.get("megatron-bridge") or versions.get("megatron_bridge") or ""
     prov = run.provenance
     mb_commit = prov.mb_commit or target.get("commit") or target.get("sha") or ""
@@ -65,11 +65,11 @@ def _header_view(run: RunResult) -> dict[str, Any]:
         "harness_href": commit_url(prov.harness_repo_url, prov.harness_commit),
         "mcore": versions.get("megatron-core") or versions.get("megatron_core") or versions.get("mcore") or "",
         "torch": versions.get("torch", ""),
-        "cpu": machine.get("cpu", ""),
-        "gpu": machine.get("gpu", "") or "none",
+        "cpu": machine.cpu_text,
+        "gpu": machine.gpu_text,
         "target_items": sorted((str(k), format_value(v)) for k, v in target.items()),
         "version_items": sorted((str(k), format_value(v)) for k, v in versions.items()),
-        "machine_items": sorted((str(k), format_value(v)) for k, v in machine.items()),
+        "machine_items": sorted((str(k), format_value(v)) for k, v in machine.to_json().items()),
     }
 
 

@@ -54,7 +54,7 @@ def print_run_summary(result: RunResult, out: TextIO) -> None:
     print(
         f"\nMegatron-Bridge {v.get('megatron-bridge')} ({result.target.get('kind')}"
         f"{', ' + str(result.target['commit']) if result.target.get('commit') else ''}), "
-        f"megatron-core {v.get('megatron-core')}, torch {v.get('torch')}, {result.machine.get('accelerator')}",
+        f"megatron-core {v.get('megatron-core')}, torch {v.get('torch')}, GPU {result.machine.gpu_text}",
         file=out,
     )
     prov = result.provenance
