@@ -796,8 +796,36 @@ def test_timeline_hash_labels_never_crowd_and_lane_labels_keep_the_parameters() 
             cols = sorted(_label_columns(n, every))
             assert cols[0] == 0 and (cols[-1] == n - 1 or n - 1 < every), (n, every, cols)  # both ends when they fit
             assert all(b - a >= every for a, b in zip(cols, cols[1:])), (n, every, cols)
-    label = _lane_label("forward_cpu::test_offline_gpt_step[clean-prompt-mult4]")
-    assert len(label) == 30 and label.startswith("forward_c") and label.endswith("[clean-prompt-mult4]")
+    label = _lane_label("packed_seq_params::test_offline_padded_and_unpadded_long_name[1token-seqs-mult4]")
+    assert label.startswith("packed_seq_params::") and label.endswith("[1token-seqs-mult4]") and "…" in label
+
+
+def test_timeline_lane_labels_end_left_of_the_cells(tmp_path: Path) -> None:
+    """Before: labels drawn from x=4 ran under the first column for 30-character case ids."""
+    from harness.report.pages import LABEL_CHAR_W, timeline_view
+
+    record = sample_bisect()
+    ids = ["in_batch_packing::test_pack_right_padded[chat-5rows-mult6-cp2-tp3-sp]", "s::a"]
+    t = timeline_view(BisectDoc.from_json(record), ids, {})
+    assert all(len(lane["label"]) * LABEL_CHAR_W + 6 <= t["left"] for lane in t["lanes"])
+    assert min(c["x"] for lane in t["lanes"] for c in lane["cells"]) >= t["left"]
+    svg = parse_html(render_bisect_report(BisectDoc.from_json(record), tmp_path / "b.html")).by_id("timeline")
+    lanes = [x for x in svg.find_all("text") if "lane" in x.classes]
+    assert lanes and all(x.attrs.get("text-anchor") == "end" for x in lanes), "right-aligned against the cells"
+
+
+def test_bisect_report_lists_cases_not_bisected_by_reason(tmp_path: Path) -> None:
+    """Before: the terminal listed them, the page left them out."""
+    record = sample_bisect()
+    record["not_bisected"] = [
+        {"case_id": "s::x", "reason": "fails at good too"},
+        {"case_id": "s::w", "reason": "fails at good too"},
+        {"case_id": "s::y", "reason": "untestable at bad"},
+    ]
+    doc = parse_html(render_bisect_report(BisectDoc.from_json(record), tmp_path / "bisect.html"))
+    rows = doc.by_id("not-bisected").find("tbody").find_all("tr")
+    assert [r.attrs["data-reason"] for r in rows] == ["fails at good too", "untestable at bad"]
+    assert rows[0].find_all("td")[1].text() == "s::ws::x"
 
 
 def test_bisect_timeline_colours_known_fail_changed_and_fixed_probes(tmp_path: Path) -> None:

@@ -141,8 +141,10 @@ def _verdict_class(value: Any) -> str:
 
 #: Width the timeline's one-line header needs (about 60 characters of 11 px text).
 TIMELINE_HEADER_W = 380.0
-#: Longest lane label: about what 11 px monospace fits left of the cells.
-LANE_LABEL_CHARS = 30
+#: Longest lane label; the cells start right of the longest label actually drawn.
+LANE_LABEL_CHARS = 48
+#: Width of one character of the lanes' 11 px monospace labels (0.6 em, rounded up).
+LABEL_CHAR_W = 6.8
 
 
 def _label_columns(n: int, every: int) -> set[int]:
@@ -160,10 +162,12 @@ def _label_columns(n: int, every: int) -> set[int]:
 
 
 def _lane_label(case_id: str) -> str:
-    """A case id that fits the lane label: its start and its end (the parameters), cut in the middle."""
+    """A case id that fits the lane label: its start (the suite) and its end (the parameters),
+    cut in the middle, where test names of one suite repeat."""
     if len(case_id) <= LANE_LABEL_CHARS:
         return case_id
-    head = 9
+    suite_end = case_id.find("::")
+    head = suite_end + 2 if 0 < suite_end <= 20 else 16  # the whole suite name when it is short
     return case_id[:head] + "…" + case_id[-(LANE_LABEL_CHARS - head - 1) :]
 
 
@@ -176,7 +180,10 @@ def timeline_view(bisect: BisectDoc, case_ids: list[str], culprits: dict[str, st
     commits = bisect.commits
     probes = bisect.probes
     n = max(len(commits), 1)
-    left, top, lane_h, gap = 200.0, 26.0, 20.0, 6.0
+    labels = [_lane_label(cid) for cid in case_ids]
+    # the cells start right of the longest label (drawn right-aligned, never under a cell)
+    left = round(max(120.0, max((len(x) for x in labels), default=0) * LABEL_CHAR_W + 12), 2)
+    top, lane_h, gap = 26.0, 20.0, 6.0
     cell_w = max(2.0, min(72.0, 1000.0 / n))
     label_every = max(1, math.ceil(64.0 / cell_w))  # a 7-character hash needs about 60 px
     labelled = _label_columns(len(commits), label_every)
@@ -213,7 +220,7 @@ def timeline_view(bisect: BisectDoc, case_ids: list[str], culprits: dict[str, st
         lanes.append(
             {
                 "case_id": cid,
-                "label": _lane_label(cid),
+                "label": labels[k],
                 "y": y,
                 "h": lane_h,
                 "cells": cells,
@@ -269,6 +276,16 @@ def _confirmation_view(found: Confirmation | None) -> dict[str, Any] | None:
     }
 
 
+def _not_bisected_groups(bisect: BisectDoc) -> list[dict[str, Any]]:
+    """Cases failing at the bad end that were not bisected, grouped by why, largest group first
+    (before, the page left them out: a reader could not tell a case was looked at)."""
+    groups: dict[str, list[str]] = {}
+    for n in bisect.not_bisected:
+        groups.setdefault(n.reason or "no reason recorded", []).append(n.case_id)
+    largest_first = sorted(groups.items(), key=lambda kv: (-len(kv[1]), kv[0]))
+    return [{"reason": r, "cases": sorted(ids)} for r, ids in largest_first]
+
+
 def bisect_context(bisect: BisectDoc) -> dict[str, Any]:
     """Everything the bisect template shows, from a bisection record."""
     views = {id(c): _bisect_case_view(c, bisect) for c in bisect.cases}
@@ -304,6 +321,8 @@ def bisect_context(bisect: BisectDoc) -> dict[str, Any]:
             for g in bisect.culprit_groups()
         ],
         "unblamed": [views[id(c)] for c in bisect.cases if c.culprit is None],
+        "not_bisected": _not_bisected_groups(bisect),
+        "n_not_bisected": len(bisect.not_bisected),
         "confirmed_any": bool(bisect.confirmations),
         "timeline": timeline_view(bisect, [c.case_id for c in bisect.cases], culprits),
         "late_starts": [
