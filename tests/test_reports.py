@@ -989,3 +989,20 @@ def test_results_json_written_before_the_machine_record_keeps_its_gpu(tmp_path: 
     assert RunResult.from_json(old).machine == Machine(hostname="h", platform="Linux", cpus=8, gpu="NVIDIA A100")
     old["machine"]["accelerator"] = "CPU only"
     assert RunResult.from_json(old).machine.gpu_text == "none"
+
+
+def test_duration_sparkline_draws_sub_second_noise_flat_and_names_the_largest_only_when_it_differs() -> None:
+    """Before: each case scaled to its own largest night, so 0.00/0.01/0.00 s drew full-height
+    swings, and an all-zero case claimed "max 1.00 s"."""
+    from harness.report.trend import SPARK_H, _sparkline
+
+    def ys(spark: dict[str, Any]) -> list[float]:
+        return [float(p.split(",")[1]) for seg in spark["segments"] for p in seg.split()]
+
+    noise = _sparkline([0.0, 0.01, 0.0])
+    assert max(ys(noise)) - min(ys(noise)) < 0.5 and noise["max"] == "0.01 s"
+    zero = _sparkline([0.0, 0.0])
+    assert zero["latest"] == "0.00 s" and zero["max"] == ""
+    slow = _sparkline([2.0, 8.0, None, 4.0])
+    assert len(slow["segments"]) == 2 and slow["single"] == [slow["segments"][1]], "a gap where the case did not run"
+    assert min(ys(slow)) < 2 and max(ys(slow)) > SPARK_H / 2 and slow["max"] == "8.00 s"

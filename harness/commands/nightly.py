@@ -182,6 +182,7 @@ def run(args: argparse.Namespace, out: TextIO = sys.stdout) -> int:
 
     if args.auto_bisect:
         executor_args = _args.executor_argv(args) + (["-j", str(args.jobs)] if args.executor == "slurm" else [])
+        executor_args += ["--repo-url", args.repo_url] if args.repo_url else []  # the bisect links like the night
         plan = plan_bisect(
             tr, repo, out_dir / BISECT_DIR, cache_dir=args.cache_dir, confirm=args.confirm, extra=executor_args
         )

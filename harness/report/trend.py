@@ -54,13 +54,17 @@ def _durations_chart(durations: list[dict[str, Any]]) -> dict[str, Any]:
 
 
 SPARK_W, SPARK_H = 90.0, 18.0
+#: The sparkline's scale never goes below this: a case taking 0.00 to 0.01 s draws flat, not as
+#: wild swings of noise (each case is otherwise scaled to its own largest night).
+SPARK_FLOOR_S = 1.0
 
 
 def _sparkline(durations: list[float | None]) -> dict[str, Any]:
     """A case's duration over the nights as an inline polyline (each night one point; a night
-    without the case leaves a gap), with the latest and the largest value as text."""
+    without the case leaves a gap), with the latest value, and the largest when it differs."""
     values = [d for d in durations if d is not None]
-    top = max(values, default=0.0) or 1.0
+    largest = max(values, default=0.0)
+    scale = max(largest, SPARK_FLOOR_S)
     step = SPARK_W / max(len(durations) - 1, 1)
     points: list[str] = []
     segments: list[str] = []
@@ -70,17 +74,18 @@ def _sparkline(durations: list[float | None]) -> dict[str, Any]:
                 segments.append(" ".join(points))
             points = []
             continue
-        points.append(f"{round(i * step, 1)},{round(SPARK_H - 1 - (d / top) * (SPARK_H - 2), 1)}")
+        points.append(f"{round(i * step, 1)},{round(SPARK_H - 1 - (d / scale) * (SPARK_H - 2), 1)}")
     if points:
         segments.append(" ".join(points))
-    latest = durations[-1] if durations else None
+    latest = format_seconds(durations[-1]) if durations and durations[-1] is not None else ""
+    top = format_seconds(largest) if values else ""
     return {
         "segments": segments,
         "single": [s for s in segments if " " not in s],  # a lone night: a dot, not a line
         "w": SPARK_W,
         "h": SPARK_H,
-        "latest": format_seconds(latest) if latest is not None else "",
-        "max": format_seconds(top) if values else "",
+        "latest": latest,
+        "max": top if top != latest else "",
     }
 
 
