@@ -1006,3 +1006,16 @@ def test_duration_sparkline_draws_sub_second_noise_flat_and_names_the_largest_on
     slow = _sparkline([2.0, 8.0, None, 4.0])
     assert len(slow["segments"]) == 2 and slow["single"] == [slow["segments"][1]], "a gap where the case did not run"
     assert min(ys(slow)) < 2 and max(ys(slow)) > SPARK_H / 2 and slow["max"] == "8.00 s"
+
+
+def test_timeline_header_says_whether_the_first_column_is_the_good_commit(tmp_path: Path) -> None:
+    """Before: "oldest (after good X)" above a first column that was X itself (the driver's range)."""
+
+    def header(record: dict[str, Any], name: str) -> str:
+        svg = parse_html(render_bisect_report(BisectDoc.from_json(record), tmp_path / name)).by_id("timeline")
+        return next(t.text() for t in svg.find_all("text") if t.text().startswith("oldest"))
+
+    record = sample_bisect()  # its commits start after GOOD
+    assert header(record, "after.html").startswith(f"oldest (after good {GOOD[:10]})")
+    record["commits"] = [{"sha": GOOD, "subject": "good"}, *COMMITS]
+    assert header(record, "at.html").startswith(f"oldest (good {GOOD[:10]})")

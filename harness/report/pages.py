@@ -231,6 +231,8 @@ def timeline_view(bisect: BisectDoc, case_ids: list[str], culprits: dict[str, st
     return {
         "columns": columns,
         "lanes": lanes,
+        # the first column is the good commit itself (the driver's range), else the one after it
+        "starts_at_good": bool(commits) and commits[0].sha == bisect.range.good,
         "cell_w": cell_w,
         "left": left,
         # room for the one-line header ("oldest ... newest") however few commits there are
