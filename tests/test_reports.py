@@ -1019,3 +1019,15 @@ def test_timeline_header_says_whether_the_first_column_is_the_good_commit(tmp_pa
     assert header(record, "after.html").startswith(f"oldest (after good {GOOD[:10]})")
     record["commits"] = [{"sha": GOOD, "subject": "good"}, *COMMITS]
     assert header(record, "at.html").startswith(f"oldest (good {GOOD[:10]})")
+
+
+def test_packed_seq_params_boundary_messages_name_the_boundary_and_both_lists() -> None:
+    """Before: ``assert [0, 8, 12, 16, -1] == [0, 8, 12, 16]`` plus pytest's "Use -v to get more diff"."""
+    from suites import test_packed_seq_params as suite
+
+    text = _assertion_text(lambda: suite._same_boundaries([0, 8, 12, 16], [0, 8, 12, 16, -1], "physical"))
+    assert text == (
+        "physical: boundary 4: expected nothing, got -1 (lengths 4 and 5); "
+        "expected [0, 8, 12, 16], got [0, 8, 12, 16, -1]"
+    )
+    suite._same_boundaries([0, 3], [0, 3], "equal lists pass")
