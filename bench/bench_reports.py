@@ -19,6 +19,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from harness.machine import Machine  # noqa: E402
 from harness.report import render_run_report  # noqa: E402
 from harness.results import CaseResult, RunResult  # noqa: E402
 from harness.verdict import Verdict  # noqa: E402
@@ -88,7 +89,7 @@ def make_run(n_cases: int, seed: int = 0) -> RunResult:
         run_id=f"bench-{n_cases}",
         target={"version": "0.6.2", "commit": "f" * 40},
         versions={"megatron-core": "0.19.2", "torch": "2.13.0"},
-        machine={"cpu": "bench"},
+        machine=Machine(cpu="bench"),
         import_mode="installed",
         duration_s=60.0,
         cases=cases,

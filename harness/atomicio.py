@@ -2,7 +2,10 @@
 
 Every file the harness writes carries ``schema_version`` and a ``kind`` and is written to a
 temporary file in the same directory, fsynced, then renamed over the target, so a killed
-process leaves either the old file or the new one, never half of one.
+process leaves either the old file or the new one, never half of one. The file gets the mode
+a plain ``open(path, "w")`` would give it (``0o666`` less the umask): ``mkstemp`` creates
+``0o600`` files, and reports, histories and JUnit files are meant to be read by teammates,
+CI artifact uploaders and web servers.
 """
 
 from __future__ import annotations
@@ -10,6 +13,7 @@ from __future__ import annotations
 import json
 import os
 import tempfile
+import threading
 from pathlib import Path
 from typing import Any, Callable
 
@@ -22,6 +26,7 @@ def atomic_write_bytes(path: Path, data: bytes) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
+        os.fchmod(fd, 0o666 & ~_umask())
         with os.fdopen(fd, "wb") as fh:
             fh.write(data)
             fh.flush()
@@ -33,6 +38,18 @@ def atomic_write_bytes(path: Path, data: bytes) -> None:
         except FileNotFoundError:
             pass
         raise
+
+
+_UMASK_LOCK = threading.Lock()
+
+
+def _umask() -> int:
+    """The process umask. Reading it means setting it and setting it straight back: the lock
+    keeps two threads (bisect evaluations write in parallel) from restoring each other's value."""
+    with _UMASK_LOCK:
+        mask = os.umask(0o022)
+        os.umask(mask)
+    return mask
 
 
 def atomic_write_text(path: Path, text: str) -> None:

@@ -10,7 +10,7 @@ import argparse
 import importlib
 import sys
 
-from harness import __version__
+from harness import __version__, config
 from harness.errors import HarnessError
 
 COMMANDS = ("run", "fixtures", "bisect", "nightly", "mutate", "matrix")
@@ -32,9 +32,14 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
-    args = parser.parse_args(argv)
+    try:  # defaults from ./harness.toml or [tool.harness] in ./pyproject.toml; flags win
+        applied = config.apply(parser, config.load())
+    except HarnessError as exc:
+        print(exc.one_line(), file=sys.stderr)
+        return exc.exit_code
+    args = applied.finish(parser.parse_args(argv))
     try:
-        return int(args.func(args) or 0)
+        return int(args.func(args, sys.stdout) or 0)  # the stdout of now (a test may have replaced it)
     except HarnessError as exc:
         print(exc.one_line(), file=sys.stderr)
         return exc.exit_code

@@ -90,14 +90,21 @@ def _answer(msg: dict[str, Any]) -> None:
 def _preload() -> None:
     """Import what every run needs. A module that fails to import here is rolled back out of
     ``sys.modules``: each child then imports it itself and fails exactly as a fresh process
-    would (a pinned tree whose megatron-core is broken is the commit's failure, not ours)."""
+    would (a pinned tree whose megatron-core is broken is the commit's failure, not ours).
+
+    Only the failing module's own top-level package is rolled back (``megatron.*``): the
+    third-party modules it pulled in imported fine and some cannot be imported twice in one
+    process (torch registers operator libraries at import: a second import raises).
+    """
     for name in PRELOAD:
         before = set(sys.modules)
         try:
             __import__(name)
         except Exception:
+            top = name.split(".", 1)[0]
             for added in set(sys.modules) - before:
-                del sys.modules[added]
+                if added == top or added.startswith(top + "."):
+                    del sys.modules[added]
 
 
 def serve() -> None:
@@ -147,15 +154,18 @@ class ForkServer:
     def __init__(self, env: dict[str, str], cwd: Path) -> None:
         from harness.procs import popen_owned
 
-        self.proc = popen_owned(
-            [sys.executable, "-m", "harness.forkserver"],
-            env=env,
-            cwd=cwd,
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.DEVNULL,
-            text=True,
-        )
+        try:
+            self.proc = popen_owned(
+                [sys.executable, "-m", "harness.forkserver"],
+                env=env,
+                cwd=cwd,
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.DEVNULL,
+                text=True,
+            )
+        except OSError as exc:  # no process at all (too many open files, no memory...)
+            raise ForkServerError(f"the fork server could not be started: {exc}") from None
         if not self._ready(time.monotonic() + START_TIMEOUT_S):
             self.close()
             raise ForkServerError("the fork server did not start")

@@ -191,6 +191,23 @@ class GitRepo:
     def tags(self) -> list[str]:
         return [t.name for t in self._repo.tags]
 
+    def first_parent_chain(self, ref: str = "HEAD") -> list[str]:
+        """Every commit on ``ref``'s first-parent history, oldest first."""
+        return self._text("rev_list", "--first-parent", "--reverse", self.resolve(ref)).split()
+
+    def merge_base(self, a: str, b: str) -> str | None:
+        """The best common ancestor of two commits, None when they share no history."""
+        try:
+            return str(self._git.merge_base(self.resolve(a), self.resolve(b))).strip() or None
+        except GitCommandError as exc:
+            if exc.status == 1:  # answered: no common ancestor
+                return None
+            raise git_failure(exc, "merge-base") from exc
+
+    def committed_date(self, sha: str) -> str:
+        """Committer date of a commit, strict ISO 8601."""
+        return self._commit(self.resolve(sha)).committed_datetime.isoformat()
+
     # ------------------------------------------------------------ content
 
     def commit_info(self, sha: str, under: str = "src") -> CommitInfo:
@@ -237,6 +254,17 @@ class GitRepo:
         full = self.resolve(sha)
         return self._diff_tree(full, self.parents(full), paths, "-p", "--binary", "--no-color", "--no-ext-diff")
 
+    def file_text(self, ref: str, path: str) -> str | None:
+        """A file of a commit's tree as text (undecodable bytes replaced), None when absent."""
+        tree = self._commit(self.resolve(ref)).tree
+        try:
+            entry = tree / path
+        except KeyError:
+            return None
+        if entry.type != "blob":
+            return None
+        return bytes(entry.data_stream.read()).decode("utf-8", "replace")
+
     def submodule_pin(self, ref: str, path: str = "3rdparty/Megatron-LM") -> str | None:
         """The commit a commit pins for the submodule at ``path`` (its gitlink), None when it has none there."""
         tree = self._commit(self.resolve(ref)).tree
@@ -249,13 +277,22 @@ class GitRepo:
     # --------------------------------------------------------------- state
 
     def dirty_files(self, include_untracked: bool = False, under: Path | None = None) -> list[str]:
-        """``status --porcelain`` lines (no index refresh: no optional locks), optionally below ``under``."""
-        if self.bare:
+        """``status --porcelain`` lines (no index refresh: no optional locks), optionally below ``under``.
+
+        None for a bare repository or a clone made with ``--no-checkout``: nothing was ever
+        checked out there (git keeps no index), so the missing files are no deletions.
+        """
+        if self.bare or not self.checked_out():
             return []
         untracked = "--untracked-files=normal" if include_untracked else "--untracked-files=no"
         limit = ["--", str(under)] if under is not None else []
         out = self._text("status", "--porcelain", untracked, "--ignore-submodules=dirty", *limit)
         return [line for line in out.splitlines() if line]
+
+    def checked_out(self) -> bool:
+        """False when the working tree was never checked out (``git clone --no-checkout``: no index)."""
+        index = self._text("rev-parse", "--git-path", "index").strip()
+        return (self.path / index).exists()
 
     def is_dirty(self, include_untracked: bool = False) -> bool:
         """True when tracked files differ from HEAD; the caller decides to refuse or warn."""

@@ -18,6 +18,11 @@ directory inside a harness checkout still holds MB code):
   suite file a pytest session collects (:func:`add_harness_root`, called by the plugin).
 * Everything else (torch, numpy, the standard library, pytest, an installed megatron-core)
   owns nothing: an exception raised there belongs to whichever project frame called it.
+
+At the second level of a bisection (MB held at one commit, one Megatron-LM commit after
+another), the Megatron-LM tree is also listed in :data:`ENV_VARYING`: it is still code under
+test (what it raises at run time is a finding), but when it fails to import with the MB held
+fixed, the pair does not fit (:mod:`harness.adapters.failures`), a skip rather than a break.
 """
 
 from __future__ import annotations
@@ -29,10 +34,11 @@ from collections.abc import Iterable
 from pathlib import Path
 from types import TracebackType
 
-from harness.paths import PACKAGE, SUITES_DIR
+from harness.paths import PACKAGE, suites_dir
 
 ENV_ROOTS = "HARNESS_MB_ROOTS"
-_harness_roots: tuple[str, ...] = (str(PACKAGE), str(SUITES_DIR))
+ENV_VARYING = "HARNESS_VARYING_CORE"
+_harness_roots: tuple[str, ...] = (str(PACKAGE), str(suites_dir()))
 
 
 class Owner(enum.Enum):
@@ -59,6 +65,12 @@ def megatron_roots() -> tuple[str, ...]:
 
     loc = mb_location()
     return (real(loc),) if loc else ()
+
+
+def varying_roots() -> tuple[str, ...]:
+    """Megatron roots a bisection varies against a fixed MB (the Megatron-LM tree at the second
+    level); empty otherwise."""
+    return tuple(p for p in os.environ.get(ENV_VARYING, "").split(os.pathsep) if p)
 
 
 def add_harness_root(path: Path | str) -> None:

@@ -1,10 +1,17 @@
 """Where the harness's own files are, and where it writes: one place for every path.
 
-The suites, goldens and the ``harness`` package sit in one checkout (``ROOT``); suite
-processes run with it as their root directory. Outputs go under ``reports/`` of that checkout
-by default; everything that is expensive to rebuild and not a result (bisect mirrors and
-workspaces, the verdict cache, pinned Megatron-LM trees, ``matrix`` exports) goes under the
-per-user cache directory, never into the checkout.
+Two layouts, one rule. In a checkout, the golden suites and goldens sit beside the ``harness``
+package (``suites/``, ``fixtures/``). In an installed wheel they are package data,
+``harness/_data/suites`` and ``harness/_data/fixtures`` (``setup.py`` copies them there at
+build time). ``--suites-dir`` / ``--fixtures`` (or ``$HARNESS_SUITES_DIR`` /
+``$HARNESS_FIXTURES_DIR``) point elsewhere; the environment variables are how suite processes,
+fork-server children and bisect evaluations see the same choice as the command that started
+them. A suites directory is a package imported under its own name (``suites``), so its parent
+goes on every suite process's ``PYTHONPATH``.
+
+Outputs go under ``reports/`` of the current directory (never into an install directory);
+everything that is expensive to rebuild and not a result (bisect mirrors and workspaces, the
+verdict cache, pinned Megatron-LM trees, ``matrix`` exports) goes under the per-user cache.
 """
 
 from __future__ import annotations
@@ -12,22 +19,86 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-#: The harness checkout: ``harness/``, ``suites/``, ``fixtures/``, ``reports/``.
+from harness.errors import EnvironmentProblem
+
+#: Where ``import harness`` resolves: the checkout, or site-packages for an installed wheel.
 ROOT = Path(__file__).resolve().parent.parent
 #: The ``harness`` package itself.
 PACKAGE = ROOT / "harness"
-#: Golden suites (``test_<suite>.py``) and their pytest configuration.
-SUITES_DIR = ROOT / "suites"
-#: Golden files, one per case (``fixtures/<suite>/<case>.json``).
-FIXTURES_DIR = ROOT / "fixtures"
-#: Default parent of every command's output directory.
-REPORTS_DIR = ROOT / "reports"
-#: The nightly history store ``harness nightly`` appends to by default.
-DEFAULT_HISTORY = REPORTS_DIR / "history.parquet"
+#: Suites and goldens shipped inside an installed wheel.
+BUNDLED = PACKAGE / "_data"
 #: Put on every suite process's ``PYTHONPATH``: its ``sitecustomize`` installs the CPU stand-ins.
 SITE_DIR = PACKAGE / "standins" / "site"
 
+SUITES_ENV = "HARNESS_SUITES_DIR"
+FIXTURES_ENV = "HARNESS_FIXTURES_DIR"
 CACHE_ENV = "HARNESS_CACHE"
+
+
+def _data_root() -> Path:
+    """The checkout when the suites sit beside the package, else the wheel's bundled data."""
+    return ROOT if (ROOT / "suites" / "conftest.py").is_file() else BUNDLED
+
+
+def _from_env(name: str) -> Path | None:
+    value = os.environ.get(name)
+    return Path(value).expanduser().resolve() if value else None
+
+
+def suites_dir() -> Path:
+    """Golden suites (``test_<suite>.py``), their ``conftest.py`` and ``pytest.ini``."""
+    return _from_env(SUITES_ENV) or _data_root() / "suites"
+
+
+def fixtures_dir() -> Path:
+    """Golden files, one per case (``<suite>/<case>.json``), and ``known_failures.json``."""
+    return _from_env(FIXTURES_ENV) or _data_root() / "fixtures"
+
+
+def use_roots(suites: Path | None = None, fixtures: Path | None = None) -> None:
+    """Make ``--suites-dir`` / ``--fixtures`` the roots of this process and every process it starts."""
+    if suites is not None:
+        os.environ[SUITES_ENV] = str(Path(suites).expanduser().resolve())
+    if fixtures is not None:
+        os.environ[FIXTURES_ENV] = str(Path(fixtures).expanduser().resolve())
+
+
+def is_bundled(path: Path) -> bool:
+    """True for a path inside the installed package (goldens there are not edited in place)."""
+    return Path(path).resolve().is_relative_to(BUNDLED)
+
+
+def require_suites() -> Path:
+    """The suites directory, or a one-line error when it holds no suite (a wheel built without
+    its data, a wrong ``--suites-dir``): a run of zero suites must not look like a green run."""
+    found = suites_dir()
+    if not any(found.glob("test_*.py")):
+        raise EnvironmentProblem(
+            f"no golden suites (test_*.py) in {found}; give --suites-dir DIR (or ${SUITES_ENV}), "
+            "or reinstall the harness from a wheel or a checkout that has suites/"
+        )
+    return found
+
+
+def require_fixtures(path: Path | None = None) -> Path:
+    """The golden root, or a one-line error when it is missing (every case would lack its golden)."""
+    found = Path(path) if path is not None else fixtures_dir()
+    if not found.is_dir():
+        raise EnvironmentProblem(
+            f"no goldens: {found} does not exist; give --fixtures DIR (or ${FIXTURES_ENV}), "
+            "or record them with 'harness fixtures record --fixtures DIR'"
+        )
+    return found
+
+
+def reports_dir() -> Path:
+    """Default parent of every command's output directory: ``reports/`` of the current directory."""
+    return Path.cwd() / "reports"
+
+
+def default_history() -> Path:
+    """The nightly history store ``harness nightly`` appends to by default."""
+    return reports_dir() / "history.parquet"
 
 
 def cache_dir() -> Path:

@@ -1,9 +1,18 @@
 """pytest plugin: golden checks, verdict classification and result collection.
 
-Loaded with ``-p harness.plugin`` (``harness run`` does this; ``pytest suites/`` picks it up
-from ``suites/conftest.py``). Verdicts are decided where the exception is still at hand (the
-worker, with pytest-xdist) and travel to the controller in ``report.user_properties``, so
-results are read back as data, never by parsing pytest's text.
+Installed as a ``pytest11`` entry point (named ``harness.plugin``, so ``-p harness.plugin``
+from ``harness run`` and ``suites/conftest.py`` find it already registered), hence loaded by
+every pytest in the environment. It is therefore inert unless asked for: its hooks act only in
+a session given a ``--harness-*`` option or configured by a suites ``pytest.ini`` that says
+``harness_suites = true``; elsewhere (the project's own ``pytest``, any other project) it adds
+its options and the ``golden`` fixture and nothing else. Verdicts are decided where the
+exception is still at hand (the worker, with pytest-xdist) and travel to the controller in
+``report.user_properties``, so results are read back as data, never by parsing pytest's text.
+
+``pytest suites/ --harness-regen`` rewrites every golden whose case now produces another value
+in place (like pytest-regressions' ``--force-regen``): such a case fails once, showing the
+diff, and passes on the next run. ``harness fixtures record`` is the reviewed path (it shows
+every change first and also removes goldens of deleted cases).
 
 Classification of a failing case (suites check invariants first, the golden last):
 * :class:`GoldenMismatch` (every invariant held, the output differs from the golden, or there
@@ -42,9 +51,6 @@ import pytest
 
 from harness import caselog
 from harness.errors import Broken, EnvironmentProblem, Untestable
-from harness.golden.compare import Comparator, Tolerance
-from harness.golden.serializer import encode
-from harness.golden.storage import Golden, golden_path, read_golden, write_golden
 from harness.ownership import Owner, add_harness_root, blame
 from harness.verdict import Verdict
 
@@ -86,10 +92,17 @@ class GoldenChecker:
         self.case = case
         self.record = record
         self.provenance = provenance
+        self.regen = False  # --harness-regen: a differing or missing golden is rewritten in place
         self.checked = False
 
     def check(self, value: Any, tolerances: dict[str, tuple[float, float]] | None = None) -> None:
         """Compare ``value`` with the golden; raise :class:`GoldenMismatch` with a diff."""
+        __tracebackhide__ = True  # pytest shows the case's line and the diff, not this method
+        # numpy and the golden modules load here, not with the plugin: it is loaded by every pytest
+        from harness.golden.compare import Comparator, Tolerance
+        from harness.golden.serializer import encode
+        from harness.golden.storage import Golden, golden_path, read_golden, write_golden
+
         if self.checked:
             raise RuntimeError("one golden check per case: put everything in one dict")
         self.checked = True
@@ -101,6 +114,9 @@ class GoldenChecker:
         if self.record:
             write_golden(golden_path(self.obtained_root, self.suite, self.case), obtained)
             return
+        if not path.exists() and self.regen:
+            write_golden(path, obtained)
+            raise GoldenMismatch(f"new golden written (--harness-regen): {path}", None)
         if not path.exists():
             out = golden_path(self.obtained_root, self.suite, self.case)
             write_golden(out, obtained)
@@ -113,22 +129,51 @@ class GoldenChecker:
         merged = {**golden.tolerances, **tols}
         result = Comparator(merged).compare(golden.value, encoded, golden.sidecar, sidecar)
         if not result.ok:
+            if self.regen:
+                write_golden(path, obtained)
+                raise GoldenMismatch(f"golden regenerated (--harness-regen): {path}\n{result.text()}", result.to_json())
             out = golden_path(self.obtained_root, self.suite, self.case)
             write_golden(out, obtained)
             raise GoldenMismatch(f"golden mismatch ({path}):\n{result.text()}", result.to_json())
 
 
+OPTIONS = (
+    "--harness-results",
+    "--harness-fixtures",
+    "--harness-obtained",
+    "--harness-record",
+    "--harness-regen",
+    "--harness-known-failures",
+    "--harness-events",
+)
+_ACTIVE = pytest.StashKey[bool]()
+
+
 def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addini(
+        "harness_suites",
+        type="bool",
+        default=False,
+        help="the tests here are harness golden suites: classify verdicts, register their markers",
+    )
     group = parser.getgroup("harness")
     group.addoption("--harness-results", default=None, help="write case verdicts (JSON) to this file")
-    group.addoption("--harness-fixtures", default=None, help="golden root (default: <rootdir>/fixtures)")
+    group.addoption(
+        "--harness-fixtures", default=None, help="golden root (default: the harness's fixtures, see harness.paths)"
+    )
     group.addoption(
         "--harness-obtained",
         default=None,
-        help="where obtained values go on mismatch (default: <rootdir>/reports/obtained)",
+        help="where obtained values go on mismatch (default: reports/obtained under the current directory)",
     )
     group.addoption(
         "--harness-record", action="store_true", help="write obtained values for every case; never fail on goldens"
+    )
+    group.addoption(
+        "--harness-regen",
+        action="store_true",
+        help="rewrite goldens in place where the obtained value differs (or none exists); such cases fail "
+        "once with the diff. 'harness fixtures record' is the reviewed way",
     )
     group.addoption(
         "--harness-known-failures",
@@ -138,9 +183,26 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group.addoption(
         "--harness-events", default=None, help="append the live case event log (harness.caselog) to this file"
     )
+    group.addoption(
+        "--harness-cases",
+        default=None,
+        help="a JSON list of case ids (suite::test[param]): run only these (a bisection re-running its cases)",
+    )
+
+
+def active(config: pytest.Config) -> bool:
+    """Whether this session runs harness suites (see the module docstring)."""
+    return config.stash.get(_ACTIVE, False)
 
 
 def pytest_configure(config: pytest.Config) -> None:
+    asked = any(config.getoption(opt) for opt in OPTIONS)
+    config.stash[_ACTIVE] = bool(asked or config.getini("harness_suites"))
+    if not active(config):
+        return
+    from harness.standins import te
+
+    te.install()  # what harness run's sitecustomize does, for a plain `pytest suites/` on a CPU machine
     config.addinivalue_line(
         "markers", "gpu: needs a CUDA GPU (and Transformer Engine); skipped with a reason elsewhere"
     )
@@ -161,7 +223,24 @@ def _emit(**event: Any) -> None:
         caselog.emit(path, **event)
 
 
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """``--harness-cases``: keep exactly the listed cases (ids, unlike ``-k``, match whole names)."""
+    listed = config.getoption("--harness-cases")
+    if not listed:
+        return
+    import json
+
+    wanted = set(json.loads(Path(listed).read_text(encoding="utf-8")))
+    keep = [i for i in items if _case_id(i) in wanted]
+    drop = [i for i in items if _case_id(i) not in wanted]
+    if drop:
+        config.hook.pytest_deselected(items=drop)
+        items[:] = keep
+
+
 def pytest_collection_finish(session: pytest.Session) -> None:
+    if not active(session.config):
+        return
     for item in session.items:  # the suite files are the harness's code, wherever they live
         add_harness_root(Path(str(item.fspath)).parent)
     if session.items:
@@ -170,12 +249,25 @@ def pytest_collection_finish(session: pytest.Session) -> None:
 
 @pytest.hookimpl(tryfirst=True)
 def pytest_runtest_setup(item: pytest.Item) -> None:
-    _emit(ev="start", case_id=_case_id(item))
+    if active(item.config):
+        _emit(ev="start", case_id=_case_id(item))
 
 
-def _root(config: pytest.Config, opt: str, default: str) -> Path:
+def _root(config: pytest.Config, opt: str, default: Path) -> Path:
     value = config.getoption(opt)
-    return Path(value) if value else Path(str(config.rootpath)) / default
+    return Path(value) if value else default
+
+
+def _fixtures_root(config: pytest.Config) -> Path:
+    from harness import paths
+
+    return _root(config, "--harness-fixtures", paths.fixtures_dir())
+
+
+def _obtained_root(config: pytest.Config) -> Path:
+    from harness import paths
+
+    return _root(config, "--harness-obtained", paths.reports_dir() / "obtained")
 
 
 def _provenance() -> dict[str, Any]:
@@ -188,14 +280,16 @@ def _provenance() -> dict[str, Any]:
 def golden(request: pytest.FixtureRequest) -> GoldenChecker:
     """Compare a case's obtained value to its golden file (see :class:`GoldenChecker`)."""
     config = request.config
-    return GoldenChecker(
-        _root(config, "--harness-fixtures", "fixtures"),
-        _root(config, "--harness-obtained", "reports/obtained"),
+    checker = GoldenChecker(
+        _fixtures_root(config),
+        _obtained_root(config),
         suite_of(request.node),
         case_of(request.node),
         bool(config.getoption("--harness-record")),
         _provenance(),
     )
+    checker.regen = bool(config.getoption("--harness-regen"))
+    return checker
 
 
 def classify(excinfo: pytest.ExceptionInfo | None, skipped: bool, longrepr: Any) -> tuple[Verdict, str, Any]:
@@ -234,6 +328,8 @@ def classify(excinfo: pytest.ExceptionInfo | None, skipped: bool, longrepr: Any)
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
     outcome = yield
+    if not active(item.config):
+        return
     report = outcome.get_result()
     decisive = call.when == "call" or report.failed or report.skipped
     if not decisive or any(k == PROP for k, _ in report.user_properties):
@@ -290,7 +386,7 @@ def _known_entries(config: pytest.Config) -> list[Any]:
     from harness.target import mb_location, mb_version
 
     path = config.getoption("--harness-known-failures")
-    path = Path(path) if path else _root(config, "--harness-fixtures", "fixtures") / known.FILENAME
+    path = Path(path) if path else _fixtures_root(config) / known.FILENAME
     version = mb_version(mb_location())
     commit = (os.environ.get("HARNESS_TARGET_COMMIT") or "").removesuffix("-dirty") or None
     repo = os.environ.get("HARNESS_MB_REPO")

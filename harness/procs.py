@@ -13,7 +13,6 @@ fork server's children). This module is the one place that knows about it.
 
 from __future__ import annotations
 
-import ctypes
 import os
 import signal
 import subprocess
@@ -33,6 +32,8 @@ def die_with_parent() -> None:
     if not _NEEDS_DEATH_SIGNAL:
         return
     try:
+        import ctypes  # only where a process is started: not on the CLI's start-up path
+
         libc = ctypes.CDLL(None, use_errno=True)
         libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
     except (OSError, AttributeError):

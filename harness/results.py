@@ -11,12 +11,12 @@ from pathlib import Path
 from typing import Any
 
 from harness.atomicio import read_versioned_json, write_versioned_json
-from harness.machine import Machine
+from harness.machine import Machine, upgrade_v1
 from harness.provenance import Provenance
 from harness.verdict import FAILING, Verdict
 
 RUN_KIND = "harness-run"
-RUN_SCHEMA = 1
+RUN_SCHEMA = 2  # 2: ``machine`` is a :class:`~harness.machine.Machine` (was cpus/accelerator)
 
 
 @dataclass
@@ -80,11 +80,24 @@ class RunResult:
     def exit_code(self, allow_changed: bool = False) -> int:
         """0 when no case failed, erred or is FIXED (CHANGED too, unless allowed) and some case ran."""
         bad = set(FAILING) | (set() if allow_changed else {Verdict.CHANGED})
-        return 1 if not self.cases or any(c.verdict in bad for c in self.cases) else 0
+        return 1 if self.nothing_ran() or any(c.verdict in bad for c in self.cases) else 0
+
+    def nothing_ran(self) -> str | None:
+        """Why no case was checked, when none was: a run of zero checks is no green run."""
+        if not self.cases:
+            return "; ".join(self.notes) or "no case was selected"
+        if all(c.verdict is Verdict.UNTESTABLE for c in self.cases):
+            reasons: dict[str, int] = {}
+            for c in self.cases:
+                reasons[c.message] = reasons.get(c.message, 0) + 1
+            common = max(reasons, key=lambda r: reasons[r])
+            return f"all {len(self.cases)} selected case(s) are untestable here (most often: {common[:300]})"
+        return None
 
     def to_json(self) -> dict[str, Any]:
         doc = dataclasses.asdict(self)
         doc["cases"] = [c.to_json() for c in self.cases]
+        doc["machine"] = self.machine.to_json()
         return doc
 
     @classmethod
@@ -101,4 +114,8 @@ class RunResult:
 
     @classmethod
     def load(cls, path: Path) -> "RunResult":
-        return cls.from_json(read_versioned_json(path, RUN_KIND, RUN_SCHEMA))
+        return cls.from_json(read_versioned_json(path, RUN_KIND, RUN_SCHEMA, {1: _upgrade_v1}))
+
+
+def _upgrade_v1(doc: dict[str, Any]) -> dict[str, Any]:
+    return {**doc, "machine": upgrade_v1(doc.get("machine") or {})}

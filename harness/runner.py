@@ -16,6 +16,7 @@ never got as far as MB's code).
 from __future__ import annotations
 
 import datetime as _dt
+import functools
 import json
 import os
 import re
@@ -24,16 +25,18 @@ import sys
 import tempfile
 import time
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TextIO
 
+from harness import paths
 from harness.atomicio import read_versioned_json
 from harness.caselog import CaseLog, read_log
 from harness.errors import CorruptFile, UsageError
 from harness.machine import this_machine
-from harness.paths import FIXTURES_DIR, ROOT, SUITES_DIR
 from harness.procs import kill_group, popen_owned
+from harness.progress import CaseFeed
 from harness.provenance import of_run
 from harness.results import CaseResult, RunResult
 from harness.target import Target, mb_location
@@ -43,7 +46,7 @@ UPSTREAM = "upstream"  # MB's own packing tests, replayed from the target's tree
 
 
 def golden_suites() -> list[str]:
-    return sorted(p.stem[5:] for p in SUITES_DIR.glob("test_*.py"))
+    return sorted(p.stem[5:] for p in paths.suites_dir().glob("test_*.py"))
 
 
 def available_suites() -> list[str]:
@@ -56,13 +59,16 @@ def suite_files(names: list[str] | None) -> list[Path]:
     ``None`` means every golden suite. The ``upstream`` suite has no file here; it is run by
     :mod:`harness.upstream` (see :func:`run_suites`).
     """
+    if names and set(names) <= {UPSTREAM}:
+        return []
+    suites = paths.require_suites()  # a one-line error, never a run of zero suites
     known = available_suites()
     if not names:
-        return [SUITES_DIR / f"test_{n}.py" for n in golden_suites()]
+        return [suites / f"test_{n}.py" for n in golden_suites()]
     unknown = [n for n in names if n not in known]
     if unknown:
         raise UsageError(f"unknown suite(s) {', '.join(unknown)}; known: {', '.join(known)}")
-    return [SUITES_DIR / f"test_{n}.py" for n in names if n != UPSTREAM]
+    return [suites / f"test_{n}.py" for n in names if n != UPSTREAM]
 
 
 @dataclass
@@ -73,7 +79,7 @@ class RunOptions:
     jobs: int = 1
     record: bool = False
     obtained_dir: Path | None = None
-    fixtures_dir: Path = FIXTURES_DIR
+    fixtures_dir: Path = field(default_factory=paths.fixtures_dir)
     extra_pytest: list[str] = field(default_factory=list)
     import_mode: str = "auto"  # see IMPORT_MODES
     # > 0: the light-import group runs through harness.forkserver (torch and megatron-core imported
@@ -81,6 +87,7 @@ class RunOptions:
     fork_servers: int = 0
     verbose: bool = False  # the live output names every case (pytest -v instead of -q)
     repo_url: str = ""  # web repository of the MB under test (--repo-url; else found, see harness.provenance)
+    cases: list[str] | None = None  # run only these case ids (suite::test[param]) of the selected suites
 
 
 IMPORT_MODES = ("auto", "light", "full")
@@ -132,9 +139,9 @@ def _pytest_cmd(files: list[Path], opts: RunOptions, cases_file: Path, obtained:
         "-W",
         "ignore",
         "--rootdir",
-        str(ROOT),
+        str(paths.suites_dir().parent),
         "-c",
-        str(SUITES_DIR / "pytest.ini"),
+        str(paths.suites_dir() / "pytest.ini"),
         "--harness-results",
         str(cases_file),
         "--harness-obtained",
@@ -146,13 +153,20 @@ def _pytest_cmd(files: list[Path], opts: RunOptions, cases_file: Path, obtained:
         cmd.append("--harness-record")
     if opts.keyword:
         cmd += ["-k", opts.keyword]
+    if opts.cases is not None:
+        listed = cases_file.parent / "selected-cases.json"
+        listed.write_text(json.dumps(sorted(opts.cases)), encoding="utf-8")
+        cmd += ["--harness-cases", str(listed)]
     if opts.jobs > 1:
         cmd += ["-n", str(opts.jobs)]
     return cmd + opts.extra_pytest
 
 
-def _stream(proc: subprocess.Popen, sink: TextIO | None, deadline: float) -> tuple[bool, str]:
-    """Copy the child's output to ``sink`` live; return (timed_out, tail of the output)."""
+def _stream(
+    proc: subprocess.Popen, sink: TextIO | CaseFeed | None, deadline: float, tick: Callable[[], object] = lambda: None
+) -> tuple[bool, str]:
+    """Copy the child's output to ``sink`` live, calling ``tick`` between reads (progress);
+    return (timed_out, tail of the output)."""
     tail: list[str] = []
     assert proc.stdout is not None
     os.set_blocking(proc.stdout.fileno(), False)
@@ -171,6 +185,7 @@ def _stream(proc: subprocess.Popen, sink: TextIO | None, deadline: float) -> tup
         elif proc.poll() is not None:
             return False, "".join(tail)
         else:
+            tick()
             time.sleep(0.1)
 
 
@@ -180,6 +195,8 @@ def run_suites(tgt: Target, opts: RunOptions, out_dir: Path, progress: TextIO | 
     out_dir.mkdir(parents=True, exist_ok=True)
     if not files:  # only the upstream suite was asked for
         return _run_upstream_only(tgt, opts, out_dir)
+    if not opts.record:
+        paths.require_fixtures(opts.fixtures_dir)
     mode = opts.import_mode
     if mode not in IMPORT_MODES:
         raise UsageError(f"unknown import mode {mode!r}; known: {', '.join(IMPORT_MODES)}")
@@ -201,45 +218,59 @@ def run_suites(tgt: Target, opts: RunOptions, out_dir: Path, progress: TextIO | 
     cases: list[CaseResult] = []
     notes: list[str] = []
     per_group: dict[str, int] = {}
-    for group, import_env, group_files in plan:
-        if not group_files:
-            continue
-        cases_file = out_dir / (f"cases-{group}.json" if group else "cases.json")
-        events_file = cases_file.with_suffix(".events.jsonl")
-        for stale in (cases_file, events_file):
-            if stale.exists():
-                stale.unlink()
-        remaining = deadline - time.monotonic()
-        if remaining < 1.0:  # an earlier group used the whole time limit
-            reason = f"not run: the time limit ({opts.timeout_s:.0f} s) was used up by an earlier import group"
-            cases += [_whole_suite(f, Verdict.UNTESTABLE, reason, group) for f in group_files]
-            notes.append(f"[{group} import] {reason}")
-            continue
-        env = tgt.env(standins_log)
-        env["HARNESS_IMPORT_MODE"] = import_env
-        if group:
-            env["HARNESS_IMPORT_GROUP"] = group
-        else:
-            env.pop("HARNESS_IMPORT_GROUP", None)
-        cmd = _pytest_cmd(group_files, opts, cases_file, obtained) + ["--harness-events", str(events_file)]
-        forked = None
-        if opts.fork_servers > 0 and import_env == "light":
-            forked, why_not = _run_forked(tgt, cmd, env, out_dir / f"pytest-{group}.log", remaining, opts.fork_servers)
-            if why_not:
-                notes.append(f"[{group} import] fork server unavailable ({why_not}): ran as a plain subprocess")
-        if forked is not None:
-            rc, timed_out, tail = forked
-        else:
-            proc = popen_owned(
-                cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL
+    feed = CaseFeed(progress, opts.verbose)
+    with feed:
+        for group, import_env, group_files in plan:
+            if not group_files:
+                continue
+            cases_file = out_dir / (f"cases-{group}.json" if group else "cases.json")
+            events_file = cases_file.with_suffix(".events.jsonl")
+            for stale in (cases_file, events_file):
+                if stale.exists():
+                    stale.unlink()
+            remaining = deadline - time.monotonic()
+            if remaining < 1.0:  # an earlier group used the whole time limit
+                reason = f"not run: the time limit ({opts.timeout_s:.0f} s) was used up by an earlier import group"
+                cases += [_whole_suite(f, Verdict.UNTESTABLE, reason, group) for f in group_files]
+                notes.append(f"[{group} import] {reason}")
+                continue
+            env = tgt.env(standins_log)
+            env["HARNESS_IMPORT_MODE"] = import_env
+            if group:
+                env["HARNESS_IMPORT_GROUP"] = group
+            else:
+                env.pop("HARNESS_IMPORT_GROUP", None)
+            cmd = _pytest_cmd(group_files, opts, cases_file, obtained) + ["--harness-events", str(events_file)]
+            forked = None
+            if opts.fork_servers > 0 and import_env == "light":
+                forked, why_not = _run_forked(
+                    tgt, cmd, env, out_dir / f"pytest-{group}.log", remaining, opts.fork_servers
+                )
+                if why_not:
+                    notes.append(f"[{group} import] fork server unavailable ({why_not}): ran as a plain subprocess")
+            if forked is not None:
+                rc, timed_out, tail = forked
+            else:
+                proc = popen_owned(
+                    cmd,
+                    cwd=paths.suites_dir().parent,
+                    env=env,
+                    stdout=subprocess.PIPE,
+                    stderr=subprocess.STDOUT,
+                    stdin=subprocess.DEVNULL,
+                )
+                timed_out, tail = _stream(
+                    proc, feed.sink, time.monotonic() + remaining, functools.partial(feed.poll, events_file)
+                )
+                rc = proc.returncode
+            feed.group_done(events_file)
+            outcome = _Outcome(rc, timed_out, tail, opts.timeout_s)
+            g_cases, g_notes = _collect(
+                cases_file, events_file, group_files, outcome, group, empty_ok=group is not None
             )
-            timed_out, tail = _stream(proc, progress, time.monotonic() + remaining)
-            rc = proc.returncode
-        outcome = _Outcome(rc, timed_out, tail, opts.timeout_s)
-        g_cases, g_notes = _collect(cases_file, events_file, group_files, outcome, group, empty_ok=group is not None)
-        cases += g_cases
-        notes += [f"[{group} import] {n}" if group else n for n in g_notes]
-        per_group[import_env] = per_group.get(import_env, 0) + len(g_cases)
+            cases += g_cases
+            notes += [f"[{group} import] {n}" if group else n for n in g_notes]
+            per_group[import_env] = per_group.get(import_env, 0) + len(g_cases)
     if mode == "auto":
         import_mode = f"auto (light: {per_group.get('light', 0)} cases, full: {per_group.get('full', 0)} cases)"
     elif mode == "light":
@@ -292,8 +323,8 @@ def _run_forked(
     server_env["HARNESS_IMPORT_MODE"] = "light"
     key = str(tgt.core) if tgt.core else "installed megatron-core"
     try:
-        with POOL.lease(key, server_env, ROOT, capacity) as server:
-            rc, timed_out = server.run(cmd[3:], env, ROOT, log, timeout_s)
+        with POOL.lease(key, server_env, paths.ROOT, capacity) as server:
+            rc, timed_out = server.run(cmd[3:], env, paths.suites_dir().parent, log, timeout_s)
     except ForkServerError as exc:
         return None, str(exc)
     try:
@@ -420,7 +451,7 @@ def _target_versions(tgt: Target) -> dict[str, str]:
     code = "import json; from harness.target import versions; print(json.dumps(versions()))"
     try:
         out = subprocess.run(
-            [sys.executable, "-c", code], env=tgt.env(), capture_output=True, text=True, timeout=120, cwd=ROOT
+            [sys.executable, "-c", code], env=tgt.env(), capture_output=True, text=True, timeout=120, cwd=paths.ROOT
         )
         return json.loads(out.stdout.strip().splitlines()[-1])
     except (subprocess.SubprocessError, json.JSONDecodeError, IndexError, OSError):

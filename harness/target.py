@@ -11,7 +11,6 @@ driver sets.
 from __future__ import annotations
 
 import datetime as _dt
-import importlib.metadata as md
 import importlib.util
 import os
 import platform
@@ -22,8 +21,8 @@ from typing import Any
 
 import harness
 from harness.errors import EnvironmentProblem, UsageError
-from harness.ownership import ENV_ROOTS, encode_roots
-from harness.paths import ROOT, SITE_DIR
+from harness.ownership import ENV_ROOTS, ENV_VARYING, encode_roots
+from harness.paths import ROOT, SITE_DIR, suites_dir
 
 
 @dataclass(frozen=True)
@@ -34,6 +33,9 @@ class Target:
     commit: str | None = None
     core: Path | None = None  # a tree holding megatron/core pinned by the MB commit (harness.pins)
     core_pin: str | None = None  # the Megatron-LM commit of ``core``
+    # ``core`` is what a bisection varies with MB held fixed (its second level): a megatron-core
+    # that does not import with this MB is a mismatch, untestable (harness.adapters.failures)
+    core_varies: bool = False
 
     @classmethod
     def from_args(cls, mb_src: str | None, commit: str | None = None) -> "Target":
@@ -51,9 +53,11 @@ class Target:
         return cls(src, commit or tree_commit(src))
 
     def pythonpath(self, extra: list[str] | None = None) -> str:
-        """PYTHONPATH for a subprocess: target source, stand-ins, the harness itself."""
+        """PYTHONPATH for a subprocess: target source, stand-ins, the harness itself and the
+        parent of its suites package (``import suites``: the checkout, or the wheel's data)."""
         parts = ([str(self.src)] if self.src else []) + ([str(self.core)] if self.core else [])
-        parts += [str(SITE_DIR), str(ROOT)] + (extra or [])
+        suites_parent = str(suites_dir().parent)
+        parts += [str(SITE_DIR), str(ROOT)] + ([suites_parent] if suites_parent != str(ROOT) else []) + (extra or [])
         old = os.environ.get("PYTHONPATH")
         return os.pathsep.join(parts + ([old] if old else []))
 
@@ -67,6 +71,10 @@ class Target:
         env = dict(os.environ)
         env["PYTHONPATH"] = self.pythonpath()
         env[ENV_ROOTS] = encode_roots(self.megatron_roots())
+        if self.core_varies and self.core:
+            env[ENV_VARYING] = encode_roots([self.core / "megatron"])
+        else:
+            env.pop(ENV_VARYING, None)
         env["PYTHONDONTWRITEBYTECODE"] = "1"  # never write __pycache__ into a user's checkout
         if self.commit:
             env["HARNESS_TARGET_COMMIT"] = self.commit
@@ -78,6 +86,8 @@ class Target:
 
 
 def _dist_version(name: str) -> str:
+    import importlib.metadata as md  # ~50 ms; the CLI's start-up does not need it
+
     try:
         return md.version(name)
     except md.PackageNotFoundError:

@@ -38,6 +38,7 @@ CASES = [
 
 
 def _micro_batch(case: _oracle.SFTCase, first: int, rows: int):
+    thd.pack_in_batch.era  # noqa: B018 - an era without in-batch packing is untestable before inputs are built
     examples = list(_oracle.reference(case))[first : first + rows]
     assert len(examples) == rows, (
         f"{case.id}: {rows} examples from {first} wanted, MB's reference has {len(_oracle.reference(case))} examples"

@@ -3,13 +3,27 @@
 from __future__ import annotations
 
 import os
+import sys
+import textwrap
 from pathlib import Path
 
 import pytest
 
+from harness import paths
 from tests.test_bisect_command import GIT_ENV, mb_repo  # noqa: F401  (the generated MB history, once per module)
 
 ROOT = Path(__file__).resolve().parent.parent
+FAKE = "harness_fake_mb"  # package name of the throwaway fake MB modules
+
+
+@pytest.fixture(autouse=True)
+def _golden_roots_do_not_leak(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Commands export --suites-dir/--fixtures to the environment (paths.use_roots) so that the
+    processes they start see them; a command run in-process by one test must not move the
+    goldens of the next. Recording the variables as absent makes monkeypatch restore that."""
+    for name in (paths.SUITES_ENV, paths.FIXTURES_ENV):
+        monkeypatch.setenv(name, "")
+        monkeypatch.delenv(name)
 
 
 @pytest.fixture
@@ -19,3 +33,20 @@ def job_env(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(ROOT), *filter(None, [os.environ.get("PYTHONPATH")])]))
     for k, v in GIT_ENV.items():
         monkeypatch.setenv(k, v)
+
+
+@pytest.fixture
+def fake_pkg(tmp_path, monkeypatch):
+    """A throwaway package tree on sys.path; returns a writer(relpath, source)."""
+    monkeypatch.syspath_prepend(str(tmp_path))
+    (tmp_path / FAKE).mkdir()
+    (tmp_path / FAKE / "__init__.py").write_text("")
+
+    def write(rel: str, source: str) -> None:
+        path = tmp_path / FAKE / rel
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(textwrap.dedent(source))
+
+    yield write
+    for name in [m for m in sys.modules if m == FAKE or m.startswith(FAKE + ".")]:
+        del sys.modules[name]

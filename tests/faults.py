@@ -184,3 +184,34 @@ FAULTS: dict[str, Fault] = {
         FIRST_FIT_NEEDS_ONE_MORE,
     )
 }
+
+
+# ---- megatron-core (a Megatron-LM tree's megatron/core): faults a bisection of Megatron-LM finds ----
+# ``path`` is relative to the megatron/core package directory. Checked against megatron-core
+# 0.19.2 under MB 0.6.2 (harness run with the core tree first on the path): the off-by-one fails
+# the 4 sentinel cases that pass without it (max-seqlen: expected 5, got 6) and every
+# test_params_from_mb_batches case; the syntax error stops MB's packed-seq utilities importing.
+
+CORE_MAX_SEQLEN_OFF_BY_ONE = Fault(
+    name="core_max_seqlen_off_by_one",
+    path="packed_seq_params.py",
+    old="""        cu_seqlens = (
+            self.cu_seqlens_q_padded if self.cu_seqlens_q_padded is not None else self.cu_seqlens_q
+        )""",
+    new="""        if self.qkv_format == "thd" and self.max_seqlen_q is not None:
+            self.max_seqlen_q = int(self.max_seqlen_q) + 1  # counts the end-of-sequence boundary
+        cu_seqlens = (
+            self.cu_seqlens_q_padded if self.cu_seqlens_q_padded is not None else self.cu_seqlens_q
+        )""",
+    description="PackedSeqParams makes max_seqlen_q one longer than the longest THD segment",
+    suite="packed_seq_params",
+    catches=(_PSP + "test_offline_sentinel_stripped", _PSP + "test_params_from_mb_batches"),
+)
+
+CORE_PACKED_SEQ_PARAMS_SYNTAX_ERROR = Fault(
+    name="core_packed_seq_params_syntax_error",
+    path="packed_seq_params.py",
+    old="class PackedSeqParams:",
+    new="class PackedSeqParams:\n    (",
+    description="syntax error in megatron/core/packed_seq_params.py (megatron-core does not import with MB)",
+)

@@ -16,25 +16,7 @@ import torch
 from harness.adapters import Candidate, MissingOutput, NotHere, Operation, accepts, load_module, symbol, thd
 from harness.errors import Broken, Untestable
 from harness.paths import ROOT, SITE_DIR
-
-FAKE = "harness_fake_mb"
-
-
-@pytest.fixture
-def fake_pkg(tmp_path, monkeypatch):
-    """A throwaway package tree on sys.path; returns a writer(relpath, source)."""
-    monkeypatch.syspath_prepend(str(tmp_path))
-    (tmp_path / FAKE).mkdir()
-    (tmp_path / FAKE / "__init__.py").write_text("")
-
-    def write(rel: str, source: str) -> None:
-        path = tmp_path / FAKE / rel
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(textwrap.dedent(source))
-
-    yield write
-    for name in [m for m in sys.modules if m == FAKE or m.startswith(FAKE + ".")]:
-        del sys.modules[name]
+from tests.conftest import FAKE
 
 
 def test_probing_order_first_fit_wins(fake_pkg):
@@ -231,24 +213,6 @@ def test_vlm_step_tuple_and_direct_dict_eras_agree(fake_pkg, monkeypatch):
     assert old["cu_seqlens_unpadded"] is None and new["cu_seqlens_unpadded"] == [0, 3]
 
 
-def test_params_builder_without_unpadded_support_is_untestable(fake_pkg, monkeypatch):
-    fake_pkg(
-        "gpt_step.py",
-        """
-        import types
-        def get_packed_seq_params(batch):
-            cu = batch["cu_seqlens"]
-            return types.SimpleNamespace(qkv_format="thd", cu_seqlens_q=cu, cu_seqlens_kv=cu, max_seqlen_q=None,
-                                         max_seqlen_kv=None)
-    """,
-    )
-    monkeypatch.setattr(thd, "symbol", lambda m, n: symbol(f"{FAKE}.gpt_step", n))
-    call = thd._params_probe("fake.gpt_step")()
-    assert call({"cu_seqlens": [0, 3]})["cu_seqlens_q"] == [0, 3]
-    with pytest.raises(Untestable, match="cu_seqlens_unpadded"):
-        call({"cu_seqlens": [0, 4], "cu_seqlens_unpadded": [0, 3]})
-
-
 # ---- light import ---------------------------------------------------------------------------
 
 
@@ -398,6 +362,51 @@ def test_third_party_raising_while_mb_imports_it_is_untestable(mb_pkg, tmp_path,
             load_module(f"{FAKE}.packing")
     finally:
         sys.modules.pop("harness_thirdparty_xyz", None)
+
+
+CORE = "harness_fake_core"
+
+
+@pytest.mark.parametrize(
+    "core_source,mb_source",
+    [
+        ("kept = 1\n", f"from {CORE}.params import gone\n"),  # a name MB needs, absent at this core commit
+        ("kept = 1\n", f"import {CORE}.renamed_module\n"),  # a core module MB needs, absent here
+        ("class Params:\n    (\n", f"from {CORE}.params import Params\n"),  # the core itself does not parse
+        ("raise RuntimeError('core body')\n", f"from {CORE}.params import Params\n"),  # its body raises
+    ],
+    ids=["name-absent", "module-absent", "syntax", "body-raises"],
+)
+def test_megatron_core_that_does_not_fit_the_mb_held_fixed_is_untestable_only_while_it_varies(
+    fake_pkg, tmp_path, monkeypatch, core_source, mb_source
+):
+    """Second level of a bisection (MB held, Megatron-LM commits vary): a megatron-core that does
+    not import with that MB is a mismatch, a skip; the same at the first level (the core MB pins
+    comes with the MB commit) is that commit's break. MB's own break stays a break."""
+    from harness.ownership import encode_roots
+
+    (tmp_path / CORE).mkdir()
+    (tmp_path / CORE / "__init__.py").write_text("")
+    (tmp_path / CORE / "params.py").write_text(core_source)
+    fake_pkg("packing.py", mb_source)
+    fake_pkg("own.py", "def f(:\n")
+    monkeypatch.setenv("HARNESS_MB_ROOTS", encode_roots([tmp_path / FAKE, tmp_path / CORE]))
+
+    def fresh() -> None:
+        for name in [m for m in sys.modules if m.startswith((CORE, f"{FAKE}."))]:
+            del sys.modules[name]
+
+    try:
+        with pytest.raises(Broken, match=f"import of {FAKE}.packing failed"):
+            load_module(f"{FAKE}.packing")
+        fresh()
+        monkeypatch.setenv("HARNESS_VARYING_CORE", encode_roots([tmp_path / CORE]))
+        with pytest.raises(Untestable, match="does not import with the Megatron-Bridge held fixed"):
+            load_module(f"{FAKE}.packing")
+        with pytest.raises(Broken, match="SyntaxError"):
+            load_module(f"{FAKE}.own")
+    finally:
+        fresh()
 
 
 def test_absent_module_is_not_here_even_under_test(mb_pkg):

@@ -43,3 +43,21 @@ def test_missing_header_is_corrupt(tmp_path):
     p.write_text(json.dumps({"kind": "k"}))
     with pytest.raises(CorruptFile, match="schema_version"):
         read_versioned_json(p, "k", 1)
+
+
+@pytest.mark.parametrize("umask, mode", [(0o022, 0o644), (0o002, 0o664), (0o077, 0o600), (0o027, 0o640)])
+def test_written_files_honour_the_umask(tmp_path, umask, mode):
+    """Reports, histories and JUnit files get the mode open(path, "w") would give them, not
+    mkstemp's 0o600 (teammates and web servers must be able to read them)."""
+    import os
+    import stat
+
+    old = os.umask(umask)
+    try:
+        atomic_write_text(tmp_path / "report.html", "<html></html>")
+        write_versioned_json(tmp_path / "results.json", "k", 1, {})
+        (tmp_path / "plain.txt").write_text("x")  # the reference: what a plain write gives
+    finally:
+        os.umask(old)
+    for name in ("report.html", "results.json", "plain.txt"):
+        assert stat.S_IMODE((tmp_path / name).stat().st_mode) == mode, name

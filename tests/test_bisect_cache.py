@@ -49,6 +49,7 @@ def test_key_parts_are_independent(tmp_path: Path) -> None:
             CacheKey("b" * 40, KEY.suite_hash, KEY.env_key),
             CacheKey(KEY.commit, "changed-suite", KEY.env_key),
             CacheKey(KEY.commit, KEY.suite_hash, "py3.12-cuda"),
+            CacheKey(KEY.commit, KEY.suite_hash, KEY.env_key, core="c" * 40),  # MB held, one Megatron-LM commit
         ):
             assert cache.latest(other) is None
             assert cache.record(other, {"x": Verdict.FAIL}).attempt == 1
@@ -71,6 +72,56 @@ def test_wal_mode_and_schema_version(tmp_path: Path) -> None:
     con = sqlite3.connect(db)
     assert con.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
     assert con.execute("SELECT version FROM schema_version").fetchone()[0] == SCHEMA_VERSION
+    con.close()
+
+
+SCHEMA_1 = """
+CREATE TABLE schema_version (version INTEGER NOT NULL);
+CREATE TABLE evaluations (
+    id INTEGER PRIMARY KEY AUTOINCREMENT, commit_sha TEXT NOT NULL, suite_hash TEXT NOT NULL,
+    env_key TEXT NOT NULL, attempt INTEGER NOT NULL, duration_s REAL NOT NULL, evaluated_at TEXT NOT NULL,
+    n_cases INTEGER NOT NULL, UNIQUE (commit_sha, suite_hash, env_key, attempt)
+);
+CREATE TABLE case_verdicts (
+    evaluation_id INTEGER NOT NULL REFERENCES evaluations(id) ON DELETE CASCADE, case_id TEXT NOT NULL,
+    verdict TEXT NOT NULL, message TEXT NOT NULL, PRIMARY KEY (evaluation_id, case_id)
+);
+INSERT INTO schema_version VALUES (1);
+INSERT INTO evaluations VALUES (1, 'aaaa', 'suitehash', 'py3.12-cpu', 1, 2.5, '2025-01-01T00:00:00+00:00', 2);
+INSERT INTO evaluations VALUES (2, 'aaaa', 'suitehash', 'py3.12-cpu', 2, 3.5, '2025-01-02T00:00:00+00:00', 1);
+INSERT INTO case_verdicts VALUES (1, 's::a', 'fail', 'boom'), (1, 's::b', 'pass', ''), (2, 's::a', 'pass', '');
+"""
+
+
+def test_schema_1_file_is_migrated_in_place_and_keeps_every_evaluation(tmp_path: Path) -> None:
+    """A cache written before the Megatron-LM commit joined the key: its rows keep their meaning
+    (core '' = the megatron-core the environment key names), nothing is lost, new keys work."""
+    db = tmp_path / "c.sqlite"
+    con = sqlite3.connect(db)
+    con.executescript(SCHEMA_1)
+    con.close()
+    old = CacheKey("aaaa", "suitehash", "py3.12-cpu")
+    held = CacheKey("aaaa", "suitehash", "py3.12-cpu", core="b" * 40)
+    with VerdictCache(db) as cache:
+        got = cache.attempts(old)
+        assert [(e.attempt, e.verdicts, e.duration_s) for e in got] == [
+            (1, {"s::a": Verdict.FAIL, "s::b": Verdict.PASS}, 2.5),
+            (2, {"s::a": Verdict.PASS}, 3.5),
+        ]
+        assert got[0].messages["s::a"] == "boom"
+        assert cache.attempts(held) == []
+        assert cache.record(held, {"s::a": Verdict.FAIL}).attempt == 1, "same MB commit, other core: its own key"
+        assert cache.record(old, {"s::a": Verdict.PASS}).attempt == 3
+    with VerdictCache(db) as cache:  # reopening a migrated file changes nothing
+        assert len(cache.attempts(old)) == 3 and len(cache.attempts(held)) == 1
+    con = sqlite3.connect(db)
+    assert con.execute("SELECT version FROM schema_version").fetchall() == [(SCHEMA_VERSION,)] == [(2,)]
+    assert con.execute("PRAGMA foreign_key_check").fetchall() == []
+    con.execute("PRAGMA foreign_keys = ON")
+    con.execute("DELETE FROM evaluations WHERE id = 1")
+    assert con.execute("SELECT count(*) FROM case_verdicts WHERE evaluation_id = 1").fetchone()[0] == 0, (
+        "verdicts still cascade with their evaluation after the table was rebuilt"
+    )
     con.close()
 
 

@@ -13,8 +13,6 @@ generated histories (scheduling, retries, resume bookkeeping, nothing-to-bisect)
 
 from __future__ import annotations
 
-import hashlib
-import importlib.util
 import json
 import os
 import shutil
@@ -39,49 +37,10 @@ from harness.workspaces import workspace_dir_for
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import faults  # noqa: E402
+from gitrepos import GIT_ENV, commit_all, git, installed, tree_digest  # noqa: E402
 
 HARNESS = [sys.executable, "-m", "harness"]
 SUITES = ["--suite", "packed_seq_params", "--suite", "in_batch_packing"]
-GIT_ENV = {
-    "GIT_CONFIG_GLOBAL": os.devnull,
-    "GIT_CONFIG_NOSYSTEM": "1",
-    "GIT_AUTHOR_NAME": "Ada Tester",
-    "GIT_AUTHOR_EMAIL": "ada@example.com",
-    "GIT_COMMITTER_NAME": "Ada Tester",
-    "GIT_COMMITTER_EMAIL": "ada@example.com",
-}
-
-
-def git(repo: Path, *args: str, env: dict[str, str] | None = None) -> str:
-    return subprocess.run(
-        ["git", "-C", str(repo), *args],
-        check=True,
-        capture_output=True,
-        text=True,
-        env={**os.environ, **GIT_ENV, **(env or {})},
-    ).stdout.strip()
-
-
-def commit_all(repo: Path, msg: str, n: int) -> str:
-    stamp = f"2026-01-{1 + n:02d}T12:00:00+00:00"
-    git(repo, "add", "-A")
-    git(repo, "commit", "-q", "-m", msg, env={"GIT_AUTHOR_DATE": stamp, "GIT_COMMITTER_DATE": stamp})
-    return git(repo, "rev-parse", "HEAD")
-
-
-def tree_digest(root: Path) -> str:
-    """Hash of every file and directory under ``root`` (including .git): names, modes, bytes."""
-    h = hashlib.sha256()
-    for dirpath, dirnames, filenames in sorted(os.walk(root)):
-        dirnames.sort()
-        rel = os.path.relpath(dirpath, root)
-        h.update(f"D {rel}\n".encode())
-        for name in sorted(filenames):
-            p = Path(dirpath) / name
-            st = p.lstat()
-            h.update(f"F {rel}/{name} {st.st_mode:o} {st.st_size}\n".encode())
-            h.update(os.readlink(p).encode() if p.is_symlink() else p.read_bytes())
-    return h.hexdigest()
 
 
 @dataclass
@@ -131,13 +90,10 @@ BREAKS = [
 
 def build_repo(root: Path, history: list) -> MBRepo:
     """A git repository of MB's installed sources with one commit per ``history`` entry."""
-    spec = importlib.util.find_spec("megatron.bridge")
-    if spec is None or not spec.submodule_search_locations:
-        pytest.skip("megatron.bridge is not installed")
-    installed = Path(list(spec.submodule_search_locations)[0])
+    mb = installed("megatron.bridge")
     repo = root / "Megatron-Bridge"
     pkg = repo / "src" / "megatron" / "bridge"
-    shutil.copytree(installed, pkg, ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
+    shutil.copytree(mb, pkg, ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
     (repo / "README.md").write_text("Megatron-Bridge (test copy)\n")
     git(repo.parent, "init", "-q", "-b", "main", str(repo))
     shas, culprit = [], {}
@@ -152,7 +108,7 @@ def build_repo(root: Path, history: list) -> MBRepo:
         elif isinstance(change, tuple) and change[0] == "rm":
             (pkg / change[1]).unlink()
         elif isinstance(change, tuple) and change[0] == "restore":
-            shutil.copy2(installed / change[1], pkg / change[1])
+            shutil.copy2(mb / change[1], pkg / change[1])
         elif change is not None:
             change.apply_to(pkg)
             if change.suite:
@@ -230,7 +186,7 @@ def test_two_faults_parallel_names_each_injecting_commit(mb_repo: MBRepo, shared
     proc = bisect(mb_repo, "good..bad", *SUITES, "-j", "3", out=tmp_path, cache=shared_cache)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     doc = load(tmp_path)
-    assert doc["kind"] == "harness-bisect" and doc["schema_version"] == 2
+    assert doc["kind"] == "harness-bisect" and doc["schema_version"] == 3
     assert_culprits(doc, mb_repo, "cu_seqlens_off_by_one", "alignment_pad_loss_mask_one")
     assert {c["status"] for c in doc["cases"]} == {"found"}
     # the import-broken commit FAILs the in-batch cases only (a break, never an era gap)

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import importlib.util
+import os
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -118,3 +120,26 @@ def test_pinned_evaluations_go_through_the_fork_server_of_their_tree(tmp_path: P
     assert "fork server" not in outcome.note, outcome.note
     pinned_keys = [k for k in POOL.keys() if str(tmp_path / "cache") in k]
     assert len(pinned_keys) == 1 and pin in pinned_keys[0], POOL.keys()
+
+
+def test_preload_failure_rolls_back_only_the_failing_package(tmp_path: Path) -> None:
+    """A pinned megatron-core that does not import is rolled back out of the server, so each run
+    imports it afresh and fails as a fresh process would; the third-party modules it pulled in
+    stay loaded (torch registers operator libraries at import and cannot be imported twice)."""
+    pkg = tmp_path / "harness_fake_ns" / "broken"
+    pkg.mkdir(parents=True)
+    (pkg / "__init__.py").write_text("import colorsys\nraise RuntimeError('does not import')\n")
+    code = (
+        "import sys; from harness import forkserver as f; f.PRELOAD = ('harness_fake_ns.broken',); "
+        "assert 'colorsys' not in sys.modules; f._preload(); "
+        "print(sorted(m for m in sys.modules if m == 'colorsys' or m.startswith('harness_fake_ns')))"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code],
+        env={**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path), str(Path(runner.__file__).parents[1])])},
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.split() == ["['colorsys']"]

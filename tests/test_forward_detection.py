@@ -20,6 +20,7 @@ from pathlib import Path
 import pytest
 
 from harness import runner
+from harness.errors import EnvironmentProblem
 from harness.mutations import installed_package_dir, load_catalogue, make_mutant
 from harness.target import Target
 from harness.verdict import Verdict
@@ -34,7 +35,7 @@ VLM = "forward_cpu::test_in_batch_vlm_step[{}]"
 def _run(tmp_path: Path, fault_ids: list[str], cases: list[str]) -> dict[str, tuple[Verdict, str]]:
     try:
         pkg = installed_package_dir()
-    except RuntimeError:
+    except EnvironmentProblem:
         pytest.skip("megatron.bridge is not installed here")
     faults = [FAULTS[i] for i in fault_ids]
     root = make_mutant(faults[0], pkg, parent=tmp_path)

@@ -212,6 +212,35 @@ def test_is_dirty(repo: Repo) -> None:
     assert any("src/pkg/a.py" in line for line in r.dirty_files())
 
 
+def test_no_checkout_clone_is_not_dirty(repo: Repo, tmp_path: Path) -> None:
+    """A ``git clone --no-checkout`` (how bisect users and our own docs make a clone to bisect in)
+    has no index and an empty working tree: no "uncommitted changes", even with a few of its
+    directories materialised by ``git archive``; an edit after a checkout still counts."""
+    clone = tmp_path / "clone"
+    subprocess.run(["git", "clone", "-q", "--no-checkout", str(repo.path), str(clone)], check=True)
+    r = open_repo(clone)
+    assert git(clone, "status", "--porcelain").strip(), "git itself lists every file as deleted"
+    assert not r.is_dirty() and r.dirty_files() == []
+    assert not r.checked_out()
+    archive = subprocess.run(["git", "-C", str(clone), "archive", "HEAD", "src"], capture_output=True, check=True)
+    subprocess.run(["tar", "-x", "-C", str(clone)], input=archive.stdout, check=True)
+    assert not r.is_dirty(include_untracked=True)
+    git(clone, "checkout", "-q", "HEAD", "--", ".")  # now it is a checkout: edits are changes again
+    assert r.checked_out() and not r.is_dirty()
+    write(clone, "src/pkg/a.py", "A = 'edited'\n")
+    assert r.is_dirty()
+
+
+def test_linked_worktree_is_a_checkout(repo: Repo, tmp_path: Path) -> None:
+    """The index of a linked worktree lives under .git/worktrees/NAME, not in the worktree."""
+    wt = tmp_path / "wt"
+    git(repo.path, "worktree", "add", "-q", str(wt), repo.c1)
+    r = open_repo(wt)
+    assert r.checked_out() and not r.is_dirty()
+    write(wt, "src/pkg/a.py", "A = 'edited'\n")
+    assert r.is_dirty()
+
+
 # ------------------------------------------------------------------ workspaces
 
 

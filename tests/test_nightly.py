@@ -10,6 +10,7 @@ runs the real ``harness nightly`` on the installed Megatron-Bridge.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import io
 import os
 import subprocess
@@ -58,7 +59,7 @@ def recorded(verdicts: dict[str, Verdict], version: str = "0.6.2") -> RunResult:
         run_id="",
         target={"kind": "installed", "path": None, "commit": None},
         versions={"megatron-bridge": version},
-        machine=Machine(),
+        machine=Machine(cpus=2),
         import_mode="full",
         cases=cases,
         duration_s=3.0,
@@ -301,6 +302,10 @@ def test_auto_bisect_runs_harness_bisect_and_links_it(
             str(repo),
             "--out",
             str(out_dir / "bisect"),
+            "--timeout",
+            "1800",
+            "-j",
+            "1",
             "--suite",
             "packing_algorithms",
             "--confirm",
@@ -439,6 +444,34 @@ def test_no_confirm_leaves_the_culprits_unchecked(
     go(common + ["--commit", c2])
     (cmd,) = fake_bisect.commands
     assert "--confirm" not in cmd and cmd[-2:] == ["--suite", "packing_algorithms"]
+
+
+def test_auto_bisect_runs_in_the_nightlys_environment(
+    tmp_path: Path, fake_runner: FakeRunner, fake_bisect: FakeBisect, mb_repo, monkeypatch
+) -> None:
+    """The bisection gets the nightly's --megatron-lm, --timeout, -j and --cache-dir: a bisection
+    against another megatron-core or with a shorter time limit can blame the wrong commit."""
+    repo, (c0, _, c2) = mb_repo
+    mlm = tmp_path / "Megatron-LM"
+    pinned = dataclasses.replace(runner.Target(), core=tmp_path / "core", core_pin="f" * 40)
+    monkeypatch.setattr(nightly._args, "target_from_args", lambda args, commit=None: pinned)
+    fake_runner.queue += [night(), night(broken=(BROKEN,))]
+    common = ["--history", str(tmp_path / "h.parquet"), "--out", str(tmp_path / "o"), "--auto-bisect"]
+    common += ["--repo", str(repo), "--mb-src", str(repo), "--megatron-lm", str(mlm)]
+    common += ["--timeout", "600", "-j", "3", "--cache-dir", str(tmp_path / "cache")]
+    go(common + ["--commit", c0])
+    go(common + ["--commit", c2])
+    (cmd,) = fake_bisect.commands
+    flags = cmd[cmd.index("--out") + 2 : cmd.index("--suite")]
+    assert flags == ["--timeout", "600", "-j", "3", "--megatron-lm", str(mlm), "--cache-dir", str(tmp_path / "cache")]
+    assert fake_runner.calls[0]["target"] is pinned
+
+
+def test_megatron_lm_without_mb_src_is_a_usage_error(tmp_path: Path, fake_runner: FakeRunner) -> None:
+    """It used to be ignored silently: the nightly then tested the installed megatron-core."""
+    with pytest.raises(UsageError, match="--megatron-lm needs --mb-src"):
+        go(["--history", str(tmp_path / "h.parquet"), "--megatron-lm", str(tmp_path)])
+    assert fake_runner.calls == []
 
 
 def test_untestable_two_nights_running_is_not_new(tmp_path: Path, fake_runner: FakeRunner) -> None:

@@ -175,3 +175,53 @@ def test_server_that_cannot_start_is_reported_not_raised(pool, tmp_path: Path, m
         with pool.lease("x", dict(Target().env()), tmp_path, 2):
             pass
     assert pool.keys() == [], "a failed start leaves no entry behind"
+
+
+_LOCK = """version = 1
+
+[[package]]
+name = "megatron-bridge"
+version = "0.1.0"
+
+[[package]]
+name = "megatron-core"
+{source}
+dependencies = [
+    {{ name = "torch" }},
+]
+
+[[package]]
+name = "numpy"
+version = "2.0.0"
+source = {{ registry = "https://pypi.org/simple" }}
+"""
+
+
+def _commit_lock(mb: Path, source: str) -> str:
+    (mb / "uv.lock").write_text(_LOCK.format(source=source))
+    git(mb, "add", "-A")
+    git(mb, "commit", "-q", "-m", "lock")
+    return git(mb, "rev-parse", "HEAD")
+
+
+def test_uv_lock_pins_before_the_submodule(repos, tmp_path: Path) -> None:
+    """MB before 2025-10-15 pinned megatron-core in uv.lock: a PyPI version (the core_v<version>
+    tag of Megatron-LM) or a git rev; a directory source is the submodule era."""
+    mlm, mb, mlm_shas, mb_shas = repos
+    git(mlm, "tag", "core_v0.14.0", mlm_shas[0])
+    git(mb, "checkout", "-q", "-b", "old", mb_shas[0])  # before the submodule
+    registry = _commit_lock(mb, 'version = "0.14.0"\nsource = { registry = "https://pypi.org/simple" }')
+    pinned = pinned_core(open_repo(mb), registry, mlm, tmp_path / "cache")
+    assert pinned is not None and pinned.pin == mlm_shas[0] and "core_v0.14.0" in pinned.via
+    assert (pinned.path / "megatron" / "core" / "__init__.py").read_text() == "PINNED = 'one'\n"
+    rev = _commit_lock(
+        mb,
+        f'version = "0.14.0rc1"\nsource = {{ git = "https://github.com/NVIDIA/Megatron-LM.git'
+        f'?rev={mlm_shas[1]}#{mlm_shas[1]}" }}',
+    )
+    assert pinned_core(open_repo(mb), rev, mlm, tmp_path / "cache").pin == mlm_shas[1]
+    directory = _commit_lock(mb, 'version = "0.16.0"\nsource = { directory = "3rdparty/Megatron-LM" }')
+    assert pinned_core(open_repo(mb), directory, mlm, tmp_path / "cache") is None
+    untagged = _commit_lock(mb, 'version = "0.13.0"\nsource = { registry = "https://pypi.org/simple" }')
+    with pytest.raises(GitError, match="core_v0.13.0"):
+        pinned_core(open_repo(mb), untagged, mlm, tmp_path / "cache")

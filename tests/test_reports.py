@@ -460,6 +460,42 @@ def test_report_writes_are_atomic_and_versioned(tmp_path: Path) -> None:
     assert doc.find("meta", name="harness-report-kind").attrs["content"] == "run"
 
 
+def machine_cells(doc: Node) -> dict[str, str]:
+    return {tr.find("th").text(): tr.find("td").text() for tr in doc.by_id("machine").find_all("tr")}
+
+
+def test_run_header_shows_the_machine_as_the_runner_recorded_it(tmp_path: Path, monkeypatch) -> None:
+    """The runner writes the machine record and the header reads the same record: CPU and GPU
+    are never blank or "none" by a key mismatch (they were on every real run)."""
+    from harness import machine, runner
+
+    monkeypatch.setattr(machine, "_gpu_name", lambda: "NVIDIA H200")
+    monkeypatch.setattr(machine, "_cpu_model", lambda: "Intel Xeon Platinum 8480C")
+    run = sample_run()
+    run.machine = runner.this_machine()  # what run_suites records
+    run.save(tmp_path / "results.json")
+    doc = parse_html(render_run_report(RunResult.load(tmp_path / "results.json"), tmp_path / "r.html"))
+    cells = machine_cells(doc)
+    assert cells["GPU"] == "NVIDIA H200"
+    assert cells["CPU"].startswith("Intel Xeon Platinum 8480C (") and "CPUs)" in cells["CPU"]
+
+
+def test_run_header_of_a_schema_1_results_file(tmp_path: Path) -> None:
+    """results.json written before the machine record (``cpus``, ``accelerator``) still shows
+    its CPU count and GPU (the bisect cache keeps such runs)."""
+    doc = sample_run().to_json()
+    doc["machine"] = {"hostname": "h", "platform": "Linux", "cpus": 16, "accelerator": "NVIDIA A100-SXM4-80GB"}
+    from harness.atomicio import write_versioned_json
+
+    write_versioned_json(tmp_path / "results.json", "harness-run", 1, doc)
+    cells = machine_cells(parse_html(render_run_report(RunResult.load(tmp_path / "results.json"), tmp_path / "r.html")))
+    assert cells["CPU"] == "16 CPUs" and cells["GPU"] == "NVIDIA A100-SXM4-80GB"
+    doc["machine"] = {"cpus": 2, "accelerator": "CPU only"}
+    write_versioned_json(tmp_path / "results.json", "harness-run", 1, doc)
+    cells = machine_cells(parse_html(render_run_report(RunResult.load(tmp_path / "results.json"), tmp_path / "r.html")))
+    assert cells["CPU"] == "2 CPUs" and cells["GPU"] == "none"
+
+
 def test_run_report_of_an_empty_run(tmp_path: Path) -> None:
     empty = RunResult(run_id="empty", target={}, versions={}, machine=Machine(), import_mode="source")
     doc = parse_html(render_run_report(empty, tmp_path / "empty.html"))
@@ -958,37 +994,6 @@ def test_trend_refuses_an_unsafe_night_report_address(tmp_path: Path) -> None:
     history.append_run(store, sample_run(), "a" * 40, "javascript:alert(1)")
     with pytest.raises(UsageError, match="unsafe"):
         render_trend_report(store, tmp_path / "trend.html")
-
-
-def _machine_row(doc: Any, name: str) -> str:
-    row = next(tr for tr in doc.by_id("machine").find_all("tr") if tr.find("th").text() == name)
-    return row.find("td").text()
-
-
-def test_run_header_shows_the_cpu_and_gpu_the_runner_recorded(tmp_path: Path) -> None:
-    """Before: the runner wrote ``cpus``/``accelerator``, the header read ``cpu``/``gpu``: every real
-    report showed a blank CPU and GPU "none", also on a GPU machine."""
-    from harness.machine import this_machine
-
-    run = sample_run()
-    run.machine = this_machine()  # what the runner writes, through results.json
-    run.save(tmp_path / "results.json")
-    doc = parse_html(render_run_report(RunResult.load(tmp_path / "results.json"), tmp_path / "run.html"))
-    cpu = _machine_row(doc, "CPU")
-    assert cpu.strip() and cpu != "unknown" and f"{run.machine.cpus} CPU" in cpu
-    assert _machine_row(doc, "GPU") == (run.machine.gpu or "none")
-    gpu_run = sample_run()
-    gpu_run.machine = Machine(cpu="Intel Xeon", cpus=16, gpu="NVIDIA H200")
-    doc = parse_html(render_run_report(gpu_run, tmp_path / "gpu.html"))
-    assert _machine_row(doc, "GPU") == "NVIDIA H200" and _machine_row(doc, "CPU") == "Intel Xeon, 16 CPUs"
-
-
-def test_results_json_written_before_the_machine_record_keeps_its_gpu(tmp_path: Path) -> None:
-    old = sample_run().to_json()
-    old["machine"] = {"hostname": "h", "platform": "Linux", "cpus": 8, "accelerator": "NVIDIA A100"}
-    assert RunResult.from_json(old).machine == Machine(hostname="h", platform="Linux", cpus=8, gpu="NVIDIA A100")
-    old["machine"]["accelerator"] = "CPU only"
-    assert RunResult.from_json(old).machine.gpu_text == "none"
 
 
 def test_duration_sparkline_draws_sub_second_noise_flat_and_names_the_largest_only_when_it_differs() -> None:

@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from harness.paths import ROOT
+from harness.results import RUN_SCHEMA
 from harness.target import mb_location
 
 pytestmark = [
@@ -52,7 +53,7 @@ def test_run_passes_on_installed_mb(tmp_path):
     proc = harness("run", "--quiet", "--out", str(tmp_path / "r"), *FAST)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     doc = json.loads((tmp_path / "r" / "results.json").read_text())
-    assert doc["kind"] == "harness-run" and doc["schema_version"] == 1
+    assert doc["kind"] == "harness-run" and doc["schema_version"] == RUN_SCHEMA
     assert doc["versions"]["megatron-bridge"] != "unknown" and doc["versions"]["torch"]
     verdicts = {c["verdict"] for c in doc["cases"]}
     # the installed MB's known bugs (fixtures/known_failures.json) are listed, never failing the run

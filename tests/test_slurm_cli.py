@@ -11,22 +11,25 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
-import tomllib
 from pathlib import Path
 
 import pytest
 
+from harness import config as harness_config
 from harness.bisect.evaluator import EvalOutcome
 from harness.bisect.executor import JobLog
 from harness.cli import build_parser
 from harness.commands import _args
-from harness.commands.nightly import bisect_command
+from harness.commands.nightly import BisectEnv, bisect_command
 from harness.errors import UsageError
 from harness.executors import config
+from harness.executors.options import SlurmOptions
 from harness.executors.shards import LOST, merge
 from harness.executors.slurm import SlurmExecutor
+from harness.machine import Machine
 from harness.results import CaseResult, RunResult
 from harness.target import Target
 from harness.verdict import Verdict
@@ -43,33 +46,38 @@ def test_nearest_config_table_wins_and_flags_override_it(tmp_path: Path) -> None
     top, mid = tmp_path / "top", tmp_path / "top" / "mid"
     (mid / "deep").mkdir(parents=True)
     (top / "pyproject.toml").write_text('[project]\nname = "x"\n[tool.harness.slurm]\npartition = "top"\ngpus = 2\n')
-    assert config.find_table(mid / "deep") == (top / "pyproject.toml", {"partition": "top", "gpus": 2})
+    opts = config.slurm_options(mid / "deep")
+    assert (opts.partition, opts.gpus) == ("top", 2)
     (mid / "pyproject.toml").write_text('[project]\nname = "no table here"\n')
     (mid / "harness.toml").write_text(
         '[slurm]\npartition = "mid"\ncontainer_mounts = ["/data:/data"]\nsbatch_extra = { qos = "low" }\n'
     )
-    source, table = config.find_table(mid / "deep")
-    assert source == mid / "harness.toml"
-    opts = config.options_from(table, str(source), partition="flag", gpus=None)
+    opts = config.slurm_options(mid / "deep", partition="flag", gpus=None)
     assert (opts.partition, opts.gpus, opts.container_mounts, opts.sbatch_extra) == (
         "flag",
         0,
         ("/data:/data",),
         (("qos", "low"),),
     )
-    assert config.find_table(tmp_path) == (None, {})
+    assert config.slurm_options(tmp_path) == SlurmOptions()
     (mid / "harness.toml").write_text("[slurm]\npartiton = 'typo'\n")
     with pytest.raises(UsageError, match=r"harness.toml: unknown key 'partiton'"):
-        config.options_from(*reversed(config.find_table(mid)))
+        config.slurm_options(mid)
     (mid / "harness.toml").write_text("[slurm\n")
-    with pytest.raises(UsageError, match="not readable TOML"):
-        config.find_table(mid)
+    with pytest.raises(UsageError, match="not valid TOML"):
+        config.slurm_options(mid)
 
 
-def test_example_cluster_settings_are_valid() -> None:
-    path = ROOT / "examples" / "ci" / "harness.slurm.toml"
-    opts = config.options_from(tomllib.loads(path.read_text())["tool"]["harness"]["slurm"], str(path))
+def test_example_cluster_settings_are_valid(tmp_path: Path) -> None:
+    """The example is copied to harness.toml as it is: its [tool.harness.slurm] table is read there."""
+    shutil.copy(ROOT / "examples" / "ci" / "harness.slurm.toml", tmp_path / "harness.toml")
+    opts = config.slurm_options(tmp_path)
     assert opts.container_image and opts.gpus == 1 and opts.time_min * 60 > 1800
+    assert opts.sbatch_extra == (("qos", "normal"),)
+    # every command starts with the file applied to its options: [tool.harness] in harness.toml
+    # is the harness table, not an unknown command "tool"
+    applied = harness_config.apply(build_parser(), harness_config.load(tmp_path))
+    assert applied.appended == {}
 
 
 @pytest.mark.parametrize("text,minutes", [("90", 90), ("1:30", 2), ("1:30:00", 90), ("2-0", 2880), ("0-1:00", 60)])
@@ -119,8 +127,10 @@ def test_executor_flags(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys:
         "an executor that ran no job leaves nothing behind"
     )
     assert _args.executor_argv(args) == argv
-    cmd = bisect_command("g", "b", Path("/r"), Path("/o"), ["s"], extra=_args.executor_argv(args) + ["-j", "3"])
-    assert cmd[-len(argv) - 2 :] == [*argv, "-j", "3"], "nightly's bisection runs where the nightly's suites ran"
+    cmd = bisect_command("g", "b", Path("/r"), Path("/o"), ["s"], BisectEnv.of(args))
+    assert cmd[cmd.index("-j") : cmd.index("-j") + 2] == ["-j", "3"]
+    at = cmd.index("--executor")
+    assert cmd[at : at + len(argv)] == argv, "nightly's bisection runs where the nightly's suites ran"
 
 
 def test_lost_suite_job_is_an_error_case_never_a_verdict() -> None:
@@ -129,7 +139,7 @@ def test_lost_suite_job_is_an_error_case_never_a_verdict() -> None:
         "r",
         {"kind": "installed"},
         {"megatron-bridge": "0.6.2"},
-        {},
+        Machine(),
         "auto",
         standins=["te"],
         cases=[CaseResult("a::one", "a", Verdict.PASS), CaseResult("a::two", "a", Verdict.FAIL)],
@@ -254,7 +264,7 @@ def test_cli_matrix_one_job_per_ref_matches_a_local_matrix(
     local = harness(local_cluster_dir, *common, "--out", str(tmp_path / "local"))
     jobs = harness(local_cluster_dir, *common, "--out", str(tmp_path / "jobs"), "--executor", "slurm", "-j", "2")
     assert local.returncode == jobs.returncode == 0, jobs.stdout + jobs.stderr
-    rows = {name: json.loads((tmp_path / name / "matrix.json").read_text())["refs"] for name in ("local", "jobs")}
+    rows = {name: json.loads((tmp_path / name / "matrix.json").read_text())["rows"] for name in ("local", "jobs")}
     assert [(r["ref"], r["commit"], r["suites"]) for r in rows["jobs"]] == [
         (r["ref"], r["commit"], r["suites"]) for r in rows["local"]
     ]

@@ -9,6 +9,7 @@ daemons cannot start (packages missing, not root) every test here skips with the
 from __future__ import annotations
 
 import io
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -62,6 +63,10 @@ def test_bisect_through_sbatch_names_the_local_pool_culprits(on_cluster: slurm_c
     assert culprits(remote.doc) == {"s::a": shas[9], "s::b": shas[17]} and remote.exit_code == 0
     assert len(cache_rows(cache)) == remote.doc.new_evaluations == ex.stats["submitted"] - ex.stats["cancelled"]
     known = on_cluster.jobs()
+    deadline = time.monotonic() + 30  # the result file is read before slurmd leaves COMPLETING
+    while any(state == "COMPLETING" for state in known.values()) and time.monotonic() < deadline:
+        time.sleep(0.5)
+        known = on_cluster.jobs()
     for jobs in remote.doc.cluster_jobs.values():
         (job,) = jobs
         assert job.cluster == "slurm" and known.get(job.job_id) == "COMPLETED", (job, known)

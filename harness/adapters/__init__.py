@@ -15,6 +15,7 @@ commit's own code, or an operation whose output no longer holds what it produces
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import importlib
 import importlib.util
@@ -25,12 +26,23 @@ from typing import Any, Callable
 from harness.adapters.failures import import_failure
 from harness.errors import Broken, MissingOutput, NotHere, Untestable
 
-__all__ = ["Candidate", "MissingOutput", "NotHere", "Operation", "Untestable", "accepts", "load_module", "symbol"]
+__all__ = [
+    "Candidate",
+    "MissingOutput",
+    "NotHere",
+    "Operation",
+    "Untestable",
+    "accepts",
+    "field_names",
+    "load_module",
+    "module_source",
+    "symbol",
+]
 
 
-def load_module(name: str) -> Any:
-    """Import an MB module; absent -> NotHere; present but failing to import -> Broken (the
-    commit's own code) or Untestable (a missing dependency, this environment), with the cause."""
+def _find_spec(name: str) -> Any:
+    """``importlib.util.find_spec`` with the era rules: absent -> NotHere, a parent that does not
+    import -> the import failure (Broken or Untestable, see :func:`import_failure`)."""
     try:
         spec = importlib.util.find_spec(name)
     except ModuleNotFoundError as exc:
@@ -41,6 +53,30 @@ def load_module(name: str) -> Any:
         raise import_failure(name, exc) from exc
     if spec is None:
         raise NotHere(f"no module {name}")
+    return spec
+
+
+def module_source(name: str) -> str | None:
+    """Source text of an MB module without executing it; None when the module does not exist.
+
+    Era signals read it (which API a commit has) where importing the module would be costly or
+    would itself be the behaviour under test.
+    """
+    try:
+        spec = _find_spec(name)
+    except NotHere:
+        return None
+    try:
+        with open(spec.origin, encoding="utf-8") as fh:
+            return fh.read()
+    except (OSError, TypeError):
+        return None
+
+
+def load_module(name: str) -> Any:
+    """Import an MB module; absent -> NotHere; present but failing to import -> Broken (the
+    commit's own code) or Untestable (a missing dependency, this environment), with the cause."""
+    _find_spec(name)
     try:
         return importlib.import_module(name)
     except Exception as exc:
@@ -68,6 +104,11 @@ def source_text(obj: Any) -> str:
         return ""
 
 
+def field_names(cls: Any) -> set[str]:
+    """Dataclass field names of an MB config class (empty for anything else)."""
+    return {f.name for f in dataclasses.fields(cls)} if dataclasses.is_dataclass(cls) else set()
+
+
 def accepts(fn: Callable[..., Any], *params: str) -> bool:
     try:
         sig = inspect.signature(fn)
@@ -85,9 +126,10 @@ class Candidate:
 class Operation:
     """A named operation with era candidates; resolves once per process."""
 
-    def __init__(self, name: str, candidates: list[Candidate]) -> None:
+    def __init__(self, name: str, candidates: list[Candidate], before: str = "") -> None:
         self.name = name
         self.candidates = candidates
+        self.before = before  # what MB had before the oldest candidate's era (named in the untestable reason)
 
     @functools.cached_property
     def resolved(self) -> tuple[str, Callable[..., Any]]:
@@ -97,7 +139,10 @@ class Operation:
                 return cand.era, cand.probe()
             except NotHere as exc:
                 tried.append(f"{cand.era}: {exc}")
-        raise Untestable(f"operation '{self.name}' not found in this Megatron-Bridge ({'; '.join(tried)})")
+        before = f"{self.before}; " if self.before else ""
+        raise Untestable(
+            f"operation '{self.name}' not found in this Megatron-Bridge ({before}tried {'; '.join(tried)})"
+        )
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         try:

@@ -3,20 +3,32 @@
 The canonical spec names packing settings once; the adapter maps them to the era's fields:
 ``offline_packing_specs`` + ``enable_offline_packing`` (mid 2026 on) or
 ``packed_sequence_specs`` (before); ``enable_in_batch_packing`` or ``pack_sequences_in_batch``;
-``GPTSFTDatasetConfig`` (``data/builders``) or ``FinetuningDatasetConfig`` (``training/config``).
-A spec the era cannot express (e.g. "offline packing enabled without specs" before the
-enable flag existed) is untestable there.
+``GPTSFTDatasetConfig`` (``data/builders``) or ``FinetuningDatasetConfig`` (``training/config``);
+``GPTDatasetConfig.seq_length`` or MCore's ``sequence_length`` (2025). A spec the era cannot
+express (e.g. "offline packing enabled without specs" before the enable flag existed, in-batch
+packing before it existed) is untestable there.
+
+Era signals never read ``validate()`` itself: the field names come from the dataset config
+classes and the in-batch flag from the era's in-batch packing implementation, so a rule dropped
+from ``validate()`` is a failed case, never an untestable one.
+
+Where a rule lived outside ``validate()`` in an era, the outcome follows MB to the stage that
+enforced it: ``pad_cu_seqlens`` without ``pad_to_max_length`` was refused by the packed dataset's
+constructor until ``validate()`` took the rule over (e4cb868dc, 2026-08-06), so specs with
+``pad_cu_seqlens`` also build MB's packed dataset with those settings.
 
 The outcome is ``accepted`` plus, when rejected, the exception class and message.
 """
 
 from __future__ import annotations
 
-import dataclasses
+import json
+import tempfile
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
-from harness.adapters import load_module, source_text, symbol
+from harness.adapters import field_names, load_module, module_source, symbol
 from harness.errors import NotHere, Untestable
 
 
@@ -49,18 +61,21 @@ def _first(*candidates: tuple[str, str]) -> Any:
 
 
 def _kwargs_for(cls: Any, wanted: dict[str, Any]) -> dict[str, Any]:
-    names = {f.name for f in dataclasses.fields(cls)} if dataclasses.is_dataclass(cls) else set()
+    names = field_names(cls)
     return {k: v for k, v in wanted.items() if k in names}
 
 
 def _dataset(spec: PackingConfigSpec, cfg: Any) -> Any:
     if spec.dataset == "gpt":
-        return cfg.GPTDatasetConfig(
+        cls = cfg.GPTDatasetConfig
+        # MB's own seq_length field came later; before, the class had only MCore's sequence_length
+        length_field = "seq_length" if "seq_length" in field_names(cls) else "sequence_length"
+        return cls(
             random_seed=1234,
-            seq_length=spec.seq_length,
             reset_position_ids=False,
             reset_attention_mask=False,
             eod_mask_loss=False,
+            **{length_field: spec.seq_length},
         )
     cls = _first(
         ("megatron.bridge.data.builders", "GPTSFTDatasetConfig"),
@@ -69,37 +84,65 @@ def _dataset(spec: PackingConfigSpec, cfg: Any) -> Any:
     return cls(**_kwargs_for(cls, {"seq_length": spec.seq_length, "dataset_root": "/nonexistent/harness-dataset"}))
 
 
-def _apply_packing(spec: PackingConfigSpec, dataset: Any, source: str) -> None:
-    specs_cls = _first(
-        ("megatron.bridge.data.packing", "PackedSequenceSpecs"),
-        ("megatron.bridge.data.datasets.packed_sequence", "PackedSequenceSpecs"),
+def _offline_field(dataset: Any) -> str:
+    """Where the era's dataset config keeps offline packing specs (a field of the class)."""
+    names = field_names(type(dataset))
+    for name in ("offline_packing_specs", "packed_sequence_specs"):
+        if name in names:
+            return name
+    raise Untestable(
+        f"{type(dataset).__name__} has no offline packing specs field in this era "
+        "(neither offline_packing_specs nor packed_sequence_specs)"
     )
+
+
+def in_batch_flag() -> str:
+    """The dataset flag that turns in-batch packing on, named by the era's in-batch implementation.
+
+    In-batch packing first appeared as ``training/vlm_step.pack_batch_sequences``, switched by
+    the step reading ``pack_sequences_in_batch`` (af2f35814, 2026-01-29; renamed
+    ``enable_in_batch_packing`` in 814ad79af, 2026-06-24); the collate-time implementation
+    (``data/sequence_batching`` 2026-06-25, then ``data/packing/in_batch``) is switched by
+    ``enable_in_batch_packing``. Before 2026-01-29 the feature does not exist.
+    """
+    for module in ("megatron.bridge.data.packing.in_batch", "megatron.bridge.data.sequence_batching"):
+        if module_source(module) is not None:
+            return "enable_in_batch_packing"
+    step = module_source("megatron.bridge.training.vlm_step") or ""
+    if "def pack_batch_sequences" in step:
+        return "enable_in_batch_packing" if "enable_in_batch_packing" in step else "pack_sequences_in_batch"
+    raise Untestable(
+        "in-batch packing does not exist in this MB era (it first appeared as "
+        "training/vlm_step.pack_batch_sequences, af2f35814, 2026-01-29)"
+    )
+
+
+def _apply_packing(spec: PackingConfigSpec, dataset: Any) -> Any:
+    """Set the spec's packing fields on ``dataset``; returns the offline specs object (or None)."""
     specs = None
-    if spec.offline_packing_size is not None:
-        specs = specs_cls(
-            **_kwargs_for(
-                specs_cls, {"packed_sequence_size": spec.offline_packing_size, "pad_cu_seqlens": spec.pad_cu_seqlens}
-            )
+    if spec.offline_packing_size is not None or spec.offline_enabled:
+        specs_cls = _first(
+            ("megatron.bridge.data.packing", "PackedSequenceSpecs"),
+            ("megatron.bridge.data.datasets.packed_sequence", "PackedSequenceSpecs"),
         )
-        if spec.pad_cu_seqlens and not hasattr(specs, "pad_cu_seqlens"):
-            raise Untestable("PackedSequenceSpecs has no pad_cu_seqlens in this era")
-    enabled = spec.offline_enabled if spec.offline_enabled is not None else specs is not None
-    if "offline_packing_specs" in source:
-        dataset.offline_packing_specs = specs
-        dataset.enable_offline_packing = enabled
-    elif "packed_sequence_specs" in source:
-        if enabled != (specs is not None):
+        field = _offline_field(dataset)
+        if spec.offline_packing_size is not None:
+            specs = specs_cls(
+                **_kwargs_for(
+                    specs_cls,
+                    {"packed_sequence_size": spec.offline_packing_size, "pad_cu_seqlens": spec.pad_cu_seqlens},
+                )
+            )
+            if spec.pad_cu_seqlens and not hasattr(specs, "pad_cu_seqlens"):
+                raise Untestable("PackedSequenceSpecs has no pad_cu_seqlens in this era")
+        enabled = spec.offline_enabled if spec.offline_enabled is not None else specs is not None
+        setattr(dataset, field, specs)
+        if "enable_offline_packing" in field_names(type(dataset)):
+            dataset.enable_offline_packing = enabled
+        elif enabled != (specs is not None):
             raise Untestable("this era has no enable_offline_packing flag separate from packed_sequence_specs")
-        dataset.packed_sequence_specs = specs
-    else:
-        raise Untestable("ConfigContainer.validate knows neither offline_packing_specs nor packed_sequence_specs")
     if spec.in_batch_packing:
-        for name in ("enable_in_batch_packing", "pack_sequences_in_batch"):
-            if name in source:
-                setattr(dataset, name, True)
-                break
-        else:
-            raise Untestable("ConfigContainer.validate has no in-batch packing switch in this era")
+        setattr(dataset, in_batch_flag(), True)
     if spec.pad_to_max_length:
         if hasattr(dataset, "pad_to_max_length"):
             dataset.pad_to_max_length = True
@@ -107,6 +150,7 @@ def _apply_packing(spec: PackingConfigSpec, dataset: Any, source: str) -> None:
             dataset.dataset_kwargs = {**(dataset.dataset_kwargs or {}), "pad_to_max_length": True}
         else:
             raise Untestable("dataset config has neither pad_to_max_length nor dataset_kwargs in this era")
+    return specs
 
 
 def tiny_gpt_provider(seq_length: int, cp: int, tp: int, sp: bool, per_token_loss: bool) -> Any:
@@ -163,7 +207,7 @@ def build_container(
         "rng": cfg.RNGConfig(),
         "rerun_state_machine": cfg.RerunStateMachineConfig(),
     }
-    if hasattr(cfg, "ValidationConfig") and "validation" in {f.name for f in dataclasses.fields(cfg.ConfigContainer)}:
+    if hasattr(cfg, "ValidationConfig") and "validation" in field_names(cfg.ConfigContainer):
         parts["validation"] = cfg.ValidationConfig()
     return cfg.ConfigContainer(**_kwargs_for(cfg.ConfigContainer, parts))
 
@@ -185,14 +229,49 @@ def run_validate(cfg: Any, container: Any, world_size: int) -> dict[str, Any]:
     return {"accepted": True, "error_class": None, "message": ""}
 
 
+def _packed_dataset_stage(spec: PackingConfigSpec) -> dict[str, Any]:
+    """MB's packed dataset built with the spec's ``pad_cu_seqlens`` / ``pad_to_max_length``.
+
+    Before e4cb868dc (2026-08-06) ``validate()`` did not look at ``pad_cu_seqlens``: the packed
+    dataset's constructor refused it without ``pad_to_max_length``. A one-row artifact in MB's
+    ``.npy`` layout and its metadata file are enough for the constructor to reach that check.
+    """
+    from harness.adapters import packed_artifact
+
+    pack = spec.offline_packing_size or spec.seq_length
+    with tempfile.TemporaryDirectory(prefix="harness-cfg-") as tmp:
+        npy = packed_artifact.write_rows_npy(
+            [{"input_ids": [5, 6, 7, 2], "loss_mask": [0, 1, 1, 1], "seq_start_id": [0]}], Path(tmp) / "packed.npy"
+        )
+        meta = Path(tmp) / "metadata.jsonl"
+        meta.write_text(json.dumps([{"max_samples_per_bin": 1, "dataset_max_seqlen": 3, "min_packed_seqlen": 3}]))
+        try:
+            packed_artifact.packed_dataset(
+                npy,
+                max_seq_length=pack,
+                metadata=meta,
+                pad_to_max_length=spec.pad_to_max_length,
+                pad_cu_seqlens=spec.pad_cu_seqlens,
+            )
+        except Untestable:
+            raise
+        except Exception as exc:
+            return {"accepted": False, "error_class": type(exc).__name__, "message": " ".join(str(exc).split())}
+    return {"accepted": True, "error_class": None, "message": ""}
+
+
 def validate_packing_config(spec: PackingConfigSpec) -> dict[str, Any]:
-    """Build the container for ``spec``, run MB's ``validate()``, return the outcome."""
+    """Build the container for ``spec``, run MB's ``validate()``, return the outcome.
+
+    With ``pad_cu_seqlens`` an accepted container also goes through the packed dataset's
+    constructor (see :func:`_packed_dataset_stage`).
+    """
     cfg = load_module("megatron.bridge.training.config")
     model = tiny_gpt_provider(
         spec.seq_length, spec.context_parallel, spec.tensor_parallel, spec.sequence_parallel, spec.per_token_loss
     )
     dataset = _dataset(spec, cfg)
-    _apply_packing(spec, dataset, source_text(cfg.ConfigContainer))
+    specs = _apply_packing(spec, dataset)
     container = build_container(
         cfg,
         model,
@@ -201,4 +280,7 @@ def validate_packing_config(spec: PackingConfigSpec) -> dict[str, Any]:
         micro_batch_size=spec.micro_batch_size,
         average_in_collective=spec.average_in_collective,
     )
-    return run_validate(cfg, container, spec.context_parallel * spec.tensor_parallel)
+    outcome = run_validate(cfg, container, spec.context_parallel * spec.tensor_parallel)
+    if outcome["accepted"] and specs is not None and spec.pad_cu_seqlens:
+        return _packed_dataset_stage(spec)
+    return outcome

@@ -13,6 +13,11 @@ so a break can never hide as an era gap:
   megatron-core older than the commit needs); an ``ImportError`` raised by hand (MB's "X is
   required"); anything raised inside third-party code while MB imports it.
 
+* **untestable, mismatched** (second level of a bisection only, MB held fixed while Megatron-LM
+  commits vary): what would be broken only because of the Megatron-LM tree (a ``SyntaxError``
+  in it, a megatron-core module or name MB imports that this commit lacks, its module body
+  raising) says this megatron-core does not fit the MB held fixed: a skip, as an era gap is.
+
 An exception chain (``raise ... from``, or raised while handling another) is read from the
 outermost exception in: the first link that decides wins, so MB's ``raise RuntimeError("install
 fla")`` in an ``except ImportError`` is still "missing dependency fla". "Code under test" is
@@ -25,7 +30,7 @@ import enum
 import sys
 
 from harness.errors import Broken, Untestable
-from harness.ownership import Owner, frames, megatron_roots, owner_of
+from harness.ownership import Owner, frames, megatron_roots, owner_of, varying_roots
 
 
 class _Cause(enum.Enum):
@@ -37,13 +42,25 @@ class _Cause(enum.Enum):
 def import_failure(module: str, exc: BaseException) -> Broken | Untestable:
     """The exception a case raises for ``module`` failing to import with ``exc``."""
     roots = megatron_roots()
+    varying = varying_roots()
+    fixed = tuple(r for r in roots if r not in varying)  # the code under test that does not vary
+
+    def broken(fixed_broken: bool) -> Broken | Untestable:
+        """Broken, unless only the varying Megatron-LM tree makes it so (a mismatch: untestable)."""
+        if varying and not fixed_broken:
+            return Untestable(
+                f"import of {module} failed: the megatron-core of this Megatron-LM commit does not import "
+                f"with the Megatron-Bridge held fixed: {_describe(exc)}"
+            )
+        return Broken(f"import of {module} failed: {_describe(exc)}")
+
     seen: set[int] = set()
     link: BaseException | None = exc
     while link is not None and id(link) not in seen:
         seen.add(id(link))
         cause = _decide(link, roots)
         if cause is _Cause.BROKEN:
-            return Broken(f"import of {module} failed: {_describe(exc)}")
+            return broken(_decide(link, fixed) is _Cause.BROKEN)
         if cause is _Cause.MISSING:
             return Untestable(
                 f"import of {module} failed: missing dependency '{getattr(link, 'name', '')}' "
@@ -54,7 +71,7 @@ def import_failure(module: str, exc: BaseException) -> Broken | Untestable:
         link = link.__cause__ or link.__context__
     raised = frames(exc.__traceback__)
     if raised and owner_of(raised[-1], roots) is Owner.MEGATRON:
-        return Broken(f"import of {module} failed: {_describe(exc)}")
+        return broken(owner_of(raised[-1], fixed) is Owner.MEGATRON)
     return Untestable(
         f"import of {module} failed in this environment (raised outside the code under test): {_describe(exc)}"
     )

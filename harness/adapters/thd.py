@@ -16,10 +16,12 @@ dtypes untouched), the way a VLM collate passes it to ``vlm_step`` (harness/adap
 Eras (from ``git log -S`` on MB's ``src``):
 
 * packed-seq params: ``training/utils/packed_seq_utils.get_packed_seq_params`` (v0.2.0 on;
-  reads ``cu_seqlens_unpadded`` from v0.4.0 [5b2d692a9, 2026-01-20] and current-MCore keys
-  ``cu_seqlens_q`` from v0.6.0) vs ``training/gpt_step.get_packed_seq_params`` (v0.1.x). A batch
-  key the era's builder never reads (``cu_seqlens_unpadded`` before 2026-01) makes the case
-  untestable there, not failed: the feature did not exist yet.
+  reads ``cu_seqlens_unpadded`` from 5b2d692a9 [2026-01-20, first in v0.3.0] and current-MCore
+  keys ``cu_seqlens_q`` from v0.6.0) vs ``training/gpt_step.get_packed_seq_params`` (v0.1.x).
+  Before 2026-01-20 offline packing had no per-sequence alignment (``PackedSequenceSpecs`` had
+  no ``pad_seq_to_mult``) and the params carried physical boundaries only: cases with distinct
+  real-token boundaries are untestable there, not failed. Once the feature exists, a builder
+  that ignores ``cu_seqlens_unpadded`` fails.
 * in-batch packing, newest first:
   ``data/packing/in_batch.pack_right_padded_sequence_batch_to_mcore_thd`` (e577829e1,
   2026-07-09, v0.6.0 on); the same function in ``data/sequence_batching`` (59ae409f5,
@@ -35,7 +37,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, Callable
 
-from harness.adapters import Candidate, Operation, accepts, source_text, symbol
+from harness.adapters import Candidate, Operation, accepts, module_source, symbol
 from harness.errors import MissingOutput, NotHere, Untestable
 
 
@@ -81,21 +83,37 @@ def canonical_params(params: Any) -> dict[str, Any]:
     }
 
 
-# batch keys a builder must read for a case using them to be meaningful in its era
-_ERA_KEYS = ("cu_seqlens_unpadded", "cu_seqlens_q")
+# Where PackedSequenceSpecs lived: its ``pad_seq_to_mult`` field marks the era of aligned offline
+# packing, whose batches carry real-token boundaries in ``cu_seqlens_unpadded``.
+SPECS_MODULES = ("megatron.bridge.data.packing.config", "megatron.bridge.data.datasets.packed_sequence")
+
+
+def aligned_offline_packing() -> bool:
+    """Does this MB pad packed sequences to a multiple (``PackedSequenceSpecs.pad_seq_to_mult``)?
+
+    Before 5b2d692a9 (2026-01-20, "Enable THD context-parallel packed sequences") it did not, and
+    ``get_packed_seq_params`` built the params from the physical boundaries alone. The signal is
+    the specs field (the feature's public switch), never the builder's own source, so a builder
+    that stops reading ``cu_seqlens_unpadded`` in an era that has the feature is a failure.
+    """
+    for module in SPECS_MODULES:
+        source = module_source(module)
+        if source is not None and "class PackedSequenceSpecs" in source:
+            return "pad_seq_to_mult" in source
+    return False
 
 
 def _params_probe(module: str) -> Callable[[], Callable[..., dict[str, Any]]]:
     def probe() -> Callable[..., dict[str, Any]]:
         fn = symbol(module, "get_packed_seq_params")
-        source = source_text(fn)
 
         def call(batch: dict[str, Any]) -> dict[str, Any]:
-            for key in _ERA_KEYS:
-                if key in batch and source and key not in source:
-                    raise Untestable(
-                        f"{module}.get_packed_seq_params does not read '{key}' in this era (feature not present yet)"
-                    )
+            if "cu_seqlens_unpadded" in batch and not aligned_offline_packing():
+                raise Untestable(
+                    "padded vs real-token boundaries (cu_seqlens_unpadded) are not part of packed params in this "
+                    "era: PackedSequenceSpecs has no pad_seq_to_mult (aligned offline packing came with 5b2d692a9, "
+                    "2026-01-20)"
+                )
             return canonical_params(fn(batch))
 
         return call
@@ -321,4 +339,5 @@ pack_in_batch = Operation(
         *(Candidate(era, _in_batch_canonical(probe)) for era, probe in _PACKERS[1:]),  # the packing function itself
         Candidate("training/vlm_step.pack_batch_sequences (v0.4-v0.5)", _in_batch_vlm_step),
     ],
+    before="in-batch packing does not exist before training/vlm_step.pack_batch_sequences (af2f35814, 2026-01-29)",
 )

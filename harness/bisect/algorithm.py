@@ -285,6 +285,19 @@ class Bisection:
                 notes.append(f"retries at {self._commits[i][:12]} disagreed ({names}); decisive verdict kept")
         return notes
 
+    def remaining(self) -> tuple[int, int]:
+        """(commits that can still be a culprit of some open case, the widest such interval):
+        what progress reports as "N commits left", and what the steps left depend on."""
+        left: set[int] = set()
+        widest = 0
+        for case_id, state in self._cases.items():
+            if self.outcome(case_id).status is not CaseStatus.OPEN:
+                continue
+            good, bad, _ = self._interval(state, speculative=True)
+            left.update(range(good + 1, bad + 1))
+            widest = max(widest, bad - good)
+        return len(left), widest
+
     def outcomes(self) -> dict[str, CaseOutcome]:
         return {c: self.outcome(c) for c in self._cases}
 

@@ -1,4 +1,4 @@
-"""Verdict cache: evaluations of (commit, suite content, environment) kept across runs.
+"""Verdict cache: evaluations of (commit, Megatron-LM commit, suite content, environment) kept across runs.
 
 Why SQLite: evaluating one commit costs minutes (materialise, import MB, run the suite),
 so a bisection interrupted by Ctrl-C, OOM or kill -9 must resume without redoing them.
@@ -6,10 +6,16 @@ SQLite in WAL mode with ``synchronous=FULL`` and *one transaction per evaluation
 that for free: after a kill at any instant the database opens and holds only complete
 evaluations (all their cases or none), never half of one.
 
-Key: the commit sha, :func:`suite_hash` of the suites/fixtures/adapter code (a changed
-golden or suite must not reuse stale verdicts) and an environment key chosen by the caller
-(Python, torch, device...). Every attempt is kept (``attempt`` 1, 2, ...) so retries and
-flaky verdicts stay visible to the bisection.
+Key: the MB commit sha, the Megatron-LM commit whose megatron-core ran (``core``, see
+:class:`CacheKey`), :func:`suite_hash` of the suites/fixtures/adapter code (a changed golden or
+suite must not reuse stale verdicts) and an environment key chosen by the caller (Python,
+torch, device...). Every attempt is kept (``attempt`` 1, 2, ...) so retries and flaky verdicts
+stay visible to the bisection.
+
+Schema 2 added ``core_commit`` (the second level of a bisection walks Megatron-LM commits with
+MB held at one commit, so the MB commit alone no longer names what ran). A schema 1 file is
+migrated in place, in one transaction, when it is first opened: its rows get ``core_commit``
+'' (the megatron-core their environment key names), which is what they meant.
 """
 
 from __future__ import annotations
@@ -27,7 +33,7 @@ from harness.errors import CorruptFile
 from harness.results import CaseResult
 from harness.verdict import Verdict
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 IGNORED_DIRS = frozenset({"__pycache__", ".pytest_cache", ".mypy_cache", ".ruff_cache"})
 IGNORED_SUFFIXES = (".pyc", ".pyo")
 
@@ -36,13 +42,14 @@ CREATE TABLE schema_version (version INTEGER NOT NULL);
 CREATE TABLE evaluations (
     id INTEGER PRIMARY KEY AUTOINCREMENT,
     commit_sha TEXT NOT NULL,
+    core_commit TEXT NOT NULL DEFAULT '',
     suite_hash TEXT NOT NULL,
     env_key TEXT NOT NULL,
     attempt INTEGER NOT NULL,
     duration_s REAL NOT NULL,
     evaluated_at TEXT NOT NULL,
     n_cases INTEGER NOT NULL,
-    UNIQUE (commit_sha, suite_hash, env_key, attempt)
+    UNIQUE (commit_sha, core_commit, suite_hash, env_key, attempt)
 );
 CREATE TABLE case_verdicts (
     evaluation_id INTEGER NOT NULL REFERENCES evaluations(id) ON DELETE CASCADE,
@@ -54,13 +61,42 @@ CREATE TABLE case_verdicts (
 """
 
 
+_EVALUATIONS_V1_TO_V2 = """
+CREATE TABLE evaluations_v2 (
+    id INTEGER PRIMARY KEY AUTOINCREMENT,
+    commit_sha TEXT NOT NULL,
+    core_commit TEXT NOT NULL DEFAULT '',
+    suite_hash TEXT NOT NULL,
+    env_key TEXT NOT NULL,
+    attempt INTEGER NOT NULL,
+    duration_s REAL NOT NULL,
+    evaluated_at TEXT NOT NULL,
+    n_cases INTEGER NOT NULL,
+    UNIQUE (commit_sha, core_commit, suite_hash, env_key, attempt)
+);
+INSERT INTO evaluations_v2
+    (id, commit_sha, core_commit, suite_hash, env_key, attempt, duration_s, evaluated_at, n_cases)
+    SELECT id, commit_sha, '', suite_hash, env_key, attempt, duration_s, evaluated_at, n_cases FROM evaluations;
+DROP TABLE evaluations;
+ALTER TABLE evaluations_v2 RENAME TO evaluations;
+UPDATE schema_version SET version = 2;
+"""
+
+
 @dataclass(frozen=True)
 class CacheKey:
-    """What makes two evaluations interchangeable."""
+    """What makes two evaluations interchangeable.
+
+    ``commit`` is the MB commit evaluated. ``core`` is the Megatron-LM commit whose megatron-core
+    ran when the evaluation chose it explicitly (the second level of a bisection: MB held at
+    ``commit``, one Megatron-LM commit after another); '' when ``env_key`` says which (the
+    installed megatron-core, or the one each MB commit pins).
+    """
 
     commit: str
     suite_hash: str
     env_key: str
+    core: str = ""
 
 
 @dataclass(frozen=True)
@@ -184,8 +220,32 @@ class VerdictCache:
                 f"verdict cache {self.path}: schema_version {version} is newer than this harness "
                 f"understands ({SCHEMA_VERSION}); upgrade the harness, run with --no-cache or delete the file"
             )
-        if version < SCHEMA_VERSION:  # no older version exists yet; migrations go here
+        if version == 1:
+            self._migrate_1_to_2(db)
+        elif version < SCHEMA_VERSION:
             raise self._corrupt(f"schema_version {version} is too old")
+
+    def _migrate_1_to_2(self, db: sqlite3.Connection) -> None:
+        """Add ``core_commit`` to the key: the table is rebuilt (SQLite cannot change a UNIQUE
+        constraint in place) in one transaction, so a kill leaves schema 1 or schema 2, never a mix.
+        Foreign keys are off meanwhile (``case_verdicts`` keeps pointing at the same ids)."""
+        db.execute("PRAGMA foreign_keys = OFF")
+        try:
+            db.execute("BEGIN IMMEDIATE")
+            try:
+                if db.execute("SELECT max(version) FROM schema_version").fetchone()[0] == 1:  # not done meanwhile
+                    for stmt in _EVALUATIONS_V1_TO_V2.split(";"):
+                        if stmt.strip():
+                            db.execute(stmt)
+                    if db.execute("PRAGMA foreign_key_check").fetchall():
+                        raise self._corrupt("migration to schema 2 left verdicts without their evaluation")
+                db.execute("COMMIT")
+            except BaseException:
+                if db.in_transaction:
+                    db.execute("ROLLBACK")
+                raise
+        finally:
+            db.execute("PRAGMA foreign_keys = ON")
 
     # ------------------------------------------------------------ writing
 
@@ -206,9 +266,10 @@ class VerdictCache:
         try:
             attempt = self._next_attempt(key)
             cur = db.execute(
-                "INSERT INTO evaluations (commit_sha, suite_hash, env_key, attempt, duration_s, evaluated_at, n_cases)"
-                " VALUES (?, ?, ?, ?, ?, ?, ?)",
-                (key.commit, key.suite_hash, key.env_key, attempt, float(duration_s), stamp, len(rows)),
+                "INSERT INTO evaluations"
+                " (commit_sha, core_commit, suite_hash, env_key, attempt, duration_s, evaluated_at, n_cases)"
+                " VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                (key.commit, key.core, key.suite_hash, key.env_key, attempt, float(duration_s), stamp, len(rows)),
             )
             db.executemany(
                 "INSERT INTO case_verdicts (evaluation_id, case_id, verdict, message) VALUES (?, ?, ?, ?)",
@@ -232,8 +293,9 @@ class VerdictCache:
 
     def _next_attempt(self, key: CacheKey) -> int:
         row = self._db.execute(
-            "SELECT max(attempt) FROM evaluations WHERE commit_sha = ? AND suite_hash = ? AND env_key = ?",
-            (key.commit, key.suite_hash, key.env_key),
+            "SELECT max(attempt) FROM evaluations"
+            " WHERE commit_sha = ? AND core_commit = ? AND suite_hash = ? AND env_key = ?",
+            (key.commit, key.core, key.suite_hash, key.env_key),
         ).fetchone()
         return (row[0] or 0) + 1
 
@@ -244,8 +306,8 @@ class VerdictCache:
         try:
             heads = self._db.execute(
                 "SELECT id, attempt, duration_s, evaluated_at, n_cases FROM evaluations"
-                " WHERE commit_sha = ? AND suite_hash = ? AND env_key = ? ORDER BY attempt",
-                (key.commit, key.suite_hash, key.env_key),
+                " WHERE commit_sha = ? AND core_commit = ? AND suite_hash = ? AND env_key = ? ORDER BY attempt",
+                (key.commit, key.core, key.suite_hash, key.env_key),
             ).fetchall()
             return [self._load(key, *head) for head in heads]
         except sqlite3.DatabaseError as exc:
@@ -255,11 +317,12 @@ class VerdictCache:
         found = self.attempts(key)
         return found[-1] if found else None
 
-    def commits(self, suite_hash: str, env_key: str) -> list[str]:
-        """Commits with at least one evaluation for this suite and environment."""
+    def commits(self, suite_hash: str, env_key: str, core: str = "") -> list[str]:
+        """MB commits with at least one evaluation for this suite, environment and Megatron-LM commit."""
         rows = self._db.execute(
-            "SELECT DISTINCT commit_sha FROM evaluations WHERE suite_hash = ? AND env_key = ? ORDER BY commit_sha",
-            (suite_hash, env_key),
+            "SELECT DISTINCT commit_sha FROM evaluations"
+            " WHERE core_commit = ? AND suite_hash = ? AND env_key = ? ORDER BY commit_sha",
+            (core, suite_hash, env_key),
         ).fetchall()
         return [r[0] for r in rows]
 

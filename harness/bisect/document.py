@@ -5,10 +5,12 @@ schema-versioned, atomic); the HTML report (:func:`harness.report.pages.bisect_c
 the terminal summary (:func:`harness.report.terminal.bisect_summary_lines`) read the same
 record. Schema 2 added ``late_starts`` (cases GOOD cannot run, :class:`LateStart`) and
 ``confirmations`` (``--confirm``, :class:`Confirmation`) to the keys of schema 1; a schema 1
-file is read as one where neither was looked for. ``repo_url`` (the web repository commits
-link to) is optional, written only when known; ``infrastructure``, ``cancelled`` and
-``cluster_jobs`` (``--executor slurm``) are optional keys, written only when a cluster ran jobs.
-:meth:`BisectDoc.from_json` is lenient about
+file is read as one where neither was looked for. Schema 3 added the descent into Megatron-LM
+(:mod:`harness.bisect.descentdoc`): ``held`` and ``pin_change`` on a second-level record,
+``descents`` on a first-level one; a schema 2 file is read as a first-level record that did
+not descend. ``repo_url`` (the web repository commits link to) is optional, written only when
+known; ``infrastructure``, ``cancelled`` and ``cluster_jobs`` (``--executor slurm``) are
+optional keys, written only when a cluster ran jobs. :meth:`BisectDoc.from_json` is lenient about
 missing fields, because a report of an interrupted bisection is still worth rendering; a wrong
 ``kind`` or a newer schema is refused by :meth:`BisectDoc.load`.
 """
@@ -22,10 +24,11 @@ from typing import Any
 
 from harness.atomicio import read_versioned_json, write_versioned_json
 from harness.bisect.algorithm import CaseStatus
+from harness.bisect.descentdoc import Descent, HeldMB, PinCheck
 from harness.bisect.executor import JobLog
 
 BISECT_KIND = "harness-bisect"
-BISECT_SCHEMA = 2  # 2: late_starts (cases GOOD cannot run) and confirmations (--confirm)
+BISECT_SCHEMA = 3  # 2: late_starts and confirmations (--confirm); 3: held, pin_change, descents
 FIND_REGRESSION = "find-regression"
 FIND_FIX = "find-fix"
 FIND_CHANGE = "find-change"  # --changed: CHANGED counts as bad; culprits are changes, not regressions
@@ -59,7 +62,7 @@ class Culprit:
     author: str = ""
     email: str = ""
     date: str = ""
-    files: list[str] = field(default_factory=list)  # changed under src/
+    files: list[str] = field(default_factory=list)  # changed under src/ (megatron/ for a Megatron-LM commit)
     diff: str = ""  # limited to packing-related files when the commit touches any
     diff_scope: str = ""  # which files the diff covers
 
@@ -266,6 +269,9 @@ class BisectDoc:
     infrastructure: dict[str, list[str]] = field(default_factory=dict)  # sha -> why its jobs were lost
     cancelled: list[str] = field(default_factory=list)  # shas whose in-flight evaluation was cancelled
     cluster_jobs: dict[str, list[JobLog]] = field(default_factory=dict)  # sha -> jobs, every attempt
+    held: HeldMB | None = None  # second level: the MB held fixed; the commits are Megatron-LM commits
+    pin_change: PinCheck | None = None  # second level: does the change GOOD..BAD alone reproduce the cases?
+    descents: list[Descent] = field(default_factory=list)  # first level: one per culprit that moved the pin
 
     @property
     def find_fix(self) -> bool:
@@ -320,11 +326,14 @@ class BisectDoc:
             "selection": vars(self.selection).copy(),
             "cache": vars(self.cache).copy(),
             "finished": self.finished,
+            "held": vars(self.held).copy() if self.held else None,
+            "pin_change": self.pin_change.to_json() if self.pin_change else None,
+            "descents": [d.to_json() for d in self.descents],
             **self._cluster_json(),
         }
 
     def _cluster_json(self) -> dict[str, Any]:
-        """The cluster keys, only when a cluster executor ran (a local record keeps schema 2's keys)."""
+        """The cluster keys, only when a cluster executor ran (a local record keeps the other keys)."""
         if not (self.infrastructure or self.cancelled or self.cluster_jobs):
             return {}
         return {
@@ -338,6 +347,7 @@ class BisectDoc:
         rng = doc.get("range") or {}
         sel = doc.get("selection") or {}
         cache = doc.get("cache") or {}
+        held, pin_change = doc.get("held"), doc.get("pin_change")
         n_commits = rng.get("n_commits")
         return cls(
             range=RangeDoc(
@@ -373,6 +383,9 @@ class BisectDoc:
             infrastructure={str(k): [str(n) for n in v] for k, v in (doc.get("infrastructure") or {}).items()},
             cancelled=[str(s) for s in doc.get("cancelled") or []],
             cluster_jobs={str(k): [_job_log(j) for j in v] for k, v in (doc.get("cluster_jobs") or {}).items()},
+            held=HeldMB.from_json(held) if isinstance(held, dict) else None,
+            pin_change=PinCheck.from_json(pin_change) if isinstance(pin_change, dict) else None,
+            descents=[Descent.from_json(d) for d in doc.get("descents") or []],
         )
 
     def save(self, path: Path) -> None:
@@ -380,7 +393,9 @@ class BisectDoc:
 
     @classmethod
     def load(cls, path: Path) -> BisectDoc:
-        return cls.from_json(read_versioned_json(path, BISECT_KIND, BISECT_SCHEMA, {1: _from_schema_1}))
+        return cls.from_json(
+            read_versioned_json(path, BISECT_KIND, BISECT_SCHEMA, {1: _from_schema_1, 2: _from_schema_2})
+        )
 
 
 def _from_schema_1(doc: dict[str, Any]) -> dict[str, Any]:
@@ -401,3 +416,8 @@ def _job_log(doc: dict[str, Any]) -> JobLog:
         attempt=int(attempt) if attempt is not None else 1,
         state=text("state"),
     )
+
+
+def _from_schema_2(doc: dict[str, Any]) -> dict[str, Any]:
+    """Schema 2 bisected MB's history only: a first-level record that did not descend."""
+    return {**doc, "held": None, "pin_change": None, "descents": []}

@@ -17,6 +17,10 @@ Flow:
    ``Bisection.next_probes`` for commits not already in flight, start them, and record each
    result in the cache *and* the bisection the moment it arrives.
 4. Build the :class:`~harness.bisect.document.BisectDoc` (:mod:`harness.bisect.findings`).
+5. With ``--megatron-lm``, follow every culprit that moved the pinned Megatron-LM into
+   Megatron-LM (:mod:`harness.bisect.descend`): another pass of steps 1-4 whose commits are
+   Megatron-LM commits, MB held at the culprit (:mod:`harness.bisect.axis`,
+   :mod:`harness.bisect.coreeval`). ``--mb-at``/``--mb-src`` run that second level directly.
 
 Retries (``retries=N``): each probed commit is evaluated 1+N times (attempts run in parallel
 when slots allow), each attempt recorded separately so the bisection sees disagreement (FLAKY).
@@ -35,18 +39,20 @@ kept, they hold the golden diffs the report shows for cached verdicts.
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as _dt
 import sys
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TextIO
 
-from harness import paths
-from harness.bisect import confirm, findings, latestart
-from harness.bisect.algorithm import Bisection, CaseStatus
+from harness.bisect import confirm, descend, findings, latestart
+from harness.bisect.algorithm import Bisection, CaseStatus, max_steps
+from harness.bisect.axis import Axis
 from harness.bisect.cache import CacheKey, Evaluation, VerdictCache
+from harness.bisect.coreeval import core_evaluator, hold_mb
 from harness.bisect.document import (
     FIND_CHANGE,
     FIND_FIX,
@@ -61,35 +67,13 @@ from harness.bisect.document import (
 )
 from harness.bisect.evaluator import EvalOutcome, Evaluator, MBEvaluator
 from harness.bisect.executor import Executor, Handle, LocalExecutor
+from harness.bisect.options import BisectOptions, check_options
 from harness.bisect.view import CaseView, Selection, select_cases
 from harness.errors import UsageError
 from harness.gitrepo import GitRepo, open_repo
+from harness.pins import mlm_workspace
+from harness.progress import Progress
 from harness.workspaces import WorkspaceCache, workspace_dir_for
-
-
-@dataclass
-class BisectOptions:
-    repo: Path
-    good: str
-    bad: str
-    first_parent: bool = False
-    jobs: int = 1
-    retries: int = 0
-    timeout_s: float = 1800.0
-    use_cache: bool = True
-    cache_dir: Path = field(default_factory=paths.cache_dir)
-    suites: tuple[str, ...] | None = None
-    keyword: str | None = None
-    out_dir: Path | None = None
-    allow_dirty: bool = False
-    megatron_lm: Path | None = None  # a Megatron-LM repository: use the megatron-core each commit pins
-    find_fix: bool = False  # bisect for the first commit where failing cases PASS (git bisect's old/new terms)
-    changed: bool = False  # bisect golden changes too: CHANGED counts as bad (never labelled a regression)
-    strict_good: bool = False  # a case GOOD cannot run is not bisected from where it starts running
-    confirm: bool = False  # revert each culprit on top of BAD in a private workspace and re-run its cases
-    fork_servers: int = 2  # warm fork servers alive at once (one per megatron-core); 0 disables them
-    # also bisect cases UNTESTABLE at BAD that PASS at GOOD: the first commit where they stop passing
-    bisect_untestable: bool = False
 
 
 @dataclass
@@ -112,15 +96,17 @@ class _Driver:
         executor: Executor,
         cache: VerdictCache,
         progress: TextIO | None,
+        axis: Axis,
     ) -> None:
         self.opts = opts
+        self.axis = axis  # MB's history, or Megatron-LM's with MB held
         self.repo = repo
         self.commits = commits
         self.index = {c: i for i, c in enumerate(commits)}
         self.evaluator = evaluator
         self.executor = executor
         self.cache = cache
-        self.progress = progress
+        self.progress = Progress(progress, "bisect")
         self.suite_key, self.env_key = evaluator.cache_namespace()
         self.evidence = findings.Evidence()
         self.bisection: Bisection | None = None
@@ -135,11 +121,20 @@ class _Driver:
     # ------------------------------------------------------------ helpers
 
     def say(self, text: str) -> None:
-        if self.progress is not None:
-            print(text, file=self.progress, flush=True)
+        self.progress.log(text)
+
+    def left(self) -> str:
+        """ "12 commits left, about 3 steps" (steps: rounds of ``slots`` parallel evaluations)."""
+        if self.bisection is None:
+            return "checking the endpoints"
+        n, widest = self.bisection.remaining()
+        if not n:
+            return "no commit left to probe"
+        steps = max_steps(widest + 1, self.executor.slots)
+        return f"{n} commit{'s' if n != 1 else ''} left, about {steps} step{'s' if steps != 1 else ''}"
 
     def key(self, sha: str) -> CacheKey:
-        return CacheKey(sha, self.suite_key, self.env_key)
+        return self.axis.key(sha, self.suite_key, self.env_key)
 
     def load_cached(self, shas: Sequence[str]) -> None:
         for sha in shas:
@@ -240,9 +235,10 @@ class _Driver:
             n_open = sum(o.status is CaseStatus.OPEN for o in self.bisection.outcomes().values())
             open_cases = f"; {n_open} case(s) open"
         note = f" ({outcome.note[:160]})" if outcome.note else ""
-        self.say(
+        self.progress.step(
             f"[{ev.new_evaluations}] {sha[:12]} #{self.index.get(sha, '?')} attempt {evaluation.attempt}: "
-            f"{summary} in {outcome.duration_s:.1f} s{open_cases}{note}"
+            f"{summary} in {outcome.duration_s:.1f} s{open_cases}{note}",
+            status=self.left(),
         )
 
     def picker(self, bisection: Bisection) -> Callable[[int], list[str]]:
@@ -278,7 +274,7 @@ class _Driver:
         case_ids = list(bisection.cases) if bisection else []
         probes, attempts = findings.probe_tables(self.commits, ev.attempts, case_ids)
         outcomes = [bisection.outcome(c) for c in case_ids] if bisection else []
-        cases = findings.case_docs(self.repo, outcomes, ev, bad, self.details)
+        cases = findings.case_docs(self.repo, outcomes, ev, bad, self.details, self.axis)
         started_late = {s.case_id: s.reason for s in self.late_starts if s.bisected}
         for case in cases:
             if case.case_id in started_late:
@@ -308,6 +304,7 @@ class _Driver:
             infrastructure={sha: list(n) for sha, n in ev.infrastructure.items()},
             cancelled=list(ev.cancelled),
             cluster_jobs={sha: list(jobs) for sha, jobs in ev.jobs.items()},
+            held=self.axis.held,
         )
 
 
@@ -317,67 +314,111 @@ def run_bisection(
     evaluator: Evaluator | None = None,
     executor: Executor | None = None,
     progress: TextIO | None = sys.stderr,
+    held_evaluator: Callable[[BisectOptions], Evaluator] | None = None,
 ) -> BisectRun:
-    """Bisect ``opts.good..opts.bad``; returns the bisect.json record and the exit code."""
+    """Bisect ``opts.good..opts.bad``; returns the bisect.json record and the exit code.
+
+    With ``opts.megatron_lm`` (unless ``opts.descend`` is off) each culprit that moved the pinned
+    Megatron-LM is then bisected in Megatron-LM (:mod:`harness.bisect.descend`), with the same
+    executor; ``held_evaluator`` builds those second levels' evaluators (default: the real one).
+    """
+    check_options(opts)
+    own_executor = executor is None
+    executor = executor or LocalExecutor(opts.jobs)
+    try:
+        run = _run_level(opts, evaluator, executor, progress)
+        if opts.megatron_lm is not None and opts.descend and run.bisection is not None:
+
+            def second(level: BisectOptions) -> BisectDoc:
+                return _run_level(level, held_evaluator(level) if held_evaluator else None, executor, progress).doc
+
+            run.doc.descents = descend.descend(opts, run.doc, second, progress)
+        return run
+    finally:
+        if own_executor:
+            executor.close()
+
+
+def _run_level(
+    opts: BisectOptions, evaluator: Evaluator | None, executor: Executor, progress: TextIO | None
+) -> BisectRun:
+    """One bisection: of MB's history, or (``opts.second_level``) of Megatron-LM's with MB held."""
     t0 = time.monotonic()
-    if opts.jobs < 1:
-        raise UsageError("-j must be at least 1")
-    if opts.retries < 0:
-        raise UsageError("--retries must be 0 or more")
-    if opts.find_fix and opts.bisect_untestable:
-        raise UsageError("--bisect-untestable looks for a regression; it cannot be combined with --find-fix")
     repo = open_repo(opts.repo)
     good, bad = repo.check_range(opts.good, opts.bad)
-    commits = repo.commits_between(good, bad, first_parent=opts.first_parent)
-    if repo.is_dirty() and not opts.allow_dirty and progress is not None:
-        print(
+    try:
+        commits = repo.commits_between(good, bad, first_parent=opts.first_parent)
+    except UsageError:  # a pin off Megatron-LM's first-parent chain: the second level walks around it
+        if not (opts.second_level and opts.first_parent):
+            raise
+        opts = dataclasses.replace(opts, first_parent=False)
+        commits = repo.commits_between(good, bad)
+        _say(progress, f"{good[:12]} is not on the first-parent history of {bad[:12]}: walking --ancestry-path")
+    if repo.is_dirty() and not opts.allow_dirty:
+        _say(
+            progress,
             f"warning: {repo.path} has uncommitted changes; only committed history is bisected "
             "(the repository is never modified; --allow-dirty silences this)",
-            file=progress,
         )
     cache_dir = Path(opts.cache_dir).expanduser()
-    ws_dir = workspace_dir_for(cache_dir, repo)
-    ws = WorkspaceCache(ws_dir, repo)
-    if not (ws.has_commit(bad) and ws.has_commit(good)):
-        ws.sync()  # once, here: evaluations running in parallel never fetch
-    if evaluator is None:
-        evaluator = MBEvaluator(
-            repo.path,
-            ws_dir,
-            cache_dir / "runs",
-            opts.suites,
-            opts.keyword,
-            opts.timeout_s,
-            opts.megatron_lm,
-            opts.fork_servers,
-        )
     if opts.use_cache:
         cache_path = cache_dir / "verdicts.sqlite"
     else:  # a private cache: nothing stored earlier is read, the shared one is left alone
         cache_path = Path(opts.out_dir or cache_dir) / "verdicts-nocache.sqlite"
         if cache_path.exists():
             cache_path.unlink()
-    own_executor = executor is None
-    executor = executor or LocalExecutor(opts.jobs)
-    bind = getattr(executor, "bind", None)
-    if bind is not None:  # a remote executor: do its jobs see the cache dir, which environment do they run?
-        evaluator = bind(evaluator)
-    cache = VerdictCache(cache_path)
+    hold = hold_mb(opts, cache_dir) if opts.second_level else None  # (MB held, its src/, release)
+    held = hold[0] if hold else None
+    ws = mlm_workspace(cache_dir, repo) if hold else WorkspaceCache(workspace_dir_for(cache_dir, repo), repo)
+    cache: VerdictCache | None = None
     driver: _Driver | None = None
     try:
-        driver = _Driver(opts, repo, commits, evaluator, executor, cache, progress)
+        if not (ws.has_commit(bad) and ws.has_commit(good)):
+            ws.sync()  # once, here: evaluations running in parallel never fetch
+        if evaluator is None:
+            evaluator = (
+                core_evaluator(opts, hold[0], hold[1], cache_dir)
+                if hold
+                else MBEvaluator(
+                    repo.path,
+                    ws.cache_dir,
+                    cache_dir / "runs",
+                    opts.suites,
+                    opts.keyword,
+                    opts.timeout_s,
+                    opts.megatron_lm,
+                    opts.fork_servers,
+                    opts.cases,
+                )
+            )
+        bind = getattr(executor, "bind", None)
+        if bind is not None:  # a remote executor: do its jobs see the cache dir, which environment do they run?
+            evaluator = bind(evaluator)
+        cache = VerdictCache(cache_path)
+        driver = _Driver(opts, repo, commits, evaluator, executor, cache, progress, Axis(held))
+        where = f"Megatron-LM commits (Megatron-Bridge held at {held.label})" if held else "commits"
         driver.say(
-            f"bisecting {len(commits)} commits {good[:12]}..{bad[:12]} with {executor.slots} slot(s)"
+            f"bisecting {len(commits)} {where} {good[:12]}..{bad[:12]} with {executor.slots} slot(s)"
             f"{f', {opts.retries} retries' if opts.retries else ''}; cache {cache_path}"
         )
-        return _bisect(driver, ws, good, bad, t0)
+        with driver.progress:
+            run = _bisect(driver, ws, good, bad, t0)
+        if held:
+            run.doc.pin_change = descend.pin_check(run.doc)
+        return run
     finally:
-        cache.close()
-        if own_executor:
-            executor.close()
+        if cache is not None:
+            cache.close()
+        if hold:
+            hold[2]()  # the MB tree held
         if driver is not None:  # workspaces are cheap to rebuild (git archive) and MB trees are ~20 MB each
             for sha in driver.evidence.evaluated | set(driver.evidence.cancelled):
                 ws.cleanup(sha)
+
+
+def _say(progress: TextIO | None, text: str) -> None:
+    if progress is not None:
+        print(text, file=progress, flush=True)
 
 
 def _bisect(driver: _Driver, ws: WorkspaceCache, good: str, bad: str, t0: float) -> BisectRun:
@@ -416,7 +457,13 @@ def _bisect(driver: _Driver, ws: WorkspaceCache, good: str, bad: str, t0: float)
     for sha in driver.commits:  # endpoints first, then whatever the cache knows
         for evaluation in evidence.attempts.get(sha, []):
             bisection.record(sha, driver.view(sha, evaluation.verdicts))
-    driver.say(f"{len(cases)} case(s) to bisect" + (f", {len(not_bisected)} not bisected" if not_bisected else ""))
+    left = driver.left()
+    driver.say(
+        f"{len(cases)} case(s) to bisect"
+        + (f", {len(not_bisected)} not bisected" if not_bisected else "")
+        + f": {left} (with {driver.executor.slots} evaluation(s) at a time)"
+    )
+    driver.progress.update(status=left)
     driver.run(driver.picker(bisection))
     if opts.confirm:
         blamed: dict[str, list[str]] = {}

@@ -6,11 +6,14 @@ golden suites on it (:func:`harness.runner.run_suites`); tests and benchmarks pa
 ones. Evaluators run wherever the executor puts them (a thread, a cluster job), so they and
 their outcomes are plain picklable dataclasses and never touch the verdict cache.
 
-Cache key: (commit, suite key, env key). The suite key hashes the harness ``suites/``,
+Cache key: (commit, suite key, env key), and the Megatron-LM commit at the second level of a
+bisection (:mod:`harness.bisect.axis`). The suite key hashes the harness ``suites/``,
 ``fixtures/`` and the verdict-deciding parts of ``harness/`` *and the selection* (``--suite``,
-``-k``): a run that selected fewer cases must not be reused for one that needs more. The env
-key is the Python, torch and megatron-core versions. A commit without ``src/megatron/bridge``
-(or without any of the archived paths) is recorded with no verdicts: a skip for every case.
+``-k``, the cases a second level re-runs): a run that selected fewer cases must not be reused
+for one that needs more. The env key is the Python, torch and megatron-core versions. A commit
+without ``src/megatron/bridge`` (or without any of the archived paths) is recorded with no
+verdicts: a skip for every case. The second level's evaluator (MB held, Megatron-LM commits
+walked) is :class:`~harness.bisect.coreeval.CoreEvaluator`, built on :meth:`MBEvaluator.evaluate`.
 """
 
 from __future__ import annotations
@@ -30,6 +33,7 @@ from harness.bisect.cache import suite_hash
 from harness.bisect.executor import JobLog
 from harness.errors import CorruptFile, GitError
 from harness.gitrepo import open_repo
+from harness.pins import PinnedCore, pinned_core
 from harness.verdict import Verdict
 from harness.workspaces import WorkspaceCache
 
@@ -71,11 +75,13 @@ def env_key() -> str:
     return f"python={platform.python_version()};torch={version('torch')};megatron-core={version('megatron-core')}"
 
 
-def selection_key(content_hash: str, suites: Sequence[str] | None, keyword: str | None) -> str:
-    doc = json.dumps(
-        {"content": content_hash, "suites": sorted(suites) if suites else None, "k": keyword}, sort_keys=True
-    )
-    return hashlib.sha256(doc.encode()).hexdigest()
+def selection_key(
+    content_hash: str, suites: Sequence[str] | None, keyword: str | None, cases: Sequence[str] | None = None
+) -> str:
+    selection: dict[str, object] = {"content": content_hash, "suites": sorted(suites) if suites else None, "k": keyword}
+    if cases is not None:  # only when given: keys of runs that selected by suite and -k stay what they were
+        selection["cases"] = sorted(cases)
+    return hashlib.sha256(json.dumps(selection, sort_keys=True).encode()).hexdigest()
 
 
 @dataclass(frozen=True)
@@ -90,6 +96,7 @@ class MBEvaluator:
     timeout_s: float = 1800.0
     megatron_lm: Path | None = None  # use the megatron-core each MB commit pins (harness.pins)
     fork_servers: int = 2  # warm fork servers alive at once, one per megatron-core (0: plain subprocesses)
+    cases: tuple[str, ...] | None = None  # run only these cases (the second level re-runs the blamed ones)
 
     def cache_namespace(self) -> tuple[str, str]:
         pkg = paths.PACKAGE
@@ -97,8 +104,8 @@ class MBEvaluator:
         # plugin's classification, golden comparison and the upstream selection
         content = suite_hash(
             [
-                paths.SUITES_DIR,
-                paths.FIXTURES_DIR,
+                paths.suites_dir(),
+                paths.fixtures_dir(),
                 pkg / "adapters",
                 pkg / "standins",
                 pkg / "golden",
@@ -107,7 +114,7 @@ class MBEvaluator:
             ]
         )
         env = env_key() + ("+megatron-core-pinned-by-mb" if self.megatron_lm else "")
-        return selection_key(content, self.suites, self.keyword), env
+        return selection_key(content, self.suites, self.keyword, self.cases), env
 
     def prepare(self, sha: str) -> None:
         """Materialise ``sha`` in the driver, before a remote executor submits its job: the job
@@ -125,7 +132,7 @@ class MBEvaluator:
             ).materialize(sha)
         except GitError as exc:
             return EvalOutcome({}, duration_s=time.monotonic() - t0, note=f"cannot materialise: {exc}")
-        return self._evaluate(tree / "src", sha, sha, self.suites, t0)
+        return self._pinned(tree / "src", sha, sha, self.suites, t0)
 
     def evaluate_tree(self, src: Path, label: str, pin_of: str, suites: Sequence[str] | None = None) -> EvalOutcome:
         """Run the suites on a tree that is no commit (``--confirm``: BAD with the culprit reverted).
@@ -134,9 +141,36 @@ class MBEvaluator:
         ``pin_of`` is the MB commit whose pinned megatron-core to use with ``--megatron-lm``;
         ``suites`` narrows the selection (the same ``-k`` applies).
         """
-        return self._evaluate(src, label, pin_of, tuple(suites) if suites else self.suites, time.monotonic())
+        return self._pinned(src, label, pin_of, tuple(suites) if suites else self.suites, time.monotonic())
 
-    def _evaluate(self, src: Path, label: str, pin_of: str, suites: tuple[str, ...] | None, t0: float) -> EvalOutcome:
+    def _pinned(self, src: Path, label: str, pin_of: str, suites: tuple[str, ...] | None, t0: float) -> EvalOutcome:
+        """Evaluate with the megatron-core MB commit ``pin_of`` pins (``--megatron-lm``), else the installed one."""
+        pinned = None
+        if self.megatron_lm is not None and (src / "megatron" / "bridge").is_dir():
+            try:
+                pinned = pinned_core(open_repo(self.repo_path), pin_of, self.megatron_lm, self.runs_dir.parent)
+            except GitError as exc:
+                return EvalOutcome(
+                    {},
+                    duration_s=time.monotonic() - t0,
+                    note=f"pinned megatron-core unavailable: {exc}: skipped for every case",
+                )
+        return self.evaluate(src, label, pinned, suites, t0)
+
+    def evaluate(
+        self,
+        src: Path,
+        label: str,
+        core: PinnedCore | None,
+        suites: tuple[str, ...] | None,
+        t0: float,
+        core_varies: bool = False,
+    ) -> EvalOutcome:
+        """Run the suites on MB tree ``src`` with megatron-core ``core`` (None: the installed one).
+
+        ``core_varies``: the second level of a bisection, MB held and ``core`` the Megatron-LM
+        commit walked (a megatron-core that does not import with this MB is then untestable).
+        """
         from harness import runner
         from harness.target import Target
 
@@ -146,18 +180,6 @@ class MBEvaluator:
                 duration_s=time.monotonic() - t0,
                 note="no src/megatron/bridge at this commit: skipped for every case",
             )
-        pinned = None
-        if self.megatron_lm is not None:
-            from harness.pins import pinned_core
-
-            try:
-                pinned = pinned_core(open_repo(self.repo_path), pin_of, self.megatron_lm, self.runs_dir.parent)
-            except GitError as exc:
-                return EvalOutcome(
-                    {},
-                    duration_s=time.monotonic() - t0,
-                    note=f"pinned megatron-core unavailable: {exc}: skipped for every case",
-                )
         # light-import cases go through the fork server of their megatron-core (installed, or the
         # pinned tree): torch and megatron-core are imported once per core, not once per commit
         opts = runner.RunOptions(
@@ -165,24 +187,34 @@ class MBEvaluator:
             keyword=self.keyword,
             timeout_s=self.timeout_s,
             fork_servers=self.fork_servers,
+            cases=list(self.cases) if self.cases is not None else None,
         )
         tgt = Target(
-            src=src, commit=label, core=pinned.path if pinned else None, core_pin=pinned.pin if pinned else None
+            src=src,
+            commit=label,
+            core=core.path if core else None,
+            core_pin=core.pin if core else None,
+            core_varies=core_varies,
         )
         result = runner.run_suites(tgt, opts, self.runs_dir / label / runner.new_run_id(), progress=None)
+        cases = [c for c in result.cases if self.cases is None or c.case_id in self.cases]  # upstream runs whole
         return EvalOutcome(
-            verdicts={c.case_id: c.verdict for c in result.cases},
-            messages={c.case_id: c.message for c in result.cases},
-            details={c.case_id: {"diff": c.diff or c.message, "source": c.source} for c in result.cases},
+            verdicts={c.case_id: c.verdict for c in cases},
+            messages={c.case_id: c.message for c in cases},
+            details={c.case_id: {"diff": c.diff or c.message, "source": c.source} for c in cases},
             duration_s=time.monotonic() - t0,
             note="; ".join(result.notes),
         )
 
     def details(self, sha: str) -> dict[str, dict[str, str]]:
         """Golden diffs of the newest kept run of ``sha`` (for verdicts that came from the cache)."""
+        return self.details_of(sha)
+
+    def details_of(self, label: str) -> dict[str, dict[str, str]]:
+        """Golden diffs of the newest kept run named ``label`` (its directory under the runs dir)."""
         from harness.results import RunResult
 
-        for path in sorted((self.runs_dir / sha).glob("*/results.json"), reverse=True):
+        for path in sorted((self.runs_dir / label).glob("*/results.json"), reverse=True):
             try:
                 run = RunResult.load(path)
             except (CorruptFile, OSError, ValueError, KeyError, TypeError):

@@ -13,6 +13,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 
 from harness.bisect.algorithm import CaseOutcome, CaseStatus
+from harness.bisect.axis import Axis
 from harness.bisect.cache import Evaluation
 from harness.bisect.document import CaseDoc, CommitMeta, Culprit
 from harness.bisect.executor import JobLog
@@ -20,23 +21,6 @@ from harness.gitrepo import GitRepo
 from harness.verdict import Verdict, is_flaky, settle
 
 MAX_DIFF_CHARS = 200_000
-
-# Paths whose changes can affect packing behaviour (the culprit's diff is limited to these; the
-# full file list is still shown). Patterns are git pathspecs relative to the repository root.
-PACKING_PATHSPECS: tuple[str, ...] = (
-    "src/megatron/bridge/data/packing",
-    "src/megatron/bridge/data/datasets/packed_sequence.py",
-    "src/megatron/bridge/data/datasets/packing_utils.py",
-    "src/megatron/bridge/data/datasets/packed_parquet.py",
-    "src/megatron/bridge/data/datasets/sft.py",
-    "src/megatron/bridge/data/datasets/utils.py",
-    "src/megatron/bridge/data/sequence_batching.py",
-    "src/megatron/bridge/training/utils/packed_seq_utils.py",
-    "src/megatron/bridge/training/gpt_step.py",
-    "src/megatron/bridge/training/vlm_step.py",
-    "src/megatron/bridge/training/config.py",
-    "src/megatron/bridge/data/builders",
-)
 
 #: case -> {"diff": golden diff or message, "source": "golden" | "upstream"}
 Details = dict[str, dict[str, str]]
@@ -92,25 +76,32 @@ def commit_table(repo: GitRepo, shas: Sequence[str]) -> list[CommitMeta]:
     return [CommitMeta(*meta[sha]) if sha in meta else CommitMeta(sha) for sha in shas]
 
 
-def packing_diff(repo: GitRepo, sha: str) -> tuple[str, str]:
-    """(diff limited to packing-related files, scope note); the whole src/ diff when none is touched."""
-    diff = repo.diff(sha, PACKING_PATHSPECS)
+def packing_diff(repo: GitRepo, sha: str, axis: Axis) -> tuple[str, str]:
+    """(diff limited to packing-related files, scope note); the whole diff under the axis's
+    source directory (src/, or megatron/ for Megatron-LM) when none is touched."""
+    diff = repo.diff(sha, axis.pathspecs)
     scope = "packing-related files"
     if not diff.strip():
-        diff, scope = repo.diff(sha, ("src",)), "all of src/ (no packing-related file changed)"
+        under = axis.files_under
+        diff, scope = repo.diff(sha, (under,)), f"all of {under}/ (no packing-related file changed)"
     if len(diff) > MAX_DIFF_CHARS:
         diff = diff[:MAX_DIFF_CHARS] + f"\n... diff truncated at {MAX_DIFF_CHARS} characters\n"
     return diff, scope
 
 
-def culprit_record(repo: GitRepo, sha: str) -> Culprit:
-    info = repo.commit_info(sha, "src")
-    diff, scope = packing_diff(repo, sha)
+def culprit_record(repo: GitRepo, sha: str, axis: Axis) -> Culprit:
+    info = repo.commit_info(sha, axis.files_under)
+    diff, scope = packing_diff(repo, sha, axis)
     return Culprit(info.sha, info.subject, info.author, info.email, info.date, list(info.files), diff, scope)
 
 
 def case_docs(
-    repo: GitRepo, outcomes: Iterable[CaseOutcome], evidence: Evidence, bad: str, details_of: Callable[[str], Details]
+    repo: GitRepo,
+    outcomes: Iterable[CaseOutcome],
+    evidence: Evidence,
+    bad: str,
+    details_of: Callable[[str], Details],
+    axis: Axis,
 ) -> list[CaseDoc]:
     """One record per bisected case; each culprit commit is described (and diffed) once."""
     culprits: dict[str, Culprit] = {}
@@ -119,7 +110,7 @@ def case_docs(
         culprit = None
         if outcome.status is CaseStatus.FOUND and outcome.culprit:
             if outcome.culprit not in culprits:
-                culprits[outcome.culprit] = culprit_record(repo, outcome.culprit)
+                culprits[outcome.culprit] = culprit_record(repo, outcome.culprit, axis)
             culprit = culprits[outcome.culprit]
         where = outcome.culprit or bad
         detail = details_of(where).get(outcome.case_id) or details_of(bad).get(outcome.case_id) or {}

@@ -86,7 +86,10 @@ def target_from_args(args: argparse.Namespace, commit: str | None = None) -> Tar
     repo = open_repo(tgt.src)
     pinned = pinned_core(repo, "HEAD", mlm, cache_dir(args))
     if pinned is None:
-        raise UsageError(f"{repo.path} pins no Megatron-LM at HEAD (no 3rdparty/Megatron-LM submodule)")
+        raise UsageError(
+            f"{repo.path} pins no Megatron-LM at HEAD (no 3rdparty/Megatron-LM submodule, "
+            "no megatron-core entry in uv.lock)"
+        )
     return dataclasses.replace(tgt, core=pinned.path, core_pin=pinned.pin)
 
 
@@ -131,10 +134,29 @@ def add_import_mode(p: argparse.ArgumentParser) -> None:
     )
 
 
-def add_fixtures(p: argparse.ArgumentParser) -> None:
+def add_roots(p: argparse.ArgumentParser) -> None:
+    """``--suites-dir`` and ``--fixtures``: the golden suites and goldens to use (see :mod:`harness.paths`)."""
     p.add_argument(
-        "--fixtures", type=Path, default=paths.FIXTURES_DIR, metavar="DIR", help="golden root (default fixtures/)"
+        "--suites-dir",
+        type=Path,
+        metavar="DIR",
+        help=f"directory of the golden suites, test_<suite>.py (default ${paths.SUITES_ENV}, else the "
+        "checkout's suites/ or the ones installed with the harness)",
     )
+    p.add_argument(
+        "--fixtures",
+        type=Path,
+        metavar="DIR",
+        help=f"golden root, <suite>/<case>.json (default ${paths.FIXTURES_ENV}, else the checkout's fixtures/ "
+        "or the ones installed with the harness)",
+    )
+
+
+def use_roots(args: argparse.Namespace) -> Path:
+    """Make the command's ``--suites-dir`` / ``--fixtures`` those of every process it starts;
+    returns the golden root."""
+    paths.use_roots(getattr(args, "suites_dir", None), getattr(args, "fixtures", None))
+    return paths.fixtures_dir()
 
 
 def add_verbosity(p: argparse.ArgumentParser, *, verbose: bool = False) -> None:
@@ -154,8 +176,8 @@ def add_out(p: argparse.ArgumentParser, default: str) -> None:
 
 
 def out_dir(args: argparse.Namespace, name: str) -> Path:
-    """``--out``, else ``reports/<name>``."""
-    return Path(args.out).expanduser() if args.out else paths.REPORTS_DIR / name
+    """``--out``, else ``reports/<name>`` under the current directory."""
+    return Path(args.out).expanduser() if args.out else paths.reports_dir() / name
 
 
 def add_cache_dir(p: argparse.ArgumentParser) -> None:
@@ -240,11 +262,10 @@ def executor_from_args(args: argparse.Namespace, slots: int, timeout_s: float | 
     from harness.executors import config
     from harness.executors.slurm import SlurmExecutor
 
-    source, table = config.find_table(Path.cwd())
     flags = {field: getattr(args, dest, None) for dest, field in SLURM_FLAGS.items()}
     if flags["time_min"] is not None:
         flags["time_min"] = config.parse_minutes(flags["time_min"])
-    opts = config.options_from(table, str(source or "[tool.harness.slurm]"), **flags)
+    opts = config.slurm_options(**flags)
     if timeout_s is not None and opts.time_min * 60 < timeout_s:
         print(
             f"warning: the SLURM time limit ({opts.time_min} min) is below --timeout ({timeout_s:.0f} s): jobs "

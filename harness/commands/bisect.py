@@ -8,6 +8,11 @@ print a warning rather than refuse (``--allow-dirty`` silences it), because refu
 stop a user from working in the repository while a long bisection runs, which is exactly
 what this design allows.
 
+With ``--megatron-lm``, a culprit that moved the pinned Megatron-LM is followed into Megatron-LM:
+its history between the two pins is bisected with MB held at the culprit (``--no-descend``
+stops at the bump). ``--mb-at SHA --mb-repo MB`` (or ``--mb-src TREE``) runs that second level
+directly: ``--repo`` is then the Megatron-LM repository and GOOD..BAD Megatron-LM commits.
+
 Exit codes: 0 every bisected case has a single first-bad commit; 1 some case is ambiguous,
 flaky or not reproduced, or nothing fails at BAD while passing at GOOD; 2 usage error
 (unknown ref, GOOD not an ancestor of BAD, empty range, unknown suite...).
@@ -20,14 +25,14 @@ import contextlib
 import datetime as _dt
 import sys
 from pathlib import Path
-from typing import TextIO
+from typing import TYPE_CHECKING, TextIO
 
 from harness import provenance, runner
-from harness.bisect.document import BisectDoc
-from harness.bisect.driver import BisectOptions, run_bisection
 from harness.commands import _args
 from harness.errors import UsageError
-from harness.report.terminal import bisect_summary_lines
+
+if TYPE_CHECKING:
+    from harness.bisect.document import BisectDoc
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -40,10 +45,18 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         "error, missing API) are skipped for that case. Verdicts are cached per (commit, suites, "
         "environment), so an interrupted bisection resumes where it stopped. The repository is "
         "only read, never checked out or modified. Writes bisect.json and report.html.",
-        epilog="example: harness bisect v0.5.0..main --repo ~/Megatron-Bridge -j 4 --suite in_batch_packing",
+        epilog="examples: harness bisect v0.5.0..main --repo ~/Megatron-Bridge -j 4 --suite in_batch_packing | "
+        "harness bisect GOOD..BAD --repo ~/Megatron-Bridge --megatron-lm ~/Megatron-LM (descends into pin bumps) | "
+        "harness bisect OLDPIN..NEWPIN --repo ~/Megatron-LM --mb-at SHA --mb-repo ~/Megatron-Bridge",
     )
     p.add_argument("range", metavar="GOOD..BAD", help="known good and known bad commits (any git revision names)")
-    p.add_argument("--repo", required=True, type=Path, metavar="PATH", help="the Megatron-Bridge git repository")
+    p.add_argument(
+        "--repo",
+        required=True,
+        type=Path,
+        metavar="PATH",
+        help="the Megatron-Bridge git repository (with --mb-at or --mb-src: the Megatron-LM repository)",
+    )
     p.add_argument(
         "--first-parent", action="store_true", help="follow only the first parent of merges (bisect merges as units)"
     )
@@ -59,6 +72,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--no-cache", action="store_true", help="ignore (and do not add to) the verdict cache")
     _args.add_cache_dir(p)
     _args.add_suites(p)
+    _args.add_roots(p)
     _args.add_out(p, "reports/bisect-<timestamp>")
     p.add_argument(
         "--allow-dirty",
@@ -66,6 +80,28 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         help="do not warn about uncommitted changes in --repo (they are never bisected)",
     )
     _args.add_megatron_lm(p)
+    p.add_argument(
+        "--no-descend",
+        action="store_true",
+        help="with --megatron-lm: stop at a culprit that moves the Megatron-LM pin instead of bisecting "
+        "Megatron-LM between the two pins",
+    )
+    p.add_argument(
+        "--mlm-ancestry-path",
+        action="store_true",
+        help="walk Megatron-LM's history with --ancestry-path instead of its first-parent chain (the default "
+        "on Megatron-LM, at the second level and with --mb-at/--mb-src)",
+    )
+    held = p.add_argument_group(
+        "second level directly",
+        "bisect --repo as a Megatron-LM repository with Megatron-Bridge held fixed, "
+        "GOOD..BAD being Megatron-LM commits (e.g. the old and the new pin of a bump)",
+    )
+    held.add_argument("--mb-at", metavar="SHA", help="hold Megatron-Bridge at this commit of --mb-repo")
+    held.add_argument("--mb-repo", type=Path, metavar="PATH", help="the Megatron-Bridge repository holding --mb-at")
+    held.add_argument(
+        "--mb-src", type=Path, metavar="PATH", help="hold Megatron-Bridge at this source tree (a checkout or its src/)"
+    )
     p.add_argument(
         "--changed",
         action="store_true",
@@ -121,16 +157,24 @@ def parse_range(text: str) -> tuple[str, str]:
 
 
 def run(args: argparse.Namespace, out: TextIO = sys.stdout) -> int:
+    from harness.bisect.driver import BisectOptions, run_bisection  # GitPython: not needed by --help
+    from harness.report.terminal import bisect_summary_lines
+
     good, bad = parse_range(args.range)
     repo_url = provenance.checked_repo_url(args.repo_url)
-    if args.suite:
-        runner.suite_files(args.suite)  # unknown suite names: usage error before any git work
+    _args.use_roots(args)
+    runner.suite_files(args.suite)  # no suites, unknown suite names: one-line error before any git work
+    second = args.mb_at is not None or args.mb_src is not None
+    if args.no_descend and args.megatron_lm is None:
+        raise UsageError("--no-descend only applies with --megatron-lm (it stops at a Megatron-LM pin bump)")
+    if args.mlm_ancestry_path and args.megatron_lm is None and not second:
+        raise UsageError("--mlm-ancestry-path walks Megatron-LM's history: give --megatron-lm, --mb-at or --mb-src")
     out_dir = _args.out_dir(args, f"bisect-{_dt.datetime.now().strftime('%Y%m%d-%H%M%S')}")
     opts = BisectOptions(
         repo=args.repo,
         good=good,
         bad=bad,
-        first_parent=args.first_parent,
+        first_parent=args.first_parent or (second and not args.mlm_ancestry_path),
         jobs=args.jobs,
         retries=args.retries,
         timeout_s=args.timeout,
@@ -147,11 +191,20 @@ def run(args: argparse.Namespace, out: TextIO = sys.stdout) -> int:
         fork_servers=args.fork_servers,
         strict_good=args.strict_good,
         confirm=args.confirm,
+        descend=not args.no_descend,
+        mlm_first_parent=not args.mlm_ancestry_path,
+        mb_at=args.mb_at,
+        mb_repo=args.mb_repo,
+        mb_src=args.mb_src,
     )
     executor = _args.executor_from_args(args, args.jobs, args.timeout)
     with executor or contextlib.nullcontext():  # Ctrl-C (or any error) cancels the jobs in flight
         result = run_bisection(opts, executor=executor, progress=None if args.quiet else sys.stderr)
     result.doc.repo_url = repo_url or provenance.remote_url(args.repo)
+    mlm_url = provenance.remote_url(args.megatron_lm)  # a descent's commits are Megatron-LM's
+    for descent in result.doc.descents:
+        if descent.doc is not None:
+            descent.doc.repo_url = mlm_url
     json_path, report = write_outputs(result.doc, out_dir)
     print("\n".join(bisect_summary_lines(result.doc)), file=out)
     if result.message:

@@ -3,7 +3,8 @@
 ``record`` runs the suites in record mode against the target (obtained values go to a
 staging directory, never into ``fixtures/``), shows for every case whether its golden is new,
 changed (with the diff) or unchanged, and writes new/changed goldens only with ``--yes`` or an
-interactive "y". ``verify`` reads every golden and reports corrupt ones.
+interactive "y", and never into the goldens installed with the harness (``--fixtures DIR`` for
+a copy). ``verify`` reads every golden and reports corrupt ones; finding none fails.
 """
 
 from __future__ import annotations
@@ -12,15 +13,15 @@ import argparse
 import shutil
 import sys
 from pathlib import Path
-from typing import TextIO
+from typing import TYPE_CHECKING, TextIO
 
-from harness import runner
+from harness import paths, runner
 from harness.commands import _args
-from harness.errors import CorruptFile, HarnessError
-from harness.golden.compare import Comparator
-from harness.golden.storage import golden_path, read_golden, write_golden
-from harness.results import RunResult
+from harness.errors import CorruptFile, HarnessError, UsageError
 from harness.target import require_mb
+
+if TYPE_CHECKING:
+    from harness.results import RunResult
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -36,14 +37,25 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     _args.add_cache_dir(rec)
     _args.add_suites(rec)
     rec.add_argument("--yes", action="store_true", help="write the new and changed goldens without asking")
-    _args.add_fixtures(rec)
+    _args.add_roots(rec)
+    _args.add_timeout(rec, "the suite process")
+    _args.add_jobs(rec, "pytest-xdist workers")
+    _args.add_verbosity(rec, verbose=True)
     rec.set_defaults(func=record)
     ver = fsub.add_parser("verify", help="check that every golden file parses")
-    _args.add_fixtures(ver)
+    _args.add_roots(ver)
     ver.set_defaults(func=verify)
 
 
 def record(args: argparse.Namespace, out: TextIO = sys.stdout) -> int:
+    from harness.golden.storage import read_golden, write_golden  # numpy: not needed by --help
+
+    fixtures = _args.use_roots(args)
+    bundled = paths.is_bundled(fixtures)  # the installed package's goldens: shown, never rewritten
+    if bundled and args.yes:
+        raise UsageError(
+            f"{fixtures} holds the goldens installed with the harness; record into your own copy with --fixtures DIR"
+        )
     tgt = _args.target_from_args(args)
     require_mb(tgt)
     staging = runner.temp_out_dir()
@@ -53,18 +65,24 @@ def record(args: argparse.Namespace, out: TextIO = sys.stdout) -> int:
             keyword=args.keyword,
             record=True,
             obtained_dir=staging / "obtained",
-            fixtures_dir=args.fixtures,
+            fixtures_dir=fixtures,
+            timeout_s=args.timeout,
+            jobs=args.jobs,
+            verbose=args.verbose,
         )
-        result = runner.run_suites(tgt, opts, staging, progress=None)
+        result = runner.run_suites(tgt, opts, staging, progress=None if args.quiet else sys.stderr)
         broken = [c for c in result.cases if c.verdict.value in ("fail", "error")]
         for c in broken:
             print(f"not recordable: {c.case_id}: {c.message.splitlines()[0] if c.message else ''}", file=out)
-        changes = _changes(staging / "obtained", args.fixtures, out)
-        stale = [] if args.keyword else _stale(args.fixtures, result, out)
+        changes = _changes(staging / "obtained", fixtures, out)
+        stale = [] if args.keyword else _stale(fixtures, result, out)
         changes += [(None, path) for path in stale]
         if not changes:
             print("goldens are up to date; nothing to write", file=out)
             return 1 if broken else 0
+        if bundled:
+            print(f"nothing written: {fixtures} is installed with the harness; use --fixtures DIR", file=out)
+            return 1
         if not (args.yes or _confirm(f"write {len(changes)} golden file(s)?")):
             print(f"nothing written; rerun with --yes to accept these {len(changes)} change(s)", file=out)
             return 1
@@ -74,7 +92,7 @@ def record(args: argparse.Namespace, out: TextIO = sys.stdout) -> int:
                 dest.with_suffix(".npz").unlink(missing_ok=True)
             else:
                 write_golden(dest, read_golden(src))
-        print(f"wrote {len(changes)} golden file(s) under {args.fixtures}", file=out)
+        print(f"wrote {len(changes)} golden file(s) under {fixtures}", file=out)
         return 1 if broken else 0
     finally:
         shutil.rmtree(staging, ignore_errors=True)
@@ -82,6 +100,9 @@ def record(args: argparse.Namespace, out: TextIO = sys.stdout) -> int:
 
 def _changes(obtained_root: Path, fixtures_root: Path, out: TextIO) -> list[tuple[Path | None, Path]]:
     """Compare staged values with goldens; print new/changed ones; return what to write."""
+    from harness.golden.compare import Comparator
+    from harness.golden.storage import golden_path, read_golden
+
     changes: list[tuple[Path | None, Path]] = []
     for src in sorted(obtained_root.rglob("*.json")):
         new = read_golden(src)
@@ -110,6 +131,8 @@ def _stale(fixtures_root: Path, result: RunResult, out: TextIO) -> list[Path]:
     a known MB bug, a failure before its golden check, an error) keeps its golden. A suite that
     did not report its cases (it crashed or timed out: a ``suite::*`` placeholder) keeps all.
     """
+    from harness.golden.storage import read_golden
+
     collected = {c.case_id for c in result.cases}
     whole_suite_lost = {c.suite for c in result.cases if c.case_id.endswith("::*")}
     stale = []
@@ -134,9 +157,10 @@ def _confirm(question: str) -> bool:
 def verify(args: argparse.Namespace, out: TextIO = sys.stdout) -> int:
     """Every golden parses, and so does the reviewed known-failures file beside them."""
     from harness import known
+    from harness.golden.storage import read_golden
 
     bad = 0
-    root = Path(args.fixtures)
+    root = paths.require_fixtures(_args.use_roots(args))
     known_file = root / known.FILENAME
     try:
         entries = known.load(known_file)
@@ -153,4 +177,7 @@ def verify(args: argparse.Namespace, out: TextIO = sys.stdout) -> int:
             bad += 1
             print(f"corrupt: {exc}", file=out)
     print(f"{len(files) - bad} golden file(s) ok, {bad} corrupt", file=out)
+    if not files:  # "0 ok, 0 corrupt" is no verification
+        print(f"harness: no golden files under {root}: nothing verified", file=sys.stderr)
+        return 1
     return 1 if bad else 0

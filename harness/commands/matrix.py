@@ -3,11 +3,14 @@
 Each ref's ``src`` is materialised from a private mirror of ``--repo`` under the cache
 directory (:class:`harness.workspaces.WorkspaceCache`: ``git archive`` streamed, ``--repo`` only
 read; ``src`` only, because mirrors may lack large docs blobs) and kept for later runs. Each
-ref is run with :func:`harness.runner.run_suites`; the table shows pass/fail/untestable/error
-counts per suite, and ``matrix.json`` keeps every run's cases.
+ref is run with :func:`harness.runner.run_suites`; the table shows verdict counts per suite and
+the share of untestable CPU cases, and ``matrix.json`` (typed rows, :mod:`harness.matrix`) and
+``matrix.html`` keep every ref's result.
 
 Default refs: the last v0.1 tag (no v0.1.0 final was tagged, so the newest v0.1.0rc*), every
-release tag vX.Y.Z from v0.2.0 through v0.6.0, and the newest commit (HEAD).
+release tag vX.Y.Z from v0.2.0, and the newest commit (HEAD). ``--sample N`` replaces HEAD with
+N commits evenly spaced along ``--first-parent`` HEAD from the oldest release's fork point (or
+``--since``). ``--megatron-lm`` runs each ref with the megatron-core it pins (:mod:`harness.pins`).
 Exit code: 0 when no case is ERROR (failures are MB behaviour, reported in the table), 1 otherwise.
 
 With ``--executor slurm`` every ref is one SLURM job (``-j`` of them in flight): the refs are
@@ -20,26 +23,25 @@ from __future__ import annotations
 import argparse
 import re
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, TextIO
 
 from harness import runner
-from harness.atomicio import write_versioned_json
 from harness.commands import _args
-from harness.errors import UsageError
-from harness.executors import shards
-from harness.gitrepo import open_repo
-from harness.results import RunResult
+from harness.errors import GitError, UsageError
+from harness.progress import Progress
 from harness.target import Target
 from harness.verdict import Verdict
-from harness.workspaces import WorkspaceCache, workspace_dir_for
 
-if TYPE_CHECKING:
+if TYPE_CHECKING:  # the rest loads with the command, not with ``--help`` (GitPython, jinja2, sqlite3)
+    from harness import matrix
     from harness.executors.slurm import SlurmExecutor
+    from harness.gitrepo import GitRepo
+    from harness.results import RunResult
+    from harness.workspaces import WorkspaceCache
 
 MATRIX_CACHE = "matrix-src"  # under the per-user cache directory, never in the checkout
-_RELEASE = re.compile(r"^v(\d+)\.(\d+)\.(\d+)$")
-_RC01 = re.compile(r"^v0\.1\.0rc(\d+)$")
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -50,24 +52,45 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         "golden suites on it and print a ref x suite table of pass/fail/untestable/error.",
     )
     p.add_argument("--repo", required=True, type=Path, help="MB git repository or bare mirror")
-    p.add_argument("--refs", help="comma-separated refs (default: newest v0.1.0rc*, v0.2.0..v0.6.0 releases, HEAD)")
+    p.add_argument("--refs", help="comma-separated refs (default: newest v0.1.0rc*, every vX.Y.Z from v0.2.0, HEAD)")
     _args.add_suites(p, keyword=False)
     _args.add_import_mode(p)
+    _args.add_roots(p)
     _args.add_out(p, "reports/matrix-<run-id>")
     _args.add_cache_dir(p)
     _args.add_timeout(p, "one ref's suite process")
     _args.add_verbosity(p)
     _args.add_jobs(p, "refs in flight with --executor slurm (here, refs run one after another)")
     _args.add_executor(p, "the refs (one job per ref)")
+    _args.add_megatron_lm(p)
+    p.add_argument(
+        "--sample",
+        type=_args.positive_int,
+        metavar="N",
+        help="besides the release tags, N commits evenly spaced along --first-parent HEAD",
+    )
+    p.add_argument(
+        "--since",
+        metavar="REF",
+        help="with --sample: first commit of the sampled range (default: where the oldest release tag forked "
+        "from HEAD)",
+    )
     p.set_defaults(func=run)
 
 
-def default_refs(tags: list[str]) -> list[str]:
-    rc01 = sorted((int(m.group(1)), t) for t in tags if (m := _RC01.match(t)))
-    rel = sorted((tuple(map(int, m.groups())), t) for t in tags if (m := _RELEASE.match(t)))
-    refs = [rc01[-1][1]] if rc01 else []
-    refs += [t for v, t in rel if (0, 2, 0) <= v <= (0, 6, 0)]
-    return refs + ["HEAD"]
+def select_refs(repo: GitRepo, args: argparse.Namespace) -> list[tuple[str, str]]:
+    """(ref, kind) to run: --refs as given, else the release tags plus HEAD or the --sample commits."""
+    from harness import matrix
+
+    if args.refs:
+        return [(r.strip(), "ref") for r in args.refs.split(",") if r.strip()]
+    releases = matrix.release_refs(repo.tags())
+    if args.sample is None:
+        return [(r, "release") for r in releases] + [("HEAD", "ref")]
+    since = args.since or matrix.default_since(repo, releases)
+    return [(r, "release") for r in releases] + [
+        (sha[:9], "sample") for sha in matrix.sample_first_parent(repo, args.sample, since)
+    ]
 
 
 def export_src(workspaces: WorkspaceCache, ref: str) -> tuple[Path, str]:
@@ -80,90 +103,133 @@ def export_src(workspaces: WorkspaceCache, ref: str) -> tuple[Path, str]:
 
 
 def run(args: argparse.Namespace, out: TextIO = sys.stdout) -> int:
+    from harness import matrix
+    from harness.gitrepo import open_repo
+    from harness.pins import pinned_core
+    from harness.report.matrix import render_matrix_report
+    from harness.workspaces import WorkspaceCache, workspace_dir_for
+
+    _args.use_roots(args)
     if not Path(args.repo).expanduser().exists():
         raise UsageError(f"--repo {args.repo}: no such directory")
     repo = open_repo(args.repo)
-    refs = [r.strip() for r in args.refs.split(",") if r.strip()] if args.refs else default_refs(repo.tags())
+    refs = select_refs(repo, args)
     workspaces = WorkspaceCache(workspace_dir_for(_args.cache_dir(args) / MATRIX_CACHE, repo), repo, paths=("src",))
     out_dir = _args.out_dir(args, f"matrix-{runner.new_run_id()}")
     out_dir.mkdir(parents=True, exist_ok=True)
+    mlm = str(args.megatron_lm) if args.megatron_lm else None
+    gpu = matrix.gpu_suites()
     opts = runner.RunOptions(suites=args.suite, timeout_s=args.timeout, import_mode=args.import_mode)
     executor = _args.executor_from_args(args, args.jobs, args.timeout)
-    rows: list[dict] = []
+    rows: list[matrix.MatrixRow] = []
+    todo: list[_RefItem] = []
+    seen: set[str] = set()
+    for ref, kind in refs:
+        src, sha = export_src(workspaces, ref)
+        if sha in seen:  # a sampled commit that is also a release tag
+            continue
+        seen.add(sha)
+        date = repo.committed_date(sha)
+        tgt = Target(src=src, commit=sha)
+        if args.megatron_lm is not None:
+            try:
+                pinned = pinned_core(repo, sha, args.megatron_lm, _args.cache_dir(args))
+            except GitError as exc:
+                rows.append(matrix.row_unavailable(ref, kind, sha, date, f"pinned megatron-core unavailable: {exc}"))
+                continue
+            if pinned is not None:
+                tgt = Target(src=src, commit=sha, core=pinned.path, core_pin=pinned.pin)
+        todo.append(_RefItem(ref, kind, sha, date, tgt, out_dir / re.sub(r"[^A-Za-z0-9._-]", "_", ref)))
     if executor is not None:
         with executor:
-            rows = _run_as_jobs(workspaces, refs, opts, out_dir, executor)
-        write_versioned_json(out_dir / "matrix.json", "harness-matrix", 1, {"repo": str(repo.path), "refs": rows})
+            rows += _run_as_jobs(todo, opts, out_dir, executor, gpu)
     else:
-        for ref in refs:
-            src, sha = export_src(workspaces, ref)
-            if not args.quiet:
-                print(f"matrix: {ref} ({sha[:9]})", file=sys.stderr)
-            ref_dir = _ref_dir(out_dir, ref)
-            result = runner.run_suites(Target(src=src, commit=sha), opts, ref_dir, progress=None)
-            rows.append(_row(ref, sha, result, ref_dir))
-            write_versioned_json(out_dir / "matrix.json", "harness-matrix", 1, {"repo": str(repo.path), "refs": rows})
+        with Progress(None if args.quiet else sys.stderr, "matrix", total=len(todo)) as progress:
+            for item in todo:
+                progress.update(status=f"running {item.ref} ({item.sha[:9]}, {item.date[:10]})")
+                result = runner.run_suites(item.target, opts, item.out, progress=None)
+                rows.append(item.row(result, gpu))
+                matrix.save(out_dir / "matrix.json", str(repo.path), mlm, rows)
+                counts = ", ".join(f"{n} {k}" for k, n in result.counts().items() if n)
+                progress.step(
+                    f"{item.ref} ({item.sha[:9]}): {counts or 'no case'} in {result.duration_s:.0f} s", status=""
+                )
+    matrix.save(out_dir / "matrix.json", str(repo.path), mlm, rows)
+    html = render_matrix_report(rows, out_dir / "matrix.html", repo=str(repo.path), megatron_lm=mlm)
     print_table(rows, out)
-    print(f"\nmatrix: {out_dir / 'matrix.json'}", file=out)
-    return 1 if any(p["verdict"] == Verdict.ERROR.value for r in rows for p in r["problems"]) else 0
+    print(f"\nmatrix: {out_dir / 'matrix.json'}\nreport: {html}", file=out)
+    return 1 if any(p["verdict"] == Verdict.ERROR.value for r in rows for p in r.problems) else 0
 
 
-def _ref_dir(out_dir: Path, ref: str) -> Path:
-    return out_dir / re.sub(r"[^A-Za-z0-9._-]", "_", ref)
+@dataclass(frozen=True)
+class _RefItem:
+    """One ref to run: exported, its megatron-core resolved, its output directory named."""
 
+    ref: str
+    kind: str
+    sha: str
+    date: str
+    target: Target
+    out: Path
 
-def _row(ref: str, sha: str, result: RunResult, ref_dir: Path) -> dict:
-    suites = sorted({c.suite for c in result.cases})
-    return {
-        "ref": ref,
-        "commit": sha,
-        "mb_version": result.versions.get("megatron-bridge"),
-        "import_mode": result.import_mode,
-        "duration_s": result.duration_s,
-        "suites": {suite: result.counts(suite) for suite in suites},
-        "problems": [
-            {"case_id": c.case_id, "verdict": c.verdict.value, "message": c.message[:4000]}
-            for c in result.cases
-            if c.verdict is not Verdict.PASS
-        ],
-        "notes": result.notes,
-        "results": str(ref_dir / "results.json"),
-    }
+    def row(self, result: RunResult, gpu: set[str]) -> matrix.MatrixRow:
+        from harness import matrix
+
+        return matrix.row_from_run(self.ref, self.kind, self.sha, self.date, result, self.out / "results.json", gpu)
 
 
 def _run_as_jobs(
-    workspaces: WorkspaceCache, refs: list[str], opts: runner.RunOptions, out_dir: Path, executor: SlurmExecutor
-) -> list[dict]:
-    """One job per ref; the refs are materialised here first, into the cache directory the jobs see."""
-    items = []
-    for ref in refs:
-        src, sha = export_src(workspaces, ref)
-        items.append((ref, sha, str(src), str(_ref_dir(out_dir, ref))))
+    todo: list[_RefItem], opts: runner.RunOptions, out_dir: Path, executor: SlurmExecutor, gpu: set[str]
+) -> list[matrix.MatrixRow]:
+    """One job per ref; the refs were materialised here, into the cache directory the jobs see."""
+    from harness import matrix
+    from harness.executors import shards
+    from harness.results import RunResult
+
     executor.check_shared(also=[out_dir])
-    done = shards.run_jobs(executor, shards.RefRun(opts), items)
+    done = shards.run_jobs(executor, shards.RefRun(opts), [(item.target, str(item.out)) for item in todo])
     rows = []
-    for i, (ref, sha, _, ref_dir) in enumerate(items):
+    for i, item in enumerate(todo):
         result, logs = done[i]
         if isinstance(result, RunResult):
-            row = _row(ref, sha, result, Path(ref_dir))
-            row["notes"].append(f"ran as {shards.describe(logs)}")
+            row = item.row(result, gpu)
+            row.notes.append(f"ran as {shards.describe(logs)}")
         else:
-            case = shards.lost_case(ref, "(all)", result, logs)
-            problem = {"case_id": case.case_id, "verdict": case.verdict.value, "message": case.message}
-            row = {"ref": ref, "commit": sha, "mb_version": None, "import_mode": "", "duration_s": 0.0}
-            row.update({"suites": {}, "problems": [problem], "notes": [], "results": ""})
+            case = shards.lost_case(item.ref, "(all)", result, logs)
+            row = matrix.row_unavailable(item.ref, item.kind, item.sha, item.date, case.message)
+            row.problems.append({"case_id": case.case_id, "verdict": case.verdict.value, "message": case.message})
         rows.append(row)
     return rows
 
 
-def print_table(rows: list[dict], out: TextIO) -> None:
-    suites = sorted({s for r in rows for s in r["suites"]})
+def print_table(rows: list[matrix.MatrixRow], out: TextIO) -> None:
+    from harness import matrix
+
+    suites = sorted({s for r in rows for s in r.suites})
     width = max([len(s) for s in suites] + [10])
-    print(f"\n{'ref':<14}{'commit':<11}" + "".join(f"{s[:width]:>{width + 2}}" for s in suites), file=out)
-    print(f"{'':<25}" + "".join(f"{'p/f/u/e':>{width + 2}}" for _ in suites), file=out)
+    print(
+        f"\n{'ref':<12}{'commit':<11}{'date':<12}{'CPU':>5}{'untest':>8}{'%':>8}"
+        + "".join(f"{s[:width]:>{width + 2}}" for s in suites),
+        file=out,
+    )
+    print(f"{'':<56}" + "".join(f"{'p/f/u/e':>{width + 2}}" for _ in suites), file=out)
     for r in rows:
         cells = []
         for s in suites:
-            n = r["suites"].get(s)
-            cells.append(f"{n['pass']}/{n['fail']}/{n['untestable']}/{n['error']}" if n else "-")
-        print(f"{r['ref']:<14}{r['commit'][:9]:<11}" + "".join(f"{c:>{width + 2}}" for c in cells), file=out)
+            n = r.suites.get(s)
+            cells.append(f"{n['pass']}/{_failing(n)}/{n['untestable']}/{n['error']}" if n else "-")
+        mark = "" if r.meets_goal else " *"
+        print(
+            f"{r.ref:<12}{r.commit[:9]:<11}{r.date[:10]:<12}{r.cpu_cases:>5}{r.untestable_cpu:>8}"
+            f"{r.untestable_pct:>6.1f}{mark:<2}" + "".join(f"{c:>{width + 2}}" for c in cells),
+            file=out,
+        )
+    print(
+        f"(* untestable above {matrix.UNTESTABLE_GOAL_PCT:g}% of the CPU cases; f counts fail, changed and known-fail)",
+        file=out,
+    )
+
+
+def _failing(counts: dict[str, int]) -> int:
+    """Cases whose output differs from what the suite expects: failures, golden changes, known MB bugs."""
+    return sum(counts.get(v.value, 0) for v in (Verdict.FAIL, Verdict.CHANGED, Verdict.KNOWN_FAIL))

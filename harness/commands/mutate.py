@@ -1,29 +1,48 @@
-"""``harness mutate``: the mutation self-test of the suites.
+"""``harness mutate``: the mutation self-test of the oracle.
 
-For every fault of the catalogue (``harness/mutations/catalogue.json``), copy the installed
-Megatron-Bridge to a temporary directory, apply the fault, run the fault's suites (or every
-suite with ``--all-suites``) against the mutant with ``harness run --mb-src`` semantics, and
-report which cases caught it (FAIL verdicts; a mutant that only makes the harness ERROR is
-listed as "error only" and scored as escaped). A fault whose search text is not found is "not
-applicable" and does not count. Score = caught / applicable. Exit 0 when the score reaches
-``--min-score`` (default 0.9), 1 otherwise, 2 on usage errors.
+For every entry of the catalogue (``harness/mutations/catalogue.json``), runs the entry's suites
+on a temporary copy of the installed Megatron-Bridge with that entry's edits, and compares each
+case with the same case of the *baseline*, an unmutated copy run with exactly the same suites
+(one baseline per suite selection, shared by the entries that use it). Following
+:mod:`harness.mutations.scoring`, a fault is *caught by invariants* when some case shows a
+violation or failure the baseline did not have, *golden-only* when only goldens noticed, else
+*escaped* (a mutant that only makes the harness ERROR is "error only", scored as escaped). MB's
+own known bugs are in the baseline too, so they neither count as catches nor hide new ones.
+
+Score = faults caught by invariants / applicable catchable faults (golden-only catches are
+printed apart). Fix entries (edits that make MB more correct) are not scored: each must show no
+invariant-level difference from the baseline. Exit 0 when the score reaches ``--min-score``
+and no fix breaks an invariant, 1 otherwise, 2 on usage errors.
 """
 
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import shutil
 import sys
+import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, TextIO
+from typing import Any, Callable, TextIO
 
 from harness import runner
+from harness.atomicio import write_versioned_json
 from harness.commands import _args
-from harness.errors import UsageError
-from harness.mutations import CATALOGUE, Fault, installed_package_dir, load_catalogue, make_mutant
+from harness.errors import EnvironmentProblem, UsageError
+from harness.mutations import (
+    CATALOGUE,
+    Fault,
+    installed_package_dir,
+    load_catalogue,
+    make_mutant,
+    scoring,
+)
+from harness.progress import Progress
+from harness.results import RunResult
 from harness.target import Target
 from harness.verdict import Verdict
 
@@ -31,78 +50,254 @@ from harness.verdict import Verdict
 def add_parser(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
         "mutate",
-        help="mutation self-test: inject packing faults into a copy of MB",
-        description="Apply each catalogued fault to a temporary copy of the installed MB, run the "
-        "suites against it and print which cases caught it, plus the mutation score.",
+        help="mutation self-test: inject packing faults (and fixes) into a copy of MB",
+        description="Run the suites on an unmutated copy of the installed MB (baseline), then on a "
+        "copy with each catalogued fault or fix, and print which faults the oracle's "
+        "invariants caught (golden-only catches apart) and whether any fix breaks an "
+        "invariant.",
     )
-    p.add_argument("--fault", action="append", metavar="ID", help="fault id to run (repeatable; default all)")
+    p.add_argument("--fault", action="append", metavar="ID", help="catalogue entry to run (repeatable; default all)")
     _args.add_jobs(p, "mutants run in parallel")
     p.add_argument("--all-suites", action="store_true", help="run every golden suite against each mutant")
     p.add_argument("--catalogue", type=Path, default=CATALOGUE, help="fault catalogue (JSON)")
     _args.add_timeout(p, "one mutant's run", default=900.0)
-    p.add_argument("--min-score", type=float, default=0.9, help="exit 1 below this score (default 0.9)")
+    p.add_argument(
+        "--min-score", type=float, default=0.95, help="exit 1 below this invariant-only score (default 0.95)"
+    )
     _args.add_out(p, "reports/mutate-<run-id>: per-mutant results and summary.json")
     p.set_defaults(func=run)
 
 
-def run_fault(fault: Fault, out_dir: Path, *, all_suites: bool, timeout: float, pkg: Path) -> dict[str, Any]:
-    t0 = time.monotonic()
+@dataclass
+class Row:
+    """One catalogue entry's result (a row of the table and of summary.json)."""
+
+    id: str
+    layer: str
+    kind: str
+    catchable: bool
+    description: str
+    status: str
+    reason: str = ""
+    suites: list[str] = field(default_factory=list)
+    invariant_cases: dict[str, list[str]] = field(default_factory=dict)
+    golden_cases: dict[str, list[str]] = field(default_factory=dict)
+    error_cases: list[str] = field(default_factory=list)
+    fixed_cases: dict[str, list[str]] = field(default_factory=dict)
+    cases: int = 0
+    untestable: int = 0
+    duration_s: float = 0.0
+    notes: list[str] = field(default_factory=list)
+
+
+@dataclass
+class Summary:
+    """``summary.json`` (kind ``harness-mutate``): the scores, the baseline runs and every row."""
+
+    score: float
+    caught: int
+    golden_only: int
+    scored: int
+    fixes_clean: int
+    fixes: int
+    baselines: list[dict[str, Any]]
+    faults: list[Row]
+
+    def save(self, path: Path) -> None:
+        write_versioned_json(path, scoring.SUMMARY_KIND, scoring.SUMMARY_SCHEMA, asdict(self))
+
+
+def _digest(case_id: str, obtained: Path) -> str | None:
+    """What the case would record as its golden (value and sidecar), when a golden check wrote it."""
+    from harness.golden.storage import golden_path  # numpy: loaded with the command, not with --help
+
+    suite, _, case = case_id.partition("::")
+    path = golden_path(obtained, suite, case)
+    try:
+        doc = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, json.JSONDecodeError):
+        return None
+    h = hashlib.sha256(json.dumps(doc.get("value"), sort_keys=True).encode())
+    npz = path.with_suffix(".npz")
+    if npz.is_file():
+        import numpy as np
+
+        with np.load(npz, allow_pickle=False) as data:
+            for k in sorted(data.files):
+                h.update(k.encode() + data[k].tobytes())
+    return h.hexdigest()
+
+
+def evidence_of(result: RunResult, out_dir: Path) -> dict[str, scoring.Evidence]:
+    """Per case of a run written under ``out_dir``: what scoring compares."""
+    return {c.case_id: scoring.evidence(c, _digest(c.case_id, out_dir / "obtained")) for c in result.cases}
+
+
+def run_copy(
+    fault: Fault | None,
+    out_dir: Path,
+    suites: list[str] | None,
+    *,
+    timeout: float,
+    pkg: Path,
+    keyword: str | None = None,
+) -> RunResult | None:
+    """Run ``suites`` on a copy of MB with ``fault`` applied (None: the baseline); None when not applicable."""
     root = make_mutant(fault, pkg)
     if root is None:
-        return {
-            "id": fault.id,
-            "status": "not applicable",
-            "caught_by": [],
-            "duration_s": 0.0,
-            "description": fault.description,
-        }
+        return None
     try:
-        known = set(runner.available_suites())
-        suites = None if all_suites else [s for s in fault.suites if s in known] or None
-        opts = runner.RunOptions(suites=suites, timeout_s=timeout)
-        result = runner.run_suites(Target(src=root), opts, out_dir / fault.id, progress=None)
+        opts = runner.RunOptions(suites=suites, keyword=keyword, timeout_s=timeout)
+        return runner.run_suites(Target(src=root), opts, out_dir, progress=None)
     finally:
         shutil.rmtree(root, ignore_errors=True)
-    caught = [c.case_id for c in result.cases if c.verdict is Verdict.FAIL]
-    errored = [c.case_id for c in result.cases if c.verdict is Verdict.ERROR]
-    untestable = [c.case_id for c in result.cases if c.verdict is Verdict.UNTESTABLE]
-    # only a FAIL verdict (an assertion or golden mismatch) counts as caught; a mutant that only
-    # crashes the harness is reported separately and scored as escaped (conservative)
-    status = "caught" if caught else ("error only" if errored else "escaped")
-    return {
-        "id": fault.id,
-        "status": status,
-        "caught_by": caught,
-        "errored": errored,
-        "untestable": len(untestable),
-        "cases": len(result.cases),
-        "suites": suites or "all",
-        "duration_s": round(time.monotonic() - t0, 1),
-        "description": fault.description,
-        "notes": result.notes,
-    }
 
 
-def score(rows: list[dict[str, Any]]) -> tuple[int, int, float]:
-    applicable = [r for r in rows if r["status"] != "not applicable"]
-    caught = sum(r["status"] == "caught" for r in applicable)
-    return caught, len(applicable), (caught / len(applicable) if applicable else 0.0)
+def fault_suites(fault: Fault, all_suites: bool) -> list[str] | None:
+    known = set(runner.available_suites())
+    return None if all_suites else [s for s in fault.suites if s in known] or None
 
 
-def print_table(rows: list[dict[str, Any]], out: TextIO) -> None:
-    width = max([len(r["id"]) for r in rows] + [5])
-    print(f"{'fault':<{width}}  {'status':<15} caught by", file=out)
-    print("-" * (width + 40), file=out)
+def score_fault(
+    fault: Fault,
+    baseline: dict[str, scoring.Evidence],
+    out_dir: Path,
+    *,
+    all_suites: bool,
+    timeout: float,
+    pkg: Path,
+    keyword: str | None = None,
+) -> Row:
+    """Run one entry and compare it with the baseline's evidence."""
+    t0 = time.monotonic()
+    suites = fault_suites(fault, all_suites)
+    row = Row(
+        fault.id,
+        fault.layer,
+        fault.kind,
+        fault.catchable,
+        fault.description,
+        scoring.Status.NOT_APPLICABLE.value,
+        fault.reason,
+        suites or ["all"],
+    )
+    result = run_copy(fault, out_dir / fault.id, suites, timeout=timeout, pkg=pkg, keyword=keyword)
+    if result is None:
+        return row
+    outcome = scoring.score(baseline, evidence_of(result, out_dir / fault.id), fix=fault.is_fix)
+    row.status = outcome.status.value
+    row.invariant_cases, row.golden_cases = outcome.invariant_cases, outcome.golden_cases
+    row.error_cases, row.fixed_cases = outcome.error_cases, outcome.fixed_cases
+    row.cases = len(result.cases)
+    row.untestable = sum(c.verdict is Verdict.UNTESTABLE for c in result.cases)
+    row.notes = result.notes
+    row.duration_s = round(time.monotonic() - t0, 1)
+    return row
+
+
+def run_baseline(
+    out_dir: Path, suites: list[str] | None, *, timeout: float, pkg: Path, keyword: str | None = None
+) -> tuple[RunResult, dict[str, scoring.Evidence]]:
+    """The unmutated copy on ``suites``, written to ``out_dir``; no decisive verdict is an environment problem."""
+    result = run_copy(None, out_dir, suites, timeout=timeout, pkg=pkg, keyword=keyword)
+    assert result is not None  # the unmutated copy always applies
+    decisive = [c for c in result.cases if c.verdict.is_decisive]
+    if not decisive:
+        raise EnvironmentProblem(
+            "the baseline (unmutated MB) gave no decisive verdict; nothing can be scored: "
+            + "; ".join(result.notes[:3])
+        )
+    return result, evidence_of(result, out_dir)
+
+
+class Baselines:
+    """Baseline runs, one per suite selection, made when an entry first needs one and then shared.
+
+    A mutant is compared with a run of exactly its own selection because the suites of one
+    import group share a pytest process: a suite that fails to collect (or a slow one timing out)
+    changes what its neighbours report, so a baseline over other suites would not be comparable.
+    """
+
+    def __init__(self, out_dir: Path, *, timeout: float, pkg: Path, say: Callable[[str], None] | None = None) -> None:
+        self.out_dir, self.timeout, self.pkg = out_dir, timeout, pkg
+        self.say = say or (lambda text: print(f"[mutate] {text}", file=sys.stderr, flush=True))
+        self._lock = threading.Lock()
+        self._locks: dict[tuple[str, ...], threading.Lock] = {}
+        self._runs: dict[tuple[str, ...], tuple[RunResult, dict[str, scoring.Evidence], Path]] = {}
+
+    def get(self, suites: list[str] | None) -> dict[str, scoring.Evidence]:
+        key = tuple(sorted(suites)) if suites else ("all",)
+        with self._lock:
+            lock = self._locks.setdefault(key, threading.Lock())
+        with lock:
+            if key not in self._runs:
+                t0 = time.monotonic()
+                out = self.out_dir / f"baseline-{len(self._locks)}-{'+'.join(key)}"
+                result, evidence = run_baseline(out, suites, timeout=self.timeout, pkg=self.pkg)
+                self._runs[key] = (result, evidence, out)
+                self.say(f"baseline {'+'.join(key)}: {len(result.cases)} cases ({time.monotonic() - t0:.0f} s)")
+            return self._runs[key][1]
+
+    def describe(self) -> list[dict[str, Any]]:
+        return [
+            {
+                "suites": list(key),
+                "dir": str(out),
+                "cases": len(result.cases),
+                "counts": result.counts(),
+                "notes": result.notes,
+            }
+            for key, (result, _, out) in sorted(self._runs.items())
+        ]
+
+
+def _shown(cases: dict[str, list[str]] | list[str], n: int = 2) -> str:
+    names = list(cases)
+    text = ", ".join(c.split("::", 1)[-1] for c in names[:n])
+    return text + (f" (+{len(names) - n} more)" if len(names) > n else "")
+
+
+def print_table(rows: list[Row], out: TextIO) -> None:
+    width = max([len(r.id) for r in rows] + [5])
+    print(f"{'entry':<{width}}  {'layer':<11} {'status':<17} cases", file=out)
+    print("-" * (width + 60), file=out)
     for r in rows:
-        cases = r["caught_by"]
-        shown = ", ".join(cases[:3]) + (f" (+{len(cases) - 3} more)" if len(cases) > 3 else "")
-        print(f"{r['id']:<{width}}  {r['status']:<15} {shown or '-'}", file=out)
-    caught, applicable, s = score(rows)
-    na = sum(r["status"] == "not applicable" for r in rows)
-    print(f"\nmutation score: {caught}/{applicable} = {s:.1%}  ({na} not applicable)", file=out)
-    escaped = [r["id"] for r in rows if r["status"] in ("escaped", "error only")]
+        cases = r.invariant_cases or r.golden_cases or r.error_cases
+        status = r.status + ("" if r.catchable else " (n/c)")
+        first = next(iter(r.invariant_cases.values()), [""])[0] if r.invariant_cases else ""
+        print(
+            f"{r.id:<{width}}  {r.layer:<11} {status:<17} {_shown(cases) or '-'}" + (f"  [{first}]" if first else ""),
+            file=out,
+        )
+    s = scoring.overall([asdict(r) for r in rows])
+    faults = [r for r in rows if r.kind == "fault" and r.status != scoring.Status.NOT_APPLICABLE.value]
+    na = sum(r.status == scoring.Status.NOT_APPLICABLE.value for r in rows)
+    print(f"\ninvariant-only score: {s.caught}/{s.scored} = {s.value:.1%}  ({na} not applicable)", file=out)
+    golden = [r.id for r in faults if r.catchable and r.status == scoring.Status.GOLDEN_ONLY.value]
+    print(
+        f"golden-only catches: {len(golden)}"
+        + (f" ({', '.join(golden)})" if golden else "")
+        + f"; with goldens: {s.with_goldens:.1%}",
+        file=out,
+    )
+    escaped = [
+        r.id
+        for r in faults
+        if r.catchable and r.status in (scoring.Status.ESCAPED.value, scoring.Status.ERROR_ONLY.value)
+    ]
     if escaped:
         print("escaped: " + ", ".join(escaped), file=out)
+    for r in faults:
+        if not r.catchable:
+            print(f"not catchable here (n/c, not scored): {r.id}: {r.status}; {r.reason}", file=out)
+    for r in rows:
+        if r.kind == "fix" and r.status != scoring.Status.NOT_APPLICABLE.value:
+            verdict = "OK" if r.status == scoring.Status.CLEAN.value else "ORACLE OR FIX WRONG"
+            print(
+                f"fix {r.id}: {r.status} [{verdict}]; removes baseline failures in {len(r.fixed_cases)} case(s)"
+                + (f"; new invariant-level differences in {_shown(r.invariant_cases, 4)}" if r.invariant_cases else ""),
+                file=out,
+            )
 
 
 def run(args: argparse.Namespace, out: TextIO = sys.stdout) -> int:
@@ -117,17 +312,22 @@ def run(args: argparse.Namespace, out: TextIO = sys.stdout) -> int:
     out_dir = _args.out_dir(args, f"mutate-{runner.new_run_id()}")
     out_dir.mkdir(parents=True, exist_ok=True)
 
-    def one(fault: Fault) -> dict[str, Any]:
-        row = run_fault(fault, out_dir, all_suites=args.all_suites, timeout=args.timeout, pkg=pkg)
-        print(f"[mutate] {fault.id}: {row['status']} ({row['duration_s']} s)", file=sys.stderr, flush=True)
+    def one(f: Fault) -> Row:
+        baseline = baselines.get(fault_suites(f, args.all_suites))
+        row = score_fault(f, baseline, out_dir, all_suites=args.all_suites, timeout=args.timeout, pkg=pkg)
+        progress.step(f"{f.id}: {row.status} ({row.duration_s} s)")
         return row
 
-    with ThreadPoolExecutor(max_workers=args.jobs) as pool:
+    with Progress(sys.stderr, "mutate", total=len(faults)) as progress, ThreadPoolExecutor(args.jobs) as pool:
+        baselines = Baselines(out_dir, timeout=args.timeout, pkg=pkg, say=progress.log)
         rows = list(pool.map(one, faults))
     print_table(rows, out)
-    caught, applicable, s = score(rows)
-    (out_dir / "summary.json").write_text(
-        json.dumps({"score": s, "caught": caught, "applicable": applicable, "faults": rows}, indent=2)
+    s = scoring.overall([asdict(r) for r in rows])
+    fixes = [r for r in rows if r.kind == "fix" and r.status != scoring.Status.NOT_APPLICABLE.value]
+    clean = sum(r.status == scoring.Status.CLEAN.value for r in fixes)
+    Summary(round(s.value, 4), s.caught, s.golden_only, s.scored, clean, len(fixes), baselines.describe(), rows).save(
+        out_dir / "summary.json"
     )
     print(f"\nsummary: {out_dir / 'summary.json'}", file=out)
-    return 0 if applicable and s >= args.min_score else 1
+    score_ok = s.scored == 0 or s.value >= args.min_score
+    return 0 if score_ok and clean == len(fixes) and (s.scored or fixes) else 1

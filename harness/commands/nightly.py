@@ -46,17 +46,17 @@ import subprocess
 import sys
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, TextIO
+from typing import TYPE_CHECKING, Any, TextIO
 
-from harness import gitrepo, gpucheck, history, paths, provenance, runner
+from harness import gpucheck, paths, provenance, runner
 from harness.commands import _args
 from harness.errors import HarnessError, UsageError
-from harness.executors.shards import run_suites_with
-from harness.report import render_run_report, render_trend_report, write_junit
-from harness.report.terminal import print_run_summary
 from harness.results import RunResult
 from harness.target import Target, require_mb
 from harness.verdict import Verdict
+
+if TYPE_CHECKING:
+    from harness import gitrepo
 
 BISECT_DIR = "bisect"
 #: Address of the bisect report as seen from DIR/trend.html.
@@ -79,9 +79,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--history",
         type=Path,
-        default=paths.DEFAULT_HISTORY,
         metavar="FILE",
-        help="parquet history store (default reports/history.parquet; created when missing)",
+        help="parquet history store (default reports/history.parquet under the current directory; "
+        "created when missing)",
     )
     _args.add_out(p, "reports/nightly-<run-id>")
     _args.add_suites(p, keyword=False)
@@ -108,7 +108,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         help="with --auto-bisect, do not check each culprit by reverting it on top of this nightly's "
         "commit (harness bisect --confirm, on by default here)",
     )
-    _args.add_fixtures(p)
+    _args.add_roots(p)
     _args.add_timeout(p, "the suite process")
     _args.add_jobs(p, "pytest-xdist workers (with --executor slurm: jobs in flight, for the bisection too)")
     _args.add_verbosity(p, verbose=True)
@@ -135,11 +135,17 @@ class BisectPlan:
 
 
 def run(args: argparse.Namespace, out: TextIO = sys.stdout) -> int:
+    from harness import history  # pandas, jinja2: not needed by --help
+    from harness.executors.shards import run_suites_with
+    from harness.report import render_run_report, render_trend_report, write_junit
+    from harness.report.terminal import print_nothing_ran, print_run_summary
+
+    fixtures = _args.use_roots(args)
     repo = _check_args(args)
     gpu_suites = gpucheck.check_selection(runner.suite_files(args.suite)) if args.require_gpu else []
     tgt = _target(args)
     require_mb(tgt)
-    store = Path(args.history).expanduser().resolve()
+    store = Path(args.history or paths.default_history()).expanduser().resolve()
     history.load(store)  # a corrupt or too-new store fails now, not after hours of suites
     run_id = runner.new_run_id()
     out_dir = _args.out_dir(args, f"nightly-{run_id}").resolve()
@@ -149,7 +155,7 @@ def run(args: argparse.Namespace, out: TextIO = sys.stdout) -> int:
         suites=args.suite,
         timeout_s=args.timeout,
         jobs=args.jobs,
-        fixtures_dir=args.fixtures,
+        fixtures_dir=fixtures,
         verbose=args.verbose,
         repo_url=provenance.checked_repo_url(args.repo_url),
     )
@@ -181,11 +187,7 @@ def run(args: argparse.Namespace, out: TextIO = sys.stdout) -> int:
         gpucheck.check_result(result, gpu_suites)
 
     if args.auto_bisect:
-        executor_args = _args.executor_argv(args) + (["-j", str(args.jobs)] if args.executor == "slurm" else [])
-        executor_args += ["--repo-url", args.repo_url] if args.repo_url else []  # the bisect links like the night
-        plan = plan_bisect(
-            tr, repo, out_dir / BISECT_DIR, cache_dir=args.cache_dir, confirm=args.confirm, extra=executor_args
-        )
+        plan = plan_bisect(tr, repo, out_dir / BISECT_DIR, BisectEnv.of(args), confirm=args.confirm)
         links = _execute(plan, out_dir / BISECT_DIR, out)
         if links:
             render_trend_report(store, trend_page, bisect_links=links)
@@ -193,6 +195,7 @@ def run(args: argparse.Namespace, out: TextIO = sys.stdout) -> int:
     print(
         f"\ntrend:   {trend_page}\nreport:  {report}\njunit:   {junit}\nresults: {run_dir / 'results.json'}", file=out
     )
+    print_nothing_ran(result, sys.stderr)
     code = result.exit_code(allow_changed=args.allow_changed)
     return 1 if tr["newly_untestable"] else code
 
@@ -204,6 +207,8 @@ def run(args: argparse.Namespace, out: TextIO = sys.stdout) -> int:
 
 def _check_args(args: argparse.Namespace) -> gitrepo.GitRepo | None:
     """Usage errors before anything runs; the opened --repo when bisecting."""
+    from harness import gitrepo
+
     runner.suite_files(args.suite)  # unknown suite names
     if args.auto_bisect and args.repo is None:
         raise UsageError("--auto-bisect needs --repo MB_CHECKOUT (the git checkout to bisect in)")
@@ -215,9 +220,9 @@ def _check_args(args: argparse.Namespace) -> gitrepo.GitRepo | None:
 
 
 def _target(args: argparse.Namespace) -> Target:
-    if args.mb_src is None:
+    if args.mb_src is None and args.megatron_lm is None:
         return Target(None, args.commit)  # the installed MB; the commit only labels the run
-    return _args.target_from_args(args, args.commit)
+    return _args.target_from_args(args, args.commit)  # --megatron-lm without --mb-src: a usage error
 
 
 def _plural(n: int, word: str) -> str:
@@ -269,29 +274,52 @@ def regressions(tr: dict[str, Any]) -> list[dict[str, Any]]:
     return [c for c in tr["newly_failing"] + tr["newly_untestable"] if c["previous"] == Verdict.PASS.value]
 
 
+@dataclass(frozen=True)
+class BisectEnv:
+    """What the nightly ran with that its bisection must run with too: a bisection in another
+    environment (another megatron-core, a shorter time limit) can blame the wrong commit."""
+
+    timeout_s: float = 1800.0
+    jobs: int = 1
+    megatron_lm: Path | None = None  # each commit with the megatron-core it pins
+    cache_dir: Path | None = None
+    executor: tuple[str, ...] = ()  # --executor and its flags: evaluations run where the suites ran
+    repo_url: str = ""  # --repo-url: the bisect report links commits like the night's report
+
+    @classmethod
+    def of(cls, args: argparse.Namespace) -> "BisectEnv":
+        executor = tuple(_args.executor_argv(args))
+        return cls(args.timeout, args.jobs, args.megatron_lm, args.cache_dir, executor, args.repo_url or "")
+
+    def flags(self) -> list[str]:
+        flags = ["--timeout", f"{self.timeout_s:g}", "-j", str(self.jobs)]
+        if self.megatron_lm is not None:
+            flags += ["--megatron-lm", str(Path(self.megatron_lm).expanduser().resolve())]
+        if self.cache_dir is not None:
+            flags += ["--cache-dir", str(self.cache_dir)]
+        flags += ["--repo-url", self.repo_url] if self.repo_url else []
+        return flags + list(self.executor)
+
+
 def bisect_command(
     good: str,
     bad: str,
     repo: Path,
     out_dir: Path,
     suites: list[str],
-    cache_dir: Path | None = None,
+    env: BisectEnv = BisectEnv(),
     untestable: bool = False,
     confirm: bool = True,
-    extra: list[str] | None = None,
 ) -> list[str]:
-    """The ``harness bisect`` command line (through this interpreter, not an installed script);
+    """The ``harness bisect`` command line (through this interpreter, not an installed script),
+    in the nightly's environment (``env``);
     ``untestable``: some regressions are cases that became untestable (``--bisect-untestable``);
-    ``confirm``: check each culprit by reverting it on top of ``bad`` (``--confirm``); ``extra``: more
-    flags (where the evaluations run)."""
+    ``confirm``: check each culprit by reverting it on top of ``bad`` (``--confirm``)."""
     cmd = [sys.executable, "-m", "harness", "bisect", f"{good}..{bad}", "--repo", str(repo), "--out", str(out_dir)]
+    cmd += env.flags()
     for suite in suites:
         cmd += ["--suite", suite]
-    if cache_dir is not None:
-        cmd += ["--cache-dir", str(cache_dir)]
-    return (
-        cmd + (["--bisect-untestable"] if untestable else []) + (["--confirm"] if confirm else []) + list(extra or [])
-    )
+    return cmd + (["--bisect-untestable"] if untestable else []) + (["--confirm"] if confirm else [])
 
 
 def _clean_commit(commit: str) -> tuple[str, bool]:
@@ -302,9 +330,8 @@ def plan_bisect(
     tr: dict[str, Any],
     repo: gitrepo.GitRepo | None,
     out_dir: Path,
-    cache_dir: Path | None = None,
+    env: BisectEnv = BisectEnv(),
     confirm: bool = True,
-    extra: list[str] | None = None,
 ) -> BisectPlan:
     """Decide whether the two latest nightlies give a range to bisect the regressions in."""
     cases = regressions(tr)
@@ -337,7 +364,7 @@ def plan_bisect(
     untestable = any(c["current"] == Verdict.UNTESTABLE.value for c in cases)
     return BisectPlan(
         cases,
-        command=bisect_command(prev, this, repo.path, out_dir, suites, cache_dir, untestable, confirm, extra),
+        command=bisect_command(prev, this, repo.path, out_dir, suites, env, untestable, confirm),
         reason="this nightly's tree had local changes; bisecting its commit" if dirty else "",
     )
 

@@ -14,9 +14,6 @@ from typing import TextIO
 
 from harness import gpucheck, provenance, runner
 from harness.commands import _args
-from harness.executors.shards import run_suites_with
-from harness.report import render_run_report, write_junit
-from harness.report.terminal import print_run_summary
 from harness.target import require_mb
 
 
@@ -34,7 +31,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     _args.add_out(p, "reports/<run-id>")
     _args.add_timeout(p, "the suite process")
     _args.add_jobs(p, "pytest-xdist workers (with --executor slurm: suite jobs in flight)")
-    _args.add_fixtures(p)
+    _args.add_roots(p)
     _args.add_verbosity(p, verbose=True)
     _args.add_import_mode(p)
     _args.add_allow_changed(p)
@@ -45,6 +42,11 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace, out: TextIO = sys.stdout) -> int:
+    from harness.executors.shards import run_suites_with  # the SLURM side: not needed by --help
+    from harness.report import render_run_report, write_junit  # jinja2: not needed by --help
+    from harness.report.terminal import print_nothing_ran, print_run_summary
+
+    fixtures = _args.use_roots(args)
     gpu_suites = gpucheck.check_selection(runner.suite_files(args.suite)) if args.require_gpu else []
     tgt = _args.target_from_args(args)
     require_mb(tgt)
@@ -54,7 +56,7 @@ def run(args: argparse.Namespace, out: TextIO = sys.stdout) -> int:
         keyword=args.keyword,
         timeout_s=args.timeout,
         jobs=args.jobs,
-        fixtures_dir=args.fixtures,
+        fixtures_dir=fixtures,
         import_mode=args.import_mode,
         verbose=args.verbose,
         repo_url=provenance.checked_repo_url(args.repo_url),
@@ -70,6 +72,7 @@ def run(args: argparse.Namespace, out: TextIO = sys.stdout) -> int:
     report = render_run_report(result, out_dir / "report.html")
     print_run_summary(result, out)
     print(f"\nresults: {out_dir / 'results.json'}\njunit:   {out_dir / 'junit.xml'}\nreport:  {report}", file=out)
+    print_nothing_ran(result, sys.stderr)
     if args.require_gpu:
         gpucheck.check_result(result, gpu_suites)
     return result.exit_code(allow_changed=args.allow_changed)

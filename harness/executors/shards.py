@@ -45,13 +45,14 @@ class SuiteShard:
 
 @dataclass(frozen=True)
 class RefRun:
-    """The suites on one exported MB ref, in a job: the argument is (ref, sha, src, out dir)."""
+    """The suites on one exported MB ref, in a job: the argument is (target, out dir); the target
+    carries the ref's pinned megatron-core when the matrix runs with ``--megatron-lm``."""
 
     opts: runner.RunOptions
 
-    def __call__(self, item: tuple[str, str, str, str]) -> RunResult:
-        _, sha, src, out = item
-        return runner.run_suites(Target(src=Path(src), commit=sha), self.opts, Path(out), progress=None)
+    def __call__(self, item: tuple[Target, str]) -> RunResult:
+        tgt, out = item
+        return runner.run_suites(tgt, self.opts, Path(out), progress=None)
 
 
 def run_jobs(

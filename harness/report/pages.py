@@ -13,7 +13,9 @@ from collections import OrderedDict
 from pathlib import Path
 from typing import Any
 
+from harness.bisect.descentdoc import Descent, PinCheck
 from harness.bisect.document import BisectDoc, CaseDoc, Confirmation
+from harness.pins import SUBMODULE
 from harness.provenance import commit_url, ref_url
 from harness.report.diffview import diff_view
 from harness.report.formatting import VERDICT_ORDER, anchor, case_name, format_value, render_template, short_sha
@@ -65,8 +67,8 @@ def _header_view(run: RunResult) -> dict[str, Any]:
         "harness_href": commit_url(prov.harness_repo_url, prov.harness_commit),
         "mcore": versions.get("megatron-core") or versions.get("megatron_core") or versions.get("mcore") or "",
         "torch": versions.get("torch", ""),
-        "cpu": machine.cpu_text,
-        "gpu": machine.gpu_text,
+        "cpu": machine.cpu_label,
+        "gpu": machine.gpu_label,
         "target_items": sorted((str(k), format_value(v)) for k, v in target.items()),
         "version_items": sorted((str(k), format_value(v)) for k, v in versions.items()),
         "machine_items": sorted((str(k), format_value(v)) for k, v in machine.to_json().items()),
@@ -242,7 +244,7 @@ def timeline_view(bisect: BisectDoc, case_ids: list[str], culprits: dict[str, st
     }
 
 
-def _bisect_case_view(case: CaseDoc, bisect: BisectDoc) -> dict[str, Any]:
+def _bisect_case_view(case: CaseDoc, bisect: BisectDoc, prefix: str) -> dict[str, Any]:
     candidates = []
     for sha in case.candidates:
         meta = bisect.commit(sha)
@@ -257,7 +259,7 @@ def _bisect_case_view(case: CaseDoc, bisect: BisectDoc) -> dict[str, Any]:
         )
     return {
         "case_id": case.case_id,
-        "anchor": anchor(case.case_id),
+        "anchor": prefix + anchor(case.case_id),
         "status": case.status.value,
         "source": case.source,
         "evaluations": "?" if case.evaluations is None else case.evaluations,
@@ -288,9 +290,16 @@ def _not_bisected_groups(bisect: BisectDoc) -> list[dict[str, Any]]:
     return [{"reason": r, "cases": sorted(ids)} for r, ids in largest_first]
 
 
-def bisect_context(bisect: BisectDoc) -> dict[str, Any]:
-    """Everything the bisect template shows, from a bisection record."""
-    views = {id(c): _bisect_case_view(c, bisect) for c in bisect.cases}
+def _pin_view(check: PinCheck | None) -> dict[str, Any] | None:
+    return {"status": check.status.value, "label": check.label, "detail": check.detail} if check else None
+
+
+def _level_context(bisect: BisectDoc, prefix: str = "") -> dict[str, Any]:
+    """What one level of a bisection shows: range, timeline, culprits, late starts, cases.
+
+    ``prefix`` keeps the element ids of a second level (nested in the first's page) unique.
+    """
+    views = {id(c): _bisect_case_view(c, bisect, prefix) for c in bisect.cases}
     culprits = {c.case_id: c.culprit.sha for c in bisect.cases if c.culprit}
     rng = bisect.range
     href = {sha: commit_url(bisect.repo_url, sha) for sha in [rng.good, rng.bad, *culprits.values()]}
@@ -314,7 +323,7 @@ def bisect_context(bisect: BisectDoc) -> dict[str, Any]:
             {
                 "culprit": g.culprit,
                 "href": href.get(g.culprit.sha, ""),
-                "anchor": anchor("culprit-" + g.culprit.sha),
+                "anchor": prefix + anchor("culprit-" + g.culprit.sha),
                 "cases": [views[id(c)] for c in g.cases],
                 "sources": g.sources,
                 "blamed_by": g.blamed_by,
@@ -340,6 +349,36 @@ def bisect_context(bisect: BisectDoc) -> dict[str, Any]:
             }
             for s in bisect.late_starts
         ],
+    }
+
+
+def _descent_view(descent: Descent, bisect: BisectDoc, n: int) -> dict[str, Any]:
+    nested = descent.doc
+    return {
+        "mb_culprit": descent.mb_culprit,
+        "mb_culprit_href": commit_url(bisect.repo_url, descent.mb_culprit),
+        "subject": bisect.commit(descent.mb_culprit).subject,
+        "old_pin": descent.old_pin,
+        "new_pin": descent.new_pin,
+        "cases": descent.cases,
+        "descended": descent.descended,
+        "reason": descent.reason,
+        "pin_change": _pin_view(nested.pin_change) if nested else None,
+        "ctx": _level_context(nested, f"descent-{n}-") if nested else None,
+    }
+
+
+def bisect_context(bisect: BisectDoc) -> dict[str, Any]:
+    """Everything the bisect template shows, from a bisection record: its own level, then the
+    Megatron-LM bisection behind each culprit that moved the pin."""
+    level = _level_context(bisect)
+    return {
+        **level,
+        "ctx": level,
+        "held": {"label": bisect.held.label, "sha": bisect.held.sha} if bisect.held else None,
+        "pin_change": _pin_view(bisect.pin_change),
+        "descents": [_descent_view(d, bisect, n) for n, d in enumerate(bisect.descents, 1)],
+        "submodule": SUBMODULE,
         "verdicts": VERDICT_ORDER,
         # the classic four always show (a reassuring "0 fail"); the others only when present
         "always_shown": ("pass", "fail", "untestable", "error"),

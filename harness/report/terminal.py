@@ -2,7 +2,8 @@
 
 The same records the HTML reports are built from (:class:`~harness.results.RunResult`,
 :class:`~harness.bisect.document.BisectDoc`), as a few lines: counts per suite and every
-failure with its diff; one line per bisected case and one block per culprit commit.
+failure with its diff; one line per bisected case and one block per culprit commit, then, for
+each culprit that moved the pinned Megatron-LM, the bisection of Megatron-LM behind it (indented).
 """
 
 from __future__ import annotations
@@ -10,7 +11,9 @@ from __future__ import annotations
 from typing import TextIO
 
 from harness.bisect.algorithm import CaseStatus
+from harness.bisect.descentdoc import Descent
 from harness.bisect.document import BisectDoc
+from harness.pins import SUBMODULE
 from harness.results import RunResult
 from harness.verdict import Verdict
 
@@ -54,7 +57,7 @@ def print_run_summary(result: RunResult, out: TextIO) -> None:
     print(
         f"\nMegatron-Bridge {v.get('megatron-bridge')} ({result.target.get('kind')}"
         f"{', ' + str(result.target['commit']) if result.target.get('commit') else ''}), "
-        f"megatron-core {v.get('megatron-core')}, torch {v.get('torch')}, GPU {result.machine.gpu_text}",
+        f"megatron-core {v.get('megatron-core')}, torch {v.get('torch')}, GPU {result.machine.gpu_label}",
         file=out,
     )
     prov = result.provenance
@@ -111,16 +114,31 @@ def print_run_summary(result: RunResult, out: TextIO) -> None:
         print("stand-ins used: " + "; ".join(result.standins), file=out)
 
 
+def print_nothing_ran(result: RunResult, err: TextIO) -> None:
+    """The one line that says why a run checked nothing (it exits 1, see RunResult.exit_code)."""
+    why = result.nothing_ran()
+    if why:
+        print(f"harness: no case ran: {' '.join(why.split())}", file=err)
+
+
 def bisect_summary_lines(doc: BisectDoc) -> list[str]:
     """The terminal summary: one line per case, then one block per culprit commit."""
     rng = doc.range
+    what = f"Megatron-LM {rng.given}" if doc.held else rng.given
     lines = [
-        f"bisected {rng.given} ({rng.n_commits} commits, {rng.good[:12]}..{rng.bad[:12]}): "
+        f"bisected {what} ({rng.n_commits} commits, {rng.good[:12]}..{rng.bad[:12]}): "
         f"{doc.evaluations} evaluations ({doc.new_evaluations} new, {doc.cached_evaluations} cached), "
         f"{len(doc.probes)} commits probed, {doc.rounds} rounds, {doc.duration_s:.1f} s"
         + (f", {sum(map(len, doc.infrastructure.values()))} skipped for infrastructure" if doc.infrastructure else "")
         + (f", {len(doc.cancelled)} cancelled as moot" if doc.cancelled else "")
     ]
+    if doc.held:
+        lines.append(f"  Megatron-Bridge held at {doc.held.label}")
+    if doc.pin_change:
+        lines.append(
+            f"  the Megatron-LM change {rng.good[:12]}..{rng.bad[:12]} is {doc.pin_change.label}: "
+            f"{doc.pin_change.detail}"
+        )
     first = doc.first_label
     width = min(max((len(c.case_id) for c in doc.cases), default=10), 90)
     for case in doc.cases:
@@ -146,7 +164,7 @@ def bisect_summary_lines(doc: BisectDoc) -> list[str]:
             "",
             f"{first} commit {cul.sha[:12]}  {cul.subject}",
             f"  author: {cul.author} <{cul.email}>   date: {cul.date}",
-            "  files under src/: " + (", ".join(cul.files) or "(none)"),
+            f"  files under {'megatron' if doc.held else 'src'}/: " + (", ".join(cul.files) or "(none)"),
             f"  cases ({len(ids)}): " + ", ".join(ids[:6]) + more,
         ]
         checked = doc.confirmation(cul.sha)
@@ -156,4 +174,15 @@ def bisect_summary_lines(doc: BisectDoc) -> list[str]:
         if case.status is CaseStatus.AMBIGUOUS:
             lines += ["", f"{case.case_id}: the {first} commit is one of (all but the last were skipped):"]
             lines += [f"  {s[:12]}  {doc.commit(s).subject}" for s in case.candidates]
+    for descent in doc.descents:
+        lines += ["", *_descent_lines(descent, doc.first_label)]
     return lines
+
+
+def _descent_lines(descent: Descent, first: str) -> list[str]:
+    """The second level behind one culprit that moved the pin, its own summary indented."""
+    pins = f"{(descent.old_pin or 'none')[:12]}..{(descent.new_pin or 'none')[:12]}"
+    head = f"Megatron-LM behind {first} commit {descent.mb_culprit[:12]} ({SUBMODULE} {pins}):"
+    if not descent.descended or descent.doc is None:
+        return [head, f"  not bisected: {descent.reason}"]
+    return [head, *(f"  {line}" if line else "" for line in bisect_summary_lines(descent.doc))]

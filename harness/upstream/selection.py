@@ -12,6 +12,8 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
+from harness.errors import CorruptFile
+
 SELECTION_FILE = Path(__file__).with_name("selection.json")
 SELECTION_KIND = "harness-upstream-selection"
 NO_MATCH = "selection matches no test here"
@@ -49,10 +51,19 @@ class Selection:
     count_rule: str = "at_least"  # or "exact"
 
 
-def load_selection(path: Path = SELECTION_FILE) -> Selection:
-    doc = json.loads(path.read_text(encoding="utf-8"))
+def load_selection(path: Path | None = None) -> Selection:
+    """The selection (default ``selection.json`` beside this module); :class:`CorruptFile`, one
+    line naming the file, when it is not one."""
+    path = path or SELECTION_FILE
+    try:
+        return _parse(json.loads(path.read_text(encoding="utf-8")))
+    except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
+        raise CorruptFile(f"{path}: not a valid {SELECTION_KIND} file ({type(exc).__name__}: {exc})") from None
+
+
+def _parse(doc: dict) -> Selection:
     if doc.get("kind") != SELECTION_KIND or doc.get("schema") != 1:
-        raise ValueError(f"{path}: not a {SELECTION_KIND} schema 1 file")
+        raise ValueError(f"kind {doc.get('kind')!r} schema {doc.get('schema')!r}, not {SELECTION_KIND} schema 1")
     entries = []
     for entry_doc in doc["entries"]:
         variants = []
@@ -70,7 +81,7 @@ def load_selection(path: Path = SELECTION_FILE) -> Selection:
         entries.append(Entry(entry_doc["name"], tuple(variants)))
     rule = doc.get("count_rule", "at_least")
     if rule not in ("at_least", "exact"):
-        raise ValueError(f"{path}: count_rule must be 'at_least' or 'exact', not {rule!r}")
+        raise ValueError(f"count_rule must be 'at_least' or 'exact', not {rule!r}")
     return Selection(tuple(entries), rule)
 
 

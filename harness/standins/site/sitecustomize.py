@@ -1,14 +1,19 @@
 """Loaded by every Python process the harness starts (its directory is put on PYTHONPATH).
 
 It installs the scoped transformer_engine stand-in so ``import megatron.bridge`` works on CPU,
-and, with ``HARNESS_IMPORT_MODE=light``, the light-import finder (package ``__init__`` files of
-``megatron.bridge`` are not executed; see :mod:`harness.standins.light`).
+the scoped refusal of CUDA extension builds while megatron-core modules import
+(:mod:`harness.standins.cuda_ext`), and, with ``HARNESS_IMPORT_MODE=light``, the light-import
+finder (package ``__init__`` files of ``megatron.bridge`` are not executed; see
+:mod:`harness.standins.light`).
 """
 
 try:
     from harness.standins import te as _te
 
     _te.install()
+    from harness.standins import cuda_ext as _cuda_ext
+
+    _cuda_ext.install()
 except Exception as _exc:  # never break the interpreter start
     import sys as _sys
 

@@ -1,0 +1,206 @@
+"""Live progress of the long commands (run, nightly, bisect, matrix, mutate) on stderr.
+
+On a terminal: one ``rich`` progress line redrawn in place (what, i/N, elapsed, time left,
+status), with log lines printed above it; ``NO_COLOR`` is honoured (rich reads it) and
+``TERM=dumb`` counts as no terminal. Anywhere else (CI logs, pipes, files): plain lines, one
+per finished step (``[i/N] ... , about 3 min left``), no control characters, nothing redrawn.
+``rich`` is imported only when a terminal is there to draw on (the CLI's start-up stays light).
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from pathlib import Path
+from types import TracebackType
+from typing import Any, TextIO
+
+from harness.caselog import read_log
+
+
+def _terminal(stream: TextIO) -> bool:
+    try:
+        return stream.isatty() and os.environ.get("TERM") != "dumb"
+    except (AttributeError, ValueError):
+        return False
+
+
+def duration(seconds: float) -> str:
+    """ "45 s", "3 min", "2 h 05 min": what a person reads at a glance."""
+    if seconds < 90:
+        return f"{seconds:.0f} s"
+    if seconds < 5400:
+        return f"{seconds / 60:.0f} min"
+    return f"{int(seconds // 3600)} h {int(seconds % 3600 // 60):02d} min"
+
+
+class Progress:
+    """``with Progress(sys.stderr, "bisect") as p: p.step("...", done=3, total=10)``.
+
+    ``stream`` None: silent (``-q``). ``total`` None: no count, only the status (a bisection's
+    remaining steps are an estimate, given in the status text). ``live`` forces the terminal
+    rendering on or off (tests); by default it follows the stream.
+    """
+
+    def __init__(
+        self,
+        stream: TextIO | None,
+        label: str,
+        total: int | None = None,
+        *,
+        live: bool | None = None,
+        counted: bool = False,
+    ) -> None:
+        self.stream = stream
+        self.counted = counted or total is not None  # draw i/N and time left (total may come later)
+        self.label = label
+        self.total = total
+        self.done = 0
+        self.status = ""
+        self.t0 = time.monotonic()
+        self.live = stream is not None and (live if live is not None else _terminal(stream))
+        self._bar: Any = None
+        self._task: Any = None
+        self._lock = threading.RLock()  # steps may finish on several threads (mutate -j)
+
+    # ------------------------------------------------------------ lifecycle
+
+    def __enter__(self) -> "Progress":
+        if self.live:
+            self._start_bar(force_terminal=True)
+        return self
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        if self._bar is not None:
+            self._bar.stop()
+            self._bar = None
+
+    def _start_bar(self, force_terminal: bool) -> None:
+        from rich.console import Console
+        from rich.progress import (
+            BarColumn,
+            MofNCompleteColumn,
+            SpinnerColumn,
+            TextColumn,
+            TimeElapsedColumn,
+            TimeRemainingColumn,
+        )
+        from rich.progress import Progress as Bar
+
+        console = Console(file=self.stream, force_terminal=force_terminal, highlight=False)
+        columns: list[Any] = [SpinnerColumn(), TextColumn("[bold]{task.description}")]
+        if self.counted:
+            columns += [BarColumn(bar_width=24), MofNCompleteColumn()]
+        columns += [TimeElapsedColumn()]
+        if self.counted:
+            columns += [TextColumn("elapsed,"), TimeRemainingColumn(), TextColumn("left")]
+        columns += [TextColumn("{task.fields[status]}")]
+        self._bar = Bar(*columns, console=console, transient=True, refresh_per_second=4)
+        self._task = self._bar.add_task(self.label, total=self.total, status="")
+        self._bar.start()
+
+    # ------------------------------------------------------------ reporting
+
+    def eta_s(self) -> float | None:
+        """Seconds left at the pace so far (None before the first step or without a total)."""
+        if not self.total or not self.done:
+            return None
+        elapsed = time.monotonic() - self.t0
+        return elapsed / self.done * max(self.total - self.done, 0)
+
+    def update(self, done: int | None = None, total: int | None = None, status: str | None = None) -> None:
+        """New counts or status; redrawn on a terminal, silent in plain mode (see :meth:`step`)."""
+        with self._lock:
+            if done is not None:
+                self.done = done
+            if total is not None:
+                self.total = total
+            if status is not None:
+                self.status = status
+            if self._bar is not None:
+                self._bar.update(self._task, completed=self.done, total=self.total, status=self.status)
+
+    def log(self, text: str) -> None:
+        """A line of its own: above the progress line on a terminal, as is elsewhere."""
+        if self.stream is None:
+            return
+        with self._lock:
+            if self._bar is not None:
+                self._bar.console.print(text, markup=False, highlight=False)
+            else:
+                print(text, file=self.stream, flush=True)
+
+    def step(self, text: str, done: int | None = None, total: int | None = None, status: str | None = None) -> None:
+        """A finished step: its line (with ``[i/N]`` and the time left in plain mode), then the update."""
+        with self._lock:
+            self.update(self.done + 1 if done is None else done, total, status)
+            if self.stream is None:
+                return
+            if self._bar is not None:
+                self.log(text)
+                return
+            count = f"[{self.done}/{self.total}] " if self.total else ""
+            eta = self.eta_s()
+            tail = [self.status] if self.status else []
+            if eta is not None and self.done < (self.total or 0):
+                tail.append(f"about {duration(eta)} left")
+            line = f"{self.label}: {count}{text}" + (f"  ({'; '.join(tail)})" if tail else "")
+            print(line, file=self.stream, flush=True)
+
+
+class CaseFeed:
+    """Progress of suite processes, read from their live event logs (:mod:`harness.caselog`):
+    cases finished out of cases collected, and the case running.
+
+    Not on a terminal, the suite process's own output (pytest's ``-q`` dots, ``-v`` lines) goes
+    to the stream as before: :attr:`sink` is the stream. On a terminal it is the progress line
+    instead, with pytest's lines printed above it only with ``verbose``.
+    """
+
+    def __init__(self, stream: TextIO | None, verbose: bool = False) -> None:
+        self.progress = Progress(stream, "cases", counted=True)
+        self.stream = stream
+        self.verbose = verbose
+        self._base = (0, 0)  # (done, collected) of the groups finished before this one
+        self._next_poll = 0.0
+        self._partial = ""
+
+    def __enter__(self) -> "CaseFeed":
+        self.progress.__enter__()
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.progress.__exit__(*exc)
+
+    @property
+    def sink(self) -> "TextIO | CaseFeed | None":
+        """Where the suite process's output goes."""
+        if not self.progress.live:
+            return self.stream
+        return self if self.verbose else None
+
+    def write(self, text: str) -> None:  # the sink on a terminal with verbose: whole lines above the bar
+        *lines, self._partial = (self._partial + text).split("\n")
+        for line in lines:
+            self.progress.log(line)
+
+    def flush(self) -> None:
+        pass
+
+    def poll(self, events: Path, force: bool = False) -> tuple[int, int]:
+        """Read the event log (at most twice a second unless forced); (done, collected) so far."""
+        if not self.progress.live or (not force and time.monotonic() < self._next_poll):
+            return self._base
+        self._next_poll = time.monotonic() + 0.5
+        log = read_log(events)
+        done, total = self._base[0] + len(log.done), self._base[1] + len(log.collected)
+        running = log.in_flight
+        self.progress.update(done=done, total=total or None, status=running[-1] if running else "")
+        return done, total
+
+    def group_done(self, events: Path) -> None:
+        """A suite process ended: its counts become the base of the next one's."""
+        self._base = self.poll(events, force=True)

@@ -1,0 +1,87 @@
+"""Injected faults make the differential checks FAIL by invariant, not by golden (slow: real MB).
+
+One fault per layer of the packing path, each run against the one suite and the few cases it
+needs, on a temporary copy of the installed MB; the baseline (the unmutated copy, same cases)
+runs once for the module. The collate case fails on unmutated MB 0.6.2 already (it masks every
+EOS by token id): the fault must still show as a *new* violation, so MB's own bugs neither count
+as catches nor hide new ones.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+import pytest
+
+from harness.commands import mutate
+from harness.mutations import installed_package_dir, load_catalogue
+
+pytestmark = pytest.mark.slow
+
+FAULTS = {f.id: f for f in load_catalogue()}
+
+# fault id -> (suite, -k expression selecting its cases, invariant a new violation must name)
+CHECKS = {
+    "loss_mask_roll_dropped": (
+        "offline_packed_dataset",
+        "test_packed_equals_unpacked and completion-mult1 and not full and not eod",
+        "loss-mask-equals-unpacked",
+    ),
+    "pad_id_masked_too": (
+        "offline_packed_dataset",
+        "test_packed_equals_unpacked and prompt-mult1 and not full and not eod",
+        "loss-mask-equals-unpacked [input:pad",
+    ),
+    "in_batch_position_ids_off_by_one_at_boundary": (
+        "in_batch_packing",
+        "prompt-2rows-mult1",
+        "position-ids-equal-unpacked",
+    ),
+    "psp_empty_without_sentinel": (
+        "packed_seq_params",
+        "test_params_from_mb_batches and prompt-mult1 and not pad",
+        "boundaries",
+    ),
+}
+LAYERS = {
+    "loss_mask_roll_dropped": "preparation",
+    "pad_id_masked_too": "collate",
+    "in_batch_position_ids_off_by_one_at_boundary": "in_batch",
+    "psp_empty_without_sentinel": "params",
+}
+
+
+def _pkg() -> Path:
+    try:
+        return installed_package_dir()
+    except RuntimeError:
+        pytest.skip("megatron.bridge is not installed here")
+
+
+@pytest.fixture(scope="module")
+def baseline(tmp_path_factory):
+    """The unmutated copy on every case the checks select (one run)."""
+    keyword = " or ".join(f"({k})" for _, k, _ in CHECKS.values())
+    suites = sorted({s for s, _, _ in CHECKS.values()})
+    out = tmp_path_factory.mktemp("mutate")
+    result, evidence = mutate.run_baseline(out / "baseline", suites, timeout=600, pkg=_pkg(), keyword=keyword)
+    return out, result, evidence
+
+
+@pytest.mark.parametrize("fault_id", sorted(CHECKS))
+def test_fault_fails_an_invariant(baseline, fault_id):
+    out, base_result, evidence = baseline
+    suite, keyword, invariant = CHECKS[fault_id]
+    fault = dataclasses.replace(FAULTS[fault_id], suites=(suite,))
+    assert fault.layer == LAYERS[fault_id]
+    row = mutate.score_fault(fault, evidence, out, all_suites=False, timeout=600, pkg=_pkg(), keyword=keyword)
+    assert row.status == "caught", row
+    reasons = [r for rs in row.invariant_cases.values() for r in rs]
+    assert any(invariant in r for r in reasons), reasons
+    assert not row.golden_cases or row.invariant_cases, "caught by invariants, not by a golden"
+    caught = set(row.invariant_cases)
+    assert caught <= {c.case_id for c in base_result.cases}, "the same cases ran in the baseline"
+    if fault_id == "pad_id_masked_too":  # MB 0.6.2 fails this case already; the fault is still a new violation
+        base = {c.case_id: c for c in base_result.cases}
+        assert all(base[c].verdict.value in ("fail", "known-fail") for c in caught), "baseline case already red"

@@ -1,0 +1,121 @@
+"""Live progress: a redrawn line on a terminal (colour only without NO_COLOR), plain lines in
+CI logs and pipes, nothing with -q; the bisection says how many commits and steps are left."""
+
+from __future__ import annotations
+
+import io
+import re
+import time
+from pathlib import Path
+
+import pytest
+
+from harness import caselog
+from harness.bisect.algorithm import Bisection, max_steps
+from harness.bisect.driver import BisectOptions, run_bisection
+from harness.gitrepo import open_repo
+from harness.progress import CaseFeed, Progress, duration
+from harness.workspaces import workspace_dir_for
+from tests.test_bisect_command import StateEvaluator, _fake_history
+
+ESCAPE = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
+COLOUR = re.compile(r"\x1b\[(3[0-7]|9[0-7])m")
+
+
+def test_plain_lines_count_steps_and_time_left() -> None:
+    out = io.StringIO()
+    with Progress(out, "matrix", total=3) as progress:
+        assert not progress.live, "a StringIO is no terminal"
+        progress.step("v0.4.0: 12 pass")
+        progress.step("v0.5.1: 11 pass, 1 fail")
+        progress.step("HEAD: 12 pass")
+    lines = out.getvalue().splitlines()
+    assert lines[0].startswith("matrix: [1/3] v0.4.0: 12 pass  (about ") and lines[0].endswith(" left)")
+    assert lines[1].startswith("matrix: [2/3] v0.5.1: 11 pass, 1 fail  (about ")
+    assert lines[2] == "matrix: [3/3] HEAD: 12 pass", "nothing left to estimate"
+    assert not ESCAPE.search(out.getvalue()), "no control characters in a CI log"
+
+
+def test_quiet_prints_nothing() -> None:
+    with Progress(None, "mutate", total=2) as progress:
+        progress.step("one")
+        progress.log("a line")
+    assert progress.done == 1 and not progress.live
+
+
+@pytest.mark.parametrize("no_color", [False, True])
+def test_terminal_redraws_and_honours_no_color(monkeypatch, no_color: bool) -> None:
+    if no_color:
+        monkeypatch.setenv("NO_COLOR", "1")
+    else:
+        monkeypatch.delenv("NO_COLOR", raising=False)
+    out = io.StringIO()
+    with Progress(out, "matrix", total=2, live=True) as progress:
+        progress.step("v0.4.0: 12 pass")
+        time.sleep(0.3)
+    text = out.getvalue()
+    assert "\r" in text and "\x1b[2K" in text, "the line is redrawn in place"
+    assert "v0.4.0: 12 pass\n" in text and "1/2" in text
+    assert bool(COLOUR.search(text)) is not no_color
+
+
+def test_eta_and_durations() -> None:
+    progress = Progress(None, "x", total=4)
+    progress.t0 -= 30  # 30 s for the first of four steps
+    progress.update(done=1)
+    assert 85 <= (progress.eta_s() or 0) <= 95
+    assert [duration(s) for s in (12, 300, 7500)] == ["12 s", "5 min", "2 h 05 min"]
+
+
+def test_case_feed_streams_pytest_output_when_not_on_a_terminal(tmp_path: Path) -> None:
+    out = io.StringIO()
+    feed = CaseFeed(out)
+    assert feed.sink is out, "CI logs keep pytest's own output"
+    assert feed.poll(tmp_path / "none.jsonl", force=True) == (0, 0)
+
+
+def test_case_feed_counts_cases_from_the_event_log(tmp_path: Path) -> None:
+    events = tmp_path / "events.jsonl"
+    caselog.start_log(events)
+    caselog.emit(events, ev="collected", cases=[["s::a", "s"], ["s::b", "s"], ["s::c", "s"]])
+    caselog.emit(events, ev="start", case_id="s::a")
+    caselog.emit(events, ev="done", case={"case_id": "s::a", "verdict": "pass"})
+    caselog.emit(events, ev="start", case_id="s::b")
+    feed = CaseFeed(io.StringIO(), verbose=True)
+    feed.progress.live = True  # as on a terminal (no drawing: the bar is not started)
+    assert feed.sink is feed
+    assert feed.poll(events, force=True) == (1, 3) and feed.progress.status == "s::b"
+    feed.group_done(events)
+    caselog.start_log(events)  # the next import group's process
+    caselog.emit(events, ev="collected", cases=[["t::x", "t"]])
+    assert feed.poll(events, force=True) == (1, 4)
+
+
+def test_bisection_remaining_commits() -> None:
+    commits = [f"c{i}" for i in range(33)]
+    bisection = Bisection(commits, ["s::a", "s::b"])
+    assert bisection.remaining() == (32, 32)
+    from harness.verdict import Verdict
+
+    bisection.record("c0", {"s::a": Verdict.PASS, "s::b": Verdict.PASS})
+    bisection.record("c32", {"s::a": Verdict.FAIL, "s::b": Verdict.FAIL})
+    bisection.record("c16", {"s::a": Verdict.FAIL, "s::b": Verdict.PASS})
+    assert bisection.remaining() == (32, 16), "a in c1..c16, b in c17..c32"
+    assert max_steps(16 + 1, 1) == 4
+
+
+def test_bisect_says_how_many_commits_and_steps_are_left(tmp_path: Path) -> None:
+    repo, shas = _fake_history(tmp_path, 33, {"s::a": 20})
+    cache = tmp_path / "cache"
+    ev = StateEvaluator(repo, workspace_dir_for(cache, open_repo(repo)), cases=("s::a",))
+    out = io.StringIO()
+    run = run_bisection(
+        BisectOptions(repo=repo, good=shas[0], bad=shas[-1], cache_dir=cache), evaluator=ev, progress=out
+    )
+    assert run.exit_code == 0
+    text = out.getvalue()
+    assert "1 case(s) to bisect: 32 commits left, about 5 steps (with 1 evaluation(s) at a time)" in text
+    left = [int(m) for m in re.findall(r"\((\d+) commits? left, about \d+ steps?\)", text)]
+    assert left and left == sorted(left, reverse=True) and left[-1] <= 2, text
+    assert "no commit left to probe" in text.splitlines()[-1]
+    assert not ESCAPE.search(text)
