@@ -8,7 +8,9 @@ Why the whole file is rewritten on append: parquet cannot be appended in place, 
 a new file next to the old one then renaming it means a killed nightly leaves the previous
 history intact. An advisory lock serialises two appenders so neither loses the other's run.
 The schema version lives in the parquet key-value metadata; a newer version than this code
-knows is refused rather than half-understood.
+knows is refused rather than half-understood. Schema 2 added each night's ``report`` (the
+address of its report page, which the trend page links) and ``repo_url`` (the web repository
+its commit links to); a schema 1 store is read with both empty and rewritten as 2 on append.
 """
 
 from __future__ import annotations
@@ -30,7 +32,9 @@ from harness.results import RunResult
 from harness.verdict import Verdict
 
 HISTORY_KIND = "harness-history"
-HISTORY_SCHEMA = 1
+HISTORY_SCHEMA = 2
+#: Columns each older schema lacks, read as empty.
+_ADDED_IN = {2: ("report", "repo_url")}
 _META_KIND = b"harness.kind"
 _META_VERSION = b"harness.schema_version"
 
@@ -47,6 +51,8 @@ COLUMNS: dict[str, str] = {
     "duration_s": "float64",
     "source": "string",
     "message": "string",
+    "report": "string",  # address of the night's report page (relative to the trend page, or a URL)
+    "repo_url": "string",  # web repository of the MB tested (commit links; "" = none)
 }
 #: Messages are kept for the trend page's tooltips, not as an archive of logs.
 MAX_MESSAGE_CHARS = 500
@@ -56,7 +62,7 @@ def _empty() -> pd.DataFrame:
     return pd.DataFrame({name: pd.Series(dtype=dtype) for name, dtype in COLUMNS.items()})
 
 
-def _run_frame(run: RunResult, commit: str, seq: int) -> pd.DataFrame:
+def _run_frame(run: RunResult, commit: str, seq: int, report: str = "") -> pd.DataFrame:
     """The rows one run contributes; a run without cases still gets no rows (nothing to trend)."""
     rows = [
         {
@@ -71,6 +77,8 @@ def _run_frame(run: RunResult, commit: str, seq: int) -> pd.DataFrame:
             "duration_s": float(c.duration_s),
             "source": c.source,
             "message": (c.message or "")[:MAX_MESSAGE_CHARS],
+            "report": report,
+            "repo_url": run.provenance.mb_repo_url,
         }
         for c in run.cases
     ]
@@ -91,8 +99,8 @@ def _locked(store: Path) -> Iterator[None]:
             fcntl.flock(fh.fileno(), fcntl.LOCK_UN)
 
 
-def _check_metadata(store: Path, metadata: dict[bytes, bytes] | None) -> None:
-    """Refuse a file that is not ours or was written by a newer harness."""
+def _check_metadata(store: Path, metadata: dict[bytes, bytes] | None) -> int:
+    """The schema version of a file of ours; refuse one that is not ours or written by a newer harness."""
     metadata = metadata or {}
     if metadata.get(_META_KIND) != HISTORY_KIND.encode():
         raise CorruptFile(f"{store}: not a {HISTORY_KIND} file (no harness metadata)")
@@ -106,8 +114,9 @@ def _check_metadata(store: Path, metadata: dict[bytes, bytes] | None) -> None:
             f"{store}: schema_version {version} is newer than this harness understands "
             f"({HISTORY_SCHEMA}); upgrade the harness"
         )
-    if version < HISTORY_SCHEMA:
+    if version < 1:
         raise CorruptFile(f"{store}: schema_version {version} is too old and cannot be migrated")
+    return version
 
 
 def load(store: Path) -> pd.DataFrame:
@@ -119,11 +128,16 @@ def load(store: Path) -> pd.DataFrame:
         table = pq.read_table(store)
     except (pa.ArrowException, OSError) as exc:
         raise CorruptFile(f"{store}: unreadable history file ({exc})") from None
-    _check_metadata(store, table.schema.metadata)
-    missing = [c for c in COLUMNS if c not in table.column_names]
+    version = _check_metadata(store, table.schema.metadata)
+    added = [c for v, cols in _ADDED_IN.items() if v > version for c in cols]
+    missing = [c for c in COLUMNS if c not in table.column_names and c not in added]
     if missing:
         raise CorruptFile(f"{store}: history file lacks columns {missing}")
-    return table.to_pandas().loc[:, list(COLUMNS)].astype(COLUMNS)
+    df = table.to_pandas()
+    for column in added:
+        if column not in df.columns:
+            df[column] = ""
+    return df.loc[:, list(COLUMNS)].astype(COLUMNS)
 
 
 def _write(store: Path, df: pd.DataFrame) -> None:
@@ -138,8 +152,9 @@ def _write(store: Path, df: pd.DataFrame) -> None:
     atomic_write_bytes(store, buf.getvalue())
 
 
-def append_run(store: Path, run: RunResult, commit: str) -> pd.DataFrame:
-    """Add ``run`` (tested at ``commit``) to the store and return the new history.
+def append_run(store: Path, run: RunResult, commit: str, report: str = "") -> pd.DataFrame:
+    """Add ``run`` (tested at ``commit``, its report page at ``report``) to the store and
+    return the new history.
 
     Appending a run_id already present replaces its rows, so re-uploading a nightly after a
     retry does not count it twice.
@@ -149,7 +164,7 @@ def append_run(store: Path, run: RunResult, commit: str) -> pd.DataFrame:
         df = load(store)
         df = df[df["run_id"] != run.run_id]
         seq = int(df["run_seq"].max()) + 1 if len(df) else 0
-        new = _run_frame(run, commit, seq)
+        new = _run_frame(run, commit, seq, report)
         parts = [p for p in (df, new) if len(p)]
         df = pd.concat(parts, ignore_index=True) if parts else _empty()
         _write(store, df)
@@ -170,6 +185,8 @@ def _runs(df: pd.DataFrame) -> pd.DataFrame:
             started=("started", "first"),
             commit=("commit", "first"),
             duration_s=("run_duration_s", "first"),
+            report=("report", "first"),
+            repo_url=("repo_url", "first"),
         )
         .reset_index()
     )
@@ -191,8 +208,8 @@ def _clean(value: Any) -> Any:
 
 
 def trend(df: pd.DataFrame) -> dict[str, Any]:
-    """Per case the verdict series over runs (oldest first), what changed since the previous
-    run, and the run durations.
+    """Per case the verdict series over runs (oldest first) and its durations, what changed
+    since the previous run, and the run durations.
 
     ``newly_failing``: FAIL in the latest run and not FAIL in the run before (passing,
     untestable, errored or absent). ``newly_untestable``: UNTESTABLE now and PASS or FAIL in
@@ -208,6 +225,8 @@ def trend(df: pd.DataFrame) -> dict[str, Any]:
             "commit": str(r.commit),
             "started": str(r.started),
             "duration_s": _clean(r.duration_s),
+            "report": str(r.report or ""),
+            "repo_url": str(r.repo_url or ""),
             "counts": {v.value: 0 for v in Verdict},
         }
         for r in runs.itertuples()
@@ -222,11 +241,13 @@ def trend(df: pd.DataFrame) -> dict[str, Any]:
                 "source": str(row.source),
                 "series": [None] * len(run_ids),
                 "messages": [""] * len(run_ids),
+                "durations": [None] * len(run_ids),
             },
         )
         i = position[row.run_id]
         entry["series"][i] = str(row.verdict)
         entry["messages"][i] = str(row.message or "")
+        entry["durations"][i] = _clean(row.duration_s)
         if str(row.verdict) in run_list[i]["counts"]:
             run_list[i]["counts"][str(row.verdict)] += 1
     newly_failing, newly_untestable, newly_fixed, newly_changed = [], [], [], []

@@ -22,7 +22,7 @@ class Machine:
     hostname: str = ""
     platform: str = ""
     cpu: str = ""  # CPU model name ("" when unknown)
-    cpus: int | None = None  # logical CPUs
+    cpus: int | None = None  # logical CPUs this process may use
     gpu: str | None = None  # the first GPU nvidia-smi names; None: no GPU seen
 
     @property
@@ -80,4 +80,8 @@ def _gpu_name() -> str | None:
 
 
 def this_machine() -> Machine:
-    return Machine(platform.node(), platform.platform(), _cpu_model(), os.cpu_count(), _gpu_name())
+    try:  # the CPUs this process may use (a shared or pinned machine has fewer than os.cpu_count())
+        cpus: int | None = len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        cpus = os.cpu_count()
+    return Machine(platform.node(), platform.platform(), _cpu_model(), cpus, _gpu_name())

@@ -24,7 +24,12 @@ Classification of a failing case (suites check invariants first, the golden last
   produces its output): FAIL with a reason starting ``broken:``, bisectable like any failure;
 * any other exception whose innermost project frame is the commit under test's code (see
   :mod:`harness.ownership`; torch or Python raising inside a call from MB counts): FAIL;
+* :class:`harness.errors.EnvironmentProblem` (the machine cannot run the case and should: a
+  Transformer Engine that does not import on a CUDA machine): ERROR with an ``environment:``
+  reason, never blamed on MB;
 * anything else: ERROR, a bug in the harness or a suite, never blamed on MB.
+A case may leave a note (``record_property("harness_note", text)``: the numbers behind a
+tolerance, say); it is kept as the message of a passing case and appended to any other.
 Then known MB bugs (:mod:`harness.known`): a FAIL whose violations are all explained by
 applicable reviewed entries becomes KNOWN_FAIL; a listed case that passes becomes FIXED.
 
@@ -45,11 +50,12 @@ from typing import Any
 import pytest
 
 from harness import caselog
-from harness.errors import Broken, Untestable
+from harness.errors import Broken, EnvironmentProblem, Untestable
 from harness.ownership import Owner, add_harness_root, blame
 from harness.verdict import Verdict
 
 PROP = "harness_case"
+NOTE = "harness_note"
 
 
 class GoldenMismatch(AssertionError):
@@ -298,6 +304,8 @@ def classify(excinfo: pytest.ExceptionInfo | None, skipped: bool, longrepr: Any)
         return Verdict.UNTESTABLE, f"untestable: {exc}", None
     if isinstance(exc, Broken):
         return Verdict.FAIL, f"broken: {exc}", None
+    if isinstance(exc, EnvironmentProblem):
+        return Verdict.ERROR, f"environment: {exc}", None
     if isinstance(exc, GoldenMismatch):
         return Verdict.CHANGED, f"changed: {exc}", exc.diff_data
     if isinstance(exc, (AssertionError, pytest.fail.Exception)):
@@ -359,6 +367,9 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
         if found is not None:
             verdict, known_ids = found.verdict, list(found.entries)
             message = f"{found.message}\n{message}".rstrip()
+    notes = [str(v) for k, v in report.user_properties if k == NOTE]
+    if notes:
+        message = "\n".join(([message] if message else []) + notes)
     report.user_properties.append(
         (
             PROP,

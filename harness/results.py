@@ -12,6 +12,7 @@ from typing import Any
 
 from harness.atomicio import read_versioned_json, write_versioned_json
 from harness.machine import Machine, upgrade_v1
+from harness.provenance import Provenance
 from harness.verdict import FAILING, Verdict
 
 RUN_KIND = "harness-run"
@@ -60,6 +61,8 @@ class RunResult:
     duration_s: float = 0.0
     cases: list[CaseResult] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+    # MB's commit (or release tag) and the harness's; absent (empty) in files written before it
+    provenance: Provenance = field(default_factory=Provenance)
 
     def counts(self, suite: str | None = None) -> dict[str, int]:
         """Cases per verdict value (of one suite, when given)."""
@@ -103,6 +106,7 @@ class RunResult:
         kwargs = {k: v for k, v in doc.items() if k in names}
         kwargs["cases"] = [CaseResult.from_json(c) for c in doc.get("cases", [])]
         kwargs["machine"] = Machine.from_json(doc.get("machine"))
+        kwargs["provenance"] = Provenance.from_json(doc.get("provenance"))
         return cls(**kwargs)
 
     def save(self, path: Path) -> None:

@@ -37,6 +37,7 @@ from harness.errors import CorruptFile, UsageError
 from harness.machine import this_machine
 from harness.procs import kill_group, popen_owned
 from harness.progress import CaseFeed
+from harness.provenance import of_run
 from harness.results import CaseResult, RunResult
 from harness.target import Target, mb_location
 from harness.verdict import Verdict, worst
@@ -85,6 +86,7 @@ class RunOptions:
     # once per megatron-core, installed or pinned tree), with at most this many servers alive
     fork_servers: int = 0
     verbose: bool = False  # the live output names every case (pytest -v instead of -q)
+    repo_url: str = ""  # web repository of the MB under test (--repo-url; else found, see harness.provenance)
     cases: list[str] | None = None  # run only these case ids (suite::test[param]) of the selected suites
 
 
@@ -300,6 +302,7 @@ def run_suites(tgt: Target, opts: RunOptions, out_dir: Path, progress: TextIO | 
         duration_s=round(duration, 2),
         cases=cases,
         notes=notes,
+        provenance=of_run(tgt, opts.repo_url),
     )
     result.save(out_dir / "results.json")
     return result
@@ -353,6 +356,7 @@ def _run_upstream_only(tgt: Target, opts: RunOptions, out_dir: Path) -> RunResul
         duration_s=round(time.monotonic() - t0, 2),
         cases=cases,
         notes=notes,
+        provenance=of_run(tgt, opts.repo_url),
     )
     result.save(out_dir / "results.json")
     return result

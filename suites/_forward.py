@@ -15,10 +15,16 @@ it; the reference is the same batch through ``vlm_step.forward_step`` without pa
 Both return a :class:`ForwardResult`: violations from :mod:`harness.oracle.differential` (the
 model's inputs as a packed row) and :mod:`harness.oracle.stepcheck` (params contract, logits,
 per-token loss, loss totals), the largest errors measured, and change-detector values.
+
+Both take the models (default: the CPU tiny model, fp32) and the tolerances, so the GPU suite
+runs the same path with MCore's Transformer Engine spec in bf16 (harness/adapters/gpu.py,
+:data:`BF16`). :func:`inputs_golden` is what no device can change (boundaries, which positions
+train); :func:`wrong_boundary_error` is the negative control of a tolerance on real batches.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import tempfile
 from dataclasses import dataclass
@@ -42,6 +48,32 @@ from suites import _oracle
 LOGIT_ATOL = 1e-4
 LOSS_ATOL = 1e-4
 TOTALS_RTOL, TOTALS_ATOL = 1e-5, 1e-4
+
+
+@dataclass(frozen=True)
+class Tolerances:
+    """How close packed must be to unpacked on real tokens, and MB's loss totals (rtol, atol)."""
+
+    name: str
+    logits: float
+    token_loss: float
+    totals_rtol: float
+    totals_atol: float
+
+
+FP32 = Tolerances("fp32", LOGIT_ATOL, LOSS_ATOL, TOTALS_RTOL, TOTALS_ATOL)
+# bf16 (the GPU suite, Transformer Engine): logits of this model are below 0.7 in magnitude, bf16
+# keeps 8 bits of mantissa (relative rounding 2^-8 = 0.004), and packed (THD, fused attention) and
+# unpacked (sbhd, causal mask) runs use different kernels. The same tiny model in bf16 on the CPU
+# (per-segment SDPA vs MCore's local attention; seeds 7, 11, 1234) differs by at most 0.0044 on a
+# real token's logits, and one boundary moved by a token moves them by 0.17 to 0.34. 0.05 sits
+# ~11x above that noise and ~3.4x below the smallest fault; on the GPU every case measures its own
+# control (wrong_boundary_error) and errs unless the fault is more than twice the tolerance, so a
+# tolerance that cannot see a wrong boundary never passes silently. Per-token loss is a function
+# of the logits of the same size (same bound); loss sums over ~10^2 tokens get 1% + 0.1.
+BF16 = Tolerances("bf16", 0.05, 0.05, 1e-2, 0.1)
+#: The negative control must move some real token's logits by more than this times the tolerance.
+CONTROL_MARGIN = 2.0
 MODEL_VOCAB = 64 * -(-tokenizer.VOCAB_SIZE // 64)  # the tokenizer's ids, padded like MB pads vocabularies
 SEED = 1234
 IGNORE_INDEX = -100  # the label MB's VLM collates put on padding
@@ -89,6 +121,8 @@ class ForwardResult:
     errors: stepcheck.OutputErrors
     golden: dict[str, Any]
     report: differential.Report
+    runs: list[step.StepRun]  # the packed micro-batches' step calls (what the model received)
+    refs: dict[str, stepcheck.TokenOutputs]  # each example's unpacked outputs
 
     def __repr__(self) -> str:  # pytest prints it in tracebacks: the summary says the rest
         return f"ForwardResult({len(self.violations)} violations, errors={self.errors})"
@@ -105,9 +139,12 @@ class ForwardResult:
             )
 
 
+Models = tuple[step.RecordingModel, step.VLMRecordingModel]
+
+
 @functools.lru_cache(maxsize=None)
-def models() -> tuple[step.RecordingModel, step.VLMRecordingModel]:
-    """One tiny GPTModel per process, seen through the GPT-shaped and the VLM-shaped double."""
+def models() -> Models:
+    """One tiny GPTModel per process (CPU, fp32), seen through the GPT-shaped and the VLM-shaped double."""
     gpt = fwd.tiny_gpt(seed=SEED, vocab_size=MODEL_VOCAB)
     return step.RecordingModel(gpt), step.VLMRecordingModel(gpt)
 
@@ -207,6 +244,7 @@ def _check(
     mult: int,
     static_max: bool,
     pack_size: int | None,
+    tol: Tolerances,
 ) -> ForwardResult:
     pads = {v for v in special_ids.values() if v is not None}
     report = differential.compare(
@@ -230,8 +268,8 @@ def _check(
             row_report.segments,
             token_outputs(run, 0),
             refs,
-            logit_atol=LOGIT_ATOL,
-            loss_atol=LOSS_ATOL,
+            logit_atol=tol.logits,
+            loss_atol=tol.token_loss,
             roles=roles,
         )
         violations += out
@@ -243,15 +281,16 @@ def _check(
             for seg in row_report.segments:
                 full = seg.real >= len(refs[seg.key].token_loss)
                 want = want.plus(ref_totals[seg.key] if full else _cut_totals(by_key[seg.key], refs[seg.key], seg.real))
-        violations += stepcheck.check_totals(r, _totals(run), want, rtol=TOTALS_RTOL, atol=TOTALS_ATOL)
+        violations += stepcheck.check_totals(r, _totals(run), want, rtol=tol.totals_rtol, atol=tol.totals_atol)
     golden = {"micro_batches": [_golden_row(run) for run in runs]}
-    return ForwardResult(violations, errors, golden, report)
+    return ForwardResult(violations, errors, golden, report, list(runs), refs)
 
 
-def run_offline(case: _oracle.SFTCase) -> ForwardResult:
-    """Every packed micro-batch of ``case`` through ``gpt_step``, against each example's unpacked run."""
+def run_offline(case: _oracle.SFTCase, on: Models | None = None, tol: Tolerances = FP32) -> ForwardResult:
+    """Every packed micro-batch of ``case`` through ``gpt_step``, against each example's unpacked
+    run, on the given models (default: the CPU tiny model)."""
     b = _oracle.built(case)
-    gpt, _ = models()
+    gpt, _ = on or models()
     ds = b.build.prep_reference
     refs: dict[str, stepcheck.TokenOutputs] = {}
     ref_totals: dict[str, stepcheck.LossTotals] = {}
@@ -274,6 +313,7 @@ def run_offline(case: _oracle.SFTCase) -> ForwardResult:
         mult=case.mult,
         static_max=case.pad_cu_seqlens,
         pack_size=_oracle.SEQ,
+        tol=tol,
     )
 
 
@@ -326,10 +366,11 @@ def unpacked(case: _oracle.SFTCase) -> Unpacked:
     return Unpacked(batch_ops.unpacked_examples(build.train), tokenizer.special_ids(tok))
 
 
-def run_vlm(case: VLMCase) -> ForwardResult:
-    """Right-padded micro-batches of MB's unpacked chat examples through ``vlm_step``, packed vs not."""
+def run_vlm(case: VLMCase, on: Models | None = None, tol: Tolerances = FP32) -> ForwardResult:
+    """Right-padded micro-batches of MB's unpacked chat examples through ``vlm_step``, packed vs
+    not, on the given models (default: the CPU tiny model)."""
     b = unpacked(case.source)
-    _, vlm = models()
+    _, vlm = on or models()
     pad_id = b.special_ids.get("pad_id")
     if pad_id is None:
         raise AssertionError("the tokenizer reports no pad id")
@@ -348,5 +389,122 @@ def run_vlm(case: VLMCase) -> ForwardResult:
         rows += packed_rows
         expected.append(_totals(out.unpacked))
     return _check(
-        rows, runs, b.examples, refs, expected, {}, b.special_ids, mult=case.multiple, static_max=False, pack_size=None
+        rows,
+        runs,
+        b.examples,
+        refs,
+        expected,
+        {},
+        b.special_ids,
+        mult=case.multiple,
+        static_max=False,
+        pack_size=None,
+        tol=tol,
     )
+
+
+# --------------------------------------------------------------------------- across devices
+
+
+@functools.lru_cache(maxsize=None)
+def cpu_offline(case: _oracle.SFTCase) -> ForwardResult:
+    """:func:`run_offline` on the CPU model, once per process (the CPU suite and the GPU suite's
+    device-independent half share it)."""
+    return run_offline(case)
+
+
+@functools.lru_cache(maxsize=None)
+def cpu_vlm(case: VLMCase) -> ForwardResult:
+    """:func:`run_vlm` on the CPU model, once per process."""
+    return run_vlm(case)
+
+
+def inputs_golden(result: ForwardResult) -> dict[str, Any]:
+    """What MB handed the model per packed micro-batch that no device changes: the boundaries,
+    ``max_seqlen``, the positions that train and how many (the GPU suite's golden, recorded on
+    the CPU and compared with what the GPU run's model received)."""
+    rows = []
+    for run in result.runs:
+        view = params_view(run.kwargs.get("packed_seq_params"))
+        bounds = view.boundaries if view else {}
+        mask = _loss_mask(run).reshape(-1).tolist()
+        rows.append(
+            {
+                "cu_seqlens_q": bounds.get("cu_seqlens_q"),
+                "cu_seqlens_q_padded": bounds.get("cu_seqlens_q_padded"),
+                "max_seqlen_q": view.max_seqlen_q if view else None,
+                "trained_positions": [i for i, m in enumerate(mask) if m],
+                "num_tokens": run.num_tokens,
+            }
+        )
+    return {"micro_batches": rows}
+
+
+def _moved(params: Any, k: int) -> Any:
+    """``params`` with interior boundary ``k`` one token earlier in every boundary field (the
+    previous segment's last slot now starts the next one), ``max_seqlen`` still covering all."""
+    changed: dict[str, Any] = {}
+    longest = 0
+    for name in stepcheck.BOUNDARY_FIELDS:
+        value = getattr(params, name, None)
+        if value is None:
+            continue
+        moved = value.clone()
+        moved.reshape(-1)[k] -= 1
+        changed[name] = moved
+        flat = moved.reshape(-1).tolist()
+        longest = max(longest, max(b - a for a, b in zip(flat, flat[1:])))
+    for name in ("max_seqlen_q", "max_seqlen_kv"):
+        value = getattr(params, name, None)
+        if value is not None:
+            changed[name] = torch.as_tensor(longest).to(value) if isinstance(value, torch.Tensor) else longest
+    return dataclasses.replace(params, **changed)
+
+
+def wrong_boundary_error(result: ForwardResult, model: step.RecordingModel) -> float | None:
+    """Negative control on real batches: the largest real-token logit error against the unpacked
+    runs when one boundary of a packed micro-batch is moved by a token (None: no micro-batch
+    holds two examples with a real token to spare). A tolerance below this sees a wrong boundary."""
+    for r, (run, row) in enumerate(zip(result.runs, result.report.rows)):
+        params = run.kwargs.get("packed_seq_params")
+        segs = row.segments
+        k = next((i for i in range(1, len(segs)) if segs[i - 1].real >= 2), None)
+        if params is None or k is None:
+            continue
+        logits, token_loss = step.call_model(model, {**run.kwargs, "packed_seq_params": _moved(params, k)})
+        outputs = stepcheck.TokenOutputs(logits[0].tolist(), token_loss.reshape(logits.shape[0], -1)[0].tolist())
+        _, errs = stepcheck.check_outputs(
+            r, [], segs, outputs, result.refs, logit_atol=float("inf"), loss_atol=float("inf")
+        )
+        return errs.logits
+    return None
+
+
+def check_control(result: ForwardResult, control: float | None, tol: Tolerances) -> str:
+    """The sentence a reader needs to trust the tolerance (both numbers); raises when the
+    tolerance could not see a wrong boundary (the harness's problem: an ERROR, not MB's)."""
+    note = (
+        f"{tol.name}: packed vs unpacked, largest real-token logit error {result.errors.logits:.3g} "
+        f"(tolerance {tol.logits:g}); one boundary moved by a token: "
+        + ("no micro-batch to move a boundary in" if control is None else f"{control:.3g}")
+    )
+    if control is not None and control <= CONTROL_MARGIN * tol.logits:
+        raise ToleranceBlind(f"the {tol.name} tolerance cannot see a wrong boundary: {note}")
+    return note
+
+
+class ToleranceBlind(RuntimeError):
+    """The negative control moved less than the tolerance allows: the check cannot judge MB."""
+
+
+def same_inputs(cpu: ForwardResult, device: ForwardResult, device_name: str) -> None:
+    """The model received the same boundaries and trained positions on ``device`` as on the CPU
+    (what the golden, recorded on the CPU, pins)."""
+    want, got = inputs_golden(cpu)["micro_batches"], inputs_golden(device)["micro_batches"]
+    if want != got:
+        from suites._explain import first_difference
+
+        raise AssertionError(
+            f"MB handed the model different inputs on {device_name} than on the CPU: "
+            + first_difference(want, got, "micro-batch")
+        )

@@ -18,6 +18,7 @@ import pytest
 from harness.adapters import cp as cp_ops
 from harness.adapters import thd
 from suites import _inputs
+from suites._explain import first_offender
 
 pytestmark = pytest.mark.import_group("full")
 
@@ -47,7 +48,8 @@ def test_in_batch_multiple(golden, cp, tp, sp):
     m = out["multiple"]
     for r in _required(cp, tp, sp):
         assert m % r == 0, f"CP{cp} TP{tp} SP{sp}: multiple {m} is not divisible by {r}"
-    assert m == math.lcm(1, *_required(cp, tp, sp)), "the documented alignment is the lcm (no over-padding)"
+    lcm = math.lcm(1, *_required(cp, tp, sp))
+    assert m == lcm, f"CP{cp} TP{tp} SP{sp}: the documented alignment is the lcm {lcm} (no over-padding), got {m}"
     # the packed batch built with that multiple keeps every boundary on the CP/SP grid
     batch, lengths = _inputs.right_padded_batch(cp * 10 + tp, 4, 19)
     packed = thd.pack_in_batch(
@@ -58,7 +60,12 @@ def test_in_batch_multiple(golden, cp, tp, sp):
         pad_token_id=_inputs.PAD_ID,
         pad_to_multiple_of=m,
     )
-    assert all(b % m == 0 for b in packed["cu_seqlens_padded"])
+    bounds = packed["cu_seqlens_padded"]
+    assert all(b % m == 0 for b in bounds), (
+        f"every padded boundary must be a multiple of {m}: "
+        + first_offender(bounds, lambda b: b % m == 0, "boundary")
+        + f" in cu_seqlens_padded {bounds}"
+    )
     golden.check({"multiple": m, "cu_seqlens_padded": packed["cu_seqlens_padded"]})
 
 
@@ -67,10 +74,11 @@ def test_collate_multiple_without_in_batch(golden, cp, tp, sp, base):
     out = cp_ops.collate_padding_multiple(cp, tp, sp, in_batch=False, pad_to_multiple_of=base)
     assert out["accepted"], out["message"]
     m = out["multiple"]
-    assert m % base == 0, "the user's pad_to_multiple_of is kept (raised, never lowered)"
+    assert m % base == 0, f"the user's pad_to_multiple_of {base} is kept (raised, never lowered), got {m}"
     for r in _required(cp, tp, sp):
         assert m % r == 0, f"collate multiple {m} not divisible by {r}"
-    assert m == math.lcm(base, *_required(cp, tp, sp))
+    lcm = math.lcm(base, *_required(cp, tp, sp))
+    assert m == lcm, f"CP{cp} TP{tp} SP{sp} pad_to_multiple_of {base}: expected the lcm {lcm}, got {m}"
     golden.check({"multiple": m})
 
 
@@ -80,7 +88,9 @@ def test_eval_cp_multiple(golden, cp, eval_cp):
     assert out["accepted"], out["message"]
     for size in (cp, eval_cp):
         if size > 1:
-            assert out["multiple"] % (2 * size) == 0, f"eval/training CP {size} both constrain the multiple"
+            assert out["multiple"] % (2 * size) == 0, (
+                f"eval/training CP {size} both constrain the multiple: {out['multiple']} is not divisible by {2 * size}"
+            )
     golden.check({"multiple": out["multiple"]})
 
 

@@ -75,7 +75,7 @@ VLM = [
 @pytest.mark.parametrize("case", OFFLINE, ids=[c.id for c in OFFLINE])
 def test_offline_gpt_step(golden, case):
     """Each offline packed micro-batch through MB's ``gpt_step.forward_step`` == each example alone."""
-    result = _forward.run_offline(case)
+    result = _forward.cpu_offline(case)
     result.assert_ok()
     golden.check(result.golden, tolerances=_forward.GOLDEN_TOLERANCES)
 
@@ -83,6 +83,6 @@ def test_offline_gpt_step(golden, case):
 @pytest.mark.parametrize("case", VLM, ids=[c.id for c in VLM])
 def test_in_batch_vlm_step(golden, case):
     """Right-padded VLM micro-batches packed in batch through MB's ``vlm_step.forward_step`` == unpacked."""
-    result = _forward.run_vlm(case)
+    result = _forward.cpu_vlm(case)
     result.assert_ok()
     golden.check({**result.golden, "multiple": case.multiple}, tolerances=_forward.GOLDEN_TOLERANCES)

@@ -1,131 +1,94 @@
-"""GPU forward: MCore GPTModel with the Transformer Engine spec, THD PackedSeqParams, bf16.
+"""GPU forward through MB's own step functions: MCore's Transformer Engine layer spec, bf16, CUDA.
 
-Same contract as suites/test_forward_cpu.py, on the production path: TE's fused THD attention
-consumes MB-built PackedSeqParams (``cu_seqlens`` and, with alignment, ``cu_seqlens_padded``).
-Every real token's logits must match the sequence run alone (sbhd, causal), the masked loss
-sums agree. Without CUDA or a real Transformer Engine the cases are skipped with the reason
-(UNTESTABLE). bf16 tolerance: logits of magnitude ~1 in bf16 carry ~4e-3 relative rounding and
-the packed/unpacked kernels accumulate in different orders, so |err| <= 0.05 on logits and a
-relative 1e-2 on summed losses; a cross-boundary leak or wrong positions moves logits by >0.1
-in this model (RoPE off, learned absolute positions).
+The same end-to-end path as suites/test_forward_cpu.py (MB's collated micro-batches through MB's
+``gpt_step.forward_step`` / ``vlm_step.forward_step``, the recording doubles of
+harness/adapters/step.py, the checks of harness/oracle/stepcheck.py), with the production model
+instead of the CPU reference: the tiny ``GPTModel`` built with the TE layer spec, in bf16
+(``Float16Module``, as MB wraps a bf16 model), on CUDA, so TE's fused THD attention consumes
+exactly the ``PackedSeqParams`` MB built on the device (harness/adapters/gpu.py).
 
-Goldens pin the packing inputs (boundaries), which are device independent; the float outputs
-are checked by the invariants only. Record on a GPU machine: ``harness fixtures record --suite
-forward_gpu --yes``.
+Each case, in this order:
+
+1. On a CUDA machine, Transformer Engine must import: an installed TE that does not (built for
+   another torch: ``undefined symbol``) makes the case ERROR with an ``environment:`` reason,
+   never a verdict on MB.
+2. Device-independent half, on the CPU: the case through the CPU forward (fp32, every invariant),
+   and the golden of what MB handed the model: boundaries, ``max_seqlen``, which positions train
+   (suites/_forward.py ``inputs_golden``). Recorded on any machine (``harness fixtures record
+   --suite forward_gpu --yes``), so a first GPU run has its goldens.
+3. Without CUDA and TE: UNTESTABLE with the reason (``harness run --require-gpu`` makes that an
+   environment error on a GPU runner).
+4. On CUDA: the same micro-batches through the same step with the TE model. The model must
+   receive the same inputs as on the CPU (so the golden applies), and every real token's logits
+   and per-token loss must match the example's unpacked run through the same step on the GPU,
+   within the bf16 tolerance of suites/_forward.py (``BF16``). Negative control, per case: one
+   boundary moved by a token must move some real token's logits by more than twice the
+   tolerance, or the case errs (the check could not see a wrong boundary). Both numbers are
+   printed and kept as the case's message.
 """
 
 from __future__ import annotations
 
-import importlib.util
-import math
+import dataclasses
 
 import pytest
-import torch
 
-from harness.adapters import thd
-from suites import _inputs
+from harness.adapters import gpu
+from harness.errors import Untestable
+from suites import _forward, _oracle
 
 pytestmark = [pytest.mark.import_group("full"), pytest.mark.gpu]
 
-LOGIT_ATOL = 0.05
+_BY_ID = {c.id: c for c in _oracle.CASES + _oracle.FIXED_SHAPE_CASES}
+# clean corpora (no literal EOS in answers; MB 0.6.2's EOS handling is the CPU suite's to show):
+# no alignment, alignment padding (cu_seqlens_q_padded), completion-only data, and the
+# fixed-shape pad_cu_seqlens boundaries that CUDA graphs rely on
+_OFFLINE_IDS = ("prompt-mult1", "prompt-mult4", "completion-mult2", "prompt-mult1-pad-cu-seqlens")
+OFFLINE = [_forward.CleanCase(**{**dataclasses.asdict(_BY_ID[i]), "id": "clean-" + i}) for i in _OFFLINE_IDS]
+VLM_SOURCE = _oracle.SFTCase("vlm-chat", seed=71, kind="chat", n=14)
+VLM = [_forward.VLMCase("chat-mult1", VLM_SOURCE), _forward.VLMCase("chat-cp2-mult4", VLM_SOURCE, cp=2)]
 
 
-def _require_gpu() -> None:
-    if not torch.cuda.is_available():
-        pytest.skip("needs CUDA and Transformer Engine: no CUDA device on this machine")
-    if importlib.util.find_spec("transformer_engine") is None:
-        pytest.skip("needs CUDA and Transformer Engine: transformer_engine is not installed")
+def _on_gpu(cpu: _forward.ForwardResult, run_on_gpu, golden, why_not: str | None) -> _forward.ForwardResult:
+    """Steps 2 to 4 of the module docstring, once the CPU half has run."""
+    cpu.assert_ok()
+    golden.check(_forward.inputs_golden(cpu))
+    if why_not is not None:
+        raise Untestable(why_not)
+    models = gpu.te_models(_forward.SEED, _forward.MODEL_VOCAB)
+    result = run_on_gpu(models)
+    _forward.same_inputs(cpu, result, "CUDA (TE, bf16)")
+    result.assert_ok()
+    return result
 
 
-@torch.no_grad()
-def _logits(model, tokens, positions, params=None):
-    out = model(
-        input_ids=tokens.reshape(1, -1).cuda(),
-        position_ids=positions.reshape(1, -1).cuda(),
-        attention_mask=None,
-        packed_seq_params=params,
+def _note(result: _forward.ForwardResult, model, record_property) -> None:
+    note = _forward.check_control(result, _forward.wrong_boundary_error(result, model), _forward.BF16)
+    print(note)
+    record_property("harness_note", note)
+
+
+@pytest.mark.parametrize("case", OFFLINE, ids=[c.id for c in OFFLINE])
+def test_offline_gpt_step_te(golden, record_property, case):
+    """Offline packed micro-batches through ``gpt_step`` on the TE model == each example alone."""
+    why_not = gpu.preflight()
+    result = _on_gpu(
+        _forward.cpu_offline(case),
+        lambda models: _forward.run_offline(case, models, _forward.BF16),
+        golden,
+        why_not,
     )
-    return out.reshape(-1, out.shape[-1]).float()
+    _note(result, gpu.te_models(_forward.SEED, _forward.MODEL_VOCAB)[0], record_property)
 
 
-@pytest.mark.parametrize("seed,rows,width,multiple", [(0, 3, 16, 1), (1, 4, 24, 4), (2, 6, 20, 8)])
-def test_te_thd_packed_forward(golden, seed, rows, width, multiple):
-    batch, lengths = _inputs.right_padded_batch(seed, rows, width, vocab=100, min_len=2)
-    packed = thd.pack_in_batch(
-        batch["tokens"],
-        batch["labels"],
-        batch["loss_mask"],
-        batch["position_ids"],
-        pad_token_id=_inputs.PAD_ID,
-        pad_to_multiple_of=multiple,
+@pytest.mark.parametrize("case", VLM, ids=[c.id for c in VLM])
+def test_in_batch_vlm_step_te(golden, record_property, case):
+    """In-batch packed VLM micro-batches through ``vlm_step`` on the TE model == unpacked."""
+    why_not = gpu.preflight()
+    result = _on_gpu(
+        _forward.cpu_vlm(case),
+        lambda models: _forward.run_vlm(case, models, _forward.BF16),
+        golden,
+        why_not,
     )
-    _require_gpu()
-    model = te_model_cached()
-    from harness.adapters import forward as fwd
-
-    unpadded = packed["cu_seqlens_unpadded"]
-    params = fwd.params_from_boundaries(
-        unpadded if unpadded is not None else packed["cu_seqlens_padded"],
-        packed["cu_seqlens_padded"] if unpadded is not None else None,
-        packed["max_seqlen"],
-    )
-    for name in ("cu_seqlens_q", "cu_seqlens_kv", "cu_seqlens_q_padded", "cu_seqlens_kv_padded"):
-        value = getattr(params, name, None)
-        if value is not None:
-            setattr(params, name, value.cuda())
-    lg = _logits(model, torch.tensor(packed["tokens"]), torch.tensor(packed["position_ids"]), params)
-    worst, packed_loss, unpacked_loss, offset = 0.0, 0.0, 0.0, 0
-    labels, mask = torch.tensor(packed["labels"]).cuda(), torch.tensor(packed["loss_mask"]).cuda()
-    safe = labels.clamp(min=0)
-    packed_loss = float((torch.nn.functional.cross_entropy(lg, safe, reduction="none") * mask).sum())
-    for r, n in enumerate(lengths):
-        ref = _logits(model, batch["tokens"][r, :n], torch.arange(n))
-        worst = max(worst, float((lg[offset : offset + n] - ref).abs().max()))
-        lab = batch["labels"][r, :n].cuda().clamp(min=0)
-        unpacked_loss += float(
-            (torch.nn.functional.cross_entropy(ref, lab, reduction="none") * batch["loss_mask"][r, :n].cuda()).sum()
-        )
-        offset += math.ceil(n / multiple) * multiple
-    assert worst <= LOGIT_ATOL, f"TE THD packed logits differ from unpacked by {worst}"
-    assert math.isclose(packed_loss, unpacked_loss, rel_tol=1e-2, abs_tol=1e-2), (packed_loss, unpacked_loss)
-    golden.check(
-        {
-            "lengths": lengths,
-            "cu_seqlens_padded": packed["cu_seqlens_padded"],
-            "cu_seqlens_unpadded": unpadded,
-            "max_seqlen": packed["max_seqlen"],
-        }
-    )
-
-
-_MODEL: dict = {}
-
-
-def te_model_cached():
-    if "m" not in _MODEL:
-        _MODEL["m"] = _build()
-    return _MODEL["m"]
-
-
-def _build():
-    from megatron.core.models.gpt import GPTModel
-    from megatron.core.models.gpt.gpt_layer_specs import get_gpt_layer_with_transformer_engine_spec
-
-    from harness.adapters import forward as fwd
-
-    fwd.init_cpu_parallel(1234)
-    torch.manual_seed(1234)
-    cfg = fwd.tiny_config(
-        use_cpu_initialization=False, params_dtype=torch.bfloat16, bf16=True, pipeline_dtype=torch.bfloat16
-    )
-    return (
-        GPTModel(
-            config=cfg,
-            transformer_layer_spec=get_gpt_layer_with_transformer_engine_spec(),
-            vocab_size=fwd.VOCAB,
-            max_sequence_length=fwd.MAX_POS,
-            position_embedding_type="learned_absolute",
-        )
-        .cuda()
-        .eval()
-    )
+    _note(result, gpu.te_models(_forward.SEED, _forward.MODEL_VOCAB)[1], record_property)

@@ -18,6 +18,7 @@ import torch
 from harness.adapters import batch as batch_ops
 from harness.adapters import thd
 from suites import _oracle
+from suites._explain import first_difference, first_offender, show
 from suites._inputs import IGNORE_INDEX
 
 pytestmark = pytest.mark.import_group("light")
@@ -39,7 +40,9 @@ CASES = [
 def _micro_batch(case: _oracle.SFTCase, first: int, rows: int):
     thd.pack_in_batch.era  # noqa: B018 - an era without in-batch packing is untestable before inputs are built
     examples = list(_oracle.reference(case))[first : first + rows]
-    assert len(examples) == rows, f"reference has {len(_oracle.reference(case))} examples"
+    assert len(examples) == rows, (
+        f"{case.id}: {rows} examples from {first} wanted, MB's reference has {len(_oracle.reference(case))} examples"
+    )
     pad_id = _oracle.special_ids(case)["pad_id"]
     return examples, _oracle.right_padded(examples, pad_id, IGNORE_INDEX), pad_id
 
@@ -62,10 +65,14 @@ def test_pack_right_padded(golden, ref, first, rows, multiple):
     )
     report.assert_ok()
     real = report.rows[0].real_positions
-    assert all(label == IGNORE_INDEX for p, label in enumerate(row.labels) if p not in real), (
-        "alignment padding must carry the ignore index as label"
+    padding = [(p, label) for p, label in enumerate(row.labels) if p not in real]
+    assert all(label == IGNORE_INDEX for _, label in padding), (
+        f"alignment padding must carry the ignore index {IGNORE_INDEX} as label: packed row 0, "
+        + first_offender(padding, lambda pl: pl[1] == IGNORE_INDEX, "padding slot (position, label)")
     )
-    assert [s.key for s in report.rows[0].segments] == [ex.key for ex in examples], "rows packed in batch order"
+    order = [s.key for s in report.rows[0].segments]
+    expected_order = [ex.key for ex in examples]
+    assert order == expected_order, "rows packed in batch order: " + first_difference(expected_order, order, "segment")
     golden.check({"multiple": multiple, "row": _oracle.canonical_rows([row])[0]})
 
 
@@ -81,21 +88,39 @@ def _pack(batch, pad_id):
     )
 
 
+def _assert_refused(batch, pad_id, refusals: tuple[type[BaseException], ...], what: str) -> None:
+    """Packing ``batch`` must raise one of ``refusals``; if it packs instead, say what came out."""
+    try:
+        packed = _pack(batch, pad_id)
+    except refusals:
+        return
+    pytest.fail(
+        f"{what} was packed instead of refused: got cu_seqlens_padded {show(packed.get('cu_seqlens_padded'))}, "
+        f"{len(packed.get('tokens') or [])} packed tokens (expected one of "
+        f"{', '.join(e.__name__ for e in refusals)})"
+    )
+
+
 def test_left_padding_is_refused():
     _, batch, pad_id = _micro_batch(PROMPT, 0, 3)
     n = int(batch["attention_mask"][1].sum())
     width = batch["tokens"].shape[1]
     for key in batch:  # row 1 becomes left-padded
         batch[key][1] = torch.roll(batch[key][1], shifts=width - n)
-    with pytest.raises((ValueError, AssertionError, RuntimeError)):
-        _pack(batch, pad_id)
+    _assert_refused(
+        batch, pad_id, (ValueError, AssertionError, RuntimeError), f"row 1 left-padded ({width - n} pad slots first)"
+    )
 
 
 def test_mismatched_label_shape_is_refused():
     _, batch, pad_id = _micro_batch(PROMPT, 3, 3)
     batch["labels"] = batch["labels"][:, :-1]
-    with pytest.raises((ValueError, AssertionError, RuntimeError, IndexError)):
-        _pack(batch, pad_id)
+    _assert_refused(
+        batch,
+        pad_id,
+        (ValueError, AssertionError, RuntimeError, IndexError),
+        f"labels of width {batch['labels'].shape[1]} with tokens of width {batch['tokens'].shape[1]}",
+    )
 
 
 def test_empty_row_is_refused():
@@ -109,5 +134,4 @@ def test_empty_row_is_refused():
         ("attention_mask", False),
     ):
         batch[key][1] = fill
-    with pytest.raises((ValueError, AssertionError, RuntimeError)):
-        _pack(batch, pad_id)
+    _assert_refused(batch, pad_id, (ValueError, AssertionError, RuntimeError), "row 1 of only padding")

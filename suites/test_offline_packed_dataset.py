@@ -27,6 +27,7 @@ import numpy as np
 import pytest
 
 from suites import _oracle
+from suites._explain import first_difference
 
 pytestmark = pytest.mark.import_group("light")
 
@@ -56,7 +57,10 @@ def test_pad_cu_seqlens_fixed_shape(golden, case):
             shapes[key] = lengths.pop()
             assert shapes[key] >= fullest + 1, f"{key}: shape {shapes[key]} cannot hold {fullest} sequences"
     assert shapes, "pad_cu_seqlens batches carry no boundaries"
-    assert len({len(r.tokens) for r in b.rows}) == 1, "pad_cu_seqlens needs fixed-width rows (pad_to_max_length)"
+    widths = [len(r.tokens) for r in b.rows]
+    assert len(set(widths)) == 1, "pad_cu_seqlens needs fixed-width rows (pad_to_max_length): " + first_difference(
+        [widths[0]] * len(widths), widths, "row width of micro-batch"
+    )
     golden.check({"shapes": shapes, "max_seqlen_q": sorted({r.max_seqlen_q for r in b.rows})})
 
 
@@ -76,12 +80,15 @@ def test_deterministic_and_rng_independent(golden, kind):
     random.seed(999)
     _oracle.built.cache_clear()
     again = _oracle.canonical_rows(_oracle.built(case).rows)
-    assert again == first, "same seed, different global RNG state: the packed rows must not change"
+    assert again == first, "same seed, different global RNG state: the packed rows must not change: " + (
+        first_difference(first, again, "packed row")
+    )
     env = dict(os.environ, PYTHONHASHSEED="123")
     proc = subprocess.run(
         [sys.executable, "-c", _CHILD, kind], capture_output=True, text=True, env=env, timeout=600, cwd=os.getcwd()
     )
     line = [ln for ln in proc.stdout.splitlines() if ln.startswith("ROWS=")]
     assert line, f"child process failed: {proc.stderr[-2000:]}"
-    assert json.loads(line[-1][5:]) == first, "a fresh process must pack identically"
+    fresh = json.loads(line[-1][5:])
+    assert fresh == first, "a fresh process must pack identically: " + first_difference(first, fresh, "packed row")
     golden.check({"rows": first})

@@ -22,6 +22,7 @@ from harness.adapters import forward as fwd
 from harness.adapters import thd
 from harness.oracle.differential import Invariant, InvariantFailure, Violation
 from suites import _oracle
+from suites._explain import first_difference, show
 
 pytestmark = pytest.mark.import_group("light")
 
@@ -87,10 +88,18 @@ def test_offline_sentinel_stripped(golden, bounds, sentinels, argmin):
 )
 def test_offline_padded_and_unpadded(golden, unpadded, padded):
     params = thd.packed_seq_params(_legacy_batch(padded, 3, 8, unpadded=unpadded))
-    assert params["cu_seqlens_q"] == unpadded, "cu_seqlens_q are the real-token boundaries"
-    assert params["cu_seqlens_q_padded"] == padded, "cu_seqlens_q_padded are the physical boundaries"
-    assert params["cu_seqlens_kv_padded"] == padded
+    _same_boundaries(unpadded, params["cu_seqlens_q"], "cu_seqlens_q are the real-token boundaries")
+    _same_boundaries(padded, params["cu_seqlens_q_padded"], "cu_seqlens_q_padded are the physical boundaries")
+    _same_boundaries(padded, params["cu_seqlens_kv_padded"], "cu_seqlens_kv_padded are the physical boundaries")
     golden.check(params)
+
+
+def _same_boundaries(expected: list[int], got: list[int], rule: str) -> None:
+    """Both lists and where they first differ (a bare ``assert ==`` read "Left contains one more
+    item: -1 ... Use -v to get more diff", and -v is no option of ``harness run``)."""
+    if list(got) != list(expected):
+        where = first_difference(expected, got, "boundary")
+        raise AssertionError(f"{rule}: {where}; expected {show(expected)}, got {show(got)}")
 
 
 MB_BATCH_CASES = [

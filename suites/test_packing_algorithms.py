@@ -17,6 +17,7 @@ import pytest
 
 from harness.adapters import packing
 from suites import _inputs
+from suites._explain import first_difference, first_offender, multiset_difference
 
 pytestmark = pytest.mark.import_group("light")
 
@@ -37,9 +38,14 @@ def _first_fit_reference(seqlens: list[int], pack_size: int) -> list[list[int]]:
 
 
 def _check_bins(seqlens: list[int], bins: list[list[int]], pack_size: int) -> None:
-    assert Counter(x for b in bins for x in b) == Counter(seqlens), "every sequence must be placed exactly once"
-    assert all(sum(b) <= pack_size for b in bins), f"a bin exceeds pack_size {pack_size}"
-    assert all(b for b in bins), "no empty bin"
+    placed = [x for b in bins for x in b]
+    assert Counter(placed) == Counter(seqlens), "every sequence must be placed exactly once: " + multiset_difference(
+        seqlens, placed, "sequence length"
+    )
+    assert all(sum(b) <= pack_size for b in bins), f"a bin exceeds pack_size {pack_size}: " + first_offender(
+        ((sum(b), b) for b in bins), lambda sb: sb[0] <= pack_size, "bin (total, lengths)"
+    )
+    assert all(b for b in bins), "no empty bin: " + first_offender(bins, bool, "bin")
 
 
 @pytest.mark.parametrize("seed,n,low,high,pack_size", CASES)
@@ -47,8 +53,9 @@ def test_first_fit(golden, seed, n, low, high, pack_size):
     lens = _inputs.seqlens(seed, n, low, high)
     bins = packing.first_fit(lens, pack_size)
     _check_bins(lens, bins, pack_size)
-    assert bins == _first_fit_reference(lens, pack_size), (
-        "first_fit must place each sequence in the first bin with room"
+    reference = _first_fit_reference(lens, pack_size)
+    assert bins == reference, "first_fit must place each sequence in the first bin with room: " + first_difference(
+        reference, bins, "bin"
     )
     golden.check({"seqlens": lens, "pack_size": pack_size, "bins": bins})
 
@@ -58,7 +65,10 @@ def test_first_fit_decreasing(golden, seed, n, low, high, pack_size):
     lens = _inputs.seqlens(seed, n, low, high)
     bins = packing.first_fit_decreasing(lens, pack_size)
     _check_bins(lens, bins, pack_size)
-    assert bins == _first_fit_reference(sorted(lens, reverse=True), pack_size)
+    reference = _first_fit_reference(sorted(lens, reverse=True), pack_size)
+    assert bins == reference, "first_fit_decreasing must be first-fit over lengths sorted longest first: " + (
+        first_difference(reference, bins, "bin")
+    )
     golden.check({"seqlens": lens, "pack_size": pack_size, "bins": bins})
 
 
@@ -70,7 +80,7 @@ def test_first_fit_shuffle(golden, seed, n, low, high, pack_size):
     np.random.seed(seed)
     again = packing.first_fit_shuffle(lens, pack_size)
     _check_bins(lens, bins, pack_size)
-    assert bins == again, "same seed, same packing"
+    assert bins == again, "same seed, same packing: " + first_difference(bins, again, "bin")
     golden.check({"seqlens": lens, "pack_size": pack_size, "bins": bins})
 
 
@@ -90,22 +100,30 @@ def test_packing_strategy_pipeline(golden, seed, n, pack_size, algorithm):
     for ex in examples:
         if len(ex["input_ids"]) - 1 <= pack_size:
             expected_hist[len(ex["input_ids"]) - 1] += 1
-    assert histogram == expected_hist, "histogram counts sequences by length minus one"
+    assert histogram == expected_hist, "histogram counts sequences by length minus one: " + first_difference(
+        expected_hist, histogram, "count of length"
+    )
     np.random.seed(seed)
     assignments, meta = packing.create_packing_strategy(histogram, pack_size, algorithm)
     _check_bins([i for i, c in enumerate(histogram) for _ in range(c)], assignments, pack_size)
     np.random.seed(seed)
     rows = packing.fill_packing_strategy(assignments, sequences, pack_size, _inputs.PAD_ID)
-    assert len(rows) == len(assignments)
+    assert len(rows) == len(assignments), f"one packed row per bin: {len(assignments)} bins, got {len(rows)} rows"
     packed_ids = Counter()
-    for row, assignment in zip(rows, assignments):
+    for r, (row, assignment) in enumerate(zip(rows, assignments)):
         starts = row["seq_start_id"] + [len(row["input_ids"])]
-        assert row["seq_start_id"][0] == 0 and len(row["seq_start_id"]) == len(assignment)
-        assert len(row["loss_mask"]) == len(row["input_ids"])
+        assert row["seq_start_id"][0] == 0 and len(row["seq_start_id"]) == len(assignment), (
+            f"row {r}: seq_start_id must start at 0 with one start per sequence of its bin "
+            f"({len(assignment)} sequences {assignment}), got {row['seq_start_id']}"
+        )
+        assert len(row["loss_mask"]) == len(row["input_ids"]), (
+            f"row {r}: loss_mask has {len(row['loss_mask'])} entries for {len(row['input_ids'])} tokens"
+        )
         for k in range(len(assignment)):
             seq = tuple(row["input_ids"][starts[k] : starts[k + 1]])
             packed_ids[seq] += 1
-    assert packed_ids == Counter(tuple(ex["input_ids"]) for ex in examples), (
-        "packed rows hold exactly the input sequences"
+    inputs = [tuple(ex["input_ids"]) for ex in examples]
+    assert packed_ids == Counter(inputs), "packed rows hold exactly the input sequences: " + multiset_difference(
+        inputs, packed_ids.elements(), "sequence"
     )
     golden.check({"histogram": histogram, "assignments": assignments, "metadata": meta, "rows": rows})

@@ -16,6 +16,7 @@ import pytest
 from harness.adapters import batch as batch_ops
 from harness.adapters import sampler
 from suites import _oracle
+from suites._explain import first_offender, multiset_difference
 
 pytestmark = pytest.mark.import_group("light")
 
@@ -39,8 +40,15 @@ def test_padding_rows_and_alignment(golden, case, gbs):
     ds = b.build.train
     batches = sampler.padded_global_batches(len(ds), gbs, seed=case.seed)
     flat = [i for batch in batches for i in batch]
-    assert sorted(i for i in flat if i >= 0) == list(range(len(ds))), "every packed row is sampled once per epoch"
-    assert sum(1 for i in flat if i < 0) == (-len(ds)) % gbs, "the last global batch is padded up to its size"
+    sampled = sorted(i for i in flat if i >= 0)
+    assert sampled == list(range(len(ds))), "every packed row is sampled once per epoch: " + multiset_difference(
+        range(len(ds)), sampled, "row index"
+    )
+    n_pad, want_pad = sum(1 for i in flat if i < 0), (-len(ds)) % gbs
+    assert n_pad == want_pad, (
+        f"the last global batch is padded up to its size: {len(ds)} rows in batches of {gbs} need "
+        f"{want_pad} padding rows, got {n_pad} (batches {batches})"
+    )
     rows = [row for batch in batches for row in _rows_of(ds, batch)]
     report = _oracle.compare(case, b.examples, rows, b.special_ids)
     report.assert_ok()
@@ -56,7 +64,9 @@ def test_samples_mapping_negative_indices(golden):
     mapped_case = _oracle.SFTCase("padding-mapped", seed=85, mult=2, n=12, max_samples=2 * rows + 1)
     b = _oracle.built(mapped_case)
     ds = b.build.train
-    assert len(ds) == 2 * rows + 1, "max_train_samples sets the mapped length (epochs of shuffled rows)"
+    assert len(ds) == 2 * rows + 1, (
+        f"max_train_samples sets the mapped length (epochs of shuffled rows): expected {2 * rows + 1}, got {len(ds)}"
+    )
     mapped = _rows_of(ds, list(range(len(ds))))
     _oracle.compare(case, b.examples, mapped[:rows], b.special_ids).assert_ok()  # one epoch: each example once
     report = _oracle.differential.compare(
@@ -71,7 +81,11 @@ def test_samples_mapping_negative_indices(golden):
     report.assert_ok()
     pads = _rows_of(ds, [-1, -2, -3])
     _oracle.compare(case, [], pads, b.special_ids, expect_all_packed=False).assert_ok()
-    assert all(len(p.loss_mask) == len(p.tokens) > 0 for p in pads), "a padding row keeps its shape"
+    assert all(len(p.loss_mask) == len(p.tokens) > 0 for p in pads), "a padding row keeps its shape: " + first_offender(
+        ((len(p.tokens), len(p.loss_mask)) for p in pads),
+        lambda tm: tm[1] == tm[0] > 0,
+        "padding row (tokens, loss mask)",
+    )
     golden.check(
         {"mapped_rows": [[s.key for s in r.segments] for r in report.rows], "pad_widths": [len(p.tokens) for p in pads]}
     )

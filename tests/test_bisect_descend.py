@@ -23,6 +23,7 @@ from harness.bisect.driver import BisectOptions, run_bisection
 from harness.bisect.evaluator import EvalOutcome
 from harness.cli import main
 from harness.report import render_bisect_report
+from harness.report.formatting import anchor
 from harness.report.terminal import bisect_summary_lines
 from harness.verdict import Verdict
 from tests.gitrepos import commit_all, git, pin, tree_digest
@@ -265,7 +266,10 @@ def test_report_shows_both_levels(tmp_path: Path) -> None:
     html = render_bisect_report(doc, tmp_path / "report.html").read_text()
     assert 'id="timeline"' in html and 'id="descent-1-timeline"' in html, "a timeline per level"
     assert f'data-mb-culprit="{repos.mb_shas[5]}"' in html and 'data-descended="true"' in html
-    assert html.count(f'data-sha="{repos.mlm_shas[5]}"') == 1, "the Megatron-LM culprit in the nested culprit table"
+    mlm_culprit = repos.mlm_shas[5]
+    assert html.count(f'class="culprit-group" data-sha="{mlm_culprit}"') == 1, "in the nested culprit table"
+    group_id = "descent-1-" + anchor("culprit-" + mlm_culprit)  # its group, ids unique across the levels
+    assert f'<section class="cgroup" id="{group_id}" data-sha="{mlm_culprit}">' in html
     assert "Megatron-LM change 5" in html and 'data-status="confirmed"' in html
 
 

@@ -115,3 +115,11 @@ def test_a_newer_schema_is_refused(tmp_path: Path) -> None:
     path.write_text(json.dumps({"kind": "harness-bisect", "schema_version": 4, **_doc().to_json()}))
     with pytest.raises(CorruptFile, match="newer"):
         BisectDoc.load(path)
+
+
+def test_repo_url_is_written_only_when_known(tmp_path: Path) -> None:
+    doc = _doc()
+    doc.repo_url = "https://github.com/NVIDIA-NeMo/Megatron-Bridge"
+    doc.save(tmp_path / "bisect.json")
+    assert json.loads((tmp_path / "bisect.json").read_text())["repo_url"] == doc.repo_url
+    assert BisectDoc.load(tmp_path / "bisect.json") == doc

@@ -334,6 +334,24 @@ def test_auto_bisect_gives_every_regressed_suite(
     assert set(trend_page(out_dir).links()) == {"packed_seq_params::cu_seqlens", BROKEN}
 
 
+def test_auto_bisect_links_commits_like_the_night_and_trend_links_each_night_to_its_kept_report(
+    tmp_path: Path, fake_runner: FakeRunner, fake_bisect: FakeBisect, mb_repo
+) -> None:
+    repo, (c0, c1, _) = mb_repo
+    out_dir = tmp_path / "o"
+    url = "https://github.com/NVIDIA-NeMo/Megatron-Bridge"
+    fake_runner.queue += [night(), night(broken=(BROKEN,))]
+    common = ["--history", str(tmp_path / "h.parquet"), "--out", str(out_dir), "--auto-bisect", "--repo", str(repo)]
+    go(common + ["--commit", c0, "--repo-url", url])
+    go(common + ["--commit", c1, "--repo-url", url])
+    (cmd,) = fake_bisect.commands
+    assert cmd[cmd.index("--repo-url") + 1] == url, "the bisect report links commits to the same repository"
+    nights = [r["report"] for r in history.trend(history.load(tmp_path / "h.parquet"))["runs"]]
+    assert len(nights) == 2 and len(set(nights)) == 2
+    for rel in nights:  # each night's own page, kept under runs/<run-id>/ and linked relative to trend.html
+        assert rel.startswith("runs/") and (out_dir / rel).is_file(), rel
+
+
 @pytest.mark.parametrize(
     "first_commit, second_commit, expected",
     [

@@ -265,7 +265,7 @@ def sample_run(run_id: str = "run-1", started: str = "2025-05-01T02:00:00+00:00"
         run_id=run_id,
         target={"version": "0.6.2", "commit": "a" * 40, "path": "/src/Megatron-Bridge"},
         versions={"megatron-core": "0.19.2", "torch": "2.13.0"},
-        machine=Machine("host", "Linux", "AMD EPYC 7B13", 2, None),
+        machine=Machine(hostname="ci-7", cpu="AMD EPYC 7B13", cpus=2),
         import_mode="installed",
         standins=["transformer_engine"],
         started=started,
@@ -510,11 +510,12 @@ def test_run_report_of_an_empty_run(tmp_path: Path) -> None:
 
 def test_bisect_report_names_the_culprit(tmp_path: Path) -> None:
     doc = parse_html(render_bisect_report(BisectDoc.from_json(sample_bisect()), tmp_path / "bisect.html"))
-    found = doc.find("div", cls="bcase", data_case_id="packing::a")
-    assert found.find("td", cls="culprit-sha").text() == COMMITS[3]["sha"]
-    assert found.find("td", cls="culprit-subject").text() == "packing: drop last token <b>fast</b>"
-    assert "src/megatron/bridge/data/packing.py" in found.find("table", cls="culprit").text()
-    assert "+    end = n - 1" in found.find("details", cls="culprit-diff").find("pre").text()
+    group = doc.find("section", cls="cgroup", data_sha=COMMITS[3]["sha"])
+    assert group.find("div", cls="bcase", data_case_id="packing::a")
+    assert group.find("td", cls="culprit-sha").text() == COMMITS[3]["sha"]
+    assert group.find("td", cls="culprit-subject").text() == "packing: drop last token <b>fast</b>"
+    assert "src/megatron/bridge/data/packing.py" in group.find("table", cls="culprit").text()
+    assert "+    end = n - 1" in group.find("details", cls="culprit-diff").find("pre").text()
     culprit_cells = [r for r in doc.by_id("timeline").find_all("rect") if "culprit" in r.classes]
     assert len(culprit_cells) == 1 and "fail" in culprit_cells[0].classes
 
@@ -730,3 +731,308 @@ def test_bisect_report_shows_late_starts_and_confirmations(tmp_path: Path) -> No
     assert rows[0].attrs["data-bisected"] == "true" and "not found" in rows[1].text()
     cell = doc.find("tr", cls="culprit-group").find("td", cls="confirmation")
     assert cell.attrs["data-status"] == "not_confirmed" and "still fail <b>x</b>" in cell.text()
+
+
+# --------------------------------------------------------------------------------------------
+# Failure messages of the suites name what differs
+# --------------------------------------------------------------------------------------------
+
+
+def _assertion_text(check: Callable[[], None]) -> str:
+    with pytest.raises((AssertionError, pytest.fail.Exception)) as info:
+        check()
+    return str(info.value)
+
+
+def test_explain_helpers_name_position_and_both_values() -> None:
+    from suites import _explain
+
+    assert _explain.first_difference([0, 5, 9], [0, 6, 9]) == "position 1: expected 5, got 6 (lengths 3 and 3)"
+    assert _explain.first_difference([0, 5], [0, 5, 9], "boundary") == (
+        "boundary 2: expected nothing, got 9 (lengths 2 and 3)"
+    )
+    assert _explain.first_difference([1, 2], [1, 2]) == ""
+    assert _explain.multiset_difference([3, 3, 4], [3, 4, 7], "length") == "lengths: missing 1 x 3; extra 1 x 7"
+    assert _explain.first_offender([2, 4, 5, 6], lambda x: x % 2 == 0, "boundary") == "boundary 2: 5"
+    assert len(_explain.show(list(range(1000)))) == _explain.MAX_CHARS
+
+
+def test_packing_suite_messages_name_bin_row_position_and_values() -> None:
+    """Before: ``assert False + where False = all(<generator ...>)`` and no position."""
+    from suites import test_packing_algorithms as suite
+
+    over = _assertion_text(lambda: suite._check_bins([40, 30, 9], [[40, 30], [9]], 64))
+    assert "bin (total, lengths) 0: (70, [40, 30])" in over and "64" in over
+    lost = _assertion_text(lambda: suite._check_bins([40, 30, 9], [[40], [9, 9]], 64))
+    assert "missing 1 x 30" in lost and "extra 1 x 9" in lost
+
+
+def test_refusal_cases_say_what_was_packed_instead(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Before: ``DID NOT RAISE``; now the boundaries MB produced for the malformed batch."""
+    from suites import test_in_batch_packing as suite
+
+    monkeypatch.setattr(suite, "_pack", lambda batch, pad_id: {"cu_seqlens_padded": [0, 3, 7], "tokens": [1] * 7})
+    text = _assertion_text(lambda: suite._assert_refused({}, 0, (ValueError,), "row 1 of only padding"))
+    assert "row 1 of only padding was packed instead of refused" in text
+    assert "cu_seqlens_padded [0, 3, 7]" in text and "7 packed tokens" in text and "ValueError" in text
+
+    def refuses(batch: Any, pad_id: int) -> Any:
+        raise ValueError("left padding")
+
+    monkeypatch.setattr(suite, "_pack", refuses)
+    suite._assert_refused({}, 0, (ValueError,), "row 1 left-padded")  # refused: no failure
+
+
+# --------------------------------------------------------------------------------------------
+# Triage: grouped culprits, commit links, provenance, the nightly trend
+# --------------------------------------------------------------------------------------------
+
+REPO_URL = "https://github.com/NVIDIA-NeMo/Megatron-Bridge"
+
+
+def test_bisect_report_shows_a_culprit_shared_by_cases_once(tmp_path: Path) -> None:
+    """Before: one identical block (commit, files, diff) per case blamed on the same commit."""
+    record = sample_bisect()
+    found = next(c for c in record["cases"] if c["culprit"])
+    record["cases"] += [dict(found, case_id=f"packing::a{i}", golden_diff=f"diff {i}") for i in range(3)]
+    doc = parse_html(render_bisect_report(BisectDoc.from_json(record), tmp_path / "bisect.html"))
+    groups = doc.find_all("section", cls="cgroup")
+    assert len(groups) == 1
+    assert len(doc.find_all("table", cls="culprit")) == 1 and len(doc.find_all("details", cls="culprit-diff")) == 1
+    blamed = [b.attrs["data-case-id"] for b in groups[0].find_all("div", cls="bcase")]
+    assert blamed == ["packing::a", "packing::a0", "packing::a1", "packing::a2"]
+    assert [d.find("pre").text() for d in groups[0].find_all("details", cls="golden-diff")][1:] == [
+        "diff 0",
+        "diff 1",
+        "diff 2",
+    ]
+    unblamed = [b.attrs["data-case-id"] for b in doc.find_all("div", cls="bcase") if b.parent.tag != "section"]
+    assert unblamed == ["packing::b", "packing::c"]
+
+
+def test_bisect_report_links_commits_to_the_web_repository_when_known(tmp_path: Path) -> None:
+    record = sample_bisect()
+    doc = parse_html(render_bisect_report(BisectDoc.from_json(record), tmp_path / "plain.html"))
+    assert not doc.find_all("a", cls="commit-link"), "no repository known: no commit links"
+    record["repo_url"] = REPO_URL
+    doc = parse_html(render_bisect_report(BisectDoc.from_json(record), tmp_path / "linked.html"))
+    hrefs = {a.attrs["href"] for a in doc.find_all("a") if a.attrs.get("href", "").startswith("https://")}
+    culprit = COMMITS[3]["sha"]
+    assert {f"{REPO_URL}/commit/{GOOD}", f"{REPO_URL}/commit/{BAD}", f"{REPO_URL}/commit/{culprit}"} <= hrefs
+    assert f"{REPO_URL}/commit/{COMMITS[4]['sha']}" in hrefs  # ambiguous candidates
+    timeline_links = [a.attrs["href"] for a in doc.by_id("timeline").find_all("a")]
+    assert timeline_links and all(h.startswith(f"{REPO_URL}/commit/") for h in timeline_links)
+
+
+def test_timeline_hash_labels_never_crowd_and_lane_labels_keep_the_parameters() -> None:
+    from harness.report.pages import _label_columns, _lane_label
+
+    for n in range(1, 200):
+        for every in (1, 2, 3, 7):
+            cols = sorted(_label_columns(n, every))
+            assert cols[0] == 0 and (cols[-1] == n - 1 or n - 1 < every), (n, every, cols)  # both ends when they fit
+            assert all(b - a >= every for a, b in zip(cols, cols[1:])), (n, every, cols)
+    label = _lane_label("packed_seq_params::test_offline_padded_and_unpadded_long_name[1token-seqs-mult4]")
+    assert label.startswith("packed_seq_params::") and label.endswith("[1token-seqs-mult4]") and "…" in label
+
+
+def test_timeline_lane_labels_end_left_of_the_cells(tmp_path: Path) -> None:
+    """Before: labels drawn from x=4 ran under the first column for 30-character case ids."""
+    from harness.report.pages import LABEL_CHAR_W, timeline_view
+
+    record = sample_bisect()
+    ids = ["in_batch_packing::test_pack_right_padded[chat-5rows-mult6-cp2-tp3-sp]", "s::a"]
+    t = timeline_view(BisectDoc.from_json(record), ids, {})
+    assert all(len(lane["label"]) * LABEL_CHAR_W + 6 <= t["left"] for lane in t["lanes"])
+    assert min(c["x"] for lane in t["lanes"] for c in lane["cells"]) >= t["left"]
+    svg = parse_html(render_bisect_report(BisectDoc.from_json(record), tmp_path / "b.html")).by_id("timeline")
+    lanes = [x for x in svg.find_all("text") if "lane" in x.classes]
+    assert lanes and all(x.attrs.get("text-anchor") == "end" for x in lanes), "right-aligned against the cells"
+
+
+def test_bisect_report_lists_cases_not_bisected_by_reason(tmp_path: Path) -> None:
+    """Before: the terminal listed them, the page left them out."""
+    record = sample_bisect()
+    record["not_bisected"] = [
+        {"case_id": "s::x", "reason": "fails at good too"},
+        {"case_id": "s::w", "reason": "fails at good too"},
+        {"case_id": "s::y", "reason": "untestable at bad"},
+    ]
+    doc = parse_html(render_bisect_report(BisectDoc.from_json(record), tmp_path / "bisect.html"))
+    rows = doc.by_id("not-bisected").find("tbody").find_all("tr")
+    assert [r.attrs["data-reason"] for r in rows] == ["fails at good too", "untestable at bad"]
+    assert rows[0].find_all("td")[1].text() == "s::ws::x"
+
+
+def test_bisect_timeline_colours_known_fail_changed_and_fixed_probes(tmp_path: Path) -> None:
+    record = sample_bisect()
+    record["probes"][COMMITS[4]["sha"]] = {"packing::a": "known-fail", "packing::b": "changed"}
+    record["probes"][COMMITS[5]["sha"]] = {"packing::b": "fixed"}
+    out = render_bisect_report(BisectDoc.from_json(record), tmp_path / "bisect.html")
+    classes = {c for r in parse_html(out).by_id("timeline").find_all("rect") for c in r.classes}
+    assert {"known-fail", "changed", "fixed"} <= classes
+    css = parse_html(out).find("style").text()
+    for cls in ("known-fail", "changed", "fixed"):
+        assert f"svg .{cls} {{ fill:" in css, f"{cls} cells would be drawn black"
+
+
+def _with_provenance(run: RunResult, **fields: Any) -> RunResult:
+    from harness.provenance import Provenance
+
+    run.provenance = Provenance(**fields)
+    return run
+
+
+def test_run_report_links_the_mb_commit_and_records_the_harness(tmp_path: Path) -> None:
+    sha, own = "1" * 40, "2" * 40
+    run = _with_provenance(
+        sample_run(), mb_commit=sha, mb_source="the --mb-src checkout", mb_repo_url=REPO_URL, harness_commit=own
+    )
+    doc = parse_html(render_run_report(run, tmp_path / "run.html"))
+    link = doc.by_id("mb-commit").find("a")
+    assert link.attrs["href"] == f"{REPO_URL}/commit/{sha}" and link.text() == sha
+    assert doc.by_id("harness-commit").text() == own
+    release = _with_provenance(sample_run(), mb_ref="v0.6.2", mb_repo_url=REPO_URL, harness_version="0.1.0")
+    release.target = {"kind": "installed"}
+    doc = parse_html(render_run_report(release, tmp_path / "release.html"))
+    assert doc.by_id("mb-commit").find("a").attrs["href"] == f"{REPO_URL}/tree/v0.6.2"
+    assert doc.by_id("harness-commit").text() == "0.1.0"
+
+
+def test_results_json_records_provenance_and_reads_files_without_it(tmp_path: Path) -> None:
+    from harness.provenance import Provenance
+
+    run = _with_provenance(sample_run(), mb_ref="v0.6.2", harness_commit="3" * 40, harness_version="0.1.0")
+    run.save(tmp_path / "results.json")
+    again = RunResult.load(tmp_path / "results.json")
+    assert again.provenance == run.provenance
+    old = run.to_json()
+    del old["provenance"]  # a results.json written before provenance was recorded
+    assert RunResult.from_json(old).provenance == Provenance()
+
+
+def test_provenance_of_an_installed_release_and_web_addresses_of_remotes(monkeypatch: pytest.MonkeyPatch) -> None:
+    from harness import provenance
+
+    assert provenance.web_url("git@github.com:NVIDIA-NeMo/Megatron-Bridge.git") == REPO_URL
+    assert provenance.web_url("ssh://git@gitlab.example.com:2222/g/mb.git") == "https://gitlab.example.com/g/mb"
+    for not_web in ("/home/me/Megatron-Bridge", "file:///srv/mb.git", "javascript:alert(1)", "https://h/a/../b"):
+        assert provenance.web_url(not_web) == "", not_web
+    assert provenance.commit_url(REPO_URL, "abc1234-dirty") == f"{REPO_URL}/commit/abc1234"
+    assert provenance.commit_url(REPO_URL, "v0.6.2") == "" and provenance.commit_url("", "a" * 40) == ""
+    with pytest.raises(UsageError, match="--repo-url"):
+        provenance.checked_repo_url("/home/me/mb")
+    from harness.target import Target, mb_location
+
+    if mb_location() is None:
+        pytest.skip("megatron.bridge is not installed here")
+    got = provenance.of_run(Target(), "")
+    assert got.mb_commit or got.mb_ref, "the installed MB is recorded by commit or release tag"
+    assert got.mb_repo_url.startswith("https://") and got.harness_version
+    assert got.harness_commit is None or len(got.harness_commit.removesuffix("-dirty")) == 40
+
+
+def _night(run_id: str, started: str, verdicts: dict[str, tuple[Verdict, float]], url: str = "") -> RunResult:
+    cases = [CaseResult(cid, cid.split("::")[0], v, d) for cid, (v, d) in verdicts.items()]
+    run = RunResult(run_id, {"kind": "source"}, {}, Machine(), "full", started=started, duration_s=10.0, cases=cases)
+    return _with_provenance(run, mb_repo_url=url)
+
+
+def test_trend_links_nights_to_their_reports_and_commits_and_shows_case_durations(tmp_path: Path) -> None:
+    store = tmp_path / "history.parquet"
+    nights = [
+        ("n1", {"s::a": (Verdict.PASS, 1.0), "s::b": (Verdict.PASS, 2.0), "s::c": (Verdict.PASS, 0.5)}),
+        ("n2", {"s::a": (Verdict.PASS, 3.0), "s::b": (Verdict.KNOWN_FAIL, 2.0), "s::c": (Verdict.PASS, 0.5)}),
+        ("n3", {"s::a": (Verdict.CHANGED, 6.0), "s::b": (Verdict.KNOWN_FAIL, 2.0), "s::c": (Verdict.UNTESTABLE, 0.1)}),
+    ]
+    for i, (rid, verdicts) in enumerate(nights):
+        run = _night(rid, f"2026-11-0{i + 1}T02:00:00Z", verdicts, REPO_URL)
+        history.append_run(store, run, f"{i + 1}" * 40, f"runs/{rid}/report.html")
+    doc = parse_html(render_trend_report(store, tmp_path / "trend.html"))
+    rows = doc.by_id("nights").find("tbody").find_all("tr")
+    assert [r.attrs["data-run-id"] for r in rows] == ["n3", "n2", "n1"], "newest night first"
+    assert rows[0].find("a", cls="night-report").attrs["href"] == "runs/n3/report.html"
+    assert rows[0].find("a", cls="commit-link").attrs["href"] == f"{REPO_URL}/commit/{'3' * 40}"
+    header_links = [a.attrs["href"] for a in doc.by_id("trend-grid").find("thead").find_all("a")]
+    assert header_links == ["runs/n1/report.html", "runs/n2/report.html", "runs/n3/report.html"]
+    grid_a = doc.by_id("trend-grid").find("tr", data_case_id="s::a")
+    cells = grid_a.find_all("td", cls="t")
+    assert [c.attrs["data-verdict"] for c in cells] == ["pass", "pass", "changed"]
+    assert ["moved" in c.classes for c in cells] == [False, False, True]
+    spark = grid_a.find("td", cls="spark")
+    points = spark.find("polyline").attrs["points"].split()
+    assert len(points) == 3 and float(points[0].split(",")[1]) > float(points[2].split(",")[1]), "6 s is drawn higher"
+    assert "6.00 s" in spark.text()
+    assert [
+        c.attrs["data-verdict"] for c in doc.by_id("trend-grid").find("tr", data_case_id="s::b").find_all("td", cls="t")
+    ] == [
+        "pass",
+        "known-fail",
+        "known-fail",
+    ]
+    assert [r.attrs["data-case-id"] for r in doc.by_id("newly-changed").find("tbody").find_all("tr")] == ["s::a"]
+    assert [r.attrs["data-case-id"] for r in doc.by_id("newly-untestable").find("tbody").find_all("tr")] == ["s::c"]
+    css = doc.find("style").text()
+    assert ".t.changed {" in css and ".t.known-fail {" in css
+
+
+def test_history_of_schema_1_is_read_with_empty_report_and_repo_url(tmp_path: Path) -> None:
+    store = tmp_path / "history.parquet"
+    history.append_run(store, sample_run(), "a" * 40, "runs/r/report.html")
+    table = pq.read_table(store).drop_columns(["report", "repo_url"])
+    meta = {**table.schema.metadata, b"harness.schema_version": b"1"}
+    pq.write_table(table.replace_schema_metadata(meta), store)
+    df = history.load(store)
+    assert set(df["report"]) == {""} and set(df["repo_url"]) == {""}
+    history.append_run(store, _second_run(), "b" * 40, "runs/r2/report.html")
+    assert pq.read_table(store).schema.metadata[b"harness.schema_version"] == b"2"
+    assert history.trend(history.load(store))["runs"][-1]["report"] == "runs/r2/report.html"
+
+
+def test_trend_refuses_an_unsafe_night_report_address(tmp_path: Path) -> None:
+    store = tmp_path / "history.parquet"
+    history.append_run(store, sample_run(), "a" * 40, "javascript:alert(1)")
+    with pytest.raises(UsageError, match="unsafe"):
+        render_trend_report(store, tmp_path / "trend.html")
+
+
+def test_duration_sparkline_draws_sub_second_noise_flat_and_names_the_largest_only_when_it_differs() -> None:
+    """Before: each case scaled to its own largest night, so 0.00/0.01/0.00 s drew full-height
+    swings, and an all-zero case claimed "max 1.00 s"."""
+    from harness.report.trend import SPARK_H, _sparkline
+
+    def ys(spark: dict[str, Any]) -> list[float]:
+        return [float(p.split(",")[1]) for seg in spark["segments"] for p in seg.split()]
+
+    noise = _sparkline([0.0, 0.01, 0.0])
+    assert max(ys(noise)) - min(ys(noise)) < 0.5 and noise["max"] == "0.01 s"
+    zero = _sparkline([0.0, 0.0])
+    assert zero["latest"] == "0.00 s" and zero["max"] == ""
+    slow = _sparkline([2.0, 8.0, None, 4.0])
+    assert len(slow["segments"]) == 2 and slow["single"] == [slow["segments"][1]], "a gap where the case did not run"
+    assert min(ys(slow)) < 2 and max(ys(slow)) > SPARK_H / 2 and slow["max"] == "8.00 s"
+
+
+def test_timeline_header_says_whether_the_first_column_is_the_good_commit(tmp_path: Path) -> None:
+    """Before: "oldest (after good X)" above a first column that was X itself (the driver's range)."""
+
+    def header(record: dict[str, Any], name: str) -> str:
+        svg = parse_html(render_bisect_report(BisectDoc.from_json(record), tmp_path / name)).by_id("timeline")
+        return next(t.text() for t in svg.find_all("text") if t.text().startswith("oldest"))
+
+    record = sample_bisect()  # its commits start after GOOD
+    assert header(record, "after.html").startswith(f"oldest (after good {GOOD[:10]})")
+    record["commits"] = [{"sha": GOOD, "subject": "good"}, *COMMITS]
+    assert header(record, "at.html").startswith(f"oldest (good {GOOD[:10]})")
+
+
+def test_packed_seq_params_boundary_messages_name_the_boundary_and_both_lists() -> None:
+    """Before: ``assert [0, 8, 12, 16, -1] == [0, 8, 12, 16]`` plus pytest's "Use -v to get more diff"."""
+    from suites import test_packed_seq_params as suite
+
+    text = _assertion_text(lambda: suite._same_boundaries([0, 8, 12, 16], [0, 8, 12, 16, -1], "physical"))
+    assert text == (
+        "physical: boundary 4: expected nothing, got -1 (lengths 4 and 5); "
+        "expected [0, 8, 12, 16], got [0, 8, 12, 16, -1]"
+    )
+    suite._same_boundaries([0, 3], [0, 3], "equal lists pass")

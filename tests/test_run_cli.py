@@ -62,6 +62,12 @@ def test_run_passes_on_installed_mb(tmp_path):
     text = " ".join(_html(tmp_path / "r" / "report.html").chunks)
     assert doc["versions"]["megatron-bridge"] in text
     assert "in_batch_packing" in proc.stdout and "total" in proc.stdout
+    # the installed MB is recorded by commit or (a release from an index) its release tag, the
+    # harness by commit or version; the header shows the CPU the runner described
+    prov = doc["provenance"]
+    assert (prov["mb_commit"] or prov["mb_ref"]) and (prov["harness_commit"] or prov["harness_version"]), prov
+    assert (prov["mb_commit"] or prov["mb_ref"]) in text and "tested: MB " in proc.stdout
+    assert doc["machine"]["cpus"] and f"{doc['machine']['cpus']} CPU" in text
 
 
 def test_changed_golden_fails_with_readable_diff(tmp_path):

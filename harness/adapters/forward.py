@@ -28,7 +28,7 @@ import torch
 
 from harness.adapters import Candidate, NotHere, Operation, source_text, symbol
 from harness.plugin import Untestable
-from harness.standins.cuda import cpu_cuda_calls
+from harness.standins.cuda import cpu_cuda_calls, pinned_to_cpu
 
 VOCAB = 128
 HIDDEN = 64
@@ -40,7 +40,8 @@ _STATE: dict[str, Any] = {}
 
 
 def init_cpu_parallel(seed: int = 1234) -> None:
-    """World-size-1 gloo group + MCore model parallel state (idempotent within a process)."""
+    """World-size-1 gloo group + MCore model parallel state (idempotent within a process), set
+    up on the CPU whatever the machine has (the CPU forward is pinned, see harness.standins.cuda)."""
     import torch.distributed as dist
     from megatron.core import parallel_state
     from megatron.core.tensor_parallel import random as mp_random
@@ -50,9 +51,9 @@ def init_cpu_parallel(seed: int = 1234) -> None:
         dist.init_process_group("gloo", init_method=f"file://{os.path.join(store_dir, 'store')}", rank=0, world_size=1)
         _STATE["store_dir"] = store_dir
     if not parallel_state.model_parallel_is_initialized():
-        with cpu_cuda_calls():
+        with cpu_cuda_calls(pin=True):
             parallel_state.initialize_model_parallel(1, 1)
-    with cpu_cuda_calls():
+    with cpu_cuda_calls(pin=True):
         try:  # the default tracker forks CUDA RNG states; the inference tracker does not
             mp_random.model_parallel_cuda_manual_seed(seed, inference_rng_tracker=True)
         except TypeError:
@@ -163,7 +164,7 @@ def tiny_gpt(seed: int = 1234, vocab_size: int = VOCAB) -> Any:
     spec = spec_fn()
     spec.submodules.self_attention.submodules.core_attention = segmented_attention_class()
     torch.manual_seed(seed)
-    with cpu_cuda_calls():
+    with pinned_to_cpu():
         model = gpt_cls(
             config=tiny_config(),
             transformer_layer_spec=spec,
@@ -261,7 +262,7 @@ def logits(model: Any, tokens: torch.Tensor, position_ids: torch.Tensor, packed_
     if packed_seq_params is None:  # MCore's default causal mask is built on "cuda": pass one (True = masked)
         n = tokens.numel()
         mask = torch.triu(torch.ones(n, n, dtype=torch.bool), diagonal=1).reshape(1, 1, n, n)
-    with cpu_cuda_calls():
+    with pinned_to_cpu():
         out = model(
             input_ids=tokens.reshape(1, -1).long(),
             position_ids=position_ids.reshape(1, -1).long(),

@@ -15,8 +15,9 @@ with MB's loss function. Here MB's step functions run unchanged; the doubles are
 * process groups: MCore's world-of-1 gloo groups; for the v0.4-v0.5 VLM step, which derives
   its in-batch padding multiple from the CP and TP sizes, :class:`SizedGroup` answers a chosen
   ``size()`` (nothing else reads those groups on that path).
-* CPU stand-ins, scoped to the call: ``Tensor.cuda()`` no-op and MCore's default causal mask
-  built on the CPU (harness/standins/cuda.py).
+* CPU stand-ins, scoped to the call, for a model on the CPU whatever the machine has
+  (:func:`harness.standins.cuda.pinned_to_cpu`: ``Tensor.cuda()`` no-op and MCore's default causal
+  mask built on the CPU); a model on a GPU (the ``forward_gpu`` suite) runs MB's step unchanged.
 
 Eras: ``training/gpt_step.forward_step(state, data_iterator, model)`` (v0.1 on). VLM in-batch
 packing: collate time from v0.6 (the collate packs, :data:`harness.adapters.thd.in_batch_collate`;
@@ -26,6 +27,7 @@ packing: collate time from v0.6 (the collate packs, :data:`harness.adapters.thd.
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import functools
 import inspect
@@ -38,7 +40,7 @@ import torch
 
 from harness.adapters import Candidate, NotHere, Operation, Untestable, load_module, source_text, symbol, thd
 from harness.adapters.forward import MAX_POS
-from harness.standins.cuda import cpu_causal_mask, cpu_cuda_calls
+from harness.standins.cuda import pinned_to_cpu
 
 # PackedSeqParams fields MB's builder sets for a non-hybrid model (cp_partition_mode: dev MCore)
 CONTRACT_FIELDS = frozenset(
@@ -96,9 +98,15 @@ class RecordingModel(torch.nn.Module):
     def model_kwargs(self, kwargs: dict[str, Any]) -> dict[str, Any]:
         return kwargs
 
+    @property
+    def device(self) -> torch.device:
+        """Where the real model's weights are: the step's batch must go there too."""
+        return next(self.gpt.parameters()).device
+
     def forward(self, **kwargs: Any) -> Any:
         self.calls.append({k: _snapshot(v) for k, v in kwargs.items()})
-        output_layer: Any = self.gpt.output_layer
+        inner = getattr(self.gpt, "module", self.gpt)  # a bf16 model is wrapped in MCore's Float16Module
+        output_layer: Any = inner.output_layer
         hook = output_layer.register_forward_hook(self._record_logits)
         try:
             return self.gpt(**self.model_kwargs(kwargs))
@@ -195,11 +203,32 @@ def _loss_mask_of(loss_fn: Any) -> torch.Tensor | None:
     return args[0].detach().clone() if args and isinstance(args[0], torch.Tensor) else None
 
 
+def on_model_device(model: RecordingModel) -> contextlib.AbstractContextManager[None]:
+    """Pinned to the CPU for a model on the CPU (whatever the machine has), nothing for a GPU model."""
+    return pinned_to_cpu() if model.device.type == "cpu" else contextlib.nullcontext()
+
+
+@torch.no_grad()
+def call_model(model: RecordingModel, kwargs: dict[str, Any]) -> tuple[torch.Tensor, torch.Tensor]:
+    """The model called directly with ``kwargs`` (a step's recorded arguments, some changed):
+    (logits [b, s, vocab], per-token loss [b, s]), both float32."""
+    model.calls.clear()
+    model.logits.clear()
+    with on_model_device(model):
+        output = model(**kwargs)
+    output = output[0] if isinstance(output, tuple) else output
+    return model.logits[0], output.detach().float()
+
+
 @torch.no_grad()
 def run_step(
     step: Callable[..., Any], state: Any, batch: dict[str, Any], model: RecordingModel, groups: Any = None
 ) -> StepRun:
-    """``step(state, iter([batch]), model)`` as the training loop calls it, then MB's loss function."""
+    """``step(state, iter([batch]), model)`` as the training loop calls it, then MB's loss function.
+
+    A model on the CPU runs pinned to the CPU (MB's ``.cuda()`` keeps the batch next to the
+    weights even on a CUDA machine); a model on a GPU runs MB's step exactly as training does.
+    """
     model.calls.clear()
     model.logits.clear()
     if groups is not None:
@@ -207,7 +236,7 @@ def run_step(
     threads = torch.get_num_threads()
     torch.set_num_threads(1)  # tiny matrices: one thread is faster, and sums never depend on the core count
     try:
-        with cpu_cuda_calls(), cpu_causal_mask():
+        with on_model_device(model):
             output, loss_fn = step(state, iter([dict(batch)]), model)
             totals = loss_fn(output)
     finally:
@@ -367,10 +396,12 @@ __all__ = [
     "StepRun",
     "VLMRecordingModel",
     "VLMRun",
+    "call_model",
     "extra_fields",
     "gpt_step",
     "in_batch_multiple",
     "minimal_state",
+    "on_model_device",
     "params_fields",
     "run_step",
     "sized_groups",

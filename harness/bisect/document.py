@@ -8,7 +8,8 @@ record. Schema 2 added ``late_starts`` (cases GOOD cannot run, :class:`LateStart
 file is read as one where neither was looked for. Schema 3 added the descent into Megatron-LM
 (:mod:`harness.bisect.descentdoc`): ``held`` and ``pin_change`` on a second-level record,
 ``descents`` on a first-level one; a schema 2 file is read as a first-level record that did
-not descend. ``infrastructure``, ``cancelled`` and ``cluster_jobs`` (``--executor slurm``) are
+not descend. ``repo_url`` (the web repository commits link to) is optional, written only when
+known; ``infrastructure``, ``cancelled`` and ``cluster_jobs`` (``--executor slurm``) are
 optional keys, written only when a cluster ran jobs. :meth:`BisectDoc.from_json` is lenient about
 missing fields, because a report of an interrupted bisection is still worth rendering; a wrong
 ``kind`` or a newer schema is refused by :meth:`BisectDoc.load`.
@@ -245,6 +246,7 @@ class BisectDoc:
     range: RangeDoc
     mode: str = FIND_REGRESSION  # or FIND_FIX: PASS and FAIL swapped roles
     repo: str = ""
+    repo_url: str = ""  # the repository's web address commits link to ("" = no links; see harness.provenance)
     commits: list[CommitMeta] = field(default_factory=list)  # the range, oldest first
     probes: dict[str, dict[str, str]] = field(default_factory=dict)  # sha -> case -> settled verdict or "flaky"
     attempts: dict[str, list[dict[str, str]]] = field(default_factory=dict)  # sha -> one verdict map per attempt
@@ -305,6 +307,7 @@ class BisectDoc:
             "mode": self.mode,
             "range": vars(self.range).copy(),
             "repo": self.repo,
+            **({"repo_url": self.repo_url} if self.repo_url else {}),
             "commits": [vars(c).copy() for c in self.commits],
             "probes": {sha: dict(v) for sha, v in self.probes.items()},
             "attempts": {sha: [dict(a) for a in v] for sha, v in self.attempts.items()},
@@ -356,6 +359,7 @@ class BisectDoc:
             ),
             mode=str(doc.get("mode") or FIND_REGRESSION),
             repo=str(doc.get("repo") or ""),
+            repo_url=str(doc.get("repo_url") or ""),
             commits=[CommitMeta.from_json(c) for c in doc.get("commits") or []],
             probes={str(k): dict(v) for k, v in (doc.get("probes") or {}).items()},
             attempts={str(k): [dict(a) for a in v] for k, v in (doc.get("attempts") or {}).items()},

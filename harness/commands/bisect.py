@@ -27,7 +27,7 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, TextIO
 
-from harness import runner
+from harness import provenance, runner
 from harness.commands import _args
 from harness.errors import UsageError
 
@@ -142,6 +142,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         "newly became untestable",
     )
     _args.add_verbosity(p)
+    provenance.add_repo_url_option(p)
     _args.add_executor(p, "evaluations")
     p.set_defaults(func=run)
 
@@ -160,6 +161,7 @@ def run(args: argparse.Namespace, out: TextIO = sys.stdout) -> int:
     from harness.report.terminal import bisect_summary_lines
 
     good, bad = parse_range(args.range)
+    repo_url = provenance.checked_repo_url(args.repo_url)
     _args.use_roots(args)
     runner.suite_files(args.suite)  # no suites, unknown suite names: one-line error before any git work
     second = args.mb_at is not None or args.mb_src is not None
@@ -200,6 +202,11 @@ def run(args: argparse.Namespace, out: TextIO = sys.stdout) -> int:
     executor = _args.executor_from_args(args, args.jobs, args.timeout)
     with executor or contextlib.nullcontext():  # Ctrl-C (or any error) cancels the jobs in flight
         result = run_bisection(opts, executor=executor, progress=None if args.quiet else sys.stderr)
+    result.doc.repo_url = repo_url or provenance.remote_url(args.repo)
+    mlm_url = provenance.remote_url(args.megatron_lm)  # a descent's commits are Megatron-LM's
+    for descent in result.doc.descents:
+        if descent.doc is not None:
+            descent.doc.repo_url = mlm_url
     json_path, report = write_outputs(result.doc, out_dir)
     print("\n".join(bisect_summary_lines(result.doc)), file=out)
     if result.message:

@@ -16,8 +16,13 @@ Layout under ``--out DIR``::
 
     DIR/trend.html            the history's trend page (bisect links when one ran)
     DIR/report.html           this run's report        DIR/junit.xml   this run's JUnit
-    DIR/runs/<run-id>/        the runner's raw output (results.json, obtained values)
+    DIR/runs/<run-id>/        the runner's raw output (results.json, obtained values) and a
+                              copy of its report.html, which the trend page links the night to
     DIR/bisect/               ``harness bisect`` output (bisect.json, report.html)
+
+The history records, per night, where its report is: ``--report-url`` when given (a CI
+run's page, say), else ``runs/<run-id>/report.html`` relative to the trend page, which
+stays valid as long as ``DIR/runs/`` is kept between nights (examples/ci/nightly.sh keeps it).
 
 The run id is fresh on every call even when ``DIR`` is reused (the history replaces rows of
 a run id it already holds, so a fixed ``--out reports/nightly`` must not mean a fixed id).
@@ -28,7 +33,8 @@ run cannot be the end of an automatic bisection; the command says so).
 
 Exit codes: 0 every case passed (untestable allowed, unless newly untestable), 1 a case failed
 or erred or newly became untestable (whatever the bisection found), 2 usage or environment
-error, found before the suites run when possible.
+error, found before the suites run when possible; with ``--require-gpu`` a GPU case that could
+not run is one (exit 2 after the reports, history and trend are written, and no bisection).
 """
 
 from __future__ import annotations
@@ -42,7 +48,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TextIO
 
-from harness import paths, runner
+from harness import gpucheck, paths, provenance, runner
 from harness.commands import _args
 from harness.errors import HarnessError, UsageError
 from harness.results import RunResult
@@ -107,6 +113,14 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     _args.add_jobs(p, "pytest-xdist workers (with --executor slurm: jobs in flight, for the bisection too)")
     _args.add_verbosity(p, verbose=True)
     _args.add_allow_changed(p)
+    gpucheck.add_option(p)
+    provenance.add_repo_url_option(p)
+    p.add_argument(
+        "--report-url",
+        metavar="URL",
+        help="where this night's report can be read later (e.g. the CI run's page), recorded in the "
+        "history and linked from trend.html (default: runs/<run-id>/report.html under --out)",
+    )
     _args.add_executor(p, "the suites (one job per suite) and the automatic bisection's evaluations")
     p.set_defaults(func=run)
 
@@ -128,6 +142,7 @@ def run(args: argparse.Namespace, out: TextIO = sys.stdout) -> int:
 
     fixtures = _args.use_roots(args)
     repo = _check_args(args)
+    gpu_suites = gpucheck.check_selection(runner.suite_files(args.suite)) if args.require_gpu else []
     tgt = _target(args)
     require_mb(tgt)
     store = Path(args.history or paths.default_history()).expanduser().resolve()
@@ -137,7 +152,12 @@ def run(args: argparse.Namespace, out: TextIO = sys.stdout) -> int:
     run_dir = out_dir / "runs" / run_id
 
     opts = runner.RunOptions(
-        suites=args.suite, timeout_s=args.timeout, jobs=args.jobs, fixtures_dir=fixtures, verbose=args.verbose
+        suites=args.suite,
+        timeout_s=args.timeout,
+        jobs=args.jobs,
+        fixtures_dir=fixtures,
+        verbose=args.verbose,
+        repo_url=provenance.checked_repo_url(args.repo_url),
     )
     result = run_suites_with(
         _args.executor_from_args(args, args.jobs, args.timeout),
@@ -148,10 +168,11 @@ def run(args: argparse.Namespace, out: TextIO = sys.stdout) -> int:
     )
     junit = write_junit(result, out_dir / "junit.xml")
     report = render_run_report(result, out_dir / "report.html")
+    kept = render_run_report(result, run_dir / "report.html")
     print_run_summary(result, out)
 
     commit = run_commit(args.commit, tgt, result)
-    df = history.append_run(store, result, commit)
+    df = history.append_run(store, result, commit, args.report_url or kept.relative_to(out_dir).as_posix())
     tr = history.trend(df)
     trend_page = out_dir / "trend.html"
     render_trend_report(store, trend_page)  # written before any bisect: a killed bisect keeps it
@@ -162,6 +183,8 @@ def run(args: argparse.Namespace, out: TextIO = sys.stdout) -> int:
             file=out,
         )
     _print_changes(tr, out)
+    if args.require_gpu:  # before any bisection: a night without its GPU cases is no regression to hunt
+        gpucheck.check_result(result, gpu_suites)
 
     if args.auto_bisect:
         plan = plan_bisect(tr, repo, out_dir / BISECT_DIR, BisectEnv.of(args), confirm=args.confirm)
@@ -261,10 +284,12 @@ class BisectEnv:
     megatron_lm: Path | None = None  # each commit with the megatron-core it pins
     cache_dir: Path | None = None
     executor: tuple[str, ...] = ()  # --executor and its flags: evaluations run where the suites ran
+    repo_url: str = ""  # --repo-url: the bisect report links commits like the night's report
 
     @classmethod
     def of(cls, args: argparse.Namespace) -> "BisectEnv":
-        return cls(args.timeout, args.jobs, args.megatron_lm, args.cache_dir, tuple(_args.executor_argv(args)))
+        executor = tuple(_args.executor_argv(args))
+        return cls(args.timeout, args.jobs, args.megatron_lm, args.cache_dir, executor, args.repo_url or "")
 
     def flags(self) -> list[str]:
         flags = ["--timeout", f"{self.timeout_s:g}", "-j", str(self.jobs)]
@@ -272,6 +297,7 @@ class BisectEnv:
             flags += ["--megatron-lm", str(Path(self.megatron_lm).expanduser().resolve())]
         if self.cache_dir is not None:
             flags += ["--cache-dir", str(self.cache_dir)]
+        flags += ["--repo-url", self.repo_url] if self.repo_url else []
         return flags + list(self.executor)
 
 

@@ -3,7 +3,7 @@
 Exit codes: 0 nothing to act on (untestable and known MB bugs allowed; changed cases too with
 ``--allow-changed``), 1 a regression (FAIL), a harness error on a case, a known bug that is
 fixed now, an unreviewed change, or no case ran at all; 2 usage or environment error (raised as
-HarnessError by the CLI).
+HarnessError by the CLI), including, with ``--require-gpu``, a GPU case that could not run.
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ import argparse
 import sys
 from typing import TextIO
 
-from harness import runner
+from harness import gpucheck, provenance, runner
 from harness.commands import _args
 from harness.target import require_mb
 
@@ -35,6 +35,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     _args.add_verbosity(p, verbose=True)
     _args.add_import_mode(p)
     _args.add_allow_changed(p)
+    gpucheck.add_option(p)
+    provenance.add_repo_url_option(p)
     _args.add_executor(p, "the suites (one job per suite)")
     p.set_defaults(func=run)
 
@@ -45,6 +47,7 @@ def run(args: argparse.Namespace, out: TextIO = sys.stdout) -> int:
     from harness.report.terminal import print_nothing_ran, print_run_summary
 
     fixtures = _args.use_roots(args)
+    gpu_suites = gpucheck.check_selection(runner.suite_files(args.suite)) if args.require_gpu else []
     tgt = _args.target_from_args(args)
     require_mb(tgt)
     out_dir = _args.out_dir(args, runner.new_run_id())
@@ -56,6 +59,7 @@ def run(args: argparse.Namespace, out: TextIO = sys.stdout) -> int:
         fixtures_dir=fixtures,
         import_mode=args.import_mode,
         verbose=args.verbose,
+        repo_url=provenance.checked_repo_url(args.repo_url),
     )
     result = run_suites_with(
         _args.executor_from_args(args, args.jobs, args.timeout),
@@ -69,4 +73,6 @@ def run(args: argparse.Namespace, out: TextIO = sys.stdout) -> int:
     print_run_summary(result, out)
     print(f"\nresults: {out_dir / 'results.json'}\njunit:   {out_dir / 'junit.xml'}\nreport:  {report}", file=out)
     print_nothing_ran(result, sys.stderr)
+    if args.require_gpu:
+        gpucheck.check_result(result, gpu_suites)
     return result.exit_code(allow_changed=args.allow_changed)

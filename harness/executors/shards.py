@@ -22,6 +22,7 @@ from harness.bisect.evaluator import EvalOutcome
 from harness.bisect.executor import JobLog
 from harness.executors.slurm import SlurmExecutor, SlurmHandle
 from harness.machine import Machine
+from harness.provenance import of_run
 from harness.results import CaseResult, RunResult
 from harness.target import Target
 from harness.verdict import Verdict
@@ -139,4 +140,5 @@ def merge(
         started=started,
         cases=cases,
         notes=notes,
+        provenance=first.provenance if first else of_run(tgt),  # what the jobs ran, as they recorded it
     )

@@ -16,6 +16,7 @@ from typing import Any
 from harness.bisect.descentdoc import Descent, PinCheck
 from harness.bisect.document import BisectDoc, CaseDoc, Confirmation
 from harness.pins import SUBMODULE
+from harness.provenance import commit_url, ref_url
 from harness.report.diffview import diff_view
 from harness.report.formatting import VERDICT_ORDER, anchor, case_name, format_value, render_template, short_sha
 from harness.results import CaseResult, RunResult
@@ -53,9 +54,17 @@ def _header_view(run: RunResult) -> dict[str, Any]:
     """The facts a reader needs to trust or distrust the run, with the usual keys first."""
     target, versions, machine = run.target or {}, run.versions or {}, run.machine
     mb_version = target.get("version") or versions.get("megatron-bridge") or versions.get("megatron_bridge") or ""
+    prov = run.provenance
+    mb_commit = prov.mb_commit or target.get("commit") or target.get("sha") or ""
     return {
         "mb_version": mb_version,
-        "mb_commit": target.get("commit") or target.get("sha") or "",
+        "mb_commit": mb_commit,
+        "mb_ref": "" if mb_commit else prov.mb_ref,
+        "mb_href": commit_url(prov.mb_repo_url, mb_commit)
+        or ("" if mb_commit else ref_url(prov.mb_repo_url, prov.mb_ref)),
+        "mb_source": prov.mb_source,
+        "harness": prov.harness_commit or prov.harness_version or versions.get("harness", ""),
+        "harness_href": commit_url(prov.harness_repo_url, prov.harness_commit),
         "mcore": versions.get("megatron-core") or versions.get("megatron_core") or versions.get("mcore") or "",
         "torch": versions.get("torch", ""),
         "cpu": machine.cpu_label,
@@ -132,6 +141,38 @@ def _verdict_class(value: Any) -> str:
     return value if value in VERDICT_ORDER else ("untestable" if value == "skip" else "unknown")
 
 
+#: Width the timeline's one-line header needs (about 60 characters of 11 px text).
+TIMELINE_HEADER_W = 380.0
+#: Longest lane label; the cells start right of the longest label actually drawn.
+LANE_LABEL_CHARS = 48
+#: Width of one character of the lanes' 11 px monospace labels (0.6 em, rounded up).
+LABEL_CHAR_W = 6.8
+
+
+def _label_columns(n: int, every: int) -> set[int]:
+    """Columns whose hash is written under the timeline: every ``every``-th and the newest,
+    never two closer than ``every`` columns (the newest replaces a label too close to it)."""
+    if n <= 0:
+        return set()
+    chosen = list(range(0, n, every))
+    if chosen[-1] != n - 1:
+        if n - 1 - chosen[-1] < every and len(chosen) > 1:
+            chosen[-1] = n - 1
+        elif n - 1 - chosen[-1] >= every:
+            chosen.append(n - 1)
+    return set(chosen)
+
+
+def _lane_label(case_id: str) -> str:
+    """A case id that fits the lane label: its start (the suite) and its end (the parameters),
+    cut in the middle, where test names of one suite repeat."""
+    if len(case_id) <= LANE_LABEL_CHARS:
+        return case_id
+    suite_end = case_id.find("::")
+    head = suite_end + 2 if 0 < suite_end <= 20 else 16  # the whole suite name when it is short
+    return case_id[:head] + "…" + case_id[-(LANE_LABEL_CHARS - head - 1) :]
+
+
 def timeline_view(bisect: BisectDoc, case_ids: list[str], culprits: dict[str, str]) -> dict[str, Any]:
     """SVG geometry of the range: one column per commit, one lane per case.
 
@@ -141,9 +182,13 @@ def timeline_view(bisect: BisectDoc, case_ids: list[str], culprits: dict[str, st
     commits = bisect.commits
     probes = bisect.probes
     n = max(len(commits), 1)
-    left, top, lane_h, gap = 200.0, 26.0, 20.0, 6.0
+    labels = [_lane_label(cid) for cid in case_ids]
+    # the cells start right of the longest label (drawn right-aligned, never under a cell)
+    left = round(max(120.0, max((len(x) for x in labels), default=0) * LABEL_CHAR_W + 12), 2)
+    top, lane_h, gap = 26.0, 20.0, 6.0
     cell_w = max(2.0, min(72.0, 1000.0 / n))
     label_every = max(1, math.ceil(64.0 / cell_w))  # a 7-character hash needs about 60 px
+    labelled = _label_columns(len(commits), label_every)
     columns: list[dict[str, Any]] = []
     for i, commit in enumerate(commits):
         sha = commit.sha
@@ -154,7 +199,8 @@ def timeline_view(bisect: BisectDoc, case_ids: list[str], culprits: dict[str, st
                 "short": short_sha(sha)[:7],
                 "subject": commit.subject,
                 "probed": sha in probes,
-                "label": i % label_every == 0 or i == n - 1,
+                "label": i in labelled,
+                "href": commit_url(bisect.repo_url, sha),
             }
         )
     lanes = []
@@ -173,14 +219,26 @@ def timeline_view(bisect: BisectDoc, case_ids: list[str], culprits: dict[str, st
                     "title": f"{cid} @ {col['short']} {col['subject']}: {verdict or 'not probed'}",
                 }
             )
-        lanes.append({"case_id": cid, "y": y, "h": lane_h, "cells": cells, "label_y": round(y + lane_h * 0.7, 2)})
+        lanes.append(
+            {
+                "case_id": cid,
+                "label": labels[k],
+                "y": y,
+                "h": lane_h,
+                "cells": cells,
+                "label_y": round(y + lane_h * 0.7, 2),
+            }
+        )
     height = top + max(len(case_ids), 1) * (lane_h + gap) + 24
     return {
         "columns": columns,
         "lanes": lanes,
+        # the first column is the good commit itself (the driver's range), else the one after it
+        "starts_at_good": bool(commits) and commits[0].sha == bisect.range.good,
         "cell_w": cell_w,
         "left": left,
-        "width": round(left + n * cell_w + 20, 2),
+        # room for the one-line header ("oldest ... newest") however few commits there are
+        "width": round(left + max(n * cell_w, TIMELINE_HEADER_W) + 20, 2),
         "height": round(height, 2),
         "axis_y": round(height - 14, 2),
     }
@@ -190,7 +248,15 @@ def _bisect_case_view(case: CaseDoc, bisect: BisectDoc, prefix: str) -> dict[str
     candidates = []
     for sha in case.candidates:
         meta = bisect.commit(sha)
-        candidates.append({"sha": sha, "subject": meta.subject, "author": meta.author, "date": meta.date})
+        candidates.append(
+            {
+                "sha": sha,
+                "subject": meta.subject,
+                "author": meta.author,
+                "date": meta.date,
+                "href": commit_url(bisect.repo_url, sha),
+            }
+        )
     return {
         "case_id": case.case_id,
         "anchor": prefix + anchor(case.case_id),
@@ -214,6 +280,16 @@ def _confirmation_view(found: Confirmation | None) -> dict[str, Any] | None:
     }
 
 
+def _not_bisected_groups(bisect: BisectDoc) -> list[dict[str, Any]]:
+    """Cases failing at the bad end that were not bisected, grouped by why, largest group first
+    (before, the page left them out: a reader could not tell a case was looked at)."""
+    groups: dict[str, list[str]] = {}
+    for n in bisect.not_bisected:
+        groups.setdefault(n.reason or "no reason recorded", []).append(n.case_id)
+    largest_first = sorted(groups.items(), key=lambda kv: (-len(kv[1]), kv[0]))
+    return [{"reason": r, "cases": sorted(ids)} for r, ids in largest_first]
+
+
 def _pin_view(check: PinCheck | None) -> dict[str, Any] | None:
     return {"status": check.status.value, "label": check.label, "detail": check.detail} if check else None
 
@@ -226,6 +302,7 @@ def _level_context(bisect: BisectDoc, prefix: str = "") -> dict[str, Any]:
     views = {id(c): _bisect_case_view(c, bisect, prefix) for c in bisect.cases}
     culprits = {c.case_id: c.culprit.sha for c in bisect.cases if c.culprit}
     rng = bisect.range
+    href = {sha: commit_url(bisect.repo_url, sha) for sha in [rng.good, rng.bad, *culprits.values()]}
     return {
         "labels": {"good": "old", "bad": "new", "first": "first fixed commit"}
         if bisect.find_fix
@@ -233,8 +310,11 @@ def _level_context(bisect: BisectDoc, prefix: str = "") -> dict[str, Any]:
         "range": {
             "good": rng.good,
             "bad": rng.bad,
+            "good_href": href.get(rng.good, ""),
+            "bad_href": href.get(rng.bad, ""),
             "n_commits": len(bisect.commits) if rng.n_commits is None else rng.n_commits,
         },
+        "repo_url": bisect.repo_url,
         "duration_s": bisect.duration_s,
         "evaluations": "?" if bisect.evaluations is None else bisect.evaluations,
         "n_probed": len(bisect.probes),
@@ -242,6 +322,8 @@ def _level_context(bisect: BisectDoc, prefix: str = "") -> dict[str, Any]:
         "culprit_groups": [
             {
                 "culprit": g.culprit,
+                "href": href.get(g.culprit.sha, ""),
+                "anchor": prefix + anchor("culprit-" + g.culprit.sha),
                 "cases": [views[id(c)] for c in g.cases],
                 "sources": g.sources,
                 "blamed_by": g.blamed_by,
@@ -249,6 +331,9 @@ def _level_context(bisect: BisectDoc, prefix: str = "") -> dict[str, Any]:
             }
             for g in bisect.culprit_groups()
         ],
+        "unblamed": [views[id(c)] for c in bisect.cases if c.culprit is None],
+        "not_bisected": _not_bisected_groups(bisect),
+        "n_not_bisected": len(bisect.not_bisected),
         "confirmed_any": bool(bisect.confirmations),
         "timeline": timeline_view(bisect, [c.case_id for c in bisect.cases], culprits),
         "late_starts": [
@@ -256,6 +341,7 @@ def _level_context(bisect: BisectDoc, prefix: str = "") -> dict[str, Any]:
                 "case_id": s.case_id,
                 "at_good": s.at_good,
                 "runs_from": s.runs_from,
+                "runs_from_href": commit_url(bisect.repo_url, s.runs_from),
                 "subject": bisect.commit(s.runs_from).subject if s.runs_from else "",
                 "verdict_there": s.verdict_there,
                 "bisected": s.bisected,
@@ -270,6 +356,7 @@ def _descent_view(descent: Descent, bisect: BisectDoc, n: int) -> dict[str, Any]
     nested = descent.doc
     return {
         "mb_culprit": descent.mb_culprit,
+        "mb_culprit_href": commit_url(bisect.repo_url, descent.mb_culprit),
         "subject": bisect.commit(descent.mb_culprit).subject,
         "old_pin": descent.old_pin,
         "new_pin": descent.new_pin,

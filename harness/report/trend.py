@@ -1,8 +1,10 @@
-"""The trend page of a nightly history: verdicts over nights, what changed, run durations.
+"""The trend page of a nightly history: verdicts over nights, what changed, durations.
 
-The data comes from :func:`harness.history.trend`; this module only lays it out (a verdict
-grid per suite, a bar chart of run durations, links to the bisect reports that hunted newly
-failing cases).
+The data comes from :func:`harness.history.trend`; this module only lays it out: the nights
+(each linked to its own report page and its commit), what newly fails, became untestable,
+changed or was fixed, a verdict grid per suite (a cell whose verdict differs from the night
+before is outlined) with each case's duration over the nights, a bar chart of run durations,
+and links to the bisect reports that hunted newly failing cases.
 """
 
 from __future__ import annotations
@@ -13,7 +15,8 @@ from typing import Any
 
 from harness import history
 from harness.errors import UsageError
-from harness.report.formatting import render_template
+from harness.provenance import commit_url
+from harness.report.formatting import format_seconds, render_template
 
 
 def _durations_chart(durations: list[dict[str, Any]]) -> dict[str, Any]:
@@ -33,6 +36,7 @@ def _durations_chart(durations: list[dict[str, Any]]) -> dict[str, Any]:
                 "y": round(base_y - h, 2),
                 "h": h,
                 "title": f"{d['run_id']} @ {str(d['commit'])[:10]}: {v:.1f} s",
+                "href": d.get("report", ""),
                 "cx": round(left + i * bar_w + bar_w / 2, 2),
                 "label": str(d["commit"])[:7],
                 "show_label": i % label_every == 0,
@@ -49,31 +53,90 @@ def _durations_chart(durations: list[dict[str, Any]]) -> dict[str, Any]:
     }
 
 
+SPARK_W, SPARK_H = 90.0, 18.0
+#: The sparkline's scale never goes below this: a case taking 0.00 to 0.01 s draws flat, not as
+#: wild swings of noise (each case is otherwise scaled to its own largest night).
+SPARK_FLOOR_S = 1.0
+
+
+def _sparkline(durations: list[float | None]) -> dict[str, Any]:
+    """A case's duration over the nights as an inline polyline (each night one point; a night
+    without the case leaves a gap), with the latest value, and the largest when it differs."""
+    values = [d for d in durations if d is not None]
+    largest = max(values, default=0.0)
+    scale = max(largest, SPARK_FLOOR_S)
+    step = SPARK_W / max(len(durations) - 1, 1)
+    points: list[str] = []
+    segments: list[str] = []
+    for i, d in enumerate(durations):
+        if d is None:
+            if points:
+                segments.append(" ".join(points))
+            points = []
+            continue
+        points.append(f"{round(i * step, 1)},{round(SPARK_H - 1 - (d / scale) * (SPARK_H - 2), 1)}")
+    if points:
+        segments.append(" ".join(points))
+    latest = format_seconds(durations[-1]) if durations and durations[-1] is not None else ""
+    top = format_seconds(largest) if values else ""
+    return {
+        "segments": segments,
+        "single": [s for s in segments if " " not in s],  # a lone night: a dot, not a line
+        "w": SPARK_W,
+        "h": SPARK_H,
+        "latest": latest,
+        "max": top if top != latest else "",
+    }
+
+
 def _grid(tr: dict[str, Any]) -> list[dict[str, Any]]:
-    """Cases grouped by suite for the verdict grid, each with one cell per run."""
+    """Cases grouped by suite for the verdict grid, each with one cell per run (outlined where
+    the verdict differs from the night before) and its durations."""
     suites: dict[str, list[dict[str, Any]]] = {}
     for cid, entry in tr["cases"].items():
-        cells = [
+        cells = []
+        previous = None
+        for v, m, r in zip(entry["series"], entry["messages"], tr["runs"]):
+            moved = previous is not None and v is not None and v != previous
+            cells.append(
+                {
+                    "verdict": v or "absent",
+                    "moved": moved,
+                    "title": f"{cid} @ {r['commit'][:10]} ({r['run_id']}): {v or 'not run'}"
+                    + (f" (was {previous})" if moved else "")
+                    + (f" - {m}" if m else ""),
+                }
+            )
+            previous = v if v is not None else previous
+        suites.setdefault(entry["suite"], []).append(
             {
-                "verdict": v or "absent",
-                "title": f"{cid} @ {r['commit'][:10]} ({r['run_id']}): {v or 'not run'}" + (f" - {m}" if m else ""),
+                "case_id": cid,
+                "cells": cells,
+                "latest": entry["series"][-1],
+                "spark": _sparkline(entry.get("durations") or []),
             }
-            for v, m, r in zip(entry["series"], entry["messages"], tr["runs"])
-        ]
-        suites.setdefault(entry["suite"], []).append({"case_id": cid, "cells": cells, "latest": entry["series"][-1]})
+        )
     return [{"name": name, "cases": members} for name, members in sorted(suites.items())]
+
+
+def _nights(tr: dict[str, Any]) -> list[dict[str, Any]]:
+    """The nights, newest first, with their report page and commit page."""
+    out = []
+    for r in reversed(tr["runs"]):
+        out.append({**r, "commit_href": commit_url(r.get("repo_url", ""), r["commit"])})
+    return out
 
 
 _UNSAFE_SCHEMES = ("javascript:", "data:", "vbscript:")
 
 
 def _checked_links(links: dict[str, str] | None) -> dict[str, str]:
-    """Bisect links are caller data put into href attributes: escaping stops markup, but a
-    ``javascript:`` address would still run when clicked, so such schemes are refused."""
+    """Bisect and report links are caller data put into href attributes: escaping stops markup,
+    but a ``javascript:`` address would still run when clicked, so such schemes are refused."""
     out = {}
     for case_id, href in (links or {}).items():
         if str(href).strip().lower().startswith(_UNSAFE_SCHEMES):
-            raise UsageError(f"bisect link for {case_id} has an unsafe scheme: {href!r}")
+            raise UsageError(f"link for {case_id} has an unsafe scheme: {href!r}")
         out[str(case_id)] = str(href)
     return out
 
@@ -82,9 +145,15 @@ def render_trend_report(store: Path, out_path: Path, bisect_links: dict[str, str
     """Write the trend page of the history in ``store``; ``bisect_links`` maps a case id to
     the (relative) address of the bisect report that hunted it, shown next to the case."""
     tr = history.trend(history.load(Path(store)))
+    reports = _checked_links({r["run_id"]: r.get("report", "") for r in tr["runs"] if r.get("report")})
+    for r in tr["runs"]:
+        r["report"] = reports.get(r["run_id"], "")
+    for d in tr["durations"]:
+        d["report"] = reports.get(d["run_id"], "")
     context = {
         "trend": tr,
         "grid": _grid(tr),
+        "nights": _nights(tr),
         "chart": _durations_chart(tr["durations"]),
         "links": _checked_links(bisect_links),
         "store_name": Path(store).name,

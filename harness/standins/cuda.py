@@ -3,6 +3,12 @@
 ``Tensor.cuda()``: MB's step functions move batches to the GPU; without CUDA we return the
 tensor itself, but only inside :func:`cpu_cuda_calls`, so nothing outside a suite's call is
 affected. ``torch.cuda.current_device``: MCore's global memory buffer and RoPE ask for it.
+
+``pin=True`` (:func:`pinned_to_cpu`) applies them whatever the machine has. The CPU forward suite
+needs that: its tiny model's weights live on the CPU, so on a CUDA machine MB's ``.cuda()`` and
+MCore's ``device="cuda"`` mask would put the batch on the GPU next to CPU weights. Pinned, the
+suite runs the same code path on a GPU runner as on a CPU machine (tests/test_gpu_readiness.py
+proves it with CUDA simulated as available and every CUDA entry point refusing).
 """
 
 from __future__ import annotations
@@ -14,11 +20,12 @@ from harness import standins
 
 
 @contextlib.contextmanager
-def cpu_cuda_calls() -> Iterator[None]:
-    """Make ``.cuda()`` and ``torch.cuda.current_device()`` CPU no-ops when CUDA is absent."""
+def cpu_cuda_calls(*, pin: bool = False) -> Iterator[None]:
+    """Make ``.cuda()`` and ``torch.cuda.current_device()`` CPU no-ops when CUDA is absent
+    (``pin``: whatever the machine has)."""
     import torch
 
-    if torch.cuda.is_available():
+    if torch.cuda.is_available() and not pin:
         yield
         return
     orig_cuda = torch.Tensor.cuda
@@ -45,17 +52,18 @@ STANDIN_CAUSAL_MASK = "MCore get_default_causal_mask built on CPU (it hard-codes
 
 
 @contextlib.contextmanager
-def cpu_causal_mask() -> Iterator[None]:
+def cpu_causal_mask(*, pin: bool = False) -> Iterator[None]:
     """MCore's default causal mask (``get_default_causal_mask``) built on the CPU, for this block only.
 
     An unpacked batch reaches MCore's local attention with ``attention_mask=None`` (MB's
     ``get_batch`` drops the dataset's mask by default), and MCore then builds the causal mask
     with ``device="cuda"``. The stand-in returns the same upper-triangular boolean mask on the
-    CPU; nothing else changes. Patched where MCore's fused softmax looks the name up.
+    CPU; nothing else changes. Patched where MCore's fused softmax looks the name up. Applied
+    when CUDA is absent, or always with ``pin``.
     """
     import torch
 
-    if torch.cuda.is_available():
+    if torch.cuda.is_available() and not pin:
         yield
         return
     from megatron.core.fusions import fused_softmax
@@ -71,3 +79,10 @@ def cpu_causal_mask() -> Iterator[None]:
         yield
     finally:
         fused_softmax.get_default_causal_mask = original
+
+
+@contextlib.contextmanager
+def pinned_to_cpu() -> Iterator[None]:
+    """Both stand-ins, whatever the machine has: code inside runs on the CPU (see module docstring)."""
+    with cpu_cuda_calls(pin=True), cpu_causal_mask(pin=True):
+        yield

@@ -1,0 +1,188 @@
+"""Where the code of a run came from, and the web addresses its commits link to.
+
+Every run records the Megatron-Bridge commit it tested and the harness's own commit
+(:class:`Provenance`, in ``results.json``), the installed MB included:
+
+* MB from ``--mb-src``: the checkout's commit (the target's, ``-dirty`` when modified);
+* the installed MB: the commit pip recorded when it was installed from git
+  (``direct_url.json``, PEP 610), else the commit of the git checkout it lives in (an editable
+  install), else none is knowable offline: a release from a package index is recorded as its
+  release tag (``v0.6.2``), which is what the report links to;
+* the harness: the commit of its checkout (``-dirty`` when modified), else (an installed wheel)
+  its package version.
+
+Web links (:func:`web_url`, :func:`commit_url`): ``--repo-url`` when given, else the ``origin``
+remote of the MB checkout (``--mb-src`` / ``--repo``), else the repository URL MB's package
+declares. Only ``https://`` pages of a host are produced: a remote that is a local path or an
+unknown scheme gives no link (a report is opened from anywhere, and a ``file:`` or
+``javascript:`` address in it would be wrong or unsafe).
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import harness
+from harness.errors import HarnessError, UsageError
+
+_SCP_LIKE = re.compile(r"^(?:[\w.-]+@)?([\w.-]+\.[a-z]{2,}):(?!//)(.+)$", re.I)  # git@github.com:owner/repo.git
+_URL = re.compile(r"^(?:https?|ssh|git|git\+ssh|git\+https)://(?:[^@/]+@)?([^/:]+)(?::\d+)?/(.+)$", re.I)
+
+
+@dataclass(frozen=True)
+class Provenance:
+    """The code a run ran: MB's commit (or release tag) and the harness's."""
+
+    mb_commit: str | None = None  # full sha, "-dirty" when the checkout was modified
+    mb_ref: str = ""  # a release tag when no commit is known (an installed release)
+    mb_source: str = ""  # how the MB commit or tag was found, in words
+    mb_repo_url: str = ""  # the web repository its links go to ("" = no link)
+    harness_commit: str | None = None
+    harness_version: str = ""
+    harness_repo_url: str = ""
+
+    def to_json(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_json(cls, doc: dict[str, Any] | None) -> "Provenance":
+        """Lenient: a results.json written before provenance was recorded has none."""
+        names = {f.name for f in dataclasses.fields(cls)}
+        return cls(**{k: v for k, v in (doc or {}).items() if k in names})
+
+
+# ------------------------------------------------------------------------------ web links
+
+
+def web_url(remote: str | None) -> str:
+    """``https://HOST/OWNER/REPO`` for a git remote or web address ("" when it is none:
+    a local path, ``file:``, an unknown scheme)."""
+    text = (remote or "").strip()
+    if not text:
+        return ""
+    match = _URL.match(text) or _SCP_LIKE.match(text)
+    if not match:
+        return ""
+    host, path = match.group(1), match.group(2).strip("/")
+    path = path[:-4] if path.endswith(".git") else path
+    if not path or any(part in ("", ".", "..") for part in path.split("/")):
+        return ""
+    return f"https://{host}/{path}"
+
+
+def commit_url(repo_url: str, sha: str | None) -> str:
+    """Address of a commit's page ("" when there is no repository or no full commit)."""
+    clean = (sha or "").removesuffix("-dirty")
+    if not repo_url or not re.fullmatch(r"[0-9a-f]{7,40}", clean):
+        return ""
+    return f"{repo_url}/commit/{clean}"
+
+
+def ref_url(repo_url: str, ref: str) -> str:
+    """Address of a tag's (or branch's) tree."""
+    return f"{repo_url}/tree/{ref}" if repo_url and ref else ""
+
+
+def add_repo_url_option(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--repo-url",
+        metavar="URL",
+        help="web address of the Megatron-Bridge repository commits link to in the reports "
+        "(default: the checkout's origin remote, else the address MB's package declares)",
+    )
+
+
+def checked_repo_url(given: str | None) -> str:
+    """``--repo-url`` as a link base; a value that is no web repository is a usage error."""
+    if not given:
+        return ""
+    url = web_url(given)
+    if not url:
+        raise UsageError(f"--repo-url {given!r} is not the web address of a repository (https://HOST/OWNER/REPO)")
+    return url
+
+
+def remote_url(checkout: Path | None) -> str:
+    """Web address of the ``origin`` remote of the git checkout holding ``checkout``."""
+    if checkout is None:
+        return ""
+    from harness import gitrepo  # GitPython only where a remote is asked for
+
+    try:
+        return web_url(gitrepo.text_of(gitrepo.git_in(Path(checkout)), "config", "--get", "remote.origin.url"))
+    except (HarnessError, OSError):
+        return ""
+
+
+# ------------------------------------------------------------------------------ what ran
+
+
+def _installed_distribution_info() -> tuple[str | None, str]:
+    """(commit, source) pip recorded for the installed MB (PEP 610 ``direct_url.json``)."""
+    import importlib.metadata as md
+
+    try:
+        dist = md.distribution("megatron-bridge")
+        raw = dist.read_text("direct_url.json")
+    except (md.PackageNotFoundError, OSError):
+        return None, ""
+    try:
+        doc = json.loads(raw) if raw else {}
+    except json.JSONDecodeError:
+        return None, ""
+    commit = (doc.get("vcs_info") or {}).get("commit_id")
+    if not commit:
+        return None, ""
+    return str(commit), f"installed from {doc.get('url', 'a repository')} (pip's direct_url.json)"
+
+
+def declared_repo_url(location: Path | None) -> str:
+    """The repository URL MB's ``package_info.py`` declares (read, not imported)."""
+    if location is None:
+        return ""
+    try:
+        text = (location / "package_info.py").read_text(encoding="utf-8")
+    except OSError:
+        return ""
+    found = re.search(r"^__repository_url__\s*=\s*['\"]([^'\"]+)['\"]", text, re.M)
+    return web_url(found.group(1)) if found else ""
+
+
+def of_run(target: Any, repo_url: str = "") -> Provenance:
+    """The provenance of a run against ``target`` (a :class:`harness.target.Target`)."""
+    from harness.gitrepo import tree_commit
+    from harness.paths import ROOT
+    from harness.target import mb_location, mb_version
+
+    if target.src is not None:
+        location = target.src / "megatron" / "bridge"
+        commit, ref, source = target.commit, "", "the --mb-src checkout"
+        url = repo_url or remote_url(target.src) or declared_repo_url(location)
+    else:
+        location = mb_location()
+        commit, source = _installed_distribution_info() if location else (None, "")
+        ref = ""
+        if commit is None and location is not None:
+            commit = tree_commit(location)
+            source = "the git checkout the installed package lives in" if commit else ""
+        if commit is None and location is not None:
+            version = mb_version(location)
+            ref = f"v{version}" if re.fullmatch(r"\d+\.\d+\.\d+\w*", version) else ""
+            source = f"installed release {version} (no commit recorded; linked by its release tag)"
+        url = repo_url or (remote_url(location) if commit else "") or declared_repo_url(location)
+    harness_commit = tree_commit(ROOT / "harness")
+    return Provenance(
+        mb_commit=commit,
+        mb_ref=ref,
+        mb_source=source,
+        mb_repo_url=url,
+        harness_commit=harness_commit,
+        harness_version=harness.__version__,
+        harness_repo_url=remote_url(ROOT) if harness_commit else "",
+    )
