@@ -19,7 +19,8 @@ import pytest
 import torch
 from harness.errors import Broken, Untestable
 from harness.adapters.step import SizedGroup
-from megatron_fake.mod import boom, calls_back, imports_broken_module, imports_missing_dependency, pads_badly, reads_attr
+from megatron_fake.mod import boom, calls_back, imports_broken_module, imports_missing_dependency
+from megatron_fake.mod import pads_badly, reads_attr
 
 def test_pass(golden):
     golden.check({"x": [1, 2, 3]})
