@@ -49,7 +49,8 @@ PACKING_PATHS = (
 PACKING_WORDS = re.compile(r"pack|cu_seqlens|loss[ _]?mask|padding|pad_|chat template", re.I)
 FIX_WORDS = re.compile(r"\b(fix\w*|bug\w*|regression|wrong|incorrect|missing)\b", re.I)
 # Fixes whose message does not say so, found by reading their diffs (all before the cutoff).
-EXTRA = {"5e4313cfe": "feature commit that also stops masking pad_id inside chat answers"}
+# Each with the pattern of the fixed lines: only those are blamed for the introducer.
+EXTRA = {"5e4313cfe": ("feature commit that also stops masking pad_id inside answers", r"pad_id")}
 LIGHT_SUITES = (
     "offline_packed_dataset",
     "packed_seq_params",
@@ -67,6 +68,7 @@ class Fix:
     subject: str
     files: list[str]
     why: str = "message"  # or the EXTRA reason
+    lines: str = ""  # regex: blame only hunks whose removed lines match (EXTRA); "" all
 
 
 @dataclass
@@ -99,7 +101,7 @@ def main_at_cutoff(repo: Path, branch: str, cutoff: str) -> str:
 
 
 def collect_fixes(
-    repo: Path, branch: str = "main", cutoff: str = CUTOFF, extra: dict[str, str] | None = None
+    repo: Path, branch: str = "main", cutoff: str = CUTOFF, extra: dict[str, tuple[str, str]] | None = None
 ) -> list[Fix]:
     """Packing fixes merged into ``branch`` before ``cutoff``, oldest first.
 
@@ -118,9 +120,9 @@ def collect_fixes(
         files = packing_files([n for n in names.split("\n") if n])
         if not files:
             continue
-        why = next((r for k, r in extra.items() if sha.startswith(k)), "")
+        why, lines = next((v for k, v in extra.items() if sha.startswith(k)), ("", ""))
         if why or (PACKING_WORDS.search(subject) and FIX_WORDS.search(subject)):
-            fixes.append(Fix(sha, date, subject, files, why or "message"))
+            fixes.append(Fix(sha, date, subject, files, why or "message", lines))
     return fixes[::-1]
 
 
@@ -129,12 +131,15 @@ def propose_introducer(repo: Path, fix: Fix) -> str:
     shas: set[str] = set()
     for path in fix.files:
         diff = git(repo, "diff", "-U0", f"{fix.sha}^", fix.sha, "--", path)
-        for m in re.finditer(r"^@@ -(\d+)(?:,(\d+))? ", diff, re.M):
+        for hunk in re.split(r"^(?=@@ )", diff, flags=re.M)[1:]:
+            m = re.match(r"@@ -(\d+)(?:,(\d+))? ", hunk)
+            assert m, hunk[:80]
             start, count = int(m.group(1)), int(m.group(2) or 1)
-            if start == 0:  # a new file: nothing to blame
+            removed = "\n".join(ln for ln in hunk.splitlines() if ln.startswith("-"))
+            if start == 0 or (fix.lines and not re.search(fix.lines, removed)):  # a new file, or other lines
                 continue
-            span = f"{start},+{max(count, 1) + (1 if count == 0 else 0)}"  # an insertion: the lines around it
-            blame = git(repo, "blame", "--porcelain", "-L", span, f"{fix.sha}^", "--", path)
+            span = f"{start},+{max(count, 1)}"  # an insertion: the line it follows
+            blame = git(repo, "blame", "-w", "--porcelain", "-L", span, f"{fix.sha}^", "--", path)
             shas |= set(re.findall(r"^([0-9a-f]{40}) \d+ \d+", blame, re.M))
     if not shas:
         return ""
@@ -152,6 +157,16 @@ def materialise(repo: Path, sha: str, where: Path) -> Path:
     archive = subprocess.run(["git", "-C", str(where), "archive", sha, "src", "tests"], capture_output=True, check=True)
     subprocess.run(["tar", "-x", "-C", str(where)], input=archive.stdout, check=True)
     return where
+
+
+def has_package(repo: Path, rev: str) -> bool:
+    """Whether ``rev`` has MB's package (before 2025-07-16 it lived elsewhere: nothing runs there)."""
+    return (
+        subprocess.run(
+            ["git", "-C", str(repo), "cat-file", "-e", f"{rev}:src/megatron/bridge"], capture_output=True
+        ).returncode
+        == 0
+    )
 
 
 def pins_core(repo: Path, sha: str) -> bool:
@@ -189,14 +204,14 @@ def bisect(repo: Path, mlm: Path, row: Row, work: Path) -> None:
     cmd += ["--out", str(out), "-q", "--cache-dir", str(work / "cache"), "--allow-dirty", "--timeout", "600"]
     for s in suites:
         cmd += ["--suite", s]
-    t0 = time.monotonic()
-    proc = subprocess.run(cmd, capture_output=True, text=True)
-    row.bisect_s = time.monotonic() - t0
     doc_path = out / "bisect.json"
-    if not doc_path.exists():
-        row.miss = f"bisect wrote no record: {(proc.stderr or proc.stdout).strip().splitlines()[-1:]}"
-        return
+    if not doc_path.exists():  # else reused: its numbers are those of the run that wrote it
+        proc = subprocess.run(cmd, capture_output=True, text=True)
+        if not doc_path.exists():
+            row.miss = f"bisect wrote no record: {(proc.stderr or proc.stdout).strip().splitlines()[-1:]}"
+            return
     doc = json.loads(doc_path.read_text())
+    row.bisect_s = doc["duration_s"]
     row.evaluations = doc.get("evaluations")
     found = {c["culprit"]["sha"] for c in doc["cases"] if c["case_id"] in row.detected and c.get("culprit")}
     row.culprits = sorted(found)
@@ -265,6 +280,8 @@ def main() -> int:
         row.introducer = propose_introducer(a.mb_repo, fix)
         if not row.detected:
             row.miss = "no case fails at the parent and passes at the fix"
+        elif not has_package(a.mb_repo, f"{row.introducer}^"):
+            row.miss = f"fixed lines date from {row.introducer[:9]}, before src/megatron/bridge existed: no good commit"
         elif not a.no_bisect and row.introducer:
             bisect(a.mb_repo, a.megatron_lm, row, a.work)
         print(format_table([row]).splitlines()[2], file=sys.stderr)

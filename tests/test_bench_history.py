@@ -52,7 +52,8 @@ def _git(repo: Path, *args: str, date: str = "2025-05-01") -> None:
 def history(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, str]]:
     repo = tmp_path_factory.mktemp("mb")
     _git(repo, "init", "-q", "-b", "main")
-    c = {"base": _commit(repo, "2025-06-01", "initial", {DATA: ORIGINAL, "README.md": "mb\n"})}
+    c = {"root": _commit(repo, "2025-05-01", "readme", {"README.md": "mb\n"})}
+    c["base"] = _commit(repo, "2025-06-01", "initial", {DATA: ORIGINAL})
     c["intro"] = _commit(repo, "2025-07-01", "speed up collate", {DATA: ORIGINAL.replace("x != PAD", "x >= 0")})
     c["other"] = _commit(repo, "2025-07-05", "add docs", {DATA: ORIGINAL.replace("x != PAD", "x >= 0") + "# doc\n"})
     fixed = ORIGINAL + "# doc\n"
@@ -73,14 +74,17 @@ def test_collect_fixes_keeps_packing_fixes_merged_before_the_cutoff(history: tup
     fixes = bh.collect_fixes(repo, extra={})
     assert [f.sha for f in fixes] == [c["fix"]]
     assert fixes[0].files == [DATA] and fixes[0].why == "message"
-    with_extra = bh.collect_fixes(repo, extra={c["feature"][:9]: "hidden fix"})
-    assert [(f.sha, f.why) for f in with_extra] == [(c["fix"], "message"), (c["feature"], "hidden fix")]
+    with_extra = bh.collect_fixes(repo, extra={c["feature"][:9]: ("hidden fix", "opt")})
+    assert [(f.sha, f.why, f.lines) for f in with_extra] == [
+        (c["fix"], "message", ""),
+        (c["feature"], "hidden fix", "opt"),
+    ]
 
 
 def test_side_branch_merged_after_the_cutoff_is_held_out(history: tuple[Path, dict[str, str]]) -> None:
     repo, c = history
     assert c["side"] not in {f.sha for f in bh.collect_fixes(repo, cutoff="2026-02-01", extra={})}
-    later = bh.collect_fixes(repo, cutoff="2026-01-20", extra={c["side"]: "x"})  # merged later: still out
+    later = bh.collect_fixes(repo, cutoff="2026-01-20", extra={c["side"]: ("x", "")})  # merged later: still out
     assert c["side"] not in {f.sha for f in later}
 
 
@@ -118,3 +122,16 @@ def test_table_counts_and_explains_misses() -> None:
         "miss bbbbbbbbb: bisect named fffffffff",
         "miss ccccccccc: no case fails at the parent and passes at the fix",
     ]
+
+
+def test_introducer_blames_only_the_lines_a_hidden_fix_names(history: tuple[Path, dict[str, str]]) -> None:
+    repo, c = history
+    fix = bh.Fix(c["fix"], "", "", [DATA], lines="PAD")  # the removed line does not match "PAD"
+    assert bh.propose_introducer(repo, fix) == ""
+    fix.lines = r">= 0"
+    assert bh.propose_introducer(repo, fix) == c["intro"]
+
+
+def test_no_good_commit_before_the_package_existed(history: tuple[Path, dict[str, str]]) -> None:
+    repo, c = history
+    assert bh.has_package(repo, c["intro"]) and not bh.has_package(repo, f"{c['base']}^")
