@@ -173,8 +173,10 @@ def pins_core(repo: Path, sha: str) -> bool:
     return bool(git(repo, "ls-tree", sha, "3rdparty/Megatron-LM").strip())
 
 
-def evaluate(repo: Path, mlm: Path, sha: str, work: Path, suites: tuple[str, ...]) -> tuple[dict[str, str], float]:
-    """case id -> verdict of ``harness run`` at ``sha``, and its wall time (reused when already run)."""
+def evaluate(
+    repo: Path, mlm: Path, sha: str, work: Path, suites: tuple[str, ...]
+) -> tuple[dict[str, tuple[str, str]], float]:
+    """case id -> (verdict, message) of ``harness run`` at ``sha``, and its wall time (reused when run)."""
     out = work / "runs" / sha[:12]
     results = out / "results.json"
     if not results.exists():
@@ -189,11 +191,29 @@ def evaluate(repo: Path, mlm: Path, sha: str, work: Path, suites: tuple[str, ...
             raise RuntimeError(f"harness run at {sha[:12]} wrote no results: {proc.stderr.strip()[-300:]}")
         (out / "wall_s").write_text(f"{time.monotonic() - t0:.1f}\n")
     doc = json.loads(results.read_text())
-    return {c["case_id"]: c["verdict"] for c in doc["cases"]}, float((out / "wall_s").read_text())
+    cases = {c["case_id"]: (c["verdict"], c["message"]) for c in doc["cases"]}
+    return cases, float((out / "wall_s").read_text())
 
 
-def detected_cases(at_parent: dict[str, str], at_fix: dict[str, str]) -> list[str]:
-    return sorted(c for c, v in at_parent.items() if v == "fail" and at_fix.get(c) in GONE_AT_FIX)
+def detected_cases(at_parent: dict[str, tuple[str, str]], at_fix: dict[str, tuple[str, str]]) -> list[str]:
+    return sorted(c for c, (v, _) in at_parent.items() if v == "fail" and at_fix.get(c, ("", ""))[0] in GONE_AT_FIX)
+
+
+def moved_failures(at_parent: dict[str, tuple[str, str]], at_fix: dict[str, tuple[str, str]]) -> str:
+    """Cases failing at both ends for different reasons: the fix removed one failure, another remains."""
+    moved = sorted(
+        (c, m, at_fix[c][1])
+        for c, (v, m) in at_parent.items()
+        if v == "fail" and c in at_fix and at_fix[c][0] == "fail" and at_fix[c][1] != m
+    )
+    if not moved:
+        return ""
+    case, before, after = moved[0]
+    return f"; {len(moved)} fail at both for another reason, e.g. {case}: '{_line(before)}' -> '{_line(after)}'"
+
+
+def _line(message: str) -> str:
+    return message.splitlines()[0][:110] if message else ""
 
 
 def bisect(repo: Path, mlm: Path, row: Row, work: Path) -> None:
@@ -279,7 +299,7 @@ def main() -> int:
         row.detected = detected_cases(at_parent, at_fix)
         row.introducer = propose_introducer(a.mb_repo, fix)
         if not row.detected:
-            row.miss = "no case fails at the parent and passes at the fix"
+            row.miss = "no case fails at the parent and passes at the fix" + moved_failures(at_parent, at_fix)
         elif not has_package(a.mb_repo, f"{row.introducer}^"):
             row.miss = f"fixed lines date from {row.introducer[:9]}, before src/megatron/bridge existed: no good commit"
         elif not a.no_bisect and row.introducer:

@@ -102,7 +102,18 @@ def test_introducer_is_the_newest_commit_behind_the_fixed_lines(history: tuple[P
 def test_detected_needs_fail_at_parent_and_gone_at_fix() -> None:
     parent = {"s::a": "fail", "s::b": "fail", "s::c": "pass", "s::d": "fail", "s::e": "fail"}
     fix = {"s::a": "pass", "s::b": "fail", "s::c": "pass", "s::d": "changed", "s::e": "untestable"}
-    assert bh.detected_cases(parent, fix) == ["s::a", "s::d"]
+    with_messages = [{c: (v, "m") for c, v in d.items()} for d in (parent, fix)]
+    assert bh.detected_cases(*with_messages) == ["s::a", "s::d"]
+
+
+def test_a_failure_that_changes_reason_is_explained_not_detected() -> None:
+    parent = {"s::a": ("fail", "MB raised TypeError: x\nmore"), "s::b": ("fail", "same")}
+    fix = {"s::a": ("fail", "MB raised IndexError: y"), "s::b": ("fail", "same")}
+    assert bh.detected_cases(parent, fix) == []
+    assert bh.moved_failures(parent, fix) == (
+        "; 1 fail at both for another reason, e.g. s::a: 'MB raised TypeError: x' -> 'MB raised IndexError: y'"
+    )
+    assert bh.moved_failures(parent, parent) == ""
 
 
 def test_table_counts_and_explains_misses() -> None:
