@@ -91,7 +91,7 @@ def _tokenizer_probe(config_module: str) -> Callable[[], Callable[..., Any]]:
         }
 
         def call(directory: Path) -> Any:
-            kwargs = {"tokenizer_type": "HuggingFaceTokenizer", "tokenizer_model": str(directory)}
+            kwargs: dict[str, Any] = {"tokenizer_type": "HuggingFaceTokenizer", "tokenizer_model": str(directory)}
             template = Path(directory) / "chat_template.jinja"
             if template.is_file() and accepts(cfg_cls, "hf_tokenizer_kwargs"):
                 # Late-2025 eras build MCore's tokenizer, whose Hugging Face wrapper calls
