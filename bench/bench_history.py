@@ -33,6 +33,7 @@ import shutil
 import subprocess
 import sys
 import time
+from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -212,6 +213,15 @@ def moved_failures(at_parent: dict[str, tuple[str, str]], at_fix: dict[str, tupl
     return f"; {len(moved)} fail at both for another reason, e.g. {case}: '{_line(before)}' -> '{_line(after)}'"
 
 
+def untestable_note(at_parent: dict[str, tuple[str, str]]) -> str:
+    """When most cases cannot run at the parent, how many and the commonest reason (why a miss)."""
+    reasons = Counter(_line(m) for v, m in at_parent.values() if v == "untestable")
+    n = sum(reasons.values())
+    if not at_parent or n * 2 <= len(at_parent):
+        return ""
+    return f"; {n} of {len(at_parent)} cases untestable at the parent, mostly '{reasons.most_common(1)[0][0]}'"
+
+
 def _line(message: str) -> str:
     return message.splitlines()[0][:110] if message else ""
 
@@ -299,7 +309,8 @@ def main() -> int:
         row.detected = detected_cases(at_parent, at_fix)
         row.introducer = propose_introducer(a.mb_repo, fix)
         if not row.detected:
-            row.miss = "no case fails at the parent and passes at the fix" + moved_failures(at_parent, at_fix)
+            row.miss = "no case fails at the parent and passes at the fix"
+            row.miss += moved_failures(at_parent, at_fix) + untestable_note(at_parent)
         elif not has_package(a.mb_repo, f"{row.introducer}^"):
             row.miss = f"fixed lines date from {row.introducer[:9]}, before src/megatron/bridge existed: no good commit"
         elif not a.no_bisect and row.introducer:

@@ -146,3 +146,10 @@ def test_introducer_blames_only_the_lines_a_hidden_fix_names(history: tuple[Path
 def test_no_good_commit_before_the_package_existed(history: tuple[Path, dict[str, str]]) -> None:
     repo, c = history
     assert bh.has_package(repo, c["intro"]) and not bh.has_package(repo, f"{c['base']}^")
+
+
+def test_a_parent_that_cannot_run_most_cases_is_named_in_the_miss() -> None:
+    runs = {"s::a": ("untestable", "untestable: no tokenizer\nmore"), "s::b": ("untestable", "untestable: x")}
+    runs |= {"s::c": ("untestable", "untestable: no tokenizer"), "s::d": ("pass", "")}
+    assert bh.untestable_note(runs) == "; 3 of 4 cases untestable at the parent, mostly 'untestable: no tokenizer'"
+    assert bh.untestable_note(runs | {"s::e": ("pass", ""), "s::f": ("fail", "x")}) == ""
