@@ -423,3 +423,29 @@ def test_output_missing_is_broken_not_untestable():
 
     with pytest.raises(Broken, match="operation 'op' \\(x\\): rows lack loss_mask"):
         Operation("op", [Candidate("x", probe)])()
+
+
+def test_tokenizer_config_names_the_directory_chat_template(tmp_path, monkeypatch):
+    """A TokenizerConfig with hf_tokenizer_kwargs names the chat template the directory ships."""
+    import dataclasses
+
+    from harness.adapters import sft
+
+    @dataclasses.dataclass
+    class WithField:
+        tokenizer_type: str
+        tokenizer_model: str
+        hf_tokenizer_kwargs: dict | None = None
+
+    @dataclasses.dataclass
+    class WithoutField:
+        tokenizer_type: str
+        tokenizer_model: str
+
+    (tmp_path / "chat_template.jinja").write_text("{{ messages }}")
+    for cls, expected in ((WithField, "{{ messages }}"), (WithoutField, None)):
+        built = {"TokenizerConfig": cls, "build_tokenizer": lambda config: config}
+        monkeypatch.setattr(sft, "symbol", lambda _module, name, built=built: built[name])
+        cfg = sft._tokenizer_probe("any")()(tmp_path)
+        named = (getattr(cfg, "hf_tokenizer_kwargs", None) or {}).get("chat_template")
+        assert named == expected and cfg.tokenizer_model == str(tmp_path)

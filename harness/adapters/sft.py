@@ -91,7 +91,16 @@ def _tokenizer_probe(config_module: str) -> Callable[[], Callable[..., Any]]:
         }
 
         def call(directory: Path) -> Any:
-            return build(cfg_cls(tokenizer_type="HuggingFaceTokenizer", tokenizer_model=str(directory)), **extra)
+            kwargs: dict[str, Any] = {"tokenizer_type": "HuggingFaceTokenizer", "tokenizer_model": str(directory)}
+            template = Path(directory) / "chat_template.jinja"
+            if template.is_file() and accepts(cfg_cls, "hf_tokenizer_kwargs"):
+                # Late-2025 eras build MCore's tokenizer, whose Hugging Face wrapper calls
+                # AutoTokenizer.from_pretrained(chat_template=None) unless the template is named,
+                # dropping the one the directory ships: every chat case raised there, so a chat fix
+                # of that era could not show. The same template, named where both the legacy and
+                # MCore tokenizers read it.
+                kwargs["hf_tokenizer_kwargs"] = {"chat_template": template.read_text()}
+            return build(cfg_cls(**kwargs), **extra)
 
         return call
 
