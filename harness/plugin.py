@@ -25,6 +25,10 @@ break found while a fixture builds something from MB is still MB's (FAIL).
 
 With ``--harness-events FILE`` the plugin also keeps the live event log of
 :mod:`harness.caselog`, so the runner can tell which case a killed process was running.
+
+One module because pytest loads it as one ``pytest11`` entry point whose hooks share the
+session's state (the active flag, the collected cases, the event log); the verdict decision
+itself is :mod:`harness.outcome`.
 """
 
 from __future__ import annotations
