@@ -13,6 +13,10 @@ The user's repository is never modified. Only read-only commands run against it
 ``status`` does not refresh and rewrite ``.git/index``. No checkout, no bisect refs, no
 stash, no config writes: a user can keep working in the repository while a bisection runs,
 and an interrupted bisection leaves nothing behind to clean up.
+
+One module because it is the harness's single git layer: every query, the read-only
+environment they run under (``GIT_ENV``) and the translation of git's failures into one-line
+errors sit in one place, where the never-modify rule can be checked by reading one file.
 """
 
 from __future__ import annotations

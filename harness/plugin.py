@@ -14,22 +14,9 @@ in place (like pytest-regressions' ``--force-regen``): such a case fails once, s
 diff, and passes on the next run. ``harness fixtures record`` is the reviewed path (it shows
 every change first and also removes goldens of deleted cases).
 
-Classification of a failing case (suites check invariants first, the golden last):
-* :class:`GoldenMismatch` (every invariant held, the output differs from the golden, or there
-  is no golden yet): CHANGED, a change to review, never a regression;
-* an ``AssertionError`` (an oracle :class:`~harness.oracle.differential.InvariantFailure`, a
-  documented rule): FAIL;
-* :class:`harness.errors.Untestable` or a pytest skip: UNTESTABLE (with the reason);
-* :class:`Broken` (an MB module that exists and cannot be imported, an operation that no longer
-  produces its output): FAIL with a reason starting ``broken:``, bisectable like any failure;
-* any other exception whose innermost project frame is the commit under test's code (see
-  :mod:`harness.ownership`; torch or Python raising inside a call from MB counts): FAIL;
-* :class:`harness.errors.EnvironmentProblem` (the machine cannot run the case and should: a
-  Transformer Engine that does not import on a CUDA machine): ERROR with an ``environment:``
-  reason, never blamed on MB;
-* anything else: ERROR, a bug in the harness or a suite, never blamed on MB.
-A case may leave a note (``record_property("harness_note", text)``: the numbers behind a
-tolerance, say); it is kept as the message of a passing case and appended to any other.
+Classification of a failing case (suites check invariants first, the golden last) is
+:func:`harness.outcome.classify`; a case may leave a note (``record_property("harness_note", text)``),
+kept as the message of a passing case and appended to any other.
 Then known MB bugs (:mod:`harness.known`): a FAIL whose violations are all explained by
 applicable reviewed entries becomes KNOWN_FAIL; a listed case that passes becomes FIXED.
 
@@ -38,6 +25,10 @@ break found while a fixture builds something from MB is still MB's (FAIL).
 
 With ``--harness-events FILE`` the plugin also keeps the live event log of
 :mod:`harness.caselog`, so the runner can tell which case a killed process was running.
+
+One module because pytest loads it as one ``pytest11`` entry point whose hooks share the
+session's state (the active flag, the collected cases, the event log); the verdict decision
+itself is :mod:`harness.outcome`.
 """
 
 from __future__ import annotations
@@ -50,20 +41,13 @@ from typing import Any
 import pytest
 
 from harness import caselog
-from harness.errors import Broken, EnvironmentProblem, Untestable
-from harness.ownership import Owner, add_harness_root, blame
+from harness.errors import Broken, Untestable
+from harness.outcome import GoldenMismatch, classify, structured_violations
+from harness.ownership import add_harness_root
 from harness.verdict import Verdict
 
 PROP = "harness_case"
 NOTE = "harness_note"
-
-
-class GoldenMismatch(AssertionError):
-    """The obtained value differs from the golden (or no golden exists)."""
-
-    def __init__(self, text: str, diff_data: dict[str, Any] | None) -> None:
-        super().__init__(text)
-        self.diff_data = diff_data
 
 
 def suite_of(item: pytest.Item) -> str:
@@ -292,50 +276,6 @@ def golden(request: pytest.FixtureRequest) -> GoldenChecker:
     return checker
 
 
-def classify(excinfo: pytest.ExceptionInfo | None, skipped: bool, longrepr: Any) -> tuple[Verdict, str, Any]:
-    """Map an outcome to (verdict, message, structured diff)."""
-    if excinfo is None:
-        if skipped:
-            reason = longrepr[2] if isinstance(longrepr, tuple) else str(longrepr)
-            return Verdict.UNTESTABLE, reason.removeprefix("Skipped: "), None
-        return Verdict.PASS, "", None
-    exc = excinfo.value
-    if isinstance(exc, Untestable):
-        return Verdict.UNTESTABLE, f"untestable: {exc}", None
-    if isinstance(exc, Broken):
-        return Verdict.FAIL, f"broken: {exc}", None
-    if isinstance(exc, EnvironmentProblem):
-        return Verdict.ERROR, f"environment: {exc}", None
-    if isinstance(exc, GoldenMismatch):
-        return Verdict.CHANGED, f"changed: {exc}", exc.diff_data
-    if isinstance(exc, (AssertionError, pytest.fail.Exception)):
-        return Verdict.FAIL, f"assertion failed: {exc}", None
-    if isinstance(exc, pytest.skip.Exception):
-        return Verdict.UNTESTABLE, str(exc), None
-    if _harness_object_lacks(exc):  # MB asked a harness test double for something it does not model
-        return Verdict.ERROR, f"harness error {type(exc).__name__}: {exc} (a harness test double)", None
-    if blame(excinfo.tb) is Owner.MEGATRON:
-        if isinstance(exc, (ImportError, SyntaxError)):  # MB's own import of a module failed
-            from harness.adapters.failures import import_failure
-
-            what = getattr(exc, "name", None) or getattr(exc, "filename", None) or "an MB module"
-            decided = import_failure(str(what), exc)
-            if isinstance(decided, Untestable):  # a missing third-party dependency, not a break
-                return Verdict.UNTESTABLE, f"untestable: {decided}", None
-            return Verdict.FAIL, f"broken: {decided}", None
-        return Verdict.FAIL, f"Megatron raised {type(exc).__name__}: {exc}", None
-    return Verdict.ERROR, f"harness error {type(exc).__name__}: {exc}", None
-
-
-def _harness_object_lacks(exc: BaseException) -> bool:
-    """An AttributeError on an object of a harness class: MB code raised it, but the gap is the
-    harness's (a double such as the recording model not exposing what MB reads), never MB's."""
-    if not isinstance(exc, AttributeError):
-        return False
-    obj = getattr(exc, "obj", None)
-    return obj is not None and type(obj).__module__.split(".")[0] == "harness"
-
-
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
     outcome = yield
@@ -358,7 +298,7 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
     ):
         verdict = Verdict.ERROR  # a fixture's own check broke: the harness's problem, not MB's
     case_id = _case_id(item)
-    violations = _violations(excinfo)
+    violations = structured_violations(excinfo)
     known_ids: list[str] = []
     if verdict in (Verdict.FAIL, Verdict.PASS, Verdict.CHANGED) and call.when == "call":
         from harness import known
@@ -405,28 +345,6 @@ def _known_entries(config: pytest.Config) -> list[Any]:
     entries = [e for e in known.load(path) if e.applies(version, commit, in_range)]
     config._harness_known = entries  # type: ignore[attr-defined]
     return entries
-
-
-MAX_VIOLATIONS = 200  # per case: enough to match known failures and show patterns, bounded on disk
-
-
-def _violations(excinfo: pytest.ExceptionInfo | None) -> list[dict[str, Any]]:
-    """Structured violations of an :class:`~harness.oracle.differential.InvariantFailure` (else [])."""
-    found = getattr(excinfo.value, "violations", None) if excinfo is not None else None
-    out = []
-    for v in (found or [])[:MAX_VIOLATIONS]:
-        out.append(
-            {
-                "invariant": v.invariant.value,
-                "row": v.row,
-                "position": v.position,
-                "expected": repr(v.expected)[:200],
-                "got": repr(v.got)[:200],
-                "detail": v.detail,
-                "tags": list(v.tags),
-            }
-        )
-    return out
 
 
 def pytest_runtest_logreport(report: pytest.TestReport) -> None:

@@ -11,6 +11,10 @@ hanging a bisection), finished cases keep their verdicts, cases never started ar
 ("not run"). Died on its own: the running case is an ERROR (a crash cannot be attributed), the
 others as above. Nothing collected at all: one ERROR per suite (the harness's suite modules
 never got as far as MB's code).
+
+One module because launching pytest, streaming its output and salvaging a killed or crashed
+process are one subprocess's life cycle: the salvage reads the files the launch told the
+process to write (verdict file, event log) under the same options.
 """
 
 from __future__ import annotations

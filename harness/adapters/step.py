@@ -23,6 +23,10 @@ Eras: ``training/gpt_step.forward_step(state, data_iterator, model)`` (v0.1 on).
 packing: collate time from v0.6 (the collate packs, :data:`harness.adapters.thd.in_batch_collate`;
 ``vlm_step`` builds params from ``cu_seqlens_q``...) or step time in v0.4-v0.5
 (``vlm_step.get_batch`` packs when ``cfg.dataset.pack_sequences_in_batch``); before: untestable.
+
+One module because the doubles and the per-era probes only make sense together: each probe
+runs MB's step function through :func:`run_step` with exactly these doubles
+(:class:`RecordingModel`, :func:`minimal_state`, the groups).
 """
 
 from __future__ import annotations

@@ -29,7 +29,7 @@ Non-monotonic evidence (a PASS above the first FAIL, which shared probes can pro
 git bisect's semantics: first bad = lowest bad commit, last good = highest good commit
 below it; the case gets a note so a person can look.
 
-Kept as one module over ~350 lines (half of it docstrings): the marks, intervals and picks of
+One module because (over ~350 lines, half of it docstrings) the marks, intervals and picks of
 one state machine share invariants that are read together; split, each part would need the
 others to be understood.
 """

@@ -16,6 +16,10 @@ Schema 2 added ``core_commit`` (the second level of a bisection walks Megatron-L
 MB held at one commit, so the MB commit alone no longer names what ran). A schema 1 file is
 migrated in place, in one transaction, when it is first opened: its rows get ``core_commit``
 '' (the megatron-core their environment key names), which is what they meant.
+
+One module because the key, :func:`suite_hash`, the schema with its migration and the
+one-transaction-per-evaluation writes are one on-disk format: changing any of them changes
+what a stored verdict means.
 """
 
 from __future__ import annotations

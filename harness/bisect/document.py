@@ -13,6 +13,9 @@ known; ``infrastructure``, ``cancelled`` and ``cluster_jobs`` (``--executor slur
 optional keys, written only when a cluster ran jobs. :meth:`BisectDoc.from_json` is lenient about
 missing fields, because a report of an interrupted bisection is still worth rendering; a wrong
 ``kind`` or a newer schema is refused by :meth:`BisectDoc.load`.
+
+One module because it is one schema-versioned record: the nested dataclasses and the
+upgrades from schemas 1 and 2 change together with the ``bisect.json`` schema version.
 """
 
 from __future__ import annotations

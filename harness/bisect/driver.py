@@ -35,6 +35,10 @@ Disk: workspaces (``<cache>/workspaces/<repo>/trees/<sha>``) of the commits a ru
 are removed when it ends (an MB tree is ~20 MB; rebuilding one is a ``git archive``); the
 suite run directories (``<cache>/runs/<sha>/<run-id>``: results.json, obtained values) are
 kept, they hold the golden diffs the report shows for cached verdicts.
+
+One module because it is the glue described above: the in-flight set, the cache writes and
+the bisection's records must stay in step, and each level of a descent runs that same loop
+(``_run_level``).
 """
 
 from __future__ import annotations

@@ -35,6 +35,10 @@ Exit codes: 0 every case passed (untestable allowed, unless newly untestable), 1
 or erred or newly became untestable (whatever the bisection found), 2 usage or environment
 error, found before the suites run when possible; with ``--require-gpu`` a GPU case that could
 not run is one (exit 2 after the reports, history and trend are written, and no bisection).
+
+One module because it is one command: the argument checks, the commit a run is filed under,
+the change report and the automatic bisection plan are the steps above, in their order, and
+serve nothing else.
 """
 
 from __future__ import annotations

@@ -30,6 +30,9 @@ Container images (pyxis/enroot): ``--container-image``/``--container-mounts`` go
 pyxis on sbatch runs the whole batch script in the container, where ``srun`` is missing.
 The cache directory is mounted at the same path automatically. Other sbatch flags go
 through ``sbatch_extra`` (submitit's ``slurm_additional_parameters``).
+
+One module because nearly all of it is the one :class:`SlurmExecutor`, whose start-up check,
+submission, resubmission, cancel and reattach rules above share its in-flight job state.
 """
 
 from __future__ import annotations

@@ -9,5 +9,6 @@ logits and per-token loss; padding must never train. No suite decides which toke
 
 * :mod:`harness.oracle.tokenizer` - a real tokenizer written at test time (no download);
 * :mod:`harness.oracle.corpus` - seeded JSONL examples the way a user's data looks;
-* :mod:`harness.oracle.differential` - pure comparison: segments, invariants, violations.
+* :mod:`harness.oracle.differential` - pure comparison: segments, invariants, violations
+  (records in :mod:`harness.oracle.records`, THD boundary checks in :mod:`harness.oracle.boundaries`).
 """

@@ -25,7 +25,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
-from harness.oracle.differential import Invariant, PackedRow, Segment, Violation, _role_tags
+from harness.oracle.records import Invariant, PackedRow, Segment, Violation, role_tags
 
 BOUNDARY_FIELDS = ("cu_seqlens_q", "cu_seqlens_kv", "cu_seqlens_q_padded", "cu_seqlens_kv_padded")
 MODEL_TAG = "at:model"  # violations found in what the model received (not in the collate output)
@@ -202,7 +202,7 @@ def check_outputs(
             err, p = worst.get(inv, (0.0, 0))
             if err > atol:
                 token = tokens[p] if p < len(tokens) else None
-                tags = _role_tags("input", token, roles or {}) + (MODEL_TAG,)
+                tags = role_tags("input", token, roles or {}) + (MODEL_TAG,)
                 out.append(
                     Violation(
                         inv,

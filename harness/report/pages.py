@@ -4,6 +4,10 @@ A run page is built from a :class:`~harness.results.RunResult` (header facts, pe
 failures with their golden diffs), a bisect page from a
 :class:`~harness.bisect.document.BisectDoc` (range, culprits grouped by commit, per-case
 results, the commit timeline).
+
+One module because both pages follow one pattern (a typed record in, the context its
+template reads out, rendered by :func:`~harness.report.formatting.render_template`), and the
+bisect page's parts (timeline, levels, descents, cluster jobs) all read one ``BisectDoc``.
 """
 
 from __future__ import annotations
