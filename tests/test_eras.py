@@ -279,3 +279,50 @@ def test_import_time_cuda_build_refused_on_cpu(fake_pkg, monkeypatch, tmp_path):
     assert mod.has_unified_memory is False
     assert ext.load_inline is original, "the refusal is scoped to the module body"
     assert not (tmp_path / "ext").exists(), "nothing compiled"
+
+
+def test_finetuning_builder_of_june_2026_takes_offline_packing_specs(monkeypatch, tmp_path):
+    """Between packed_sequence_specs and the data/builders/gpt_sft builder, FinetuningDatasetBuilder
+    took enable_offline_packing + offline_packing_specs (2026-06): the same builder, not an absent
+    one (the sweep showed every SFT case of that month untestable)."""
+    from harness.adapters import sft
+
+    built: dict = {}
+
+    @dataclasses.dataclass
+    class Specs:
+        packed_sequence_size: int = -1
+        pad_seq_to_mult: int = 1
+        pad_cu_seqlens: bool = False
+
+    class Unpacked:  # MB's GPTSFTDataset: the spy wraps its __init__
+        def __init__(self) -> None:
+            pass
+
+    class Chat:
+        def __init__(self, use_hf_tokenizer_chat_template: bool = False) -> None:
+            pass
+
+    class Packed:
+        pass
+
+    class Builder:
+        def __init__(self, dataset_root, tokenizer, seq_length=2048, seed=1234, max_train_samples=None,
+                     enable_offline_packing=False, offline_packing_specs=None, dataset_kwargs=None,
+                     do_validation=True, do_test=True):  # fmt: skip
+            built.update(enable=enable_offline_packing, specs=offline_packing_specs, kwargs=dataset_kwargs)
+            self.pack_metadata = None
+
+        def build(self):
+            Unpacked()  # packing preparation builds MB's unpacked dataset on the way
+            return [Packed(), None, None]
+
+    names = {"FinetuningDatasetBuilder": Builder, "PackedSequenceSpecs": Specs, "GPTSFTDataset": Unpacked}
+    names["GPTSFTChatDataset"] = Chat
+    monkeypatch.setattr(sft, "symbol", lambda module, name: names[name])
+    build = sft._finetuning_builder()
+    req = sft.SFTRequest(tmp_path, object(), 64, packing=sft.OfflinePacking(pack_size=64))
+    out = build(req)
+    assert built["enable"] is True and built["specs"].packed_sequence_size == 64
+    assert isinstance(out.train, Packed) and isinstance(out.prep_reference, Unpacked)
+    assert out.era == "data/builders/finetuning_dataset.FinetuningDatasetBuilder"

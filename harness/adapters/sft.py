@@ -239,7 +239,12 @@ def _gpt_sft_builder() -> Callable[[SFTRequest], SFTBuild]:
 
 def _finetuning_builder() -> Callable[[SFTRequest], SFTBuild]:
     builder_cls = symbol("megatron.bridge.data.builders.finetuning_dataset", "FinetuningDatasetBuilder")
-    if not accepts(builder_cls.__init__, "dataset_root", "packed_sequence_specs", "dataset_kwargs"):
+    # the packing specs argument: packed_sequence_specs, then (June 2026, before the SFT builder
+    # moved to data/builders/gpt_sft) enable_offline_packing + offline_packing_specs
+    renamed = accepts(builder_cls.__init__, "enable_offline_packing", "offline_packing_specs")
+    if not accepts(builder_cls.__init__, "dataset_root", "dataset_kwargs") or not (
+        renamed or accepts(builder_cls.__init__, "packed_sequence_specs")
+    ):
         raise NotHere("FinetuningDatasetBuilder takes no dataset_root/packed_sequence_specs/dataset_kwargs")
     specs_cls = None
     for module in ("megatron.bridge.data.packing", "megatron.bridge.data.datasets.packed_sequence"):
@@ -276,6 +281,8 @@ def _finetuning_builder() -> Callable[[SFTRequest], SFTBuild]:
                 seed=req.seed,
                 max_train_samples=req.max_train_samples,
                 packed_sequence_specs=_specs(specs_cls, packing) if packing else None,
+                offline_packing_specs=_specs(specs_cls, packing) if packing else None,
+                enable_offline_packing=packing is not None,
                 dataset_kwargs=_legacy_kwargs(req),
                 do_validation=False,
                 do_test=False,
