@@ -182,10 +182,18 @@ def out_dir(args: argparse.Namespace, name: str) -> Path:
 
 
 def writable_dir(path: Path, what: str) -> Path:
-    """Create ``path`` and prove it takes a file, before hours of work whose results go there."""
+    """Prove ``path`` can be created and takes a file, before hours of work whose results go there.
+
+    Nothing is created: the nearest existing ancestor must be a directory that takes a file
+    (a command refused later for another reason leaves no empty output directory behind).
+    """
+    probe = path
+    while not probe.exists() and probe != probe.parent:
+        probe = probe.parent
+    if not probe.is_dir():
+        raise UsageError(f"{what} {path} cannot be written: {probe} is not a directory")
     try:
-        path.mkdir(parents=True, exist_ok=True)
-        with tempfile.TemporaryFile(dir=path):
+        with tempfile.TemporaryFile(dir=probe):
             pass
     except OSError as exc:
         raise UsageError(f"{what} {path} cannot be written: {exc.strerror or exc}") from None
