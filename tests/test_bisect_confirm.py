@@ -10,8 +10,6 @@ decided by real ``git apply -R`` on real diffs.
 from __future__ import annotations
 
 import json
-import os
-import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -22,23 +20,10 @@ from harness.gitrepo import open_repo
 from harness.report.terminal import bisect_summary_lines
 from harness.verdict import Verdict
 from harness.workspaces import WorkspaceCache
+from tests.gitrepos import git
 
 CASES = ("s::a", "s::b", "s::c")
 PKG = Path("src") / "megatron" / "bridge"
-GIT_ENV = {
-    "GIT_CONFIG_GLOBAL": os.devnull,
-    "GIT_CONFIG_NOSYSTEM": "1",
-    "GIT_AUTHOR_NAME": "t",
-    "GIT_AUTHOR_EMAIL": "t@e",
-    "GIT_COMMITTER_NAME": "t",
-    "GIT_COMMITTER_EMAIL": "t@e",
-}
-
-
-def git(repo: Path, *args: str) -> str:
-    return subprocess.run(
-        ["git", "-C", str(repo), *args], check=True, capture_output=True, text=True, env={**os.environ, **GIT_ENV}
-    ).stdout.strip()
 
 
 def build(root: Path, steps: list[dict[str, str]]) -> tuple[Path, list[str]]:

@@ -20,21 +20,7 @@ from harness.gitrepo import open_repo
 from harness.report.matrix import render_matrix_report
 from harness.results import CaseResult, RunResult
 from harness.verdict import Verdict
-
-GIT_ENV = {
-    "GIT_CONFIG_GLOBAL": os.devnull,
-    "GIT_CONFIG_NOSYSTEM": "1",
-    "GIT_AUTHOR_NAME": "t",
-    "GIT_AUTHOR_EMAIL": "t@e",
-    "GIT_COMMITTER_NAME": "t",
-    "GIT_COMMITTER_EMAIL": "t@e",
-}
-
-
-def git(repo: Path, *args: str) -> str:
-    return subprocess.run(
-        ["git", "-C", str(repo), *args], check=True, capture_output=True, text=True, env={**os.environ, **GIT_ENV}
-    ).stdout.strip()
+from tests.gitrepos import GIT_ENV, git
 
 
 def commit(repo: Path, name: str) -> str:
