@@ -35,6 +35,7 @@ class SFTCase:
     n: int = 14
     long_rate: float = 0.1
     max_samples: int | None = None  # max_train_samples: a samples mapping over the packed rows
+    mb_seed: int | None = None  # the seed MB is configured with (default: the corpus seed)
 
     @property
     def corpus(self) -> corpus.CorpusSpec:
@@ -127,7 +128,7 @@ def built(case: SFTCase) -> Built:
         kind=case.kind,
         full_loss=case.full_loss,
         packing=case.packing,
-        seed=case.seed,
+        seed=case.seed if case.mb_seed is None else case.mb_seed,
         max_train_samples=case.max_samples,
     )
     result = sft.build_sft(req)

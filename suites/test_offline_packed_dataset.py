@@ -79,9 +79,14 @@ def test_deterministic_and_rng_independent(golden, kind):
     np.random.seed(999)
     random.seed(999)
     _oracle.built.cache_clear()
-    again = _oracle.canonical_rows(_oracle.built(case).rows)
+    rebuilt = _oracle.built(case)
+    again = _oracle.canonical_rows(rebuilt.rows)
     assert again == first, "same seed, different global RNG state: the packed rows must not change: " + (
         first_difference(first, again, "packed row")
+    )
+    assert rebuilt.build.prep_rng_kept is not False, (
+        "offline packing preparation must leave the caller's global numpy RNG state as it found it "
+        "(it shuffles with its own seed): the state differs after prepare_packed_data"
     )
     env = dict(os.environ, PYTHONHASHSEED="123")
     proc = subprocess.run(

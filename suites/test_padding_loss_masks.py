@@ -11,6 +11,8 @@ token equal, padding inside and after the packs never trains); padding rows must
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
 from harness.adapters import batch as batch_ops
@@ -53,6 +55,34 @@ def test_padding_rows_and_alignment(golden, case, gbs):
     report = _oracle.compare(case, b.examples, rows, b.special_ids)
     report.assert_ok()
     golden.check({"batches": batches, "trained_per_row": [sum(r.loss_mask) for r in rows]})
+
+
+def test_samples_mapping_follows_seed(golden):
+    """The configured seed decides the samples mapping's epoch shuffles (``max_train_samples``):
+    the same corpus under different seeds must not map to one order (an ignored seed gives every
+    run the same order). The order is read as a permutation of the packed rows in their stored
+    order (packing itself may depend on the seed too). Every mapped epoch holds every packed row
+    once. Checked apart from the oracle comparison, so a known MB bug there cannot hide it."""
+    perms = {}
+    for mb_seed in (1, 2, 3):
+        case = _oracle.SFTCase(f"padding-seeded-{mb_seed}", seed=86, mult=2, n=12, mb_seed=mb_seed)
+        packed = _oracle.built(case).build.train
+        stored = [tuple(r.tokens) for r in _rows_of(packed, list(range(len(packed))))]
+        ds = _oracle.built(replace(case, max_samples=2 * len(stored))).build.train
+        assert len(ds) == 2 * len(stored), (
+            f"max_train_samples sets the mapped length: expected {2 * len(stored)}, got {len(ds)}"
+        )
+        mapped = [tuple(r.tokens) for r in _rows_of(ds, list(range(len(ds))))]
+        for epoch in (mapped[: len(stored)], mapped[len(stored) :]):
+            assert sorted(epoch) == sorted(stored), f"seed {mb_seed}: every packed row is mapped once per epoch: " + (
+                multiset_difference(sorted(stored), sorted(epoch), "packed row")
+            )
+        perms[mb_seed] = [stored.index(t) for t in mapped]
+    same_size = [p for p in perms.values() if len(p) == len(perms[1])]
+    assert len(same_size) < 2 or len({tuple(p) for p in same_size}) > 1, (
+        f"seeds 1, 2 and 3 map the packed rows in the same order {perms[1]}: the configured seed is ignored"
+    )
+    golden.check({"perms": {str(k): v for k, v in perms.items()}})
 
 
 def test_samples_mapping_negative_indices(golden):

@@ -2,8 +2,10 @@
 
 Operation ``collate_padding_multiple(cp, tp, sp, in_batch, eval_cp=None)``: the multiple MB
 pads each sequence to for context parallelism (2*CP) and sequence parallelism (CP*TP), plus
-whether MB accepts the configuration (``{"accepted", "error_class", "message", "multiple"}``;
-a rejection is behaviour, not an error).
+whether MB accepts the configuration (``{"accepted", "error_class", "message", "multiple",
+"seq_length_rule"}``; a rejection is behaviour, not an error). ``seq_length_rule`` says whether
+the era validates ``seq_length`` against that multiple (the data/builders collate configs do;
+before them only MCore's older ``seq_length % 2*CP`` assertion held).
 
 Eras (``git log -S`` on MB's ``src``, first-parent main), newest first:
 
@@ -119,6 +121,7 @@ def _collate_config(module: str, name: str, aligns_collate: bool) -> Callable[[]
                 )
             )
             outcome = _validated(cfg, dataset, cp, tp, sp, seq_length, in_batch, eval_cp)
+            outcome["seq_length_rule"] = aligns_collate
             field = FIELD if in_batch else "pad_to_multiple_of"
             outcome["multiple"] = int(getattr(dataset, field)) if outcome["accepted"] else None
             return outcome
@@ -204,6 +207,7 @@ def _vlm_step_probe() -> Callable[..., dict[str, Any]]:
         dataset = _dataset(PackingConfigSpec(seq_length=seq_length), cfg)
         setattr(dataset, flag, True)
         outcome = _validated(cfg, dataset, cp, tp, sp, seq_length, True, None)
+        outcome["seq_length_rule"] = False
         outcome["multiple"] = _step_multiple(get_batch, flag, cp, tp, sp) if outcome["accepted"] else None
         return outcome
 

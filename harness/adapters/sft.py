@@ -29,6 +29,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
+import numpy as np
+
 from harness.adapters import Candidate, NotHere, Operation, Untestable, accepts, symbol
 
 KINDS = ("prompt", "completion", "chat")
@@ -73,6 +75,8 @@ class SFTBuild:
     era: str
     metadata_path: Path | None = None
     notes: list[str] = field(default_factory=list)
+    # did MB's packing preparation leave numpy's global RNG state as it found it (None: not seen)
+    prep_rng_kept: bool | None = None
 
 
 # --------------------------------------------------------------------------- tokenizer
@@ -153,6 +157,46 @@ def _record_unpacked(base: Any) -> Iterator[list[Any]]:
         base.__init__ = original
 
 
+@dataclass
+class RngWatch:
+    """What :func:`_watch_global_rng` saw: None until the preparation ran."""
+
+    kept: bool | None = None
+
+
+def _same_state(a: tuple[Any, ...], b: tuple[Any, ...]) -> bool:
+    return len(a) == len(b) and all(np.array_equal(x, y) if hasattr(x, "shape") else x == y for x, y in zip(a, b))
+
+
+@contextlib.contextmanager
+def _watch_global_rng(builder: Any) -> Iterator[RngWatch]:
+    """Record whether the builder's ``prepare_packed_data`` leaves numpy's global RNG untouched.
+
+    Every era's builder prepares packed data through that method; MB seeds a private shuffle and
+    restores the caller's state there (a user's own global RNG must not be reseeded by data
+    preparation). The wrapper is set on the instance for the block and calls the original
+    unchanged. The packed dataset built afterwards reseeds the global RNG by design, which is why
+    the state is read around the preparation and not around ``build()``.
+    """
+    watch = RngWatch()
+    original = getattr(builder, "prepare_packed_data", None)
+    if original is None:
+        yield watch
+        return
+
+    def prepare(*args: Any, **kwargs: Any) -> Any:
+        before = np.random.get_state()
+        out = original(*args, **kwargs)
+        watch.kept = _same_state(before, np.random.get_state())
+        return out
+
+    builder.prepare_packed_data = prepare
+    try:
+        yield watch
+    finally:
+        del builder.prepare_packed_data
+
+
 # --------------------------------------------------------------------------- builders
 
 
@@ -203,7 +247,7 @@ def _gpt_sft_builder() -> Callable[[SFTRequest], SFTBuild]:
     def build(req: SFTRequest) -> SFTBuild:
         prep, kwargs = preprocessing(req)
 
-        def make(packing: OfflinePacking | None) -> tuple[Any, list[Any], Any]:
+        def make(packing: OfflinePacking | None) -> tuple[Any, list[Any], Any, bool | None]:
             config = config_cls(
                 seq_length=req.seq_length,
                 dataset_root=str(req.root),
@@ -217,21 +261,22 @@ def _gpt_sft_builder() -> Callable[[SFTRequest], SFTBuild]:
                 offline_packing_specs=_specs(specs_cls, packing) if packing else None,
             )
             builder = builder_cls(config, req.tokenizer)
-            with _record_unpacked(base) as seen:
+            with _record_unpacked(base) as seen, _watch_global_rng(builder) as rng:
                 train = builder.build()[0]
             meta = builder.pack_metadata if packing is not None else None
-            return train, seen, meta
+            return train, seen, meta, rng.kept
 
         if req.packing is None:
-            train, _, _ = make(None)
+            train, _, _, _ = make(None)
             return SFTBuild(train, None, train, "data/builders/gpt_sft.GPTSFTDatasetBuilder")
-        train, seen, meta = make(req.packing)
+        train, seen, meta, kept = make(req.packing)
         return SFTBuild(
             train,
             seen[0] if seen else None,
             None,
             "data/builders/gpt_sft.GPTSFTDatasetBuilder",
             Path(meta) if meta else None,
+            prep_rng_kept=kept,
         )
 
     return build
@@ -273,7 +318,7 @@ def _finetuning_builder() -> Callable[[SFTRequest], SFTBuild]:
                 "(GPTSFTChatDataset has no use_hf_tokenizer_chat_template)"
             )
 
-        def make(packing: OfflinePacking | None) -> tuple[Any, list[Any], Any]:
+        def make(packing: OfflinePacking | None) -> tuple[Any, list[Any], Any, bool | None]:
             kwargs: dict[str, Any] = dict(
                 dataset_root=req.root,
                 tokenizer=req.tokenizer,
@@ -288,16 +333,16 @@ def _finetuning_builder() -> Callable[[SFTRequest], SFTBuild]:
                 do_test=False,
             )
             builder = builder_cls(**{k: v for k, v in kwargs.items() if accepts(builder_cls.__init__, k)})
-            with _record_unpacked(base) as seen:
+            with _record_unpacked(base) as seen, _watch_global_rng(builder) as rng:
                 train = builder.build()[0]
             meta = getattr(builder, "pack_metadata", None) if packing is not None else None
-            return train, seen, meta
+            return train, seen, meta, rng.kept
 
         if req.packing is None:
-            train, _, _ = make(None)
+            train, _, _, _ = make(None)
             return SFTBuild(train, None, train, era)
-        train, seen, meta = make(req.packing)
-        return SFTBuild(train, seen[0] if seen else None, None, era, Path(meta) if meta else None)
+        train, seen, meta, kept = make(req.packing)
+        return SFTBuild(train, seen[0] if seen else None, None, era, Path(meta) if meta else None, prep_rng_kept=kept)
 
     return build
 
