@@ -16,7 +16,7 @@ from dataclasses import replace
 import pytest
 
 from harness.adapters import batch as batch_ops
-from harness.adapters import sampler
+from harness.adapters import packed_artifact, sampler
 from suites import _oracle
 from suites._explain import first_offender, multiset_difference
 
@@ -55,6 +55,48 @@ def test_padding_rows_and_alignment(golden, case, gbs):
     report = _oracle.compare(case, b.examples, rows, b.special_ids)
     report.assert_ok()
     golden.check({"batches": batches, "trained_per_row": [sum(r.loss_mask) for r in rows]})
+
+
+def test_legacy_npy_padding_rows(golden, tmp_path):
+    """Packed rows in MB's legacy ``.npy`` layout (what earlier MB releases wrote; MB still loads
+    them through ``GPTSFTPackedDataset``) behave like the rows MB's builder serves: real rows
+    collate identically, and padding rows (negative indices from the batch sampler) train
+    nothing and keep their shape. The rows are the ones MB's own builder packed for the case."""
+    case = _oracle.SFTCase("padding-npy", seed=87, mult=2, n=12)
+    b = _oracle.built(case)
+    ds = b.build.train
+    items = [ds[i] for i in range(len(ds))]
+    stored = [
+        {
+            "input_ids": [int(t) for t in it["input_ids"]],
+            "loss_mask": [int(m) for m in it["loss_mask"]],
+            "seq_start_id": [int(x) for x in list(it["seq_boundaries"])[:-1]],
+        }
+        for it in items
+    ]
+    npy = packed_artifact.write_rows_npy(stored, tmp_path / "training.npy")
+    legacy = packed_artifact.packed_dataset(
+        npy,
+        max_seq_length=_oracle.SEQ,
+        metadata=None,
+        pad_to_max_length=False,
+        pad_cu_seqlens=False,
+        tokenizer=_oracle.load_tokenizer(case.distinct_eod),
+    )
+    real = list(range(len(ds)))
+    served = [(r.tokens, r.labels, r.loss_mask, r.position_ids) for r in _rows_of(ds, real)]
+    loaded = [(r.tokens, r.labels, r.loss_mask, r.position_ids) for r in _rows_of(legacy, real)]
+    assert loaded == served, "a packed row loaded from .npy must collate as the builder's row: " + first_offender(
+        zip(served, loaded), lambda sl: sl[0] == sl[1], "row (builder's, from .npy)"
+    )
+    pads = _rows_of(legacy, [0, -1, -2])[1:]
+    assert all(sum(p.loss_mask) == 0 for p in pads), "a padding row trains nothing: " + first_offender(
+        (list(p.loss_mask) for p in pads), lambda m: sum(m) == 0, "padding row loss mask"
+    )
+    assert all(len(p.loss_mask) == len(p.tokens) > 0 for p in pads), "a padding row keeps its shape: " + (
+        first_offender(((len(p.tokens), len(p.loss_mask)) for p in pads), lambda tm: tm[1] == tm[0] > 0, "padding row")
+    )
+    golden.check({"rows": len(stored), "pad_widths": [len(p.tokens) for p in pads]})
 
 
 def test_samples_mapping_follows_seed(golden):

@@ -1,10 +1,11 @@
-"""MB's runtime packed SFT dataset over a hand-written one-row artifact, for its constructor's checks.
+"""MB's runtime packed SFT dataset (legacy ``.npy`` layout) over a given artifact.
 
-Only the config suite uses this: before e4cb868dc (2026-08-06) ``ConfigContainer.validate()``
+The config suite uses it for the constructor's checks: before e4cb868dc (2026-08-06) ``ConfigContainer.validate()``
 did not look at ``pad_cu_seqlens``, and the packed dataset's constructor was where MB refused
 it without ``pad_to_max_length``. Reaching that check needs an artifact in MB's ``.npy`` layout
-and a tokenizer object; the content of the row is irrelevant to the outcome. The packed SFT
-suites build their artifacts through MB's own builders (:mod:`harness.adapters.sft`).
+and a tokenizer object; the content of the row is irrelevant to the outcome. The padding suite
+loads rows MB's own builder packed (:mod:`harness.adapters.sft`) through this class, as a user
+with a packed ``.npy`` file from an earlier MB does (MB still loads them; it stopped writing them).
 """
 
 from __future__ import annotations
@@ -44,11 +45,17 @@ def _probe(module: str) -> Callable[[], Callable[..., Any]]:
             raise NotHere(f"{module}.GPTSFTPackedDataset has no pad_cu_seqlens")
 
         def make(
-            npy: Path, *, max_seq_length: int, metadata: Path, pad_to_max_length: bool, pad_cu_seqlens: bool
+            npy: Path,
+            *,
+            max_seq_length: int,
+            metadata: Path | None,
+            pad_to_max_length: bool,
+            pad_cu_seqlens: bool,
+            tokenizer: Any = None,
         ) -> Any:
             return cls(
                 str(npy),
-                SpecialIdsTokenizer(),
+                tokenizer if tokenizer is not None else SpecialIdsTokenizer(),
                 max_seq_length=max_seq_length,
                 pad_to_max_length=pad_to_max_length,
                 pad_cu_seqlens=pad_cu_seqlens,
@@ -56,7 +63,7 @@ def _probe(module: str) -> Callable[[], Callable[..., Any]]:
                 prompt_template="{input} {output}",
                 label_key="output",
                 truncation_field="input",
-                pack_metadata_file_path=str(metadata),
+                pack_metadata_file_path=str(metadata) if metadata is not None else None,
             )
 
         return make
