@@ -27,7 +27,7 @@ import numpy as np
 import pytest
 
 from suites import _oracle
-from suites._explain import first_difference
+from suites._explain import first_difference, first_offender
 
 pytestmark = pytest.mark.import_group("light")
 
@@ -36,15 +36,22 @@ pytestmark = pytest.mark.import_group("light")
 def test_packed_equals_unpacked(golden, case):
     b = _oracle.built(case)
     assert b.examples, "MB's unpacked reference is empty"
+    if case.pad_to_max_length:  # a documented shape rule, checked before the oracle's comparison
+        widths = [len(r.tokens) for r in b.rows]
+        assert all(w == _oracle.SEQ for w in widths), (
+            f"pad_to_max_length pads every packed row to the maximum length {_oracle.SEQ}: "
+            + first_offender(widths, lambda w: w == _oracle.SEQ, "row width of micro-batch")
+        )
     b.report.assert_ok()
     golden.check({"special_ids": b.special_ids, "rows": _oracle.canonical_rows(b.rows)})
 
 
 @pytest.mark.parametrize("case", _oracle.FIXED_SHAPE_CASES, ids=[c.id for c in _oracle.FIXED_SHAPE_CASES])
 def test_pad_cu_seqlens_fixed_shape(golden, case):
-    """``pad_cu_seqlens``: one boundary shape for every micro-batch, able to hold the fullest row."""
+    """``pad_cu_seqlens``: one boundary shape for every micro-batch, able to hold the fullest row.
+    The shape rules are checked before the oracle's comparison (a known MB bug there must not
+    hide a broken shape)."""
     b = _oracle.built(case)
-    b.report.assert_ok()
     meta_path = b.build.metadata_path
     assert meta_path is not None and meta_path.is_file(), "pad_cu_seqlens needs MB's packing metadata file"
     meta = json.loads(meta_path.read_text())
@@ -55,12 +62,18 @@ def test_pad_cu_seqlens_fixed_shape(golden, case):
         if lengths:
             assert len(lengths) == 1, f"{key}: boundary shapes vary between micro-batches: {sorted(lengths)}"
             shapes[key] = lengths.pop()
-            assert shapes[key] >= fullest + 1, f"{key}: shape {shapes[key]} cannot hold {fullest} sequences"
+            # 0, one end per sequence, and the boundary tail padding appends (MB: "plus 2 since
+            # cu_seqlens additionally contains 0 and may append max_length")
+            assert shapes[key] >= fullest + 2, (
+                f"{key}: static shape {shapes[key]} cannot hold the fullest bin ({fullest} sequences) "
+                f"with its tail padding: needs {fullest + 2}"
+            )
     assert shapes, "pad_cu_seqlens batches carry no boundaries"
     widths = [len(r.tokens) for r in b.rows]
     assert len(set(widths)) == 1, "pad_cu_seqlens needs fixed-width rows (pad_to_max_length): " + first_difference(
         [widths[0]] * len(widths), widths, "row width of micro-batch"
     )
+    b.report.assert_ok()
     golden.check({"shapes": shapes, "max_seqlen_q": sorted({r.max_seqlen_q for r in b.rows})})
 
 
