@@ -449,3 +449,44 @@ def test_tokenizer_config_names_the_directory_chat_template(tmp_path, monkeypatc
         cfg = sft._tokenizer_probe("any")()(tmp_path)
         named = (getattr(cfg, "hf_tokenizer_kwargs", None) or {}).get("chat_template")
         assert named == expected and cfg.tokenizer_model == str(tmp_path)
+
+
+class _Builder:
+    """A builder whose ``prepare_packed_data`` shuffles with a private seed (restoring or not)."""
+
+    def __init__(self, restore: bool) -> None:
+        self.restore = restore
+
+    def prepare_packed_data(self) -> None:
+        import numpy as np
+
+        state = np.random.get_state()
+        np.random.seed(7)
+        np.random.shuffle(list(range(5)))
+        if self.restore:
+            np.random.set_state(state)
+
+    def build(self) -> None:
+        self.prepare_packed_data()
+
+
+@pytest.mark.parametrize("restore", [True, False])
+def test_global_rng_watch_sees_whether_preparation_restores(restore):
+    import numpy as np
+
+    from harness.adapters.sft import _watch_global_rng
+
+    builder = _Builder(restore)
+    np.random.seed(123)
+    with _watch_global_rng(builder) as watch:
+        builder.build()
+    assert watch.kept is restore
+    assert "prepare_packed_data" not in vars(builder), "the spy is removed after the block"
+
+
+def test_global_rng_watch_without_preparation_says_nothing():
+    from harness.adapters.sft import _watch_global_rng
+
+    with _watch_global_rng(object()) as watch:
+        pass
+    assert watch.kept is None
