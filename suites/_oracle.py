@@ -66,6 +66,11 @@ FIXED_SHAPE_CASES = [
     SFTCase("prompt-mult1-pad-cu-seqlens", seed=51, pad_cu_seqlens=True, n=24),
     SFTCase("chat-mult4-pad-cu-seqlens", seed=52, kind="chat", mult=4, pad_cu_seqlens=True, n=24),
 ]
+# no example near the pack size: a short last pack leaves a tail-padding segment longer than any
+# sequence, which pad_cu_seqlens' static max_seqlen must still bound (offline suite only)
+SHORT_PACK_CASES = [
+    SFTCase("prompt-mult2-pad-cu-seqlens-short", seed=53, mult=2, pad_cu_seqlens=True, n=24, long_rate=0.0),
+]
 
 
 @functools.lru_cache(maxsize=None)

@@ -46,7 +46,10 @@ def test_packed_equals_unpacked(golden, case):
     golden.check({"special_ids": b.special_ids, "rows": _oracle.canonical_rows(b.rows)})
 
 
-@pytest.mark.parametrize("case", _oracle.FIXED_SHAPE_CASES, ids=[c.id for c in _oracle.FIXED_SHAPE_CASES])
+FIXED = _oracle.FIXED_SHAPE_CASES + _oracle.SHORT_PACK_CASES
+
+
+@pytest.mark.parametrize("case", FIXED, ids=[c.id for c in FIXED])
 def test_pad_cu_seqlens_fixed_shape(golden, case):
     """``pad_cu_seqlens``: one boundary shape for every micro-batch, able to hold the fullest row.
     The shape rules are checked before the oracle's comparison (a known MB bug there must not
