@@ -66,6 +66,14 @@ def test_contract_violations_are_named():
     assert s.check_params(0, None)[0].tags[0] == "no-params"
 
 
+def test_missing_max_seqlen_is_named():
+    from dataclasses import replace
+
+    view = replace(_view([0, 3, 5], [0, 4, 8]), max_seqlen_q=None, max_seqlen_kv=None)
+    got = s.check_params(0, view)
+    assert [(v.invariant, v.tags) for v in got] == [(d.Invariant.MAX_SEQLEN, ("max-seqlen-missing", s.MODEL_TAG))]
+
+
 def test_swapped_padded_and_unpadded_boundaries_break_the_row():
     report = _compare(_view([0, 4, 8], [0, 3, 5]))
     kinds = {v.invariant for v in report.violations}

@@ -12,7 +12,8 @@ Checks (each broken one is a :class:`~harness.oracle.differential.Violation`):
   :func:`harness.oracle.differential.compare` (tokens, labels, loss mask, position ids per real
   token; padding never trains; physical/logical boundaries; alignment; int32; ``max_seqlen``);
 * :func:`check_params`: the ``PackedSeqParams`` contract MCore and MB document: ``qkv_format``
-  ``"thd"``, 1-D boundaries with at least one sequence (nothing stripped to empty), and no
+  ``"thd"``, 1-D boundaries with at least one sequence (nothing stripped to empty), a
+  ``max_seqlen_q`` (MB precomputes it in every era, so TE never reads it back), and no
   field set beyond the ones MB's builder sets for a non-hybrid model (``total_tokens`` only for
   hybrid SSM models, never ``seq_idx``, CP groups...);
 * :func:`check_outputs`: per real token, logits and per-token loss equal the unpacked run's;
@@ -133,6 +134,18 @@ def check_params(row: int, params: ParamsView | None) -> list[Violation]:
                 q,
                 "cu_seqlens_q empty or missing (sentinel stripping must keep the boundaries)",
                 ("empty-cu-seqlens", MODEL_TAG),
+            )
+        )
+    if params.max_seqlen_q is None:  # every era's collate / in-batch packer precomputes it for THD
+        out.append(
+            Violation(
+                Invariant.MAX_SEQLEN,
+                row,
+                None,
+                "an int",
+                None,
+                "max_seqlen_q missing: MB precomputes it (on the host) for every packed batch",
+                ("max-seqlen-missing", MODEL_TAG),
             )
         )
     for name in BOUNDARY_FIELDS:
