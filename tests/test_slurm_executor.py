@@ -168,7 +168,7 @@ def test_job_made_moot_by_another_result_is_cancelled(tmp_path: Path, job_env: N
         assert f"{len(run.doc.cancelled)} cancelled as moot" in bisect_summary_lines(run.doc)[0]
         assert len(orphans) == len(run.doc.cancelled)
         for job_dir in orphans:
-            wait_for(f"cancelled job {job_dir.name} to end", lambda d=job_dir: not pid_alive(int(d.name)), 20)
+            wait_for(f"cancelled job {job_dir.name} to end", lambda d=job_dir: not pid_alive(int(d.name)), 60)
     finally:
         for d in orphans:
             if pid_alive(int(d.name)):
@@ -277,7 +277,7 @@ def test_ctrl_c_cancels_every_job_in_flight(tmp_path: Path, job_env: None) -> No
         assert proc.returncode != 0 and "KeyboardInterrupt" in err
         assert "cancelled 2 job(s) in flight" in err
         for e in entries:
-            wait_for(f"job {e.job_id} to end", lambda e=e: not pid_alive(int(e.job_id)), 20)
+            wait_for(f"job {e.job_id} to end", lambda e=e: not pid_alive(int(e.job_id)), 60)
         assert journals(cache) == [], "nothing is left to reattach to"
     finally:
         for e in entries:
