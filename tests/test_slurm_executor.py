@@ -74,12 +74,23 @@ def wait_for(what: str, check: Any, timeout_s: float = 60.0) -> None:
         time.sleep(0.1)
 
 
-def pid_alive(pid: int) -> bool:
+def proc_start(pid: int) -> str | None:
+    """The process's start time (field 22 of /proc/PID/stat); None when it is gone or a zombie.
+
+    Waiting on a bare PID is wrong on a busy machine: the PID counter wraps (32768 here) and the
+    kernel may give a finished job's PID to another process within the wait. A PID with another
+    start time is another process: the job has ended (and must never be killed in its place).
+    """
     try:
         stat = Path(f"/proc/{pid}/stat").read_text()
     except OSError:
-        return False
-    return stat.rpartition(")")[2].split()[:1] != ["Z"]
+        return None
+    fields = stat.rpartition(")")[2].split()
+    return None if fields[:1] == ["Z"] else fields[19]
+
+
+def same_alive(pid: int, start: str | None) -> bool:
+    return start is not None and proc_start(pid) == start
 
 
 # ------------------------------------------------------------------------ same answers as the pool
@@ -160,6 +171,7 @@ def test_job_made_moot_by_another_result_is_cancelled(tmp_path: Path, job_env: N
         run = bisect(repo, shas, cache, ev, ex)
         run_dir = ex.run_dir
     orphans = [d for d in run_dir.iterdir() if d.name.isdigit() and not any(d.glob("*_result.pkl"))]
+    starts = {d: proc_start(int(d.name)) for d in orphans}
     try:
         assert culprits(run.doc) == {"s::a": shas[2]}
         assert shas[8] in run.doc.cancelled and ex.stats["cancelled"] == len(run.doc.cancelled)
@@ -168,10 +180,12 @@ def test_job_made_moot_by_another_result_is_cancelled(tmp_path: Path, job_env: N
         assert f"{len(run.doc.cancelled)} cancelled as moot" in bisect_summary_lines(run.doc)[0]
         assert len(orphans) == len(run.doc.cancelled)
         for job_dir in orphans:
-            wait_for(f"cancelled job {job_dir.name} to end", lambda d=job_dir: not pid_alive(int(d.name)), 60)
+            wait_for(
+                f"cancelled job {job_dir.name} to end", lambda d=job_dir: not same_alive(int(d.name), starts[d]), 60
+            )
     finally:
         for d in orphans:
-            if pid_alive(int(d.name)):
+            if same_alive(int(d.name), starts[d]):
                 os.kill(int(d.name), signal.SIGKILL)
 
 
@@ -270,6 +284,7 @@ def test_ctrl_c_cancels_every_job_in_flight(tmp_path: Path, job_env: None) -> No
     repo, shas = _fake_history(tmp_path, 17, {"s::a": 11})
     proc, cache, _ = start_driver(tmp_path, repo, shas, slow_s=600.0)
     entries = interior_entries(cache, shas)
+    starts = {e.job_id: proc_start(int(e.job_id)) for e in entries}
     try:
         assert len(entries) == 2 and all(e.state is jl.EntryState.SUBMITTED for e in entries)
         proc.send_signal(signal.SIGINT)
@@ -277,11 +292,11 @@ def test_ctrl_c_cancels_every_job_in_flight(tmp_path: Path, job_env: None) -> No
         assert proc.returncode != 0 and "KeyboardInterrupt" in err
         assert "cancelled 2 job(s) in flight" in err
         for e in entries:
-            wait_for(f"job {e.job_id} to end", lambda e=e: not pid_alive(int(e.job_id)), 60)
+            wait_for(f"job {e.job_id} to end", lambda e=e: not same_alive(int(e.job_id), starts[e.job_id]), 60)
         assert journals(cache) == [], "nothing is left to reattach to"
     finally:
         for e in entries:
-            if pid_alive(int(e.job_id)):
+            if same_alive(int(e.job_id), starts[e.job_id]):
                 os.kill(int(e.job_id), signal.SIGKILL)
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)
