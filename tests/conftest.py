@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import os
+import signal
 import sys
 import textwrap
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -27,12 +29,31 @@ def _golden_roots_do_not_leak(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 @pytest.fixture
-def job_env(monkeypatch: pytest.MonkeyPatch) -> None:
+def job_env(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     """Cluster jobs are other processes: they import tests.scripted_eval from the repository root,
-    and commit with the tests' git identity."""
+    and commit with the tests' git identity.
+
+    submitit's local cluster cancels a job with SIGINT to its controller. A test run started in
+    the background by a non-interactive shell (``cmd &``, ``nohup``) has SIGINT ignored, and an
+    ignored signal is inherited by every process it starts: cancellation would do nothing and the
+    cancel tests would wait out their timeouts. While the test runs, SIGINT is handled (so the
+    processes it starts get the default disposition back, as in a foreground run)."""
     monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(ROOT), *filter(None, [os.environ.get("PYTHONPATH")])]))
     for k, v in GIT_ENV.items():
         monkeypatch.setenv(k, v)
+    previous = signal.getsignal(signal.SIGINT)
+    restore = False
+    if previous is signal.SIG_IGN:
+        try:
+            signal.signal(signal.SIGINT, signal.default_int_handler)
+            restore = True
+        except ValueError:  # not the main thread: leave it
+            pass
+    try:
+        yield
+    finally:
+        if restore:
+            signal.signal(signal.SIGINT, previous)
 
 
 @pytest.fixture
