@@ -37,6 +37,11 @@ def _rows_of(ds, indices):
     return batch_ops.packed_rows(ds.collate_fn([ds[i] for i in indices]), padding_rows=padding)
 
 
+def _every_row(ds):
+    """Every row of ``ds`` in index order, collated as one micro-batch."""
+    return _rows_of(ds, list(range(len(ds))))
+
+
 @pytest.mark.parametrize("case,gbs", CASES, ids=[f"{c.id}-gbs{g}" for c, g in CASES])
 def test_padding_rows_and_alignment(golden, case, gbs):
     b = _oracle.built(case)
@@ -84,9 +89,8 @@ def test_legacy_npy_padding_rows(golden, tmp_path):
         pad_cu_seqlens=False,
         tokenizer=_oracle.load_tokenizer(case.distinct_eod),
     )
-    real = list(range(len(ds)))
-    served = [(r.tokens, r.labels, r.loss_mask, r.position_ids) for r in _rows_of(ds, real)]
-    loaded = [(r.tokens, r.labels, r.loss_mask, r.position_ids) for r in _rows_of(legacy, real)]
+    served = [(r.tokens, r.labels, r.loss_mask, r.position_ids) for r in _every_row(ds)]
+    loaded = [(r.tokens, r.labels, r.loss_mask, r.position_ids) for r in _every_row(legacy)]
     assert loaded == served, "a packed row loaded from .npy must collate as the builder's row: " + first_offender(
         zip(served, loaded), lambda sl: sl[0] == sl[1], "row (builder's, from .npy)"
     )
@@ -113,13 +117,13 @@ def test_samples_mapping_follows_seed(golden):
         # independence of the global RNG, broken in 0.3.1-0.5.1, is test_deterministic_and_rng_independent's)
         np.random.seed(0)
         packed = _oracle.built(case).build.train
-        stored = [tuple(r.tokens) for r in _rows_of(packed, list(range(len(packed))))]
+        stored = [tuple(r.tokens) for r in _every_row(packed)]
         np.random.seed(0)
         ds = _oracle.built(replace(case, max_samples=2 * len(stored))).build.train
         assert len(ds) == 2 * len(stored), (
             f"max_train_samples sets the mapped length: expected {2 * len(stored)}, got {len(ds)}"
         )
-        mapped = [tuple(r.tokens) for r in _rows_of(ds, list(range(len(ds))))]
+        mapped = [tuple(r.tokens) for r in _every_row(ds)]
         for epoch in (mapped[: len(stored)], mapped[len(stored) :]):
             assert sorted(epoch) == sorted(stored), f"seed {mb_seed}: every packed row is mapped once per epoch: " + (
                 multiset_difference(sorted(stored), sorted(epoch), "packed row")
@@ -144,7 +148,7 @@ def test_samples_mapping_negative_indices(golden):
     assert len(ds) == 2 * rows + 1, (
         f"max_train_samples sets the mapped length (epochs of shuffled rows): expected {2 * rows + 1}, got {len(ds)}"
     )
-    mapped = _rows_of(ds, list(range(len(ds))))
+    mapped = _every_row(ds)
     _oracle.compare(case, b.examples, mapped[:rows], b.special_ids).assert_ok()  # one epoch: each example once
     report = _oracle.differential.compare(
         mapped,
