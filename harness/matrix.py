@@ -1,10 +1,16 @@
 """The era sweep behind ``harness matrix``: which MB refs to run, and one typed row per ref.
 
 Why a sweep: adapters follow MB's API back to v0.1.0rc4, and the promise is that at every
-release tag and at commits spread evenly along ``--first-parent`` main almost every CPU case
-runs (goal: untestable <= 5% of the CPU cases), and that what does not run says which MB
-feature is missing. The rows record exactly that, per ref, so the claim can be checked and
-tracked (``matrix.json``, ``matrix.html``).
+release tag and at commits spread evenly along ``--first-parent`` main every CPU case whose
+feature exists runs, and that what does not run says which MB feature is missing. The rows
+record exactly that, per ref, so the claim can be checked and tracked (``matrix.json``,
+``matrix.html``).
+
+Two shares per ref. ``untestable_pct``: untestable CPU cases over all CPU cases (a case of a
+feature MB gained later counts). ``gap_pct``, the goal (<= 5%): *harness gaps* over the CPU
+cases whose features exist at that commit; an untestable case is an era gap, left out of both
+sides, only when its reason names a ledger feature whose introducing commit is not an ancestor
+of the ref (:mod:`harness.eragaps`), so a gap cannot pass for an era difference.
 
 * Refs: the release tags (``vX.Y.Z`` from v0.2.0, plus the newest ``v0.1.0rc*``: no v0.1.0
   final was tagged) and, with ``sample``, N commits evenly spaced along ``--first-parent`` of
@@ -22,7 +28,9 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from harness import features
 from harness.atomicio import read_versioned_json, write_versioned_json
+from harness.eragaps import EraJudge
 from harness.errors import UsageError
 from harness.gitrepo import GitRepo
 from harness.paths import suites_dir as _suites_dir
@@ -30,8 +38,9 @@ from harness.results import RunResult
 from harness.verdict import Verdict
 
 MATRIX_KIND = "harness-matrix"
-MATRIX_SCHEMA = 2
+MATRIX_SCHEMA = 3
 UNTESTABLE_GOAL_PCT = 5.0
+UNJUDGED = "not checked against the feature ledger"
 
 _RELEASE = re.compile(r"^v(\d+)\.(\d+)\.(\d+)$")
 _RC01 = re.compile(r"^v0\.1\.0rc(\d+)$")
@@ -92,6 +101,8 @@ class MatrixRow:
     cpu_cases: int = 0
     untestable_cpu: int = 0
     untestable: list[dict[str, str]] = field(default_factory=list)  # {case_id, reason} of CPU cases
+    era_gap_cpu: int = 0  # untestable CPU cases whose feature is checked absent at this commit
+    gaps: list[dict[str, str]] = field(default_factory=list)  # the other untestable CPU cases: {case_id, reason, why}
     problems: list[dict[str, str]] = field(
         default_factory=list
     )  # neither pass nor untestable: {case_id, verdict, message}
@@ -103,11 +114,36 @@ class MatrixRow:
         return 100.0 * self.untestable_cpu / self.cpu_cases if self.cpu_cases else 100.0
 
     @property
+    def applicable_cpu(self) -> int:
+        """CPU cases whose features exist at this commit."""
+        return self.cpu_cases - self.era_gap_cpu
+
+    @property
+    def gap_pct(self) -> float:
+        """Harness gaps over the CPU cases whose features exist here (100 when nothing ran)."""
+        return 100.0 * len(self.gaps) / self.applicable_cpu if self.applicable_cpu else 100.0
+
+    @property
     def meets_goal(self) -> bool:
-        return self.cpu_cases > 0 and self.untestable_pct <= UNTESTABLE_GOAL_PCT
+        return self.cpu_cases > 0 and self.gap_pct <= UNTESTABLE_GOAL_PCT
+
+    def judge_untestable(self, judge: EraJudge) -> None:
+        """Split the untestable CPU cases into era gaps (counted) and harness gaps (listed)."""
+        self.era_gap_cpu, self.gaps = 0, []
+        for u in self.untestable:
+            verdict = judge.judge(self.commit, u["reason"])
+            if verdict.era_gap:
+                self.era_gap_cpu += 1
+            else:
+                self.gaps.append({**u, "why": verdict.why})
 
     def to_json(self) -> dict[str, Any]:
-        return {**asdict(self), "untestable_pct": round(self.untestable_pct, 2), "meets_goal": self.meets_goal}
+        return {
+            **asdict(self),
+            "untestable_pct": round(self.untestable_pct, 2),
+            "gap_pct": round(self.gap_pct, 2),
+            "meets_goal": self.meets_goal,
+        }
 
     @classmethod
     def from_json(cls, doc: dict[str, Any]) -> "MatrixRow":
@@ -134,6 +170,8 @@ def row_from_run(
         cpu_cases=len(cpu),
         untestable_cpu=len(untestable),
         untestable=[{"case_id": c.case_id, "reason": c.message[:2000]} for c in untestable],
+        # every untestable case is a gap until :meth:`MatrixRow.judge_untestable` checks it against the ledger
+        gaps=[{"case_id": c.case_id, "reason": c.message[:2000], "why": UNJUDGED} for c in untestable],
         problems=[
             {"case_id": c.case_id, "verdict": c.verdict.value, "message": c.message[:4000]}
             for c in cases
@@ -151,14 +189,18 @@ def row_unavailable(ref: str, kind: str, commit: str, date: str, reason: str) ->
 
 _UNTESTABLE_PREFIX = re.compile(r"^untestable:\s*")
 _TRIED = re.compile(r"(?:; |\()tried .*$")
+_FEATURE_TAG = re.compile(r"\s*\[missing feature [^\]]*\]")
 
 
 def reason_key(reason: str) -> str:
-    """An untestable reason without the list of candidates tried, to group one era gap across cases."""
+    """An untestable reason without the list of candidates tried, to group one era gap across cases
+    (the ledger features it names are kept, after it)."""
     text = _UNTESTABLE_PREFIX.sub("", reason.strip().splitlines()[0] if reason.strip() else "")
+    tags = " ".join(features.tag(k) for k in features.named(text) if k in features.FEATURES)
+    text = _FEATURE_TAG.sub("", text)
     text = _TRIED.sub("", text).strip()
     text += ")" * max(0, text.count("(") - text.count(")"))
-    return text[:300] or "(no reason given)"
+    return (text[:300] + (" " + tags if tags else "")).strip() or "(no reason given)"
 
 
 def reason_summary(rows: list[MatrixRow]) -> list[dict[str, Any]]:

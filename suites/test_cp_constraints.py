@@ -15,9 +15,9 @@ import math
 
 import pytest
 
+from harness import features
 from harness.adapters import cp as cp_ops
 from harness.adapters import thd
-from harness.errors import Untestable
 from suites import _inputs
 from suites._explain import first_offender
 
@@ -106,9 +106,8 @@ def test_seq_length_divisibility(golden, cp, tp, sp, seq):
     out = cp_ops.collate_padding_multiple(cp, tp, sp, in_batch=True, seq_length=seq)
     req = math.lcm(1, *_required(cp, tp, sp))
     if seq % (2 * cp) == 0 and seq % req != 0 and not out.get("seq_length_rule", True):
-        raise Untestable(
-            "this era does not validate seq_length against the CP/SP collate multiple "
-            "(came with the data/builders collate configs, e577829e1, 2026-07-09)"
+        raise features.missing(
+            "collate-cp-multiple", "this era does not validate seq_length against the CP/SP collate multiple"
         )
     assert out["accepted"] == (seq % req == 0), f"seq_length {seq} with multiple {req}: {out}"
     golden.check({"accepted": out["accepted"], "error_class": out["error_class"]})

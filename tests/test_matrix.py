@@ -13,9 +13,11 @@ from pathlib import Path
 
 import pytest
 
-from harness import matrix
+from harness import features, matrix
 from harness.commands.matrix import print_table
+from harness.eragaps import EraJudge
 from harness.errors import UsageError
+from harness.features import Feature
 from harness.gitrepo import open_repo
 from harness.report.matrix import render_matrix_report
 from harness.results import CaseResult, RunResult
@@ -88,10 +90,11 @@ def _run(cases: list[CaseResult]) -> RunResult:
     )
 
 
-def test_row_counts_untestable_share_of_cpu_cases_and_groups_reasons(tmp_path):
+def test_row_counts_untestable_share_of_cpu_cases_and_groups_reasons(tmp_path, history):
+    repo, main, _ = history
     gap = (
         "untestable: operation 'pack_in_batch' not found in this Megatron-Bridge (in-batch packing does not "
-        "exist before X (af2f35814, 2026-01-29); tried a: no module a; b: no module b)"
+        "exist before X; tried a: no module a; b: no module b) [missing feature inb: in-batch packing, since S D]"
     )
     cases = [CaseResult(f"packing_algorithms::c{i}", "packing_algorithms", Verdict.PASS) for i in range(18)]
     cases += [
@@ -103,21 +106,37 @@ def test_row_counts_untestable_share_of_cpu_cases_and_groups_reasons(tmp_path):
     row = matrix.row_from_run(
         "v0.2.0",
         "release",
-        "a" * 40,
+        main[2],
         "2025-11-26T00:00:00+00:00",
         _run(cases),
         tmp_path / "results.json",
         {"forward_gpu"},
     )
     assert (row.cpu_cases, row.untestable_cpu) == (21, 2), "the GPU case counts in neither"
-    assert round(row.untestable_pct, 2) == 9.52 and not row.meets_goal
+    assert round(row.untestable_pct, 2) == 9.52
+    assert len(row.gaps) == 2 and not row.meets_goal, "unjudged, every untestable case is a gap"
     assert row.problems == [{"case_id": "config_validation::x", "verdict": "fail", "message": "expected rejected"}]
     at_goal = cases[:18] + [CaseResult("packing_algorithms::c18", "packing_algorithms", Verdict.PASS), cases[18]]
-    good = matrix.row_from_run("s", "sample", "b" * 40, "2026-03-01", _run(at_goal), tmp_path / "r.json", set())
+    good = matrix.row_from_run("s", "sample", main[6], "2026-03-01", _run(at_goal), tmp_path / "r.json", set())
     assert good.untestable_pct == 5.0 and good.meets_goal, "1 of 20: exactly at the goal"
+
+    # the ledger says in-batch packing came with main[4]: an era gap at main[2], a harness gap at main[6]
+    ledger = {"inb": Feature("inb", "in-batch packing", main[4][:9], "2026-01-29", "p.py", "x")}
+    judge = EraJudge(open_repo(repo), ledger)
+    row.judge_untestable(judge)
+    good.judge_untestable(judge)
+    assert (row.era_gap_cpu, row.gaps, row.applicable_cpu) == (2, [], 19)
+    assert row.gap_pct == 0.0 and row.meets_goal and round(row.untestable_pct, 2) == 9.52
+    assert good.era_gap_cpu == 0 and [g["case_id"] for g in good.gaps] == ["in_batch_packing::a"]
+    assert "exists here" in good.gaps[0]["why"] and good.gap_pct == 5.0
+
     summary = matrix.reason_summary([row, good])
     assert summary[0]["cases"] == 3 and summary[0]["refs"] == ["v0.2.0", "s"], "same gap, however tried"
-    assert summary[0]["reason"].endswith("(af2f35814, 2026-01-29))"), "tried lists dropped, parentheses kept whole"
+    assert summary[0]["reason"] == (
+        "operation 'pack_in_batch' not found in this Megatron-Bridge (in-batch packing does not exist before X)"
+    ), "tried lists dropped, parentheses kept whole; a tag outside the ledger is not repeated"
+    tagged = "untestable: op (tried a: no module a) " + features.tag("in-batch-packing")
+    assert matrix.reason_key(tagged) == "op " + features.tag("in-batch-packing"), "a ledger tag is kept"
     assert (
         matrix.reason_key("untestable: operation 'x' not found in this Megatron-Bridge (tried a: no module a)")
         == "operation 'x' not found in this Megatron-Bridge"
@@ -126,16 +145,19 @@ def test_row_counts_untestable_share_of_cpu_cases_and_groups_reasons(tmp_path):
     matrix.save(path, "/repo", "/mlm", [row, good])
     doc, rows = matrix.load(path)
     assert doc["schema_version"] == matrix.MATRIX_SCHEMA and doc["rows"][0]["untestable_pct"] == 9.52
-    assert rows[0] == row
+    assert doc["rows"][1]["gap_pct"] == 5.0 and doc["rows"][1]["gaps"][0]["why"] == good.gaps[0]["why"]
+    assert rows[0] == row and rows[1] == good
     html = render_matrix_report(rows, tmp_path / "matrix.html", repo="/repo", megatron_lm="/mlm").read_text()
-    assert 'data-ref="v0.2.0"' in html and "9.5" in html and "af2f35814" in html
+    assert 'data-ref="v0.2.0"' in html and "9.5" in html and "in-batch packing does not exist before X" in html
+    assert "Harness gaps: untestable where the feature exists or is not named (1)" in html
     import io
 
     buf = io.StringIO()
     print_table(rows, buf)
     lines = buf.getvalue().splitlines()
-    assert any(line.startswith("v0.2.0") and "9.5 *" in line for line in lines)
-    assert lines[-1].startswith("(* untestable above 5% of the CPU cases")
+    assert any(line.startswith("v0.2.0") and line.split()[4:8] == ["2", "9.5", "2", "0"] for line in lines), lines
+    assert any(line.startswith("s ") and line.split()[4:9] == ["1", "5.0", "0", "1", "5.0"] for line in lines)
+    assert "gaps above 5% of the CPU cases whose features exist there" in lines[-1]
 
 
 @pytest.mark.slow

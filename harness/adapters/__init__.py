@@ -23,6 +23,7 @@ import inspect
 from dataclasses import dataclass
 from typing import Any, Callable
 
+from harness import features
 from harness.adapters.failures import import_failure
 from harness.errors import Broken, MissingOutput, NotHere, Untestable
 
@@ -126,10 +127,14 @@ class Candidate:
 class Operation:
     """A named operation with era candidates; resolves once per process."""
 
-    def __init__(self, name: str, candidates: list[Candidate], before: str = "") -> None:
+    def __init__(self, name: str, candidates: list[Candidate], before: str = "", feature: str | None = None) -> None:
         self.name = name
         self.candidates = candidates
         self.before = before  # what MB had before the oldest candidate's era (named in the untestable reason)
+        # the ledger feature (:mod:`harness.features`) the operation is: absent everywhere -> that era gap
+        self.feature = feature
+        if feature is not None:
+            features.tag(feature)  # a key the ledger lacks fails at import, not in a sweep
 
     @functools.cached_property
     def resolved(self) -> tuple[str, Callable[..., Any]]:
@@ -140,9 +145,8 @@ class Operation:
             except NotHere as exc:
                 tried.append(f"{cand.era}: {exc}")
         before = f"{self.before}; " if self.before else ""
-        raise Untestable(
-            f"operation '{self.name}' not found in this Megatron-Bridge ({before}tried {'; '.join(tried)})"
-        )
+        reason = f"operation '{self.name}' not found in this Megatron-Bridge ({before}tried {'; '.join(tried)})"
+        raise features.missing(self.feature, reason) if self.feature else Untestable(reason)
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         try:

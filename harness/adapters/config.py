@@ -28,6 +28,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from harness import features
 from harness.adapters import field_names, load_module, module_source, symbol
 from harness.errors import NotHere, Untestable
 
@@ -111,10 +112,7 @@ def in_batch_flag() -> str:
     step = module_source("megatron.bridge.training.vlm_step") or ""
     if "def pack_batch_sequences" in step:
         return "enable_in_batch_packing" if "enable_in_batch_packing" in step else "pack_sequences_in_batch"
-    raise Untestable(
-        "in-batch packing does not exist in this MB era (it first appeared as "
-        "training/vlm_step.pack_batch_sequences, af2f35814, 2026-01-29)"
-    )
+    raise features.missing("in-batch-packing", "in-batch packing does not exist in this MB era")
 
 
 def _apply_packing(spec: PackingConfigSpec, dataset: Any) -> Any:
@@ -134,13 +132,16 @@ def _apply_packing(spec: PackingConfigSpec, dataset: Any) -> Any:
                 )
             )
             if spec.pad_cu_seqlens and not hasattr(specs, "pad_cu_seqlens"):
-                raise Untestable("PackedSequenceSpecs has no pad_cu_seqlens in this era")
+                raise features.missing("pad-cu-seqlens", "PackedSequenceSpecs has no pad_cu_seqlens in this era")
         enabled = spec.offline_enabled if spec.offline_enabled is not None else specs is not None
         setattr(dataset, field, specs)
         if "enable_offline_packing" in field_names(type(dataset)):
             dataset.enable_offline_packing = enabled
         elif enabled != (specs is not None):
-            raise Untestable("this era has no enable_offline_packing flag separate from packed_sequence_specs")
+            raise features.missing(
+                "offline-packing-flag",
+                "this era has no enable_offline_packing flag separate from packed_sequence_specs",
+            )
     if spec.in_batch_packing:
         setattr(dataset, in_batch_flag(), True)
     if spec.pad_to_max_length:

@@ -33,6 +33,7 @@ from typing import Any, Callable
 
 import torch
 
+from harness import features
 from harness.adapters import Candidate, Operation, accepts, field_names, load_module, module_source, symbol
 from harness.adapters.config import (
     PackingConfigSpec,
@@ -43,7 +44,7 @@ from harness.adapters.config import (
     run_validate,
     tiny_gpt_provider,
 )
-from harness.errors import NotHere, Untestable
+from harness.errors import NotHere
 from harness.standins.cuda import cpu_cuda_calls
 
 FIELD = "in_batch_packing_pad_to_multiple_of"
@@ -103,9 +104,9 @@ def _collate_config(module: str, name: str, aligns_collate: bool) -> Callable[[]
             pad_to_multiple_of: int = 1,
         ) -> dict[str, Any]:
             if not in_batch and not aligns_collate:
-                raise Untestable(
-                    f"{name} era: validate does not align the collate pad_to_multiple_of to CP/SP "
-                    "(that came with the data/builders collate configs, e577829e1, 2026-07-09)"
+                raise features.missing(
+                    "collate-cp-multiple",
+                    f"{name} era: validate does not align the collate pad_to_multiple_of to CP/SP",
                 )
             dataset = ds_cls(
                 **_kwargs_for(
@@ -194,14 +195,14 @@ def _vlm_step_probe() -> Callable[..., dict[str, Any]]:
         pad_to_multiple_of: int = 1,
     ) -> dict[str, Any]:
         if not in_batch:
-            raise Untestable(
-                "training/vlm_step era: no collate pad_to_multiple_of aligned to CP/SP (came with the "
-                "data/builders collate configs, e577829e1, 2026-07-09)"
+            raise features.missing(
+                "collate-cp-multiple", "training/vlm_step era: no collate pad_to_multiple_of aligned to CP/SP"
             )
         if eval_cp is not None:
-            raise Untestable(
+            raise features.missing(
+                "collate-cp-multiple",
                 "training/vlm_step era: no collate-time multiple to serve an evaluation CP; "
-                "get_batch pads each step for the CP group it runs under"
+                "get_batch pads each step for the CP group it runs under",
             )
         flag = in_batch_flag()
         dataset = _dataset(PackingConfigSpec(seq_length=seq_length), cfg)
@@ -223,5 +224,6 @@ collate_padding_multiple = Operation(
         ),
         Candidate("training/vlm_step.get_batch (2026-01-29 to 2026-06-24)", _vlm_step_probe),
     ],
-    before="no CP/SP padding multiple before in-batch packing (training/vlm_step, af2f35814, 2026-01-29)",
+    before="no CP/SP padding multiple before in-batch packing",
+    feature="in-batch-packing",
 )

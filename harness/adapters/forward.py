@@ -26,8 +26,8 @@ from typing import Any
 
 import torch
 
+from harness import features
 from harness.adapters import Candidate, NotHere, Operation, source_text, symbol
-from harness.plugin import Untestable
 from harness.standins.cuda import cpu_cuda_calls, pinned_to_cpu
 
 VOCAB = 128
@@ -222,9 +222,10 @@ def params_from_boundaries(cu_seqlens: list[int], cu_seqlens_padded: list[int] |
     batch = {"cu_seqlens": _i32((cu_seqlens_padded or cu_seqlens) + [-1]), "max_seqlen": _i32([max_seqlen])}
     if cu_seqlens_padded is not None and cu_seqlens_padded != cu_seqlens:
         if "cu_seqlens_unpadded" not in source:
-            raise Untestable(
+            raise features.missing(
+                "aligned-offline-packing",
                 "this era's get_packed_seq_params has no unpadded boundaries (cu_seqlens_unpadded): "
-                "aligned packing cannot be expressed"
+                "aligned packing cannot be expressed",
             )
         batch["cu_seqlens_unpadded"] = _i32(cu_seqlens + [-1])
     return builder(batch)

@@ -31,6 +31,7 @@ from typing import Any, Callable
 
 import numpy as np
 
+from harness import features
 from harness.adapters import Candidate, NotHere, Operation, Untestable, accepts, symbol
 
 KINDS = ("prompt", "completion", "chat")
@@ -209,6 +210,10 @@ def _legacy_kwargs(req: SFTRequest) -> dict[str, Any]:
     return kwargs
 
 
+_SPEC_FEATURES = {"pad_seq_to_mult": "aligned-offline-packing", "pad_cu_seqlens": "pad-cu-seqlens"}
+"""The ledger feature (:mod:`harness.features`) a PackedSequenceSpecs field is."""
+
+
 def _specs(cls: Any, packing: OfflinePacking) -> Any:
     names = {f.name for f in dataclasses.fields(cls)}
     wanted = {
@@ -218,7 +223,9 @@ def _specs(cls: Any, packing: OfflinePacking) -> Any:
     }
     missing = [k for k, v in wanted.items() if k not in names and v not in (1, False)]
     if missing:
-        raise Untestable(f"PackedSequenceSpecs has no {', '.join(missing)} in this era")
+        reason = f"PackedSequenceSpecs has no {', '.join(missing)} in this era"
+        keys = [_SPEC_FEATURES[k] for k in missing if k in _SPEC_FEATURES]
+        raise features.missing(keys[0], reason) if keys else Untestable(reason)
     return cls(**{k: v for k, v in wanted.items() if k in names})
 
 
@@ -308,14 +315,16 @@ def _finetuning_builder() -> Callable[[SFTRequest], SFTBuild]:
 
     def build(req: SFTRequest) -> SFTBuild:
         if req.kind == "completion":
-            raise Untestable(
+            raise features.missing(
+                "prompt-completion-config",
                 "prompt-completion preprocessing configs do not exist in this era "
-                "(FinetuningDatasetBuilder takes dataset_kwargs only)"
+                "(FinetuningDatasetBuilder takes dataset_kwargs only)",
             )
         if req.kind == "chat" and not hf_chat:
-            raise Untestable(
+            raise features.missing(
+                "hf-chat-template",
                 "chat datasets over HF chat templates ('messages') do not exist in this era "
-                "(GPTSFTChatDataset has no use_hf_tokenizer_chat_template)"
+                "(GPTSFTChatDataset has no use_hf_tokenizer_chat_template)",
             )
 
         def make(packing: OfflinePacking | None) -> tuple[Any, list[Any], Any, bool | None]:

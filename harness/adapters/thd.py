@@ -37,8 +37,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, Callable
 
+from harness import features
 from harness.adapters import Candidate, Operation, accepts, module_source, symbol
-from harness.errors import MissingOutput, NotHere, Untestable
+from harness.errors import MissingOutput, NotHere
 
 
 def as_list(value: Any) -> Any:
@@ -109,10 +110,10 @@ def _params_probe(module: str) -> Callable[[], Callable[..., dict[str, Any]]]:
 
         def call(batch: dict[str, Any]) -> dict[str, Any]:
             if "cu_seqlens_unpadded" in batch and not aligned_offline_packing():
-                raise Untestable(
+                raise features.missing(
+                    "aligned-offline-packing",
                     "padded vs real-token boundaries (cu_seqlens_unpadded) are not part of packed params in this "
-                    "era: PackedSequenceSpecs has no pad_seq_to_mult (aligned offline packing came with 5b2d692a9, "
-                    "2026-01-20)"
+                    "era: PackedSequenceSpecs has no pad_seq_to_mult",
                 )
             return canonical_params(fn(batch))
 
@@ -339,5 +340,6 @@ pack_in_batch = Operation(
         *(Candidate(era, _in_batch_canonical(probe)) for era, probe in _PACKERS[1:]),  # the packing function itself
         Candidate("training/vlm_step.pack_batch_sequences (v0.4-v0.5)", _in_batch_vlm_step),
     ],
-    before="in-batch packing does not exist before training/vlm_step.pack_batch_sequences (af2f35814, 2026-01-29)",
+    before="in-batch packing does not exist before training/vlm_step.pack_batch_sequences",
+    feature="in-batch-packing",
 )

@@ -104,6 +104,7 @@ def export_src(workspaces: WorkspaceCache, ref: str) -> tuple[Path, str]:
 
 def run(args: argparse.Namespace, out: TextIO = sys.stdout) -> int:
     from harness import matrix
+    from harness.eragaps import EraJudge
     from harness.gitrepo import open_repo
     from harness.pins import pinned_core
     from harness.report.matrix import render_matrix_report
@@ -121,6 +122,7 @@ def run(args: argparse.Namespace, out: TextIO = sys.stdout) -> int:
     gpu = matrix.gpu_suites()
     opts = runner.RunOptions(suites=args.suite, timeout_s=args.timeout, import_mode=args.import_mode)
     executor = _args.executor_from_args(args, args.jobs, args.timeout)
+    judge = EraJudge(repo)
     rows: list[matrix.MatrixRow] = []
     todo: list[_RefItem] = []
     seen: set[str] = set()
@@ -143,12 +145,15 @@ def run(args: argparse.Namespace, out: TextIO = sys.stdout) -> int:
     if executor is not None:
         with executor:
             rows += _run_as_jobs(todo, opts, out_dir, executor, gpu)
+        for r in rows:
+            r.judge_untestable(judge)
     else:
         with Progress(None if args.quiet else sys.stderr, "matrix", total=len(todo)) as progress:
             for item in todo:
                 progress.update(status=f"running {item.ref} ({item.sha[:9]}, {item.date[:10]})")
                 result = runner.run_suites(item.target, opts, item.out, progress=None)
                 rows.append(item.row(result, gpu))
+                rows[-1].judge_untestable(judge)
                 matrix.save(out_dir / "matrix.json", str(repo.path), mlm, rows)
                 counts = ", ".join(f"{n} {k}" for k, n in result.counts().items() if n)
                 progress.step(
@@ -208,11 +213,11 @@ def print_table(rows: list[matrix.MatrixRow], out: TextIO) -> None:
     suites = sorted({s for r in rows for s in r.suites})
     width = max([len(s) for s in suites] + [10])
     print(
-        f"\n{'ref':<12}{'commit':<11}{'date':<12}{'CPU':>5}{'untest':>8}{'%':>8}"
+        f"\n{'ref':<12}{'commit':<11}{'date':<12}{'CPU':>5}{'untest':>8}{'%':>6}{'era':>6}{'gaps':>6}{'gap%':>8}"
         + "".join(f"{s[:width]:>{width + 2}}" for s in suites),
         file=out,
     )
-    print(f"{'':<56}" + "".join(f"{'p/f/u/e':>{width + 2}}" for _ in suites), file=out)
+    print(f"{'':<74}" + "".join(f"{'p/f/u/e':>{width + 2}}" for _ in suites), file=out)
     for r in rows:
         cells = []
         for s in suites:
@@ -221,11 +226,14 @@ def print_table(rows: list[matrix.MatrixRow], out: TextIO) -> None:
         mark = "" if r.meets_goal else " *"
         print(
             f"{r.ref:<12}{r.commit[:9]:<11}{r.date[:10]:<12}{r.cpu_cases:>5}{r.untestable_cpu:>8}"
-            f"{r.untestable_pct:>6.1f}{mark:<2}" + "".join(f"{c:>{width + 2}}" for c in cells),
+            f"{r.untestable_pct:>6.1f}{r.era_gap_cpu:>6}{len(r.gaps):>6}{r.gap_pct:>6.1f}{mark:<2}"
+            + "".join(f"{c:>{width + 2}}" for c in cells),
             file=out,
         )
     print(
-        f"(* untestable above {matrix.UNTESTABLE_GOAL_PCT:g}% of the CPU cases; f counts fail, changed and known-fail)",
+        "(era: untestable because the feature is checked absent at that commit; gaps: every other untestable "
+        f"case; * gaps above {matrix.UNTESTABLE_GOAL_PCT:g}% of the CPU cases whose features exist there; "
+        "f counts fail, changed and known-fail)",
         file=out,
     )
 

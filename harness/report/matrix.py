@@ -18,6 +18,7 @@ def render_matrix_report(rows: list[MatrixRow], out_path: Path, *, repo: str, me
             "verdicts": VERDICT_ORDER,
             "reasons": reason_summary(rows),
             "meeting": sum(r.meets_goal for r in rows),
+            "gap_count": sum(len(r.gaps) for r in rows),
             "goal": UNTESTABLE_GOAL_PCT,
             "repo": repo,
             "megatron_lm": megatron_lm,

@@ -1,0 +1,115 @@
+"""The feature ledger: which MB packing features a case needs, and the MB commit that brought each.
+
+Why: "untestable" is only honest where the feature a case exercises does not exist yet in the
+commit under test (a break is never an era gap). An untestable reason that just says "not in
+this era" cannot be checked; one that names a ledger feature can. :mod:`harness.eragaps` checks
+it against the repository: the commit that introduced the feature must *not* be an ancestor of
+the commit under test, or the case is a harness gap (the feature is there, the adapter did not
+reach it) and counts against the sweep's goal.
+
+Adapters name the feature with :func:`missing` (or ``Operation(feature=...)``); the name travels
+inside the untestable message as ``[missing feature KEY: ...]``, which is all that results
+files keep. Each entry carries a *marker* (a file of MB's tree and a pattern) that holds at
+``since`` and not at its first parent: ``tests/test_features.py`` checks every entry against
+MB's real history when a mirror is at hand.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from harness.errors import Untestable
+
+
+@dataclass(frozen=True)
+class Feature:
+    key: str
+    what: str  # what a user would call it, with the MB symbol that carries it
+    since: str  # the commit of MB's first-parent main that introduced it
+    date: str  # that commit's date, YYYY-MM-DD
+    marker_path: str  # a file of MB's tree where the feature shows ...
+    marker: str  # ... as this regular expression: present at ``since``, absent at its first parent
+
+
+FEATURES: dict[str, Feature] = {
+    f.key: f
+    for f in (
+        Feature(
+            "pad-cu-seqlens",
+            "static cu_seqlens shapes (PackedSequenceSpecs.pad_cu_seqlens)",
+            "958fb9b7d",
+            "2025-07-16",
+            "src/megatron/bridge/data/datasets/packed_sequence.py",
+            r"pad_cu_seqlens",
+        ),
+        Feature(
+            "hf-chat-template",
+            "chat datasets over HF chat templates (GPTSFTChatDataset use_hf_tokenizer_chat_template)",
+            "5e4313cfe",
+            "2025-10-20",
+            "src/megatron/bridge/data/datasets/sft.py",
+            r"use_hf_tokenizer_chat_template",
+        ),
+        Feature(
+            "aligned-offline-packing",
+            "offline packing aligned to a multiple, with real-token boundaries "
+            "(PackedSequenceSpecs.pad_seq_to_mult, cu_seqlens_unpadded)",
+            "5b2d692a9",
+            "2026-01-20",
+            "src/megatron/bridge/data/datasets/packed_sequence.py",
+            r"pad_seq_to_mult",
+        ),
+        Feature(
+            "in-batch-packing",
+            "in-batch packing (training/vlm_step.pack_batch_sequences)",
+            "af2f35814",
+            "2026-01-29",
+            "src/megatron/bridge/training/vlm_step.py",
+            r"def pack_batch_sequences",
+        ),
+        Feature(
+            "offline-packing-flag",
+            "an enable_offline_packing flag apart from the packing specs",
+            "814ad79af",
+            "2026-06-24",
+            "src/megatron/bridge/data/builders/finetuning_dataset.py",
+            r"enable_offline_packing",
+        ),
+        Feature(
+            "collate-cp-multiple",
+            "collate pad_to_multiple_of aligned to CP/SP by the data/builders collate configs "
+            "(seq_length checked against it, a multiple that serves an evaluation CP)",
+            "e577829e1",
+            "2026-07-09",
+            "src/megatron/bridge/data/builders/direct_hf_sft.py",
+            r"pad_to_multiple_of",
+        ),
+        Feature(
+            "prompt-completion-config",
+            "prompt-completion preprocessing configs (sft_processing.PromptCompletionSFTPreprocessingConfig)",
+            "e577829e1",
+            "2026-07-09",
+            "src/megatron/bridge/data/sft_processing.py",
+            r"class PromptCompletionSFTPreprocessingConfig",
+        ),
+    )
+}
+
+_TAG = re.compile(r"\[missing feature ([a-z0-9-]+):")
+
+
+def tag(key: str) -> str:
+    """The ``[missing feature KEY: ...]`` text an untestable reason carries (KeyError: not in the ledger)."""
+    f = FEATURES[key]
+    return f"[missing feature {f.key}: {f.what}, since {f.since} {f.date}]"
+
+
+def missing(key: str, detail: str) -> Untestable:
+    """Untestable because ledger feature ``key`` does not exist in this MB; ``detail`` says how it showed."""
+    return Untestable(f"{detail} {tag(key)}")
+
+
+def named(reason: str) -> list[str]:
+    """The ledger keys an untestable reason names (in order, without repeats)."""
+    return list(dict.fromkeys(_TAG.findall(reason)))
