@@ -7,8 +7,9 @@ packing word and a fix word in the message, touching MB's packing code (``data/`
 ``training/utils/packed_seq_utils.py``, ``training/*_step.py``, ``training/config.py``), plus a
 short reviewed list of fixes hidden inside feature commits (:data:`EXTRA`). For each fix:
 
-- ``harness run --mb-src <tree> --megatron-lm MLM`` (the megatron-core the commit pins; the
-  installed one before MB pinned Megatron-LM, 2025-10-15) on the light suites at the fix's parent
+- ``harness run --mb-src <tree> --megatron-lm MLM`` (the megatron-core the commit pins: its
+  submodule, or before 2025-10-15 its ``uv.lock`` entry; the installed one only for a commit that
+  names neither) on the light suites at the fix's parent
   and at the fix: **detected** when a case fails at the parent and passes (or is changed, or only
   its known MB bugs remain) at the fix;
 - the introducing commit is proposed from the fixed lines (``git blame`` of the removed lines, or
@@ -171,7 +172,14 @@ def has_package(repo: Path, rev: str) -> bool:
 
 
 def pins_core(repo: Path, sha: str) -> bool:
-    return bool(git(repo, "ls-tree", sha, "3rdparty/Megatron-LM").strip())
+    """Whether ``sha`` names its megatron-core: the submodule (from 2025-10-15) or, before it, the
+    ``uv.lock`` entry (:func:`harness.pins.lock_pin`), as ``harness run --megatron-lm`` reads them."""
+    from harness.gitrepo import open_repo
+    from harness.pins import lock_pin
+
+    if git(repo, "ls-tree", sha, "3rdparty/Megatron-LM").strip():
+        return True
+    return lock_pin(open_repo(repo), sha) is not None
 
 
 def evaluate(

@@ -153,3 +153,16 @@ def test_a_parent_that_cannot_run_most_cases_is_named_in_the_miss() -> None:
     runs |= {"s::c": ("untestable", "untestable: no tokenizer"), "s::d": ("pass", "")}
     assert bh.untestable_note(runs) == "; 3 of 4 cases untestable at the parent, mostly 'untestable: no tokenizer'"
     assert bh.untestable_note(runs | {"s::e": ("pass", ""), "s::f": ("fail", "x")}) == ""
+
+
+def test_a_commit_pins_its_core_by_submodule_or_uv_lock(tmp_path: Path) -> None:
+    """Before the submodule (2025-10-15) MB named megatron-core in uv.lock: such a commit runs
+    with ``--megatron-lm`` too, not with whatever core is installed."""
+    repo = tmp_path / "mb"
+    subprocess.run(["git", "init", "-q", "-b", "main", str(repo)], check=True)
+    bare = _commit(repo, "2025-08-01", "no pin", {DATA: ORIGINAL})
+    entry = (
+        '[[package]]\nname = "megatron-core"\nversion = "0.14.0"\nsource = { registry = "https://pypi.org/simple" }\n'
+    )
+    locked = _commit(repo, "2025-08-02", "lock", {"uv.lock": "version = 1\n\n" + entry})
+    assert not bh.pins_core(repo, bare) and bh.pins_core(repo, locked)
