@@ -33,11 +33,12 @@ def job_env(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     """Cluster jobs are other processes: they import tests.scripted_eval from the repository root,
     and commit with the tests' git identity.
 
-    submitit's local cluster cancels a job with SIGINT to its controller. A test run started in
-    the background by a non-interactive shell (``cmd &``, ``nohup``) has SIGINT ignored, and an
-    ignored signal is inherited by every process it starts: cancellation would do nothing and the
-    cancel tests would wait out their timeouts. While the test runs, SIGINT is handled (so the
-    processes it starts get the default disposition back, as in a foreground run)."""
+    A test run started in the background by a non-interactive shell (``cmd &``, ``nohup``) has
+    SIGINT ignored, and an ignored signal is inherited by every process it starts. The executor
+    gives its job controllers SIGINT back itself (``jobstate.cancellable_children``, tested with
+    SIGINT ignored on purpose); the driver processes the tests start and Ctrl-C would ignore it,
+    so while a test runs SIGINT is handled here (the processes it starts get the default back,
+    as in a foreground run)."""
     monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(ROOT), *filter(None, [os.environ.get("PYTHONPATH")])]))
     for k, v in GIT_ENV.items():
         monkeypatch.setenv(k, v)

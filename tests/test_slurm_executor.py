@@ -161,15 +161,24 @@ def test_sigkilled_job_is_retried_then_skipped_as_infrastructure(tmp_path: Path,
         assert f'data-job-id="{job.job_id}"' in page and f'href="{Path(job.stderr).as_uri()}"' in page
 
 
-def test_job_made_moot_by_another_result_is_cancelled(tmp_path: Path, job_env: None) -> None:
+@pytest.mark.parametrize("sigint", ["default", "ignored"])
+def test_job_made_moot_by_another_result_is_cancelled(tmp_path: Path, job_env: None, sigint: str) -> None:
     """Commits 8 and 4 run together; commit 8 takes minutes, commit 4 fails at once, so the
-    first bad commit is below 4 and commit 8's job is useless: it must be cancelled, not awaited."""
+    first bad commit is below 4 and commit 8's job is useless: it must be cancelled, not awaited.
+    Also from a driver that ignores SIGINT (started with ``cmd &`` by a script): the local
+    cluster cancels with SIGINT, which its job controllers must not inherit ignored."""
     repo, shas = _fake_history(tmp_path, 17, {"s::a": 2})
     cache = tmp_path / "cache"
     ev = scripted(tmp_path / "runs.txt", repo, cache, slow=((shas[8], 600.0),))
-    with local_jobs(cache) as ex:
-        run = bisect(repo, shas, cache, ev, ex)
-        run_dir = ex.run_dir
+    previous = signal.signal(signal.SIGINT, signal.SIG_IGN) if sigint == "ignored" else None
+    try:
+        with local_jobs(cache) as ex:
+            run = bisect(repo, shas, cache, ev, ex)
+            run_dir = ex.run_dir
+        assert sigint == "default" or signal.getsignal(signal.SIGINT) is signal.SIG_IGN, "the driver's choice stays"
+    finally:
+        if previous is not None:
+            signal.signal(signal.SIGINT, previous)
     orphans = [d for d in run_dir.iterdir() if d.name.isdigit() and not any(d.glob("*_result.pkl"))]
     starts = {d: proc_start(int(d.name)) for d in orphans}
     try:

@@ -14,11 +14,13 @@ benchmarks) are asked through the process when this driver started them, and thr
 
 from __future__ import annotations
 
+import contextlib
 import os
 import pickle
 import signal
 import subprocess
-from collections.abc import Sequence
+import threading
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -118,6 +120,28 @@ def _local_controller_alive(job_id: str) -> bool:
         return False
     zombie = stat.rpartition(")")[2].split()[:1] == ["Z"]
     return b"submitit.local._local" in cmdline and not zombie
+
+
+@contextlib.contextmanager
+def cancellable_children() -> Iterator[None]:
+    """While a local job starts: SIGINT handled here, so its controller gets the default back.
+
+    submitit's local cluster cancels a job with SIGINT to the job's controller process. A driver
+    started in the background by a non-interactive shell (``cmd &``, ``nohup``) has SIGINT
+    ignored, and an ignored signal stays ignored across ``exec``: its controllers could never be
+    cancelled, and a moot or interrupted job would run to its end. A *handled* signal is reset to
+    the default at ``exec``, so a handler for the time of the submission is enough. The driver's
+    own disposition is restored at once (it was started to ignore Ctrl-C; that stays its choice).
+    """
+    previous = signal.getsignal(signal.SIGINT)
+    if previous is not signal.SIG_IGN or threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
 
 
 def cancel_local(job_id: str) -> None:

@@ -37,6 +37,7 @@ submission, resubmission, cancel and reattach rules above share its in-flight jo
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import os
 import secrets
@@ -276,11 +277,13 @@ class SlurmExecutor:
     def _start(self, h: SlurmHandle, count: bool = True) -> None:
         from submitit.core.utils import FailedJobError, FailedSubmissionError
 
+        local = self.options.cluster == "local"
         try:
-            job = self._ex.submit(JobCall(h.fn, h.arg))
+            with jobstate.cancellable_children() if local else contextlib.nullcontext():
+                job = self._ex.submit(JobCall(h.fn, h.arg))
         except (FailedJobError, FailedSubmissionError, OSError) as exc:
             raise EnvironmentProblem(f"job submission refused: {' '.join(str(exc).split())[:300]}") from None
-        if self.options.cluster == "local":  # a local job id is a pid: a reused one must not find an old result
+        if local:  # a local job id is a pid: a reused one must not find an old result
             job.paths.result_pickle.unlink(missing_ok=True)
         h.attempt += 1
         h.job, h._ended_at = job, None
