@@ -388,6 +388,7 @@ vlm_in_batch = Operation(
         ),
         Candidate("training/vlm_step step-time packing (v0.4-v0.5)", _step_time_probe),
     ],
+    feature="in-batch-packing",
 )
 """``vlm_in_batch(model, right_padded_batch, pad_token_id=, cp=, tp=, sp=)``: the batch through MB's
 VLM step with in-batch packing as the era does it, and without packing (the reference)."""
