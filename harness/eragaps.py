@@ -6,7 +6,9 @@ the feature truly does not exist there yet. Everything else is a *harness gap*, 
 against the sweep's goal: a reason that names no feature (a missing dependency, an adapter
 that found no candidate), a feature the ledger says exists at this commit (the adapter missed
 it), or a feature whose introducing commit this repository does not have (nothing to check).
-The check is conservative by construction: a reason has to earn "era gap".
+The check is conservative by construction: a reason has to earn "era gap". Its one blind spot:
+a release branch that got the feature by cherry-pick has no ancestry link to the introducing
+commit, so an adapter that misses the cherry-picked feature there would pass for an era gap.
 """
 
 from __future__ import annotations
