@@ -158,6 +158,7 @@ def row_from_run(
     suites = sorted({c.suite for c in cases})
     cpu = [c for c in cases if c.suite not in gpu]
     untestable = [c for c in cpu if c.verdict is Verdict.UNTESTABLE]
+    listed = [{"case_id": c.case_id, "reason": c.message[:2000]} for c in untestable]
     return MatrixRow(
         ref=ref,
         kind=kind,
@@ -169,9 +170,8 @@ def row_from_run(
         suites={s: {v.value: sum(c.verdict is v for c in cases if c.suite == s) for v in Verdict} for s in suites},
         cpu_cases=len(cpu),
         untestable_cpu=len(untestable),
-        untestable=[{"case_id": c.case_id, "reason": c.message[:2000]} for c in untestable],
-        # every untestable case is a gap until :meth:`MatrixRow.judge_untestable` checks it against the ledger
-        gaps=[{"case_id": c.case_id, "reason": c.message[:2000], "why": UNJUDGED} for c in untestable],
+        untestable=listed,
+        gaps=[{**u, "why": UNJUDGED} for u in listed],  # every one a gap until judged against the ledger
         problems=[
             {"case_id": c.case_id, "verdict": c.verdict.value, "message": c.message[:4000]}
             for c in cases

@@ -36,6 +36,7 @@ from harness.verdict import Verdict
 
 if TYPE_CHECKING:  # the rest loads with the command, not with ``--help`` (GitPython, jinja2, sqlite3)
     from harness import matrix
+    from harness.eragaps import EraJudge
     from harness.executors.slurm import SlurmExecutor
     from harness.gitrepo import GitRepo
     from harness.results import RunResult
@@ -144,16 +145,13 @@ def run(args: argparse.Namespace, out: TextIO = sys.stdout) -> int:
         todo.append(_RefItem(ref, kind, sha, date, tgt, out_dir / re.sub(r"[^A-Za-z0-9._-]", "_", ref)))
     if executor is not None:
         with executor:
-            rows += _run_as_jobs(todo, opts, out_dir, executor, gpu)
-        for r in rows:
-            r.judge_untestable(judge)
+            rows += _run_as_jobs(todo, opts, out_dir, executor, gpu, judge)
     else:
         with Progress(None if args.quiet else sys.stderr, "matrix", total=len(todo)) as progress:
             for item in todo:
                 progress.update(status=f"running {item.ref} ({item.sha[:9]}, {item.date[:10]})")
                 result = runner.run_suites(item.target, opts, item.out, progress=None)
-                rows.append(item.row(result, gpu))
-                rows[-1].judge_untestable(judge)
+                rows.append(item.row(result, gpu, judge))
                 matrix.save(out_dir / "matrix.json", str(repo.path), mlm, rows)
                 counts = ", ".join(f"{n} {k}" for k, n in result.counts().items() if n)
                 progress.step(
@@ -177,14 +175,22 @@ class _RefItem:
     target: Target
     out: Path
 
-    def row(self, result: RunResult, gpu: set[str]) -> matrix.MatrixRow:
+    def row(self, result: RunResult, gpu: set[str], judge: EraJudge) -> matrix.MatrixRow:
+        """The ref's typed row, its untestable cases judged era gap or harness gap."""
         from harness import matrix
 
-        return matrix.row_from_run(self.ref, self.kind, self.sha, self.date, result, self.out / "results.json", gpu)
+        row = matrix.row_from_run(self.ref, self.kind, self.sha, self.date, result, self.out / "results.json", gpu)
+        row.judge_untestable(judge)
+        return row
 
 
 def _run_as_jobs(
-    todo: list[_RefItem], opts: runner.RunOptions, out_dir: Path, executor: SlurmExecutor, gpu: set[str]
+    todo: list[_RefItem],
+    opts: runner.RunOptions,
+    out_dir: Path,
+    executor: SlurmExecutor,
+    gpu: set[str],
+    judge: EraJudge,
 ) -> list[matrix.MatrixRow]:
     """One job per ref; the refs were materialised here, into the cache directory the jobs see."""
     from harness import matrix
@@ -197,7 +203,7 @@ def _run_as_jobs(
     for i, item in enumerate(todo):
         result, logs = done[i]
         if isinstance(result, RunResult):
-            row = item.row(result, gpu)
+            row = item.row(result, gpu, judge)
             row.notes.append(f"ran as {shards.describe(logs)}")
         else:
             case = shards.lost_case(item.ref, "(all)", result, logs)
