@@ -13,7 +13,15 @@ that release would be red and a new regression in the same cases would drown in 
   packages and checkouts alike) and/or
   ``commits`` (``FIRST_BAD..FIRST_FIXED``; resolved against the repository when one is known):
   where the bug exists;
-* ``reason`` and ``upstream`` (file and line, issue or PR): why, for the person reading it.
+* ``reason`` and ``upstream`` (file and line, issue or PR): why, for the person reading it;
+* ``impact``: what the bug does to training, one value of :class:`~harness.oracle.impact.Impact`
+  (harmless behaviour is no bug: such an entry has no place here);
+* ``fix_mutant`` (the id of a ``kind: "fix"`` entry of the mutation catalogue: the smallest edit
+  of the installed MB that makes it right, run by ``harness mutate``) and/or ``fixed_in`` (the
+  release or commit where MB fixed it): how it is known to be a bug and not the oracle's taste.
+
+Schema 1 files (before impacts) still load: their entries get the impact of their first
+invariant and no fix.
 
 Classification (:func:`classify`): a failing case whose violations are *all* covered by
 applicable entries is KNOWN_FAIL (listed and counted, not failing the run); anything else stays
@@ -36,7 +44,7 @@ from harness.errors import CorruptFile
 from harness.verdict import Verdict
 
 KIND = "harness-known-failures"
-SCHEMA = 1
+SCHEMA = 2  # 2: impact, fix_mutant / fixed_in
 FILENAME = "known_failures.json"  # in the fixtures directory, reviewed like the goldens
 
 
@@ -53,6 +61,9 @@ class KnownFailure:
     mb_versions: str | tuple[str, ...] | None = None  # one specifier set, or several (any of them)
     commits: str | None = None
     message: str | None = None  # for FAILs without oracle violations (documented rules, MB raised)
+    impact: str = ""  # harness.oracle.impact.Impact value
+    fix_mutant: str | None = None  # a fix entry of harness/mutations/catalogue.json
+    fixed_in: str | None = None  # the release or commit where MB fixed it
 
     @classmethod
     def from_json(cls, doc: Mapping[str, Any]) -> KnownFailure:
@@ -67,6 +78,9 @@ class KnownFailure:
                 mb_versions=_versions_field(doc.get("mb_versions")),
                 commits=doc.get("commits"),
                 message=doc.get("message"),
+                impact=str(doc["impact"]),
+                fix_mutant=doc.get("fix_mutant"),
+                fixed_in=doc.get("fixed_in"),
             )
         except (KeyError, TypeError) as exc:
             raise ValueError(f"known failure entry {doc.get('id', '?')!r}: missing or bad field {exc}") from exc
@@ -78,6 +92,17 @@ class KnownFailure:
             _specifier(spec, entry.id)
         if entry.commits is not None and ".." not in entry.commits:
             raise ValueError(f"known failure {entry.id!r}: commits must read FIRST_BAD..FIRST_FIXED")
+        from harness.oracle.impact import parse
+
+        try:
+            parse(entry.impact)
+        except ValueError as exc:
+            raise ValueError(f"known failure {entry.id!r}: {exc}") from None
+        if doc.get("upgraded") is None and entry.fix_mutant is None and entry.fixed_in is None:
+            raise ValueError(
+                f"known failure {entry.id!r}: give fix_mutant (a fix of the mutation catalogue) and/or fixed_in "
+                "(where MB fixed it): a bug is known by its fix"
+            )
         return entry
 
     def to_json(self) -> dict[str, Any]:
@@ -95,6 +120,11 @@ class KnownFailure:
             doc["commits"] = self.commits
         if self.message is not None:
             doc["message"] = self.message
+        doc["impact"] = self.impact
+        if self.fix_mutant is not None:
+            doc["fix_mutant"] = self.fix_mutant
+        if self.fixed_in is not None:
+            doc["fixed_in"] = self.fixed_in
         return doc
 
     def lists(self, case_id: str) -> bool:
@@ -114,12 +144,15 @@ class KnownFailure:
         commit: str | None,
         in_range: Callable[[str, str, str | None], bool | None] | None = None,
     ) -> bool:
-        """Does the bug exist in this target? Commit ranges win when they can be resolved."""
+        """Does the bug exist in this target? In its commit range (resolved by the target's
+        repository), or in one of its versions: either is enough. A release tag sits on a branch
+        the main-line range may not reach, and a commit between releases carries a version no
+        release specifier names; a bug fixed where both miss shows as FIXED, asking for the entry
+        to be closed."""
         if self.commits is not None and commit and in_range is not None:
             first_bad, _, first_fixed = self.commits.partition("..")
-            decided = in_range(commit, first_bad, first_fixed or None)
-            if decided is not None:
-                return decided
+            if in_range(commit, first_bad, first_fixed or None):
+                return True
         if self.mb_versions is not None and mb_version:
             from packaging.version import InvalidVersion, Version
 
@@ -167,17 +200,30 @@ def load(path: Path) -> list[KnownFailure]:
         return []
     try:
         doc = json.loads(path.read_text(encoding="utf-8"))
-        if doc.get("kind") != KIND or doc.get("schema_version") != SCHEMA:
+        if doc.get("kind") != KIND or doc.get("schema_version") not in (1, SCHEMA):
             raise ValueError(
                 f"expected kind {KIND!r} schema {SCHEMA}, got {doc.get('kind')!r} schema {doc.get('schema_version')!r}"
             )
-        entries = [KnownFailure.from_json(e) for e in doc["entries"]]
+        raw = doc["entries"] if doc["schema_version"] == SCHEMA else [_upgrade_v1(e) for e in doc["entries"]]
+        entries = [KnownFailure.from_json(e) for e in raw]
     except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
         raise CorruptFile(f"{path}: not a readable known-failures file: {exc}") from exc
     ids = [e.id for e in entries]
     if len(ids) != len(set(ids)):
         raise CorruptFile(f"{path}: duplicate known failure ids")
     return entries
+
+
+def _upgrade_v1(entry: Any) -> Any:
+    """A schema-1 entry with the impact of its first invariant (rules: a crash) and no fix."""
+    if not isinstance(entry, dict) or "impact" in entry:
+        return entry
+    from harness.oracle.records import DEFAULT_IMPACT, Invariant
+
+    invariants = entry.get("invariants") or []
+    first = invariants[0] if invariants else "rule"
+    impact = DEFAULT_IMPACT[Invariant(first)].value if first in {i.value for i in Invariant} else "crash"
+    return {**entry, "impact": impact, "upgraded": 1}
 
 
 def dump(entries: Iterable[KnownFailure]) -> dict[str, Any]:

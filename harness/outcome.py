@@ -29,6 +29,7 @@ from typing import Any
 import pytest
 
 from harness.errors import Broken, EnvironmentProblem, Untestable
+from harness.oracle.impact import Impact
 from harness.ownership import Owner, blame
 from harness.verdict import Verdict
 
@@ -102,6 +103,29 @@ def structured_violations(excinfo: pytest.ExceptionInfo | None) -> list[dict[str
                 "got": repr(v.got)[:200],
                 "detail": v.detail,
                 "tags": list(v.tags),
+                "impact": v.training_impact.value,
             }
         )
     return out
+
+
+def case_impacts(
+    verdict: Verdict, message: str, excinfo: pytest.ExceptionInfo | None, violations: list[dict[str, Any]]
+) -> list[str]:
+    """The training impacts of a failing case (sorted, distinct; [] for every other verdict).
+
+    From its violations when the oracle found some; else from the suite's typed assertion
+    (:class:`~harness.oracle.impact.ImpactFailure`); else MB raising, a break (an existing module
+    that does not import, a lost output, a hang) is a crash. A plain assertion a suite left
+    untyped says nothing about its cost: it stays without impact, and reports say so.
+    """
+    if verdict is not Verdict.FAIL:
+        return []
+    if violations:
+        return sorted({str(v.get("impact")) for v in violations if v.get("impact")})
+    impact = getattr(excinfo.value, "impact", None) if excinfo is not None else None
+    if impact is not None:
+        return [str(getattr(impact, "value", impact))]
+    if message.startswith(("Megatron raised", "broken:")):
+        return [Impact.CRASH.value]
+    return []

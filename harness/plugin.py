@@ -42,7 +42,7 @@ import pytest
 
 from harness import caselog
 from harness.errors import Broken, Untestable
-from harness.outcome import GoldenMismatch, classify, structured_violations
+from harness.outcome import GoldenMismatch, case_impacts, classify, structured_violations
 from harness.ownership import add_harness_root
 from harness.verdict import Verdict
 
@@ -53,6 +53,15 @@ NOTE = "harness_note"
 def suite_of(item: pytest.Item) -> str:
     name = Path(str(item.fspath)).stem
     return name[5:] if name.startswith("test_") else name
+
+
+def tier_of(item: pytest.Item) -> str:
+    """``hypothetical`` for a case whose input no MB producer emits (``@pytest.mark.hypothetical``):
+    run and reported apart, it never fails a run or a nightly; ``documented`` for every other."""
+    return HYPOTHETICAL if item.get_closest_marker("hypothetical") is not None else DOCUMENTED
+
+
+HYPOTHETICAL, DOCUMENTED = "hypothetical", "documented"
 
 
 def case_of(item: pytest.Item) -> str:
@@ -191,6 +200,9 @@ def pytest_configure(config: pytest.Config) -> None:
         "markers", "gpu: needs a CUDA GPU (and Transformer Engine); skipped with a reason elsewhere"
     )
     config.addinivalue_line("markers", "import_group(name): which MB import the case needs: 'light' or 'full'")
+    config.addinivalue_line(
+        "markers", "hypothetical(reason): an input no MB producer emits; reported apart, never failing a run"
+    )
     config._harness_cases = []  # type: ignore[attr-defined]
     config._harness_known = None  # type: ignore[attr-defined]
     events = config.getoption("--harness-events")
@@ -307,6 +319,10 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
         if found is not None:
             verdict, known_ids = found.verdict, list(found.entries)
             message = f"{found.message}\n{message}".rstrip()
+    impacts = case_impacts(Verdict.FAIL if verdict is Verdict.KNOWN_FAIL else verdict, message, excinfo, violations)
+    if verdict is Verdict.KNOWN_FAIL and not impacts:  # a known rule or MB raise: the entry names its cost
+        by_id = {e.id: e for e in _known_entries(item.config)}
+        impacts = sorted({by_id[k].impact for k in known_ids if k in by_id and by_id[k].impact})
     notes = [str(v) for k, v in report.user_properties if k == NOTE]
     if notes:
         message = "\n".join(([message] if message else []) + notes)
@@ -323,6 +339,8 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
                 "source": "golden",
                 "violations": violations,
                 "known": known_ids,
+                "impacts": impacts,
+                "tier": tier_of(item),
             },
         )
     )

@@ -33,6 +33,12 @@ class CaseResult:
     source: str = "golden"  # "golden" or "upstream": which source of verdicts
     violations: list[dict[str, Any]] = field(default_factory=list)  # broken oracle invariants (structured)
     known: list[str] = field(default_factory=list)  # known MB bug entries that explain (or expected) it
+    impacts: list[str] = field(default_factory=list)  # training impacts of a FAIL / KNOWN_FAIL (oracle.impact)
+    tier: str = "documented"  # "hypothetical": an input no MB producer emits, never failing a run
+
+    @property
+    def hypothetical(self) -> bool:
+        return self.tier == "hypothetical"
 
     def to_json(self) -> dict[str, Any]:
         doc = dataclasses.asdict(self)
@@ -64,13 +70,19 @@ class RunResult:
     # MB's commit (or release tag) and the harness's; absent (empty) in files written before it
     provenance: Provenance = field(default_factory=Provenance)
 
-    def counts(self, suite: str | None = None) -> dict[str, int]:
-        """Cases per verdict value (of one suite, when given)."""
+    def counts(self, suite: str | None = None, *, hypothetical: bool = False) -> dict[str, int]:
+        """Cases per verdict value (of one suite, when given) of the documented tier, or of the
+        hypothetical tier when asked (those are reported apart and never fail a run)."""
         out = {v.value: 0 for v in Verdict}
         for case in self.cases:
-            if suite is None or case.suite == suite:
+            if (suite is None or case.suite == suite) and case.hypothetical == hypothetical:
                 out[case.verdict.value] += 1
         return out
+
+    @property
+    def documented(self) -> list[CaseResult]:
+        """The cases that decide the run (every case not in the hypothetical tier)."""
+        return [c for c in self.cases if not c.hypothetical]
 
     @property
     def ok(self) -> bool:
@@ -80,7 +92,7 @@ class RunResult:
     def exit_code(self, allow_changed: bool = False) -> int:
         """0 when no case failed, erred or is FIXED (CHANGED too, unless allowed) and some case ran."""
         bad = set(FAILING) | (set() if allow_changed else {Verdict.CHANGED})
-        return 1 if self.nothing_ran() or any(c.verdict in bad for c in self.cases) else 0
+        return 1 if self.nothing_ran() or any(c.verdict in bad for c in self.documented) else 0
 
     def nothing_ran(self) -> str | None:
         """Why no case was checked, when none was: a run of zero checks is no green run."""

@@ -36,6 +36,9 @@ class Target:
     # ``core`` is what a bisection varies with MB held fixed (its second level): a megatron-core
     # that does not import with this MB is a mismatch, untestable (harness.adapters.failures)
     core_varies: bool = False
+    # the git repository the commit belongs to: known-bug ``commits`` ranges resolve by ancestry in
+    # it (harness.known.git_in_range), so triaged bugs are known on every commit, not only releases
+    repo: Path | None = None
 
     @classmethod
     def from_args(cls, mb_src: str | None, commit: str | None = None) -> "Target":
@@ -50,7 +53,8 @@ class Target:
             )
         from harness.gitrepo import tree_commit  # GitPython only where a commit is asked for
 
-        return cls(src, commit or tree_commit(src))
+        commit = commit or tree_commit(src)
+        return cls(src, commit, repo=_repo_root(src) if commit else None)
 
     def pythonpath(self, extra: list[str] | None = None) -> str:
         """PYTHONPATH for a subprocess: target source, stand-ins, the harness itself and the
@@ -80,9 +84,26 @@ class Target:
             env["HARNESS_TARGET_COMMIT"] = self.commit
         if self.core_pin:
             env["HARNESS_CORE_PIN"] = self.core_pin
+        if self.repo:
+            env["HARNESS_MB_REPO"] = str(self.repo)
+        else:
+            env.pop("HARNESS_MB_REPO", None)
         if standins_log:
             env["HARNESS_STANDINS_LOG"] = str(standins_log)
         return env
+
+
+def _repo_root(path: Path) -> Path | None:
+    """The top of the git work tree holding ``path`` (None outside one)."""
+    import subprocess
+
+    try:
+        out = subprocess.run(
+            ["git", "-C", str(path), "rev-parse", "--show-toplevel"], capture_output=True, text=True, timeout=30
+        )
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return Path(out.stdout.strip()) if out.returncode == 0 and out.stdout.strip() else None
 
 
 def _dist_version(name: str) -> str:

@@ -271,6 +271,7 @@ def _check(
             logit_atol=tol.logits,
             loss_atol=tol.token_loss,
             roles=roles,
+            trained={k: ex.loss_mask for k, ex in by_key.items()},
         )
         violations += out
         errors.update(errs)

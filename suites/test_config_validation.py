@@ -1,4 +1,4 @@
-"""Packing rules of ``ConfigContainer.validate()``.
+"""Packing rules of ``ConfigContainer.validate()``: each rule case proves its own rule.
 
 Documented rules (MB's config docs and docs/training/packed-sequences.md):
 * context parallelism needs ``seq_length % (2 * CP) == 0``;
@@ -6,8 +6,15 @@ Documented rules (MB's config docs and docs/training/packed-sequences.md):
 * offline packing needs micro-batch size 1; in-batch packing needs micro-batch size > 1;
 * offline and in-batch packing are mutually exclusive;
 * ``pad_cu_seqlens`` needs ``pad_to_max_length``.
-Each case is a valid or an invalid config; the golden pins accepted/rejected and the error
-class; a rejection must also name the rule it enforces (checked by keywords).
+
+Each invalid case breaks one rule (offline with in-batch packing also breaks one of the two
+opposite micro-batch rules, whatever the micro-batch size: there the exclusivity rule must be the
+one that refuses) and names its *neighbour*, the valid config that differs only where the rule
+looks, which must validate. A rejection counts only when it is attributed to the case's rule
+(its message carries the rule's signature and an explicit ``raise``/``assert`` in MB's code
+raised it: :mod:`harness.adapters.rules`); a rejection by another rule, or any other exception,
+is the rule not holding (impact ``accepts-invalid-config``). A valid config that is refused is
+``refuses-valid-config``. The golden pins accepted/rejected, the error class and the rule.
 """
 
 from __future__ import annotations
@@ -16,65 +23,96 @@ import pytest
 
 from harness.adapters.config import PackingConfigSpec as Spec
 from harness.adapters.config import validate_packing_config
+from harness.adapters.rules import Rule
+from harness.oracle.impact import Impact, fail
 
 pytestmark = pytest.mark.import_group("full")
 
-# (case id, spec, expected accepted, keywords one of which a rejection message must contain)
-CASES = [
-    ("baseline_sft", Spec(), True, ()),
-    ("cp2_seq512", Spec(seq_length=512, context_parallel=2), True, ()),
-    ("cp2_seq510", Spec(seq_length=510, context_parallel=2), False, ("divisible", "context parallel")),
-    ("cp3_seq256", Spec(seq_length=256, context_parallel=3), False, ("divisible", "context parallel")),
-    ("cp4_seq512", Spec(seq_length=512, context_parallel=4), True, ()),
-    ("cp4_seq516", Spec(seq_length=516, context_parallel=4), False, ("divisible", "context parallel")),
+# (case id, spec, the rule it breaks (None: valid), its valid neighbour's case id)
+CASES: list[tuple[str, Spec, Rule | None, str | None]] = [
+    ("baseline_sft", Spec(), None, None),
+    ("cp2_seq512", Spec(seq_length=512, context_parallel=2), None, None),
+    ("cp2_seq510", Spec(seq_length=510, context_parallel=2), Rule.CP_SEQ_DIVISIBLE, "cp2_seq512"),
+    ("cp3_seq256", Spec(seq_length=256, context_parallel=3), Rule.CP_SEQ_DIVISIBLE, "cp3_seq258"),
+    ("cp3_seq258", Spec(seq_length=258, context_parallel=3), None, None),
+    ("cp4_seq512", Spec(seq_length=512, context_parallel=4), None, None),
+    ("cp4_seq516", Spec(seq_length=516, context_parallel=4), Rule.CP_SEQ_DIVISIBLE, "cp4_seq512"),
     (
         "cp2_finetune_no_per_token_loss",
         Spec(context_parallel=2, per_token_loss=False),
-        False,
-        ("calculate_per_token_loss",),
+        Rule.CP_FINETUNE_PER_TOKEN_LOSS,
+        "cp2_seq512",
     ),
     (
         "cp2_finetune_average_in_collective",
         Spec(context_parallel=2, average_in_collective=True),
-        False,
-        ("average_in_collective",),
+        Rule.CP_FINETUNE_NO_AVERAGE_IN_COLLECTIVE,
+        "cp2_seq512",
     ),
     (
         "cp2_pretrain_average_in_collective",
         Spec(dataset="gpt", context_parallel=2, per_token_loss=False, average_in_collective=True),
-        True,
-        (),
+        None,
+        None,
     ),
-    ("offline_mbs1", Spec(offline_packing_size=512, micro_batch_size=1), True, ()),
-    ("offline_mbs4", Spec(offline_packing_size=512, micro_batch_size=4), False, ("micro batch", "micro_batch")),
-    ("in_batch_mbs1", Spec(in_batch_packing=True, micro_batch_size=1), False, ("micro_batch", "micro batch")),
-    ("in_batch_mbs4", Spec(in_batch_packing=True, micro_batch_size=4), True, ()),
+    ("offline_mbs1", Spec(offline_packing_size=512, micro_batch_size=1), None, None),
+    ("offline_mbs4", Spec(offline_packing_size=512, micro_batch_size=4), Rule.OFFLINE_MICRO_BATCH_1, "offline_mbs1"),
+    (
+        "in_batch_mbs1",
+        Spec(in_batch_packing=True, micro_batch_size=1),
+        Rule.IN_BATCH_MICRO_BATCH_OVER_1,
+        "in_batch_mbs4",
+    ),
+    ("in_batch_mbs4", Spec(in_batch_packing=True, micro_batch_size=4), None, None),
     (
         "offline_and_in_batch",
         Spec(offline_packing_size=512, in_batch_packing=True, micro_batch_size=4),
-        False,
-        ("exclusive", "in_batch", "in-batch", "micro"),
+        Rule.OFFLINE_IN_BATCH_EXCLUSIVE,
+        "in_batch_mbs4",
     ),
     (
         "pad_cu_seqlens_without_pad_to_max_length",
         Spec(offline_packing_size=512, pad_cu_seqlens=True),
-        False,
-        ("pad_to_max_length",),
+        Rule.PAD_CU_SEQLENS_NEEDS_PAD_TO_MAX,
+        "pad_cu_seqlens_with_pad_to_max_length",
     ),
     (
         "pad_cu_seqlens_with_pad_to_max_length",
         Spec(offline_packing_size=512, pad_cu_seqlens=True, pad_to_max_length=True),
-        True,
-        (),
+        None,
+        None,
     ),
 ]
+_SPECS = {c[0]: c[1] for c in CASES}
 
 
-@pytest.mark.parametrize("spec,accepted,keywords", [c[1:] for c in CASES], ids=[c[0] for c in CASES])
-def test_packing_rule(golden, spec, accepted, keywords):
+def _refused_by(outcome: dict) -> str:
+    if outcome["accepted"]:
+        return "accepted"
+    who = ", ".join(outcome["rules"]) or "no documented rule"
+    where = outcome["raised_at"] or "not an explicit check in MB's code"
+    return f"refused by {who} ({outcome['error_class']} at {where}: {outcome['message'][:200]})"
+
+
+@pytest.mark.parametrize("spec,rule,neighbour", [c[1:] for c in CASES], ids=[c[0] for c in CASES])
+def test_packing_rule(golden, spec, rule, neighbour):
     outcome = validate_packing_config(spec)
-    assert outcome["accepted"] == accepted, f"expected {'accepted' if accepted else 'rejected'}, got {outcome}"
-    if not accepted:
-        message = outcome["message"].lower()
-        assert any(k.lower() in message for k in keywords), f"rejection must name its rule ({keywords}): {message}"
-    golden.check({"accepted": outcome["accepted"], "error_class": outcome["error_class"]})
+    if rule is None:
+        if not outcome["accepted"]:
+            raise fail(Impact.REFUSES_VALID_CONFIG, f"a valid config was {_refused_by(outcome)}")
+        golden.check({"accepted": True, "error_class": None})
+        return
+    near = validate_packing_config(_SPECS[neighbour])
+    if not near.get("accepted"):
+        raise fail(
+            Impact.REFUSES_VALID_CONFIG,
+            f"the valid neighbour {neighbour} (only {rule.value} differs) was {_refused_by(near)}",
+        )
+    if outcome["accepted"]:
+        raise fail(Impact.ACCEPTS_INVALID_CONFIG, f"{rule.value} does not hold: the config was accepted")
+    if rule.value not in outcome["rules"] or not outcome["raised_at"]:
+        raise fail(
+            Impact.ACCEPTS_INVALID_CONFIG,
+            f"{rule.value} does not hold: the config was {_refused_by(outcome)}, not by {rule.value}",
+        )
+    golden.check({"accepted": False, "error_class": outcome["error_class"], "rule": rule.value})

@@ -72,7 +72,7 @@ VLM = [
 ]
 
 
-@pytest.mark.parametrize("case", OFFLINE, ids=[c.id for c in OFFLINE])
+@pytest.mark.parametrize("case", [_oracle.case_param(c) for c in OFFLINE])
 def test_offline_gpt_step(golden, case):
     """Each offline packed micro-batch through MB's ``gpt_step.forward_step`` == each example alone."""
     result = _forward.cpu_offline(case)

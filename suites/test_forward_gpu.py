@@ -68,7 +68,7 @@ def _note(result: _forward.ForwardResult, model, record_property) -> None:
     record_property("harness_note", note)
 
 
-@pytest.mark.parametrize("case", OFFLINE, ids=[c.id for c in OFFLINE])
+@pytest.mark.parametrize("case", [_oracle.case_param(c) for c in OFFLINE])
 def test_offline_gpt_step_te(golden, record_property, case):
     """Offline packed micro-batches through ``gpt_step`` on the TE model == each example alone."""
     why_not = gpu.preflight()

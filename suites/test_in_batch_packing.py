@@ -4,37 +4,62 @@ The micro-batches are MB's own unpacked examples (MB's SFT datasets over the off
 each collated alone), right-padded the way a VLM collate hands them over (pad token, ignore-index
 labels, loss mask 0, a padding mask since content may hold the pad id). Each row is the reference
 for its sequence: the packed row must hold, per real token, the same tokens, labels, loss mask
-and position ids (restarting at 0); alignment padding to ``pad_to_multiple_of`` (2*CP, or
-lcm(2*CP, CP*TP) with sequence parallelism) never trains; boundaries and ``max_seqlen`` follow
-the oracle (harness/oracle/differential.py); boundaries are int32. Documented refusals: left
-padding, mismatched shapes and empty rows are refused, never packed.
+and position ids (restarting at 0); alignment padding never trains; boundaries and ``max_seqlen``
+follow the oracle (harness/oracle/differential.py); boundaries are int32.
+
+The alignment is MB's own: each case names a parallel layout (CP, TP, SP) and packs with the
+multiple MB's config finalisation (or, in the vlm_step era, its step) chooses for it
+(:func:`harness.adapters.cp.collate_padding_multiple`); the packed segments must then sit on the
+documented grid, lcm(2*CP, CP*TP with SP), which Transformer Engine's THD CP split and SP's
+scatter need (impact ``crash``). The suite never picks the multiple itself.
+
+Documented refusals: left padding, mismatched shapes and empty rows are refused by an explicit
+check in MB's code (a ``raise`` or ``assert`` in Megatron-Bridge: :func:`harness.adapters.rules.
+raising_check`), never packed, and never a torch error that happened to fit.
 """
 
 from __future__ import annotations
+
+import math
 
 import pytest
 import torch
 
 from harness.adapters import batch as batch_ops
-from harness.adapters import thd
+from harness.adapters import cp as cp_ops
+from harness.adapters import rules, thd
+from harness.oracle.impact import Impact, fail
 from suites import _oracle
 from suites._explain import first_difference, first_offender, show
 from suites._inputs import IGNORE_INDEX
 
-pytestmark = pytest.mark.import_group("light")
+pytestmark = pytest.mark.import_group("full")  # MB's config finalisation chooses the multiple
 
 PROMPT = _oracle.SFTCase("in-batch-prompt", seed=71, n=16)
 CHAT = _oracle.SFTCase("in-batch-chat", seed=72, kind="chat", n=16)
 
-# (id, reference case, first example, examples per micro-batch, pad_to_multiple_of)
+# (id, reference case, first example, examples per micro-batch, (CP, TP, SP) layout)
 CASES = [
-    ("prompt-2rows-mult1", PROMPT, 0, 2, 1),
-    ("prompt-4rows-mult4", PROMPT, 2, 4, 4),
-    ("prompt-6rows-mult8", PROMPT, 6, 6, 8),
-    ("chat-3rows-mult2", CHAT, 0, 3, 2),
-    ("chat-5rows-mult6-cp2-tp3-sp", CHAT, 3, 5, 6),
-    ("chat-4rows-mult1", CHAT, 8, 4, 1),
+    ("prompt-2rows-mult1", PROMPT, 0, 2, (1, 1, False)),
+    ("prompt-4rows-mult4", PROMPT, 2, 4, (2, 1, False)),
+    ("prompt-6rows-mult8", PROMPT, 6, 6, (4, 1, False)),
+    ("chat-3rows-mult2", CHAT, 0, 3, (1, 2, True)),
+    ("chat-5rows-mult12-cp2-tp3-sp", CHAT, 3, 5, (2, 3, True)),
+    ("chat-4rows-mult1", CHAT, 8, 4, (1, 1, False)),
 ]
+
+
+def documented_alignment(cp: int, tp: int, sp: bool) -> int:
+    """docs/training/packed-sequences.md: lcm(2*CP if CP > 1, CP*TP with SP and TP > 1)."""
+    return math.lcm(2 * cp if cp > 1 else 1, cp * tp if sp and tp > 1 else 1)
+
+
+def mb_multiple(cp: int, tp: int, sp: bool) -> int:
+    """The multiple MB chooses for in-batch packing under this layout (never the suite's choice)."""
+    out = cp_ops.collate_padding_multiple(cp, tp, sp, in_batch=True)
+    if not out["accepted"]:
+        raise fail(Impact.REFUSES_VALID_CONFIG, f"MB refused the layout CP{cp} TP{tp} SP{sp}: {out['message']}")
+    return int(out["multiple"])
 
 
 def _micro_batch(case: _oracle.SFTCase, first: int, rows: int):
@@ -47,9 +72,10 @@ def _micro_batch(case: _oracle.SFTCase, first: int, rows: int):
     return examples, _oracle.right_padded(examples, pad_id, IGNORE_INDEX), pad_id
 
 
-@pytest.mark.parametrize("ref,first,rows,multiple", [c[1:] for c in CASES], ids=[c[0] for c in CASES])
-def test_pack_right_padded(golden, ref, first, rows, multiple):
+@pytest.mark.parametrize("ref,first,rows,layout", [c[1:] for c in CASES], ids=[c[0] for c in CASES])
+def test_pack_right_padded(golden, ref, first, rows, layout):
     examples, batch, pad_id = _micro_batch(ref, first, rows)
+    multiple = mb_multiple(*layout)
     packed = thd.pack_in_batch(
         batch["tokens"],
         batch["labels"],
@@ -61,7 +87,7 @@ def test_pack_right_padded(golden, ref, first, rows, multiple):
     )
     (row,) = batch_ops.packed_rows(packed["raw"])
     report = _oracle.differential.compare(
-        [row], examples, pad_seq_to_mult=multiple, special_ids=_oracle.special_ids(ref)
+        [row], examples, pad_seq_to_mult=documented_alignment(*layout), special_ids=_oracle.special_ids(ref)
     )
     report.assert_ok()
     real = report.rows[0].real_positions
@@ -89,15 +115,23 @@ def _pack(batch, pad_id):
 
 
 def _assert_refused(batch, pad_id, refusals: tuple[type[BaseException], ...], what: str) -> None:
-    """Packing ``batch`` must raise one of ``refusals``; if it packs instead, say what came out."""
+    """Packing ``batch`` must be refused by one of MB's explicit checks (``raise``/``assert`` in its
+    code, an exception of ``refusals``); if it packs instead, say what came out."""
     try:
         packed = _pack(batch, pad_id)
-    except refusals:
+    except refusals as exc:
+        if rules.raising_check(exc) is None:
+            raise fail(
+                Impact.CRASH,
+                f"{what} was not refused by a check of MB's: {type(exc).__name__} raised outside an explicit "
+                f"raise/assert of Megatron-Bridge ({exc})",
+            ) from exc
         return
-    pytest.fail(
+    raise fail(
+        Impact.ACCEPTS_INVALID_CONFIG,
         f"{what} was packed instead of refused: got cu_seqlens_padded {show(packed.get('cu_seqlens_padded'))}, "
         f"{len(packed.get('tokens') or [])} packed tokens (expected one of "
-        f"{', '.join(e.__name__ for e in refusals)})"
+        f"{', '.join(e.__name__ for e in refusals)})",
     )
 
 

@@ -5,11 +5,19 @@ through MB's builder, see suites/_oracle.py) goes through MB's ``get_packed_seq_
 the params carry (boundaries, padded variants, ``max_seqlen``, dtypes) is checked by the oracle
 against MB's own unpacked path, like the collated batch itself, and ``qkv_format`` is ``"thd"``.
 
-Documented legacy contract (hand-made batches, because current MB no longer collates them but
-``get_packed_seq_params`` still accepts them): ``cu_seqlens`` padded with ``-1`` (optionally with
-``cu_seqlens_argmin``) is stripped of that padding and nothing else - a batch without ``-1`` keeps
-every boundary; with ``cu_seqlens_unpadded`` the params hold the real-token boundaries in
-``cu_seqlens_q`` and the physical ones in ``cu_seqlens_q_padded``; ``max_seqlen`` passes through.
+Documented legacy contract (hand-made batches in the layout MB's legacy collate emitted, because
+current MB no longer collates them but ``get_packed_seq_params`` still accepts them): ``cu_seqlens``
+padded with at least one ``-1`` (the legacy collate always appends one; optionally with
+``cu_seqlens_argmin``) is stripped of that padding and nothing else; with ``cu_seqlens_unpadded``
+the params hold the real-token boundaries in ``cu_seqlens_q`` and the physical ones in
+``cu_seqlens_q_padded``; ``max_seqlen`` passes through. No batch without a ``-1`` is made: no MB
+producer emits one.
+
+Fast path (MB: "if argmin is not pre-computed in the dataloader, torch.argmin here will incur a
+device-to-host synchronization"): with the argmin precomputed, building the params from a batch
+whose boundaries are on the device reads nothing back on the host (counted on CPU by
+:mod:`harness.adapters.hostsync`); a read is a ``fast-path-contract`` violation, impact
+``perf-contract``. MB's own batches are checked the same way.
 """
 
 from __future__ import annotations
@@ -19,7 +27,7 @@ import torch
 
 from harness.adapters import batch as batch_ops
 from harness.adapters import forward as fwd
-from harness.adapters import thd
+from harness.adapters import hostsync, thd
 from harness.oracle.differential import Invariant, InvariantFailure, Violation
 from suites import _oracle
 from suites._explain import first_difference, show
@@ -48,9 +56,8 @@ def _legacy_batch(
         ([0, 5, 9, 12], 2, True),
         ([0, 7], 5, False),
         ([0, 3, 4, 10, 16, 31, 32], 1, True),
-        ([0, 5, 9, 12], 0, False),
     ],
-    ids=["3seq-2sentinels", "3seq-2sentinels-argmin", "1seq-5sentinels", "6seq-1sentinel-argmin", "3seq-no-sentinel"],
+    ids=["3seq-2sentinels", "3seq-2sentinels-argmin", "1seq-5sentinels", "6seq-1sentinel-argmin"],
 )
 def test_offline_sentinel_stripped(golden, bounds, sentinels, argmin):
     max_seqlen = max(b - a for a, b in zip(bounds, bounds[1:]))
@@ -72,9 +79,31 @@ def test_offline_sentinel_stripped(golden, bounds, sentinels, argmin):
     ]
     if params["max_seqlen_q"] != max_seqlen:
         violations.append(Violation(Invariant.MAX_SEQLEN, 0, None, max_seqlen, params["max_seqlen_q"], "", tags))
+    if argmin:
+        violations += _host_reads(_legacy_batch(bounds, sentinels, max_seqlen, argmin))
     if violations:
         raise InvariantFailure("\n".join(v.text() for v in violations), violations)
     golden.check(params)
+
+
+def _host_reads(batch: dict) -> list[Violation]:
+    """MB's builder on ``batch`` with its boundaries device-resident: every host read it makes."""
+    _, builder = fwd.mb_packed_seq_params.resolved
+    with hostsync.count_host_reads() as reads:
+        builder(hostsync.place(batch, hostsync.DEVICE_KEYS))
+    if not reads:
+        return []
+    return [
+        Violation(
+            Invariant.FAST_PATH,
+            0,
+            None,
+            "no host read of a device tensor (what the host needs is precomputed)",
+            sorted(set(reads)),
+            "get_packed_seq_params synchronises the device every micro-batch",
+            ("host-sync",),
+        )
+    ]
 
 
 @pytest.mark.parametrize(
@@ -115,12 +144,21 @@ def test_params_from_mb_batches(golden, case):
     b = _oracle.built(case)
     _, builder = fwd.mb_packed_seq_params.resolved
     rows, formats = [], set()
+    syncs: list[Violation] = []
     for batch, row in zip(b.batches, b.rows):
-        params = builder({k: v for k, v in batch.items() if k.startswith(("cu_seqlens", "max_seqlen"))})
+        meta = {k: v for k, v in batch.items() if k.startswith(("cu_seqlens", "max_seqlen"))}
+        params = builder(meta)
         formats.add(getattr(params, "qkv_format", None))
         rows.append(batch_ops.with_params(row, params))
+        if not syncs and ("cu_seqlens_q" in meta or any(k.endswith("argmin") for k in meta)):
+            syncs = _host_reads(meta)  # what the host needs MB's collate precomputed: no sync allowed
     assert formats == {"thd"}, f"qkv_format must be 'thd', got {formats}"
-    _oracle.compare(case, b.examples, rows, b.special_ids).only(_oracle.differential.BOUNDARY_INVARIANTS).assert_ok()
+    report = _oracle.compare(case, b.examples, rows, b.special_ids).only(
+        _oracle.differential.BOUNDARY_INVARIANTS | {Invariant.FAST_PATH}
+    )
+    if syncs:
+        report.violations.extend(syncs)
+    report.assert_ok()
     golden.check(
         {"rows": [{k: v for k, v in r.items() if k.startswith(("cu_", "max_"))} for r in _oracle.canonical_rows(rows)]}
     )

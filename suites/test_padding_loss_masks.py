@@ -42,7 +42,7 @@ def _every_row(ds):
     return _rows_of(ds, list(range(len(ds))))
 
 
-@pytest.mark.parametrize("case,gbs", CASES, ids=[f"{c.id}-gbs{g}" for c, g in CASES])
+@pytest.mark.parametrize("case,gbs", [_oracle.case_param(c, g, id=f"{c.id}-gbs{g}") for c, g in CASES])
 def test_padding_rows_and_alignment(golden, case, gbs):
     b = _oracle.built(case)
     ds = b.build.train

@@ -28,6 +28,8 @@ def entry(**over) -> known.KnownFailure:
         "mb_versions": ">=0.6.0,<0.7",
         "reason": "packed collate masks EOS inputs",
         "upstream": "data/packing/gpt_sft.py: loss_mask[tokens == eos_id] = 0",
+        "impact": "drops-trained-token",
+        "fix_mutant": "fix_eos_kept_padding_masked",
     }
     doc.update(over)
     return known.KnownFailure.from_json(doc)
@@ -68,6 +70,9 @@ def test_where_the_bug_exists_versions_and_commit_ranges():
     assert not ranged.applies("0.6.2", "c1", None)  # no repository to ask and no versions: does not apply
     both = entry(commits="aaa..bbb")
     assert both.applies("0.6.2", "c1", lambda commit, bad, fixed: None)  # repository cannot tell: versions decide
+    assert both.applies("0.6.2", "c1", lambda commit, bad, fixed: False)  # a release tag off the main-line range
+    assert both.applies("0.7.0rc0", "c1", lambda commit, bad, fixed: True)  # a commit between releases
+    assert not both.applies("0.7.0rc0", "c1", lambda commit, bad, fixed: False)
 
 
 def test_entries_are_validated_and_a_corrupt_file_is_one_error(tmp_path):
@@ -205,3 +210,56 @@ def test_several_version_ranges_mean_any_of_them():
     e = entry(mb_versions=["==0.4.0", ">=0.6.0,<0.7"])
     assert e.applies("0.4.0", None) and e.applies("0.6.2", None) and not e.applies("0.5.1", None)
     assert known.KnownFailure.from_json(e.to_json()) == e
+
+
+def test_every_entry_names_its_impact_and_its_fix():
+    """Issue 22: an entry is a training defect with a known fix: impact from the closed set, a fix
+    mutant of the catalogue (kind fix) or where MB fixed it; nothing harmless is listed."""
+    from harness.mutations import load_catalogue
+    from harness.oracle.impact import Impact
+
+    fixes = {f.id for f in load_catalogue() if f.is_fix}
+    entries = known.load(ROOT / "fixtures" / known.FILENAME)
+    assert entries
+    for e in entries:
+        assert Impact(e.impact), e.id
+        assert e.fix_mutant or e.fixed_in, e.id
+        assert e.fix_mutant is None or e.fix_mutant in fixes, f"{e.id}: {e.fix_mutant} is no fix of the catalogue"
+        assert not {"counts-shifted-out-token", "counts-padding", "no-sentinel"} & set(e.tags), (
+            f"{e.id}: a causal-tail count or an input no MB producer emits is not a bug"
+        )
+
+
+def test_an_entry_without_impact_or_fix_is_refused_and_schema_1_upgrades(tmp_path):
+    with pytest.raises(ValueError, match="unknown impact 'slow'"):
+        entry(impact="slow")
+    with pytest.raises(ValueError, match="a bug is known by its fix"):
+        entry(fix_mutant=None)
+    assert entry(fix_mutant=None, fixed_in="0.6.0").fixed_in == "0.6.0"
+    old = {k: v for k, v in entry().to_json().items() if k not in ("impact", "fix_mutant")}
+    path = tmp_path / "k.json"
+    path.write_text(json.dumps({"kind": known.KIND, "schema_version": 1, "entries": [old]}))
+    (up,) = known.load(path)
+    assert up.impact == "drops-trained-token" and up.fix_mutant is None
+
+
+def test_commit_ranges_resolve_through_the_targets_repository(tmp_path):
+    """Known bugs resolve on any commit: the target names its repository (HARNESS_MB_REPO), and
+    git_in_range answers by ancestry there (issue 22: 'commits' ranges could never match)."""
+    from harness.target import Target
+
+    repo = tmp_path / "mb"
+    (repo / "src" / "megatron" / "bridge").mkdir(parents=True)
+    run = lambda *a: subprocess.run(["git", "-C", str(repo), *a], check=True, capture_output=True, text=True)  # noqa: E731
+    run("init", "-q")
+    run("-c", "user.email=a@b", "-c", "user.name=a", "commit", "-q", "--allow-empty", "-m", "one")
+    (repo / "src" / "megatron" / "bridge" / "__init__.py").write_text("")
+    run("add", ".")
+    run("-c", "user.email=a@b", "-c", "user.name=a", "commit", "-q", "-m", "two")
+    first, second = run("rev-list", "--reverse", "HEAD").stdout.split()
+    tgt = Target.from_args(str(repo))
+    assert tgt.repo == repo.resolve() and tgt.env()["HARNESS_MB_REPO"] == str(repo.resolve())
+    in_range = known.git_in_range(tgt.repo)
+    e = entry(mb_versions=None, commits=f"{second}..")
+    assert e.applies(None, second, in_range) and not e.applies(None, first, in_range)
+    assert "HARNESS_MB_REPO" not in Target().env()

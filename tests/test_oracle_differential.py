@@ -156,4 +156,64 @@ def test_violation_text_names_row_position_and_both_values():
     row = replace(row, labels=row.labels[:4] + (99,) + row.labels[5:])
     (v,) = run(row).violations
     assert v.invariant is Invariant.LABELS
-    assert v.text() == "labels-equal-unpacked: row 0, position 4: expected 9, got 99 (example #1, token 0 of 2)"
+    assert (
+        v.text()
+        == "labels-equal-unpacked [wrong-targets]: row 0, position 4: expected 9, got 99 (example #1, token 0 of 2)"
+    )
+
+
+# --- impact: a red is a training defect, a harmless difference is no violation (issue 22) ---
+
+
+def test_causal_tail_counted_in_the_logical_segment_is_no_violation():
+    """MB counting the slot after C's last real token (its label-only end, or eod padding) inside
+    C's logical segment costs nothing: nothing trains there and no real token attends forward."""
+    row = aligned_row()
+    tail = replace(row, cu_seqlens_q=(0, 4, 6, 10, 10), cu_seqlens_kv=(0, 4, 6, 10, 10))
+    assert run(tail).ok, run(tail).summary()
+    # the same slot trained is padding that trains, named as such
+    trains = replace(tail, loss_mask=row.loss_mask[:9] + (1, 0, 0))
+    assert {v.training_impact.value for v in run(trains).violations} == {"trains-padding"}
+
+
+def test_logical_segment_past_its_physical_segment_is_cross_document_attention():
+    row = aligned_row()
+    past = replace(row, cu_seqlens_q=(0, 5, 7, 10, 10), cu_seqlens_kv=(0, 5, 7, 10, 10))
+    report = run(past)
+    assert {(v.invariant, v.training_impact.value) for v in report.violations} == {
+        (Invariant.LOGICAL_BOUNDARIES, "cross-document-attention")
+    }
+
+
+def test_logical_cut_of_an_untrained_token_is_no_violation_of_a_trained_one_is():
+    untrained_tail = Example("#3", tokens=(13, 14, 15), labels=(14, 15, 3), loss_mask=(1, 1, 0), position_ids=(0, 1, 2))
+    row = PackedRow(
+        tokens=(13, 14, 15, EOS),
+        labels=(14, 15, 3, EOS),
+        loss_mask=(1, 1, 0, 0),
+        position_ids=(0, 1, 2, 3),
+        cu_seqlens_q=(0, 2),
+        cu_seqlens_q_padded=(0, 4),
+        cu_seqlens_kv=(0, 2),
+        cu_seqlens_kv_padded=(0, 4),
+        max_seqlen_q=4,
+        max_seqlen_kv=4,
+    )
+    assert run(row, examples=(untrained_tail,)).ok
+    cut_trained = replace(row, cu_seqlens_q=(0, 1), cu_seqlens_kv=(0, 1))
+    (v,) = run(cut_trained, examples=(untrained_tail,)).violations
+    assert v.training_impact.value == "drops-trained-token" and "drops-real-tokens" in v.tags
+
+
+def test_loss_mask_impact_says_which_way_it_differs():
+    row = aligned_row()
+    dropped = replace(row, loss_mask=(0, 0) + row.loss_mask[2:])
+    assert {v.training_impact.value for v in run(dropped).violations} == {"drops-trained-token"}
+    prompt_trains = replace(row, loss_mask=(1,) + row.loss_mask[1:])
+    assert {v.training_impact.value for v in run(prompt_trains).violations} == {"trains-masked-token"}
+
+
+def test_a_label_nobody_trains_on_is_no_violation():
+    row = aligned_row()
+    masked_label = replace(row, labels=row.labels[:6] + (99,) + row.labels[7:])  # C's token 0: masked both ways
+    assert run(masked_label).ok

@@ -47,6 +47,8 @@ def test_release(tmp_path, release, python, src):
     problems = []
     for c in cases:
         verdict, cid = c["verdict"], c["case_id"]
+        if c.get("tier") == "hypothetical":  # inputs no MB producer emits: reported, never failing
+            continue
         if verdict in ("error", "fail", "fixed"):
             problems.append(f"{verdict.upper()} {cid}: {c['message'][:800]}")
         elif verdict == "untestable" and not c["message"].strip():

@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from harness import features
-from harness.adapters import field_names, load_module, module_source, symbol
+from harness.adapters import field_names, load_module, module_source, rules, symbol
 from harness.errors import NotHere, Untestable
 
 
@@ -143,7 +143,14 @@ def _apply_packing(spec: PackingConfigSpec, dataset: Any) -> Any:
                 "this era has no enable_offline_packing flag separate from packed_sequence_specs",
             )
     if spec.in_batch_packing:
-        setattr(dataset, in_batch_flag(), True)
+        flag = in_batch_flag()
+        if specs is not None and "enable_offline_packing" not in field_names(type(dataset)):
+            # MB declared offline and in-batch packing exclusive with the enable_offline_packing
+            # flag (814ad79af); before it no rule of that era speaks of the combination
+            raise features.missing(
+                "offline-packing-flag", "offline and in-batch packing are declared exclusive from this flag on"
+            )
+        setattr(dataset, flag, True)
     if spec.pad_to_max_length:
         if hasattr(dataset, "pad_to_max_length"):
             dataset.pad_to_max_length = True
@@ -162,8 +169,8 @@ def tiny_gpt_provider(seq_length: int, cp: int, tp: int, sp: bool, per_token_los
             provider_cls,
             {
                 "num_layers": 1,
-                "hidden_size": 128,
-                "num_attention_heads": 4,
+                "hidden_size": 384,
+                "num_attention_heads": 12,  # divisible by every TP size the cases use (1, 2, 3, 4)
                 "seq_length": seq_length,
                 "apply_rope_fusion": False,
                 "context_parallel_size": cp,
@@ -216,18 +223,36 @@ def build_container(
 def run_validate(cfg: Any, container: Any, world_size: int) -> dict[str, Any]:
     """``container.validate()`` with the world size it reads from torch.distributed pinned.
 
-    A rejection is the behaviour under test, so any exception becomes the outcome.
+    A rejection is the behaviour under test, so an exception becomes the outcome, attributed to
+    the rules its message names and to MB's raising statement (:mod:`harness.adapters.rules`):
+    ``rules`` and ``raised_at`` say who refused, so a case proves its own rule, not any raise.
     """
     original = getattr(cfg, "get_world_size_safe", None)
     cfg.get_world_size_safe = lambda: world_size
     try:
         container.validate()
     except Exception as exc:
-        return {"accepted": False, "error_class": type(exc).__name__, "message": " ".join(str(exc).split())}
+        return rejected(exc)
     finally:
         if original is not None:
             cfg.get_world_size_safe = original
-    return {"accepted": True, "error_class": None, "message": ""}
+    return accepted()
+
+
+def accepted() -> dict[str, Any]:
+    return {"accepted": True, "error_class": None, "message": "", "rules": [], "raised_at": None}
+
+
+def rejected(exc: BaseException) -> dict[str, Any]:
+    """The outcome of a refusal: class, message, the rules it is attributed to, MB's raising check."""
+    who = rules.attribute(exc)
+    return {
+        "accepted": False,
+        "error_class": type(exc).__name__,
+        "message": " ".join(str(exc).split()),
+        "rules": who.names(),
+        "raised_at": who.frame,
+    }
 
 
 def _packed_dataset_stage(spec: PackingConfigSpec) -> dict[str, Any]:
@@ -257,8 +282,8 @@ def _packed_dataset_stage(spec: PackingConfigSpec) -> dict[str, Any]:
         except Untestable:
             raise
         except Exception as exc:
-            return {"accepted": False, "error_class": type(exc).__name__, "message": " ".join(str(exc).split())}
-    return {"accepted": True, "error_class": None, "message": ""}
+            return rejected(exc)
+    return accepted()
 
 
 def validate_packing_config(spec: PackingConfigSpec) -> dict[str, Any]:

@@ -317,6 +317,17 @@ def in_batch_multiple(cp: int, tp: int = 1, sp: bool = False) -> int:
     return math.lcm(2 * cp if cp > 1 else 1, cp * tp if sp and tp > 1 else 1)
 
 
+def mb_in_batch_multiple(cp: int, tp: int = 1, sp: bool = False) -> int:
+    """The multiple MB's config finalisation writes for in-batch packing under this layout (what a
+    user's collate gets); the oracle checks the packed segments against :func:`in_batch_multiple`."""
+    from harness.adapters import cp as cp_ops
+
+    out = cp_ops.collate_padding_multiple(cp, tp, sp, in_batch=True)
+    if not out["accepted"]:
+        raise AssertionError(f"MB refused the layout CP{cp} TP{tp} SP{sp}: {out['message']}")
+    return int(out["multiple"])
+
+
 @dataclass(frozen=True)
 class VLMRun:
     packed: StepRun  # with in-batch packing
@@ -334,7 +345,9 @@ def _collate_time_probe() -> Callable[..., VLMRun]:
     collate = thd.in_batch_collate.resolved[1]  # NotHere/Untestable: try the step-time era
 
     def call(model: RecordingModel, batch: dict[str, Any], *, pad_token_id: int, cp: int, tp: int, sp: bool) -> VLMRun:
-        packed_batch = collate(dict(batch), pad_token_id=pad_token_id, pad_to_multiple_of=in_batch_multiple(cp, tp, sp))
+        packed_batch = collate(
+            dict(batch), pad_token_id=pad_token_id, pad_to_multiple_of=mb_in_batch_multiple(cp, tp, sp)
+        )
         packed = run_step(
             fn,
             minimal_state(enable_in_batch_packing=True, defer_in_batch_packing_to_step=False, sequence_parallel=sp),

@@ -195,6 +195,7 @@ class MBEvaluator:
             core=core.path if core else None,
             core_pin=core.pin if core else None,
             core_varies=core_varies,
+            repo=Path(self.repo_path),
         )
         result = runner.run_suites(tgt, opts, self.runs_dir / label / runner.new_run_id(), progress=None)
         cases = [c for c in result.cases if self.cases is None or c.case_id in self.cases]  # upstream runs whole

@@ -133,7 +133,7 @@ def run(args: argparse.Namespace, out: TextIO = sys.stdout) -> int:
             continue
         seen.add(sha)
         date = repo.committed_date(sha)
-        tgt = Target(src=src, commit=sha)
+        tgt = Target(src=src, commit=sha, repo=repo.path)
         if args.megatron_lm is not None:
             try:
                 pinned = pinned_core(repo, sha, args.megatron_lm, _args.cache_dir(args))
@@ -141,7 +141,7 @@ def run(args: argparse.Namespace, out: TextIO = sys.stdout) -> int:
                 rows.append(matrix.row_unavailable(ref, kind, sha, date, f"pinned megatron-core unavailable: {exc}"))
                 continue
             if pinned is not None:
-                tgt = Target(src=src, commit=sha, core=pinned.path, core_pin=pinned.pin)
+                tgt = Target(src=src, commit=sha, core=pinned.path, core_pin=pinned.pin, repo=repo.path)
         todo.append(_RefItem(ref, kind, sha, date, tgt, out_dir / re.sub(r"[^A-Za-z0-9._-]", "_", ref)))
     if executor is not None:
         with executor:

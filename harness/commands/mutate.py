@@ -141,13 +141,15 @@ def run_copy(
     timeout: float,
     pkg: Path,
     keyword: str | None = None,
+    extra: list[str] | None = None,
 ) -> RunResult | None:
-    """Run ``suites`` on a copy of MB with ``fault`` applied (None: the baseline); None when not applicable."""
+    """Run ``suites`` on a copy of MB with ``fault`` applied (None: the baseline); None when not
+    applicable. ``extra``: further pytest arguments for the suite process."""
     root = make_mutant(fault, pkg)
     if root is None:
         return None
     try:
-        opts = runner.RunOptions(suites=suites, keyword=keyword, timeout_s=timeout)
+        opts = runner.RunOptions(suites=suites, keyword=keyword, timeout_s=timeout, extra_pytest=list(extra or []))
         return runner.run_suites(Target(src=root), opts, out_dir, progress=None)
     finally:
         shutil.rmtree(root, ignore_errors=True)

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
+from harness.oracle.impact import Impact
 from harness.oracle.records import Example, Invariant, PackedRow, Segment, Violation, role_tags
 
 
@@ -48,6 +49,8 @@ def check_boundaries(
                 f"{len(physical)} entries",
                 len(logical),
                 "cu_seqlens_q shorter than the physical boundaries",
+                (),
+                Impact.CRASH,
             )
         )
         return
@@ -60,6 +63,8 @@ def check_boundaries(
                 f"0 <= ascending <= {width}",
                 physical,
                 "boundaries must start at 0, ascend and stay inside the row",
+                (),
+                Impact.CRASH,
             )
         )
         return
@@ -103,6 +108,8 @@ def check_boundaries(
                         f"0..{b - a} (padding)",
                         logical_len,
                         f"padding-only segment {i}",
+                        (),
+                        Impact.CROSS_DOCUMENT_ATTENTION,
                     )
                 )
             continue
@@ -115,27 +122,11 @@ def check_boundaries(
                     f">= {seg.real}",
                     b - a,
                     f"physical segment {i} cuts example {seg.key}",
+                    (),
+                    Impact.DROPS_TRAINED_TOKEN,
                 )
             )
-        if logical_len != seg.real:
-            tags = role_tags("last-input", by_key[seg.key].tokens[seg.real - 1], roles)
-            if logical_len < seg.real:
-                tags += ("drops-real-tokens",)
-            elif logical_len == seg.real + 1 and seg.stop < len(row.tokens):
-                tags += ("counts-shifted-out-token",) + role_tags("shifted-out", row.tokens[seg.stop], roles)
-            else:
-                tags += ("counts-padding",)
-            out.append(
-                Violation(
-                    Invariant.LOGICAL_BOUNDARIES,
-                    row_i,
-                    a,
-                    seg.real,
-                    logical_len,
-                    f"cu_seqlens_q length of segment {i} (example {seg.key})",
-                    tags,
-                )
-            )
+        _check_coverage(row_i, i, a, b, logical_len, seg, by_key[seg.key], roles, out)
         if mult > 1 and (b - a) % mult:
             out.append(
                 Violation(
@@ -158,11 +149,72 @@ def check_boundaries(
                     getattr(row, q_name),
                     getattr(row, name),
                     f"{name} must equal {q_name} for self-attention",
+                    (),
+                    Impact.CROSS_DOCUMENT_ATTENTION,
                 )
             )
 
 
-def check_metadata(row_i: int, row: PackedRow, segs: list[Segment], static_max: bool, out: list[Violation]) -> None:
+def _check_coverage(
+    row_i: int,
+    i: int,
+    a: int,
+    b: int,
+    logical_len: int,
+    seg: Segment,
+    ex: Example,
+    roles: Mapping[int, tuple[str, ...]],
+    out: list[Violation],
+) -> None:
+    """The logical segment of example ``seg`` covers its trained tokens and stays in ``[a, b)``.
+
+    A logical length that differs from the real-token count is a defect only where it costs
+    training: shorter, when a token the unpacked path trains falls outside attention (its logits
+    are never computed); longer than the physical segment, when attention runs into the next
+    document's slots. Longer within its physical segment is the causal tail (a chat's label-only
+    last end-of-turn, trailing eod padding): no real token attends forward to it, and the padding
+    check already fails it if it trains, so it is no violation here.
+    """
+    if logical_len == seg.real:
+        return
+    tags = role_tags("last-input", ex.tokens[seg.real - 1], roles)
+    if logical_len < seg.real:
+        cut = range(max(logical_len, 0), seg.real)
+        trained = [j for j in cut if j < len(ex.loss_mask) and ex.loss_mask[j]]
+        if trained:
+            out.append(
+                Violation(
+                    Invariant.LOGICAL_BOUNDARIES,
+                    row_i,
+                    a + trained[0],
+                    f">= {trained[-1] + 1} (covers every trained token)",
+                    logical_len,
+                    f"cu_seqlens_q length of segment {i} (example {seg.key}, {seg.real} real tokens) leaves "
+                    f"{len(trained)} trained token(s) outside attention",
+                    tags + ("drops-real-tokens",),
+                    Impact.DROPS_TRAINED_TOKEN,
+                )
+            )
+        return
+    if logical_len > b - a:
+        out.append(
+            Violation(
+                Invariant.LOGICAL_BOUNDARIES,
+                row_i,
+                a,
+                f"<= {b - a} (inside its physical segment)",
+                logical_len,
+                f"cu_seqlens_q length of segment {i} (example {seg.key}) runs past its physical segment",
+                tags + ("past-physical",),
+                Impact.CROSS_DOCUMENT_ATTENTION,
+            )
+        )
+
+
+def check_metadata(
+    row_i: int, row: PackedRow, segs: list[Segment], static_max: bool, out: list[Violation], mult: int = 1
+) -> None:
+    _check_padded_variants(row_i, row, static_max, mult, out)
     for name, dtype in row.dtypes.items():
         if name.startswith("cu_seqlens") and dtype != "int32":
             out.append(Violation(Invariant.BOUNDARY_DTYPE, row_i, None, "int32", dtype, name))
@@ -181,6 +233,9 @@ def check_metadata(row_i: int, row: PackedRow, segs: list[Segment], static_max: 
                 want,
                 row.max_seqlen_q,
                 "longest physical segment" + (" (pad_cu_seqlens: static bound)" if static_max else ""),
+                (),
+                # too small: kernels size their tiles by it and miss the tail; too large: only compute
+                Impact.WRONG_LOGITS if row.max_seqlen_q < longest else Impact.PERF_CONTRACT,
             )
         )
     if row.max_seqlen_kv is not None and row.max_seqlen_kv != row.max_seqlen_q:
@@ -192,5 +247,31 @@ def check_metadata(row_i: int, row: PackedRow, segs: list[Segment], static_max: 
                 row.max_seqlen_q,
                 row.max_seqlen_kv,
                 "max_seqlen_kv must equal max_seqlen_q",
+            )
+        )
+
+
+def _check_padded_variants(row_i: int, row: PackedRow, static_max: bool, mult: int, out: list[Violation]) -> None:
+    """Padded boundary variants only where padding can exist (MB's documented fast path).
+
+    ``get_packed_seq_params``: "Otherwise, just use cu_seqlens_padded to avoid slower TE kernel":
+    with ``pad_seq_to_mult`` 1 and no static ``pad_cu_seqlens`` shape nothing is padded inside a
+    sequence, so MB documents the logical boundaries alone ("When > 1, both logical and physically
+    padded cumulative sequence offsets are returned for THD CP"); a ``cu_seqlens_q_padded`` there
+    only sends Transformer Engine down its padded THD path.
+    """
+    if mult > 1 or static_max or row.cu_seqlens_q_padded is None or row.cu_seqlens_q is None:
+        return
+    if True:
+        out.append(
+            Violation(
+                Invariant.FAST_PATH,
+                row_i,
+                None,
+                "no cu_seqlens_q_padded (pad_seq_to_mult 1: nothing is padded inside a sequence)",
+                list(row.cu_seqlens_q_padded),
+                "padded boundaries without alignment padding send TE down its slower padded THD kernel",
+                ("padded-variant-without-padding",),
+                Impact.PERF_CONTRACT,
             )
         )

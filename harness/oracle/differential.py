@@ -11,15 +11,20 @@ row). Segments are found from content alone, never from MB's boundaries, so wron
 show up as a disagreement instead of being trusted. Examples carry a unique marker token early
 on (see :mod:`harness.oracle.corpus`), so two examples never match at the same place.
 
-The invariants (each a :class:`Invariant`; a broken one is a FAIL, a regression):
+The invariants (each a :class:`Invariant`; a broken one is a FAIL, a regression, and every
+violation names its training impact, :class:`~harness.oracle.impact.Impact`: a difference that
+costs nothing is not reported at all):
 
 * every packed segment is an unpacked example, and every example is packed exactly once;
-* per real token: tokens, labels, loss mask and position ids equal the unpacked ones;
+* per real token: tokens, labels, loss mask and position ids equal the unpacked ones (a label
+  neither path trains on is never read: no violation);
 * padding never trains (loss mask 0 outside real tokens; every position of a padding row);
 * MB's physical boundaries (``cu_seqlens_q_padded``, or ``cu_seqlens_q`` without it) start a
   segment at each example and cover only padding elsewhere; logical boundaries
-  (``cu_seqlens_q``) hold each example's real length; alignment: a physical segment is a
-  multiple of ``pad_seq_to_mult`` (documented; extra padding costs compute, not correctness);
+  (``cu_seqlens_q``) cover every trained token of their example and stay inside its physical
+  segment (a causal tail they also cover trains nothing and is attended by no real token);
+  alignment: a physical segment is a multiple of ``pad_seq_to_mult`` (CP's THD split and SP's
+  scatter need it); padded variants only where something can be padded (MB's fast path);
 * boundary tensors are int32 (Transformer Engine's THD kernels require it); ``max_seqlen`` is the
   longest physical segment (or, with ``pad_cu_seqlens``, at least that: a static upper bound).
 
@@ -33,6 +38,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 
 from harness.oracle.boundaries import check_boundaries, check_metadata, strip_row_padding
+from harness.oracle.impact import Impact
 from harness.oracle.records import (
     BOUNDARY_INVARIANTS,
     Example,
@@ -92,13 +98,40 @@ def _check_tokens(
     for inv, packed, unpacked in fields:
         for j in range(seg.real):
             got = packed[seg.start + j] if seg.start + j < len(packed) else None
-            if got != unpacked[j]:
-                tags = role_tags("input", ex.tokens[j], roles) + role_tags("label", ex.labels[j], roles)
-                out.append(
-                    Violation(
-                        inv, row_i, seg.start + j, unpacked[j], got, f"example {ex.key}, token {j} of {seg.real}", tags
-                    )
+            if got == unpacked[j]:
+                continue
+            harmful, impact = _impact(inv, j, seg, row, ex)
+            if not harmful:
+                continue
+            tags = role_tags("input", ex.tokens[j], roles) + role_tags("label", ex.labels[j], roles)
+            out.append(
+                Violation(
+                    inv,
+                    row_i,
+                    seg.start + j,
+                    unpacked[j],
+                    got,
+                    f"example {ex.key}, token {j} of {seg.real}",
+                    tags,
+                    impact,
                 )
+            )
+
+
+def _impact(inv: Invariant, j: int, seg: Segment, row: PackedRow, ex: Example) -> tuple[bool, Impact | None]:
+    """Whether a differing field at real token ``j`` costs training, and what (None: the default).
+
+    A label differs harmlessly where neither path trains the position (the label is never read);
+    a loss mask that differs either trains what unpacked masks or drops what unpacked trains.
+    """
+    p = seg.start + j
+    packed_trains = bool(row.loss_mask[p]) if p < len(row.loss_mask) else False
+    if inv is Invariant.LABELS:
+        return bool(packed_trains or ex.loss_mask[j]), Impact.WRONG_TARGETS
+    if inv is Invariant.LOSS_MASK:
+        trains_masked = packed_trains and not ex.loss_mask[j]
+        return True, Impact.TRAINS_MASKED_TOKEN if trains_masked else Impact.DROPS_TRAINED_TOKEN
+    return True, None
 
 
 def _check_padding(
@@ -186,7 +219,7 @@ def compare(
         _check_padding(r, row, real, shifted_out, pads, roles, out)
         if not row.padding_row:
             check_boundaries(r, row, segs, pad_seq_to_mult, by_key, roles, out)
-            check_metadata(r, row, segs, static_max_seqlen, out)
+            check_metadata(r, row, segs, static_max_seqlen, out, pad_seq_to_mult)
         packed_trained += sum(1 for m in row.loss_mask if m)
         reports.append(RowReport(r, segs, out, len(row.tokens)))
         violations += out

@@ -13,6 +13,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from harness.oracle.impact import Impact
+
 
 class Invariant(str, enum.Enum):
     """What a violation broke; the value is what reports and tests name."""
@@ -36,6 +38,31 @@ class Invariant(str, enum.Enum):
     TOKEN_LOSS = "token-loss-equals-unpacked"  # the model's per-token loss, per real token
     LOSS_TOTALS = "loss-totals-equal-unpacked"  # MB's loss function: (loss sum, token count) per micro-batch
     PARAMS = "packed-seq-params-contract"  # qkv_format thd, 1-D non-empty boundaries, no extra fields
+    FAST_PATH = "fast-path-contract"  # what MB documents as its fast path: no padded kernels, no host syncs
+
+
+#: What breaking an invariant does to training when the violation does not say otherwise (the
+#: loss mask and logical boundaries decide per violation: see the checks that build them).
+DEFAULT_IMPACT: dict[Invariant, Impact] = {
+    Invariant.SEGMENT_IS_EXAMPLE: Impact.WRONG_TARGETS,
+    Invariant.PACKED_ONCE: Impact.DROPS_TRAINED_TOKEN,
+    Invariant.TOKENS: Impact.WRONG_TARGETS,
+    Invariant.LABELS: Impact.WRONG_TARGETS,
+    Invariant.LOSS_MASK: Impact.DROPS_TRAINED_TOKEN,
+    Invariant.POSITION_IDS: Impact.WRONG_LOGITS,
+    Invariant.PADDING_NEVER_TRAINS: Impact.TRAINS_PADDING,
+    Invariant.PHYSICAL_BOUNDARIES: Impact.CROSS_DOCUMENT_ATTENTION,
+    Invariant.LOGICAL_BOUNDARIES: Impact.DROPS_TRAINED_TOKEN,
+    Invariant.ALIGNMENT: Impact.CRASH,  # TE's THD CP split and SP's scatter refuse unaligned segments
+    Invariant.BOUNDARY_DTYPE: Impact.CRASH,  # TE's THD kernels take int32 boundaries only
+    Invariant.MAX_SEQLEN: Impact.WRONG_LOGITS,
+    Invariant.SHAPES: Impact.CRASH,
+    Invariant.LOGITS: Impact.WRONG_LOGITS,
+    Invariant.TOKEN_LOSS: Impact.WRONG_LOGITS,
+    Invariant.LOSS_TOTALS: Impact.WRONG_LOSS_NORMALISATION,
+    Invariant.PARAMS: Impact.CRASH,
+    Invariant.FAST_PATH: Impact.PERF_CONTRACT,
+}
 
 
 BOUNDARY_INVARIANTS = frozenset(
@@ -111,11 +138,20 @@ class Violation:
     got: Any
     detail: str = ""
     tags: tuple[str, ...] = ()  # e.g. "input:eos": what known-failure entries match on
+    impact: Impact | None = None  # None: the invariant's default (DEFAULT_IMPACT)
+
+    @property
+    def training_impact(self) -> Impact:
+        """What this violation does to training (never None: every red names its cost)."""
+        return self.impact if self.impact is not None else DEFAULT_IMPACT[self.invariant]
 
     def text(self) -> str:
         where = f"row {self.row}" + (f", position {self.position}" if self.position is not None else "")
         tail = f" ({self.detail})" if self.detail else ""
-        return f"{self.invariant.value}: {where}: expected {self.expected!r}, got {self.got!r}{tail}"
+        return (
+            f"{self.invariant.value} [{self.training_impact.value}]: {where}: "
+            f"expected {self.expected!r}, got {self.got!r}{tail}"
+        )
 
 
 @dataclass
@@ -151,9 +187,10 @@ class Report:
             return "all invariants hold"
         by_kind: dict[str, int] = {}
         for v in self.violations:
-            by_kind[v.invariant.value] = by_kind.get(v.invariant.value, 0) + 1
+            key = f"{v.invariant.value} [{v.training_impact.value}]"
+            by_kind[key] = by_kind.get(key, 0) + 1
         head = ", ".join(f"{k} x{n}" for k, n in sorted(by_kind.items()))
-        trains = {Invariant.LOSS_MASK.value, Invariant.PADDING_NEVER_TRAINS.value} & by_kind.keys()
+        trains = any(v.invariant in (Invariant.LOSS_MASK, Invariant.PADDING_NEVER_TRAINS) for v in self.violations)
         counts = (
             f"; trained positions packed {self.packed_trained} vs unpacked {self.unpacked_trained}" if trains else ""
         )

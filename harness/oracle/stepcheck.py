@@ -186,18 +186,25 @@ def check_outputs(
     logit_atol: float,
     loss_atol: float,
     roles: Mapping[int, tuple[str, ...]] | None = None,
+    trained: Mapping[str, Sequence[int]] | None = None,
 ) -> tuple[list[Violation], OutputErrors]:
     """Per real token of each segment: logits and per-token loss equal the example's unpacked run.
 
     One violation per segment and quantity (the worst token), so a broken boundary reads as one
-    line per example instead of one per token.
+    line per example instead of one per token. ``trained`` (example key -> MB's unpacked loss
+    mask) limits the comparison to positions that train: a masked position's logits are never
+    read by training (its hidden states still are, through the trained tokens that attend to it,
+    so a wrong context shows there).
     """
     out: list[Violation] = []
     errs = OutputErrors()
     for seg in segments:
         ref = reference[seg.key]
         worst: dict[Invariant, tuple[float, int]] = {}
+        mask = trained.get(seg.key) if trained is not None else None
         for j in range(min(seg.real, len(ref.token_loss))):
+            if mask is not None and j < len(mask) and not mask[j]:
+                continue
             p = seg.start + j
             if p >= len(packed.token_loss):
                 worst[Invariant.LOGITS] = (float("inf"), p)

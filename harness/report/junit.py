@@ -45,9 +45,19 @@ def _testcase(case: CaseResult) -> ET.Element:
     ET.SubElement(props, "property", {"name": "source", "value": _xml_text(case.source)})
     if _is_flaky(case):
         ET.SubElement(props, "property", {"name": "flaky", "value": "true"})
+    if case.impacts:
+        ET.SubElement(props, "property", {"name": "impacts", "value": _xml_text(",".join(case.impacts))})
     message = _xml_text(case.message)
+    if case.hypothetical:
+        ET.SubElement(props, "property", {"name": "tier", "value": "hypothetical"})
+        ET.SubElement(
+            el, "skipped", {"message": f"hypothetical tier ({case.verdict.value}): {message}", "type": "hypothetical"}
+        )
+        return el
     if case.verdict == Verdict.FAIL:
-        failure = ET.SubElement(el, "failure", {"message": message, "type": f"{case.source}-mismatch"})
+        # the failure type is the training impact (what a red costs), never how it was found
+        kind = case.impacts[0] if case.impacts else "unclassified"
+        failure = ET.SubElement(el, "failure", {"message": message, "type": kind})
         failure.text = _xml_text(case.diff or case.message)
     elif case.verdict == Verdict.CHANGED:
         failure = ET.SubElement(el, "failure", {"message": message, "type": "changed"})

@@ -37,6 +37,8 @@ def _case_view(case: CaseResult) -> dict[str, Any]:
         "message": case.message,
         "anchor": anchor(case.case_id),
         "source": case.source,
+        "impacts": list(case.impacts),
+        "hypothetical": case.hypothetical,
     }
 
 
@@ -98,9 +100,10 @@ def run_context(run: RunResult) -> dict[str, Any]:
     upstream = [c for c in run.cases if c.source == "upstream"]
     failures = [
         {**_case_view(c), "diff": diff_view(c), "reproduce": reproduce_command(run, c.case_id)}
-        for c in run.cases
+        for c in run.documented
         if c.verdict == Verdict.FAIL
     ]
+    hypothetical = [_case_view(c) for c in run.cases if c.hypothetical]
     changed = [
         {**_case_view(c), "diff": diff_view(c), "accept": accept_command(run, c.case_id)}
         for c in run.cases
@@ -108,7 +111,7 @@ def run_context(run: RunResult) -> dict[str, Any]:
     ]
     known = [
         {**_case_view(c), "entries": c.known, "violations": len(c.violations)}
-        for c in run.cases
+        for c in run.documented
         if c.verdict == Verdict.KNOWN_FAIL
     ]
     untestable = [c for c in run.cases if c.verdict == Verdict.UNTESTABLE]
@@ -130,6 +133,7 @@ def run_context(run: RunResult) -> dict[str, Any]:
         "fixed": [_case_view(c) for c in run.cases if c.verdict == Verdict.FIXED],
         "changed": changed,
         "known": known,
+        "hypothetical": hypothetical,
         "untestable": [_case_view(c) for c in untestable],
         "untestable_groups": _untestable_groups(untestable),
     }

@@ -71,17 +71,25 @@ def print_run_summary(result: RunResult, out: TextIO) -> None:
             f"{sum(c.verdict is col for c in cases):>{max(6, len(col.value) + 2)}}" for col in COLUMNS
         )
 
-    for suite in sorted({c.suite for c in result.cases}):
-        print(row(suite, [c for c in result.cases if c.suite == suite]), file=out)
-    print(row("total", result.cases) + f"   ({result.duration_s:.1f} s)", file=out)
-    for c in result.cases:
+    documented = result.documented
+    for suite in sorted({c.suite for c in documented}):
+        print(row(suite, [c for c in documented if c.suite == suite]), file=out)
+    print(row("total", documented) + f"   ({result.duration_s:.1f} s)", file=out)
+    hypothetical = [c for c in result.cases if c.hypothetical]
+    if hypothetical:
+        print(
+            row("hypothetical tier", hypothetical) + "   (inputs no MB producer emits: reported, never failing)",
+            file=out,
+        )
+    for c in documented:
         if c.verdict in (Verdict.FAIL, Verdict.ERROR):
-            print(f"\n{c.verdict.value.upper()} {c.case_id}\n  " + c.message.replace("\n", "\n  "), file=out)
+            impact = f" [impact: {', '.join(c.impacts) or 'unclassified'}]" if c.verdict is Verdict.FAIL else ""
+            print(f"\n{c.verdict.value.upper()} {c.case_id}{impact}\n  " + c.message.replace("\n", "\n  "), file=out)
             print(f"  reproduce: {reproduce_command(result, c.case_id)}", file=out)
-    for c in result.cases:
+    for c in documented:
         if c.verdict is Verdict.FIXED:
             print(f"\nFIXED {c.case_id}\n  {c.message.splitlines()[0]}", file=out)
-    for c in result.cases:
+    for c in documented:
         if c.verdict is Verdict.CHANGED:
             print(
                 f"\nCHANGED {c.case_id} (every invariant holds; the output differs from its golden)\n  "
@@ -89,7 +97,7 @@ def print_run_summary(result: RunResult, out: TextIO) -> None:
                 file=out,
             )
             print(f"  accept:    {accept_command(result, c.case_id)}", file=out)
-    known = [c for c in result.cases if c.verdict is Verdict.KNOWN_FAIL]
+    known = [c for c in documented if c.verdict is Verdict.KNOWN_FAIL]
     if known:
         by_entry: dict[str, int] = {}
         for c in known:

@@ -1,0 +1,112 @@
+"""Which of MB's documented rules refused a configuration (or an input): attribution, not any raise.
+
+A rule case proves its rule only when the rejection comes from that rule. Counting any exception
+as the rule's rejection lets a rule vanish unnoticed: delete MB's offline/in-batch exclusivity
+and the same config is still refused, by the micro-batch rule. So a rejection is attributed:
+
+* by its message, against each rule's signature (the phrases MB's message for that rule has
+  carried in every era, checked against the releases and main: ``git log -S`` on
+  ``training/config.py``);
+* and by the raising frame: the innermost frame of the exception inside Megatron-Bridge's own
+  files must be an explicit ``raise`` or ``assert`` (a documented check), not torch or Python
+  failing somewhere inside a call (an ``IndexError`` from a shape that happened not to fit).
+
+The frame found (``file:line``) is kept in the outcome, so a report names the code that refused.
+"""
+
+from __future__ import annotations
+
+import enum
+import linecache
+import re
+import traceback
+from dataclasses import dataclass
+from pathlib import Path
+
+
+class Rule(str, enum.Enum):
+    """The packing rules of ``ConfigContainer.validate`` (and the stages that enforced them earlier)."""
+
+    CP_SEQ_DIVISIBLE = "cp-seq-length-divisible-by-2cp"
+    CP_FINETUNE_PER_TOKEN_LOSS = "cp-finetune-per-token-loss"
+    CP_FINETUNE_NO_AVERAGE_IN_COLLECTIVE = "cp-finetune-no-average-in-collective"
+    OFFLINE_MICRO_BATCH_1 = "offline-packing-micro-batch-1"
+    IN_BATCH_MICRO_BATCH_OVER_1 = "in-batch-packing-micro-batch-over-1"
+    OFFLINE_IN_BATCH_EXCLUSIVE = "offline-in-batch-exclusive"
+    PAD_CU_SEQLENS_NEEDS_PAD_TO_MAX = "pad-cu-seqlens-needs-pad-to-max-length"
+    SEQ_DIVISIBLE_BY_COLLATE_MULTIPLE = "seq-length-divisible-by-collate-multiple"
+
+
+SIGNATURES: dict[Rule, re.Pattern[str]] = {
+    Rule.CP_SEQ_DIVISIBLE: re.compile(r"divisible by 2 \* context parallel"),
+    Rule.CP_FINETUNE_PER_TOKEN_LOSS: re.compile(r"cp ?> ?1.*calculate_per_token_loss must be true"),
+    Rule.CP_FINETUNE_NO_AVERAGE_IN_COLLECTIVE: re.compile(r"cp ?> ?1.*average_in_collective must be false"),
+    Rule.OFFLINE_MICRO_BATCH_1: re.compile(r"micro batch size should be 1 when training with packed sequence"),
+    Rule.IN_BATCH_MICRO_BATCH_OVER_1: re.compile(
+        r"micro_batch_size should be greater than 1 when using (enable_in_batch_packing|pack_sequences_in_batch)"
+    ),
+    Rule.OFFLINE_IN_BATCH_EXCLUSIVE: re.compile(r"offline_packing and enable_in_batch_packing are mutually exclusive"),
+    Rule.PAD_CU_SEQLENS_NEEDS_PAD_TO_MAX: re.compile(r"pad_cu_seqlens.*pad_to_max_length|pad_to_max_length.*pad_cu"),
+    Rule.SEQ_DIVISIBLE_BY_COLLATE_MULTIPLE: re.compile(r"divisible by the cp/sp collate padding multiple"),
+}
+
+
+@dataclass(frozen=True)
+class Attribution:
+    """Who refused: the rules whose signature the message carries, and MB's raising statement."""
+
+    rules: tuple[Rule, ...]
+    frame: str | None  # "megatron/bridge/...py:LINE" of an explicit raise/assert, None: not MB's check
+
+    @property
+    def by_check(self) -> bool:
+        return self.frame is not None
+
+    def names(self) -> list[str]:
+        return [r.value for r in self.rules]
+
+
+def attribute(exc: BaseException, mb_roots: tuple[Path, ...] = ()) -> Attribution:
+    """The rules ``exc``'s message names, and the MB statement that raised it (see module doc)."""
+    text = " ".join(str(exc).split()).lower()
+    rules = tuple(rule for rule, sig in SIGNATURES.items() if sig.search(text))
+    return Attribution(rules, raising_check(exc, mb_roots))
+
+
+def raising_check(exc: BaseException, mb_roots: tuple[Path, ...] = ()) -> str | None:
+    """``file:line`` of the innermost Megatron-Bridge frame when it is an explicit ``raise`` or
+    ``assert`` statement (its first line); None when MB's code did not refuse by a check."""
+    frames = traceback.extract_tb(exc.__traceback__)
+    mb = [f for f in frames if _is_mb(f.filename, mb_roots)]
+    if not mb:
+        return None
+    last = mb[-1]
+    line = (linecache.getline(last.filename, last.lineno or 0) or last.line or "").strip()
+    if not line.startswith(("raise", "assert")):
+        # a multi-line raise/assert reports the line of its first token on 3.11+; look back a little
+        statement = _statement_start(last.filename, last.lineno or 0)
+        if statement is None:
+            return None
+    short = last.filename.replace("\\", "/")
+    short = short[short.index("megatron/bridge") :] if "megatron/bridge" in short else short
+    return f"{short}:{last.lineno}"
+
+
+def _statement_start(filename: str, lineno: int) -> str | None:
+    for back in range(0, 6):
+        text = linecache.getline(filename, lineno - back).strip()
+        if text.startswith(("raise", "assert")):
+            return text
+        if not text or text.endswith(":"):
+            return None
+    return None
+
+
+def _is_mb(filename: str, roots: tuple[Path, ...]) -> bool:
+    name = filename.replace("\\", "/")
+    if roots:
+        return any(str(Path(filename)).startswith(str(r)) for r in roots)
+    return "/megatron/bridge/" in name
+
+
+__all__ = ["SIGNATURES", "Attribution", "Rule", "attribute", "raising_check"]
