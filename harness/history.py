@@ -207,12 +207,16 @@ def _clean(value: Any) -> Any:
     return value.item() if hasattr(value, "item") else value
 
 
+GONE = "gone"  # the ``current`` of a case the latest run no longer has
+
+
 def trend(df: pd.DataFrame) -> dict[str, Any]:
     """Per case the verdict series over runs (oldest first) and its durations, what changed
     since the previous run, and the run durations.
 
     ``newly_failing``: FAIL in the latest run and not FAIL in the run before (passing,
-    untestable, errored or absent). ``newly_untestable``: UNTESTABLE now and PASS or FAIL in
+    untestable, errored or absent), and a case the run before decided that the latest run does
+    not have at all (``current`` is :data:`GONE`). ``newly_untestable``: UNTESTABLE now and PASS or FAIL in
     the run before: a case that ran and no longer can (an operation moved, a dependency went
     missing) lost its coverage, which is watched like a failure. ``newly_fixed``: PASS now and
     FAIL in the run before. ERROR is a harness problem, not a change in Megatron-Bridge.
@@ -267,6 +271,10 @@ def trend(df: pd.DataFrame) -> dict[str, Any]:
             }
             if len(run_ids) >= 2 and now == Verdict.FAIL.value and before != Verdict.FAIL.value:
                 newly_failing.append(change)
+            elif now is None and before is not None and Verdict(before).is_decisive:
+                # it ran last night and is gone tonight (a suite that stopped collecting, a case
+                # renamed away): its coverage is lost, which is watched like a new failure
+                newly_failing.append({**change, "current": GONE, "message": "not in tonight's run"})
             elif now == Verdict.UNTESTABLE.value and before is not None and Verdict(before).is_decisive:
                 newly_untestable.append(change)
             elif now == Verdict.PASS.value and before == Verdict.FAIL.value:

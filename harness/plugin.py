@@ -289,7 +289,7 @@ def golden(request: pytest.FixtureRequest) -> GoldenChecker:
 
 
 @pytest.hookimpl(hookwrapper=True)
-def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo) -> Any:
     outcome = yield
     if not active(item.config):
         return
@@ -374,6 +374,14 @@ def pytest_runtest_logreport(report: pytest.TestReport) -> None:
 
 
 _CASES: list[dict[str, Any]] = []
+_COLLECTION_ERRORS: list[dict[str, str]] = []  # suite files that failed to collect, with MB's or Python's error
+
+
+def pytest_collectreport(report: pytest.CollectReport) -> None:
+    if report.failed:
+        text = str(report.longreprtext or "").strip().splitlines()
+        errors = [ln.lstrip("E ").strip() for ln in text if ln.startswith("E ")] or text[-1:]
+        _COLLECTION_ERRORS.append({"nodeid": report.nodeid, "message": " | ".join(errors)[-1500:]})
 
 
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
@@ -388,7 +396,15 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     from harness.atomicio import write_versioned_json
 
     write_versioned_json(
-        Path(path), "harness-cases", 1, {"finished": time.time(), "pid": os.getpid(), "cases": list(seen.values())}
+        Path(path),
+        "harness-cases",
+        1,
+        {
+            "finished": time.time(),
+            "pid": os.getpid(),
+            "cases": list(seen.values()),
+            "collection_errors": list(_COLLECTION_ERRORS),
+        },
     )
 
 

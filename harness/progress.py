@@ -12,6 +12,7 @@ from __future__ import annotations
 import os
 import threading
 import time
+from collections.abc import Iterable
 from pathlib import Path
 from types import TracebackType
 from typing import Any, TextIO
@@ -151,13 +152,28 @@ class Progress:
             print(line, file=self.stream, flush=True)
 
 
+#: One letter per verdict in the per-suite lines of a non-terminal run (a legend is printed once).
+LETTERS = {
+    "pass": ".",
+    "fail": "F",
+    "changed": "C",
+    "known-fail": "k",
+    "fixed": "X",
+    "untestable": "u",
+    "error": "E",
+}
+LEGEND = "verdicts: . pass, F fail, C changed, k known MB bug, X known bug fixed, u untestable, E error"
+
+
 class CaseFeed:
     """Progress of suite processes, read from their live event logs (:mod:`harness.caselog`):
     cases finished out of cases collected, and the case running.
 
-    Not on a terminal, the suite process's own output (pytest's ``-q`` dots, ``-v`` lines) goes
-    to the stream as before: :attr:`sink` is the stream. On a terminal it is the progress line
-    instead, with pytest's lines printed above it only with ``verbose``.
+    One voice: pytest's own progress and totals never reach the user (they count known MB bugs
+    as ``F`` and name no verdict of the harness's). Not on a terminal (a CI log, a pipe), each
+    suite process's cases come out as one line per suite in the harness's verdict letters
+    (:data:`LETTERS`) when the process ends; on a terminal the progress line stands instead.
+    With ``verbose`` pytest's lines are shown too (above the bar on a terminal), for debugging.
     """
 
     def __init__(self, stream: TextIO | None, verbose: bool = False) -> None:
@@ -167,6 +183,7 @@ class CaseFeed:
         self._base = (0, 0)  # (done, collected) of the groups finished before this one
         self._next_poll = 0.0
         self._partial = ""
+        self._legend_shown = False
 
     def __enter__(self) -> "CaseFeed":
         self.progress.__enter__()
@@ -177,10 +194,29 @@ class CaseFeed:
 
     @property
     def sink(self) -> "TextIO | CaseFeed | None":
-        """Where the suite process's output goes."""
-        if not self.progress.live:
-            return self.stream
-        return self if self.verbose else None
+        """Where the suite process's output goes (nowhere unless ``verbose``)."""
+        if not self.verbose:
+            return None
+        return self if self.progress.live else self.stream
+
+    def group_result(self, cases: Iterable[Any]) -> None:
+        """Not on a terminal: one line per suite of a finished suite process, in verdict letters."""
+        if self.progress.live or self.stream is None:
+            return
+        if not self._legend_shown:
+            print(LEGEND, file=self.stream, flush=True)
+            self._legend_shown = True
+        by_suite: dict[str, list[str]] = {}
+        hypothetical: dict[str, int] = {}
+        for c in cases:
+            by_suite.setdefault(c.suite, [])
+            if getattr(c, "hypothetical", False):  # reported apart, never failing
+                hypothetical[c.suite] = hypothetical.get(c.suite, 0) + 1
+            else:
+                by_suite[c.suite].append(LETTERS.get(c.verdict.value, "?"))
+        for suite, letters in by_suite.items():
+            extra = f"  (+{hypothetical[suite]} hypothetical)" if suite in hypothetical else ""
+            print(f"{suite:<26} {''.join(letters)}{extra}", file=self.stream, flush=True)
 
     def write(self, text: str) -> None:  # the sink on a terminal with verbose: whole lines above the bar
         *lines, self._partial = (self._partial + text).split("\n")

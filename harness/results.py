@@ -69,6 +69,9 @@ class RunResult:
     notes: list[str] = field(default_factory=list)
     # MB's commit (or release tag) and the harness's; absent (empty) in files written before it
     provenance: Provenance = field(default_factory=Provenance)
+    # the command-line options that decided these verdicts (harness.commands._args.verdict_flags):
+    # every printed hint repeats them; empty for runs written before them (the target's path then)
+    hint_flags: list[str] = field(default_factory=list)
 
     def counts(self, suite: str | None = None, *, hypothetical: bool = False) -> dict[str, int]:
         """Cases per verdict value (of one suite, when given) of the documented tier, or of the

@@ -38,6 +38,7 @@ from harness import paths
 from harness.atomicio import read_versioned_json
 from harness.caselog import CaseLog, read_log
 from harness.errors import CorruptFile, UsageError
+from harness.fatal import mb_crash
 from harness.machine import this_machine
 from harness.procs import kill_group, popen_owned
 from harness.progress import CaseFeed
@@ -271,8 +272,9 @@ def run_suites(tgt: Target, opts: RunOptions, out_dir: Path, progress: TextIO | 
             feed.group_done(events_file)
             outcome = _Outcome(rc, timed_out, tail, opts.timeout_s)
             g_cases, g_notes = _collect(
-                cases_file, events_file, group_files, outcome, group, empty_ok=group is not None
+                cases_file, events_file, group_files, outcome, group, empty_ok=group is not None, tgt=tgt
             )
+            feed.group_result(g_cases)
             cases += g_cases
             notes += [f"[{group} import] {n}" if group else n for n in g_notes]
             per_group[import_env] = per_group.get(import_env, 0) + len(g_cases)
@@ -366,6 +368,12 @@ def _run_upstream_only(tgt: Target, opts: RunOptions, out_dir: Path) -> RunResul
     return result
 
 
+# pytest's exit codes for a session that did not run what it was given: interrupted (a collection
+# error stops the whole session), internal error, usage error. Each suite file of the group that
+# produced no case then stands as an ERROR, so the run exits 1 instead of reporting the rest.
+_NOT_COLLECTED = (2, 3, 4)
+
+
 @dataclass(frozen=True)
 class _Outcome:
     """How a suite process ended."""
@@ -377,7 +385,13 @@ class _Outcome:
 
 
 def _collect(
-    cases_file: Path, events_file: Path, files: list[Path], outcome: _Outcome, group: str | None, empty_ok: bool = False
+    cases_file: Path,
+    events_file: Path,
+    files: list[Path],
+    outcome: _Outcome,
+    group: str | None,
+    empty_ok: bool = False,
+    tgt: Target | None = None,
 ) -> tuple[list[CaseResult], list[str]]:
     notes: list[str] = []
     if not outcome.timed_out:
@@ -389,17 +403,36 @@ def _collect(
             cases = [CaseResult.from_json(c) for c in doc["cases"]]
             rc = outcome.rc
             if rc not in (0, 1) and not (rc == 5 and not cases):  # 5: nothing selected (e.g. by -k in one group)
-                notes.append(f"pytest exited with code {rc}: {_last_lines(outcome.tail)}")
+                reason = f"pytest exited with code {rc}: {_last_lines(outcome.tail)}"
+                notes.append(reason)
+                if rc in _NOT_COLLECTED:  # nothing of these files may silently drop out of the run
+                    ran = {c.suite for c in cases}
+                    why = {Path(e["nodeid"]).name: e["message"] for e in doc.get("collection_errors") or []}
+                    cases += [
+                        _whole_suite(
+                            f,
+                            Verdict.ERROR,
+                            f"not collected: {why[f.name]}" if f.name in why else f"not collected: {reason}",
+                            group,
+                        )
+                        for f in files
+                        if f.stem[5:] not in ran
+                    ]
             if not cases and not empty_ok:
                 notes.append("no case was selected")
             return cases, notes
-    return _salvage(read_log(events_file), files, outcome, group)
+    return _salvage(read_log(events_file), files, outcome, group, tgt)
 
 
 def _salvage(
-    log: CaseLog, files: list[Path], outcome: _Outcome, group: str | None
+    log: CaseLog, files: list[Path], outcome: _Outcome, group: str | None, tgt: Target | None = None
 ) -> tuple[list[CaseResult], list[str]]:
-    """Verdicts of a suite process that left no verdict file, from its event log."""
+    """Verdicts of a suite process that left no verdict file, from its event log; a fatal signal
+    inside MB's code (harness.fatal) makes the case that was running a FAIL, bisectable."""
+    crash = None
+    if not outcome.timed_out:
+        roots = tuple(str(r) for r in (tgt or Target()).megatron_roots())
+        crash = mb_crash(outcome.tail, roots, (str(paths.PACKAGE), str(paths.suites_dir())))
     if outcome.timed_out:
         stopped = f"the suite process ran past {outcome.timeout_s:.0f} s and was killed"
     else:
@@ -423,6 +456,8 @@ def _salvage(
                     case_id, suite, Verdict.FAIL, message=f"broken: timeout: this case was running when {stopped}"
                 )
             )
+        elif case_id in running and crash is not None:
+            cases.append(CaseResult(case_id, suite, Verdict.FAIL, message=crash.message(), impacts=["crash"]))
         elif case_id in running:
             cases.append(CaseResult(case_id, suite, Verdict.ERROR, message=f"this case was running when {stopped}"))
         else:

@@ -16,8 +16,10 @@ Each case, in this order:
    and the golden of what MB handed the model: boundaries, ``max_seqlen``, which positions train
    (suites/_forward.py ``inputs_golden``). Recorded on any machine (``harness fixtures record
    --suite forward_gpu --yes``), so a first GPU run has its goldens.
-3. Without CUDA and TE: UNTESTABLE with the reason (``harness run --require-gpu`` makes that an
-   environment error on a GPU runner).
+3. Without CUDA and TE: UNTESTABLE with the reason, before anything else runs: a GPU verdict
+   without a GPU is no verdict, in any era and with any stand-in (``harness run --require-gpu``
+   makes that an environment error on a GPU runner). Only ``harness fixtures record`` still runs
+   the device-independent half there, to write its goldens, and the case stays untestable.
 4. On CUDA: the same micro-batches through the same step with the TE model. The model must
    receive the same inputs as on the CPU (so the golden applies), and every real token's logits
    and per-token loss must match the example's unpacked run through the same step on the GPU,
@@ -49,6 +51,15 @@ VLM_SOURCE = _oracle.SFTCase("vlm-chat", seed=71, kind="chat", n=14)
 VLM = [_forward.VLMCase("chat-mult1", VLM_SOURCE), _forward.VLMCase("chat-cp2-mult4", VLM_SOURCE, cp=2)]
 
 
+def _require_gpu(golden) -> str | None:
+    """Steps 1 and 3: the reason this machine cannot run the case (None: it can); untestable at
+    once unless goldens are being recorded (the CPU half then runs for them, and only for them)."""
+    why_not = gpu.preflight()
+    if why_not is not None and not golden.record:
+        raise Untestable(why_not)
+    return why_not
+
+
 def _on_gpu(cpu: _forward.ForwardResult, run_on_gpu, golden, why_not: str | None) -> _forward.ForwardResult:
     """Steps 2 to 4 of the module docstring, once the CPU half has run."""
     cpu.assert_ok()
@@ -71,7 +82,7 @@ def _note(result: _forward.ForwardResult, model, record_property) -> None:
 @pytest.mark.parametrize("case", [_oracle.case_param(c) for c in OFFLINE])
 def test_offline_gpt_step_te(golden, record_property, case):
     """Offline packed micro-batches through ``gpt_step`` on the TE model == each example alone."""
-    why_not = gpu.preflight()
+    why_not = _require_gpu(golden)
     result = _on_gpu(
         _forward.cpu_offline(case),
         lambda models: _forward.run_offline(case, models, _forward.BF16),
@@ -84,7 +95,7 @@ def test_offline_gpt_step_te(golden, record_property, case):
 @pytest.mark.parametrize("case", VLM, ids=[c.id for c in VLM])
 def test_in_batch_vlm_step_te(golden, record_property, case):
     """In-batch packed VLM micro-batches through ``vlm_step`` on the TE model == unpacked."""
-    why_not = gpu.preflight()
+    why_not = _require_gpu(golden)
     result = _on_gpu(
         _forward.cpu_vlm(case),
         lambda models: _forward.run_vlm(case, models, _forward.BF16),

@@ -343,3 +343,24 @@ def test_nightly_with_require_gpu_on_a_machine_without_one_exits_2_after_writing
     (line,) = [ln for ln in proc.stderr.splitlines() if ln.startswith("harness: error:")]
     assert "--require-gpu: 6 of 6 GPU case(s) did not run" in line and "no CUDA device" in line
     assert (out / "report.html").exists() and (out / "trend.html").exists() and store.exists()
+
+
+@pytest.mark.slow
+def test_a_gpu_suite_gives_no_verdict_without_cuda_even_on_a_broken_mb(tmp_path: Path) -> None:
+    """Issue 23: without CUDA the GPU suite ran its CPU half and reported changed / known-fail /
+    fail from it (v0.5.1 with a pinned core). On a copy of MB with a fault the CPU half would see,
+    every forward_gpu case is untestable for want of a GPU, and none is a verdict."""
+    import torch
+
+    if torch.cuda.is_available():
+        pytest.skip("a CUDA device is visible: the GPU suite runs for real here")
+    _needs_mb()
+    from harness.commands import mutate
+    from harness.mutations import installed_package_dir, load_catalogue
+
+    fault = {f.id: f for f in load_catalogue()}["cu_seqlens_off_by_one"]
+    result = mutate.run_copy(fault, tmp_path / "run", ["forward_gpu"], timeout=600, pkg=installed_package_dir())
+    assert result is not None and result.cases
+    wrong = [(c.case_id, c.verdict.value, c.message[:200]) for c in result.cases if c.verdict is not Verdict.UNTESTABLE]
+    assert not wrong, wrong
+    assert all("needs a CUDA GPU" in c.message for c in result.cases)

@@ -532,3 +532,17 @@ def test_nightly_end_to_end_on_installed_mb(tmp_path: Path) -> None:
     assert len(page.rows("trend-grid")) == len(df)
     assert (out_dir / "junit.xml").is_file() and (out_dir / "report.html").is_file()
     assert len(list((out_dir / "runs").glob("*/results.json"))) == 1
+
+
+def test_a_case_gone_from_tonights_run_is_newly_failing(tmp_path: Path, fake_runner: FakeRunner) -> None:
+    """Issue 23: a suite that stops collecting removes its cases; the nightly saw nothing. A case
+    that was decided last night and is missing tonight is listed as newly failing and fails it."""
+    gone = CASES[-1]
+    tonight = night()
+    tonight.cases = [c for c in tonight.cases if c.case_id != gone]
+    fake_runner.queue += [night(), tonight]
+    common = ["--history", str(tmp_path / "h.parquet"), "--out", str(tmp_path / "o")]
+    assert go(common + ["--commit", "c0"])[0] == 0
+    rc, text = go(common + ["--commit", "c1"])
+    assert rc == 1, text
+    assert "newly failing (1):" in text and f"{gone}  (previous nightly: pass) (gone: not in tonight's run)" in text

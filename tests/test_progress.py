@@ -67,11 +67,29 @@ def test_eta_and_durations() -> None:
     assert [duration(s) for s in (12, 300, 7500)] == ["12 s", "5 min", "2 h 05 min"]
 
 
-def test_case_feed_streams_pytest_output_when_not_on_a_terminal(tmp_path: Path) -> None:
+def test_case_feed_speaks_in_verdicts_never_in_pytests_totals_when_not_on_a_terminal(tmp_path: Path) -> None:
+    """Issue 23: in a pipe pytest's ``....F...FFFF 40 failed, 38 passed`` (known MB bugs as F) sat
+    above the harness's table saying 0 fail. Now pytest's output goes nowhere (unless verbose)
+    and each suite process's cases come out as harness verdict letters, one line per suite."""
+    from harness.results import CaseResult
+    from harness.verdict import Verdict
+
     out = io.StringIO()
     feed = CaseFeed(out)
-    assert feed.sink is out, "CI logs keep pytest's own output"
+    assert feed.sink is None, "pytest's own lines never reach a CI log"
+    assert CaseFeed(out, verbose=True).sink is out
     assert feed.poll(tmp_path / "none.jsonl", force=True) == (0, 0)
+    feed.group_result(
+        [
+            CaseResult("s::a", "s", Verdict.PASS),
+            CaseResult("s::b", "s", Verdict.KNOWN_FAIL),
+            CaseResult("t::c", "t", Verdict.FAIL),
+        ]
+    )
+    lines = out.getvalue().splitlines()
+    assert lines[0].startswith("verdicts: . pass, F fail")
+    assert lines[1].split() == ["s", ".k"] and lines[2].split() == ["t", "F"]
+    assert "passed" not in out.getvalue() and "failed" not in out.getvalue()
 
 
 def test_case_feed_counts_cases_from_the_event_log(tmp_path: Path) -> None:

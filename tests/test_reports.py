@@ -767,7 +767,7 @@ def test_packing_suite_messages_name_bin_row_position_and_values() -> None:
     assert "missing 1 x 30" in lost and "extra 1 x 9" in lost
 
 
-def test_refusal_cases_say_what_was_packed_instead(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_refusal_cases_say_what_was_packed_instead(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     """Before: ``DID NOT RAISE``; now the boundaries MB produced for the malformed batch."""
     from suites import test_in_batch_packing as suite
 
@@ -779,8 +779,18 @@ def test_refusal_cases_say_what_was_packed_instead(monkeypatch: pytest.MonkeyPat
     def refuses(batch: Any, pad_id: int) -> Any:
         raise ValueError("left padding")
 
+    # raised outside MB's code (here: the test's own function): no refusal by a check of MB's
     monkeypatch.setattr(suite, "_pack", refuses)
-    suite._assert_refused({}, 0, (ValueError,), "row 1 left-padded")  # refused: no failure
+    text = _assertion_text(lambda: suite._assert_refused({}, 0, (ValueError,), "row 1 left-padded"))
+    assert "row 1 left-padded was not refused by a check of MB's" in text and "left padding" in text
+    # refused by an explicit raise in Megatron-Bridge's code: no failure
+    mb = tmp_path / "megatron" / "bridge" / "data" / "packing" / "in_batch.py"
+    mb.parent.mkdir(parents=True)
+    mb.write_text("def refuses(batch, pad_id):\n    raise ValueError('left padding')\n")
+    space: dict[str, Any] = {}
+    exec(compile(mb.read_text(), str(mb), "exec"), space)
+    monkeypatch.setattr(suite, "_pack", space["refuses"])
+    suite._assert_refused({}, 0, (ValueError,), "row 1 left-padded")
 
 
 # --------------------------------------------------------------------------------------------

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import os
 import tempfile
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -74,15 +75,15 @@ def segmented_attention_class() -> type:
 
         def forward(
             self,
-            query,
-            key,
-            value,
-            attention_mask,
-            attn_mask_type=None,
-            attention_bias=None,
-            packed_seq_params=None,
-            **kwargs,
-        ):  # noqa: ANN001 - MCore's signature
+            query: Any,
+            key: Any,
+            value: Any,
+            attention_mask: Any,
+            attn_mask_type: Any = None,
+            attention_bias: Any = None,
+            packed_seq_params: Any = None,
+            **kwargs: Any,
+        ) -> Any:  # MCore's signature
             if packed_seq_params is None:
                 return super().forward(
                     query,
@@ -176,8 +177,8 @@ def tiny_gpt(seed: int = 1234, vocab_size: int = VOCAB) -> Any:
     return model
 
 
-def _builder_probe(module: str):  # noqa: ANN202
-    def probe():  # noqa: ANN202
+def _builder_probe(module: str) -> Callable[[], Any]:
+    def probe() -> Any:
         return symbol(module, "get_packed_seq_params")
 
     return probe

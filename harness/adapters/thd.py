@@ -133,7 +133,7 @@ packed_seq_params = Operation(
 )
 
 
-def _batch_in(tokens, labels, loss_mask, position_ids, attention_mask) -> dict[str, Any]:
+def _batch_in(tokens: Any, labels: Any, loss_mask: Any, position_ids: Any, attention_mask: Any) -> dict[str, Any]:
     batch = {
         "tokens": tokens.clone(),
         "labels": labels.clone(),
@@ -262,11 +262,11 @@ def _in_batch_canonical(probe: Callable[[], Callable[..., Any]]) -> Callable[[],
         fn = _returned_batch(probe)()
 
         def call(
-            tokens,
-            labels,
-            loss_mask,
-            position_ids,
-            attention_mask=None,
+            tokens: Any,
+            labels: Any,
+            loss_mask: Any,
+            position_ids: Any,
+            attention_mask: Any = None,
             *,
             pad_token_id: int = 0,
             pad_to_multiple_of: int = 1,
@@ -286,11 +286,11 @@ def _in_batch_vlm_step() -> Callable[..., dict[str, Any]]:
         raise NotHere("vlm_step.pack_batch_sequences lacks pad_to_multiple_of")
 
     def call(
-        tokens,
-        labels,
-        loss_mask,
-        position_ids,
-        attention_mask=None,
+        tokens: Any,
+        labels: Any,
+        loss_mask: Any,
+        position_ids: Any,
+        attention_mask: Any = None,
         *,
         pad_token_id: int = 0,
         pad_to_multiple_of: int = 1,

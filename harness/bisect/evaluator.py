@@ -30,6 +30,7 @@ from typing import Protocol
 
 from harness import paths
 from harness.bisect.cache import suite_hash
+from harness.bisect.closure import closure_hash, suite_process_files
 from harness.bisect.executor import JobLog
 from harness.errors import CorruptFile, GitError
 from harness.gitrepo import open_repo
@@ -100,19 +101,10 @@ class MBEvaluator:
 
     def cache_namespace(self) -> tuple[str, str]:
         pkg = paths.PACKAGE
-        # everything that decides a verdict: suites, goldens, adapters, CPU stand-ins, the
-        # plugin's classification, golden comparison and the upstream selection
-        content = suite_hash(
-            [
-                paths.suites_dir(),
-                paths.fixtures_dir(),
-                pkg / "adapters",
-                pkg / "standins",
-                pkg / "golden",
-                pkg / "plugin.py",
-                pkg / "upstream",
-            ]
-        )
+        # everything that decides a verdict: the suites and goldens, and the suite process's own
+        # code, computed as its import closure (harness.bisect.closure), plus the upstream selection
+        code = closure_hash(suite_process_files())
+        content = suite_hash([paths.suites_dir(), paths.fixtures_dir(), pkg / "upstream"]) + code
         env = env_key() + ("+megatron-core-pinned-by-mb" if self.megatron_lm else "")
         return selection_key(content, self.suites, self.keyword, self.cases), env
 

@@ -153,6 +153,26 @@ def add_roots(p: argparse.ArgumentParser) -> None:
     )
 
 
+def verdict_flags(args: argparse.Namespace) -> list[str]:
+    """The options of ``args`` that decide a verdict, as flags a printed hint must repeat
+    (``reproduce:``, ``accept:``): what MB, which megatron-core, which suites and goldens, which
+    import. Paths are absolute, so the hint works from any directory."""
+    out: list[str] = []
+    for flag, attr in (
+        ("--mb-src", "mb_src"),
+        ("--megatron-lm", "megatron_lm"),
+        ("--suites-dir", "suites_dir"),
+        ("--fixtures", "fixtures"),
+    ):
+        value = getattr(args, attr, None)
+        if value is not None:
+            out += [flag, str(Path(value).expanduser().resolve())]
+    mode = getattr(args, "import_mode", None)
+    if mode not in (None, "auto"):
+        out += ["--import", str(mode)]
+    return out
+
+
 def use_roots(args: argparse.Namespace) -> Path:
     """Make the command's ``--suites-dir`` / ``--fixtures`` those of every process it starts;
     returns the golden root."""
@@ -177,8 +197,9 @@ def add_out(p: argparse.ArgumentParser, default: str) -> None:
 
 
 def out_dir(args: argparse.Namespace, name: str) -> Path:
-    """``--out``, else ``reports/<name>`` under the current directory."""
-    return Path(args.out).expanduser() if args.out else paths.reports_dir() / name
+    """``--out``, else ``reports/<name>`` under the current directory; absolute, because suite
+    processes run in another directory (the suites' parent) and write there."""
+    return Path(args.out).expanduser().resolve() if args.out else (paths.reports_dir() / name).resolve()
 
 
 def writable_dir(path: Path, what: str) -> Path:

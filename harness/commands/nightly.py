@@ -201,7 +201,8 @@ def run(args: argparse.Namespace, out: TextIO = sys.stdout) -> int:
     )
     print_nothing_ran(result, sys.stderr)
     code = result.exit_code(allow_changed=args.allow_changed)
-    return 1 if tr["newly_untestable"] else code
+    gone = [c for c in tr["newly_failing"] if c["current"] == history.GONE]
+    return 1 if tr["newly_untestable"] or gone else code
 
 
 # --------------------------------------------------------------------------------------------
@@ -253,8 +254,11 @@ def _print_changes(tr: dict[str, Any], out: TextIO) -> None:
         print("first run in this history: nothing to compare with", file=out)
         return
     print(f"newly failing ({len(failing)}):" if failing else "newly failing: none", file=out)
+    from harness.history import GONE
+
     for c in failing:
-        print(f"  {c['case_id']}  (previous nightly: {c['previous'] or 'not run'})", file=out)
+        gone = " (gone: not in tonight's run)" if c["current"] == GONE else ""
+        print(f"  {c['case_id']}  (previous nightly: {c['previous'] or 'not run'}){gone}", file=out)
     print(f"newly untestable ({len(untestable)}):" if untestable else "newly untestable: none", file=out)
     for c in untestable:
         print(f"  {c['case_id']}  (previous nightly: {c['previous']}): {c['message'][:200]}", file=out)
@@ -274,8 +278,15 @@ def _print_changes(tr: dict[str, Any], out: TextIO) -> None:
 
 def regressions(tr: dict[str, Any]) -> list[dict[str, Any]]:
     """Newly failing or newly untestable cases that PASSED in the previous nightly (only those
-    have a good end)."""
-    return [c for c in tr["newly_failing"] + tr["newly_untestable"] if c["previous"] == Verdict.PASS.value]
+    have a good end). A case gone from tonight's run has no verdict to bisect at the bad end: it
+    fails the night and is listed, and its suite's ERROR says why."""
+    from harness.history import GONE
+
+    return [
+        c
+        for c in tr["newly_failing"] + tr["newly_untestable"]
+        if c["previous"] == Verdict.PASS.value and c["current"] != GONE
+    ]
 
 
 @dataclass(frozen=True)

@@ -68,6 +68,8 @@ def run(args: argparse.Namespace, out: TextIO = sys.stdout) -> int:
         out_dir,
         progress=None if args.quiet else sys.stderr,
     )
+    result.hint_flags = _args.verdict_flags(args)
+    result.save(out_dir / "results.json")  # with the flags, so a report rendered later keeps the hints right
     write_junit(result, out_dir / "junit.xml")
     report = render_run_report(result, out_dir / "report.html")
     print_run_summary(result, out)

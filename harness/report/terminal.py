@@ -8,6 +8,7 @@ each culprit that moved the pinned Megatron-LM, the bisection of Megatron-LM beh
 
 from __future__ import annotations
 
+import shlex
 from typing import TextIO
 
 from harness.bisect.algorithm import CaseStatus
@@ -29,8 +30,11 @@ COLUMNS = (
 
 
 def _target_flags(result: RunResult) -> str:
+    """The flags that decide the verdict, for a hint to repeat (the whole set when the run kept it)."""
+    if result.hint_flags:
+        return "".join(f" {shlex.quote(f)}" for f in result.hint_flags)
     path = result.target.get("path") if result.target.get("kind") == "source" else None
-    return f" --mb-src {path}" if path else ""
+    return f" --mb-src {shlex.quote(str(path))}" if path else ""
 
 
 def case_selector(case_id: str) -> tuple[str, str]:

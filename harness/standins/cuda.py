@@ -14,7 +14,7 @@ proves it with CUDA simulated as available and every CUDA entry point refusing).
 from __future__ import annotations
 
 import contextlib
-from typing import Iterator
+from typing import Any, Iterator
 
 from harness import standins
 
@@ -31,7 +31,7 @@ def cpu_cuda_calls(*, pin: bool = False) -> Iterator[None]:
     orig_cuda = torch.Tensor.cuda
     orig_current = torch.cuda.current_device
 
-    def _cuda(self, *args, **kwargs):  # noqa: ANN001 - torch's signature
+    def _cuda(self: Any, *args: Any, **kwargs: Any) -> Any:  # torch's signature
         standins.record("Tensor.cuda() no-op on CPU")
         return self
 

@@ -37,10 +37,10 @@ class _Loader(importlib.abc.Loader):
     def __init__(self, inner: importlib.abc.Loader) -> None:
         self.inner = inner
 
-    def create_module(self, spec):  # noqa: ANN001, ANN201 - importlib's signature
+    def create_module(self, spec: Any) -> Any:  # importlib's signature
         return self.inner.create_module(spec)
 
-    def exec_module(self, module) -> None:  # noqa: ANN001 - importlib's signature
+    def exec_module(self, module: Any) -> None:  # importlib's signature
         import torch
         import torch.utils.cpp_extension as ext
 
@@ -56,7 +56,7 @@ class _Loader(importlib.abc.Loader):
 
 
 class _Finder(importlib.abc.MetaPathFinder):
-    def find_spec(self, fullname: str, path: Sequence[str] | None, target: Any = None):  # noqa: ANN201
+    def find_spec(self, fullname: str, path: Sequence[str] | None, target: Any = None) -> Any:
         if fullname not in WATCHED:
             return None
         spec = importlib.machinery.PathFinder.find_spec(fullname, path)

@@ -110,7 +110,7 @@ def _reexport_source(module: types.ModuleType, name: str) -> tuple[str, str] | N
     return None
 
 
-def _lazy_getattr_for(module: types.ModuleType):
+def _lazy_getattr_for(module: types.ModuleType) -> Any:
     def __getattr__(name: str) -> Any:
         if name.startswith("__"):
             raise AttributeError(name)
@@ -149,7 +149,7 @@ class _SkipInitLoader(importlib.abc.Loader):
 class LightImportFinder(importlib.abc.MetaPathFinder):
     """Serves packages of the ``megatron.bridge`` tree without running their ``__init__``."""
 
-    def find_spec(self, fullname: str, path: Sequence[str] | None, target: Any = None):
+    def find_spec(self, fullname: str, path: Sequence[str] | None, target: Any = None) -> Any:
         if not _in_tree(fullname):
             return None
         # PathFinder searches the path entries directly (no sys.meta_path): no recursion into us

@@ -102,17 +102,17 @@ class _StandinTEFinder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
     def __init__(self) -> None:
         self.active = 0
 
-    def find_spec(self, fullname: str, path: Sequence[str] | None, target: Any = None):
+    def find_spec(self, fullname: str, path: Sequence[str] | None, target: Any = None) -> Any:
         if self.active and _covered(fullname):
             return importlib.machinery.ModuleSpec(fullname, self, is_package=True)
         return None
 
-    def create_module(self, spec):
+    def create_module(self, spec: Any) -> Any:
         mod = _StandinModule(spec.name)
         mod.__path__ = []  # a package, so submodules resolve through this finder too
         return mod
 
-    def exec_module(self, module) -> None:
+    def exec_module(self, module: Any) -> None:
         return None
 
 
@@ -122,10 +122,10 @@ class _WrappingLoader(importlib.abc.Loader):
         self.others = others
         self.te_finder = te_finder
 
-    def create_module(self, spec):
+    def create_module(self, spec: Any) -> Any:
         return self.inner.create_module(spec)
 
-    def exec_module(self, module) -> None:
+    def exec_module(self, module: Any) -> None:
         for name in self.others:  # real imports first, so they never see the stand-in
             try:
                 importlib.import_module(name)
@@ -148,7 +148,7 @@ class _MBModuleFinder(importlib.abc.MetaPathFinder):
     def __init__(self, te_finder: _StandinTEFinder) -> None:
         self.te_finder = te_finder
 
-    def find_spec(self, fullname: str, path: Sequence[str] | None, target: Any = None):
+    def find_spec(self, fullname: str, path: Sequence[str] | None, target: Any = None) -> Any:
         if not fullname.startswith(WATCHED_PREFIX):
             return None
         # PathFinder searches the path entries directly (no sys.meta_path): no recursion into us

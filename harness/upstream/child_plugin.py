@@ -118,7 +118,7 @@ class _EventsPlugin:
         self.emit(ev="collected", selected=len(keep), deselected=len(drop))
 
     @pytest.hookimpl(wrapper=True)
-    def pytest_runtest_call(self, item: Any):  # noqa: ANN201 - pluggy wrapper
+    def pytest_runtest_call(self, item: Any) -> Any:  # a pluggy wrapper (a generator)
         """``.cuda()`` as a CPU no-op while MB's test body runs (MB moves batches to the GPU)."""
         if "torch" not in sys.modules:  # a test module without torch: nothing to patch, no torch import
             return (yield)
