@@ -72,6 +72,7 @@ class RunResult:
     # the command-line options that decided these verdicts (harness.commands._args.verdict_flags):
     # every printed hint repeats them; empty for runs written before them (the target's path then)
     hint_flags: list[str] = field(default_factory=list)
+    partial: bool = False  # interrupted (Ctrl-C, SIGTERM): only what finished is in ``cases``
 
     def counts(self, suite: str | None = None, *, hypothetical: bool = False) -> dict[str, int]:
         """Cases per verdict value (of one suite, when given) of the documented tier, or of the

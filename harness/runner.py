@@ -225,59 +225,76 @@ def run_suites(tgt: Target, opts: RunOptions, out_dir: Path, progress: TextIO | 
     notes: list[str] = []
     per_group: dict[str, int] = {}
     feed = CaseFeed(progress, opts.verbose)
+    in_flight: tuple[str | None, list[Path], Path] | None = None  # (group, files, event log) running now
+    started_groups: set[int] = set()
+    interrupted = False
     with feed:
-        for group, import_env, group_files in plan:
-            if not group_files:
-                continue
-            cases_file = out_dir / (f"cases-{group}.json" if group else "cases.json")
-            events_file = cases_file.with_suffix(".events.jsonl")
-            for stale in (cases_file, events_file):
-                if stale.exists():
-                    stale.unlink()
-            remaining = deadline - time.monotonic()
-            if remaining < 1.0:  # an earlier group used the whole time limit
-                reason = f"not run: the time limit ({opts.timeout_s:.0f} s) was used up by an earlier import group"
-                cases += [_whole_suite(f, Verdict.UNTESTABLE, reason, group) for f in group_files]
-                notes.append(f"[{group} import] {reason}")
-                continue
-            env = tgt.env(standins_log)
-            env["HARNESS_IMPORT_MODE"] = import_env
-            if group:
-                env["HARNESS_IMPORT_GROUP"] = group
-            else:
-                env.pop("HARNESS_IMPORT_GROUP", None)
-            cmd = _pytest_cmd(group_files, opts, cases_file, obtained) + ["--harness-events", str(events_file)]
-            forked = None
-            if opts.fork_servers > 0 and import_env == "light":
-                forked, why_not = _run_forked(
-                    tgt, cmd, env, out_dir / f"pytest-{group}.log", remaining, opts.fork_servers
+        try:
+            for index, (group, import_env, group_files) in enumerate(plan):
+                started_groups.add(index)
+                if not group_files:
+                    continue
+                cases_file = out_dir / (f"cases-{group}.json" if group else "cases.json")
+                events_file = cases_file.with_suffix(".events.jsonl")
+                in_flight = (group, group_files, events_file)
+                for stale in (cases_file, events_file):
+                    if stale.exists():
+                        stale.unlink()
+                remaining = deadline - time.monotonic()
+                if remaining < 1.0:  # an earlier group used the whole time limit
+                    reason = f"not run: the time limit ({opts.timeout_s:.0f} s) was used up by an earlier import group"
+                    cases += [_whole_suite(f, Verdict.UNTESTABLE, reason, group) for f in group_files]
+                    notes.append(f"[{group} import] {reason}")
+                    continue
+                env = tgt.env(standins_log)
+                env["HARNESS_IMPORT_MODE"] = import_env
+                if group:
+                    env["HARNESS_IMPORT_GROUP"] = group
+                else:
+                    env.pop("HARNESS_IMPORT_GROUP", None)
+                cmd = _pytest_cmd(group_files, opts, cases_file, obtained) + ["--harness-events", str(events_file)]
+                forked = None
+                if opts.fork_servers > 0 and import_env == "light":
+                    forked, why_not = _run_forked(
+                        tgt, cmd, env, out_dir / f"pytest-{group}.log", remaining, opts.fork_servers
+                    )
+                    if why_not:
+                        notes.append(f"[{group} import] fork server unavailable ({why_not}): ran as a plain subprocess")
+                if forked is not None:
+                    rc, timed_out, tail = forked
+                else:
+                    proc = popen_owned(
+                        cmd,
+                        cwd=paths.suites_dir().parent,
+                        env=env,
+                        stdout=subprocess.PIPE,
+                        stderr=subprocess.STDOUT,
+                        stdin=subprocess.DEVNULL,
+                    )
+                    try:
+                        timed_out, tail = _stream(
+                            proc, feed.sink, time.monotonic() + remaining, functools.partial(feed.poll, events_file)
+                        )
+                    except KeyboardInterrupt:
+                        kill_group(proc)  # its own session: Ctrl-C reached only us
+                        raise
+                    rc = proc.returncode
+                feed.group_done(events_file)
+                outcome = _Outcome(rc, timed_out, tail, opts.timeout_s)
+                g_cases, g_notes = _collect(
+                    cases_file, events_file, group_files, outcome, group, empty_ok=group is not None, tgt=tgt
                 )
-                if why_not:
-                    notes.append(f"[{group} import] fork server unavailable ({why_not}): ran as a plain subprocess")
-            if forked is not None:
-                rc, timed_out, tail = forked
-            else:
-                proc = popen_owned(
-                    cmd,
-                    cwd=paths.suites_dir().parent,
-                    env=env,
-                    stdout=subprocess.PIPE,
-                    stderr=subprocess.STDOUT,
-                    stdin=subprocess.DEVNULL,
-                )
-                timed_out, tail = _stream(
-                    proc, feed.sink, time.monotonic() + remaining, functools.partial(feed.poll, events_file)
-                )
-                rc = proc.returncode
-            feed.group_done(events_file)
-            outcome = _Outcome(rc, timed_out, tail, opts.timeout_s)
-            g_cases, g_notes = _collect(
-                cases_file, events_file, group_files, outcome, group, empty_ok=group is not None, tgt=tgt
+                in_flight = None
+                feed.group_result(g_cases)
+                cases += g_cases
+                notes += [f"[{group} import] {n}" if group else n for n in g_notes]
+                per_group[import_env] = per_group.get(import_env, 0) + len(g_cases)
+        except KeyboardInterrupt:  # Ctrl-C, or SIGTERM (harness.cli turns it into this)
+            interrupted = True
+            cases += _interrupted_cases(in_flight, [g for i, g in enumerate(plan) if i not in started_groups])
+            notes.append(
+                "partial: interrupted (Ctrl-C or SIGTERM); the cases that finished are kept, the others were not run"
             )
-            feed.group_result(g_cases)
-            cases += g_cases
-            notes += [f"[{group} import] {n}" if group else n for n in g_notes]
-            per_group[import_env] = per_group.get(import_env, 0) + len(g_cases)
     if mode == "auto":
         import_mode = f"auto (light: {per_group.get('light', 0)} cases, full: {per_group.get('full', 0)} cases)"
     elif mode == "light":
@@ -292,7 +309,7 @@ def run_suites(tgt: Target, opts: RunOptions, out_dir: Path, progress: TextIO | 
     if not cases and mode != "light":
         notes.append("no case was selected")
     duration = time.monotonic() - t0
-    if opts.suites and UPSTREAM in opts.suites:
+    if opts.suites and UPSTREAM in opts.suites and not interrupted:
         up_cases, up_notes = _upstream(tgt, opts, out_dir)
         cases += up_cases
         notes += up_notes
@@ -310,8 +327,46 @@ def run_suites(tgt: Target, opts: RunOptions, out_dir: Path, progress: TextIO | 
         notes=notes,
         provenance=of_run(tgt, opts.repo_url),
     )
+    result.partial = interrupted
     result.save(out_dir / "results.json")
+    if interrupted:
+        raise RunInterrupted(result)
     return result
+
+
+class RunInterrupted(KeyboardInterrupt):
+    """A run stopped by Ctrl-C or SIGTERM, with the partial result already written to
+    ``results.json`` (what finished; the rest not run): the command writes JUnit and the report
+    for it, says it is partial, and exits 130. Anything that does not catch it sees the
+    KeyboardInterrupt it is."""
+
+    def __init__(self, result: RunResult) -> None:
+        super().__init__("interrupted")
+        self.result = result
+
+
+def _interrupted_cases(
+    in_flight: tuple[str | None, list[Path], Path] | None, not_started: list[tuple[str | None, str, list[Path]]]
+) -> list[CaseResult]:
+    """What an interrupted run knows: the finished cases of the suite process it stopped (from its
+    event log), and everything else as not run (untestable: nothing was said about MB)."""
+    reason = "not run: the run was interrupted"
+    out: list[CaseResult] = []
+    if in_flight is not None:
+        group, files, events = in_flight
+        log = read_log(events)
+        for case_id, suite in log.collected.items():
+            if case_id in log.done:
+                records = [CaseResult.from_json(c) for c in log.done[case_id]]
+                verdict = worst([r.verdict for r in records])
+                out.append(next(r for r in records if r.verdict is verdict))
+            else:
+                out.append(CaseResult(case_id, suite, Verdict.UNTESTABLE, message=reason))
+        seen = {c.suite for c in out}
+        out += [_whole_suite(f, Verdict.UNTESTABLE, reason, group) for f in files if f.stem[5:] not in seen]
+    for group, _, files in not_started:
+        out += [_whole_suite(f, Verdict.UNTESTABLE, reason, group) for f in files]
+    return out
 
 
 def _run_forked(

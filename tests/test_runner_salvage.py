@@ -212,3 +212,70 @@ def test_a_crash_is_mbs_only_when_the_innermost_project_frame_is(tmp_path: Path)
     assert crash is not None and crash.what == "Segmentation fault" and crash.site.endswith("y.py:5 in build")
     assert mb_crash(dump.format(h=harness, inner=f"{harness}/adapters/z.py"), (mb,), (harness,)) is None
     assert mb_crash("no fatal error here", (mb,), (harness,)) is None
+
+
+SLOW_LIGHT = """
+import time
+import pytest
+pytestmark = pytest.mark.import_group("light")
+def test_quick():
+    pass
+def test_slow():
+    time.sleep(120)
+"""
+
+
+def test_an_interrupted_run_writes_what_finished_marked_partial(tmp_path: Path):
+    """Issue 23: SIGTERM (a CI time limit) or Ctrl-C left only the event log. Now results.json,
+    junit.xml and report.html are written for what finished, marked partial, and the run exits 130."""
+    import json
+    import signal
+
+    suites = tmp_path / "suites"
+    suites.mkdir()
+    for name in ("pytest.ini", "conftest.py", "__init__.py"):
+        (suites / name).write_text((ROOT / "suites" / name).read_text())
+    (suites / "test_a.py").write_text(SLOW_LIGHT)
+    (suites / "test_b.py").write_text(FINE_FULL)
+    (tmp_path / "fixtures").mkdir()
+    out = tmp_path / "out"
+    env = {k: v for k, v in os.environ.items() if not k.startswith("HARNESS_")}
+    argv = [
+        sys.executable,
+        "-m",
+        "harness",
+        "run",
+        "--suites-dir",
+        str(suites),
+        "--fixtures",
+        str(tmp_path / "fixtures"),
+    ]
+    proc = subprocess.Popen(
+        [*argv, "-q", "--out", str(out)],
+        cwd=tmp_path,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    events = out / "cases-light.events.jsonl"
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and '"case_id": "a::test_slow"' not in (
+        events.read_text() if events.exists() else ""
+    ):
+        time.sleep(0.2)
+    time.sleep(0.5)
+    proc.send_signal(signal.SIGTERM)
+    stdout, stderr = proc.communicate(timeout=120)
+    assert proc.returncode == 130, stdout + stderr
+    from harness.results import RunResult
+    from harness.verdict import Verdict
+
+    result = RunResult.load(out / "results.json")
+    assert result.partial and any("partial: interrupted" in n for n in result.notes)
+    verdicts = {c.case_id: (c.verdict, c.message) for c in result.cases}
+    assert verdicts["a::test_quick"][0] is Verdict.PASS
+    assert verdicts["a::test_slow"] == (Verdict.UNTESTABLE, "not run: the run was interrupted")
+    assert verdicts["b::*[full import]"][0] is Verdict.UNTESTABLE  # the group never started
+    assert (out / "junit.xml").is_file() and (out / "report.html").is_file()
+    assert "PARTIAL" in stdout and json.loads((out / "results.json").read_text())

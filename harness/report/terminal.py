@@ -67,6 +67,8 @@ def print_run_summary(result: RunResult, out: TextIO) -> None:
     prov = result.provenance
     mb = prov.mb_commit or (f"release tag {prov.mb_ref}" if prov.mb_ref else "commit unknown")
     print(f"tested: MB {mb}; harness {prov.harness_commit or prov.harness_version or '?'}", file=out)
+    if result.partial:
+        print("PARTIAL: the run was interrupted; cases that did not finish are listed as not run", file=out)
     header = f"{'suite':<26}" + "".join(f"{c.value:>{max(6, len(c.value) + 2)}}" for c in COLUMNS)
     print(header + "\n" + "-" * len(header), file=out)
 
