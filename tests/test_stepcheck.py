@@ -61,6 +61,8 @@ def test_contract_violations_are_named():
         got = s.check_params(0, view)
         assert got and all(v.invariant is d.Invariant.PARAMS for v in got), tag
         assert any(tag in v.tags and s.MODEL_TAG in v.tags for v in got), (tag, got)
+    extra = s.check_params(0, kinds["extra-field:total_tokens"])
+    assert {v.training_impact.value for v in extra} == {"perf-contract"}  # a fast-path contract, not a crash
     int64 = s.check_params(0, _view([0, 3, 5], [0, 4, 8], dtype="int64"))
     assert {v.invariant for v in int64} == {d.Invariant.BOUNDARY_DTYPE} and len(int64) == 4
     assert s.check_params(0, None)[0].tags[0] == "no-params"

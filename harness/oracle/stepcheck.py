@@ -26,6 +26,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
+from harness.oracle.impact import Impact
 from harness.oracle.records import Invariant, PackedRow, Segment, Violation, role_tags
 
 BOUNDARY_FIELDS = ("cu_seqlens_q", "cu_seqlens_kv", "cu_seqlens_q_padded", "cu_seqlens_kv_padded")
@@ -165,6 +166,7 @@ def check_params(row: int, params: ParamsView | None) -> list[Violation]:
                 value,
                 f"PackedSeqParams.{name} set for a non-hybrid model (MB's builder leaves it unset)",
                 (f"extra-field:{name}", MODEL_TAG),
+                Impact.PERF_CONTRACT,  # the model takes a slower path for a field it does not need
             )
         )
     return out
