@@ -103,7 +103,8 @@ def add_suites(p: argparse.ArgumentParser, *, keyword: bool = True) -> None:
         "--suite",
         action="append",
         metavar="NAME",
-        help=f"suite to run (repeatable; default all: {', '.join(runner.available_suites())})",
+        help=f"suite to run (repeatable; default every golden suite: {', '.join(runner.golden_suites())}; "
+        f"also available: {runner.UPSTREAM}, MB's own packing tests, which need --mb-src)",
     )
     if keyword:
         p.add_argument("-k", dest="keyword", metavar="EXPR", help="pytest -k expression to select cases")

@@ -65,6 +65,14 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         "--min-score", type=float, default=0.95, help="exit 1 below this invariant-only score (default 0.95)"
     )
     _args.add_out(p, "reports/mutate-<run-id>: per-mutant results and summary.json")
+    p.add_argument("--list", action="store_true", help="list the catalogue's entries (id, kind, layer, suites)")
+    p.add_argument(
+        "--mb-src",
+        type=Path,
+        metavar="PATH",
+        help="mutate copies of this MB source tree (a checkout or its src/) instead of the installed MB",
+    )
+    p.add_argument("-q", "--quiet", action="store_true", help="no live progress on stderr")
     p.set_defaults(func=run)
 
 
@@ -310,7 +318,12 @@ def run(args: argparse.Namespace, out: TextIO = sys.stdout) -> int:
         if unknown:
             raise UsageError(f"unknown fault(s) {', '.join(unknown)}; known: {', '.join(sorted(ids))}")
         faults = [f for f in faults if f.id in args.fault]
-    pkg = installed_package_dir()
+    if args.list:
+        for f in faults:
+            tag = "" if f.catchable else "  (not catchable here)"
+            print(f"{f.id:<44} {f.kind:<6} {f.layer:<12} {','.join(f.suites)}{tag}", file=out)
+        return 0
+    pkg = _source_package(args.mb_src) if args.mb_src else installed_package_dir()
     out_dir = _args.out_dir(args, f"mutate-{runner.new_run_id()}")
     out_dir.mkdir(parents=True, exist_ok=True)
 
@@ -320,7 +333,8 @@ def run(args: argparse.Namespace, out: TextIO = sys.stdout) -> int:
         progress.step(f"{f.id}: {row.status} ({row.duration_s} s)")
         return row
 
-    with Progress(sys.stderr, "mutate", total=len(faults)) as progress, ThreadPoolExecutor(args.jobs) as pool:
+    stream = None if args.quiet else sys.stderr
+    with Progress(stream, "mutate", total=len(faults)) as progress, ThreadPoolExecutor(args.jobs) as pool:
         baselines = Baselines(out_dir, timeout=args.timeout, pkg=pkg, say=progress.log)
         rows = list(pool.map(one, faults))
     print_table(rows, out)
@@ -333,3 +347,12 @@ def run(args: argparse.Namespace, out: TextIO = sys.stdout) -> int:
     print(f"\nsummary: {out_dir / 'summary.json'}", file=out)
     score_ok = s.scored == 0 or s.value >= args.min_score
     return 0 if score_ok and clean == len(fixes) and (s.scored or fixes) else 1
+
+
+def _source_package(src: Path) -> Path:
+    """The ``megatron/bridge`` package of an MB source tree (a checkout or its ``src/``)."""
+    root = src.expanduser().resolve()
+    for candidate in (root / "src" / "megatron" / "bridge", root / "megatron" / "bridge"):
+        if candidate.is_dir():
+            return candidate
+    raise UsageError(f"--mb-src {src}: no megatron/bridge package under it (give an MB checkout or its src/)")
