@@ -401,7 +401,7 @@ def test_auto_bisect_only_for_cases_that_passed_before(
     rc, text = go(common + ["--commit", c2])
     assert rc == 1 and fake_bisect.commands == []
     assert f"{BROKEN}  (previous nightly: untestable)" in text
-    assert "no bisect: nothing that passed in the previous nightly fails or is untestable now" in text
+    assert "no bisect: nothing that was green in the previous nightly (pass, changed or fixed) fails" in text
 
 
 def test_newly_untestable_is_listed_fails_the_night_and_is_bisected(
@@ -546,3 +546,30 @@ def test_a_case_gone_from_tonights_run_is_newly_failing(tmp_path: Path, fake_run
     rc, text = go(common + ["--commit", "c1"])
     assert rc == 1, text
     assert "newly failing (1):" in text and f"{gone}  (previous nightly: pass) (gone: not in tonight's run)" in text
+
+
+def test_changed_last_night_and_failing_tonight_is_bisected(
+    tmp_path: Path, fake_runner: FakeRunner, fake_bisect: FakeBisect, mb_repo
+) -> None:
+    """Issue 24: night 1 changed (every invariant held), night 2 fail: listed as newly failing but
+    never bisected, while harness bisect itself treats changed at GOOD as good."""
+    repo, (c0, _, c2) = mb_repo
+    first = night()
+    for c in first.cases:
+        if c.case_id == BROKEN:
+            c.verdict = Verdict.CHANGED
+    fake_runner.queue += [first, night(broken=(BROKEN,))]
+    common = [
+        "--history",
+        str(tmp_path / "h.parquet"),
+        "--out",
+        str(tmp_path / "o"),
+        "--auto-bisect",
+        "--repo",
+        str(repo),
+    ]
+    go(common + ["--commit", c0])
+    rc, text = go(common + ["--commit", c2])
+    assert rc == 1 and f"{BROKEN}  (previous nightly: changed)" in text
+    (cmd,) = fake_bisect.commands
+    assert cmd[4] == f"{c0}..{c2}"

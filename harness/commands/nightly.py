@@ -276,16 +276,20 @@ def _print_changes(tr: dict[str, Any], out: TextIO) -> None:
         print(f"  {c['case_id']}  (previous nightly: {c['previous'] or 'not run'})", file=out)
 
 
+# what ``harness bisect`` counts as good (Verdict.bisect_view): every invariant held
+GOOD_BEFORE = frozenset({Verdict.PASS.value, Verdict.CHANGED.value, Verdict.FIXED.value})
+
+
 def regressions(tr: dict[str, Any]) -> list[dict[str, Any]]:
-    """Newly failing or newly untestable cases that PASSED in the previous nightly (only those
-    have a good end). A case gone from tonight's run has no verdict to bisect at the bad end: it
-    fails the night and is listed, and its suite's ERROR says why."""
+    """Newly failing or newly untestable cases that were green in the previous nightly: passed,
+    changed or fixed, as ``harness bisect`` defines good (only those have a good end; a case that
+    was changed last night and fails tonight is a regression like any other). A case gone from
+    tonight's run has no verdict to bisect at the bad end: it fails the night and is listed, and
+    its suite's ERROR says why."""
     from harness.history import GONE
 
     return [
-        c
-        for c in tr["newly_failing"] + tr["newly_untestable"]
-        if c["previous"] == Verdict.PASS.value and c["current"] != GONE
+        c for c in tr["newly_failing"] + tr["newly_untestable"] if c["previous"] in GOOD_BEFORE and c["current"] != GONE
     ]
 
 
@@ -353,7 +357,10 @@ def plan_bisect(
     if len(tr["runs"]) < 2:
         return BisectPlan(cases, reason="no previous nightly in the history")
     if not cases:
-        return BisectPlan(cases, reason="nothing that passed in the previous nightly fails or is untestable now")
+        return BisectPlan(
+            cases,
+            reason="nothing that was green in the previous nightly (pass, changed or fixed) fails or is untestable now",
+        )
     if repo is None:
         return BisectPlan(cases, reason="no --repo to bisect in")
     prev_raw, this_raw = tr["runs"][-2]["commit"], tr["runs"][-1]["commit"]
