@@ -573,3 +573,15 @@ def test_changed_last_night_and_failing_tonight_is_bisected(
     assert rc == 1 and f"{BROKEN}  (previous nightly: changed)" in text
     (cmd,) = fake_bisect.commands
     assert cmd[4] == f"{c0}..{c2}"
+
+
+def test_summary_md_gives_the_night_and_what_changed(tmp_path: Path, fake_runner: FakeRunner) -> None:
+    fake_runner.queue += [night(), night(broken=(BROKEN,))]
+    md = tmp_path / "summary.md"
+    common = ["--history", str(tmp_path / "h.parquet"), "--out", str(tmp_path / "o"), "--summary-md", str(md)]
+    go(common + ["--commit", "c0"])
+    assert "First run in this history" in md.read_text()
+    go(common + ["--commit", "c1"])
+    text = md.read_text()
+    assert text.startswith("### harness run: ❌ needs a look")
+    assert f"- newly failing: `{BROKEN}` (pass → fail)" in text

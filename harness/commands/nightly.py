@@ -88,6 +88,13 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         "created when missing)",
     )
     _args.add_out(p, "reports/nightly-<run-id>")
+    p.add_argument(
+        "--summary-md",
+        type=Path,
+        metavar="FILE",
+        help="also write a short Markdown summary (counts, failures with impact, changes since the previous "
+        "nightly); appended to $GITHUB_STEP_SUMMARY too when that is set",
+    )
     _args.add_suites(p, keyword=False)
     p.add_argument(
         "--commit",
@@ -187,6 +194,10 @@ def run(args: argparse.Namespace, out: TextIO = sys.stdout) -> int:
             file=out,
         )
     _print_changes(tr, out)
+    if args.summary_md or os.environ.get("GITHUB_STEP_SUMMARY"):
+        from harness.report.markdown import nightly_section, run_summary, write_summary
+
+        write_summary(run_summary(result) + nightly_section(tr), args.summary_md)
     if args.require_gpu:  # before any bisection: a night without its GPU cases is no regression to hunt
         gpucheck.check_result(result, gpu_suites)
 

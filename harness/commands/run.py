@@ -9,8 +9,10 @@ HarnessError by the CLI), including, with ``--require-gpu``, a GPU case that cou
 from __future__ import annotations
 
 import argparse
+import os
 import signal
 import sys
+from pathlib import Path
 from typing import Any, TextIO
 
 from harness import gpucheck, provenance, runner
@@ -38,6 +40,13 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     _args.add_allow_changed(p)
     gpucheck.add_option(p)
     provenance.add_repo_url_option(p)
+    p.add_argument(
+        "--summary-md",
+        type=Path,
+        metavar="FILE",
+        help="also write a short Markdown summary (a CI job summary or PR comment); "
+        "appended to $GITHUB_STEP_SUMMARY too when that is set",
+    )
     _args.add_executor(p, "the suites (one job per suite)")
     p.set_defaults(func=run)
 
@@ -82,6 +91,10 @@ def run(args: argparse.Namespace, out: TextIO = sys.stdout) -> int:
     report = render_run_report(result, out_dir / "report.html")
     print_run_summary(result, out)
     print(f"\nresults: {out_dir / 'results.json'}\njunit:   {out_dir / 'junit.xml'}\nreport:  {report}", file=out)
+    if args.summary_md or os.environ.get("GITHUB_STEP_SUMMARY"):
+        from harness.report.markdown import run_summary, write_summary
+
+        write_summary(run_summary(result), args.summary_md)
     if result.partial:
         print("harness: interrupted; the partial results of what finished are written above", file=sys.stderr)
         return 130
