@@ -301,3 +301,33 @@ def git_in_range(repo: Path) -> Callable[[str, str, str | None], bool | None]:
         return None if fixed is None else not fixed
 
     return in_range
+
+
+def groups(cases: Sequence[Any], path: Path | None = None) -> list[dict[str, Any]]:
+    """Known-fail ``cases`` (CaseResult) grouped by bug, most cases first: each group's entry id,
+    impact, reason and MB file:line (from ``path``, default the run's fixtures), and its case ids.
+    A report never fails for want of the entries' prose: unreadable entries give bare groups."""
+    from harness import paths
+
+    try:
+        entries = {e.id: e for e in load(path or paths.fixtures_dir() / FILENAME)}
+    except CorruptFile:
+        entries = {}
+    found: dict[str, dict[str, Any]] = {}
+    for c in cases:
+        if c.verdict is not Verdict.KNOWN_FAIL:
+            continue
+        for entry_id in c.known or ["?"]:
+            e = entries.get(entry_id)
+            group = found.setdefault(
+                entry_id,
+                {
+                    "id": entry_id,
+                    "impact": e.impact if e else ", ".join(c.impacts),
+                    "reason": e.reason if e else "",
+                    "upstream": e.upstream if e else "",
+                    "cases": [],
+                },
+            )
+            group["cases"].append(c.case_id)
+    return sorted(found.values(), key=lambda g: (-len(g["cases"]), g["id"]))

@@ -1046,3 +1046,27 @@ def test_packed_seq_params_boundary_messages_name_the_boundary_and_both_lists() 
         "expected [0, 8, 12, 16], got [0, 8, 12, 16, -1]"
     )
     suite._same_boundaries([0, 3], [0, 3], "equal lists pass")
+
+
+def test_known_bugs_are_grouped_by_bug_with_impact_reason_and_mb_code(tmp_path: Path) -> None:
+    """Issue 24: "Known MB bugs (49)" was 49 rows of entry ids; now one row per bug with its
+    impact, reason and MB file:line, its cases folded under it; no empty Upstream section."""
+    import io
+
+    from harness.report.terminal import print_run_summary
+
+    eos = "packed-collate-masks-eos-inputs@0.6.2"
+    cases = [
+        CaseResult(f"s::c{i}", "s", Verdict.KNOWN_FAIL, known=[eos], impacts=["drops-trained-token"]) for i in range(3)
+    ]
+    run = RunResult("r", {"kind": "installed"}, {}, Machine(), "full", cases=cases)
+    doc = parse_html(render_run_report(run, tmp_path / "report.html"))
+    rows = doc.find("table", id="known-table").find("tbody").find_all("tr")
+    assert len(rows) == 1 and rows[0].attrs["data-entry"] == eos
+    cells = [td.text() for td in rows[0].find_all("td")]
+    assert cells[1] == "drops-trained-token" and "eos_id" in cells[2] and "gpt_sft.py" in cells[3]
+    assert "3 cases" in cells[4]
+    assert not doc.find_all("h2", id="upstream")
+    out = io.StringIO()
+    print_run_summary(run, out)
+    assert f"  {eos} [drops-trained-token] x3 (data/packing/gpt_sft.py:269" in out.getvalue()

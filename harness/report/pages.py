@@ -17,6 +17,7 @@ from collections import OrderedDict
 from pathlib import Path
 from typing import Any
 
+from harness import known as known_bugs
 from harness.bisect.descentdoc import Descent, PinCheck
 from harness.bisect.document import BisectDoc, CaseDoc, Confirmation
 from harness.pins import SUBMODULE
@@ -109,11 +110,7 @@ def run_context(run: RunResult) -> dict[str, Any]:
         for c in run.cases
         if c.verdict == Verdict.CHANGED
     ]
-    known = [
-        {**_case_view(c), "entries": c.known, "violations": len(c.violations)}
-        for c in run.documented
-        if c.verdict == Verdict.KNOWN_FAIL
-    ]
+    known = known_bugs.groups(run.documented)
     untestable = [c for c in run.cases if c.verdict == Verdict.UNTESTABLE]
     return {
         "run": run,
@@ -133,6 +130,7 @@ def run_context(run: RunResult) -> dict[str, Any]:
         "fixed": [_case_view(c) for c in run.cases if c.verdict == Verdict.FIXED],
         "changed": changed,
         "known": known,
+        "known_cases": sum(1 for c in run.documented if c.verdict == Verdict.KNOWN_FAIL),
         "hypothetical": hypothetical,
         "untestable": [_case_view(c) for c in untestable],
         "untestable_groups": _untestable_groups(untestable),

@@ -105,15 +105,13 @@ def print_run_summary(result: RunResult, out: TextIO) -> None:
             print(f"  accept:    {accept_command(result, c.case_id)}", file=out)
     known = [c for c in documented if c.verdict is Verdict.KNOWN_FAIL]
     if known:
-        by_entry: dict[str, int] = {}
-        for c in known:
-            for entry in c.known or ["?"]:
-                by_entry[entry] = by_entry.get(entry, 0) + 1
-        print(
-            f"\nknown MB bugs ({len(known)} case(s), fixtures/known_failures.json): "
-            + ", ".join(f"{e} x{n}" for e, n in sorted(by_entry.items())),
-            file=out,
-        )
+        from harness import known as known_bugs
+
+        print(f"\nknown MB bugs ({len(known)} case(s), fixtures/known_failures.json), by bug:", file=out)
+        for g in known_bugs.groups(known):
+            first = g["upstream"].split(" (")[0].split(" and ")[0]
+            where = f" ({first if len(first) <= 100 else first[:99] + '…'})" if first else ""
+            print(f"  {g['id']} [{g['impact']}] x{len(g['cases'])}{where}", file=out)
     untestable = [c for c in result.cases if c.verdict is Verdict.UNTESTABLE]
     if untestable:
         by_reason: dict[str, list[str]] = {}
