@@ -126,14 +126,20 @@ def test_y():
 """
 
 
-def test_a_group_that_fails_to_collect_is_an_error_never_dropped(tmp_path: Path):
-    """Issue 23: one light suite that fails to import stopped its whole import group, and the run
-    exited 0 with the other group's cases. Now every suite file of that group stands as an ERROR
-    (the collection error, for the file that had it) and the run exits 1."""
+def _suites_dir(tmp_path: Path) -> Path:
+    """A throwaway suites directory with the real suites' pytest.ini, conftest and package."""
     suites = tmp_path / "suites"
     suites.mkdir()
     for name in ("pytest.ini", "conftest.py", "__init__.py"):
         (suites / name).write_text((ROOT / "suites" / name).read_text())
+    return suites
+
+
+def test_a_group_that_fails_to_collect_is_an_error_never_dropped(tmp_path: Path):
+    """Issue 23: one light suite that fails to import stopped its whole import group, and the run
+    exited 0 with the other group's cases. Now every suite file of that group stands as an ERROR
+    (the collection error, for the file that had it) and the run exits 1."""
+    suites = _suites_dir(tmp_path)
     (suites / "test_a.py").write_text(BROKEN_LIGHT)
     (suites / "test_c.py").write_text(FINE_LIGHT)
     (suites / "test_b.py").write_text(FINE_FULL)
@@ -231,10 +237,7 @@ def test_an_interrupted_run_writes_what_finished_marked_partial(tmp_path: Path):
     import json
     import signal
 
-    suites = tmp_path / "suites"
-    suites.mkdir()
-    for name in ("pytest.ini", "conftest.py", "__init__.py"):
-        (suites / name).write_text((ROOT / "suites" / name).read_text())
+    suites = _suites_dir(tmp_path)
     (suites / "test_a.py").write_text(SLOW_LIGHT)
     (suites / "test_b.py").write_text(FINE_FULL)
     (tmp_path / "fixtures").mkdir()

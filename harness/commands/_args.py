@@ -193,6 +193,16 @@ def add_verbosity(p: argparse.ArgumentParser, *, verbose: bool = False) -> None:
 # ------------------------------------------------------------------------------ where things go
 
 
+def add_summary_md(p: argparse.ArgumentParser, what: str) -> None:
+    """``--summary-md FILE``: a short Markdown summary of ``what`` (a CI job summary, a PR comment)."""
+    p.add_argument(
+        "--summary-md",
+        type=Path,
+        metavar="FILE",
+        help=f"also write a short Markdown summary ({what}); appended to $GITHUB_STEP_SUMMARY too when that is set",
+    )
+
+
 def add_out(p: argparse.ArgumentParser, default: str) -> None:
     p.add_argument("--out", type=Path, metavar="DIR", help=f"output directory (default {default})")
 

@@ -88,13 +88,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         "created when missing)",
     )
     _args.add_out(p, "reports/nightly-<run-id>")
-    p.add_argument(
-        "--summary-md",
-        type=Path,
-        metavar="FILE",
-        help="also write a short Markdown summary (counts, failures with impact, changes since the previous "
-        "nightly); appended to $GITHUB_STEP_SUMMARY too when that is set",
-    )
+    _args.add_summary_md(p, "counts, failures with their impact, changes since the previous nightly")
     _args.add_suites(p, keyword=False)
     p.add_argument(
         "--commit",

@@ -12,7 +12,6 @@ import argparse
 import os
 import signal
 import sys
-from pathlib import Path
 from typing import Any, TextIO
 
 from harness import gpucheck, provenance, runner
@@ -40,13 +39,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     _args.add_allow_changed(p)
     gpucheck.add_option(p)
     provenance.add_repo_url_option(p)
-    p.add_argument(
-        "--summary-md",
-        type=Path,
-        metavar="FILE",
-        help="also write a short Markdown summary (a CI job summary or PR comment); "
-        "appended to $GITHUB_STEP_SUMMARY too when that is set",
-    )
+    _args.add_summary_md(p, "counts, failures with their impact, known MB bugs")
     _args.add_executor(p, "the suites (one job per suite)")
     p.set_defaults(func=run)
 
