@@ -20,14 +20,11 @@ raising_check`), never packed, and never a torch error that happened to fit.
 
 from __future__ import annotations
 
-import math
-
 import pytest
 import torch
 
 from harness.adapters import batch as batch_ops
-from harness.adapters import cp as cp_ops
-from harness.adapters import rules, thd
+from harness.adapters import rules, step, thd
 from harness.oracle.impact import Impact, fail
 from suites import _oracle
 from suites._explain import first_difference, first_offender, show
@@ -49,19 +46,6 @@ CASES = [
 ]
 
 
-def documented_alignment(cp: int, tp: int, sp: bool) -> int:
-    """docs/training/packed-sequences.md: lcm(2*CP if CP > 1, CP*TP with SP and TP > 1)."""
-    return math.lcm(2 * cp if cp > 1 else 1, cp * tp if sp and tp > 1 else 1)
-
-
-def mb_multiple(cp: int, tp: int, sp: bool) -> int:
-    """The multiple MB chooses for in-batch packing under this layout (never the suite's choice)."""
-    out = cp_ops.collate_padding_multiple(cp, tp, sp, in_batch=True)
-    if not out["accepted"]:
-        raise fail(Impact.REFUSES_VALID_CONFIG, f"MB refused the layout CP{cp} TP{tp} SP{sp}: {out['message']}")
-    return int(out["multiple"])
-
-
 def _micro_batch(case: _oracle.SFTCase, first: int, rows: int):
     thd.pack_in_batch.era  # noqa: B018 - an era without in-batch packing is untestable before inputs are built
     examples = list(_oracle.reference(case))[first : first + rows]
@@ -75,7 +59,7 @@ def _micro_batch(case: _oracle.SFTCase, first: int, rows: int):
 @pytest.mark.parametrize("ref,first,rows,layout", [c[1:] for c in CASES], ids=[c[0] for c in CASES])
 def test_pack_right_padded(golden, ref, first, rows, layout):
     examples, batch, pad_id = _micro_batch(ref, first, rows)
-    multiple = mb_multiple(*layout)
+    multiple = step.mb_in_batch_multiple(*layout)
     packed = thd.pack_in_batch(
         batch["tokens"],
         batch["labels"],
@@ -87,7 +71,7 @@ def test_pack_right_padded(golden, ref, first, rows, layout):
     )
     (row,) = batch_ops.packed_rows(packed["raw"])
     report = _oracle.differential.compare(
-        [row], examples, pad_seq_to_mult=documented_alignment(*layout), special_ids=_oracle.special_ids(ref)
+        [row], examples, pad_seq_to_mult=step.in_batch_multiple(*layout), special_ids=_oracle.special_ids(ref)
     )
     report.assert_ok()
     real = report.rows[0].real_positions

@@ -321,10 +321,11 @@ def mb_in_batch_multiple(cp: int, tp: int = 1, sp: bool = False) -> int:
     """The multiple MB's config finalisation writes for in-batch packing under this layout (what a
     user's collate gets); the oracle checks the packed segments against :func:`in_batch_multiple`."""
     from harness.adapters import cp as cp_ops
+    from harness.oracle.impact import Impact, fail
 
     out = cp_ops.collate_padding_multiple(cp, tp, sp, in_batch=True)
     if not out["accepted"]:
-        raise AssertionError(f"MB refused the layout CP{cp} TP{tp} SP{sp}: {out['message']}")
+        raise fail(Impact.REFUSES_VALID_CONFIG, f"MB refused the layout CP{cp} TP{tp} SP{sp}: {out['message']}")
     return int(out["multiple"])
 
 
