@@ -186,7 +186,7 @@ def test_two_faults_parallel_names_each_injecting_commit(mb_repo: MBRepo, shared
     proc = bisect(mb_repo, "good..bad", *SUITES, "-j", "3", out=tmp_path, cache=shared_cache)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     doc = load(tmp_path)
-    assert doc["kind"] == "harness-bisect" and doc["schema_version"] == 3
+    assert doc["kind"] == "harness-bisect" and doc["schema_version"] == 4
     assert_culprits(doc, mb_repo, "cu_seqlens_off_by_one", "alignment_pad_loss_mask_one")
     assert {c["status"] for c in doc["cases"]} == {"found"}
     # the import-broken commit FAILs the in-batch cases only (a break, never an era gap)

@@ -106,7 +106,7 @@ def test_names_the_bump_then_the_megatron_lm_commit_and_touches_neither_reposito
     )  # fmt: skip
     assert proc.returncode == 0, proc.stdout + proc.stderr[-5000:]
     doc = json.loads((tmp_path / "out" / "bisect.json").read_text())
-    assert doc["schema_version"] == 3
+    assert doc["schema_version"] == 4
     fault = faults.CORE_MAX_SEQLEN_OFF_BY_ONE
     blamed = {c["case_id"]: c["culprit"]["sha"] for c in doc["cases"] if c["culprit"]}
     assert blamed and all(fault.caught_by(c) for c in blamed), blamed

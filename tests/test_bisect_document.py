@@ -37,6 +37,7 @@ SCHEMA_1_KEYS = {
 }
 SCHEMA_2_KEYS = SCHEMA_1_KEYS | {"late_starts", "confirmations"}
 SCHEMA_3_KEYS = SCHEMA_2_KEYS | {"held", "pin_change", "descents"}
+SCHEMA_4_KEYS = SCHEMA_3_KEYS | {"partial"}
 
 
 def _doc() -> BisectDoc:
@@ -62,8 +63,8 @@ def test_round_trip_through_the_file(tmp_path: Path) -> None:
     doc = _doc()
     doc.save(tmp_path / "bisect.json")
     on_disk = json.loads((tmp_path / "bisect.json").read_text())
-    assert set(on_disk) == SCHEMA_3_KEYS
-    assert on_disk["kind"] == "harness-bisect" and on_disk["schema_version"] == 3
+    assert set(on_disk) == SCHEMA_4_KEYS
+    assert on_disk["kind"] == "harness-bisect" and on_disk["schema_version"] == 4
     assert on_disk["cases"][0]["culprit"]["files"] == ["src/x.py"] and on_disk["cases"][2]["culprit"] is None
     assert BisectDoc.load(tmp_path / "bisect.json") == doc
 
@@ -76,7 +77,7 @@ def test_culprit_groups_name_each_commit_once_with_its_sources() -> None:
 
 def test_a_schema_1_file_still_reads(tmp_path: Path) -> None:
     path = tmp_path / "bisect.json"
-    old = {k: v for k, v in _doc().to_json().items() if k not in SCHEMA_3_KEYS - SCHEMA_1_KEYS}
+    old = {k: v for k, v in _doc().to_json().items() if k not in SCHEMA_4_KEYS - SCHEMA_1_KEYS}
     path.write_text(json.dumps({"kind": "harness-bisect", "schema_version": 1, **old}))
     loaded = BisectDoc.load(path)
     assert loaded == _doc() and loaded.late_starts == [] and loaded.confirmations == []
@@ -84,7 +85,7 @@ def test_a_schema_1_file_still_reads(tmp_path: Path) -> None:
 
 def test_a_schema_2_file_reads_as_a_first_level_that_did_not_descend(tmp_path: Path) -> None:
     path = tmp_path / "bisect.json"
-    old = {k: v for k, v in _doc().to_json().items() if k not in SCHEMA_3_KEYS - SCHEMA_2_KEYS}
+    old = {k: v for k, v in _doc().to_json().items() if k not in SCHEMA_4_KEYS - SCHEMA_2_KEYS}
     path.write_text(json.dumps({"kind": "harness-bisect", "schema_version": 2, **old}))
     loaded = BisectDoc.load(path)
     assert loaded == _doc() and loaded.descents == [] and loaded.held is None and loaded.pin_change is None
@@ -104,7 +105,7 @@ def test_both_levels_round_trip_with_the_second_nested_in_the_first(tmp_path: Pa
     ]
     first.save(tmp_path / "bisect.json")
     on_disk = json.loads((tmp_path / "bisect.json").read_text())
-    assert set(on_disk["descents"][0]["doc"]) == SCHEMA_3_KEYS - {"kind", "schema_version"}
+    assert set(on_disk["descents"][0]["doc"]) == SCHEMA_4_KEYS - {"kind", "schema_version"}
     loaded = BisectDoc.load(tmp_path / "bisect.json")
     assert loaded == first
     assert loaded.descents[0].doc is not None and loaded.descents[0].doc.held == second.held
@@ -112,7 +113,7 @@ def test_both_levels_round_trip_with_the_second_nested_in_the_first(tmp_path: Pa
 
 def test_a_newer_schema_is_refused(tmp_path: Path) -> None:
     path = tmp_path / "bisect.json"
-    path.write_text(json.dumps({"kind": "harness-bisect", "schema_version": 4, **_doc().to_json()}))
+    path.write_text(json.dumps({"kind": "harness-bisect", "schema_version": 5, **_doc().to_json()}))
     with pytest.raises(CorruptFile, match="newer"):
         BisectDoc.load(path)
 

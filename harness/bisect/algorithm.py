@@ -71,8 +71,9 @@ class CaseOutcome:
     case_id: str
     status: CaseStatus
     culprit: str | None = None  # FOUND: the first bad commit
-    last_good: str | None = None  # FOUND/AMBIGUOUS: the last good commit before it
-    candidates: tuple[str, ...] = ()  # AMBIGUOUS: oldest first, the first bad is one of them
+    last_good: str | None = None  # FOUND/AMBIGUOUS/OPEN: the last good commit before it
+    # AMBIGUOUS: oldest first, the first bad is one of them; OPEN: the range still to search
+    candidates: tuple[str, ...] = ()
     flaky_commits: tuple[str, ...] = ()  # FLAKY: commits with disagreeing verdicts
     evaluations: int = 0  # record() calls made while this case was still OPEN
     notes: tuple[str, ...] = ()
@@ -90,6 +91,8 @@ class CaseOutcome:
             head += f" first bad is one of {', '.join(abbrev(c) for c in self.candidates)}"
         elif self.status is CaseStatus.FLAKY:
             head += f" at {', '.join(abbrev(c) for c in self.flaky_commits)}"
+        elif self.status is CaseStatus.OPEN and self.candidates:
+            head += f" first bad among {len(self.candidates)} commit(s) after {abbrev(self.last_good)}"
         head += f" [{self.evaluations} evaluations]"
         return "; ".join([head, *self.notes])
 
@@ -251,11 +254,17 @@ class Bisection:
         if problems:
             return make(CaseStatus.NOT_REPRODUCED, notes=notes + problems)
         if start is None or end is None:
-            return make(CaseStatus.OPEN, notes=notes)
+            good, bad, _ = self._interval(state, speculative=True)
+            return make(CaseStatus.OPEN, last_good=None, candidates=self._commits[good + 1 : bad + 1], notes=notes)
         good, bad, interval_notes = self._interval(state, speculative=False)
         notes += interval_notes
-        if any(i not in state.seen for i in range(good + 1, bad)):
-            return make(CaseStatus.OPEN, notes=notes)
+        if any(i not in state.seen for i in range(good + 1, bad)):  # still open: the range left to search
+            return make(
+                CaseStatus.OPEN,
+                last_good=self._commits[good],
+                candidates=self._commits[good + 1 : bad + 1],
+                notes=notes,
+            )
         if bad == good + 1:
             return make(CaseStatus.FOUND, culprit=self._commits[bad], last_good=self._commits[good], notes=notes)
         return make(

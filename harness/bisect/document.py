@@ -31,7 +31,7 @@ from harness.bisect.descentdoc import Descent, HeldMB, PinCheck
 from harness.bisect.executor import JobLog
 
 BISECT_KIND = "harness-bisect"
-BISECT_SCHEMA = 3  # 2: late_starts and confirmations (--confirm); 3: held, pin_change, descents
+BISECT_SCHEMA = 4  # 2: late_starts, confirmations (--confirm); 3: held, pin_change, descents; 4: partial
 FIND_REGRESSION = "find-regression"
 FIND_FIX = "find-fix"
 FIND_CHANGE = "find-change"  # --changed: CHANGED counts as bad; culprits are changes, not regressions
@@ -94,7 +94,7 @@ class CaseDoc:
     status: CaseStatus
     culprit: Culprit | None = None  # FOUND
     last_good: str | None = None
-    candidates: list[str] = field(default_factory=list)  # AMBIGUOUS: oldest first
+    candidates: list[str] = field(default_factory=list)  # AMBIGUOUS: oldest first; OPEN: the range left
     flaky_commits: list[str] = field(default_factory=list)
     evaluations: int | None = None  # None: not recorded (a partial record)
     notes: list[str] = field(default_factory=list)
@@ -275,6 +275,8 @@ class BisectDoc:
     held: HeldMB | None = None  # second level: the MB held fixed; the commits are Megatron-LM commits
     pin_change: PinCheck | None = None  # second level: does the change GOOD..BAD alone reproduce the cases?
     descents: list[Descent] = field(default_factory=list)  # first level: one per culprit that moved the pin
+    # interrupted (Ctrl-C, SIGTERM): what finished; an OPEN case keeps the range still to search
+    partial: bool = False
 
     @property
     def find_fix(self) -> bool:
@@ -332,6 +334,7 @@ class BisectDoc:
             "held": vars(self.held).copy() if self.held else None,
             "pin_change": self.pin_change.to_json() if self.pin_change else None,
             "descents": [d.to_json() for d in self.descents],
+            "partial": self.partial,
             **self._cluster_json(),
         }
 
@@ -389,6 +392,7 @@ class BisectDoc:
             held=HeldMB.from_json(held) if isinstance(held, dict) else None,
             pin_change=PinCheck.from_json(pin_change) if isinstance(pin_change, dict) else None,
             descents=[Descent.from_json(d) for d in doc.get("descents") or []],
+            partial=bool(doc.get("partial", False)),
         )
 
     def save(self, path: Path) -> None:
@@ -397,7 +401,9 @@ class BisectDoc:
     @classmethod
     def load(cls, path: Path) -> BisectDoc:
         return cls.from_json(
-            read_versioned_json(path, BISECT_KIND, BISECT_SCHEMA, {1: _from_schema_1, 2: _from_schema_2})
+            read_versioned_json(
+                path, BISECT_KIND, BISECT_SCHEMA, {1: _from_schema_1, 2: _from_schema_2, 3: _from_schema_3}
+            )
         )
 
 
@@ -424,3 +430,8 @@ def _job_log(doc: dict[str, Any]) -> JobLog:
 def _from_schema_2(doc: dict[str, Any]) -> dict[str, Any]:
     """Schema 2 bisected MB's history only: a first-level record that did not descend."""
     return {**doc, "held": None, "pin_change": None, "descents": []}
+
+
+def _from_schema_3(doc: dict[str, Any]) -> dict[str, Any]:
+    """Schema 3 was written only by bisections that finished (an interrupted one wrote nothing)."""
+    return {**doc, "partial": False}

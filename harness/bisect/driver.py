@@ -90,6 +90,20 @@ class BisectRun:
     bisection: Bisection | None = None
 
 
+class BisectInterrupted(KeyboardInterrupt):
+    """Ctrl-C or SIGTERM (made a KeyboardInterrupt by the command) during a bisection.
+
+    Why it carries a record: every finished evaluation is already in the verdict cache, but the
+    user (or a CI job killed by its time limit) also needs to see where the search stood:
+    ``run.doc`` is marked ``partial``, every case still open keeps its last good commit and the
+    range still to search, and a rerun resumes from the cache.
+    """
+
+    def __init__(self, run: BisectRun) -> None:
+        super().__init__("bisect interrupted")
+        self.run = run
+
+
 class _Driver:
     def __init__(
         self,
@@ -117,6 +131,7 @@ class _Driver:
         self.view = CaseView(opts.find_fix, self.index, changed=opts.changed)  # what the bisection sees
         self.late_starts: list[LateStart] = []  # what was found for each case GOOD cannot run
         self.confirmations: list[Confirmation] = []  # --confirm: one per culprit commit
+        self.not_bisected: list[NotBisected] = []  # known once both endpoints are in
         self._running: dict[Handle, tuple[str, int]] = {}  # handle -> (commit, depth)
         self._queued: list[str] = []  # attempts waiting for a slot (one entry per attempt)
         self._depth_done = 0  # longest chain of dependent evaluations finished so far
@@ -356,7 +371,12 @@ def run_bisection(
             def second(level: BisectOptions) -> BisectDoc:
                 return _run_level(level, held_evaluator(level) if held_evaluator else None, executor, progress).doc
 
-            run.doc.descents = descend.descend(opts, run.doc, second, progress)
+            try:
+                run.doc.descents = descend.descend(opts, run.doc, second, progress)
+            except KeyboardInterrupt as stopped:  # the first level is whole; the descent did not finish
+                run.doc.partial = True
+                run.message = "interrupted while bisecting Megatron-LM behind a culprit; the first level is complete"
+                raise BisectInterrupted(run) from stopped
         return run
     finally:
         if own_executor:
@@ -426,7 +446,12 @@ def _run_level(
             f"{f', {opts.retries} retries' if opts.retries else ''}; cache {cache_path}"
         )
         with driver.progress:
-            run = _bisect(driver, ws, good, bad, t0)
+            try:
+                run = _bisect(driver, ws, good, bad, t0)
+            except BisectInterrupted:
+                raise
+            except KeyboardInterrupt as stopped:
+                raise BisectInterrupted(_interrupted(driver, good, bad, t0)) from stopped
         if held:
             run.doc.pin_change = descend.pin_check(run.doc)
         return run
@@ -438,6 +463,23 @@ def _run_level(
         if driver is not None:  # workspaces are cheap to rebuild (git archive) and MB trees are ~20 MB each
             for sha in driver.evidence.evaluated | set(driver.evidence.cancelled):
                 ws.cleanup(sha)
+
+
+def _interrupted(driver: _Driver, good: str, bad: str, t0: float) -> BisectRun:
+    """The record of a bisection stopped midway: what finished, each open case's range left."""
+    bisection = driver.bisection
+    if bisection is None:
+        done = [e for e in (good, bad) if e in driver.evidence.attempts]
+        message = (
+            "interrupted before both endpoints were evaluated "
+            f"({', '.join(e[:12] for e in done) or 'none'} done); nothing was bisected"
+        )
+    else:
+        left = [o for o in bisection.outcomes().values() if o.status is CaseStatus.OPEN]
+        message = f"interrupted: {len(left)} case(s) still open, each with the range left to search"
+    doc = driver.document(good, bad, bisection, driver.not_bisected, time.monotonic() - t0)
+    doc.partial = True
+    return BisectRun(doc, 1, message, bisection)
 
 
 def _say(progress: TextIO | None, text: str) -> None:
@@ -459,6 +501,7 @@ def _bisect(driver: _Driver, ws: WorkspaceCache, good: str, bad: str, t0: float)
     driver.run(endpoints)
     selection = driver.select_cases(good, bad)
     cases, not_bisected = selection.cases, selection.not_bisected
+    driver.not_bisected = not_bisected
     if selection.late:  # GOOD cannot run these: find where each starts running, bisect from there
         for start in latestart.find_starts(driver, good, selection.late):
             driver.late_starts.append(start)

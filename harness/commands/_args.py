@@ -9,12 +9,14 @@ only the options it honours.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
+import signal
 import sys
 import tempfile
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from harness import paths, runner
 from harness.errors import UsageError
@@ -337,3 +339,24 @@ def executor_argv(args: argparse.Namespace) -> list[str]:
         if value is not None:
             argv += [f"--{dest.replace('_', '-')}", str(value)]
     return argv
+
+
+@contextlib.contextmanager
+def sigterm_as_interrupt() -> Iterator[None]:
+    """SIGTERM (a CI job's time limit, ``kill``) stops a command like Ctrl-C does, so it writes
+    what finished (a partial results.json or bisect.json, JUnit and report) instead of dying
+    with nothing; the previous handler is restored after. Off the main thread no handler can
+    be set and SIGTERM keeps its default."""
+
+    def interrupt(signum: int, frame: Any) -> None:
+        raise KeyboardInterrupt
+
+    try:
+        previous = signal.signal(signal.SIGTERM, interrupt)
+    except ValueError:  # not the main thread
+        previous = None
+    try:
+        yield
+    finally:
+        if previous is not None:
+            signal.signal(signal.SIGTERM, previous)

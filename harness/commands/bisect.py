@@ -157,7 +157,11 @@ def parse_range(text: str) -> tuple[str, str]:
 
 
 def run(args: argparse.Namespace, out: TextIO = sys.stdout) -> int:
-    from harness.bisect.driver import BisectOptions, run_bisection  # GitPython: not needed by --help
+    from harness.bisect.driver import (  # GitPython: not needed by --help
+        BisectInterrupted,
+        BisectOptions,
+        run_bisection,
+    )
     from harness.report.terminal import bisect_summary_lines
 
     good, bad = parse_range(args.range)
@@ -200,8 +204,11 @@ def run(args: argparse.Namespace, out: TextIO = sys.stdout) -> int:
         mb_src=args.mb_src,
     )
     executor = _args.executor_from_args(args, args.jobs, args.timeout)
-    with executor or contextlib.nullcontext():  # Ctrl-C (or any error) cancels the jobs in flight
-        result = run_bisection(opts, executor=executor, progress=None if args.quiet else sys.stderr)
+    try:  # Ctrl-C or SIGTERM (or any error) cancels the jobs in flight
+        with _args.sigterm_as_interrupt(), executor or contextlib.nullcontext():
+            result = run_bisection(opts, executor=executor, progress=None if args.quiet else sys.stderr)
+    except BisectInterrupted as stopped:  # what finished, marked partial, open cases with their range left
+        result = stopped.run
     result.doc.repo_url = repo_url or provenance.remote_url(args.repo)
     mlm_url = provenance.remote_url(args.megatron_lm)  # a descent's commits are Megatron-LM's
     for descent in result.doc.descents:
@@ -212,6 +219,9 @@ def run(args: argparse.Namespace, out: TextIO = sys.stdout) -> int:
     if result.message:
         print(f"\n{result.message}", file=out)
     print(f"\nbisect: {json_path}\nreport: {report}", file=out)
+    if result.doc.partial:
+        print("harness: interrupted; the verdicts so far are cached, rerun the same command to resume", file=sys.stderr)
+        return 130
     return result.exit_code
 
 

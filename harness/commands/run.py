@@ -10,9 +10,8 @@ from __future__ import annotations
 
 import argparse
 import os
-import signal
 import sys
-from typing import Any, TextIO
+from typing import TextIO
 
 from harness import gpucheck, provenance, runner
 from harness.commands import _args
@@ -64,20 +63,17 @@ def run(args: argparse.Namespace, out: TextIO = sys.stdout) -> int:
         verbose=args.verbose,
         repo_url=provenance.checked_repo_url(args.repo_url),
     )
-    previous = _sigterm_as_interrupt()
     try:
-        result = run_suites_with(
-            _args.executor_from_args(args, args.jobs, args.timeout),
-            tgt,
-            opts,
-            out_dir,
-            progress=None if args.quiet else sys.stderr,
-        )
+        with _args.sigterm_as_interrupt():
+            result = run_suites_with(
+                _args.executor_from_args(args, args.jobs, args.timeout),
+                tgt,
+                opts,
+                out_dir,
+                progress=None if args.quiet else sys.stderr,
+            )
     except runner.RunInterrupted as stopped:  # Ctrl-C or SIGTERM: write what finished, marked partial
         result = stopped.result
-    finally:
-        if previous is not None:
-            signal.signal(signal.SIGTERM, previous)
     result.hint_flags = _args.verdict_flags(args)
     result.save(out_dir / "results.json")  # with the flags, so a report rendered later keeps the hints right
     write_junit(result, out_dir / "junit.xml")
@@ -96,16 +92,3 @@ def run(args: argparse.Namespace, out: TextIO = sys.stdout) -> int:
         gpucheck.check_result(result, gpu_suites)
     return result.exit_code(allow_changed=args.allow_changed)
 
-
-def _sigterm_as_interrupt() -> Any:
-    """SIGTERM (a CI job's time limit, ``kill``) stops the suites like Ctrl-C does, so the run
-    writes what finished (a partial results.json, JUnit and report) instead of dying with nothing;
-    the previous handler, to restore (None off the main thread, where none can be set)."""
-
-    def interrupt(signum: int, frame: Any) -> None:
-        raise KeyboardInterrupt
-
-    try:
-        return signal.signal(signal.SIGTERM, interrupt)
-    except ValueError:  # not the main thread
-        return None

@@ -321,6 +321,7 @@ def _level_context(bisect: BisectDoc, prefix: str = "") -> dict[str, Any]:
             "n_commits": len(bisect.commits) if rng.n_commits is None else rng.n_commits,
         },
         "repo_url": bisect.repo_url,
+        "partial": bisect.partial,
         "duration_s": bisect.duration_s,
         "evaluations": "?" if bisect.evaluations is None else bisect.evaluations,
         "n_probed": len(bisect.probes),

@@ -144,6 +144,8 @@ def bisect_summary_lines(doc: BisectDoc) -> list[str]:
         + (f", {sum(map(len, doc.infrastructure.values()))} skipped for infrastructure" if doc.infrastructure else "")
         + (f", {len(doc.cancelled)} cancelled as moot" if doc.cancelled else "")
     ]
+    if doc.partial:
+        lines.append("  PARTIAL: interrupted before the search finished; open cases show the range left")
     if doc.held:
         lines.append(f"  Megatron-Bridge held at {doc.held.label}")
     if doc.pin_change:
@@ -161,6 +163,9 @@ def bisect_summary_lines(doc: BisectDoc) -> list[str]:
             what = f"{first} is one of " + ", ".join(s[:12] for s in case.candidates)
         elif status is CaseStatus.FLAKY:
             what = "flaky at " + ", ".join(s[:12] for s in case.flaky_commits)
+        elif status is CaseStatus.OPEN and case.candidates:
+            after = f"after {case.last_good[:12]}" if case.last_good else "(endpoints unverified)"
+            what = f"{first} among {len(case.candidates)} commit(s) {after} .. {case.candidates[-1][:12]}"
         else:
             what = "; ".join(case.notes) or status.value
         lines.append(f"  {case.case_id:<{width}}  {status.value:<14} {what}  [{case.evaluations} evaluations]")
