@@ -91,4 +91,3 @@ def run(args: argparse.Namespace, out: TextIO = sys.stdout) -> int:
     if args.require_gpu:
         gpucheck.check_result(result, gpu_suites)
     return result.exit_code(allow_changed=args.allow_changed)
-
