@@ -34,8 +34,8 @@ sys.path.insert(0, str(ROOT))
 
 from harness.bisect.driver import BisectOptions, run_bisection  # noqa: E402
 from harness.bisect.evaluator import EvalOutcome  # noqa: E402
-from harness.verdict import Verdict  # noqa: E402
-from harness.workspaces import WorkspaceCache  # noqa: E402
+from harness.records.verdict import Verdict  # noqa: E402
+from harness.repository.workspaces import WorkspaceCache  # noqa: E402
 
 CALC_OK = "def add(a, b):\n    return a + b\n\n\ndef mul(a, b):\n    return a * b\n"
 FAULTS = [("return a + b\n", "return a + b + (a == 2)\n"), ("return a * b\n", "return a * b + (b == 3)\n")]
@@ -141,8 +141,8 @@ def harness_bisect(repo: Path, good: str, bad: str, jobs: int, work: Path) -> tu
     shutil.rmtree(cache, ignore_errors=True)
     opts = BisectOptions(repo=repo, good=good, bad=bad, jobs=jobs, cache_dir=cache, out_dir=work / "out")
     # the evaluator needs the workspace dir the driver would choose
-    from harness.gitrepo import open_repo
-    from harness.workspaces import workspace_dir_for
+    from harness.repository.gitrepo import open_repo
+    from harness.repository.workspaces import workspace_dir_for
 
     ev = FakeEvaluator(repo, workspace_dir_for(cache, open_repo(repo)))
     t0 = time.monotonic()

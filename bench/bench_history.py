@@ -173,9 +173,9 @@ def has_package(repo: Path, rev: str) -> bool:
 
 def pins_core(repo: Path, sha: str) -> bool:
     """Whether ``sha`` names its megatron-core: the submodule (from 2025-10-15) or, before it, the
-    ``uv.lock`` entry (:func:`harness.pins.lock_pin`), as ``harness run --megatron-lm`` reads them."""
-    from harness.gitrepo import open_repo
-    from harness.pins import lock_pin
+    ``uv.lock`` entry (:func:`harness.repository.pins.lock_pin`), as ``harness run --megatron-lm`` reads them."""
+    from harness.repository.gitrepo import open_repo
+    from harness.repository.pins import lock_pin
 
     if git(repo, "ls-tree", sha, "3rdparty/Megatron-LM").strip():
         return True

@@ -1,9 +1,9 @@
 """Wall time of the packing-module cases with light vs full import of MB, side by side.
 
 Runs the suites packing_algorithms, packed_seq_params and in_batch_packing through
-``harness.runner.run_suites`` twice per round against the same MB: ``--import light`` (package
+``harness.suiterun.runner.run_suites`` twice per round against the same MB: ``--import light`` (package
 ``__init__`` files of megatron.bridge skipped) and ``--import full``, and prints both wall times
-and their ratio, plus the light import through the warm fork server (``harness.forkserver``),
+and their ratio, plus the light import through the warm fork server (``harness.suiterun.forkserver``),
 which is how ``harness bisect`` evaluates a commit (target: under 1/3 of full). Every case must
 have the same verdict in every mode.
 
@@ -21,8 +21,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from harness import runner  # noqa: E402
-from harness.target import Target  # noqa: E402
+from harness.suiterun import runner  # noqa: E402
+from harness.suiterun.target import Target  # noqa: E402
 
 SUITES = ["packing_algorithms", "packed_seq_params", "in_batch_packing"]
 

@@ -2,7 +2,7 @@
 
 With ``--megatron-lm`` every MB commit runs against the megatron-core its submodule pins. A plain
 suite process imports torch and that tree's megatron-core for every commit; the fork server of
-the pinned tree (``harness.forkserver``, one per tree) imports them once. This runs the light
+the pinned tree (``harness.suiterun.forkserver``, one per tree) imports them once. This runs the light
 suites (packing_algorithms, packed_seq_params, in_batch_packing) against a pinned tree both ways,
 in the same run, and prints the medians and their ratio (target: forked <= 1/4 of plain). Every
 case must get the same verdict both ways.
@@ -27,9 +27,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from harness import runner  # noqa: E402
-from harness.forkserver import POOL  # noqa: E402
-from harness.target import Target  # noqa: E402
+from harness.suiterun import runner  # noqa: E402
+from harness.suiterun.forkserver import POOL  # noqa: E402
+from harness.suiterun.target import Target  # noqa: E402
 
 SUITES = ["packing_algorithms", "packed_seq_params", "in_batch_packing"]
 
@@ -56,9 +56,9 @@ def synthetic_target(work: Path) -> Target:
 
 
 def real_target(mb_repo: Path, mlm: Path, commit: str, cache: Path) -> Target:
-    from harness.gitrepo import open_repo
-    from harness.pins import pinned_core
-    from harness.workspaces import WorkspaceCache
+    from harness.repository.gitrepo import open_repo
+    from harness.repository.pins import pinned_core
+    from harness.repository.workspaces import WorkspaceCache
 
     repo = open_repo(mb_repo)
     sha = repo.resolve(commit)

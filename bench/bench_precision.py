@@ -36,10 +36,11 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from harness import known, paths  # noqa: E402
+from harness import paths  # noqa: E402
 from harness.mutations import installed_package_dir, load_catalogue, make_mutant  # noqa: E402
-from harness.results import RunResult  # noqa: E402
-from harness.verdict import Verdict  # noqa: E402
+from harness.records.results import RunResult  # noqa: E402
+from harness.records.verdict import Verdict  # noqa: E402
+from harness.suiterun import known  # noqa: E402
 
 PY = str(ROOT / ".venv" / "bin" / "python")
 SUITES_SKIP = ("forward_gpu",)  # no GPU here: untestable, listed apart
@@ -133,7 +134,7 @@ def main(argv: list[str] | None = None) -> int:
     work = args.work or Path(tempfile.mkdtemp(prefix="bench-precision-"))
     work.mkdir(parents=True, exist_ok=True)
     suites: list[str] = []
-    from harness import runner
+    from harness.suiterun import runner
 
     for s in runner.available_suites():
         if s not in SUITES_SKIP:

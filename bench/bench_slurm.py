@@ -39,11 +39,11 @@ os.environ["PYTHONPATH"] = os.pathsep.join([str(ROOT), str(BENCH), *filter(None,
 from bench_bisect import FakeEvaluator, make_history  # noqa: E402
 
 from harness.bisect.driver import BisectOptions, run_bisection  # noqa: E402
-from harness.bisect.executor import Executor, LocalExecutor  # noqa: E402
+from harness.executors.local import Executor, LocalExecutor  # noqa: E402
 from harness.executors.options import SlurmOptions  # noqa: E402
 from harness.executors.slurm import SlurmExecutor  # noqa: E402
-from harness.gitrepo import open_repo  # noqa: E402
-from harness.workspaces import WorkspaceCache, workspace_dir_for  # noqa: E402
+from harness.repository.gitrepo import open_repo  # noqa: E402
+from harness.repository.workspaces import WorkspaceCache, workspace_dir_for  # noqa: E402
 
 
 @dataclass(frozen=True)

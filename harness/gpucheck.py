@@ -17,8 +17,8 @@ import re
 from pathlib import Path
 
 from harness.errors import EnvironmentProblem, UsageError
-from harness.results import RunResult
-from harness.verdict import Verdict
+from harness.records.results import RunResult
+from harness.records.verdict import Verdict
 
 _GPU_MARK = re.compile(r"pytest\.mark\.gpu\b")
 

@@ -17,7 +17,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any, TextIO
 
-from harness.caselog import read_log
+from harness.suiterun.caselog import read_log
 
 
 def _terminal(stream: TextIO) -> bool:
@@ -166,7 +166,7 @@ LEGEND = "verdicts: . pass, F fail, C changed, k known MB bug, X known bug fixed
 
 
 class CaseFeed:
-    """Progress of suite processes, read from their live event logs (:mod:`harness.caselog`):
+    """Progress of suite processes, read from their live event logs (:mod:`harness.suiterun.caselog`):
     cases finished out of cases collected, and the case running.
 
     One voice: pytest's own progress and totals never reach the user (they count known MB bugs

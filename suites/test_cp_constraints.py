@@ -15,9 +15,9 @@ import math
 
 import pytest
 
-from harness import features
 from harness.adapters import cp as cp_ops
 from harness.adapters import thd
+from harness.eras import features
 from suites import _inputs
 from suites._explain import first_offender
 

@@ -20,8 +20,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from harness.bisect.evaluator import EvalOutcome
-from harness.verdict import Verdict
-from harness.workspaces import WorkspaceCache
+from harness.records.verdict import Verdict
+from harness.repository.workspaces import WorkspaceCache
 
 
 @dataclass(frozen=True)

@@ -6,8 +6,8 @@ import json
 
 import pytest
 
-from harness.atomicio import atomic_write_text, read_versioned_json, write_versioned_json
 from harness.errors import CorruptFile
+from harness.records.atomicio import atomic_write_text, read_versioned_json, write_versioned_json
 
 
 def test_round_trip_and_migration(tmp_path):

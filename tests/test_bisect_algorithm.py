@@ -9,7 +9,7 @@ import pytest
 
 from harness.bisect.algorithm import Bisection, CaseStatus, max_steps
 from harness.errors import UsageError
-from harness.verdict import Verdict
+from harness.records.verdict import Verdict
 
 P, F, U, E = Verdict.PASS, Verdict.FAIL, Verdict.UNTESTABLE, Verdict.ERROR
 

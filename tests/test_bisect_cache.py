@@ -16,8 +16,8 @@ import pytest
 
 from harness.bisect.cache import SCHEMA_VERSION, CacheKey, VerdictCache, suite_hash
 from harness.errors import CorruptFile
-from harness.results import CaseResult
-from harness.verdict import Verdict
+from harness.records.results import CaseResult
+from harness.records.verdict import Verdict
 
 ROOT = Path(__file__).resolve().parents[1]
 KEY = CacheKey("a" * 40, "suitehash", "py3.12-cpu")
@@ -180,7 +180,7 @@ WRITER = textwrap.dedent(
     """
     import sys
     from harness.bisect.cache import CacheKey, VerdictCache
-    from harness.verdict import Verdict
+    from harness.records.verdict import Verdict
 
     cache = VerdictCache(sys.argv[1])
     n_cases, start = int(sys.argv[2]), int(sys.argv[3])

@@ -30,10 +30,10 @@ from harness.bisect.document import BisectDoc, NotBisected
 from harness.bisect.driver import BisectOptions, run_bisection
 from harness.bisect.evaluator import EvalOutcome, MBEvaluator
 from harness.errors import UsageError
-from harness.gitrepo import open_repo
+from harness.records.verdict import Verdict
 from harness.report.terminal import bisect_summary_lines
-from harness.verdict import Verdict
-from harness.workspaces import workspace_dir_for
+from harness.repository.gitrepo import open_repo
+from harness.repository.workspaces import workspace_dir_for
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import faults  # noqa: E402
@@ -542,7 +542,7 @@ class StateEvaluator:
         return "state-suite", "state-env"
 
     def __call__(self, sha: str) -> EvalOutcome:
-        from harness.workspaces import WorkspaceCache
+        from harness.repository.workspaces import WorkspaceCache
 
         if self.counter:
             with open(self.counter, "a") as fh:

@@ -16,10 +16,10 @@ from pathlib import Path
 from harness.bisect.document import BisectDoc, ConfirmStatus
 from harness.bisect.driver import BisectOptions, run_bisection, workspace_dir_for
 from harness.bisect.evaluator import EvalOutcome
-from harness.gitrepo import open_repo
+from harness.records.verdict import Verdict
 from harness.report.terminal import bisect_summary_lines
-from harness.verdict import Verdict
-from harness.workspaces import WorkspaceCache
+from harness.repository.gitrepo import open_repo
+from harness.repository.workspaces import WorkspaceCache
 from tests.gitrepos import git
 
 CASES = ("s::a", "s::b", "s::c")

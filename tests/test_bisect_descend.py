@@ -22,10 +22,10 @@ from harness.bisect.document import BisectDoc
 from harness.bisect.driver import BisectOptions, run_bisection
 from harness.bisect.evaluator import EvalOutcome
 from harness.cli import main
+from harness.records.verdict import Verdict
 from harness.report import render_bisect_report
 from harness.report.formatting import anchor
 from harness.report.terminal import bisect_summary_lines
-from harness.verdict import Verdict
 from tests.gitrepos import commit_all, git, pin, tree_digest
 
 CASES = ("s::a", "s::b")

@@ -21,9 +21,9 @@ from harness.bisect.driver import BisectInterrupted, BisectOptions, run_bisectio
 from harness.bisect.evaluator import EvalOutcome
 from harness.commands import _args
 from harness.commands.bisect import write_outputs
-from harness.gitrepo import open_repo
 from harness.report.terminal import bisect_summary_lines
-from harness.workspaces import workspace_dir_for
+from harness.repository.gitrepo import open_repo
+from harness.repository.workspaces import workspace_dir_for
 from tests.test_bisect_command import StateEvaluator, _fake_history, culprits
 
 

@@ -6,8 +6,9 @@ from __future__ import annotations
 
 import pytest
 
-from harness import cli, runner
+from harness import cli
 from harness.mutations import load_catalogue
+from harness.suiterun import runner
 
 
 def _fails(capsys: pytest.CaptureFixture[str], argv: list[str]) -> str:

@@ -8,10 +8,10 @@ from pathlib import Path
 import pytest
 
 from harness import cli
-from harness.machine import Machine
+from harness.records.machine import Machine
+from harness.records.results import CaseResult, RunResult
+from harness.records.verdict import Verdict
 from harness.report.markdown import compare, run_summary
-from harness.results import CaseResult, RunResult
-from harness.verdict import Verdict
 
 
 def _run(run_id: str, *cases: tuple[str, Verdict], impacts: dict[str, list[str]] | None = None) -> RunResult:

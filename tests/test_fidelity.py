@@ -17,8 +17,8 @@ import pytest
 
 from harness.commands import mutate
 from harness.mutations import installed_package_dir, load_catalogue
-from harness.results import RunResult
-from harness.verdict import Verdict
+from harness.records.results import RunResult
+from harness.records.verdict import Verdict
 
 pytestmark = pytest.mark.slow
 

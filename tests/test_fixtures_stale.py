@@ -13,9 +13,9 @@ from pathlib import Path
 from harness.commands.fixtures import _stale
 from harness.golden.serializer import encode
 from harness.golden.storage import Golden, golden_path, write_golden
-from harness.machine import Machine
-from harness.results import CaseResult, RunResult
-from harness.verdict import Verdict
+from harness.records.machine import Machine
+from harness.records.results import CaseResult, RunResult
+from harness.records.verdict import Verdict
 
 
 def _golden(root: Path, suite: str, case: str) -> Path:

@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from harness import runner
-from harness.target import Target, mb_location
-from harness.verdict import Verdict
+from harness.records.verdict import Verdict
+from harness.suiterun import runner
+from harness.suiterun.target import Target, mb_location
 from tests import faults
 
 pytestmark = [
@@ -56,7 +56,7 @@ def test_forked_runs_match_subprocess_runs_and_do_not_leak_between_targets(tmp_p
 
 
 def test_fork_server_failure_falls_back_to_a_plain_subprocess_in_one_line(tmp_path: Path, monkeypatch) -> None:
-    from harness import forkserver
+    from harness.suiterun import forkserver
 
     def cannot_start(self, env, cwd):
         raise forkserver.ForkServerError("simulated: the fork server did not start")
@@ -90,8 +90,8 @@ def test_pinned_evaluations_go_through_the_fork_server_of_their_tree(tmp_path: P
     """--megatron-lm: a Megatron-LM repo whose commit holds (a copy of) the installed megatron-core,
     an MB repo pinning it; the evaluation runs its light cases in that tree's fork server."""
     from harness.bisect.evaluator import MBEvaluator
-    from harness.forkserver import POOL
-    from harness.pins import SUBMODULE
+    from harness.repository.pins import SUBMODULE
+    from harness.suiterun.forkserver import POOL
 
     core_spec = importlib.util.find_spec("megatron.core")
     mlm, mb = tmp_path / "mlm", tmp_path / "mb"

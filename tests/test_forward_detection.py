@@ -19,11 +19,11 @@ from pathlib import Path
 
 import pytest
 
-from harness import runner
 from harness.errors import EnvironmentProblem
 from harness.mutations import installed_package_dir, load_catalogue, make_mutant
-from harness.target import Target
-from harness.verdict import Verdict
+from harness.records.verdict import Verdict
+from harness.suiterun import runner
+from harness.suiterun.target import Target
 
 pytestmark = pytest.mark.slow
 

@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 
 from harness.errors import GitError, UsageError
-from harness.gitrepo import GitRepo, open_repo
-from harness.workspaces import WorkspaceCache
+from harness.repository.gitrepo import GitRepo, open_repo
+from harness.repository.workspaces import WorkspaceCache
 
 GITLINK = "1234567890abcdef1234567890abcdef12345678"
 

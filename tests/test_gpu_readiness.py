@@ -26,9 +26,9 @@ import pytest
 from harness import gpucheck
 from harness.errors import EnvironmentProblem, UsageError
 from harness.paths import ROOT
-from harness.results import CaseResult, RunResult
-from harness.target import Target, mb_location
-from harness.verdict import Verdict
+from harness.records.results import CaseResult, RunResult
+from harness.records.verdict import Verdict
+from harness.suiterun.target import Target, mb_location
 from suites._forward import BF16, CONTROL_MARGIN, FP32
 
 SIMULATE_CUDA = textwrap.dedent(
@@ -81,7 +81,7 @@ def _run_forward_cpu(tmp_path: Path, keyword: str, *, unpin: bool) -> dict[str, 
     """Selected forward_cpu cases in a child with CUDA simulated; verdicts by case id."""
     results = tmp_path / ("unpinned.json" if unpin else "pinned.json")
     script = SIMULATE_CUDA + (UNPIN if unpin else "") + RUN_CASES
-    args = [str(SUITES_DIR / "test_forward_cpu.py"), "-p", "harness.plugin", "-p", "no:cacheprovider", "-q"]
+    args = [str(SUITES_DIR / "test_forward_cpu.py"), "-p", "harness.suiterun.plugin", "-p", "no:cacheprovider", "-q"]
     args += ["-c", str(SUITES_DIR / "pytest.ini"), "--rootdir", str(ROOT), "-k", keyword, "-W", "ignore"]
     args += ["--harness-results", str(results), "--harness-fixtures", str(FIXTURES_DIR)]
     env = Target().env(tmp_path / "standins.log")
@@ -125,7 +125,7 @@ def test_a_broken_transformer_engine_is_an_environment_error_never_mbs(tmp_path:
     te.mkdir(parents=True)
     (te / "__init__.py").write_text(BROKEN_TE[kind] + "\n")
     results = tmp_path / "cases.json"
-    args = [str(SUITES_DIR / "test_forward_gpu.py"), "-p", "harness.plugin", "-p", "no:cacheprovider", "-q"]
+    args = [str(SUITES_DIR / "test_forward_gpu.py"), "-p", "harness.suiterun.plugin", "-p", "no:cacheprovider", "-q"]
     args += ["-c", str(SUITES_DIR / "pytest.ini"), "--rootdir", str(ROOT), "-W", "ignore"]
     args += ["-k", "clean-prompt-mult1 and not pad", "--harness-results", str(results)]
     args += ["--harness-fixtures", str(FIXTURES_DIR)]

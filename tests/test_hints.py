@@ -14,8 +14,8 @@ import sys
 from pathlib import Path
 
 from harness.paths import ROOT
-from harness.results import RunResult
-from harness.verdict import Verdict
+from harness.records.results import RunResult
+from harness.records.verdict import Verdict
 
 FAILING = """
 import pytest

@@ -9,10 +9,10 @@ import sys
 
 import pytest
 
-from harness import known
 from harness.errors import CorruptFile
 from harness.paths import ROOT
-from harness.verdict import Verdict
+from harness.records.verdict import Verdict
+from harness.suiterun import known
 
 EOS_MASKED = {"invariant": "loss-mask-equals-unpacked", "tags": ["input:eos", "label:eos"]}
 OTHER_MASK = {"invariant": "loss-mask-equals-unpacked", "tags": ["input:pad"]}
@@ -152,7 +152,7 @@ def test_the_plugin_applies_known_failures_to_verdicts(tmp_path):
             "pytest",
             str(suite_dir),
             "-p",
-            "harness.plugin",
+            "harness.suiterun.plugin",
             "-q",
             "-p",
             "no:cacheprovider",
@@ -246,7 +246,7 @@ def test_an_entry_without_impact_or_fix_is_refused_and_schema_1_upgrades(tmp_pat
 def test_commit_ranges_resolve_through_the_targets_repository(tmp_path):
     """Known bugs resolve on any commit: the target names its repository (HARNESS_MB_REPO), and
     git_in_range answers by ancestry there (issue 22: 'commits' ranges could never match)."""
-    from harness.target import Target
+    from harness.suiterun.target import Target
 
     repo = tmp_path / "mb"
     (repo / "src" / "megatron" / "bridge").mkdir(parents=True)

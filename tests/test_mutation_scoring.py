@@ -11,12 +11,12 @@ from dataclasses import asdict
 
 import pytest
 
-from harness.atomicio import read_versioned_json
 from harness.commands import mutate
 from harness.mutations import scoring
 from harness.mutations.scoring import Level, Status, compare_case, evidence
-from harness.results import CaseResult
-from harness.verdict import Verdict
+from harness.records.atomicio import read_versioned_json
+from harness.records.results import CaseResult
+from harness.records.verdict import Verdict
 
 EOS_MASK = {
     "invariant": "loss-mask-equals-unpacked",

@@ -12,7 +12,6 @@ from pathlib import Path
 
 import pytest
 
-from harness import runner
 from harness.errors import CorruptFile, EnvironmentProblem
 from harness.mutations import (
     CATALOGUE,
@@ -22,6 +21,7 @@ from harness.mutations import (
     installed_package_dir,
     load_catalogue,
 )
+from harness.suiterun import runner
 
 FAULTS = load_catalogue()
 

@@ -21,13 +21,14 @@ from typing import Any
 
 import pytest
 
-from harness import history, runner
 from harness.commands import nightly
 from harness.errors import CorruptFile, GitError, UsageError
-from harness.machine import Machine
+from harness.nightly import history
 from harness.paths import ROOT
-from harness.results import CaseResult, RunResult
-from harness.verdict import Verdict
+from harness.records.machine import Machine
+from harness.records.results import CaseResult, RunResult
+from harness.records.verdict import Verdict
+from harness.suiterun import runner
 
 CASES = ("packing_algorithms::first_fit", "packing_algorithms::greedy", "packed_seq_params::cu_seqlens")
 BROKEN = "packing_algorithms::greedy"

@@ -13,9 +13,10 @@ from pathlib import Path
 
 import pytest
 
-from harness import cli, forkserver, procs
+from harness import cli, procs
 from harness.errors import CorruptFile
 from harness.mutations import load_catalogue
+from harness.suiterun import forkserver
 from harness.upstream import selection
 
 

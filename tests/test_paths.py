@@ -14,13 +14,14 @@ from pathlib import Path
 
 import pytest
 
-from harness import cli, paths, runner
+from harness import cli, paths
 from harness.commands import _args
-from harness.machine import Machine
+from harness.records.machine import Machine
+from harness.records.results import CaseResult, RunResult
+from harness.records.verdict import Verdict
 from harness.report.terminal import print_nothing_ran
-from harness.results import CaseResult, RunResult
-from harness.target import mb_location
-from harness.verdict import Verdict
+from harness.suiterun import runner
+from harness.suiterun.target import mb_location
 
 
 def test_a_checkout_uses_its_own_suites_and_goldens() -> None:

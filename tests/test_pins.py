@@ -11,9 +11,9 @@ import pytest
 
 from harness.bisect.evaluator import MBEvaluator
 from harness.errors import GitError
-from harness.gitrepo import open_repo
-from harness.pins import SUBMODULE, pinned_core
-from harness.target import Target
+from harness.repository.gitrepo import open_repo
+from harness.repository.pins import SUBMODULE, pinned_core
+from harness.suiterun.target import Target
 
 
 def git(cwd: Path, *args: str) -> str:
@@ -68,7 +68,7 @@ def test_pinned_core_comes_before_the_installed_one(repos, tmp_path: Path) -> No
     pinned = pinned_core(open_repo(mb), mb_shas[2], mlm, tmp_path / "cache")
     tgt = Target(src=mb / "src", commit=mb_shas[2], core=pinned.path, core_pin=pinned.pin)
     code = (
-        "import json, megatron.core as c; from harness.target import versions; "
+        "import json, megatron.core as c; from harness.suiterun.target import versions; "
         "print(json.dumps([c.PINNED, versions()['megatron-core']]))"
     )
     out = subprocess.run([sys.executable, "-c", code], env=tgt.env(), capture_output=True, text=True, timeout=120)
@@ -126,7 +126,7 @@ def _probe(pool, tree: Path, tmp_path: Path, capacity: int = 2) -> dict:
 
 @pytest.fixture
 def pool():
-    from harness.forkserver import ServerPool
+    from harness.suiterun.forkserver import ServerPool
 
     p = ServerPool()
     yield p
@@ -156,7 +156,7 @@ def test_pool_keeps_at_most_capacity_servers_evicting_the_least_recently_used(po
 
 @pytest.mark.slow
 def test_pool_full_when_every_server_is_busy(pool, tmp_path: Path) -> None:
-    from harness.forkserver import PoolFull
+    from harness.suiterun.forkserver import PoolFull
 
     one, two = _core(tmp_path / "cores", "one"), _core(tmp_path / "cores", "two")
     env = dict(Target(core=one).env(), HARNESS_IMPORT_MODE="light")
@@ -168,7 +168,7 @@ def test_pool_full_when_every_server_is_busy(pool, tmp_path: Path) -> None:
 
 
 def test_server_that_cannot_start_is_reported_not_raised(pool, tmp_path: Path, monkeypatch) -> None:
-    from harness import forkserver
+    from harness.suiterun import forkserver
 
     monkeypatch.setattr(forkserver, "START_TIMEOUT_S", 0.0)
     with pytest.raises(forkserver.ForkServerError, match="did not start"):

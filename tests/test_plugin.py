@@ -143,7 +143,7 @@ def _run(tmp_path: Path, linked: bool = False) -> dict[str, dict]:
             "pytest",
             str(suite_dir),
             "-p",
-            "harness.plugin",
+            "harness.suiterun.plugin",
             "-q",
             "-p",
             "no:cacheprovider",

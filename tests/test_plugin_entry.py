@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from harness.paths import ROOT
-from harness.target import mb_location
+from harness.suiterun.target import mb_location
 
 
 def pytest_run(args: list[str], cwd: Path) -> subprocess.CompletedProcess:
@@ -36,7 +36,7 @@ def test_the_plugin_is_a_pytest11_entry_point() -> None:
     """Looked up as pytest does (every distribution: a stale harness.egg-info in the checkout
     must not hide the installed one)."""
     found = {(ep.name, ep.value) for d in md.distributions() for ep in d.entry_points if ep.group == "pytest11"}
-    assert ("harness.plugin", "harness.plugin") in found, "reinstall the harness (pip install -e .)"
+    assert ("harness.suiterun.plugin", "harness.suiterun.plugin") in found, "reinstall the harness (pip install -e .)"
 
 
 OTHER_PROJECT_TESTS = """
@@ -63,7 +63,7 @@ import json, os, sys
 def pytest_configure(config):
     heavy = [m for m in ("numpy", "torch", "pandas", "git") if m in sys.modules]
     with open(os.environ["PROBE"], "w") as fh:
-        json.dump({"loaded": config.pluginmanager.has_plugin("harness.plugin"), "heavy": heavy}, fh)
+        json.dump({"loaded": config.pluginmanager.has_plugin("harness.suiterun.plugin"), "heavy": heavy}, fh)
 """
 
 

@@ -10,12 +10,12 @@ from pathlib import Path
 
 import pytest
 
-from harness import caselog
 from harness.bisect.algorithm import Bisection, max_steps
 from harness.bisect.driver import BisectOptions, run_bisection
-from harness.gitrepo import open_repo
 from harness.progress import CaseFeed, Progress, duration
-from harness.workspaces import workspace_dir_for
+from harness.repository.gitrepo import open_repo
+from harness.repository.workspaces import workspace_dir_for
+from harness.suiterun import caselog
 from tests.test_bisect_command import StateEvaluator, _fake_history
 
 ESCAPE = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
@@ -71,8 +71,8 @@ def test_case_feed_speaks_in_verdicts_never_in_pytests_totals_when_not_on_a_term
     """Issue 23: in a pipe pytest's ``....F...FFFF 40 failed, 38 passed`` (known MB bugs as F) sat
     above the harness's table saying 0 fail. Now pytest's output goes nowhere (unless verbose)
     and each suite process's cases come out as harness verdict letters, one line per suite."""
-    from harness.results import CaseResult
-    from harness.verdict import Verdict
+    from harness.records.results import CaseResult
+    from harness.records.verdict import Verdict
 
     out = io.StringIO()
     feed = CaseFeed(out)
@@ -113,7 +113,7 @@ def test_bisection_remaining_commits() -> None:
     commits = [f"c{i}" for i in range(33)]
     bisection = Bisection(commits, ["s::a", "s::b"])
     assert bisection.remaining() == (32, 32)
-    from harness.verdict import Verdict
+    from harness.records.verdict import Verdict
 
     bisection.record("c0", {"s::a": Verdict.PASS, "s::b": Verdict.PASS})
     bisection.record("c32", {"s::a": Verdict.FAIL, "s::b": Verdict.FAIL})

@@ -18,14 +18,14 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from harness import history
 from harness.bisect.document import BisectDoc
 from harness.errors import CorruptFile, UsageError
-from harness.machine import Machine
+from harness.nightly import history
+from harness.records.machine import Machine
+from harness.records.results import CaseResult, RunResult
+from harness.records.verdict import Verdict
 from harness.report import render_bisect_report, render_run_report, render_trend_report, write_junit
 from harness.report.diffview import row_window
-from harness.results import CaseResult, RunResult
-from harness.verdict import Verdict
 
 XSS = "<script>alert('pwned')</script>"
 
@@ -467,7 +467,8 @@ def machine_cells(doc: Node) -> dict[str, str]:
 def test_run_header_shows_the_machine_as_the_runner_recorded_it(tmp_path: Path, monkeypatch) -> None:
     """The runner writes the machine record and the header reads the same record: CPU and GPU
     are never blank or "none" by a key mismatch (they were on every real run)."""
-    from harness import machine, runner
+    from harness.records import machine
+    from harness.suiterun import runner
 
     monkeypatch.setattr(machine, "_gpu_name", lambda: "NVIDIA H200")
     monkeypatch.setattr(machine, "_cpu_model", lambda: "Intel Xeon Platinum 8480C")
@@ -485,7 +486,7 @@ def test_run_header_of_a_schema_1_results_file(tmp_path: Path) -> None:
     its CPU count and GPU (the bisect cache keeps such runs)."""
     doc = sample_run().to_json()
     doc["machine"] = {"hostname": "h", "platform": "Linux", "cpus": 16, "accelerator": "NVIDIA A100-SXM4-80GB"}
-    from harness.atomicio import write_versioned_json
+    from harness.records.atomicio import write_versioned_json
 
     write_versioned_json(tmp_path / "results.json", "harness-run", 1, doc)
     cells = machine_cells(parse_html(render_run_report(RunResult.load(tmp_path / "results.json"), tmp_path / "r.html")))
@@ -887,7 +888,7 @@ def test_bisect_timeline_colours_known_fail_changed_and_fixed_probes(tmp_path: P
 
 
 def _with_provenance(run: RunResult, **fields: Any) -> RunResult:
-    from harness.provenance import Provenance
+    from harness.records.provenance import Provenance
 
     run.provenance = Provenance(**fields)
     return run
@@ -910,7 +911,7 @@ def test_run_report_links_the_mb_commit_and_records_the_harness(tmp_path: Path) 
 
 
 def test_results_json_records_provenance_and_reads_files_without_it(tmp_path: Path) -> None:
-    from harness.provenance import Provenance
+    from harness.records.provenance import Provenance
 
     run = _with_provenance(sample_run(), mb_ref="v0.6.2", harness_commit="3" * 40, harness_version="0.1.0")
     run.save(tmp_path / "results.json")
@@ -922,7 +923,7 @@ def test_results_json_records_provenance_and_reads_files_without_it(tmp_path: Pa
 
 
 def test_provenance_of_an_installed_release_and_web_addresses_of_remotes(monkeypatch: pytest.MonkeyPatch) -> None:
-    from harness import provenance
+    from harness.records import provenance
 
     assert provenance.web_url("git@github.com:NVIDIA-NeMo/Megatron-Bridge.git") == REPO_URL
     assert provenance.web_url("ssh://git@gitlab.example.com:2222/g/mb.git") == "https://gitlab.example.com/g/mb"
@@ -932,7 +933,7 @@ def test_provenance_of_an_installed_release_and_web_addresses_of_remotes(monkeyp
     assert provenance.commit_url(REPO_URL, "v0.6.2") == "" and provenance.commit_url("", "a" * 40) == ""
     with pytest.raises(UsageError, match="--repo-url"):
         provenance.checked_repo_url("/home/me/mb")
-    from harness.target import Target, mb_location
+    from harness.suiterun.target import Target, mb_location
 
     if mb_location() is None:
         pytest.skip("megatron.bridge is not installed here")

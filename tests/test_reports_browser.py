@@ -24,8 +24,8 @@ from typing import Any
 
 import pytest
 
-from harness import history
 from harness.bisect.document import BisectDoc
+from harness.nightly import history
 from harness.report import render_bisect_report, render_run_report, render_trend_report
 
 CHROMIUM = Path("/usr/bin/chromium")

@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 
 from harness.paths import ROOT
-from harness.results import RUN_SCHEMA
-from harness.target import mb_location
+from harness.records.results import RUN_SCHEMA
+from harness.suiterun.target import mb_location
 
 pytestmark = [
     pytest.mark.slow,

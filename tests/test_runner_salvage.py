@@ -1,5 +1,5 @@
 """Verdicts of a suite process that left no verdict file (killed at its time limit, or died),
-recovered from the plugin's live event log (harness.caselog), on throw-away suites (no MB)."""
+recovered from the plugin's live event log (harness.suiterun.caselog), on throw-away suites (no MB)."""
 
 from __future__ import annotations
 
@@ -9,10 +9,10 @@ import sys
 import time
 from pathlib import Path
 
-from harness import runner
-from harness.caselog import emit, read_log, start_log
 from harness.paths import ROOT
 from harness.procs import popen_owned
+from harness.suiterun import runner
+from harness.suiterun.caselog import emit, read_log, start_log
 
 SUITE = """
 import os, time
@@ -40,7 +40,7 @@ def _suite_run(tmp_path: Path, mode: str, limit_s: float) -> tuple[list, list[st
         "pytest",
         str(suite),
         "-p",
-        "harness.plugin",
+        "harness.suiterun.plugin",
         "-q",
         "-p",
         "no:cacheprovider",
@@ -155,8 +155,8 @@ def test_a_group_that_fails_to_collect_is_an_error_never_dropped(tmp_path: Path)
         env={k: v for k, v in os.environ.items() if not k.startswith("HARNESS_")},
     )
     assert proc.returncode == 1, proc.stdout + proc.stderr
-    from harness.results import RunResult
-    from harness.verdict import Verdict
+    from harness.records.results import RunResult
+    from harness.records.verdict import Verdict
 
     verdicts = {c.case_id: (c.verdict, c.message) for c in RunResult.load(out / "results.json").cases}
     assert verdicts["b::test_y"][0] is Verdict.PASS
@@ -174,7 +174,7 @@ def test_a_crash_inside_mb_is_mbs_failure_and_bisectable(tmp_path: Path):
 
     from harness.commands import mutate
     from harness.mutations import Edit, Fault, installed_package_dir
-    from harness.verdict import Verdict
+    from harness.records.verdict import Verdict
 
     try:
         pkg = installed_package_dir()
@@ -203,7 +203,7 @@ def test_a_crash_inside_mb_is_mbs_failure_and_bisectable(tmp_path: Path):
 
 
 def test_a_crash_is_mbs_only_when_the_innermost_project_frame_is(tmp_path: Path):
-    from harness.fatal import mb_crash
+    from harness.suiterun.fatal import mb_crash
 
     mb, harness = str(tmp_path / "mb"), str(tmp_path / "h")
     dump = (
@@ -271,8 +271,8 @@ def test_an_interrupted_run_writes_what_finished_marked_partial(tmp_path: Path):
     proc.send_signal(signal.SIGTERM)
     stdout, stderr = proc.communicate(timeout=120)
     assert proc.returncode == 130, stdout + stderr
-    from harness.results import RunResult
-    from harness.verdict import Verdict
+    from harness.records.results import RunResult
+    from harness.records.verdict import Verdict
 
     result = RunResult.load(out / "results.json")
     assert result.partial and any("partial: interrupted" in n for n in result.notes)

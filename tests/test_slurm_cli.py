@@ -20,19 +20,19 @@ import pytest
 
 from harness import config as harness_config
 from harness.bisect.evaluator import EvalOutcome
-from harness.bisect.executor import JobLog
 from harness.cli import build_parser
 from harness.commands import _args
 from harness.commands.nightly import BisectEnv, bisect_command
 from harness.errors import UsageError
 from harness.executors import config
+from harness.executors.local import JobLog
 from harness.executors.options import SlurmOptions
 from harness.executors.shards import LOST, merge
 from harness.executors.slurm import SlurmExecutor
-from harness.machine import Machine
-from harness.results import CaseResult, RunResult
-from harness.target import Target
-from harness.verdict import Verdict
+from harness.records.machine import Machine
+from harness.records.results import CaseResult, RunResult
+from harness.records.verdict import Verdict
+from harness.suiterun.target import Target
 from tests.test_bisect_command import GIT_ENV, MBRepo, assert_culprits, load
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -25,21 +25,21 @@ from typing import Any
 
 import pytest
 
-from harness.atomicio import read_versioned_json
 from harness.bisect.document import BisectDoc
 from harness.bisect.driver import BisectOptions, BisectRun, run_bisection
-from harness.bisect.executor import Executor, LocalExecutor
 from harness.errors import CorruptFile
 from harness.executors import joblist as jl
 from harness.executors import jobstate
 from harness.executors import slurm as slurm_mod
 from harness.executors.jobcalls import RemoteEvaluator
+from harness.executors.local import Executor, LocalExecutor
 from harness.executors.options import JobFailed, SharedFilesystemError, SlurmOptions
 from harness.executors.slurm import SlurmExecutor
-from harness.gitrepo import open_repo
+from harness.records.atomicio import read_versioned_json
 from harness.report import render_bisect_report
 from harness.report.terminal import bisect_summary_lines
-from harness.workspaces import workspace_dir_for
+from harness.repository.gitrepo import open_repo
+from harness.repository.workspaces import workspace_dir_for
 from tests.scripted_eval import ScriptedEvaluator
 from tests.test_bisect_command import _fake_history, cache_rows, culprits
 

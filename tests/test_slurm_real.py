@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from harness.bisect.executor import LocalExecutor
+from harness.executors.local import LocalExecutor
 from harness.executors.options import SlurmOptions
 from harness.executors.slurm import SlurmExecutor
 from tests import slurm_cluster

@@ -1,8 +1,8 @@
-"""The one verdict ranking (harness.verdict): every verdict ranked, worst and settle agree with it."""
+"""The one verdict ranking (harness.records.verdict): every verdict ranked, worst and settle agree with it."""
 
 from __future__ import annotations
 
-from harness.verdict import SEVERITY, Verdict, is_flaky, settle, worst
+from harness.records.verdict import SEVERITY, Verdict, is_flaky, settle, worst
 
 
 def test_every_verdict_has_a_severity() -> None:

@@ -9,7 +9,7 @@ what was tried, so a missing or renamed API is a bisect "skip", never a pass or 
 
 A break is not an era gap: an MB module that exists and cannot be imported because of the
 commit's own code, or an operation whose output no longer holds what it produces
-(:class:`MissingOutput`), is :class:`~harness.plugin.Broken`: a failure, bisectable. See
+(:class:`MissingOutput`), is :class:`~harness.suiterun.plugin.Broken`: a failure, bisectable. See
 :mod:`harness.adapters.failures` for where the line between broken and untestable lies.
 """
 
@@ -23,8 +23,8 @@ import inspect
 from dataclasses import dataclass
 from typing import Any, Callable
 
-from harness import features
 from harness.adapters.failures import import_failure
+from harness.eras import features
 from harness.errors import Broken, MissingOutput, NotHere, Untestable
 
 __all__ = [
@@ -131,7 +131,7 @@ class Operation:
         self.name = name
         self.candidates = candidates
         self.before = before  # what MB had before the oldest candidate's era (named in the untestable reason)
-        # the ledger feature (:mod:`harness.features`) the operation is: absent everywhere -> that era gap
+        # the ledger feature (:mod:`harness.eras.features`) the operation is: absent everywhere -> that era gap
         self.feature = feature
         if feature is not None:
             features.tag(feature)  # a key the ledger lacks fails at import, not in a sweep

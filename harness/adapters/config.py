@@ -28,8 +28,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from harness import features
 from harness.adapters import field_names, load_module, module_source, rules, symbol
+from harness.eras import features
 from harness.errors import NotHere, Untestable
 
 

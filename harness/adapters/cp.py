@@ -33,7 +33,6 @@ from typing import Any, Callable
 
 import torch
 
-from harness import features
 from harness.adapters import Candidate, Operation, accepts, field_names, load_module, module_source, symbol
 from harness.adapters.config import (
     PackingConfigSpec,
@@ -44,6 +43,7 @@ from harness.adapters.config import (
     run_validate,
     tiny_gpt_provider,
 )
+from harness.eras import features
 from harness.errors import NotHere
 from harness.standins.cuda import cpu_cuda_calls
 

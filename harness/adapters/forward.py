@@ -27,8 +27,8 @@ from typing import Any
 
 import torch
 
-from harness import features
 from harness.adapters import Candidate, NotHere, Operation, source_text, symbol
+from harness.eras import features
 from harness.standins.cuda import cpu_cuda_calls, pinned_to_cpu
 
 VOCAB = 128

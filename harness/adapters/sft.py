@@ -31,8 +31,8 @@ from typing import Any, Callable
 
 import numpy as np
 
-from harness import features
 from harness.adapters import Candidate, NotHere, Operation, Untestable, accepts, symbol
+from harness.eras import features
 
 KINDS = ("prompt", "completion", "chat")
 """How examples become tokens: ``prompt`` = the prompt-template path ("{input} {output}",
@@ -211,7 +211,7 @@ def _legacy_kwargs(req: SFTRequest) -> dict[str, Any]:
 
 
 _SPEC_FEATURES = {"pad_seq_to_mult": "aligned-offline-packing", "pad_cu_seqlens": "pad-cu-seqlens"}
-"""The ledger feature (:mod:`harness.features`) a PackedSequenceSpecs field is."""
+"""The ledger feature (:mod:`harness.eras.features`) a PackedSequenceSpecs field is."""
 
 
 def _specs(cls: Any, packing: OfflinePacking) -> Any:

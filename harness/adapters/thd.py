@@ -37,8 +37,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, Callable
 
-from harness import features
 from harness.adapters import Candidate, Operation, accepts, module_source, symbol
+from harness.eras import features
 from harness.errors import MissingOutput, NotHere
 
 

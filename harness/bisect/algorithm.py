@@ -8,7 +8,7 @@ Model (mozregression-style explicit states):
 
 * ``commits[0..n-1]`` is a linear candidate list, oldest first. ``commits[0]`` is the
   known-good endpoint, ``commits[-1]`` the known-bad one.
-* A *probe* evaluates one commit and yields one :class:`~harness.verdict.Verdict` per
+* A *probe* evaluates one commit and yields one :class:`~harness.records.verdict.Verdict` per
   case. Probes are shared: every case sees every probe. Per case, PASS is "good", FAIL is
   "bad", UNTESTABLE, ERROR and a missing case are "skip" (git bisect's exit code 125).
 * Each case is bisected independently over the shared probes and ends in one
@@ -42,7 +42,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from harness.errors import UsageError
-from harness.verdict import Verdict, is_flaky, settle
+from harness.records.verdict import Verdict, is_flaky, settle
 
 
 class CaseStatus(enum.Enum):

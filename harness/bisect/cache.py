@@ -35,8 +35,8 @@ from pathlib import Path
 from types import TracebackType
 
 from harness.errors import CorruptFile, EnvironmentProblem
-from harness.results import CaseResult
-from harness.verdict import Verdict
+from harness.records.results import CaseResult
+from harness.records.verdict import Verdict
 
 SCHEMA_VERSION = 2
 IGNORED_DIRS = frozenset({"__pycache__", ".pytest_cache", ".mypy_cache", ".ruff_cache"})

@@ -74,7 +74,11 @@ def suite_process_files(suites_dir: Path | None = None) -> list[Path]:
     """The import closure of a suite process: plugin, stand-ins, and the suite modules."""
     suites_dir = suites_dir or paths.suites_dir()
     pkg = paths.PACKAGE
-    start = [pkg / "plugin.py", *sorted((pkg / "standins").rglob("*.py")), *sorted(suites_dir.glob("*.py"))]
+    start = [
+        pkg / "suiterun" / "plugin.py",
+        *sorted((pkg / "standins").rglob("*.py")),
+        *sorted(suites_dir.glob("*.py")),
+    ]
     return import_closure(start, suites_dir)
 
 

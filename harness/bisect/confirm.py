@@ -36,9 +36,9 @@ from typing import TYPE_CHECKING
 
 from harness.bisect.document import Confirmation, ConfirmStatus
 from harness.errors import GitError
-from harness.pins import SUBMODULE
-from harness.verdict import Verdict, settle
-from harness.workspaces import WorkspaceCache
+from harness.records.verdict import Verdict, settle
+from harness.repository.pins import SUBMODULE
+from harness.repository.workspaces import WorkspaceCache
 
 if TYPE_CHECKING:
     from harness.bisect.driver import _Driver

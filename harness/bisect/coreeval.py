@@ -3,7 +3,7 @@
 The MB tree is the culprit's (``--mb-at SHA`` of ``--mb-repo``, materialised privately like any
 bisected commit) or a source tree (``--mb-src``); each Megatron-LM commit's ``megatron/`` tree
 comes from the same private mirror the pinned trees of the first level use
-(:func:`harness.pins.core_at`), so the pins both levels share are extracted once. Each
+(:func:`harness.repository.pins.core_at`), so the pins both levels share are extracted once. Each
 evaluation is :meth:`MBEvaluator.evaluate` with that core marked as varying: a megatron-core
 that does not import with the MB held is untestable for the cases it stops (a skip), while what
 it does once imported is judged like any code under test.
@@ -21,10 +21,10 @@ from harness.bisect.descentdoc import HeldMB
 from harness.bisect.evaluator import EvalOutcome, MBEvaluator
 from harness.bisect.options import BisectOptions
 from harness.errors import GitError, UsageError
-from harness.gitrepo import open_repo
-from harness.pins import core_at
-from harness.target import Target
-from harness.workspaces import WorkspaceCache, workspace_dir_for
+from harness.repository.gitrepo import open_repo
+from harness.repository.pins import core_at
+from harness.repository.workspaces import WorkspaceCache, workspace_dir_for
+from harness.suiterun.target import Target
 
 
 @dataclass(frozen=True)

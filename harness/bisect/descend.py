@@ -37,8 +37,8 @@ from harness.bisect.descentdoc import Descent, PinCheck, PinStatus
 from harness.bisect.document import BisectDoc, CulpritGroup
 from harness.bisect.options import BisectOptions
 from harness.errors import HarnessError
-from harness.gitrepo import GitRepo, open_repo
-from harness.pins import SUBMODULE
+from harness.repository.gitrepo import GitRepo, open_repo
+from harness.repository.pins import SUBMODULE
 
 
 def descend(

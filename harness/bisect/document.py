@@ -25,10 +25,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from harness.atomicio import read_versioned_json, write_versioned_json
 from harness.bisect.algorithm import CaseStatus
 from harness.bisect.descentdoc import Descent, HeldMB, PinCheck
-from harness.bisect.executor import JobLog
+from harness.executors.local import JobLog
+from harness.records.atomicio import read_versioned_json, write_versioned_json
 
 BISECT_KIND = "harness-bisect"
 BISECT_SCHEMA = 4  # 2: late_starts, confirmations (--confirm); 3: held, pin_change, descents; 4: partial
@@ -249,7 +249,7 @@ class BisectDoc:
     range: RangeDoc
     mode: str = FIND_REGRESSION  # or FIND_FIX: PASS and FAIL swapped roles
     repo: str = ""
-    repo_url: str = ""  # the repository's web address commits link to ("" = no links; see harness.provenance)
+    repo_url: str = ""  # the repository's web address commits link to ("" = no links; see harness.records.provenance)
     commits: list[CommitMeta] = field(default_factory=list)  # the range, oldest first
     probes: dict[str, dict[str, str]] = field(default_factory=dict)  # sha -> case -> settled verdict or "flaky"
     attempts: dict[str, list[dict[str, str]]] = field(default_factory=dict)  # sha -> one verdict map per attempt

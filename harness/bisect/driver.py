@@ -1,8 +1,8 @@
 """The bisect driver: git range -> evaluations (cached, parallel, retried) -> culprits.
 
-Glue between the pure pieces: :mod:`harness.gitrepo` (read-only range, private workspaces), an
+Glue between the pure pieces: :mod:`harness.repository.gitrepo` (read-only range, private workspaces), an
 :class:`~harness.bisect.evaluator.Evaluator` (one commit -> one verdict per case), an
-:class:`~harness.bisect.executor.Executor` (where evaluations run),
+:class:`~harness.executors.local.Executor` (where evaluations run),
 :class:`~harness.bisect.cache.VerdictCache` (every attempt kept, one transaction each) and
 :class:`~harness.bisect.algorithm.Bisection` (what to probe next).
 
@@ -70,14 +70,14 @@ from harness.bisect.document import (
     SelectionDoc,
 )
 from harness.bisect.evaluator import EvalOutcome, Evaluator, MBEvaluator
-from harness.bisect.executor import Executor, Handle, LocalExecutor
 from harness.bisect.options import BisectOptions, check_options
 from harness.bisect.view import CaseView, Selection, select_cases
 from harness.errors import UsageError
-from harness.gitrepo import GitRepo, open_repo
-from harness.pins import mlm_workspace
+from harness.executors.local import Executor, Handle, LocalExecutor
 from harness.progress import Progress
-from harness.workspaces import WorkspaceCache, workspace_dir_for
+from harness.repository.gitrepo import GitRepo, open_repo
+from harness.repository.pins import mlm_workspace
+from harness.repository.workspaces import WorkspaceCache, workspace_dir_for
 
 
 @dataclass

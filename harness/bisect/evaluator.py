@@ -2,7 +2,7 @@
 
 An evaluator turns a commit sha into one verdict per case (:class:`EvalOutcome`). The driver
 never knows how: the MB evaluator materialises the commit from the private mirror and runs the
-golden suites on it (:func:`harness.runner.run_suites`); tests and benchmarks pass scripted
+golden suites on it (:func:`harness.suiterun.runner.run_suites`); tests and benchmarks pass scripted
 ones. Evaluators run wherever the executor puts them (a thread, a cluster job), so they and
 their outcomes are plain picklable dataclasses and never touch the verdict cache.
 
@@ -31,12 +31,12 @@ from typing import Protocol
 from harness import paths
 from harness.bisect.cache import suite_hash
 from harness.bisect.closure import closure_hash, suite_process_files
-from harness.bisect.executor import JobLog
 from harness.errors import CorruptFile, GitError
-from harness.gitrepo import open_repo
-from harness.pins import PinnedCore, pinned_core
-from harness.verdict import Verdict
-from harness.workspaces import WorkspaceCache
+from harness.executors.local import JobLog
+from harness.records.verdict import Verdict
+from harness.repository.gitrepo import open_repo
+from harness.repository.pins import PinnedCore, pinned_core
+from harness.repository.workspaces import WorkspaceCache
 
 
 @dataclass
@@ -95,7 +95,7 @@ class MBEvaluator:
     suites: tuple[str, ...] | None = None
     keyword: str | None = None
     timeout_s: float = 1800.0
-    megatron_lm: Path | None = None  # use the megatron-core each MB commit pins (harness.pins)
+    megatron_lm: Path | None = None  # use the megatron-core each MB commit pins (harness.repository.pins)
     fork_servers: int = 2  # warm fork servers alive at once, one per megatron-core (0: plain subprocesses)
     cases: tuple[str, ...] | None = None  # run only these cases (the second level re-runs the blamed ones)
 
@@ -163,8 +163,8 @@ class MBEvaluator:
         ``core_varies``: the second level of a bisection, MB held and ``core`` the Megatron-LM
         commit walked (a megatron-core that does not import with this MB is then untestable).
         """
-        from harness import runner
-        from harness.target import Target
+        from harness.suiterun import runner
+        from harness.suiterun.target import Target
 
         if not (src / "megatron" / "bridge").is_dir():
             return EvalOutcome(
@@ -205,7 +205,7 @@ class MBEvaluator:
 
     def details_of(self, label: str) -> dict[str, dict[str, str]]:
         """Golden diffs of the newest kept run named ``label`` (its directory under the runs dir)."""
-        from harness.results import RunResult
+        from harness.records.results import RunResult
 
         for path in sorted((self.runs_dir / label).glob("*/results.json"), reverse=True):
             try:

@@ -16,9 +16,9 @@ from harness.bisect.algorithm import CaseOutcome, CaseStatus
 from harness.bisect.axis import Axis
 from harness.bisect.cache import Evaluation
 from harness.bisect.document import CaseDoc, CommitMeta, Culprit
-from harness.bisect.executor import JobLog
-from harness.gitrepo import GitRepo
-from harness.verdict import Verdict, is_flaky, settle
+from harness.executors.local import JobLog
+from harness.records.verdict import Verdict, is_flaky, settle
+from harness.repository.gitrepo import GitRepo
 
 MAX_DIFF_CHARS = 200_000
 

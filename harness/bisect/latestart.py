@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING
 
 from harness.bisect.algorithm import Bisection, CaseStatus
 from harness.bisect.document import LateStart
-from harness.verdict import Verdict, settle
+from harness.records.verdict import Verdict, settle
 
 if TYPE_CHECKING:
     from harness.bisect.driver import _Driver

@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 
 from harness.bisect.cache import Evaluation
 from harness.bisect.document import NotBisected
-from harness.verdict import Verdict
+from harness.records.verdict import Verdict
 
 _SWAP_FOR_FIX = {Verdict.PASS: Verdict.FAIL, Verdict.FAIL: Verdict.PASS}
 

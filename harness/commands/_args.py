@@ -18,9 +18,10 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from harness import paths, runner
+from harness import paths
 from harness.errors import UsageError
-from harness.target import Target
+from harness.suiterun import runner
+from harness.suiterun.target import Target
 
 if TYPE_CHECKING:
     from harness.executors.slurm import SlurmExecutor
@@ -83,8 +84,8 @@ def target_from_args(args: argparse.Namespace, commit: str | None = None) -> Tar
         return tgt
     if tgt.src is None:
         raise UsageError("--megatron-lm needs --mb-src (an MB git checkout that pins Megatron-LM)")
-    from harness.gitrepo import open_repo
-    from harness.pins import pinned_core
+    from harness.repository.gitrepo import open_repo
+    from harness.repository.pins import pinned_core
 
     repo = open_repo(tgt.src)
     pinned = pinned_core(repo, "HEAD", mlm, cache_dir(args))

@@ -27,9 +27,10 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, TextIO
 
-from harness import provenance, runner
 from harness.commands import _args
 from harness.errors import UsageError
+from harness.records import provenance
+from harness.suiterun import runner
 
 if TYPE_CHECKING:
     from harness.bisect.document import BisectDoc

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, TextIO
 from harness.errors import UsageError
 
 if TYPE_CHECKING:
-    from harness.results import RunResult
+    from harness.records.results import RunResult
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -34,7 +34,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 
 def _load(path: Path) -> RunResult:
-    from harness.results import RunResult
+    from harness.records.results import RunResult
 
     file = path / "results.json" if path.is_dir() else path
     if not file.is_file():

@@ -15,13 +15,14 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, TextIO
 
-from harness import paths, runner
+from harness import paths
 from harness.commands import _args
 from harness.errors import CorruptFile, HarnessError, UsageError
-from harness.target import require_mb
+from harness.suiterun import runner
+from harness.suiterun.target import require_mb
 
 if TYPE_CHECKING:
-    from harness.results import RunResult
+    from harness.records.results import RunResult
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -156,8 +157,8 @@ def _confirm(question: str) -> bool:
 
 def verify(args: argparse.Namespace, out: TextIO = sys.stdout) -> int:
     """Every golden parses, and so does the reviewed known-failures file beside them."""
-    from harness import known
     from harness.golden.storage import read_golden
+    from harness.suiterun import known
 
     bad = 0
     root = paths.require_fixtures(_args.use_roots(args))

@@ -1,16 +1,16 @@
 """``harness matrix``: run the golden suites on many MB refs and print a ref x suite table.
 
 Each ref's ``src`` is materialised from a private mirror of ``--repo`` under the cache
-directory (:class:`harness.workspaces.WorkspaceCache`: ``git archive`` streamed, ``--repo`` only
+directory (:class:`harness.repository.workspaces.WorkspaceCache`: ``git archive`` streamed, ``--repo`` only
 read; ``src`` only, because mirrors may lack large docs blobs) and kept for later runs. Each
-ref is run with :func:`harness.runner.run_suites`; the table shows verdict counts per suite and
-the share of untestable CPU cases, and ``matrix.json`` (typed rows, :mod:`harness.matrix`) and
+ref is run with :func:`harness.suiterun.runner.run_suites`; the table shows verdict counts per suite and
+the share of untestable CPU cases, and ``matrix.json`` (typed rows, :mod:`harness.eras.matrix`) and
 ``matrix.html`` keep every ref's result.
 
 Default refs: the last v0.1 tag (no v0.1.0 final was tagged, so the newest v0.1.0rc*), every
 release tag vX.Y.Z from v0.2.0, and the newest commit (HEAD). ``--sample N`` replaces HEAD with
 N commits evenly spaced along ``--first-parent`` HEAD from the oldest release's fork point (or
-``--since``). ``--megatron-lm`` runs each ref with the megatron-core it pins (:mod:`harness.pins`).
+``--since``). ``--megatron-lm`` runs each ref with the megatron-core it pins (:mod:`harness.repository.pins`).
 Exit code: 0 when no case is ERROR (failures are MB behaviour, reported in the table), 1 otherwise.
 
 With ``--executor slurm`` every ref is one SLURM job (``-j`` of them in flight): the refs are
@@ -27,20 +27,20 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, TextIO
 
-from harness import runner
 from harness.commands import _args
 from harness.errors import GitError, UsageError
 from harness.progress import Progress
-from harness.target import Target
-from harness.verdict import Verdict
+from harness.records.verdict import Verdict
+from harness.suiterun import runner
+from harness.suiterun.target import Target
 
 if TYPE_CHECKING:  # the rest loads with the command, not with ``--help`` (GitPython, jinja2, sqlite3)
-    from harness import matrix
-    from harness.eragaps import EraJudge
+    from harness.eras import matrix
+    from harness.eras.eragaps import EraJudge
     from harness.executors.slurm import SlurmExecutor
-    from harness.gitrepo import GitRepo
-    from harness.results import RunResult
-    from harness.workspaces import WorkspaceCache
+    from harness.records.results import RunResult
+    from harness.repository.gitrepo import GitRepo
+    from harness.repository.workspaces import WorkspaceCache
 
 MATRIX_CACHE = "matrix-src"  # under the per-user cache directory, never in the checkout
 
@@ -81,7 +81,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 def select_refs(repo: GitRepo, args: argparse.Namespace) -> list[tuple[str, str]]:
     """(ref, kind) to run: --refs as given, else the release tags plus HEAD or the --sample commits."""
-    from harness import matrix
+    from harness.eras import matrix
 
     if args.refs:
         return [(r.strip(), "ref") for r in args.refs.split(",") if r.strip()]
@@ -104,12 +104,12 @@ def export_src(workspaces: WorkspaceCache, ref: str) -> tuple[Path, str]:
 
 
 def run(args: argparse.Namespace, out: TextIO = sys.stdout) -> int:
-    from harness import matrix
-    from harness.eragaps import EraJudge
-    from harness.gitrepo import open_repo
-    from harness.pins import pinned_core
+    from harness.eras import matrix
+    from harness.eras.eragaps import EraJudge
     from harness.report.matrix import render_matrix_report
-    from harness.workspaces import WorkspaceCache, workspace_dir_for
+    from harness.repository.gitrepo import open_repo
+    from harness.repository.pins import pinned_core
+    from harness.repository.workspaces import WorkspaceCache, workspace_dir_for
 
     _args.use_roots(args)
     if not Path(args.repo).expanduser().exists():
@@ -177,7 +177,7 @@ class _RefItem:
 
     def row(self, result: RunResult, gpu: set[str], judge: EraJudge) -> matrix.MatrixRow:
         """The ref's typed row, its untestable cases judged era gap or harness gap."""
-        from harness import matrix
+        from harness.eras import matrix
 
         row = matrix.row_from_run(self.ref, self.kind, self.sha, self.date, result, self.out / "results.json", gpu)
         row.judge_untestable(judge)
@@ -193,9 +193,9 @@ def _run_as_jobs(
     judge: EraJudge,
 ) -> list[matrix.MatrixRow]:
     """One job per ref; the refs were materialised here, into the cache directory the jobs see."""
-    from harness import matrix
+    from harness.eras import matrix
     from harness.executors import shards
-    from harness.results import RunResult
+    from harness.records.results import RunResult
 
     executor.check_shared(also=[out_dir])
     done = shards.run_jobs(executor, shards.RefRun(opts), [(item.target, str(item.out)) for item in todo])
@@ -214,7 +214,7 @@ def _run_as_jobs(
 
 
 def print_table(rows: list[matrix.MatrixRow], out: TextIO) -> None:
-    from harness import matrix
+    from harness.eras import matrix
 
     suites = sorted({s for r in rows for s in r.suites})
     width = max([len(s) for s in suites] + [10])

@@ -29,8 +29,6 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Callable, TextIO
 
-from harness import runner
-from harness.atomicio import write_versioned_json
 from harness.commands import _args
 from harness.errors import EnvironmentProblem, UsageError
 from harness.mutations import (
@@ -42,9 +40,11 @@ from harness.mutations import (
     scoring,
 )
 from harness.progress import Progress
-from harness.results import RunResult
-from harness.target import Target
-from harness.verdict import Verdict
+from harness.records.atomicio import write_versioned_json
+from harness.records.results import RunResult
+from harness.records.verdict import Verdict
+from harness.suiterun import runner
+from harness.suiterun.target import Target
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:

@@ -52,15 +52,17 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TextIO
 
-from harness import gpucheck, paths, provenance, runner
+from harness import gpucheck, paths
 from harness.commands import _args
 from harness.errors import HarnessError, UsageError
-from harness.results import RunResult
-from harness.target import Target, require_mb
-from harness.verdict import Verdict
+from harness.records import provenance
+from harness.records.results import RunResult
+from harness.records.verdict import Verdict
+from harness.suiterun import runner
+from harness.suiterun.target import Target, require_mb
 
 if TYPE_CHECKING:
-    from harness import gitrepo
+    from harness.repository import gitrepo
 
 BISECT_DIR = "bisect"
 #: Address of the bisect report as seen from DIR/trend.html.
@@ -140,8 +142,8 @@ class BisectPlan:
 
 
 def run(args: argparse.Namespace, out: TextIO = sys.stdout) -> int:
-    from harness import history  # pandas, jinja2: not needed by --help
     from harness.executors.shards import run_suites_with
+    from harness.nightly import history  # pandas, jinja2: not needed by --help
     from harness.report import render_run_report, render_trend_report, write_junit
     from harness.report.terminal import print_nothing_ran, print_run_summary
 
@@ -217,7 +219,7 @@ def run(args: argparse.Namespace, out: TextIO = sys.stdout) -> int:
 
 def _check_args(args: argparse.Namespace) -> gitrepo.GitRepo | None:
     """Usage errors before anything runs; the opened --repo when bisecting."""
-    from harness import gitrepo
+    from harness.repository import gitrepo
 
     runner.suite_files(args.suite)  # unknown suite names
     if args.auto_bisect and args.repo is None:
@@ -259,7 +261,7 @@ def _print_changes(tr: dict[str, Any], out: TextIO) -> None:
         print("first run in this history: nothing to compare with", file=out)
         return
     print(f"newly failing ({len(failing)}):" if failing else "newly failing: none", file=out)
-    from harness.history import GONE
+    from harness.nightly.history import GONE
 
     for c in failing:
         gone = " (gone: not in tonight's run)" if c["current"] == GONE else ""
@@ -291,7 +293,7 @@ def regressions(tr: dict[str, Any]) -> list[dict[str, Any]]:
     was changed last night and fails tonight is a regression like any other). A case gone from
     tonight's run has no verdict to bisect at the bad end: it fails the night and is listed, and
     its suite's ERROR says why."""
-    from harness.history import GONE
+    from harness.nightly.history import GONE
 
     return [
         c for c in tr["newly_failing"] + tr["newly_untestable"] if c["previous"] in GOOD_BEFORE and c["current"] != GONE

@@ -13,9 +13,11 @@ import os
 import sys
 from typing import TextIO
 
-from harness import gpucheck, provenance, runner
+from harness import gpucheck
 from harness.commands import _args
-from harness.target import require_mb
+from harness.records import provenance
+from harness.suiterun import runner
+from harness.suiterun.target import require_mb
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:

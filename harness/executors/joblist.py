@@ -28,8 +28,8 @@ from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from harness.atomicio import read_versioned_json, write_versioned_json
 from harness.errors import CorruptFile
+from harness.records.atomicio import read_versioned_json, write_versioned_json
 
 KIND = "harness-slurm-jobs"
 SCHEMA = 1

@@ -1,8 +1,8 @@
 """Suite runs as cluster jobs: ``harness run``/``nightly`` shard by suite, ``matrix`` by ref.
 
-Each job calls :func:`harness.runner.run_suites` exactly as a local run does, for one suite
+Each job calls :func:`harness.suiterun.runner.run_suites` exactly as a local run does, for one suite
 (or one MB ref), with its output under the run's directory; the driver merges the
-:class:`~harness.results.RunResult` records. A job the cluster lost past its retries becomes
+:class:`~harness.records.results.RunResult` records. A job the cluster lost past its retries becomes
 an ERROR case ``<suite>::(job lost)`` with the reason and the job's logs: an error of the
 harness's machinery, never a verdict on MB. Every job's id and log paths go into the merged
 result's notes, so the run report shows where to look.
@@ -17,15 +17,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TextIO
 
-from harness import runner
 from harness.bisect.evaluator import EvalOutcome
-from harness.bisect.executor import JobLog
+from harness.executors.local import JobLog
 from harness.executors.slurm import SlurmExecutor, SlurmHandle
-from harness.machine import Machine
-from harness.provenance import of_run
-from harness.results import CaseResult, RunResult
-from harness.target import Target
-from harness.verdict import Verdict
+from harness.records.machine import Machine
+from harness.records.provenance import of_run
+from harness.records.results import CaseResult, RunResult
+from harness.records.verdict import Verdict
+from harness.suiterun import runner
+from harness.suiterun.target import Target
 
 LOST = "(job lost)"  # the case name of a suite whose job the cluster lost
 
@@ -88,7 +88,7 @@ def describe(logs: Iterable[JobLog]) -> str:
 def run_suites_with(
     executor: SlurmExecutor | None, tgt: Target, opts: runner.RunOptions, out_dir: Path, progress: TextIO | None
 ) -> RunResult:
-    """:func:`harness.runner.run_suites` here (no executor), or one job per suite (the executor is
+    """:func:`harness.suiterun.runner.run_suites` here (no executor), or one job per suite (the executor is
     closed afterwards; an exception or Ctrl-C cancels the jobs in flight)."""
     if executor is None:
         return runner.run_suites(tgt, opts, out_dir, progress=progress)

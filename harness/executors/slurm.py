@@ -1,6 +1,6 @@
 """SLURM executor on submitit: one cluster job per evaluation, ``slots`` jobs in flight.
 
-It implements :class:`harness.bisect.executor.Executor`, so the bisect driver runs unchanged:
+It implements :class:`harness.executors.local.Executor`, so the bisect driver runs unchanged:
 the job calls the same evaluator with the same commit as a local evaluation and returns the
 same :class:`~harness.bisect.driver.EvalOutcome`; the verdict cache stays with the driver.
 submitit does the submission (sbatch script, pickled call, result file, logs); with
@@ -48,14 +48,14 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any, TextIO
 
-from harness.atomicio import atomic_write_text
 from harness.bisect.evaluator import EvalOutcome
-from harness.bisect.executor import Handle, JobLog
 from harness.errors import EnvironmentProblem, UsageError
 from harness.executors import jobstate
 from harness.executors.jobcalls import JobCall, JobFault, RemoteEvaluator, SharedProbe
 from harness.executors.joblist import EntryState, JobEntry, JobList, job_key, now_utc
+from harness.executors.local import Handle, JobLog
 from harness.executors.options import JobFailed, SharedFilesystemError, SlurmOptions
+from harness.records.atomicio import atomic_write_text
 
 
 class SlurmHandle:

@@ -17,9 +17,9 @@ from typing import Any
 
 import numpy as np
 
-from harness.atomicio import atomic_write_bytes, read_versioned_json, write_versioned_json
 from harness.errors import CorruptFile
 from harness.golden.compare import Tolerance
+from harness.records.atomicio import atomic_write_bytes, read_versioned_json, write_versioned_json
 
 GOLDEN_KIND = "harness-golden"
 GOLDEN_SCHEMA = 1

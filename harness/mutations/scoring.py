@@ -95,7 +95,7 @@ def fail_kind(message: str, violations: list[Any]) -> str:
 
 
 def evidence(case: Any, golden_digest: str | None = None) -> Evidence:
-    """Evidence from a :class:`~harness.results.CaseResult` or its JSON form."""
+    """Evidence from a :class:`~harness.records.results.CaseResult` or its JSON form."""
     get = case.get if isinstance(case, Mapping) else lambda k, d=None: getattr(case, k, d)
     raw = get("verdict")
     verdict = str(getattr(raw, "value", raw)).lower().replace("-", "_")

@@ -11,8 +11,8 @@ import re
 from collections.abc import Iterable
 from typing import Any
 
+from harness.records.results import CaseResult
 from harness.report.formatting import format_number, format_value
-from harness.results import CaseResult
 
 #: Rows no longer than this are shown whole; longer ones as windows around the differences.
 FULL_ROW_LIMIT = 96

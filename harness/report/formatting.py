@@ -25,9 +25,9 @@ from typing import Any
 import jinja2
 
 import harness
-from harness.atomicio import atomic_write_text
-from harness.results import CaseResult
-from harness.verdict import Verdict
+from harness.records.atomicio import atomic_write_text
+from harness.records.results import CaseResult
+from harness.records.verdict import Verdict
 
 TEMPLATE_DIR = Path(__file__).parent / "templates"
 

@@ -13,10 +13,10 @@ from collections import OrderedDict
 from pathlib import Path
 from typing import Any
 
-from harness.atomicio import atomic_write_text
+from harness.records.atomicio import atomic_write_text
+from harness.records.results import CaseResult, RunResult
+from harness.records.verdict import Verdict
 from harness.report.formatting import REPORT_SCHEMA, case_name
-from harness.results import CaseResult, RunResult
-from harness.verdict import Verdict
 
 _XML_INVALID = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\ufffe\uffff]")
 

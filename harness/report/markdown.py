@@ -12,8 +12,8 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from harness.results import CaseResult, RunResult
-from harness.verdict import Verdict
+from harness.records.results import CaseResult, RunResult
+from harness.records.verdict import Verdict
 
 RED = (Verdict.FAIL, Verdict.ERROR)
 

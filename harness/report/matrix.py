@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from harness.matrix import UNTESTABLE_GOAL_PCT, MatrixRow, reason_summary
+from harness.eras.matrix import UNTESTABLE_GOAL_PCT, MatrixRow, reason_summary
 from harness.report.formatting import VERDICT_ORDER, render_template
 
 

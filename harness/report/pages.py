@@ -1,6 +1,6 @@
 """The run and bisect pages: everything their templates show, computed once from the records.
 
-A run page is built from a :class:`~harness.results.RunResult` (header facts, per-suite counts,
+A run page is built from a :class:`~harness.records.results.RunResult` (header facts, per-suite counts,
 failures with their golden diffs), a bisect page from a
 :class:`~harness.bisect.document.BisectDoc` (range, culprits grouped by commit, per-case
 results, the commit timeline).
@@ -17,15 +17,15 @@ from collections import OrderedDict
 from pathlib import Path
 from typing import Any
 
-from harness import known as known_bugs
 from harness.bisect.descentdoc import Descent, PinCheck
 from harness.bisect.document import BisectDoc, CaseDoc, Confirmation
-from harness.pins import SUBMODULE
-from harness.provenance import commit_url, ref_url
+from harness.records.provenance import commit_url, ref_url
+from harness.records.results import CaseResult, RunResult
+from harness.records.verdict import Verdict
 from harness.report.diffview import diff_view
 from harness.report.formatting import VERDICT_ORDER, anchor, case_name, format_value, render_template, short_sha
-from harness.results import CaseResult, RunResult
-from harness.verdict import Verdict
+from harness.repository.pins import SUBMODULE
+from harness.suiterun import known as known_bugs
 
 
 def _case_view(case: CaseResult) -> dict[str, Any]:

@@ -1,6 +1,6 @@
 """What a person reads in the terminal after ``harness run`` and ``harness bisect``.
 
-The same records the HTML reports are built from (:class:`~harness.results.RunResult`,
+The same records the HTML reports are built from (:class:`~harness.records.results.RunResult`,
 :class:`~harness.bisect.document.BisectDoc`), as a few lines: counts per suite and every
 failure with its diff; one line per bisected case and one block per culprit commit, then, for
 each culprit that moved the pinned Megatron-LM, the bisection of Megatron-LM behind it (indented).
@@ -14,9 +14,9 @@ from typing import TextIO
 from harness.bisect.algorithm import CaseStatus
 from harness.bisect.descentdoc import Descent
 from harness.bisect.document import BisectDoc
-from harness.pins import SUBMODULE
-from harness.results import RunResult
-from harness.verdict import Verdict
+from harness.records.results import RunResult
+from harness.records.verdict import Verdict
+from harness.repository.pins import SUBMODULE
 
 COLUMNS = (
     Verdict.PASS,
@@ -105,7 +105,7 @@ def print_run_summary(result: RunResult, out: TextIO) -> None:
             print(f"  accept:    {accept_command(result, c.case_id)}", file=out)
     known = [c for c in documented if c.verdict is Verdict.KNOWN_FAIL]
     if known:
-        from harness import known as known_bugs
+        from harness.suiterun import known as known_bugs
 
         print(f"\nknown MB bugs ({len(known)} case(s), fixtures/known_failures.json), by bug:", file=out)
         for g in known_bugs.groups(known):

@@ -1,6 +1,6 @@
 """The trend page of a nightly history: verdicts over nights, what changed, durations.
 
-The data comes from :func:`harness.history.trend`; this module only lays it out: the nights
+The data comes from :func:`harness.nightly.history.trend`; this module only lays it out: the nights
 (each linked to its own report page and its commit), what newly fails, became untestable,
 changed or was fixed, a verdict grid per suite (a cell whose verdict differs from the night
 before is outlined) with each case's duration over the nights, a bar chart of run durations,
@@ -13,9 +13,9 @@ import math
 from pathlib import Path
 from typing import Any
 
-from harness import history
 from harness.errors import UsageError
-from harness.provenance import commit_url
+from harness.nightly import history
+from harness.records.provenance import commit_url
 from harness.report.formatting import format_seconds, render_template
 
 

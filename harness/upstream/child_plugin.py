@@ -19,7 +19,7 @@ from typing import Any
 
 import pytest
 
-from harness.verdict import Verdict
+from harness.records.verdict import Verdict
 
 MESSAGE_LIMIT = 6000
 

@@ -12,10 +12,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from harness.results import CaseResult
+from harness.records.results import CaseResult
+from harness.records.verdict import Verdict
 from harness.upstream.child_plugin import MESSAGE_LIMIT, crash_line
 from harness.upstream.selection import NO_MATCH, Resolved
-from harness.verdict import Verdict
 
 SUITE = "upstream"
 

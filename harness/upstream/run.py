@@ -20,11 +20,11 @@ from pathlib import Path
 from typing import Any
 
 from harness.procs import kill_group, popen_owned
-from harness.results import CaseResult
-from harness.target import Target
+from harness.records.results import CaseResult
+from harness.records.verdict import Verdict
+from harness.suiterun.target import Target
 from harness.upstream.outcomes import SUITE, PytestRun, case_results
 from harness.upstream.selection import Resolved, describe, load_selection, resolve
-from harness.verdict import Verdict
 
 NO_CHECKOUT = "upstream suite needs an MB source checkout (--mb-src)"
 

@@ -12,14 +12,14 @@ from pathlib import Path
 
 import numpy as np
 
-from harness import history
 from harness.bisect.evaluator import MBEvaluator
 from harness.errors import CorruptFile
 from harness.golden.serializer import INLINE_MAX_ELEMENTS, encode
 from harness.golden.storage import Golden, golden_path, write_golden
-from harness.machine import Machine
-from harness.results import CaseResult, RunResult
-from harness.verdict import Verdict
+from harness.nightly import history
+from harness.records.machine import Machine
+from harness.records.results import CaseResult, RunResult
+from harness.records.verdict import Verdict
 from tests.faults.lab import HARNESS, Lab, Observed, Outcome
 from tests.faults.rows_driver import _clean_error
 from tests.faults.rows_repo import _harness_in

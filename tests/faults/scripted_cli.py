@@ -28,8 +28,8 @@ from pathlib import Path
 from harness import cli
 from harness.bisect import driver
 from harness.bisect.evaluator import EvalOutcome
-from harness.verdict import Verdict
-from harness.workspaces import WorkspaceCache
+from harness.records.verdict import Verdict
+from harness.repository.workspaces import WorkspaceCache
 
 CASES = ("s::a", "s::b", "s::c")
 

@@ -41,7 +41,7 @@ from pathlib import Path
 from typing import Any
 
 from harness.errors import CorruptFile
-from harness.verdict import Verdict
+from harness.records.verdict import Verdict
 
 KIND = "harness-known-failures"
 SCHEMA = 2  # 2: impact, fix_mutant / fixed_in

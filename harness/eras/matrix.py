@@ -10,7 +10,7 @@ Two shares per ref. ``untestable_pct``: untestable CPU cases over all CPU cases 
 feature MB gained later counts). ``gap_pct``, the goal (<= 5%): *harness gaps* over the CPU
 cases whose features exist at that commit; an untestable case is an era gap, left out of both
 sides, only when its reason names a ledger feature whose introducing commit is not an ancestor
-of the ref (:mod:`harness.eragaps`), so a gap cannot pass for an era difference.
+of the ref (:mod:`harness.eras.eragaps`), so a gap cannot pass for an era difference.
 
 * Refs: the release tags (``vX.Y.Z`` from v0.2.0, plus the newest ``v0.1.0rc*``: no v0.1.0
   final was tagged) and, with ``sample``, N commits evenly spaced along ``--first-parent`` of
@@ -28,14 +28,14 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from harness import features
-from harness.atomicio import read_versioned_json, write_versioned_json
-from harness.eragaps import EraJudge
+from harness.eras import features
+from harness.eras.eragaps import EraJudge
 from harness.errors import UsageError
-from harness.gitrepo import GitRepo
 from harness.paths import suites_dir as _suites_dir
-from harness.results import RunResult
-from harness.verdict import Verdict
+from harness.records.atomicio import read_versioned_json, write_versioned_json
+from harness.records.results import RunResult
+from harness.records.verdict import Verdict
+from harness.repository.gitrepo import GitRepo
 
 MATRIX_KIND = "harness-matrix"
 MATRIX_SCHEMA = 3

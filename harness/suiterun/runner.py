@@ -1,10 +1,10 @@
 """Runs the suites against a target in a subprocess and reads the verdicts back as data.
 
-The subprocess is pytest with :mod:`harness.plugin`, the target's ``PYTHONPATH`` and the CPU
+The subprocess is pytest with :mod:`harness.suiterun.plugin`, the target's ``PYTHONPATH`` and the CPU
 stand-ins; its verdict file (not its text output) is the result. The process runs in its own
 session so a timeout kills the whole group.
 
-When the process leaves no verdict file, its live event log (:mod:`harness.caselog`) says how
+When the process leaves no verdict file, its live event log (:mod:`harness.suiterun.caselog`) says how
 far it got. Killed at the time limit: the case(s) it was running FAIL with ``broken: timeout``
 (a hang is the commit's failure, bisectable; the kill at ``--timeout`` keeps a hung commit from
 hanging a bisection), finished cases keep their verdicts, cases never started are UNTESTABLE
@@ -35,17 +35,17 @@ from pathlib import Path
 from typing import TextIO
 
 from harness import paths
-from harness.atomicio import read_versioned_json
-from harness.caselog import CaseLog, read_log
 from harness.errors import CorruptFile, UsageError
-from harness.fatal import mb_crash
-from harness.machine import this_machine
 from harness.procs import kill_group, popen_owned
 from harness.progress import CaseFeed
-from harness.provenance import of_run
-from harness.results import CaseResult, RunResult
-from harness.target import Target, mb_location
-from harness.verdict import Verdict, worst
+from harness.records.atomicio import read_versioned_json
+from harness.records.machine import this_machine
+from harness.records.provenance import of_run
+from harness.records.results import CaseResult, RunResult
+from harness.records.verdict import Verdict, worst
+from harness.suiterun.caselog import CaseLog, read_log
+from harness.suiterun.fatal import mb_crash
+from harness.suiterun.target import Target, mb_location
 
 UPSTREAM = "upstream"  # MB's own packing tests, replayed from the target's tree (harness.upstream)
 
@@ -87,11 +87,11 @@ class RunOptions:
     fixtures_dir: Path = field(default_factory=paths.fixtures_dir)
     extra_pytest: list[str] = field(default_factory=list)
     import_mode: str = "auto"  # see IMPORT_MODES
-    # > 0: the light-import group runs through harness.forkserver (torch and megatron-core imported
+    # > 0: the light-import group runs through harness.suiterun.forkserver (torch and megatron-core imported
     # once per megatron-core, installed or pinned tree), with at most this many servers alive
     fork_servers: int = 0
     verbose: bool = False  # the live output names every case (pytest -v instead of -q)
-    repo_url: str = ""  # web repository of the MB under test (--repo-url; else found, see harness.provenance)
+    repo_url: str = ""  # web repository of the MB under test (--repo-url; else found, see harness.records.provenance)
     cases: list[str] | None = None  # run only these case ids (suite::test[param]) of the selected suites
 
 
@@ -131,7 +131,7 @@ def _pytest_cmd(files: list[Path], opts: RunOptions, cases_file: Path, obtained:
         "pytest",
         *map(str, files),
         "-p",
-        "harness.plugin",
+        "harness.suiterun.plugin",
         "-p",
         "harness.standins.light",
         "-p",
@@ -378,7 +378,7 @@ def _run_forked(
     Returns ((exit code, timed out, output tail), "") or (None, why) when no server could take
     the run: the caller then runs a plain subprocess and says so.
     """
-    from harness.forkserver import POOL, ForkServerError
+    from harness.suiterun.forkserver import POOL, ForkServerError
 
     core = Target(core=tgt.core, core_pin=tgt.core_pin)
     server_env = core.env()
@@ -483,7 +483,7 @@ def _salvage(
     log: CaseLog, files: list[Path], outcome: _Outcome, group: str | None, tgt: Target | None = None
 ) -> tuple[list[CaseResult], list[str]]:
     """Verdicts of a suite process that left no verdict file, from its event log; a fatal signal
-    inside MB's code (harness.fatal) makes the case that was running a FAIL, bisectable."""
+    inside MB's code (harness.suiterun.fatal) makes the case that was running a FAIL, bisectable."""
     crash = None
     if not outcome.timed_out:
         roots = tuple(str(r) for r in (tgt or Target()).megatron_roots())
@@ -543,7 +543,7 @@ def _target_doc(tgt: Target) -> dict[str, object]:
 
 def _target_versions(tgt: Target) -> dict[str, str]:
     """Versions as the child sees them (the target's MB may differ from the installed one)."""
-    code = "import json; from harness.target import versions; print(json.dumps(versions()))"
+    code = "import json; from harness.suiterun.target import versions; print(json.dumps(versions()))"
     try:
         out = subprocess.run(
             [sys.executable, "-c", code], env=tgt.env(), capture_output=True, text=True, timeout=120, cwd=paths.ROOT

@@ -1,6 +1,6 @@
 """The verdict of one pytest outcome: which exception means FAIL, CHANGED, UNTESTABLE or ERROR.
 
-Split from :mod:`harness.plugin` (the hooks, options and golden fixture) because this is a pure
+Split from :mod:`harness.suiterun.plugin` (the hooks, options and golden fixture) because this is a pure
 decision on an exception already caught: it needs no pytest session, and the plugin's hooks only
 call it and record what it returns.
 
@@ -13,7 +13,7 @@ Classification of a failing case (suites check invariants first, the golden last
 * :class:`Broken` (an MB module that exists and cannot be imported, an operation that no longer
   produces its output): FAIL with a reason starting ``broken:``, bisectable like any failure;
 * any other exception whose innermost project frame is the commit under test's code (see
-  :mod:`harness.ownership`; torch or Python raising inside a call from MB counts): FAIL;
+  :mod:`harness.suiterun.ownership`; torch or Python raising inside a call from MB counts): FAIL;
 * :class:`harness.errors.EnvironmentProblem` (the machine cannot run the case and should: a
   Transformer Engine that does not import on a CUDA machine): ERROR with an ``environment:``
   reason, never blamed on MB;
@@ -30,8 +30,8 @@ import pytest
 
 from harness.errors import Broken, EnvironmentProblem, Untestable
 from harness.oracle.impact import Impact
-from harness.ownership import Owner, blame
-from harness.verdict import Verdict
+from harness.records.verdict import Verdict
+from harness.suiterun.ownership import Owner, blame
 
 
 class GoldenMismatch(AssertionError):

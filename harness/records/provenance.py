@@ -112,7 +112,7 @@ def remote_url(checkout: Path | None) -> str:
     """Web address of the ``origin`` remote of the git checkout holding ``checkout``."""
     if checkout is None:
         return ""
-    from harness import gitrepo  # GitPython only where a remote is asked for
+    from harness.repository import gitrepo  # GitPython only where a remote is asked for
 
     try:
         return web_url(gitrepo.text_of(gitrepo.git_in(Path(checkout)), "config", "--get", "remote.origin.url"))
@@ -155,10 +155,10 @@ def declared_repo_url(location: Path | None) -> str:
 
 
 def of_run(target: Any, repo_url: str = "") -> Provenance:
-    """The provenance of a run against ``target`` (a :class:`harness.target.Target`)."""
-    from harness.gitrepo import tree_commit
+    """The provenance of a run against ``target`` (a :class:`harness.suiterun.target.Target`)."""
     from harness.paths import ROOT
-    from harness.target import mb_location, mb_version
+    from harness.repository.gitrepo import tree_commit
+    from harness.suiterun.target import mb_location, mb_version
 
     if target.src is not None:
         location = target.src / "megatron" / "bridge"

@@ -26,10 +26,10 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from harness.atomicio import atomic_write_bytes
 from harness.errors import CorruptFile
-from harness.results import RunResult
-from harness.verdict import Verdict
+from harness.records.atomicio import atomic_write_bytes
+from harness.records.results import RunResult
+from harness.records.verdict import Verdict
 
 HISTORY_KIND = "harness-history"
 HISTORY_SCHEMA = 2

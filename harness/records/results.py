@@ -10,13 +10,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from harness.atomicio import read_versioned_json, write_versioned_json
-from harness.machine import Machine, upgrade_v1
-from harness.provenance import Provenance
-from harness.verdict import FAILING, Verdict
+from harness.records.atomicio import read_versioned_json, write_versioned_json
+from harness.records.machine import Machine, upgrade_v1
+from harness.records.provenance import Provenance
+from harness.records.verdict import FAILING, Verdict
 
 RUN_KIND = "harness-run"
-RUN_SCHEMA = 2  # 2: ``machine`` is a :class:`~harness.machine.Machine` (was cpus/accelerator)
+RUN_SCHEMA = 2  # 2: ``machine`` is a :class:`~harness.records.machine.Machine` (was cpus/accelerator)
 
 
 @dataclass

@@ -2,7 +2,7 @@
 
 Why: "untestable" is only honest where the feature a case exercises does not exist yet in the
 commit under test (a break is never an era gap). An untestable reason that just says "not in
-this era" cannot be checked; one that names a ledger feature can. :mod:`harness.eragaps` checks
+this era" cannot be checked; one that names a ledger feature can. :mod:`harness.eras.eragaps` checks
 it against the repository: the commit that introduced the feature must *not* be an ancestor of
 the commit under test, or the case is a harness gap (the feature is there, the adapter did not
 reach it) and counts against the sweep's goal.

@@ -5,7 +5,7 @@ ancestry, rev-lists, commit metadata, diffs, submodule pins, the dirty state, an
 :func:`tree_commit` for "which commit is this source tree". Commit objects and trees are read
 through GitPython's object database; range and diff questions run git itself through
 GitPython's command wrapper, because git's own rev-list and diff-tree are the reference.
-Private per-commit trees are :mod:`harness.workspaces` (streaming ``git archive``).
+Private per-commit trees are :mod:`harness.repository.workspaces` (streaming ``git archive``).
 
 The user's repository is never modified. Only read-only commands run against it
 (``rev-parse``, ``merge-base --is-ancestor``, ``rev-list``, ``diff-tree``, ``ls-files``,

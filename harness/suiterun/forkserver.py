@@ -3,7 +3,7 @@
 Why: a bisect evaluates many MB commits with the same environment. With light import, what is
 left of a suite process's start-up is mostly ``import torch`` and ``import megatron.core``
 (about 4 s with the installed megatron-core, 20 s and more with a pinned Megatron-LM tree),
-paid again for every commit. A server (``python -m harness.forkserver``, started with the
+paid again for every commit. A server (``python -m harness.suiterun.forkserver``, started with the
 light-import environment and, for ``--megatron-lm``, the pinned tree on its path) imports them
 once; every run is a ``fork()`` of it that puts the target's ``src`` first on ``sys.path`` and
 calls ``pytest.main``. Megatron-Bridge itself is never imported in a server, so each child
@@ -43,7 +43,7 @@ PRELOAD = (
     "megatron.core.packed_seq_params",
     "numpy",
     "pytest",
-    "harness.plugin",
+    "harness.suiterun.plugin",
     "harness.golden.compare",
 )
 START_TIMEOUT_S = 300.0
@@ -108,7 +108,7 @@ def _preload() -> None:
 
 
 def serve() -> None:
-    """Server loop (``python -m harness.forkserver``): fork per request, report each exit."""
+    """Server loop (``python -m harness.suiterun.forkserver``): fork per request, report each exit."""
     _preload()
     _answer({"ready": True})
     fd = sys.stdin.fileno()
@@ -156,7 +156,7 @@ class ForkServer:
 
         try:
             self.proc = popen_owned(
-                [sys.executable, "-m", "harness.forkserver"],
+                [sys.executable, "-m", "harness.suiterun.forkserver"],
                 env=env,
                 cwd=cwd,
                 stdin=subprocess.PIPE,

@@ -19,8 +19,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from harness.errors import GitError, UsageError
-from harness.gitrepo import GitRepo, open_repo
-from harness.workspaces import WorkspaceCache
+from harness.repository.gitrepo import GitRepo, open_repo
+from harness.repository.workspaces import WorkspaceCache
 
 SUBMODULE = "3rdparty/Megatron-LM"
 

@@ -61,7 +61,7 @@ def megatron_roots() -> tuple[str, ...]:
     value = os.environ.get(ENV_ROOTS)
     if value is not None:
         return tuple(p for p in value.split(os.pathsep) if p)
-    from harness.target import mb_location
+    from harness.suiterun.target import mb_location
 
     loc = mb_location()
     return (real(loc),) if loc else ()

@@ -1,6 +1,6 @@
 """pytest plugin: golden checks, verdict classification and result collection.
 
-Installed as a ``pytest11`` entry point (named ``harness.plugin``, so ``-p harness.plugin``
+Installed as a ``pytest11`` entry point (named ``harness.suiterun.plugin``, so ``-p harness.suiterun.plugin``
 from ``harness run`` and ``suites/conftest.py`` find it already registered), hence loaded by
 every pytest in the environment. It is therefore inert unless asked for: its hooks act only in
 a session given a ``--harness-*`` option or configured by a suites ``pytest.ini`` that says
@@ -15,20 +15,20 @@ diff, and passes on the next run. ``harness fixtures record`` is the reviewed pa
 every change first and also removes goldens of deleted cases).
 
 Classification of a failing case (suites check invariants first, the golden last) is
-:func:`harness.outcome.classify`; a case may leave a note (``record_property("harness_note", text)``),
+:func:`harness.suiterun.outcome.classify`; a case may leave a note (``record_property("harness_note", text)``),
 kept as the message of a passing case and appended to any other.
-Then known MB bugs (:mod:`harness.known`): a FAIL whose violations are all explained by
+Then known MB bugs (:mod:`harness.suiterun.known`): a FAIL whose violations are all explained by
 applicable reviewed entries becomes KNOWN_FAIL; a listed case that passes becomes FIXED.
 
 In the setup phase an assertion or golden mismatch is a fixture's (ERROR); MB raising or a
 break found while a fixture builds something from MB is still MB's (FAIL).
 
 With ``--harness-events FILE`` the plugin also keeps the live event log of
-:mod:`harness.caselog`, so the runner can tell which case a killed process was running.
+:mod:`harness.suiterun.caselog`, so the runner can tell which case a killed process was running.
 
 One module because pytest loads it as one ``pytest11`` entry point whose hooks share the
 session's state (the active flag, the collected cases, the event log); the verdict decision
-itself is :mod:`harness.outcome`.
+itself is :mod:`harness.suiterun.outcome`.
 """
 
 from __future__ import annotations
@@ -40,11 +40,11 @@ from typing import Any
 
 import pytest
 
-from harness import caselog
 from harness.errors import Broken, Untestable
-from harness.outcome import GoldenMismatch, case_impacts, classify, structured_violations
-from harness.ownership import add_harness_root
-from harness.verdict import Verdict
+from harness.records.verdict import Verdict
+from harness.suiterun import caselog
+from harness.suiterun.outcome import GoldenMismatch, case_impacts, classify, structured_violations
+from harness.suiterun.ownership import add_harness_root
 
 PROP = "harness_case"
 NOTE = "harness_note"
@@ -174,7 +174,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         help="reviewed known MB bugs (default: <fixtures>/known_failures.json)",
     )
     group.addoption(
-        "--harness-events", default=None, help="append the live case event log (harness.caselog) to this file"
+        "--harness-events", default=None, help="append the live case event log (harness.suiterun.caselog) to this file"
     )
     group.addoption(
         "--harness-cases",
@@ -267,7 +267,7 @@ def _obtained_root(config: pytest.Config) -> Path:
 
 
 def _provenance() -> dict[str, Any]:
-    from harness.target import describe_running_target
+    from harness.suiterun.target import describe_running_target
 
     return describe_running_target()
 
@@ -313,7 +313,7 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo) -> Any:
     violations = structured_violations(excinfo)
     known_ids: list[str] = []
     if verdict in (Verdict.FAIL, Verdict.PASS, Verdict.CHANGED) and call.when == "call":
-        from harness import known
+        from harness.suiterun import known
 
         found = known.classify(case_id, verdict, violations, _known_entries(item.config), message)
         if found is not None:
@@ -351,8 +351,8 @@ def _known_entries(config: pytest.Config) -> list[Any]:
     cached = getattr(config, "_harness_known", None)
     if cached is not None:
         return cached
-    from harness import known
-    from harness.target import mb_location, mb_version
+    from harness.suiterun import known
+    from harness.suiterun.target import mb_location, mb_version
 
     path = config.getoption("--harness-known-failures")
     path = Path(path) if path else _fixtures_root(config) / known.FILENAME
@@ -393,7 +393,7 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
         prev = seen.get(case["case_id"])
         if prev is None or Verdict(case["verdict"]).severity > Verdict(prev["verdict"]).severity:
             seen[case["case_id"]] = case
-    from harness.atomicio import write_versioned_json
+    from harness.records.atomicio import write_versioned_json
 
     write_versioned_json(
         Path(path),

@@ -4,7 +4,7 @@ A target is either the MB importable in the environment (the default) or a sourc
 with ``--mb-src`` (an MB checkout's ``src/``, or a tree the bisect driver materialised), put
 first on the subprocess's ``PYTHONPATH``. Identity is read without importing MB (its package
 ``__init__`` costs ~20 s): version from ``package_info.py``, commit from git
-(:func:`harness.gitrepo.tree_commit`) or from the ``HARNESS_TARGET_COMMIT`` variable the bisect
+(:func:`harness.repository.gitrepo.tree_commit`) or from the ``HARNESS_TARGET_COMMIT`` variable the bisect
 driver sets.
 """
 
@@ -21,8 +21,8 @@ from typing import Any
 
 import harness
 from harness.errors import EnvironmentProblem, UsageError
-from harness.ownership import ENV_ROOTS, ENV_VARYING, encode_roots
 from harness.paths import ROOT, SITE_DIR, suites_dir
+from harness.suiterun.ownership import ENV_ROOTS, ENV_VARYING, encode_roots
 
 
 @dataclass(frozen=True)
@@ -31,13 +31,13 @@ class Target:
 
     src: Path | None = None
     commit: str | None = None
-    core: Path | None = None  # a tree holding megatron/core pinned by the MB commit (harness.pins)
+    core: Path | None = None  # a tree holding megatron/core pinned by the MB commit (harness.repository.pins)
     core_pin: str | None = None  # the Megatron-LM commit of ``core``
     # ``core`` is what a bisection varies with MB held fixed (its second level): a megatron-core
     # that does not import with this MB is a mismatch, untestable (harness.adapters.failures)
     core_varies: bool = False
     # the git repository the commit belongs to: known-bug ``commits`` ranges resolve by ancestry in
-    # it (harness.known.git_in_range), so triaged bugs are known on every commit, not only releases
+    # it (harness.suiterun.known.git_in_range), so triaged bugs are known on every commit, not only releases
     repo: Path | None = None
 
     @classmethod
@@ -51,7 +51,7 @@ class Target:
             raise UsageError(
                 f"--mb-src {mb_src}: no megatron/bridge package under it (give an MB checkout or its src/)"
             )
-        from harness.gitrepo import tree_commit  # GitPython only where a commit is asked for
+        from harness.repository.gitrepo import tree_commit  # GitPython only where a commit is asked for
 
         commit = commit or tree_commit(src)
         return cls(src, commit, repo=_repo_root(src) if commit else None)
@@ -66,7 +66,7 @@ class Target:
         return os.pathsep.join(parts + ([old] if old else []))
 
     def megatron_roots(self) -> list[Path]:
-        """Where the code under test lives (blame, see :mod:`harness.ownership`): the MB package
+        """Where the code under test lives (blame, see :mod:`harness.suiterun.ownership`): the MB package
         tree, and the pinned Megatron-LM tree when there is one."""
         mb = self.src / "megatron" / "bridge" if self.src else mb_location()
         return ([mb] if mb else []) + ([self.core / "megatron"] if self.core else [])
@@ -157,7 +157,7 @@ def versions() -> dict[str, str]:
 
 def describe_running_target() -> dict[str, Any]:
     """Provenance of values produced in this process (goes into goldens)."""
-    from harness.gitrepo import tree_commit  # GitPython only where a commit is asked for
+    from harness.repository.gitrepo import tree_commit  # GitPython only where a commit is asked for
 
     loc = mb_location()
     return {
