@@ -20,6 +20,7 @@ import os
 from pathlib import Path
 
 from harness.errors import EnvironmentProblem
+from harness.suiterun.contract import Env
 
 #: Where ``import harness`` resolves: the checkout, or site-packages for an installed wheel.
 ROOT = Path(__file__).resolve().parent.parent
@@ -30,9 +31,9 @@ BUNDLED = PACKAGE / "_data"
 #: Put on every suite process's ``PYTHONPATH``: its ``sitecustomize`` installs the CPU stand-ins.
 SITE_DIR = PACKAGE / "standins" / "site"
 
-SUITES_ENV = "HARNESS_SUITES_DIR"
-FIXTURES_ENV = "HARNESS_FIXTURES_DIR"
-CACHE_ENV = "HARNESS_CACHE"
+SUITES_ENV = Env.SUITES_DIR
+FIXTURES_ENV = Env.FIXTURES_DIR
+CACHE_ENV = Env.CACHE
 
 
 def _data_root() -> Path:

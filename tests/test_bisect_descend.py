@@ -17,8 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from harness.bisect.descentdoc import PinStatus
-from harness.bisect.document import BisectDoc
+from harness.bisect.document import BisectDoc, PinStatus
 from harness.bisect.driver import BisectOptions, run_bisection
 from harness.bisect.evaluator import EvalOutcome
 from harness.cli import main

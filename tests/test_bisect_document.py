@@ -8,8 +8,18 @@ from pathlib import Path
 import pytest
 
 from harness.bisect.algorithm import CaseStatus
-from harness.bisect.descentdoc import Descent, HeldMB, PinCheck, PinStatus
-from harness.bisect.document import BisectDoc, CaseDoc, CommitMeta, Culprit, NotBisected, RangeDoc
+from harness.bisect.document import (
+    BisectDoc,
+    CaseDoc,
+    CommitMeta,
+    Culprit,
+    Descent,
+    HeldMB,
+    NotBisected,
+    PinCheck,
+    PinStatus,
+    RangeDoc,
+)
 from harness.errors import CorruptFile
 
 SCHEMA_1_KEYS = {

@@ -13,7 +13,8 @@ import pytest
 
 from harness.records.verdict import Verdict
 from harness.suiterun import runner
-from harness.suiterun.target import Target, mb_location
+from harness.suiterun.target import Target
+from harness.suiterun.versions import mb_location
 from tests import faults
 
 pytestmark = [
@@ -136,7 +137,7 @@ def test_preload_failure_rolls_back_only_the_failing_package(tmp_path: Path) -> 
     )
     out = subprocess.run(
         [sys.executable, "-c", code],
-        env={**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path), str(Path(runner.__file__).parents[1])])},
+        env={**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path), str(Path(runner.__file__).parents[2])])},
         capture_output=True,
         text=True,
         timeout=120,

@@ -28,7 +28,8 @@ from harness.errors import EnvironmentProblem, UsageError
 from harness.paths import ROOT
 from harness.records.results import CaseResult, RunResult
 from harness.records.verdict import Verdict
-from harness.suiterun.target import Target, mb_location
+from harness.suiterun.target import Target
+from harness.suiterun.versions import mb_location
 from suites._forward import BF16, CONTROL_MARGIN, FP32
 
 SIMULATE_CUDA = textwrap.dedent(

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from harness.paths import ROOT
-from harness.suiterun.target import mb_location
+from harness.suiterun.versions import mb_location
 
 
 def pytest_run(args: list[str], cwd: Path) -> subprocess.CompletedProcess:

@@ -13,7 +13,7 @@ import pytest
 
 from harness.paths import ROOT
 from harness.records.results import RUN_SCHEMA
-from harness.suiterun.target import mb_location
+from harness.suiterun.versions import mb_location
 
 pytestmark = [
     pytest.mark.slow,

@@ -11,7 +11,7 @@ from pathlib import Path
 
 from harness.paths import ROOT
 from harness.procs import popen_owned
-from harness.suiterun import runner
+from harness.suiterun import launch, salvage
 from harness.suiterun.caselog import emit, read_log, start_log
 
 SUITE = """
@@ -55,10 +55,10 @@ def _suite_run(tmp_path: Path, mode: str, limit_s: float) -> tuple[list, list[st
     proc = popen_owned(
         cmd, cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL
     )
-    timed_out, tail = runner._stream(proc, None, time.monotonic() + limit_s)
+    timed_out, tail = launch.stream(proc, None, time.monotonic() + limit_s)
     assert not results.exists(), "the process was stopped before writing its verdict file"
-    outcome = runner._Outcome(proc.returncode, timed_out, tail, limit_s)
-    return runner._collect(results, events, [suite], outcome, group=None)
+    outcome = launch.ChildExit(proc.returncode, timed_out, tail, limit_s)
+    return salvage.collect(results, events, [suite], outcome, group=None)
 
 
 def test_killed_at_timeout_blames_the_running_case_and_keeps_the_others(tmp_path: Path) -> None:
@@ -84,8 +84,8 @@ def test_process_dying_in_a_case_is_an_error_for_that_case_only(tmp_path: Path) 
 
 def test_nothing_collected_is_one_error_per_suite(tmp_path: Path) -> None:
     start_log(tmp_path / "e.jsonl")
-    outcome = runner._Outcome(None, True, "", 30)
-    cases, _ = runner._collect(tmp_path / "none.json", tmp_path / "e.jsonl", [Path("test_demo.py")], outcome, "light")
+    outcome = launch.ChildExit(None, True, "", 30)
+    cases, _ = salvage.collect(tmp_path / "none.json", tmp_path / "e.jsonl", [Path("test_demo.py")], outcome, "light")
     assert [(c.case_id, c.verdict.value) for c in cases] == [("demo::*[light import]", "error")]
     assert "before any case was collected" in cases[0].message
 

@@ -23,7 +23,7 @@ from pathlib import Path
 import pytest
 
 from harness import paths
-from harness.suiterun.target import mb_location
+from harness.suiterun.versions import mb_location
 
 pytestmark = [
     pytest.mark.slow,

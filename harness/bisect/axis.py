@@ -27,7 +27,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from harness.bisect.cache import CacheKey
-from harness.bisect.descentdoc import HeldMB
+from harness.bisect.document import HeldMB
 
 # Paths whose changes can affect packing behaviour (the culprit's diff is limited to these; the
 # full file list is still shown). Patterns are git pathspecs relative to the repository root.

@@ -41,11 +41,11 @@ from harness.repository.pins import SUBMODULE
 from harness.repository.workspaces import WorkspaceCache
 
 if TYPE_CHECKING:
-    from harness.bisect.driver import _Driver
     from harness.bisect.evaluator import EvalOutcome
+    from harness.bisect.level import Level
 
 
-def confirm_culprits(driver: _Driver, ws: WorkspaceCache, bad: str, blamed: dict[str, list[str]]) -> list[Confirmation]:
+def confirm_culprits(driver: Level, ws: WorkspaceCache, bad: str, blamed: dict[str, list[str]]) -> list[Confirmation]:
     """One confirmation per culprit commit (``blamed``: culprit -> the cases it was blamed for)."""
     out = []
     for culprit, cases in blamed.items():
@@ -56,7 +56,7 @@ def confirm_culprits(driver: _Driver, ws: WorkspaceCache, bad: str, blamed: dict
     return out
 
 
-def _confirm(driver: _Driver, ws: WorkspaceCache, bad: str, culprit: str, cases: list[str]) -> Confirmation:
+def _confirm(driver: Level, ws: WorkspaceCache, bad: str, culprit: str, cases: list[str]) -> Confirmation:
     def unchecked(why: str) -> Confirmation:
         return Confirmation(culprit, ConfirmStatus.NOT_CHECKABLE, {}, why)
 
@@ -86,7 +86,7 @@ def _confirm_dir(ws: WorkspaceCache) -> Path:
     return where
 
 
-def _pin_source(driver: _Driver, bad: str, culprit: str) -> str | None:
+def _pin_source(driver: Level, bad: str, culprit: str) -> str | None:
     """The MB commit whose pinned megatron-core the reverted tree runs with (None: no consistent one)."""
     if driver.opts.megatron_lm is None:
         return bad
@@ -99,7 +99,7 @@ def _pin_source(driver: _Driver, bad: str, culprit: str) -> str | None:
     return parents[0] if repo.submodule_pin(bad, SUBMODULE) == moved else None
 
 
-def _revert(driver: _Driver, ws: WorkspaceCache, culprit: str, tree: Path) -> str:
+def _revert(driver: Level, ws: WorkspaceCache, culprit: str, tree: Path) -> str:
     """Apply the culprit's diff in reverse inside ``tree``; '' when it applied, else git's reason."""
     try:
         patch = driver.repo.patch(culprit, ws.paths)
@@ -124,7 +124,7 @@ def _revert(driver: _Driver, ws: WorkspaceCache, culprit: str, tree: Path) -> st
     return "; ".join(lines[:2]) or f"git apply exited {proc.returncode}"
 
 
-def _judge(driver: _Driver, bad: str, culprit: str, cases: Sequence[str], outcome: EvalOutcome) -> Confirmation:
+def _judge(driver: Level, bad: str, culprit: str, cases: Sequence[str], outcome: EvalOutcome) -> Confirmation:
     """Compare each case with the culprit reverted to what BAD gave."""
     expect = Verdict.FAIL if driver.opts.find_fix else Verdict.PASS
     at_bad = driver.evidence.attempts.get(bad, [])

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from harness.bisect.cache import suite_hash
-from harness.bisect.descentdoc import HeldMB
+from harness.bisect.document import HeldMB
 from harness.bisect.evaluator import EvalOutcome, MBEvaluator
 from harness.bisect.options import BisectOptions
 from harness.errors import GitError, UsageError

@@ -33,8 +33,7 @@ from collections.abc import Callable
 from typing import TextIO
 
 from harness.bisect.axis import PACKING_PATHSPECS
-from harness.bisect.descentdoc import Descent, PinCheck, PinStatus
-from harness.bisect.document import BisectDoc, CulpritGroup
+from harness.bisect.document import BisectDoc, CulpritGroup, Descent, PinCheck, PinStatus
 from harness.bisect.options import BisectOptions
 from harness.errors import HarnessError
 from harness.repository.gitrepo import GitRepo, open_repo

@@ -6,7 +6,7 @@ the terminal summary (:func:`harness.report.terminal.bisect_summary_lines`) read
 record. Schema 2 added ``late_starts`` (cases GOOD cannot run, :class:`LateStart`) and
 ``confirmations`` (``--confirm``, :class:`Confirmation`) to the keys of schema 1; a schema 1
 file is read as one where neither was looked for. Schema 3 added the descent into Megatron-LM
-(:mod:`harness.bisect.descentdoc`): ``held`` and ``pin_change`` on a second-level record,
+(:class:`HeldMB`, :class:`PinCheck`, :class:`Descent`): ``held`` and ``pin_change`` on a second-level record,
 ``descents`` on a first-level one; a schema 2 file is read as a first-level record that did
 not descend. ``repo_url`` (the web repository commits link to) is optional, written only when
 known; ``infrastructure``, ``cancelled`` and ``cluster_jobs`` (``--executor slurm``) are
@@ -14,8 +14,8 @@ optional keys, written only when a cluster ran jobs. :meth:`BisectDoc.from_json`
 missing fields, because a report of an interrupted bisection is still worth rendering; a wrong
 ``kind`` or a newer schema is refused by :meth:`BisectDoc.load`.
 
-One module because it is one schema-versioned record: the nested dataclasses and the
-upgrades from schemas 1 and 2 change together with the ``bisect.json`` schema version.
+The descent records live here with :class:`BisectDoc` because they nest one (a recursive
+record is one module, or an import circle); the leaf records are in :mod:`.caserecords`.
 """
 
 from __future__ import annotations
@@ -25,221 +25,138 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from harness.bisect.algorithm import CaseStatus
-from harness.bisect.descentdoc import Descent, HeldMB, PinCheck
+from harness.bisect.caserecords import (
+    FIND_CHANGE,
+    FIND_FIX,
+    FIND_REGRESSION,
+    CacheNamespace,
+    CaseDoc,
+    CommitMeta,
+    Confirmation,
+    ConfirmStatus,
+    Culprit,
+    CulpritGroup,
+    LateStart,
+    NotBisected,
+    RangeDoc,
+    SelectionDoc,
+)
 from harness.executors.local import JobLog
 from harness.records.atomicio import read_versioned_json, write_versioned_json
 
+__all__ = [
+    "BISECT_KIND",
+    "BISECT_SCHEMA",
+    "BisectDoc",
+    "CacheNamespace",
+    "CaseDoc",
+    "CommitMeta",
+    "ConfirmStatus",
+    "Confirmation",
+    "Culprit",
+    "CulpritGroup",
+    "Descent",
+    "FIND_CHANGE",
+    "FIND_FIX",
+    "FIND_REGRESSION",
+    "HeldMB",
+    "LateStart",
+    "NotBisected",
+    "PinCheck",
+    "PinStatus",
+    "RangeDoc",
+    "SelectionDoc",
+]
+
 BISECT_KIND = "harness-bisect"
 BISECT_SCHEMA = 4  # 2: late_starts, confirmations (--confirm); 3: held, pin_change, descents; 4: partial
-FIND_REGRESSION = "find-regression"
-FIND_FIX = "find-fix"
-FIND_CHANGE = "find-change"  # --changed: CHANGED counts as bad; culprits are changes, not regressions
 
 
-@dataclass
-class CommitMeta:
-    """A commit of the range as the timeline shows it."""
+@dataclass(frozen=True)
+class HeldMB:
+    """The Megatron-Bridge held fixed while Megatron-LM commits vary (the second level)."""
 
-    sha: str
-    subject: str = ""
-    author: str = ""
-    date: str = ""  # author date, strict ISO 8601
+    sha: str  # the MB commit, or "tree-<content hash>" for a source tree given with --mb-src
+    repo: str = ""  # the MB repository holding ``sha`` ('' for a source tree)
+    src: str = ""  # the source tree given with --mb-src ('' for a commit)
+    subject: str = ""  # the MB commit's subject
 
-    @classmethod
-    def from_json(cls, doc: dict[str, Any]) -> CommitMeta:
-        return cls(
-            str(doc.get("sha") or ""),
-            str(doc.get("subject") or ""),
-            str(doc.get("author") or ""),
-            str(doc.get("date") or ""),
-        )
-
-
-@dataclass
-class Culprit:
-    """The commit blamed for a case, with what a reader needs to judge it."""
-
-    sha: str
-    subject: str = ""
-    author: str = ""
-    email: str = ""
-    date: str = ""
-    files: list[str] = field(default_factory=list)  # changed under src/ (megatron/ for a Megatron-LM commit)
-    diff: str = ""  # limited to packing-related files when the commit touches any
-    diff_scope: str = ""  # which files the diff covers
+    @property
+    def label(self) -> str:
+        """How the terminal and the report name it."""
+        return f"source tree {self.src}" if self.src else f"{self.sha[:12]} {self.subject}".rstrip()
 
     @classmethod
-    def from_json(cls, doc: dict[str, Any]) -> Culprit:
-        def text(key: str) -> str:
-            return str(doc.get(key) or "")
+    def from_json(cls, doc: dict[str, Any]) -> HeldMB:
+        return cls(*(str(doc.get(k) or "") for k in ("sha", "repo", "src", "subject")))
 
-        return cls(
-            text("sha"),
-            text("subject"),
-            text("author"),
-            text("email"),
-            text("date"),
-            [str(f) for f in doc.get("files") or []],
-            text("diff"),
-            text("diff_scope"),
-        )
+
+class PinStatus(enum.Enum):
+    """Whether the Megatron-LM change alone reproduces the cases, MB held fixed."""
+
+    CONFIRMED = "confirmed"  # every case failing with the new commit is good with the old one
+    PARTLY = "partly"  # some are; the others fail with the old commit too
+    NOT_CONFIRMED = "not_confirmed"  # none: the change is not observable, or MB's side of it is the cause
 
 
 @dataclass
-class CaseDoc:
-    """Where one case's bisection ended."""
+class PinCheck:
+    """The endpoints of a second-level bisection read as a check of the Megatron-LM change."""
 
-    case_id: str
-    status: CaseStatus
-    culprit: Culprit | None = None  # FOUND
-    last_good: str | None = None
-    candidates: list[str] = field(default_factory=list)  # AMBIGUOUS: oldest first; OPEN: the range left
-    flaky_commits: list[str] = field(default_factory=list)
-    evaluations: int | None = None  # None: not recorded (a partial record)
-    notes: list[str] = field(default_factory=list)
-    golden_diff: str = ""  # the case's diff (or message) at the culprit, else at the bad end
-    source: str = "golden"  # which source of verdicts: "golden" or "upstream"
+    status: PinStatus
+    detail: str = ""
+
+    @property
+    def label(self) -> str:
+        return {
+            PinStatus.CONFIRMED: "confirmed as the cause",
+            PinStatus.PARTLY: "partly confirmed as the cause",
+            PinStatus.NOT_CONFIRMED: "not confirmed as the cause",
+        }[self.status]
+
+    def to_json(self) -> dict[str, Any]:
+        return {"status": self.status.value, "detail": self.detail}
+
+    @classmethod
+    def from_json(cls, doc: dict[str, Any]) -> PinCheck:
+        return cls(PinStatus(doc.get("status") or PinStatus.NOT_CONFIRMED.value), str(doc.get("detail") or ""))
+
+
+@dataclass
+class Descent:
+    """One MB culprit that moved the pinned Megatron-LM, and the bisection of Megatron-LM behind it."""
+
+    mb_culprit: str  # the MB commit that moved 3rdparty/Megatron-LM
+    cases: list[str] = field(default_factory=list)  # the cases blamed on it (re-run at the second level)
+    old_pin: str | None = None  # its parent's pin
+    new_pin: str | None = None  # its pin
+    descended: bool = False
+    reason: str = ""  # not descended: why; descended: how the Megatron-LM range was walked
+    doc: BisectDoc | None = None  # the second-level record
 
     def to_json(self) -> dict[str, Any]:
         return {
-            "case_id": self.case_id,
-            "status": self.status.value,
-            "culprit": vars(self.culprit).copy() if self.culprit else None,
-            "last_good": self.last_good,
-            "candidates": list(self.candidates),
-            "flaky_commits": list(self.flaky_commits),
-            "evaluations": self.evaluations,
-            "notes": list(self.notes),
-            "golden_diff": self.golden_diff,
-            "source": self.source,
+            "mb_culprit": self.mb_culprit,
+            "cases": list(self.cases),
+            "old_pin": self.old_pin,
+            "new_pin": self.new_pin,
+            "descended": self.descended,
+            "reason": self.reason,
+            "doc": self.doc.to_json() if self.doc else None,
         }
 
     @classmethod
-    def from_json(cls, doc: dict[str, Any]) -> CaseDoc:
-        culprit = doc.get("culprit")
-        evaluations = doc.get("evaluations")
+    def from_json(cls, doc: dict[str, Any]) -> Descent:
+        nested = doc.get("doc")
         return cls(
-            case_id=str(doc.get("case_id") or ""),
-            status=CaseStatus(doc.get("status") or CaseStatus.OPEN.value),
-            culprit=Culprit.from_json(culprit) if isinstance(culprit, dict) else None,
-            last_good=doc.get("last_good"),
-            candidates=[str(s) for s in doc.get("candidates") or []],
-            flaky_commits=[str(s) for s in doc.get("flaky_commits") or []],
-            evaluations=int(evaluations) if evaluations is not None else None,
-            notes=[str(n) for n in doc.get("notes") or []],
-            golden_diff=str(doc.get("golden_diff") or ""),
-            source=str(doc.get("source") or "golden"),
-        )
-
-
-@dataclass
-class NotBisected:
-    """A case failing at the bad end that was not bisected, and why."""
-
-    case_id: str
-    reason: str
-
-
-@dataclass
-class LateStart:
-    """A case that FAILs at BAD and that GOOD cannot run, and where it starts running.
-
-    ``runs_from`` is the oldest commit of the range where the case runs (PASS or FAIL), found
-    by bisecting "runs or not"; ``bisected`` says whether the case was then bisected from
-    there (it must pass there, and --strict-good must not be given).
-    """
-
-    case_id: str
-    at_good: str  # what GOOD gave: "untestable", "error", "not run"
-    runs_from: str | None = None  # None: could not be found
-    verdict_there: str = ""  # the case's verdict at runs_from
-    bisected: bool = False
-    reason: str = ""  # the sentence the terminal and the report show
-
-    @classmethod
-    def from_json(cls, doc: dict[str, Any]) -> LateStart:
-        return cls(
-            str(doc.get("case_id") or ""),
-            str(doc.get("at_good") or ""),
-            doc.get("runs_from"),
-            str(doc.get("verdict_there") or ""),
-            bool(doc.get("bisected", False)),
+            str(doc.get("mb_culprit") or ""),
+            [str(c) for c in doc.get("cases") or []],
+            doc.get("old_pin"),
+            doc.get("new_pin"),
+            bool(doc.get("descended", False)),
             str(doc.get("reason") or ""),
+            BisectDoc.from_json(nested) if isinstance(nested, dict) else None,
         )
-
-
-class ConfirmStatus(enum.Enum):
-    """What reverting a culprit on top of BAD showed (``--confirm``, see :mod:`harness.bisect.confirm`)."""
-
-    CONFIRMED = "confirmed"  # its cases pass again (or fail differently)
-    NOT_CONFIRMED = "not_confirmed"  # a case fails as at BAD with the culprit reverted
-    NOT_CHECKABLE = "not_checkable"  # the revert does not apply, or the cases cannot run there
-
-
-@dataclass
-class Confirmation:
-    """The check of one culprit: its cases re-run on BAD with the culprit reverted."""
-
-    culprit: str
-    status: ConfirmStatus
-    seen: dict[str, str] = field(default_factory=dict)  # case -> verdict with the revert, "same" or "changed"
-    detail: str = ""  # what was seen, or why it could not be checked
-
-    def to_json(self) -> dict[str, Any]:
-        return {"culprit": self.culprit, "status": self.status.value, "seen": dict(self.seen), "detail": self.detail}
-
-    @classmethod
-    def from_json(cls, doc: dict[str, Any]) -> Confirmation:
-        return cls(
-            str(doc.get("culprit") or ""),
-            ConfirmStatus(doc.get("status") or ConfirmStatus.NOT_CHECKABLE.value),
-            {str(k): str(v) for k, v in (doc.get("seen") or {}).items()},
-            str(doc.get("detail") or ""),
-        )
-
-
-@dataclass
-class RangeDoc:
-    good: str  # full shas
-    bad: str
-    n_commits: int | None = None  # None: not recorded (a partial record)
-    given: str = ""  # as the user typed it, GOOD..BAD
-    first_parent: bool = False
-
-
-@dataclass
-class SelectionDoc:
-    suites: list[str] | None = None
-    keyword: str | None = None
-
-
-@dataclass
-class CacheNamespace:
-    """The verdict-cache keys the evaluations were stored under."""
-
-    suite_key: str = ""
-    env_key: str = ""
-
-
-@dataclass
-class CulpritGroup:
-    """One culprit commit with every case it was blamed for."""
-
-    culprit: Culprit
-    cases: list[CaseDoc]
-
-    @property
-    def sources(self) -> list[str]:
-        return sorted({c.source for c in self.cases})
-
-    @property
-    def blamed_by(self) -> str:
-        """Whether golden cases, MB's own upstream tests, or both pointed at the commit."""
-        sources = self.sources
-        if len(sources) > 1:
-            return "golden cases and upstream tests"
-        return "upstream tests" if sources == ["upstream"] else "golden cases"
 
 
 @dataclass

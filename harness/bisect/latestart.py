@@ -24,10 +24,10 @@ from harness.bisect.document import LateStart
 from harness.records.verdict import Verdict, settle
 
 if TYPE_CHECKING:
-    from harness.bisect.driver import _Driver
+    from harness.bisect.level import Level
 
 
-def find_starts(driver: _Driver, good: str, late: dict[str, str]) -> list[LateStart]:
+def find_starts(driver: Level, good: str, late: dict[str, str]) -> list[LateStart]:
     """Where each case of ``late`` (case -> what GOOD gave) starts running, and what follows."""
     driver.say(
         f"{len(late)} case(s) fail at bad and cannot run at good {good[:12]}: looking for the oldest "
@@ -47,7 +47,7 @@ def find_starts(driver: _Driver, good: str, late: dict[str, str]) -> list[LateSt
     return [_start(driver, good, case, at_good, search) for case, at_good in sorted(late.items())]
 
 
-def _start(driver: _Driver, good: str, case: str, at_good: str, search: Bisection) -> LateStart:
+def _start(driver: Level, good: str, case: str, at_good: str, search: Bisection) -> LateStart:
     outcome = search.outcome(case)
     head = f"{at_good} at good {good[:12]}"
     if outcome.status is not CaseStatus.FOUND or outcome.culprit is None:

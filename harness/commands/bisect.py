@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING, TextIO
 from harness.commands import _args
 from harness.errors import UsageError
 from harness.records import provenance
-from harness.suiterun import runner
+from harness.suiterun import origin, runner
 
 if TYPE_CHECKING:
     from harness.bisect.document import BisectDoc
@@ -210,8 +210,8 @@ def run(args: argparse.Namespace, out: TextIO = sys.stdout) -> int:
             result = run_bisection(opts, executor=executor, progress=None if args.quiet else sys.stderr)
     except BisectInterrupted as stopped:  # what finished, marked partial, open cases with their range left
         result = stopped.run
-    result.doc.repo_url = repo_url or provenance.remote_url(args.repo)
-    mlm_url = provenance.remote_url(args.megatron_lm)  # a descent's commits are Megatron-LM's
+    result.doc.repo_url = repo_url or origin.remote_url(args.repo)
+    mlm_url = origin.remote_url(args.megatron_lm)  # a descent's commits are Megatron-LM's
     for descent in result.doc.descents:
         if descent.doc is not None:
             descent.doc.repo_url = mlm_url

@@ -59,6 +59,7 @@ from harness.records import provenance
 from harness.records.results import RunResult
 from harness.records.verdict import Verdict
 from harness.suiterun import runner
+from harness.suiterun.contract import Commit
 from harness.suiterun.target import Target, require_mb
 
 if TYPE_CHECKING:
@@ -349,7 +350,8 @@ def bisect_command(
 
 
 def _clean_commit(commit: str) -> tuple[str, bool]:
-    return (commit[: -len("-dirty")], True) if commit.endswith("-dirty") else (commit, False)
+    found = Commit.parse(commit)
+    return (found.sha, found.dirty) if found else (commit, False)
 
 
 def plan_bisect(

@@ -21,10 +21,10 @@ from harness.bisect.evaluator import EvalOutcome
 from harness.executors.local import JobLog
 from harness.executors.slurm import SlurmExecutor, SlurmHandle
 from harness.records.machine import Machine
-from harness.records.provenance import of_run
 from harness.records.results import CaseResult, RunResult
 from harness.records.verdict import Verdict
 from harness.suiterun import runner
+from harness.suiterun.origin import of_run
 from harness.suiterun.target import Target
 
 LOST = "(job lost)"  # the case name of a suite whose job the cluster lost
@@ -130,15 +130,16 @@ def merge(
         else:
             cases.append(lost_case(suite, suite, result, logs))
     first = runs[0] if runs else None
-    return RunResult(
-        run_id=run_id,
+    return runner.build_result(  # what the jobs ran, as they recorded it
+        Path(run_id),
+        tgt,
+        cases,
+        notes,
+        import_mode="; ".join(sorted({r.import_mode for r in runs})) or "none (every job lost)",
+        started=started,
         target=first.target if first else {"src": str(tgt.src) if tgt.src else None},
         versions=first.versions if first else {},
         machine=first.machine if first else Machine(),
-        import_mode="; ".join(sorted({r.import_mode for r in runs})) or "none (every job lost)",
         standins=sorted({s for r in runs for s in r.standins}),
-        started=started,
-        cases=cases,
-        notes=notes,
-        provenance=first.provenance if first else of_run(tgt),  # what the jobs ran, as they recorded it
+        provenance=first.provenance if first else of_run(tgt),
     )

@@ -22,14 +22,12 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import json
 import re
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
-import harness
-from harness.errors import HarnessError, UsageError
+from harness.errors import UsageError
+from harness.records.commit import clean_sha
 
 _SCP_LIKE = re.compile(r"^(?:[\w.-]+@)?([\w.-]+\.[a-z]{2,}):(?!//)(.+)$", re.I)  # git@github.com:owner/repo.git
 _URL = re.compile(r"^(?:https?|ssh|git|git\+ssh|git\+https)://(?:[^@/]+@)?([^/:]+)(?::\d+)?/(.+)$", re.I)
@@ -78,7 +76,7 @@ def web_url(remote: str | None) -> str:
 
 def commit_url(repo_url: str, sha: str | None) -> str:
     """Address of a commit's page ("" when there is no repository or no full commit)."""
-    clean = (sha or "").removesuffix("-dirty")
+    clean = clean_sha(sha) or ""
     if not repo_url or not re.fullmatch(r"[0-9a-f]{7,40}", clean):
         return ""
     return f"{repo_url}/commit/{clean}"
@@ -106,83 +104,3 @@ def checked_repo_url(given: str | None) -> str:
     if not url:
         raise UsageError(f"--repo-url {given!r} is not the web address of a repository (https://HOST/OWNER/REPO)")
     return url
-
-
-def remote_url(checkout: Path | None) -> str:
-    """Web address of the ``origin`` remote of the git checkout holding ``checkout``."""
-    if checkout is None:
-        return ""
-    from harness.repository import gitrepo  # GitPython only where a remote is asked for
-
-    try:
-        return web_url(gitrepo.text_of(gitrepo.git_in(Path(checkout)), "config", "--get", "remote.origin.url"))
-    except (HarnessError, OSError):
-        return ""
-
-
-# ------------------------------------------------------------------------------ what ran
-
-
-def _installed_distribution_info() -> tuple[str | None, str]:
-    """(commit, source) pip recorded for the installed MB (PEP 610 ``direct_url.json``)."""
-    import importlib.metadata as md
-
-    try:
-        dist = md.distribution("megatron-bridge")
-        raw = dist.read_text("direct_url.json")
-    except (md.PackageNotFoundError, OSError):
-        return None, ""
-    try:
-        doc = json.loads(raw) if raw else {}
-    except json.JSONDecodeError:
-        return None, ""
-    commit = (doc.get("vcs_info") or {}).get("commit_id")
-    if not commit:
-        return None, ""
-    return str(commit), f"installed from {doc.get('url', 'a repository')} (pip's direct_url.json)"
-
-
-def declared_repo_url(location: Path | None) -> str:
-    """The repository URL MB's ``package_info.py`` declares (read, not imported)."""
-    if location is None:
-        return ""
-    try:
-        text = (location / "package_info.py").read_text(encoding="utf-8")
-    except OSError:
-        return ""
-    found = re.search(r"^__repository_url__\s*=\s*['\"]([^'\"]+)['\"]", text, re.M)
-    return web_url(found.group(1)) if found else ""
-
-
-def of_run(target: Any, repo_url: str = "") -> Provenance:
-    """The provenance of a run against ``target`` (a :class:`harness.suiterun.target.Target`)."""
-    from harness.paths import ROOT
-    from harness.repository.gitrepo import tree_commit
-    from harness.suiterun.target import mb_location, mb_version
-
-    if target.src is not None:
-        location = target.src / "megatron" / "bridge"
-        commit, ref, source = target.commit, "", "the --mb-src checkout"
-        url = repo_url or remote_url(target.src) or declared_repo_url(location)
-    else:
-        location = mb_location()
-        commit, source = _installed_distribution_info() if location else (None, "")
-        ref = ""
-        if commit is None and location is not None:
-            commit = tree_commit(location)
-            source = "the git checkout the installed package lives in" if commit else ""
-        if commit is None and location is not None:
-            version = mb_version(location)
-            ref = f"v{version}" if re.fullmatch(r"\d+\.\d+\.\d+\w*", version) else ""
-            source = f"installed release {version} (no commit recorded; linked by its release tag)"
-        url = repo_url or (remote_url(location) if commit else "") or declared_repo_url(location)
-    harness_commit = tree_commit(ROOT / "harness")
-    return Provenance(
-        mb_commit=commit,
-        mb_ref=ref,
-        mb_source=source,
-        mb_repo_url=url,
-        harness_commit=harness_commit,
-        harness_version=harness.__version__,
-        harness_repo_url=remote_url(ROOT) if harness_commit else "",
-    )

@@ -17,8 +17,7 @@ from collections import OrderedDict
 from pathlib import Path
 from typing import Any
 
-from harness.bisect.descentdoc import Descent, PinCheck
-from harness.bisect.document import BisectDoc, CaseDoc, Confirmation
+from harness.bisect.document import BisectDoc, CaseDoc, Confirmation, Descent, PinCheck
 from harness.records.provenance import commit_url, ref_url
 from harness.records.results import CaseResult, RunResult
 from harness.records.verdict import Verdict

@@ -12,8 +12,7 @@ import shlex
 from typing import TextIO
 
 from harness.bisect.algorithm import CaseStatus
-from harness.bisect.descentdoc import Descent
-from harness.bisect.document import BisectDoc
+from harness.bisect.document import BisectDoc, Descent
 from harness.records.results import RunResult
 from harness.records.verdict import Verdict
 from harness.repository.pins import SUBMODULE

@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import NamedTuple
 
 from harness.errors import EnvironmentProblem, GitError, UsageError
+from harness.records.commit import Commit
 
 # A missing git executable must become a one-line EnvironmentProblem when git is first needed,
 # not an ImportError while the CLI starts.
@@ -371,4 +372,4 @@ def tree_commit(path: Path) -> str | None:
         dirty = repo.dirty_files(under=path.resolve())
     except (GitCommandError, GitCommandNotFound, OSError, GitError, UsageError, EnvironmentProblem):
         return None
-    return sha + ("-dirty" if dirty else "")
+    return str(Commit(sha, bool(dirty)))

@@ -11,6 +11,8 @@ from __future__ import annotations
 import os
 import threading
 
+from harness.suiterun.contract import Env
+
 _lock = threading.Lock()
 _used: set[str] = set()
 
@@ -21,7 +23,7 @@ def record(name: str) -> None:
         if name in _used:
             return
         _used.add(name)
-    log = os.environ.get("HARNESS_STANDINS_LOG")
+    log = os.environ.get(Env.STANDINS_LOG)
     if log:
         try:
             with open(log, "a", encoding="utf-8") as fh:

@@ -32,15 +32,16 @@ import types
 from typing import Any, Sequence
 
 from harness import standins
+from harness.suiterun.contract import Env
 
 # megatron.training is served light too: MB's utils import it, and its package __init__ pulls in
 # training.py, checkpointing and modelopt (~5 s). Its re-exported names resolve through the
 # __init__'s own import statements (see _reexport_source), which avoids the circular imports a
 # whole on-demand __init__ would cause. megatron.core cannot: its modules import each other
 # through half-initialised packages. HARNESS_LIGHT_ROOTS overrides the list (comma-separated).
-ROOTS = tuple(os.environ.get("HARNESS_LIGHT_ROOTS", "megatron.bridge,megatron.training").split(","))
-ENV_MODE = "HARNESS_IMPORT_MODE"
-ENV_GROUP = "HARNESS_IMPORT_GROUP"
+ROOTS = tuple(os.environ.get(Env.LIGHT_ROOTS, "megatron.bridge,megatron.training").split(","))
+ENV_MODE = Env.IMPORT_MODE
+ENV_GROUP = Env.IMPORT_GROUP
 DEFAULT_GROUP = "full"
 _INITIALISED = "__harness_light_initialised__"
 _INITIALISING = "__harness_light_initialising__"

@@ -35,9 +35,10 @@ from pathlib import Path
 from types import TracebackType
 
 from harness.paths import PACKAGE, suites_dir
+from harness.suiterun.contract import Env
 
-ENV_ROOTS = "HARNESS_MB_ROOTS"
-ENV_VARYING = "HARNESS_VARYING_CORE"
+ENV_ROOTS = Env.MB_ROOTS
+ENV_VARYING = Env.VARYING_CORE
 _harness_roots: tuple[str, ...] = (str(PACKAGE), str(suites_dir()))
 
 
@@ -61,7 +62,7 @@ def megatron_roots() -> tuple[str, ...]:
     value = os.environ.get(ENV_ROOTS)
     if value is not None:
         return tuple(p for p in value.split(os.pathsep) if p)
-    from harness.suiterun.target import mb_location
+    from harness.suiterun.versions import mb_location
 
     loc = mb_location()
     return (real(loc),) if loc else ()

@@ -41,8 +41,12 @@ from typing import Any
 import pytest
 
 from harness.errors import Broken, Untestable
+from harness.golden.checker import GoldenChecker, fixtures_root, golden
+from harness.records.results import CaseResult
 from harness.records.verdict import Verdict
-from harness.suiterun import caselog
+from harness.suiterun import caselog, contract
+from harness.suiterun.contract import INI_SUITES, CasesFile, Env, Flag
+from harness.suiterun.items import DOCUMENTED, HYPOTHETICAL, case_of, item_case_id, suite_of, tier_of
 from harness.suiterun.outcome import GoldenMismatch, case_impacts, classify, structured_violations
 from harness.suiterun.ownership import add_harness_root
 
@@ -50,134 +54,46 @@ PROP = "harness_case"
 NOTE = "harness_note"
 
 
-def suite_of(item: pytest.Item) -> str:
-    name = Path(str(item.fspath)).stem
-    return name[5:] if name.startswith("test_") else name
-
-
-def tier_of(item: pytest.Item) -> str:
-    """``hypothetical`` for a case whose input no MB producer emits (``@pytest.mark.hypothetical``):
-    run and reported apart, it never fails a run or a nightly; ``documented`` for every other."""
-    return HYPOTHETICAL if item.get_closest_marker("hypothetical") is not None else DOCUMENTED
-
-
-HYPOTHETICAL, DOCUMENTED = "hypothetical", "documented"
-
-
-def case_of(item: pytest.Item) -> str:
-    owner = getattr(item, "cls", None)
-    return (owner.__name__ + "." if owner else "") + item.name
-
-
-def _case_id(item: pytest.Item) -> str:
-    return f"{suite_of(item)}::{case_of(item)}"
-
-
-class GoldenChecker:
-    """The ``golden`` fixture: one golden per case, compared with per-field tolerances."""
-
-    def __init__(
-        self, fixtures_root: Path, obtained_root: Path, suite: str, case: str, record: bool, provenance: dict[str, Any]
-    ) -> None:
-        self.fixtures_root = fixtures_root
-        self.obtained_root = obtained_root
-        self.suite = suite
-        self.case = case
-        self.record = record
-        self.provenance = provenance
-        self.regen = False  # --harness-regen: a differing or missing golden is rewritten in place
-        self.checked = False
-
-    def check(self, value: Any, tolerances: dict[str, tuple[float, float]] | None = None) -> None:
-        """Compare ``value`` with the golden; raise :class:`GoldenMismatch` with a diff."""
-        __tracebackhide__ = True  # pytest shows the case's line and the diff, not this method
-        # numpy and the golden modules load here, not with the plugin: it is loaded by every pytest
-        from harness.golden.compare import Comparator, Tolerance
-        from harness.golden.serializer import encode
-        from harness.golden.storage import Golden, golden_path, read_golden, write_golden
-
-        if self.checked:
-            raise RuntimeError("one golden check per case: put everything in one dict")
-        self.checked = True
-        tols = {k: Tolerance(*v) for k, v in (tolerances or {}).items()}
-        sidecar: dict[str, Any] = {}
-        encoded = encode(value, sidecar)
-        obtained = Golden(self.suite, self.case, encoded, sidecar, tols, self.provenance)
-        path = golden_path(self.fixtures_root, self.suite, self.case)
-        if self.record:
-            write_golden(golden_path(self.obtained_root, self.suite, self.case), obtained)
-            return
-        if not path.exists() and self.regen:
-            write_golden(path, obtained)
-            raise GoldenMismatch(f"new golden written (--harness-regen): {path}", None)
-        if not path.exists():
-            out = golden_path(self.obtained_root, self.suite, self.case)
-            write_golden(out, obtained)
-            raise GoldenMismatch(
-                f"no golden at {path}; obtained value written to {out}; "
-                "review and accept it with `harness fixtures record`",
-                None,
-            )
-        golden = read_golden(path)
-        merged = {**golden.tolerances, **tols}
-        result = Comparator(merged).compare(golden.value, encoded, golden.sidecar, sidecar)
-        if not result.ok:
-            if self.regen:
-                write_golden(path, obtained)
-                raise GoldenMismatch(f"golden regenerated (--harness-regen): {path}\n{result.text()}", result.to_json())
-            out = golden_path(self.obtained_root, self.suite, self.case)
-            write_golden(out, obtained)
-            raise GoldenMismatch(f"golden mismatch ({path}):\n{result.text()}", result.to_json())
-
-
-OPTIONS = (
-    "--harness-results",
-    "--harness-fixtures",
-    "--harness-obtained",
-    "--harness-record",
-    "--harness-regen",
-    "--harness-known-failures",
-    "--harness-events",
-)
+OPTIONS = tuple(f for f in Flag if f is not Flag.CASES)  # any of these makes a session a harness session
 _ACTIVE = pytest.StashKey[bool]()
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
     parser.addini(
-        "harness_suites",
+        INI_SUITES,
         type="bool",
         default=False,
         help="the tests here are harness golden suites: classify verdicts, register their markers",
     )
     group = parser.getgroup("harness")
-    group.addoption("--harness-results", default=None, help="write case verdicts (JSON) to this file")
+    group.addoption(Flag.RESULTS, default=None, help="write case verdicts (JSON) to this file")
     group.addoption(
-        "--harness-fixtures", default=None, help="golden root (default: the harness's fixtures, see harness.paths)"
+        Flag.FIXTURES, default=None, help="golden root (default: the harness's fixtures, see harness.paths)"
     )
     group.addoption(
-        "--harness-obtained",
+        Flag.OBTAINED,
         default=None,
         help="where obtained values go on mismatch (default: reports/obtained under the current directory)",
     )
     group.addoption(
-        "--harness-record", action="store_true", help="write obtained values for every case; never fail on goldens"
+        Flag.RECORD, action="store_true", help="write obtained values for every case; never fail on goldens"
     )
     group.addoption(
-        "--harness-regen",
+        Flag.REGEN,
         action="store_true",
         help="rewrite goldens in place where the obtained value differs (or none exists); such cases fail "
         "once with the diff. 'harness fixtures record' is the reviewed way",
     )
     group.addoption(
-        "--harness-known-failures",
+        Flag.KNOWN_FAILURES,
         default=None,
         help="reviewed known MB bugs (default: <fixtures>/known_failures.json)",
     )
     group.addoption(
-        "--harness-events", default=None, help="append the live case event log (harness.suiterun.caselog) to this file"
+        Flag.EVENTS, default=None, help="append the live case event log (harness.suiterun.caselog) to this file"
     )
     group.addoption(
-        "--harness-cases",
+        Flag.CASES,
         default=None,
         help="a JSON list of case ids (suite::test[param]): run only these (a bisection re-running its cases)",
     )
@@ -190,9 +106,13 @@ def active(config: pytest.Config) -> bool:
 
 def pytest_configure(config: pytest.Config) -> None:
     asked = any(config.getoption(opt) for opt in OPTIONS)
-    config.stash[_ACTIVE] = bool(asked or config.getini("harness_suites"))
+    config.stash[_ACTIVE] = bool(asked or config.getini(INI_SUITES))
     if not active(config):
         return
+    if not hasattr(config, "workerinput"):  # what this process imports, for the driver (no second process asks)
+        from harness.suiterun.versions import versions
+
+        contract.write_versions(versions())
     from harness.standins import te
 
     te.install()  # what harness run's sitecustomize does, for a plain `pytest suites/` on a CPU machine
@@ -205,7 +125,7 @@ def pytest_configure(config: pytest.Config) -> None:
     )
     config._harness_cases = []  # type: ignore[attr-defined]
     config._harness_known = None  # type: ignore[attr-defined]
-    events = config.getoption("--harness-events")
+    events = config.getoption(Flag.EVENTS)
     _EVENTS[:] = [Path(events)] if events else []
     if events and not hasattr(config, "workerinput"):
         caselog.start_log(Path(events))
@@ -221,14 +141,14 @@ def _emit(**event: Any) -> None:
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """``--harness-cases``: keep exactly the listed cases (ids, unlike ``-k``, match whole names)."""
-    listed = config.getoption("--harness-cases")
+    listed = config.getoption(Flag.CASES)
     if not listed:
         return
     import json
 
     wanted = set(json.loads(Path(listed).read_text(encoding="utf-8")))
-    keep = [i for i in items if _case_id(i) in wanted]
-    drop = [i for i in items if _case_id(i) not in wanted]
+    keep = [i for i in items if item_case_id(i) in wanted]
+    drop = [i for i in items if item_case_id(i) not in wanted]
     if drop:
         config.hook.pytest_deselected(items=drop)
         items[:] = keep
@@ -240,52 +160,13 @@ def pytest_collection_finish(session: pytest.Session) -> None:
     for item in session.items:  # the suite files are the harness's code, wherever they live
         add_harness_root(Path(str(item.fspath)).parent)
     if session.items:
-        _emit(ev="collected", cases=[[_case_id(i), suite_of(i)] for i in session.items])
+        _emit(ev="collected", cases=[[item_case_id(i), suite_of(i)] for i in session.items])
 
 
 @pytest.hookimpl(tryfirst=True)
 def pytest_runtest_setup(item: pytest.Item) -> None:
     if active(item.config):
-        _emit(ev="start", case_id=_case_id(item))
-
-
-def _root(config: pytest.Config, opt: str, default: Path) -> Path:
-    value = config.getoption(opt)
-    return Path(value) if value else default
-
-
-def _fixtures_root(config: pytest.Config) -> Path:
-    from harness import paths
-
-    return _root(config, "--harness-fixtures", paths.fixtures_dir())
-
-
-def _obtained_root(config: pytest.Config) -> Path:
-    from harness import paths
-
-    return _root(config, "--harness-obtained", paths.reports_dir() / "obtained")
-
-
-def _provenance() -> dict[str, Any]:
-    from harness.suiterun.target import describe_running_target
-
-    return describe_running_target()
-
-
-@pytest.fixture
-def golden(request: pytest.FixtureRequest) -> GoldenChecker:
-    """Compare a case's obtained value to its golden file (see :class:`GoldenChecker`)."""
-    config = request.config
-    checker = GoldenChecker(
-        _fixtures_root(config),
-        _obtained_root(config),
-        suite_of(request.node),
-        case_of(request.node),
-        bool(config.getoption("--harness-record")),
-        _provenance(),
-    )
-    checker.regen = bool(config.getoption("--harness-regen"))
-    return checker
+        _emit(ev="start", case_id=item_case_id(item))
 
 
 @pytest.hookimpl(hookwrapper=True)
@@ -309,7 +190,7 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo) -> Any:
         and excinfo.errisinstance((AssertionError, pytest.fail.Exception))
     ):
         verdict = Verdict.ERROR  # a fixture's own check broke: the harness's problem, not MB's
-    case_id = _case_id(item)
+    case_id = item_case_id(item)
     violations = structured_violations(excinfo)
     known_ids: list[str] = []
     if verdict in (Verdict.FAIL, Verdict.PASS, Verdict.CHANGED) and call.when == "call":
@@ -326,24 +207,20 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo) -> Any:
     notes = [str(v) for k, v in report.user_properties if k == NOTE]
     if notes:
         message = "\n".join(([message] if message else []) + notes)
-    report.user_properties.append(
-        (
-            PROP,
-            {
-                "case_id": case_id,
-                "suite": suite_of(item),
-                "verdict": verdict.value,
-                "message": message[:20000],
-                "diff": message if diff_data else "",
-                "diff_data": diff_data,
-                "source": "golden",
-                "violations": violations,
-                "known": known_ids,
-                "impacts": impacts,
-                "tier": tier_of(item),
-            },
-        )
+    record = CaseResult(
+        case_id=case_id,
+        suite=suite_of(item),
+        verdict=verdict,
+        message=message[:20000],
+        diff=message if diff_data else "",
+        diff_data=diff_data,
+        source="golden",
+        violations=violations,
+        known=known_ids,
+        impacts=impacts,
+        tier=tier_of(item),
     )
+    report.user_properties.append((PROP, record.to_json()))  # plain data: it crosses xdist workers
 
 
 def _known_entries(config: pytest.Config) -> list[Any]:
@@ -352,13 +229,14 @@ def _known_entries(config: pytest.Config) -> list[Any]:
     if cached is not None:
         return cached
     from harness.suiterun import known
-    from harness.suiterun.target import mb_location, mb_version
+    from harness.suiterun.versions import mb_location, mb_version
 
-    path = config.getoption("--harness-known-failures")
-    path = Path(path) if path else _fixtures_root(config) / known.FILENAME
+    path = config.getoption(Flag.KNOWN_FAILURES)
+    path = Path(path) if path else fixtures_root(config) / known.FILENAME
     version = mb_version(mb_location())
-    commit = (os.environ.get("HARNESS_TARGET_COMMIT") or "").removesuffix("-dirty") or None
-    repo = os.environ.get("HARNESS_MB_REPO")
+    found = contract.target_commit()
+    commit = found.sha if found else None
+    repo = os.environ.get(Env.MB_REPO)
     in_range = known.git_in_range(Path(repo)) if repo else None
     entries = [e for e in known.load(path) if e.applies(version, commit, in_range)]
     config._harness_known = entries  # type: ignore[attr-defined]
@@ -385,27 +263,36 @@ def pytest_collectreport(report: pytest.CollectReport) -> None:
 
 
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
-    path = session.config.getoption("--harness-results")
+    path = session.config.getoption(Flag.RESULTS)
     if not path or hasattr(session.config, "workerinput"):
         return
-    seen: dict[str, dict[str, Any]] = {}
-    for case in _CASES:  # a setup error and a teardown error for one case: keep the worst
-        prev = seen.get(case["case_id"])
-        if prev is None or Verdict(case["verdict"]).severity > Verdict(prev["verdict"]).severity:
-            seen[case["case_id"]] = case
-    from harness.records.atomicio import write_versioned_json
+    seen: dict[str, CaseResult] = {}
+    for doc in _CASES:  # a setup error and a teardown error for one case: keep the worst
+        case = CaseResult.from_json(doc)
+        prev = seen.get(case.case_id)
+        if prev is None or case.verdict.severity > prev.verdict.severity:
+            seen[case.case_id] = case
+    from harness.suiterun.versions import versions
 
-    write_versioned_json(
-        Path(path),
-        "harness-cases",
-        1,
-        {
-            "finished": time.time(),
-            "pid": os.getpid(),
-            "cases": list(seen.values()),
-            "collection_errors": list(_COLLECTION_ERRORS),
-        },
-    )
+    CasesFile(
+        cases=list(seen.values()),
+        collection_errors=list(_COLLECTION_ERRORS),
+        versions=versions(),
+        finished=time.time(),
+        pid=os.getpid(),
+    ).save(Path(path))
 
 
-__all__ = ["Broken", "GoldenMismatch", "Untestable", "GoldenChecker", "classify"]
+__all__ = [
+    "DOCUMENTED",
+    "HYPOTHETICAL",
+    "Broken",
+    "GoldenChecker",
+    "GoldenMismatch",
+    "Untestable",
+    "case_of",
+    "classify",
+    "golden",  # the fixture: registered by being in this plugin's namespace
+    "suite_of",
+    "tier_of",
+]

@@ -11,10 +11,7 @@ driver sets.
 from __future__ import annotations
 
 import datetime as _dt
-import importlib.util
 import os
-import platform
-import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -22,7 +19,9 @@ from typing import Any
 import harness
 from harness.errors import EnvironmentProblem, UsageError
 from harness.paths import ROOT, SITE_DIR, suites_dir
+from harness.suiterun.contract import VERSIONS_FILE, Env
 from harness.suiterun.ownership import ENV_ROOTS, ENV_VARYING, encode_roots
+from harness.suiterun.versions import _dist_version, mb_location, mb_version
 
 
 @dataclass(frozen=True)
@@ -81,15 +80,16 @@ class Target:
             env.pop(ENV_VARYING, None)
         env["PYTHONDONTWRITEBYTECODE"] = "1"  # never write __pycache__ into a user's checkout
         if self.commit:
-            env["HARNESS_TARGET_COMMIT"] = self.commit
+            env[Env.TARGET_COMMIT] = self.commit
         if self.core_pin:
-            env["HARNESS_CORE_PIN"] = self.core_pin
+            env[Env.CORE_PIN] = self.core_pin
         if self.repo:
-            env["HARNESS_MB_REPO"] = str(self.repo)
+            env[Env.MB_REPO] = str(self.repo)
         else:
-            env.pop("HARNESS_MB_REPO", None)
+            env.pop(Env.MB_REPO, None)
         if standins_log:
-            env["HARNESS_STANDINS_LOG"] = str(standins_log)
+            env[Env.STANDINS_LOG] = str(standins_log)
+            env[Env.VERSIONS_FILE] = str(standins_log.parent / VERSIONS_FILE)
         return env
 
 
@@ -106,55 +106,6 @@ def _repo_root(path: Path) -> Path | None:
     return Path(out.stdout.strip()) if out.returncode == 0 and out.stdout.strip() else None
 
 
-def _dist_version(name: str) -> str:
-    import importlib.metadata as md  # ~50 ms; the CLI's start-up does not need it
-
-    try:
-        return md.version(name)
-    except md.PackageNotFoundError:
-        return "not installed"
-
-
-def mb_location() -> Path | None:
-    """Directory of the ``megatron.bridge`` package this interpreter would import."""
-    try:
-        spec = importlib.util.find_spec("megatron.bridge")
-    except (ImportError, ValueError):
-        return None
-    if spec is None or not spec.submodule_search_locations:
-        return None
-    return Path(list(spec.submodule_search_locations)[0])
-
-
-def mb_version(location: Path | None) -> str:
-    """Version from ``package_info.py`` without importing MB."""
-    if location is None:
-        return "not importable"
-    info = location / "package_info.py"
-    try:
-        text = info.read_text(encoding="utf-8")
-    except OSError:
-        return "unknown"
-    parts = {k: v for k, v in re.findall(r"^(MAJOR|MINOR|PATCH|PRE_RELEASE)\s*=\s*['\"]?([^'\"\n]*)['\"]?", text, re.M)}
-    if {"MAJOR", "MINOR", "PATCH"} <= parts.keys():
-        return f"{parts['MAJOR']}.{parts['MINOR']}.{parts['PATCH']}{parts.get('PRE_RELEASE', '')}"
-    return "unknown"
-
-
-def versions() -> dict[str, str]:
-    """Versions of everything that decides a verdict (recorded in every result)."""
-    loc = mb_location()
-    pin = os.environ.get("HARNESS_CORE_PIN")
-    return {
-        "megatron-bridge": mb_version(loc),
-        "megatron-core": f"Megatron-LM {pin[:12]} (pinned by the MB commit)" if pin else _dist_version("megatron-core"),
-        "torch": _dist_version("torch"),
-        "transformers": _dist_version("transformers"),
-        "python": platform.python_version(),
-        "harness": harness.__version__,
-    }
-
-
 def describe_running_target() -> dict[str, Any]:
     """Provenance of values produced in this process (goes into goldens)."""
     from harness.repository.gitrepo import tree_commit  # GitPython only where a commit is asked for
@@ -162,11 +113,11 @@ def describe_running_target() -> dict[str, Any]:
     loc = mb_location()
     return {
         "mb_version": mb_version(loc),
-        "mb_commit": os.environ.get("HARNESS_TARGET_COMMIT") or (tree_commit(loc) if loc else None),
+        "mb_commit": os.environ.get(Env.TARGET_COMMIT) or (tree_commit(loc) if loc else None),
         "torch": _dist_version("torch"),
         "megatron_core": (
-            f"Megatron-LM {os.environ['HARNESS_CORE_PIN']}"
-            if os.environ.get("HARNESS_CORE_PIN")
+            f"Megatron-LM {os.environ[Env.CORE_PIN]}"
+            if os.environ.get(Env.CORE_PIN)
             else _dist_version("megatron-core")
         ),
         "harness": harness.__version__,

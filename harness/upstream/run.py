@@ -22,6 +22,7 @@ from typing import Any
 from harness.procs import kill_group, popen_owned
 from harness.records.results import CaseResult
 from harness.records.verdict import Verdict
+from harness.suiterun.contract import VERSIONS_FILE, Env
 from harness.suiterun.target import Target
 from harness.upstream.outcomes import SUITE, PytestRun, case_results
 from harness.upstream.selection import Resolved, describe, load_selection, resolve
@@ -53,9 +54,12 @@ def run_upstream(tgt: Target, out_dir: Path, *, timeout_s: float = 1800.0) -> tu
     return case_results(resolved, run, selection.count_rule), notes
 
 
-def child_env(tgt: Target, tree: Path) -> dict[str, str]:
-    """The target's environment with the tree root right after its ``src`` (``tests.`` imports)."""
+def child_env(tgt: Target, tree: Path, out_dir: Path | None = None) -> dict[str, str]:
+    """The target's environment with the tree root right after its ``src`` (``tests.`` imports);
+    the child writes the versions it imports into ``out_dir`` (harness.suiterun.contract)."""
     env = tgt.env()
+    if out_dir is not None:
+        env[Env.VERSIONS_FILE] = str(out_dir / VERSIONS_FILE)
     parts = env["PYTHONPATH"].split(os.pathsep)
     src = str(tgt.src)
     at = parts.index(src) + 1 if src in parts else 0
@@ -108,7 +112,12 @@ def _run_pytest(tgt: Target, tree: Path, runnable: list[Resolved], timeout_s: fl
     t0 = time.monotonic()
     with log.open("wb") as sink:
         proc = popen_owned(
-            cmd, cwd=tree, env=child_env(tgt, tree), stdout=sink, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL
+            cmd,
+            cwd=tree,
+            env=child_env(tgt, tree, out_dir),
+            stdout=sink,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
         )
         try:
             run.rc = proc.wait(timeout=timeout_s)

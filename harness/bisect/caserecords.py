@@ -1,0 +1,224 @@
+"""The leaf records of ``bisect.json``: commits, culprits, per-case outcomes, late starts,
+confirmations, the range, the selection and the cache namespace.
+
+Why apart from :mod:`.document`: the drivers, confirm and late-start modules and the reports
+build and read these pieces without the whole record; :class:`~harness.bisect.document.BisectDoc`
+(with the descent records it nests) composes them and owns the schema version.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field
+from typing import Any
+
+from harness.bisect.algorithm import CaseStatus
+
+FIND_REGRESSION = "find-regression"
+FIND_FIX = "find-fix"
+FIND_CHANGE = "find-change"  # --changed: CHANGED counts as bad; culprits are changes, not regressions
+
+
+@dataclass
+class CommitMeta:
+    """A commit of the range as the timeline shows it."""
+
+    sha: str
+    subject: str = ""
+    author: str = ""
+    date: str = ""  # author date, strict ISO 8601
+
+    @classmethod
+    def from_json(cls, doc: dict[str, Any]) -> CommitMeta:
+        return cls(
+            str(doc.get("sha") or ""),
+            str(doc.get("subject") or ""),
+            str(doc.get("author") or ""),
+            str(doc.get("date") or ""),
+        )
+
+
+@dataclass
+class Culprit:
+    """The commit blamed for a case, with what a reader needs to judge it."""
+
+    sha: str
+    subject: str = ""
+    author: str = ""
+    email: str = ""
+    date: str = ""
+    files: list[str] = field(default_factory=list)  # changed under src/ (megatron/ for a Megatron-LM commit)
+    diff: str = ""  # limited to packing-related files when the commit touches any
+    diff_scope: str = ""  # which files the diff covers
+
+    @classmethod
+    def from_json(cls, doc: dict[str, Any]) -> Culprit:
+        def text(key: str) -> str:
+            return str(doc.get(key) or "")
+
+        return cls(
+            text("sha"),
+            text("subject"),
+            text("author"),
+            text("email"),
+            text("date"),
+            [str(f) for f in doc.get("files") or []],
+            text("diff"),
+            text("diff_scope"),
+        )
+
+
+@dataclass
+class CaseDoc:
+    """Where one case's bisection ended."""
+
+    case_id: str
+    status: CaseStatus
+    culprit: Culprit | None = None  # FOUND
+    last_good: str | None = None
+    candidates: list[str] = field(default_factory=list)  # AMBIGUOUS: oldest first; OPEN: the range left
+    flaky_commits: list[str] = field(default_factory=list)
+    evaluations: int | None = None  # None: not recorded (a partial record)
+    notes: list[str] = field(default_factory=list)
+    golden_diff: str = ""  # the case's diff (or message) at the culprit, else at the bad end
+    source: str = "golden"  # which source of verdicts: "golden" or "upstream"
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "case_id": self.case_id,
+            "status": self.status.value,
+            "culprit": vars(self.culprit).copy() if self.culprit else None,
+            "last_good": self.last_good,
+            "candidates": list(self.candidates),
+            "flaky_commits": list(self.flaky_commits),
+            "evaluations": self.evaluations,
+            "notes": list(self.notes),
+            "golden_diff": self.golden_diff,
+            "source": self.source,
+        }
+
+    @classmethod
+    def from_json(cls, doc: dict[str, Any]) -> CaseDoc:
+        culprit = doc.get("culprit")
+        evaluations = doc.get("evaluations")
+        return cls(
+            case_id=str(doc.get("case_id") or ""),
+            status=CaseStatus(doc.get("status") or CaseStatus.OPEN.value),
+            culprit=Culprit.from_json(culprit) if isinstance(culprit, dict) else None,
+            last_good=doc.get("last_good"),
+            candidates=[str(s) for s in doc.get("candidates") or []],
+            flaky_commits=[str(s) for s in doc.get("flaky_commits") or []],
+            evaluations=int(evaluations) if evaluations is not None else None,
+            notes=[str(n) for n in doc.get("notes") or []],
+            golden_diff=str(doc.get("golden_diff") or ""),
+            source=str(doc.get("source") or "golden"),
+        )
+
+
+@dataclass
+class NotBisected:
+    """A case failing at the bad end that was not bisected, and why."""
+
+    case_id: str
+    reason: str
+
+
+@dataclass
+class LateStart:
+    """A case that FAILs at BAD and that GOOD cannot run, and where it starts running.
+
+    ``runs_from`` is the oldest commit of the range where the case runs (PASS or FAIL), found
+    by bisecting "runs or not"; ``bisected`` says whether the case was then bisected from
+    there (it must pass there, and --strict-good must not be given).
+    """
+
+    case_id: str
+    at_good: str  # what GOOD gave: "untestable", "error", "not run"
+    runs_from: str | None = None  # None: could not be found
+    verdict_there: str = ""  # the case's verdict at runs_from
+    bisected: bool = False
+    reason: str = ""  # the sentence the terminal and the report show
+
+    @classmethod
+    def from_json(cls, doc: dict[str, Any]) -> LateStart:
+        return cls(
+            str(doc.get("case_id") or ""),
+            str(doc.get("at_good") or ""),
+            doc.get("runs_from"),
+            str(doc.get("verdict_there") or ""),
+            bool(doc.get("bisected", False)),
+            str(doc.get("reason") or ""),
+        )
+
+
+class ConfirmStatus(enum.Enum):
+    """What reverting a culprit on top of BAD showed (``--confirm``, see :mod:`harness.bisect.confirm`)."""
+
+    CONFIRMED = "confirmed"  # its cases pass again (or fail differently)
+    NOT_CONFIRMED = "not_confirmed"  # a case fails as at BAD with the culprit reverted
+    NOT_CHECKABLE = "not_checkable"  # the revert does not apply, or the cases cannot run there
+
+
+@dataclass
+class Confirmation:
+    """The check of one culprit: its cases re-run on BAD with the culprit reverted."""
+
+    culprit: str
+    status: ConfirmStatus
+    seen: dict[str, str] = field(default_factory=dict)  # case -> verdict with the revert, "same" or "changed"
+    detail: str = ""  # what was seen, or why it could not be checked
+
+    def to_json(self) -> dict[str, Any]:
+        return {"culprit": self.culprit, "status": self.status.value, "seen": dict(self.seen), "detail": self.detail}
+
+    @classmethod
+    def from_json(cls, doc: dict[str, Any]) -> Confirmation:
+        return cls(
+            str(doc.get("culprit") or ""),
+            ConfirmStatus(doc.get("status") or ConfirmStatus.NOT_CHECKABLE.value),
+            {str(k): str(v) for k, v in (doc.get("seen") or {}).items()},
+            str(doc.get("detail") or ""),
+        )
+
+
+@dataclass
+class RangeDoc:
+    good: str  # full shas
+    bad: str
+    n_commits: int | None = None  # None: not recorded (a partial record)
+    given: str = ""  # as the user typed it, GOOD..BAD
+    first_parent: bool = False
+
+
+@dataclass
+class SelectionDoc:
+    suites: list[str] | None = None
+    keyword: str | None = None
+
+
+@dataclass
+class CacheNamespace:
+    """The verdict-cache keys the evaluations were stored under."""
+
+    suite_key: str = ""
+    env_key: str = ""
+
+
+@dataclass
+class CulpritGroup:
+    """One culprit commit with every case it was blamed for."""
+
+    culprit: Culprit
+    cases: list[CaseDoc]
+
+    @property
+    def sources(self) -> list[str]:
+        return sorted({c.source for c in self.cases})
+
+    @property
+    def blamed_by(self) -> str:
+        """Whether golden cases, MB's own upstream tests, or both pointed at the commit."""
+        sources = self.sources
+        if len(sources) > 1:
+            return "golden cases and upstream tests"
+        return "upstream tests" if sources == ["upstream"] else "golden cases"

@@ -1,0 +1,114 @@
+"""What a suite run runs: the suites selected, the options, and the import groups it splits into.
+
+Why apart from the launch: every command (run, bisect probes, matrix cells, SLURM shards)
+chooses suites and options the same way before any process starts, and a usage error (an
+unknown suite, no suites at all) must come out in one line before any git or process work.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from harness import paths
+from harness.errors import UsageError
+
+UPSTREAM = "upstream"  # MB's own packing tests, replayed from the target's tree (harness.upstream)
+
+
+def golden_suites() -> list[str]:
+    return sorted(p.stem[5:] for p in paths.suites_dir().glob("test_*.py"))
+
+
+def available_suites() -> list[str]:
+    return golden_suites() + [UPSTREAM]
+
+
+def suite_files(names: list[str] | None) -> list[Path]:
+    """Golden suite names (``packing_algorithms``...) to files; unknown names are a usage error.
+
+    ``None`` means every golden suite. The ``upstream`` suite has no file here; it is run by
+    :mod:`harness.upstream` (see :func:`harness.suiterun.runner.run_suites`).
+    """
+    if names and set(names) <= {UPSTREAM}:
+        return []
+    suites = paths.require_suites()  # a one-line error, never a run of zero suites
+    known = available_suites()
+    if not names:
+        return [suites / f"test_{n}.py" for n in golden_suites()]
+    unknown = [n for n in names if n not in known]
+    if unknown:
+        raise UsageError(f"unknown suite(s) {', '.join(unknown)}; known: {', '.join(known)}")
+    return [suites / f"test_{n}.py" for n in names if n != UPSTREAM]
+
+
+@dataclass
+class RunOptions:
+    suites: list[str] | None = None
+    keyword: str | None = None
+    timeout_s: float = 1800.0
+    jobs: int = 1
+    record: bool = False
+    obtained_dir: Path | None = None
+    fixtures_dir: Path = field(default_factory=paths.fixtures_dir)
+    extra_pytest: list[str] = field(default_factory=list)
+    import_mode: str = "auto"  # see IMPORT_MODES
+    # > 0: the light-import group runs through harness.suiterun.forkserver (torch and megatron-core
+    # imported once per megatron-core, installed or pinned tree), with at most this many servers alive
+    fork_servers: int = 0
+    verbose: bool = False  # the live output names every case (pytest -v instead of -q)
+    repo_url: str = ""  # web repository of the MB under test (--repo-url; else found, see records.provenance)
+    cases: list[str] | None = None  # run only these case ids (suite::test[param]) of the selected suites
+
+
+IMPORT_MODES = ("auto", "light", "full")
+"""How MB is imported for the golden suites (``harness run --import``).
+
+* ``auto`` (default): cases marked ``import_group("light")`` run in one pytest process with
+  light import (``HARNESS_IMPORT_MODE=light``: package ``__init__`` files of ``megatron.bridge``
+  are not executed, see :mod:`harness.standins.light`), the other cases (``full`` or unmarked)
+  in a second process with the normal import; verdicts are merged into one result whose
+  ``import_mode`` reads ``auto (light: N cases, full: M cases)``.
+* ``full``: every case in one process with the normal import (the reference behaviour).
+* ``light``: only the light-group cases are run (light import); full-group cases are not
+  selected and a note says how many were left out. For fast iteration on packing code.
+"""
+
+_GROUP_RE = re.compile(r"import_group\(\s*['\"](\w+)['\"]")
+
+
+def file_groups(path: Path) -> set[str]:
+    """Import groups a suite file mentions (unmarked files belong to ``full``).
+
+    Read from the file's text, not by importing it: the parent never imports a suite (that
+    would import MB); the child selects the same cases by the marker
+    (:mod:`harness.standins.light`), and a file that mentions both groups runs in both.
+    """
+    try:
+        found = set(_GROUP_RE.findall(path.read_text(encoding="utf-8")))
+    except OSError:
+        found = set()
+    return found or {"full"}
+
+
+@dataclass(frozen=True)
+class Group:
+    """One suite process of a run: the import group it selects (None: no selection), the
+    ``HARNESS_IMPORT_MODE`` it runs under, and its suite files."""
+
+    name: str | None
+    import_mode: str
+    files: list[Path]
+
+
+def plan_groups(files: list[Path], mode: str) -> list[Group]:
+    """The suite processes of a run, in order (light first: it is the fast one)."""
+    if mode not in IMPORT_MODES:
+        raise UsageError(f"unknown import mode {mode!r}; known: {', '.join(IMPORT_MODES)}")
+    if mode == "full":
+        return [Group(None, "full", files)]
+    plan = [Group("light", "light", [f for f in files if "light" in file_groups(f)])]
+    if mode == "auto":
+        plan.append(Group("full", "full", [f for f in files if file_groups(f) - {"light"}]))
+    return plan
