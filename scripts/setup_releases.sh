@@ -33,8 +33,14 @@ done
 . scripts/find_python.sh
 
 V311="$REL/venv-0.3.1"
+# the harness's own editable install: its pytest11 entry point must name the plugin of this checkout
+ENTRY='import importlib.metadata as m, importlib; [importlib.import_module(e.value) for e in m.entry_points(group="pytest11") if e.name.startswith("harness")]'
 if [ -x "$V311/bin/python" ] && "$V311/bin/python" -c 'import megatron.bridge.package_info as p, harness; assert (p.MAJOR, p.MINOR, p.PATCH) == (0, 3, 1) or p.__version__.startswith("0.3.1")' 2>/dev/null; then
   echo "setup_releases.sh: MB 0.3.1 venv already in $V311"
+  if ! "$V311/bin/python" -c "$ENTRY" 2>/dev/null; then
+    echo "setup_releases.sh: refreshing the harness's editable install in $V311 (its plugin moved)"
+    "$V311/bin/python" -m pip --disable-pip-version-check install -q --no-deps -e .
+  fi
 else
   PY="$(find_python 3.11 "${HARNESS_PYTHON311:-}")" || { echo "setup_releases.sh: error: MB 0.3.1 needs Python 3.11 (python3.11 on PATH or pyenv); set HARNESS_PYTHON311" >&2; exit 2; }
   echo "setup_releases.sh: creating $V311 with $PY (first time: about 3 minutes, 2.8 GB)"

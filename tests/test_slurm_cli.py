@@ -22,13 +22,14 @@ from harness import config as harness_config
 from harness.bisect.evaluator import EvalOutcome
 from harness.cli import build_parser
 from harness.commands import _args
-from harness.commands.nightly import BisectEnv, bisect_command
+from harness.commands.nightly import bisect_env
 from harness.errors import UsageError
 from harness.executors import config
 from harness.executors.local import JobLog
 from harness.executors.options import SlurmOptions
 from harness.executors.shards import LOST, merge
 from harness.executors.slurm import SlurmExecutor
+from harness.nightly.autobisect import bisect_command
 from harness.records.machine import Machine
 from harness.records.results import CaseResult, RunResult
 from harness.records.verdict import Verdict
@@ -127,7 +128,7 @@ def test_executor_flags(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys:
         "an executor that ran no job leaves nothing behind"
     )
     assert _args.executor_argv(args) == argv
-    cmd = bisect_command("g", "b", Path("/r"), Path("/o"), ["s"], BisectEnv.of(args))
+    cmd = bisect_command("g", "b", Path("/r"), Path("/o"), ["s"], bisect_env(args))
     assert cmd[cmd.index("-j") : cmd.index("-j") + 2] == ["-j", "3"]
     at = cmd.index("--executor")
     assert cmd[at : at + len(argv)] == argv, "nightly's bisection runs where the nightly's suites ran"

@@ -36,46 +36,36 @@ are removed when it ends (an MB tree is ~20 MB; rebuilding one is a ``git archiv
 suite run directories (``<cache>/runs/<sha>/<run-id>``: results.json, obtained values) are
 kept, they hold the golden diffs the report shows for cached verdicts.
 
-One module because it is the glue described above: the in-flight set, the cache writes and
-the bisection's records must stay in step, and each level of a descent runs that same loop
-(``_run_level``).
+Each level of a descent runs the same :class:`~harness.bisect.leveldriver.LevelDriver` (the
+in-flight set, cache writes and records in step); this module is the flow around it
+(``_run_level``, ``_bisect``) and the partial record of an interrupted run.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import datetime as _dt
 import sys
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TextIO
 
-from harness.bisect import confirm, descend, findings, latestart
-from harness.bisect.algorithm import Bisection, CaseStatus, max_steps
+from harness.bisect import confirm, descend, latestart
+from harness.bisect.algorithm import Bisection, CaseStatus
 from harness.bisect.axis import Axis
-from harness.bisect.cache import CacheKey, Evaluation, VerdictCache
+from harness.bisect.cache import VerdictCache
 from harness.bisect.coreeval import core_evaluator, hold_mb
 from harness.bisect.document import (
-    FIND_CHANGE,
-    FIND_FIX,
-    FIND_REGRESSION,
     BisectDoc,
-    CacheNamespace,
-    Confirmation,
-    LateStart,
     NotBisected,
-    RangeDoc,
-    SelectionDoc,
 )
-from harness.bisect.evaluator import EvalOutcome, Evaluator, MBEvaluator
+from harness.bisect.evaluator import Evaluator, MBEvaluator
+from harness.bisect.leveldriver import LevelDriver
 from harness.bisect.options import BisectOptions, check_options
-from harness.bisect.view import CaseView, Selection, select_cases
 from harness.errors import UsageError
-from harness.executors.local import Executor, Handle, LocalExecutor
-from harness.progress import Progress
-from harness.repository.gitrepo import GitRepo, open_repo
+from harness.executors.local import Executor, LocalExecutor
+from harness.repository.gitrepo import open_repo
 from harness.repository.pins import mlm_workspace
 from harness.repository.workspaces import WorkspaceCache, workspace_dir_for
 
@@ -102,249 +92,6 @@ class BisectInterrupted(KeyboardInterrupt):
     def __init__(self, run: BisectRun) -> None:
         super().__init__("bisect interrupted")
         self.run = run
-
-
-class _Driver:
-    def __init__(
-        self,
-        opts: BisectOptions,
-        repo: GitRepo,
-        commits: list[str],
-        evaluator: Evaluator,
-        executor: Executor,
-        cache: VerdictCache,
-        progress: TextIO | None,
-        axis: Axis,
-    ) -> None:
-        self.opts = opts
-        self.axis = axis  # MB's history, or Megatron-LM's with MB held
-        self.repo = repo
-        self.commits = commits
-        self.index = {c: i for i, c in enumerate(commits)}
-        self.evaluator = evaluator
-        self.executor = executor
-        self.cache = cache
-        self.progress = Progress(progress, "bisect")
-        self.suite_key, self.env_key = evaluator.cache_namespace()
-        self.evidence = findings.Evidence()
-        self.bisection: Bisection | None = None
-        self.view = CaseView(opts.find_fix, self.index, changed=opts.changed)  # what the bisection sees
-        self.late_starts: list[LateStart] = []  # what was found for each case GOOD cannot run
-        self.confirmations: list[Confirmation] = []  # --confirm: one per culprit commit
-        self.not_bisected: list[NotBisected] = []  # known once both endpoints are in
-        self._running: dict[Handle, tuple[str, int]] = {}  # handle -> (commit, depth)
-        self._queued: list[str] = []  # attempts waiting for a slot (one entry per attempt)
-        self._depth_done = 0  # longest chain of dependent evaluations finished so far
-        self.rounds = 0
-
-    # ------------------------------------------------------------ helpers
-
-    def say(self, text: str) -> None:
-        self.progress.log(text)
-
-    def left(self) -> str:
-        """ "12 commits left, about 3 steps" (steps: rounds of ``slots`` parallel evaluations)."""
-        if self.bisection is None:
-            return "checking the endpoints"
-        n, widest = self.bisection.remaining()
-        if not n:
-            return "no commit left to probe"
-        steps = max_steps(widest + 1, self.executor.slots)
-        return f"{n} commit{'s' if n != 1 else ''} left, about {steps} step{'s' if steps != 1 else ''}"
-
-    def key(self, sha: str) -> CacheKey:
-        return self.axis.key(sha, self.suite_key, self.env_key)
-
-    def load_cached(self, shas: Sequence[str]) -> None:
-        for sha in shas:
-            found = self.cache.attempts(self.key(sha))
-            if found:
-                self.evidence.attempts[sha] = list(found)
-                self.evidence.cached_evaluations += len(found)
-
-    def in_progress(self) -> set[str]:
-        return {sha for sha, _ in self._running.values()} | set(self._queued)
-
-    def want_attempts(self, sha: str) -> int:
-        """Attempts still to run for a newly probed commit (cached ones count)."""
-        return max(0, 1 + self.opts.retries - len(self.evidence.attempts.get(sha, [])))
-
-    def details(self, sha: str) -> findings.Details:
-        """Golden diffs of ``sha``: from this run, else from the evaluator's kept runs."""
-        known = self.evidence.details
-        fetch = getattr(self.evaluator, "details", None)
-        if sha not in known and fetch is not None:
-            known[sha] = fetch(sha)
-        return known.get(sha, {})
-
-    # ------------------------------------------------------------ scheduling
-
-    def run(self, pick: Callable[[int], list[str]]) -> None:
-        """Keep the executor's slots busy with commits from ``pick(n)`` until it has none
-        and nothing is running; record every result as it arrives."""
-        while True:
-            free = self.executor.slots - len(self._running)
-            if free > 0 and not self._queued:
-                for sha in pick(free):
-                    if sha not in self.evidence.evaluated:  # stored by another bisect sharing the cache?
-                        self.adopt(sha)
-                    self._queued += [sha] * self.want_attempts(sha)
-                    if not self.want_attempts(sha):
-                        self.replay(sha)
-            while self._queued and len(self._running) < self.executor.slots:
-                sha = self._queued.pop(0)
-                depth = self._depth_done + 1
-                self._running[self.executor.submit(self.evaluator, sha)] = (sha, depth)
-            if not self._running:
-                if self._queued:
-                    continue
-                if not pick(1):
-                    return
-                continue
-            for handle in self.executor.wait_any(list(self._running)):
-                sha, depth = self._running.pop(handle)
-                self.store(sha, handle.result())
-                self._depth_done = max(self._depth_done, depth)
-                self.rounds = max(self.rounds, depth)
-            self.drop_moot()
-
-    def drop_moot(self) -> None:
-        """Cancel in-flight evaluations of commits that no open case needs any more (k-ary
-        speculation: a newer result settled the interval they were probing); on a cluster each
-        holds a node. Commits with a recorded attempt keep their retries (flakiness checks)."""
-        bisection = self.bisection
-        if bisection is None:
-            return
-        probed = set(bisection.probes)
-
-        def moot(sha: str) -> bool:
-            return sha not in probed and not bisection.needs(sha)
-
-        self._queued = [sha for sha in self._queued if not moot(sha)]
-        for handle, (sha, _) in list(self._running.items()):
-            if moot(sha) and self.executor.cancel(handle):
-                del self._running[handle]
-                self.evidence.cancelled.append(sha)
-                self.say(f"cancelled {sha[:12]} #{self.index.get(sha, '?')}: no open case needs it any more")
-
-    def store(self, sha: str, outcome: EvalOutcome) -> None:
-        """Cache first (durable), then tell the bisection, then the user."""
-        ev = self.evidence
-        if outcome.infrastructure:  # the cluster lost the job: a skip for this run, never a cached verdict
-            stamp = _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
-            evaluation = Evaluation(self.key(sha), len(ev.attempts.get(sha, [])) + 1, {}, {}, outcome.duration_s, stamp)
-            ev.infrastructure.setdefault(sha, []).append(outcome.note)
-        else:
-            stored = self.cache.record(
-                self.key(sha), outcome.verdicts, outcome.messages, outcome.duration_s, up_to=self.opts.retries + 1
-            )
-            if stored is None:  # another bisect sharing the cache stored this commit meanwhile
-                self.adopt(sha)
-                self.say(
-                    f"{sha[:12]} #{self.index.get(sha, '?')}: stored meanwhile by another bisect; its verdicts used"
-                )
-                return
-            evaluation = stored
-            ev.new_evaluations += 1
-        ev.evaluated.add(sha)
-        if outcome.jobs:
-            ev.jobs.setdefault(sha, []).extend(outcome.jobs)
-        ev.attempts.setdefault(sha, []).append(evaluation)
-        if outcome.details:
-            ev.details[sha] = outcome.details
-        if outcome.note:
-            ev.notes.setdefault(sha, []).append(outcome.note)
-        if self.bisection is not None:
-            self.bisection.record(sha, self.view(sha, evaluation.verdicts))
-        counts: dict[str, int] = {}
-        for verdict in evaluation.verdicts.values():
-            counts[verdict.value] = counts.get(verdict.value, 0) + 1
-        summary = ", ".join(f"{n} {k}" for k, n in sorted(counts.items())) or "no verdicts"
-        open_cases = ""
-        if self.bisection is not None:
-            n_open = sum(o.status is CaseStatus.OPEN for o in self.bisection.outcomes().values())
-            open_cases = f"; {n_open} case(s) open"
-        note = f" ({outcome.note[:160]})" if outcome.note else ""
-        self.progress.step(
-            f"[{ev.new_evaluations}] {sha[:12]} #{self.index.get(sha, '?')} attempt {evaluation.attempt}: "
-            f"{summary} in {outcome.duration_s:.1f} s{open_cases}{note}",
-            status=self.left(),
-        )
-
-    def adopt(self, sha: str) -> None:
-        """Take the attempts another bisect sharing the cache stored for ``sha`` since we looked."""
-        known = self.evidence.attempts.get(sha, [])
-        for evaluation in self.cache.attempts(self.key(sha))[len(known) :]:
-            self.evidence.attempts.setdefault(sha, []).append(evaluation)
-            self.evidence.cached_evaluations += 1
-            if self.bisection is not None:
-                self.bisection.record(sha, self.view(sha, evaluation.verdicts))
-
-    def picker(self, bisection: Bisection) -> Callable[[int], list[str]]:
-        """What :meth:`run` asks for: the bisection's next probes that are not already in flight."""
-
-        def pick(n: int) -> list[str]:
-            if bisection.done:
-                return []
-            busy = self.in_progress()
-            return [c for c in bisection.next_probes(n + len(busy)) if c not in busy][:n]
-
-        return pick
-
-    def replay(self, sha: str) -> None:
-        """A picked commit whose attempts are all cached: feed them to the bisection."""
-        if self.bisection is not None and sha not in self.bisection.probes:
-            for evaluation in self.evidence.attempts.get(sha, []):
-                self.bisection.record(sha, self.view(sha, evaluation.verdicts))
-
-    # ------------------------------------------------------------ outcome
-
-    def select_cases(self, good: str, bad: str) -> Selection:
-        attempts = self.evidence.attempts
-        return select_cases(
-            self.view, attempts.get(good, []), attempts.get(bad, []), good, bad, self.opts.bisect_untestable
-        )
-
-    def document(
-        self, good: str, bad: str, bisection: Bisection | None, not_bisected: list[NotBisected], duration: float
-    ) -> BisectDoc:
-        """The bisect.json record of this run."""
-        opts, ev = self.opts, self.evidence
-        case_ids = list(bisection.cases) if bisection else []
-        probes, attempts = findings.probe_tables(self.commits, ev.attempts, case_ids)
-        outcomes = [bisection.outcome(c) for c in case_ids] if bisection else []
-        cases = findings.case_docs(self.repo, outcomes, ev, bad, self.details, self.axis)
-        started_late = {s.case_id: s.reason for s in self.late_starts if s.bisected}
-        for case in cases:
-            if case.case_id in started_late:
-                case.notes.insert(0, started_late[case.case_id])
-        return BisectDoc(
-            range=RangeDoc(good, bad, len(self.commits), f"{opts.good}..{opts.bad}", opts.first_parent),
-            mode=FIND_FIX if opts.find_fix else (FIND_CHANGE if opts.changed else FIND_REGRESSION),
-            repo=str(self.repo.path),
-            commits=findings.commit_table(self.repo, self.commits),
-            probes=probes,
-            attempts=attempts,
-            cases=cases,
-            not_bisected=not_bisected,
-            late_starts=list(self.late_starts),
-            confirmations=list(self.confirmations),
-            notes={sha: list(notes) for sha, notes in ev.notes.items()},
-            duration_s=round(duration, 2),
-            evaluations=ev.evaluations,
-            new_evaluations=ev.new_evaluations,
-            cached_evaluations=ev.cached_evaluations,
-            rounds=self.rounds,
-            jobs=self.executor.slots,
-            retries=opts.retries,
-            selection=SelectionDoc(list(opts.suites) if opts.suites else None, opts.keyword),
-            cache=CacheNamespace(self.suite_key, self.env_key),
-            finished=_dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
-            infrastructure={sha: list(n) for sha, n in ev.infrastructure.items()},
-            cancelled=list(ev.cancelled),
-            cluster_jobs={sha: list(jobs) for sha, jobs in ev.jobs.items()},
-            held=self.axis.held,
-        )
 
 
 def run_bisection(
@@ -415,7 +162,7 @@ def _run_level(
     held = hold[0] if hold else None
     ws = mlm_workspace(cache_dir, repo) if hold else WorkspaceCache(workspace_dir_for(cache_dir, repo), repo)
     cache: VerdictCache | None = None
-    driver: _Driver | None = None
+    driver: LevelDriver | None = None
     try:
         if not (ws.has_commit(bad) and ws.has_commit(good)):
             ws.sync()  # once, here: evaluations running in parallel never fetch
@@ -439,7 +186,7 @@ def _run_level(
         if bind is not None:  # a remote executor: do its jobs see the cache dir, which environment do they run?
             evaluator = bind(evaluator)
         cache = VerdictCache(cache_path)
-        driver = _Driver(opts, repo, commits, evaluator, executor, cache, progress, Axis(held))
+        driver = LevelDriver(opts, repo, commits, evaluator, executor, cache, progress, Axis(held))
         where = f"Megatron-LM commits (Megatron-Bridge held at {held.label})" if held else "commits"
         driver.say(
             f"bisecting {len(commits)} {where} {good[:12]}..{bad[:12]} with {executor.slots} slot(s)"
@@ -465,7 +212,7 @@ def _run_level(
                 ws.cleanup(sha)
 
 
-def _interrupted(driver: _Driver, good: str, bad: str, t0: float) -> BisectRun:
+def _interrupted(driver: LevelDriver, good: str, bad: str, t0: float) -> BisectRun:
     """The record of a bisection stopped midway: what finished, each open case's range left."""
     bisection = driver.bisection
     if bisection is None:
@@ -487,7 +234,7 @@ def _say(progress: TextIO | None, text: str) -> None:
         print(text, file=progress, flush=True)
 
 
-def _bisect(driver: _Driver, ws: WorkspaceCache, good: str, bad: str, t0: float) -> BisectRun:
+def _bisect(driver: LevelDriver, ws: WorkspaceCache, good: str, bad: str, t0: float) -> BisectRun:
     """Endpoints, then the cases that fail at ``bad`` and pass at ``good``, bisected together."""
     opts, evidence = driver.opts, driver.evidence
     driver.load_cached(driver.commits)

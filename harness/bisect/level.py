@@ -20,7 +20,7 @@ from harness.repository.gitrepo import GitRepo
 
 
 class Level(Protocol):
-    """One level's driver (:class:`harness.bisect.driver._Driver`) as its helpers see it."""
+    """One level's driver (:class:`harness.bisect.leveldriver.LevelDriver`) as its helpers see it."""
 
     opts: BisectOptions
     repo: GitRepo

@@ -20,20 +20,18 @@ started yet) and the optional ``bind(evaluator)`` (called once before the bisect
 so a remote executor can check that its jobs see the cache directory and learn the cache
 namespace where the evaluations really run). The cache directory (``--cache-dir``) must
 then be on a file system the compute nodes share; the verdict cache is still written only
-by the driver. :func:`poll_until_any_done` is the generic ``wait_any`` for handles that
-only offer ``done()``.
+by the driver. :func:`schedule` is the one loop that keeps an executor's slots busy (the bisect
+driver, the SLURM shards of a run and the matrix's refs all go through it).
 """
 
 from __future__ import annotations
 
 import concurrent.futures as cf
-import time
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol, TypeVar, runtime_checkable
 
 T = TypeVar("T")
-R = TypeVar("R")
 
 
 @dataclass(frozen=True)
@@ -113,27 +111,31 @@ class LocalExecutor:
         self.close(cancel=exc[0] is not None)
 
 
-def poll_until_any_done(
-    handles: Iterable[Handle], timeout: float | None = None, interval_s: float = 5.0
-) -> list[Handle]:
-    """Generic ``wait_any`` for handles that only offer ``done()`` (cluster jobs)."""
-    pending = list(handles)
-    deadline = None if timeout is None else time.monotonic() + timeout
+def schedule(
+    executor: Executor,
+    submit: Callable[[T], Handle],
+    refill: Callable[[int], list[T]],
+    on_done: Callable[[T, Handle], None],
+    running: dict[Handle, T] | None = None,
+    after: Callable[[], None] | None = None,
+) -> None:
+    """The one scheduling loop: keep ``executor.slots`` items in flight.
+
+    Whenever a slot is free, ``refill(free)`` gives up to ``free`` items to start (``submit``
+    starts one); ``on_done(item, handle)`` runs on this thread for each finished one, as soon
+    as ``wait_any`` reports it, and ``after()`` after each such batch (the bisect driver cancels
+    evaluations a newer result made moot there, removing them from ``running``, which the caller
+    may own for that). Returns when nothing runs and ``refill`` gives nothing.
+    """
+    running = {} if running is None else running
     while True:
-        done = [h for h in pending if h.done()]
-        if done or not pending or (deadline is not None and time.monotonic() >= deadline):
-            return done
-        time.sleep(interval_s)
-
-
-def map_unordered(executor: Executor, fn: Callable[[T], R], items: Iterable[T]) -> Iterator[tuple[T, R]]:
-    """Run ``fn`` over ``items`` with at most ``executor.slots`` in flight; yield (item, result)
-    as each finishes. A convenience for callers that know all items up front (benchmarks)."""
-    queue = list(items)
-    running: dict[Any, T] = {}
-    while queue or running:
-        while queue and len(running) < executor.slots:
-            item = queue.pop(0)
-            running[executor.submit(fn, item)] = item
+        free = executor.slots - len(running)
+        if free > 0:
+            for item in refill(free)[:free]:
+                running[submit(item)] = item
+        if not running:
+            return
         for handle in executor.wait_any(list(running)):
-            yield running.pop(handle), handle.result()
+            on_done(running.pop(handle), handle)
+        if after is not None:
+            after()

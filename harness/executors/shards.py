@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from harness.bisect.evaluator import EvalOutcome
-from harness.executors.local import JobLog
+from harness.executors.local import Handle, JobLog, schedule
 from harness.executors.slurm import SlurmExecutor, SlurmHandle
 from harness.records.machine import Machine
 from harness.records.results import CaseResult, RunResult
@@ -61,14 +61,18 @@ def run_jobs(
     """``fn(item)`` for every item, ``executor.slots`` jobs in flight; index -> (result or the
     infrastructure outcome of a lost job, the jobs that ran it)."""
     queue = list(enumerate(items))
-    running: dict[SlurmHandle, int] = {}
     done: dict[int, tuple[RunResult | EvalOutcome, list[JobLog]]] = {}
-    while queue or running:
-        while queue and len(running) < executor.slots:
-            i, item = queue.pop(0)
-            running[executor.submit(fn, item)] = i
-        for handle in executor.wait_any(list(running)):
-            done[running.pop(handle)] = (handle.result(), list(handle.logs))
+
+    def refill(free: int) -> list[tuple[int, Any]]:
+        taken = queue[:free]
+        del queue[:free]
+        return taken
+
+    def finished(item: tuple[int, Any], handle: Handle) -> None:
+        assert isinstance(handle, SlurmHandle)
+        done[item[0]] = (handle.result(), list(handle.logs))
+
+    schedule(executor, lambda item: executor.submit(fn, item[1]), refill, finished)
     return done
 
 
