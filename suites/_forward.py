@@ -35,7 +35,7 @@ import torch
 
 from harness.adapters import batch as batch_ops
 from harness.adapters import forward as fwd
-from harness.adapters import sft, step
+from harness.adapters import sft, step, vlmstep
 from harness.oracle import corpus, differential, stepcheck, tokenizer
 from suites import _oracle
 
@@ -112,7 +112,7 @@ class VLMCase:
 
     @property
     def multiple(self) -> int:
-        return step.in_batch_multiple(self.cp, self.tp, self.sp)
+        return vlmstep.in_batch_multiple(self.cp, self.tp, self.sp)
 
 
 @dataclass
@@ -378,7 +378,7 @@ def run_vlm(case: VLMCase, on: Models | None = None, tol: Tolerances = FP32) -> 
     runs, rows, refs, expected = [], [], {}, []
     for start in range(0, len(b.examples), case.micro_batch):
         group = b.examples[start : start + case.micro_batch]
-        out = step.vlm_in_batch(
+        out = vlmstep.vlm_in_batch(
             vlm, right_padded(group, pad_id), pad_token_id=pad_id, cp=case.cp, tp=case.tp, sp=case.sp
         )
         packed_rows = model_rows(out.packed)

@@ -24,7 +24,7 @@ import pytest
 import torch
 
 from harness.adapters import batch as batch_ops
-from harness.adapters import rules, step, thd
+from harness.adapters import rules, thd, vlmstep
 from harness.oracle.impact import Impact, fail
 from suites import _oracle
 from suites._explain import first_difference, first_offender, show
@@ -59,7 +59,7 @@ def _micro_batch(case: _oracle.SFTCase, first: int, rows: int):
 @pytest.mark.parametrize("ref,first,rows,layout", [c[1:] for c in CASES], ids=[c[0] for c in CASES])
 def test_pack_right_padded(golden, ref, first, rows, layout):
     examples, batch, pad_id = _micro_batch(ref, first, rows)
-    multiple = step.mb_in_batch_multiple(*layout)
+    multiple = vlmstep.mb_in_batch_multiple(*layout)
     packed = thd.pack_in_batch(
         batch["tokens"],
         batch["labels"],
@@ -71,7 +71,7 @@ def test_pack_right_padded(golden, ref, first, rows, layout):
     )
     (row,) = batch_ops.packed_rows(packed["raw"])
     report = _oracle.differential.compare(
-        [row], examples, pad_seq_to_mult=step.in_batch_multiple(*layout), special_ids=_oracle.special_ids(ref)
+        [row], examples, pad_seq_to_mult=vlmstep.in_batch_multiple(*layout), special_ids=_oracle.special_ids(ref)
     )
     report.assert_ok()
     real = report.rows[0].real_positions

@@ -14,7 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from harness.bisect.cache import SCHEMA_VERSION, CacheKey, VerdictCache, suite_hash
+from harness.bisect.cache import SCHEMA_VERSION, CacheKey, VerdictCache
+from harness.bisect.closure import suite_hash
 from harness.errors import CorruptFile
 from harness.records.results import CaseResult
 from harness.records.verdict import Verdict
@@ -115,7 +116,7 @@ def test_schema_1_file_is_migrated_in_place_and_keeps_every_evaluation(tmp_path:
     with VerdictCache(db) as cache:  # reopening a migrated file changes nothing
         assert len(cache.attempts(old)) == 3 and len(cache.attempts(held)) == 1
     con = sqlite3.connect(db)
-    assert con.execute("SELECT version FROM schema_version").fetchall() == [(SCHEMA_VERSION,)] == [(2,)]
+    assert con.execute("SELECT version FROM schema_version").fetchall() == [(SCHEMA_VERSION,)] == [(3,)]
     assert con.execute("PRAGMA foreign_key_check").fetchall() == []
     con.execute("PRAGMA foreign_keys = ON")
     con.execute("DELETE FROM evaluations WHERE id = 1")
@@ -267,3 +268,35 @@ def test_suite_hash_absent_differs_from_empty(tmp_path: Path) -> None:
     absent_hash = suite_hash([empty])
     empty.mkdir()
     assert suite_hash([empty]) != absent_hash
+
+
+def test_schema_2_file_gains_scopes_in_place_and_its_rows_read_as_whole_runs(tmp_path: Path) -> None:
+    """Issue 26: per-case verdicts need to know what each evaluation ran. A schema 2 cache is
+    migrated in place; its rows read as runs of the default selection (what they were under
+    that key) and a case probe stored after is told apart."""
+    from harness.bisect.scope import Scope
+
+    db = tmp_path / "verdicts.sqlite"
+    with VerdictCache(db) as cache:
+        cache.record(KEY, {"s::a": Verdict.PASS, "s::b": Verdict.FAIL})
+    con = sqlite3.connect(db)  # make it a schema 2 file: no scope column
+    con.executescript(
+        "PRAGMA foreign_keys = OFF; CREATE TABLE e2 (id INTEGER PRIMARY KEY AUTOINCREMENT, commit_sha TEXT NOT NULL,"
+        " core_commit TEXT NOT NULL DEFAULT '', suite_hash TEXT NOT NULL, env_key TEXT NOT NULL,"
+        " attempt INTEGER NOT NULL, duration_s REAL NOT NULL, evaluated_at TEXT NOT NULL, n_cases INTEGER NOT NULL,"
+        " UNIQUE (commit_sha, core_commit, suite_hash, env_key, attempt));"
+        " INSERT INTO e2 SELECT id, commit_sha, core_commit, suite_hash, env_key, attempt, duration_s,"
+        " evaluated_at, n_cases FROM evaluations; DROP TABLE evaluations; ALTER TABLE e2 RENAME TO evaluations;"
+        " UPDATE schema_version SET version = 2;"
+    )
+    con.close()
+    with VerdictCache(db) as cache:
+        (old,) = cache.attempts(KEY)
+        assert old.scope == Scope() and not old.scope.partial and old.verdicts["s::b"] is Verdict.FAIL
+        probe = Scope(cases=("s::b",))
+        assert cache.record(KEY, {"s::b": Verdict.FAIL}, scope=probe, up_to=1) is None, "s::b is held once"
+        stored = cache.record(KEY, {"s::b": Verdict.PASS}, scope=probe, up_to=2)
+        assert stored is not None and stored.attempt == 2 and stored.scope == probe
+    with VerdictCache(db) as cache:
+        assert [e.scope.partial for e in cache.attempts(KEY)] == [False, True]
+    assert sqlite3.connect(db).execute("SELECT version FROM schema_version").fetchall() == [(3,)]

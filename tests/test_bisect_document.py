@@ -47,7 +47,7 @@ SCHEMA_1_KEYS = {
 }
 SCHEMA_2_KEYS = SCHEMA_1_KEYS | {"late_starts", "confirmations"}
 SCHEMA_3_KEYS = SCHEMA_2_KEYS | {"held", "pin_change", "descents"}
-SCHEMA_4_KEYS = SCHEMA_3_KEYS | {"partial"}
+SCHEMA_4_KEYS = SCHEMA_3_KEYS | {"partial", "probe_costs"}
 
 
 def _doc() -> BisectDoc:

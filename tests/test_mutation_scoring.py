@@ -12,7 +12,7 @@ from dataclasses import asdict
 import pytest
 
 from harness.commands import mutate
-from harness.mutations import scoring
+from harness.mutations import scoring, table
 from harness.mutations.scoring import Level, Status, compare_case, evidence
 from harness.records.atomicio import read_versioned_json
 from harness.records.results import CaseResult
@@ -150,8 +150,8 @@ def test_fix_mutants():
     assert broken.status is Status.BREAKS and list(broken.invariant_cases) == ["a"]
 
 
-def _row(id: str, status: Status, kind: str = "fault", catchable: bool = True, **kw) -> mutate.Row:
-    return mutate.Row(id, "collate", kind, catchable, "d", status.value, **kw)
+def _row(id: str, status: Status, kind: str = "fault", catchable: bool = True, **kw) -> table.Row:
+    return table.Row(id, "collate", kind, catchable, "d", status.value, **kw)
 
 
 ROWS = [
@@ -175,7 +175,7 @@ def test_overall_score_counts_catchable_applicable_faults_only():
 
 def test_table_prints_invariant_score_golden_catches_and_fixes_apart():
     buf = io.StringIO()
-    mutate.print_table(ROWS, buf)
+    table.print_table(ROWS, buf)
     text = buf.getvalue()
     assert "invariant-only score: 2/4 = 50.0%  (1 not applicable)" in text
     assert "golden-only catches: 1 (f3); with goldens: 75.0%" in text
@@ -185,7 +185,7 @@ def test_table_prints_invariant_score_golden_catches_and_fixes_apart():
 
 
 def test_summary_is_typed_and_versioned(tmp_path):
-    summary = mutate.Summary(0.5, 2, 1, 4, 1, 2, [{"suites": ["s"], "cases": 3}], ROWS)
+    summary = table.Summary(0.5, 2, 1, 4, 1, 2, [{"suites": ["s"], "cases": 3}], ROWS)
     summary.save(tmp_path / "summary.json")
     doc = read_versioned_json(tmp_path / "summary.json", scoring.SUMMARY_KIND, scoring.SUMMARY_SCHEMA)
     assert doc["score"] == 0.5 and doc["faults"][0]["invariant_cases"] == {"s::a": ["new violation x"]}

@@ -21,7 +21,7 @@ import pytest
 from harness import config as harness_config
 from harness.bisect.evaluator import EvalOutcome
 from harness.cli import build_parser
-from harness.commands import _args
+from harness.commands import _jobargs
 from harness.commands.nightly import bisect_env
 from harness.errors import UsageError
 from harness.executors import config
@@ -89,8 +89,10 @@ def test_slurm_time_in_sbatch_formats(text: str, minutes: int) -> None:
 def test_executor_flags(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture) -> None:
     parse = build_parser().parse_args
     with pytest.raises(UsageError, match="--slurm-gpus, --job-retries: only with --executor slurm"):
-        _args.executor_from_args(parse(["bisect", "a..b", "--repo", ".", "--slurm-gpus", "1", "--job-retries", "0"]), 1)
-    assert _args.executor_from_args(parse(["bisect", "a..b", "--repo", "."]), 1) is None
+        _jobargs.executor_from_args(
+            parse(["bisect", "a..b", "--repo", ".", "--slurm-gpus", "1", "--job-retries", "0"]), 1
+        )
+    assert _jobargs.executor_from_args(parse(["bisect", "a..b", "--repo", "."]), 1) is None
     monkeypatch.chdir(tmp_path)
     (tmp_path / "harness.toml").write_text('[tool.harness.slurm]\ncluster = "local"\npartition = "file"\n')
     argv = [
@@ -108,7 +110,7 @@ def test_executor_flags(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys:
         "2",
     ]
     args = parse(["bisect", "a..b", "--repo", ".", "--cache-dir", str(tmp_path / "cache"), "-j", "3", *argv])
-    executor = _args.executor_from_args(args, args.jobs, timeout_s=1800)
+    executor = _jobargs.executor_from_args(args, args.jobs, timeout_s=1800)
     assert isinstance(executor, SlurmExecutor)
     try:
         o = executor.options
@@ -127,7 +129,7 @@ def test_executor_flags(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys:
     assert not (tmp_path / "cache" / "jobs").exists() or not any((tmp_path / "cache" / "jobs").iterdir()), (
         "an executor that ran no job leaves nothing behind"
     )
-    assert _args.executor_argv(args) == argv
+    assert _jobargs.executor_argv(args) == argv
     cmd = bisect_command("g", "b", Path("/r"), Path("/o"), ["s"], bisect_env(args))
     assert cmd[cmd.index("-j") : cmd.index("-j") + 2] == ["-j", "3"]
     at = cmd.index("--executor")

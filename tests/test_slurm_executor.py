@@ -29,8 +29,7 @@ from harness.bisect.document import BisectDoc
 from harness.bisect.driver import BisectOptions, BisectRun, run_bisection
 from harness.errors import CorruptFile
 from harness.executors import joblist as jl
-from harness.executors import jobstate
-from harness.executors import slurm as slurm_mod
+from harness.executors import jobstate, sharedcheck
 from harness.executors.jobcalls import RemoteEvaluator
 from harness.executors.local import Executor, LocalExecutor
 from harness.executors.options import JobFailed, SharedFilesystemError, SlurmOptions
@@ -234,7 +233,7 @@ def test_jobs_that_cannot_see_the_cache_dir_are_one_clear_error(
 ) -> None:
     repo, shas = _fake_history(tmp_path, 3, {})
     cache = tmp_path / "cache"
-    monkeypatch.setattr(slurm_mod, "atomic_write_text", lambda path, text: None)  # the token never reaches the jobs
+    monkeypatch.setattr(sharedcheck, "atomic_write_text", lambda path, text: None)  # the token never reaches the jobs
     with pytest.raises(SharedFilesystemError) as err:
         with local_jobs(cache) as ex:
             bisect(repo, shas, cache, scripted(tmp_path / "runs.txt", repo, cache), ex)
@@ -417,7 +416,7 @@ def test_importing_submitit_leaves_the_process_logging_alone() -> None:
         "    def close(self):\n"
         "        self.stream.close(); super().close()\n"
         "stream = io.StringIO(); logging.getLogger('app').addHandler(Closing(stream))\n"
-        "from harness.executors.slurm import _import_submitit\n"
+        "from harness.executors.slurmjob import import_submitit as _import_submitit\n"
         "_import_submitit()\n"
         "assert 'SUBMITIT_LOG_LEVEL' not in os.environ, 'jobs must still configure it'\n"
         "sys.exit(1 if stream.closed else 0)\n"

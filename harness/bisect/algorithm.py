@@ -29,30 +29,19 @@ Non-monotonic evidence (a PASS above the first FAIL, which shared probes can pro
 git bisect's semantics: first bad = lowest bad commit, last good = highest good commit
 below it; the case gets a note so a person can look.
 
-One module because (over ~350 lines, half of it docstrings) the marks, intervals and picks of
-one state machine share invariants that are read together; split, each part would need the
-others to be understood.
+Where to probe next, given the intervals, is :mod:`.probes` (index arithmetic only).
 """
 
 from __future__ import annotations
 
 import enum
-import math
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
+from harness.bisect.probes import best_pick, max_steps
+from harness.bisect.status import CaseOutcome, CaseStatus
 from harness.errors import UsageError
 from harness.records.verdict import Verdict, is_flaky, settle
-
-
-class CaseStatus(enum.Enum):
-    """Where one case's bisection stands."""
-
-    OPEN = "open"  # still narrowing; the only non-terminal state
-    FOUND = "found"  # exactly one first-bad commit, its parent in the list is good
-    AMBIGUOUS = "ambiguous"  # culprit among several commits, all but the last skipped
-    FLAKY = "flaky"  # PASS and FAIL both observed at one commit: blame nothing
-    NOT_REPRODUCED = "not_reproduced"  # endpoints do not show good -> bad
 
 
 class _Mark(enum.Enum):
@@ -62,39 +51,6 @@ class _Mark(enum.Enum):
     BAD = "bad"
     SKIP = "skip"
     FLAKY = "flaky"
-
-
-@dataclass(frozen=True)
-class CaseOutcome:
-    """The result of bisecting one case (a snapshot; recomputed from the records)."""
-
-    case_id: str
-    status: CaseStatus
-    culprit: str | None = None  # FOUND: the first bad commit
-    last_good: str | None = None  # FOUND/AMBIGUOUS/OPEN: the last good commit before it
-    # AMBIGUOUS: oldest first, the first bad is one of them; OPEN: the range still to search
-    candidates: tuple[str, ...] = ()
-    flaky_commits: tuple[str, ...] = ()  # FLAKY: commits with disagreeing verdicts
-    evaluations: int = 0  # record() calls made while this case was still OPEN
-    notes: tuple[str, ...] = ()
-
-    def describe(self, short: int = 12) -> str:
-        """One human line, used by :meth:`Bisection.summary`."""
-
-        def abbrev(sha: str | None) -> str:
-            return (sha or "?")[:short]
-
-        head = f"{self.case_id}: {self.status.value}"
-        if self.status is CaseStatus.FOUND:
-            head += f" first bad {abbrev(self.culprit)} (last good {abbrev(self.last_good)})"
-        elif self.status is CaseStatus.AMBIGUOUS:
-            head += f" first bad is one of {', '.join(abbrev(c) for c in self.candidates)}"
-        elif self.status is CaseStatus.FLAKY:
-            head += f" at {', '.join(abbrev(c) for c in self.flaky_commits)}"
-        elif self.status is CaseStatus.OPEN and self.candidates:
-            head += f" first bad among {len(self.candidates)} commit(s) after {abbrev(self.last_good)}"
-        head += f" [{self.evaluations} evaluations]"
-        return "; ".join([head, *self.notes])
 
 
 @dataclass
@@ -169,17 +125,23 @@ class Bisection:
         """Total record() calls (retries included)."""
         return sum(self._probed.values())
 
-    def record(self, commit: str, verdicts: Mapping[str, Verdict]) -> None:
+    def record(self, commit: str, verdicts: Mapping[str, Verdict], ran: Collection[str] | None = None) -> None:
         """Add one evaluation of ``commit``; may be called again for retries.
 
-        Cases missing from ``verdicts`` count as skipped; unknown case ids are ignored
-        (a suite may grow cases the bisection was not asked about).
+        ``ran``: the cases this evaluation ran (a probe of the open cases, or one that a cache
+        holds for other cases); None: every case. Cases it ran but missing from ``verdicts``
+        count as skipped; cases it did not run learn nothing (no mark, the commit stays free
+        for them); unknown case ids are ignored (a suite may grow cases the bisection was not
+        asked about).
         """
         idx = self._index.get(commit)
         if idx is None:
             raise ValueError(f"commit {commit!r} is not in the bisection range")
-        open_before = {c for c in self._cases if self.outcome(c).status is CaseStatus.OPEN}
-        for case_id, state in self._cases.items():
+        targets = self._cases if ran is None else {c: s for c, s in self._cases.items() if c in ran}
+        if not targets:
+            return
+        open_before = {c for c in targets if self.outcome(c).status is CaseStatus.OPEN}
+        for case_id, state in targets.items():
             state.seen.setdefault(idx, []).append(verdicts.get(case_id))
             if case_id in open_before:
                 state.evaluations += 1
@@ -337,6 +299,23 @@ class Bisection:
                 return True
         return False
 
+    def cases_needing(self, commit: str) -> list[str]:
+        """The open cases an evaluation of ``commit`` can still tell something: an endpoint they
+        have not verified, or a commit strictly inside their interval they have not seen. What an
+        intermediate probe runs (the other cases' verdicts there would change nothing)."""
+        idx = self._index.get(commit)
+        if idx is None:
+            return []
+        last = len(self._commits) - 1
+        out = []
+        for case_id, state in self._cases.items():
+            if idx in state.seen or self.outcome(case_id).status is not CaseStatus.OPEN:
+                continue
+            good, bad, _ = self._interval(state, speculative=True)
+            if (self._verify_endpoints and idx in (0, last)) or good < idx < bad:
+                out.append(case_id)
+        return out
+
     def next_probes(self, k: int = 1) -> list[str]:
         """Up to ``k`` unprobed commits to evaluate next (in parallel); [] when done.
 
@@ -344,7 +323,7 @@ class Bisection:
         intervals of all OPEN cases: repeatedly take the widest gap between split points
         (a case's last good, first bad and the commits already picked this round) and
         pick its midpoint, or, when the midpoint was already probed (skipped), an
-        unprobed commit galloping away from it (see :meth:`_near_midpoint`). A pick inside
+        unprobed commit galloping away from it (see :func:`.probes.near_midpoint`). A pick inside
         several cases' intervals splits all of them: that is how
         probes are shared.
         """
@@ -355,65 +334,17 @@ class Bisection:
             return []
         picks: list[int] = []
         if self._verify_endpoints:
-            picks = [i for i in (0, len(self._commits) - 1) if i not in self._probed][:k]
-        intervals = [self._interval(s, speculative=True)[:2] for s in open_cases]
+            ends = (0, len(self._commits) - 1)
+            picks = [i for i in ends if any(i not in s.seen for s in open_cases)][:k]
+        # each open interval with the commits its case has seen: a commit another case's probe
+        # ran is still free for this one (verdicts are per case, probes run the open cases)
+        intervals = [(*self._interval(s, speculative=True)[:2], frozenset(s.seen)) for s in open_cases]
         while len(picks) < k:
-            pick = self._best_pick(intervals, picks)
+            pick = best_pick(intervals, picks)
             if pick is None:
                 break
             picks.append(pick)
         return [self._commits[i] for i in picks]
-
-    def _best_pick(self, intervals: list[tuple[int, int]], picks: list[int]) -> int | None:
-        """The next commit to pick, from the widest gap that still has an unprobed one."""
-        taken = set(picks)
-        gaps: dict[tuple[int, int], int] = {}
-        for good, bad in intervals:
-            inner = sorted(p for p in taken if good < p < bad)
-            points = [good, *inner, bad]
-            for lo, hi in zip(points, points[1:]):
-                gaps[(lo, hi)] = gaps.get((lo, hi), 0) + 1
-        # widest first, then the gap shared by most cases, then the oldest
-        for lo, hi in sorted(gaps, key=lambda g: (-(g[1] - g[0]), -gaps[g], g[0])):
-            pick = self._near_midpoint(lo, hi, taken)
-            if pick is not None:
-                return pick
-        return None
-
-    def _near_midpoint(self, lo: int, hi: int, taken: set[int]) -> int | None:
-        """Midpoint of (lo, hi); when it was skipped, a free index chosen around the skips.
-
-        Commits inside a gap were probed without deciding anything (skipped). Untestable
-        commits come in runs (an era whose import fails, a module not yet written), and
-        walking out of a run one commit at a time, as plain ``git bisect skip`` tends to,
-        costs its length. So the span from the first to the last skip is presumed one run:
-        the larger of the two free segments beside it, (lo, first skip) and (last skip, hi),
-        is bisected first, which finds a run's edges in O(log) probes. Only when both are
-        exhausted is the span itself searched (nearest free commit to the midpoint), so
-        testable commits between two separate runs are still found and a culprit inside a
-        run is still narrowed honestly (AMBIGUOUS needs every commit there probed).
-        """
-        mid = (lo + hi) // 2
-        if self._free(mid, lo, hi, taken):
-            return mid
-        skips = sorted(i for i in self._probed if lo < i < hi)
-        segments = [(lo, skips[0]), (skips[-1], hi)] if skips else []
-        for a, b in sorted(segments, key=lambda g: (-(g[1] - g[0]), g[0])):
-            pick = self._nearest_free((a + b) // 2, a, b, taken)
-            if pick is not None:
-                return pick
-        return self._nearest_free(mid, lo, hi, taken)
-
-    def _nearest_free(self, target: int, lo: int, hi: int, taken: set[int]) -> int | None:
-        """The free index in (lo, hi) nearest to ``target`` (ties: the later one)."""
-        for d in range(0, hi - lo):
-            for cand in (target + d, target - d) if d else (target,):
-                if self._free(cand, lo, hi, taken):
-                    return cand
-        return None
-
-    def _free(self, idx: int, lo: int, hi: int, taken: set[int]) -> bool:
-        return lo < idx < hi and idx not in taken and idx not in self._probed
 
     # ------------------------------------------------------------ reporting
 
@@ -431,10 +362,4 @@ class Bisection:
         return "\n".join([head, *(o.describe() for o in outcomes.values())])
 
 
-def max_steps(n_commits: int, k: int = 1) -> int:
-    """Upper bound of interior probe rounds for one culprit: ceil(log_{k+1}(n-1)).
-
-    Useful for progress estimates; the endpoints (when verified) add one round.
-    """
-    candidates = max(n_commits - 1, 1)
-    return math.ceil(math.log(candidates, k + 1) - 1e-12) if candidates > 1 else 0
+__all__ = ["Bisection", "CaseOutcome", "CaseStatus", "max_steps"]

@@ -25,67 +25,20 @@ what a stored verdict means.
 from __future__ import annotations
 
 import contextlib
-import hashlib
-import os
 import sqlite3
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 from types import TracebackType
 
+from harness.bisect.cacheschema import EVALUATIONS_V1_TO_V2, EVALUATIONS_V2_TO_V3, SCHEMA, SCHEMA_VERSION
+from harness.bisect.scope import Scope
 from harness.errors import CorruptFile, EnvironmentProblem
 from harness.records.results import CaseResult
 from harness.records.verdict import Verdict
 
-SCHEMA_VERSION = 2
-IGNORED_DIRS = frozenset({"__pycache__", ".pytest_cache", ".mypy_cache", ".ruff_cache"})
-IGNORED_SUFFIXES = (".pyc", ".pyo")
-
-_SCHEMA = """
-CREATE TABLE schema_version (version INTEGER NOT NULL);
-CREATE TABLE evaluations (
-    id INTEGER PRIMARY KEY AUTOINCREMENT,
-    commit_sha TEXT NOT NULL,
-    core_commit TEXT NOT NULL DEFAULT '',
-    suite_hash TEXT NOT NULL,
-    env_key TEXT NOT NULL,
-    attempt INTEGER NOT NULL,
-    duration_s REAL NOT NULL,
-    evaluated_at TEXT NOT NULL,
-    n_cases INTEGER NOT NULL,
-    UNIQUE (commit_sha, core_commit, suite_hash, env_key, attempt)
-);
-CREATE TABLE case_verdicts (
-    evaluation_id INTEGER NOT NULL REFERENCES evaluations(id) ON DELETE CASCADE,
-    case_id TEXT NOT NULL,
-    verdict TEXT NOT NULL,
-    message TEXT NOT NULL,
-    PRIMARY KEY (evaluation_id, case_id)
-);
-"""
-
-
-_EVALUATIONS_V1_TO_V2 = """
-CREATE TABLE evaluations_v2 (
-    id INTEGER PRIMARY KEY AUTOINCREMENT,
-    commit_sha TEXT NOT NULL,
-    core_commit TEXT NOT NULL DEFAULT '',
-    suite_hash TEXT NOT NULL,
-    env_key TEXT NOT NULL,
-    attempt INTEGER NOT NULL,
-    duration_s REAL NOT NULL,
-    evaluated_at TEXT NOT NULL,
-    n_cases INTEGER NOT NULL,
-    UNIQUE (commit_sha, core_commit, suite_hash, env_key, attempt)
-);
-INSERT INTO evaluations_v2
-    (id, commit_sha, core_commit, suite_hash, env_key, attempt, duration_s, evaluated_at, n_cases)
-    SELECT id, commit_sha, '', suite_hash, env_key, attempt, duration_s, evaluated_at, n_cases FROM evaluations;
-DROP TABLE evaluations;
-ALTER TABLE evaluations_v2 RENAME TO evaluations;
-UPDATE schema_version SET version = 2;
-"""
+WHOLE = Scope()  # an evaluation of the whole default selection
 
 
 @dataclass(frozen=True)
@@ -114,43 +67,7 @@ class Evaluation:
     messages: dict[str, str]
     duration_s: float
     evaluated_at: str  # ISO 8601, UTC
-
-
-def suite_hash(paths: Iterable[Path | str]) -> str:
-    """sha256 over (relative path, bytes) of every file under ``paths``, sorted.
-
-    Each path contributes under its own base name, so moving a file between suites/ and
-    fixtures/ changes the hash. Bytecode caches are skipped (they differ per machine).
-    A missing path contributes an explicit marker, so "absent" differs from "empty".
-    """
-    h = hashlib.sha256()
-    for root in sorted(Path(p) for p in paths):
-        if not root.exists():
-            _feed(h, f"<absent>/{root.name}", b"")
-            continue
-        for rel, file in _files(root):
-            _feed(h, f"{root.name}/{rel}", file.read_bytes())
-    return h.hexdigest()
-
-
-def _files(root: Path) -> list[tuple[str, Path]]:
-    """(posix relative path, file) under root, sorted, bytecode caches excluded."""
-    if root.is_file():
-        return [("", root)]
-    found: list[tuple[str, Path]] = []
-    for dirpath, dirnames, filenames in os.walk(root):
-        dirnames[:] = [d for d in dirnames if d not in IGNORED_DIRS]
-        for name in filenames:
-            if not name.endswith(IGNORED_SUFFIXES):
-                f = Path(dirpath) / name
-                found.append((f.relative_to(root).as_posix(), f))
-    return sorted(found)
-
-
-def _feed(h: "hashlib._Hash", name: str, data: bytes) -> None:
-    """Length-prefixed so no (name, data) pair can be confused with another split."""
-    encoded = name.encode("utf-8")
-    h.update(len(encoded).to_bytes(8, "big") + encoded + len(data).to_bytes(8, "big") + data)
+    scope: Scope = Scope()  # what it ran: the whole selection, or listed (open) cases
 
 
 class VerdictCache:
@@ -216,7 +133,7 @@ class VerdictCache:
                 db.execute("ROLLBACK")  # another process created it meanwhile
                 self._check_version(db)
                 return
-            for stmt in _SCHEMA.split(";"):
+            for stmt in SCHEMA.split(";"):
                 if stmt.strip():
                     db.execute(stmt)
             db.execute("INSERT INTO schema_version (version) VALUES (?)", (SCHEMA_VERSION,))
@@ -238,6 +155,9 @@ class VerdictCache:
             )
         if version == 1:
             self._migrate_1_to_2(db)
+            version = 2
+        if version == 2:
+            self._migrate(db, 2, EVALUATIONS_V2_TO_V3)
         elif version < SCHEMA_VERSION:
             raise self._corrupt(f"schema_version {version} is too old")
 
@@ -250,7 +170,7 @@ class VerdictCache:
             db.execute("BEGIN IMMEDIATE")
             try:
                 if db.execute("SELECT max(version) FROM schema_version").fetchone()[0] == 1:  # not done meanwhile
-                    for stmt in _EVALUATIONS_V1_TO_V2.split(";"):
+                    for stmt in EVALUATIONS_V1_TO_V2.split(";"):
                         if stmt.strip():
                             db.execute(stmt)
                     if db.execute("PRAGMA foreign_key_check").fetchall():
@@ -263,6 +183,20 @@ class VerdictCache:
         finally:
             db.execute("PRAGMA foreign_keys = ON")
 
+    def _migrate(self, db: sqlite3.Connection, version: int, script: str) -> None:
+        """One in-place step from ``version``, in one transaction (a kill leaves one schema or the next)."""
+        db.execute("BEGIN IMMEDIATE")
+        try:
+            if db.execute("SELECT max(version) FROM schema_version").fetchone()[0] == version:  # not done meanwhile
+                for stmt in script.split(";"):
+                    if stmt.strip():
+                        db.execute(stmt)
+            db.execute("COMMIT")
+        except BaseException:
+            if db.in_transaction:
+                db.execute("ROLLBACK")
+            raise
+
     # ------------------------------------------------------------ writing
 
     def record(
@@ -273,10 +207,13 @@ class VerdictCache:
         duration_s: float = 0.0,
         evaluated_at: datetime | None = None,
         up_to: int | None = None,
+        scope: Scope = WHOLE,
     ) -> Evaluation | None:
-        """Store one complete evaluation atomically; returns it with its attempt number.
+        """Store one complete evaluation atomically; returns it with its attempt number (the
+        sequence number of evaluations under ``key``).
 
-        ``up_to``: store it only while the key holds fewer attempts (else None, nothing written):
+        ``up_to``: store it only while fewer than ``up_to`` evaluations of the same selection
+        (a case probe: verdicts of each of its cases) are held (else None, nothing written):
         two bisects sharing a cache that evaluated the same commit at once keep one verdict, not
         two attempts that would read as a retry. Checked inside the write lock, so it is race-free.
         """
@@ -287,14 +224,23 @@ class VerdictCache:
         db.execute("BEGIN IMMEDIATE")  # the write lock makes max(attempt)+1 race-free
         try:
             attempt = self._next_attempt(key)
-            if up_to is not None and attempt > up_to:
+            if up_to is not None and self._held(key, scope, list(verdicts)) >= up_to:
                 db.execute("ROLLBACK")
                 return None
             cur = db.execute(
-                "INSERT INTO evaluations"
-                " (commit_sha, core_commit, suite_hash, env_key, attempt, duration_s, evaluated_at, n_cases)"
-                " VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
-                (key.commit, key.core, key.suite_hash, key.env_key, attempt, float(duration_s), stamp, len(rows)),
+                "INSERT INTO evaluations (commit_sha, core_commit, suite_hash, env_key, attempt, duration_s,"
+                " evaluated_at, n_cases, scope) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                (
+                    key.commit,
+                    key.core,
+                    key.suite_hash,
+                    key.env_key,
+                    attempt,
+                    float(duration_s),
+                    stamp,
+                    len(rows),
+                    scope.to_json(),
+                ),
             )
             db.executemany(
                 "INSERT INTO case_verdicts (evaluation_id, case_id, verdict, message) VALUES (?, ?, ?, ?)",
@@ -308,7 +254,7 @@ class VerdictCache:
             if isinstance(exc, sqlite3.OperationalError):  # a full disk mid-run: this evaluation is not stored
                 raise self._unwritable(exc) from None
             raise
-        return Evaluation(key, attempt, dict(verdicts), {c: m for c, _, m in rows}, float(duration_s), stamp)
+        return Evaluation(key, attempt, dict(verdicts), {c: m for c, _, m in rows}, float(duration_s), stamp, scope)
 
     def record_results(self, key: CacheKey, cases: Sequence[CaseResult], duration_s: float = 0.0) -> Evaluation:
         """Convenience: store the case results of one run of the suites."""
@@ -320,6 +266,25 @@ class VerdictCache:
         )
         assert stored is not None  # without up_to every evaluation is stored
         return stored
+
+    def _held(self, key: CacheKey, scope: Scope, cases: list[str]) -> int:
+        """How many times ``key`` already holds what this evaluation would add: evaluations of the
+        same selection, or (a case probe) the fewest verdicts any of its cases has."""
+        where = "commit_sha = ? AND core_commit = ? AND suite_hash = ? AND env_key = ?"
+        args = (key.commit, key.core, key.suite_hash, key.env_key)
+        if not scope.partial:
+            row = self._db.execute(
+                f"SELECT count(*) FROM evaluations WHERE {where} AND scope = ?", (*args, scope.to_json())
+            )
+            return int(row.fetchone()[0])
+        counts = dict(
+            self._db.execute(
+                "SELECT v.case_id, count(*) FROM case_verdicts v JOIN evaluations e ON e.id = v.evaluation_id"
+                f" WHERE {where.replace('commit_sha', 'e.commit_sha')} GROUP BY v.case_id",
+                args,
+            ).fetchall()
+        )
+        return min((int(counts.get(c, 0)) for c in cases), default=0)
 
     def _next_attempt(self, key: CacheKey) -> int:
         row = self._db.execute(
@@ -335,7 +300,7 @@ class VerdictCache:
         """Every stored attempt for ``key``, oldest first."""
         try:
             heads = self._db.execute(
-                "SELECT id, attempt, duration_s, evaluated_at, n_cases FROM evaluations"
+                "SELECT id, attempt, duration_s, evaluated_at, n_cases, scope FROM evaluations"
                 " WHERE commit_sha = ? AND core_commit = ? AND suite_hash = ? AND env_key = ? ORDER BY attempt",
                 (key.commit, key.core, key.suite_hash, key.env_key),
             ).fetchall()
@@ -356,7 +321,9 @@ class VerdictCache:
         ).fetchall()
         return [r[0] for r in rows]
 
-    def _load(self, key: CacheKey, eid: int, attempt: int, duration: float, stamp: str, n_cases: int) -> Evaluation:
+    def _load(
+        self, key: CacheKey, eid: int, attempt: int, duration: float, stamp: str, n_cases: int, scope: str
+    ) -> Evaluation:
         rows = self._db.execute(
             "SELECT case_id, verdict, message FROM case_verdicts WHERE evaluation_id = ?", (eid,)
         ).fetchall()
@@ -366,7 +333,11 @@ class VerdictCache:
             verdicts = {cid: Verdict(v) for cid, v, _ in rows}
         except ValueError as exc:
             raise self._corrupt(str(exc)) from None
-        return Evaluation(key, attempt, verdicts, {cid: m for cid, _, m in rows}, duration, stamp)
+        try:
+            what = Scope.from_json(scope)
+        except (ValueError, TypeError, AttributeError) as exc:
+            raise self._corrupt(f"evaluation {eid}: scope {scope!r}: {exc}") from None
+        return Evaluation(key, attempt, verdicts, {cid: m for cid, _, m in rows}, duration, stamp, what)
 
     # ------------------------------------------------------------ lifetime
 

@@ -222,3 +222,26 @@ class CulpritGroup:
         if len(sources) > 1:
             return "golden cases and upstream tests"
         return "upstream tests" if sources == ["upstream"] else "golden cases"
+
+
+#: A probe-table cell for a case no evaluation at that commit ran (a probe of other open cases).
+NOT_RUN = "not-run"
+
+
+@dataclass(frozen=True)
+class ProbeCost:
+    """What one new evaluation of a commit ran and what it cost (``bisect.json``, the report)."""
+
+    scope: str  # "all", "suites a, b", "3 open cases" (harness.bisect.scope.Scope.label)
+    cases: int  # verdicts it produced
+    seconds: float
+    endpoint: bool  # GOOD or BAD (the whole selection), else an intermediate probe
+
+    @classmethod
+    def from_json(cls, doc: dict[str, Any]) -> ProbeCost:
+        return cls(
+            str(doc.get("scope") or ""),
+            int(doc.get("cases") or 0),
+            float(doc.get("seconds") or 0.0),
+            bool(doc.get("endpoint", False)),
+        )

@@ -15,10 +15,14 @@ from __future__ import annotations
 
 import ast
 import hashlib
+import os
 from collections.abc import Iterable
 from pathlib import Path
 
 from harness import paths
+
+IGNORED_DIRS = frozenset({"__pycache__", ".pytest_cache", ".mypy_cache", ".ruff_cache"})
+IGNORED_SUFFIXES = (".pyc", ".pyo")
 
 
 def _module_file(name: str, harness_parent: Path, suites_dir: Path) -> list[Path]:
@@ -90,3 +94,40 @@ def closure_hash(files: Iterable[Path]) -> str:
         rel = next((str(file.relative_to(r)) for r in roots if file.is_relative_to(r)), file.name)
         h.update(rel.encode() + b"\0" + file.read_bytes() + b"\0")
     return h.hexdigest()
+
+
+def suite_hash(paths: Iterable[Path | str]) -> str:
+    """sha256 over (relative path, bytes) of every file under ``paths``, sorted.
+
+    Each path contributes under its own base name, so moving a file between suites/ and
+    fixtures/ changes the hash. Bytecode caches are skipped (they differ per machine).
+    A missing path contributes an explicit marker, so "absent" differs from "empty".
+    """
+    h = hashlib.sha256()
+    for root in sorted(Path(p) for p in paths):
+        if not root.exists():
+            _feed(h, f"<absent>/{root.name}", b"")
+            continue
+        for rel, file in _files(root):
+            _feed(h, f"{root.name}/{rel}", file.read_bytes())
+    return h.hexdigest()
+
+
+def _files(root: Path) -> list[tuple[str, Path]]:
+    """(posix relative path, file) under root, sorted, bytecode caches excluded."""
+    if root.is_file():
+        return [("", root)]
+    found: list[tuple[str, Path]] = []
+    for dirpath, dirnames, filenames in os.walk(root):
+        dirnames[:] = [d for d in dirnames if d not in IGNORED_DIRS]
+        for name in filenames:
+            if not name.endswith(IGNORED_SUFFIXES):
+                f = Path(dirpath) / name
+                found.append((f.relative_to(root).as_posix(), f))
+    return sorted(found)
+
+
+def _feed(h: "hashlib._Hash", name: str, data: bytes) -> None:
+    """Length-prefixed so no (name, data) pair can be confused with another split."""
+    encoded = name.encode("utf-8")
+    h.update(len(encoded).to_bytes(8, "big") + encoded + len(data).to_bytes(8, "big") + data)

@@ -11,15 +11,17 @@ it does once imported is judged like any code under test.
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from harness.bisect.cache import suite_hash
+from harness.bisect.closure import suite_hash
 from harness.bisect.document import HeldMB
 from harness.bisect.evaluator import EvalOutcome, MBEvaluator
 from harness.bisect.options import BisectOptions
+from harness.bisect.scope import Scope
 from harness.errors import GitError, UsageError
 from harness.repository.gitrepo import open_repo
 from harness.repository.pins import core_at
@@ -39,6 +41,13 @@ class CoreEvaluator:
 
     def cache_namespace(self) -> tuple[str, str]:
         return self.mb.cache_namespace()
+
+    @property
+    def scope(self) -> Scope:
+        return self.mb.scope
+
+    def narrowed(self, scope: Scope) -> CoreEvaluator:
+        return dataclasses.replace(self, mb=self.mb.narrowed(scope))
 
     def label(self, sha: str) -> str:
         """The run's name (its directory under the runs dir, the results' commit field)."""

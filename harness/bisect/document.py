@@ -29,6 +29,7 @@ from harness.bisect.caserecords import (
     FIND_CHANGE,
     FIND_FIX,
     FIND_REGRESSION,
+    NOT_RUN,
     CacheNamespace,
     CaseDoc,
     CommitMeta,
@@ -38,6 +39,7 @@ from harness.bisect.caserecords import (
     CulpritGroup,
     LateStart,
     NotBisected,
+    ProbeCost,
     RangeDoc,
     SelectionDoc,
 )
@@ -45,6 +47,8 @@ from harness.executors.local import JobLog
 from harness.records.atomicio import read_versioned_json, write_versioned_json
 
 __all__ = [
+    "NOT_RUN",
+    "ProbeCost",
     "BISECT_KIND",
     "BISECT_SCHEMA",
     "BisectDoc",
@@ -69,7 +73,7 @@ __all__ = [
 ]
 
 BISECT_KIND = "harness-bisect"
-BISECT_SCHEMA = 4  # 2: late_starts, confirmations (--confirm); 3: held, pin_change, descents; 4: partial
+BISECT_SCHEMA = 4  # 2: late_starts, confirmations; 3: held, pin_change, descents; 4: partial, probe_costs
 
 
 @dataclass(frozen=True)
@@ -194,6 +198,7 @@ class BisectDoc:
     descents: list[Descent] = field(default_factory=list)  # first level: one per culprit that moved the pin
     # interrupted (Ctrl-C, SIGTERM): what finished; an OPEN case keeps the range still to search
     partial: bool = False
+    probe_costs: dict[str, list[ProbeCost]] = field(default_factory=dict)  # sha -> each new evaluation's cost
 
     @property
     def find_fix(self) -> bool:
@@ -252,6 +257,7 @@ class BisectDoc:
             "pin_change": self.pin_change.to_json() if self.pin_change else None,
             "descents": [d.to_json() for d in self.descents],
             "partial": self.partial,
+            "probe_costs": {sha: [vars(c).copy() for c in v] for sha, v in self.probe_costs.items()},
             **self._cluster_json(),
         }
 
@@ -310,6 +316,9 @@ class BisectDoc:
             pin_change=PinCheck.from_json(pin_change) if isinstance(pin_change, dict) else None,
             descents=[Descent.from_json(d) for d in doc.get("descents") or []],
             partial=bool(doc.get("partial", False)),
+            probe_costs={
+                str(k): [ProbeCost.from_json(c) for c in v] for k, v in (doc.get("probe_costs") or {}).items()
+            },
         )
 
     def save(self, path: Path) -> None:
@@ -350,5 +359,6 @@ def _from_schema_2(doc: dict[str, Any]) -> dict[str, Any]:
 
 
 def _from_schema_3(doc: dict[str, Any]) -> dict[str, Any]:
-    """Schema 3 was written only by bisections that finished (an interrupted one wrote nothing)."""
-    return {**doc, "partial": False}
+    """Schema 3 was written only by bisections that finished (an interrupted one wrote nothing),
+    and did not record what each probe ran."""
+    return {**doc, "partial": False, "probe_costs": {}}

@@ -243,7 +243,7 @@ def _bisect(driver: LevelDriver, ws: WorkspaceCache, good: str, bad: str, t0: fl
 
     def endpoints(n: int) -> list[str]:
         busy = driver.in_progress()
-        return [e for e in (good, bad) if e not in busy and len(evidence.attempts.get(e, [])) < 1 + opts.retries][:n]
+        return [e for e in (good, bad) if e not in busy and driver.need(e) is not None][:n]
 
     driver.run(endpoints)
     selection = driver.select_cases(good, bad)
@@ -270,7 +270,7 @@ def _bisect(driver: LevelDriver, ws: WorkspaceCache, good: str, bad: str, t0: fl
     driver.bisection = bisection
     for sha in driver.commits:  # endpoints first, then whatever the cache knows
         for evaluation in evidence.attempts.get(sha, []):
-            bisection.record(sha, driver.view(sha, evaluation.verdicts))
+            driver.feed(sha, evaluation)
     left = driver.left()
     driver.say(
         f"{len(cases)} case(s) to bisect"

@@ -8,9 +8,11 @@ their outcomes are plain picklable dataclasses and never touch the verdict cache
 
 Cache key: (commit, suite key, env key), and the Megatron-LM commit at the second level of a
 bisection (:mod:`harness.bisect.axis`). The suite key hashes the harness ``suites/``,
-``fixtures/`` and the verdict-deciding parts of ``harness/`` *and the selection* (``--suite``,
-``-k``, the cases a second level re-runs): a run that selected fewer cases must not be reused
-for one that needs more. The env key is the Python, torch and megatron-core versions. A commit
+``fixtures/`` and the suite process's import closure; verdicts are stored per case, and what
+each evaluation ran (a whole selection, or the open cases of a probe) is its
+:class:`~harness.bisect.scope.Scope`, so a run that selected fewer cases is never taken for one
+that needs more, and a later one runs only what is missing (:meth:`MBEvaluator.narrowed`).
+The env key is the Python, torch and megatron-core versions. A commit
 without ``src/megatron/bridge`` (or without any of the archived paths) is recorded with no
 verdicts: a skip for every case. The second level's evaluator (MB held, Megatron-LM commits
 walked) is :class:`~harness.bisect.coreeval.CoreEvaluator`, built on :meth:`MBEvaluator.evaluate`.
@@ -18,6 +20,7 @@ walked) is :class:`~harness.bisect.coreeval.CoreEvaluator`, built on :meth:`MBEv
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import importlib.metadata as md
 import json
@@ -29,8 +32,8 @@ from pathlib import Path
 from typing import Protocol
 
 from harness import paths
-from harness.bisect.cache import suite_hash
-from harness.bisect.closure import closure_hash, suite_process_files
+from harness.bisect.closure import closure_hash, suite_hash, suite_process_files
+from harness.bisect.scope import Scope, suite_of
 from harness.errors import CorruptFile, GitError
 from harness.executors.local import JobLog
 from harness.records.verdict import Verdict
@@ -106,7 +109,22 @@ class MBEvaluator:
         code = closure_hash(suite_process_files())
         content = suite_hash([paths.suites_dir(), paths.fixtures_dir(), pkg / "upstream"]) + code
         env = env_key() + ("+megatron-core-pinned-by-mb" if self.megatron_lm else "")
-        return selection_key(content, self.suites, self.keyword, self.cases), env
+        # verdicts are cached per (commit, case): the selection is recorded per evaluation (its
+        # Scope), not in the key; the key is the one the default selection always had
+        return selection_key(content, None, None), env
+
+    @property
+    def scope(self) -> Scope:
+        """The whole selection of this evaluator: what an endpoint of a bisection runs."""
+        return Scope(self.suites, self.keyword, self.cases)
+
+    def narrowed(self, scope: Scope) -> MBEvaluator:
+        """This evaluator running only ``scope`` (the suites an endpoint still lacks, or the open
+        cases of a probe: only their suite files are run, only those cases selected)."""
+        if scope.cases is not None:
+            suites = tuple(sorted({suite_of(c) for c in scope.cases}))
+            return dataclasses.replace(self, suites=suites, cases=tuple(scope.cases))
+        return dataclasses.replace(self, suites=scope.suites if scope.suites is not None else self.suites)
 
     def prepare(self, sha: str) -> None:
         """Materialise ``sha`` in the driver, before a remote executor submits its job: the job

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from harness.bisect.algorithm import CaseOutcome, CaseStatus
 from harness.bisect.axis import Axis
 from harness.bisect.cache import Evaluation
-from harness.bisect.document import CaseDoc, CommitMeta, Culprit
+from harness.bisect.document import NOT_RUN, CaseDoc, CommitMeta, Culprit, ProbeCost
 from harness.executors.local import JobLog
 from harness.records.verdict import Verdict, is_flaky, settle
 from harness.repository.gitrepo import GitRepo
@@ -39,10 +39,26 @@ class Evidence:
     infrastructure: dict[str, list[str]] = field(default_factory=dict)  # commit -> why the cluster lost its jobs
     cancelled: list[str] = field(default_factory=list)  # in-flight evaluations a newer result made moot
     jobs: dict[str, list[JobLog]] = field(default_factory=dict)  # commit -> cluster jobs (ids, log paths)
+    costs: dict[str, list[ProbeCost]] = field(default_factory=dict)  # commit -> what each new evaluation ran
 
     @property
     def evaluations(self) -> int:
         return sum(len(a) for a in self.attempts.values())
+
+
+def eta(costs: dict[str, list[ProbeCost]], steps: int) -> str:
+    """ ", ~2 min left (13 s a probe)": measured probe cost (intermediate probes once there are
+    some, else the endpoints) times the steps left; "" before anything was measured."""
+    probes = [c.seconds for cs in costs.values() for c in cs if not c.endpoint]
+    measured = probes or [c.seconds for cs in costs.values() for c in cs]
+    if not measured or steps <= 0:
+        return ""
+    each = sum(measured) / len(measured)
+    total = each * steps
+    if total < 1:
+        return ""
+    left = f"{total / 60:.0f} min" if total >= 90 else f"{total:.0f} s"
+    return f", ~{left} left ({each:.0f} s a probe)"
 
 
 def probe_cell(values: Iterable[Verdict | None]) -> str:
@@ -65,7 +81,13 @@ def probe_tables(
         if not evs:
             continue
         ids = sorted({c for ev in evs for c in ev.verdicts} | set(case_ids))
-        probes[sha] = {c: probe_cell(ev.verdicts.get(c) for ev in evs) for c in ids}
+        # a case no evaluation here ran (a probe of other open cases) is "not run": nothing inferred
+        probes[sha] = {
+            c: probe_cell(ev.verdicts.get(c) for ev in evs if c in ev.verdicts or not ev.scope.partial)
+            if any(c in ev.verdicts or not ev.scope.partial for ev in evs)
+            else NOT_RUN
+            for c in ids
+        }
         per_attempt[sha] = [{c: v.value for c, v in sorted(ev.verdicts.items())} for ev in evs]
     return probes, per_attempt
 

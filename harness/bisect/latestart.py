@@ -39,7 +39,7 @@ def find_starts(driver: Level, good: str, late: dict[str, str]) -> list[LateStar
     try:
         for sha in driver.commits:
             for evaluation in driver.evidence.attempts.get(sha, []):
-                search.record(sha, driver.view(sha, evaluation.verdicts))
+                driver.feed(sha, evaluation)
         driver.run(driver.picker(search))
     finally:
         driver.view.finding_starts = set()

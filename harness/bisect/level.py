@@ -12,6 +12,7 @@ from collections.abc import Callable
 from typing import Protocol
 
 from harness.bisect.algorithm import Bisection
+from harness.bisect.cache import Evaluation
 from harness.bisect.evaluator import Evaluator
 from harness.bisect.findings import Evidence
 from harness.bisect.options import BisectOptions
@@ -31,6 +32,8 @@ class Level(Protocol):
     bisection: Bisection | None
 
     def say(self, text: str) -> None: ...
+
+    def feed(self, sha: str, evaluation: Evaluation) -> None: ...
 
     def run(self, pick: Callable[[int], list[str]]) -> None: ...
 

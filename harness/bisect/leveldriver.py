@@ -14,7 +14,7 @@ import datetime as _dt
 from collections.abc import Callable, Sequence
 from typing import TextIO
 
-from harness.bisect import findings
+from harness.bisect import findings, needs
 from harness.bisect.algorithm import Bisection, CaseStatus, max_steps
 from harness.bisect.axis import Axis
 from harness.bisect.cache import CacheKey, Evaluation, VerdictCache
@@ -27,11 +27,13 @@ from harness.bisect.document import (
     Confirmation,
     LateStart,
     NotBisected,
+    ProbeCost,
     RangeDoc,
     SelectionDoc,
 )
 from harness.bisect.evaluator import EvalOutcome, Evaluator
 from harness.bisect.options import BisectOptions
+from harness.bisect.scope import Scope
 from harness.bisect.view import CaseView, Selection, select_cases
 from harness.executors.local import Executor, Handle, schedule
 from harness.progress import Progress
@@ -70,8 +72,12 @@ class LevelDriver:
         self.late_starts: list[LateStart] = []  # what was found for each case GOOD cannot run
         self.confirmations: list[Confirmation] = []  # --confirm: one per culprit commit
         self.not_bisected: list[NotBisected] = []  # known once both endpoints are in
-        self._running: dict[Handle, tuple[str, int]] = {}  # handle -> (commit, depth)
-        self._queued: list[str] = []  # attempts waiting for a slot (one entry per attempt)
+        # what a whole evaluation runs (an endpoint), and whether a probe can run less (the open cases)
+        self.whole: Scope = getattr(evaluator, "scope", None) or Scope()  # an evaluator that says nothing runs all
+        self.narrowable = opts.probe_open_cases and hasattr(evaluator, "narrowed")
+        self.endpoints: set[str] = {commits[0], commits[-1]}
+        self._running: dict[Handle, tuple[str, int, Scope]] = {}  # handle -> (commit, depth, what it runs)
+        self._queued: list[tuple[str, Scope]] = []  # attempts waiting for a slot (one entry per attempt)
         self._depth_done = 0  # longest chain of dependent evaluations finished so far
         self.rounds = 0
 
@@ -88,7 +94,8 @@ class LevelDriver:
         if not n:
             return "no commit left to probe"
         steps = max_steps(widest + 1, self.executor.slots)
-        return f"{n} commit{'s' if n != 1 else ''} left, about {steps} step{'s' if steps != 1 else ''}"
+        eta = findings.eta(self.evidence.costs, steps)
+        return f"{n} commit{'s' if n != 1 else ''} left, about {steps} step{'s' if steps != 1 else ''}{eta}"
 
     def key(self, sha: str) -> CacheKey:
         return self.axis.key(sha, self.suite_key, self.env_key)
@@ -101,11 +108,22 @@ class LevelDriver:
                 self.evidence.cached_evaluations += len(found)
 
     def in_progress(self) -> set[str]:
-        return {sha for sha, _ in self._running.values()} | set(self._queued)
+        return {sha for sha, _, _ in self._running.values()} | {sha for sha, _ in self._queued}
 
-    def want_attempts(self, sha: str) -> int:
-        """Attempts still to run for a newly probed commit (cached ones count)."""
-        return max(0, 1 + self.opts.retries - len(self.evidence.attempts.get(sha, [])))
+    def need(self, sha: str) -> tuple[Scope, int] | None:
+        """What ``sha`` still lacks and how many attempts of it: an endpoint (or any commit, when
+        probes cannot be narrowed) the whole selection, an intermediate probe the open cases whose
+        interval holds it (harness.bisect.needs). None: the cache holds it all."""
+        held, want = self.evidence.attempts.get(sha, []), 1 + self.opts.retries
+        if self.bisection is None or sha in self.endpoints or not self.narrowable:
+            return needs.missing_whole(held, self.whole, want)
+        return needs.missing_cases(held, self.bisection.cases_needing(sha), want)
+
+    def feed(self, sha: str, evaluation: Evaluation) -> None:
+        """Tell the bisection what ``evaluation`` ran: every case, or only a probe's cases."""
+        if self.bisection is not None:
+            ran = evaluation.scope.cases  # a probe: the cases it was asked for (None: every case)
+            self.bisection.record(sha, self.view(sha, evaluation.verdicts), ran)
 
     def details(self, sha: str) -> findings.Details:
         """Golden diffs of ``sha``: from this run, else from the evaluator's kept runs."""
@@ -121,30 +139,32 @@ class LevelDriver:
         """Keep the executor's slots busy with commits from ``pick(n)`` until it has none
         and nothing is running; record every result as it arrives (:func:`schedule`)."""
 
-        def refill(free: int) -> list[tuple[str, int]]:
+        def refill(free: int) -> list[tuple[str, int, Scope]]:
             while True:
                 if not self._queued:
                     for sha in pick(free):
                         if sha not in self.evidence.evaluated:  # stored by another bisect sharing the cache?
                             self.adopt(sha)
-                        self._queued += [sha] * self.want_attempts(sha)
-                        if not self.want_attempts(sha):
+                        lacking = self.need(sha)
+                        if lacking is None:
                             self.replay(sha)
+                        else:
+                            self._queued += [(sha, lacking[0])] * lacking[1]
                 depth = self._depth_done + 1
-                taken = [(sha, depth) for sha in self._queued[:free]]
+                taken = [(sha, depth, scope) for sha, scope in self._queued[:free]]
                 del self._queued[:free]
                 if taken or self._running or (not self._queued and not pick(1)):
                     return taken  # (all picked commits were cached and nothing runs: pick again)
 
-        def finished(item: tuple[str, int], handle: Handle) -> None:
-            sha, depth = item
-            self.store(sha, handle.result())
+        def finished(item: tuple[str, int, Scope], handle: Handle) -> None:
+            sha, depth, scope = item
+            self.store(sha, handle.result(), scope)
             self._depth_done = max(self._depth_done, depth)
             self.rounds = max(self.rounds, depth)
 
         schedule(
             self.executor,
-            lambda item: self.executor.submit(self.evaluator, item[0]),
+            lambda item: self.executor.submit(self._evaluator_for(item[2]), item[0]),
             refill,
             finished,
             running=self._running,
@@ -163,23 +183,35 @@ class LevelDriver:
         def moot(sha: str) -> bool:
             return sha not in probed and not bisection.needs(sha)
 
-        self._queued = [sha for sha in self._queued if not moot(sha)]
-        for handle, (sha, _) in list(self._running.items()):
+        self._queued = [(sha, scope) for sha, scope in self._queued if not moot(sha)]
+        for handle, (sha, _, _) in list(self._running.items()):
             if moot(sha) and self.executor.cancel(handle):
                 del self._running[handle]
                 self.evidence.cancelled.append(sha)
                 self.say(f"cancelled {sha[:12]} #{self.index.get(sha, '?')}: no open case needs it any more")
 
-    def store(self, sha: str, outcome: EvalOutcome) -> None:
+    def _evaluator_for(self, scope: Scope) -> Evaluator:
+        """The level's evaluator, narrowed to ``scope`` when it runs less than the whole selection."""
+        narrowed = getattr(self.evaluator, "narrowed", None)
+        return self.evaluator if scope == self.whole or narrowed is None else narrowed(scope)
+
+    def store(self, sha: str, outcome: EvalOutcome, scope: Scope | None = None) -> None:
         """Cache first (durable), then tell the bisection, then the user."""
         ev = self.evidence
+        scope = scope if scope is not None and self.narrowable else self.whole
         if outcome.infrastructure:  # the cluster lost the job: a skip for this run, never a cached verdict
             stamp = _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
-            evaluation = Evaluation(self.key(sha), len(ev.attempts.get(sha, [])) + 1, {}, {}, outcome.duration_s, stamp)
+            attempt = len(ev.attempts.get(sha, [])) + 1
+            evaluation = Evaluation(self.key(sha), attempt, {}, {}, outcome.duration_s, stamp, scope)
             ev.infrastructure.setdefault(sha, []).append(outcome.note)
         else:
             stored = self.cache.record(
-                self.key(sha), outcome.verdicts, outcome.messages, outcome.duration_s, up_to=self.opts.retries + 1
+                self.key(sha),
+                outcome.verdicts,
+                outcome.messages,
+                outcome.duration_s,
+                up_to=self.opts.retries + 1,
+                scope=scope,
             )
             if stored is None:  # another bisect sharing the cache stored this commit meanwhile
                 self.adopt(sha)
@@ -197,8 +229,10 @@ class LevelDriver:
             ev.details[sha] = outcome.details
         if outcome.note:
             ev.notes.setdefault(sha, []).append(outcome.note)
-        if self.bisection is not None:
-            self.bisection.record(sha, self.view(sha, evaluation.verdicts))
+        self.feed(sha, evaluation)
+        ev.costs.setdefault(sha, []).append(
+            ProbeCost(scope.label(), len(evaluation.verdicts), round(outcome.duration_s, 2), sha in self.endpoints)
+        )
         counts: dict[str, int] = {}
         for verdict in evaluation.verdicts.values():
             counts[verdict.value] = counts.get(verdict.value, 0) + 1
@@ -210,7 +244,7 @@ class LevelDriver:
         note = f" ({outcome.note[:160]})" if outcome.note else ""
         self.progress.step(
             f"[{ev.new_evaluations}] {sha[:12]} #{self.index.get(sha, '?')} attempt {evaluation.attempt}: "
-            f"{summary} in {outcome.duration_s:.1f} s{open_cases}{note}",
+            f"ran {scope.label()}: {summary} in {outcome.duration_s:.1f} s{open_cases}{note}",
             status=self.left(),
         )
 
@@ -220,8 +254,7 @@ class LevelDriver:
         for evaluation in self.cache.attempts(self.key(sha))[len(known) :]:
             self.evidence.attempts.setdefault(sha, []).append(evaluation)
             self.evidence.cached_evaluations += 1
-            if self.bisection is not None:
-                self.bisection.record(sha, self.view(sha, evaluation.verdicts))
+            self.feed(sha, evaluation)
 
     def picker(self, bisection: Bisection) -> Callable[[int], list[str]]:
         """What :meth:`run` asks for: the bisection's next probes that are not already in flight."""
@@ -238,15 +271,18 @@ class LevelDriver:
         """A picked commit whose attempts are all cached: feed them to the bisection."""
         if self.bisection is not None and sha not in self.bisection.probes:
             for evaluation in self.evidence.attempts.get(sha, []):
-                self.bisection.record(sha, self.view(sha, evaluation.verdicts))
+                self.feed(sha, evaluation)
 
     # ------------------------------------------------------------ outcome
 
     def select_cases(self, good: str, bad: str) -> Selection:
-        attempts = self.evidence.attempts
-        return select_cases(
-            self.view, attempts.get(good, []), attempts.get(bad, []), good, bad, self.opts.bisect_untestable
-        )
+        """The cases to bisect, from the endpoints' verdicts of this level's selection only (a
+        cache shared with other selections holds other suites' and other ``-k``'s cases too)."""
+
+        def mine(sha: str) -> list[Evaluation]:
+            return [needs.in_selection(e, self.whole) for e in self.evidence.attempts.get(sha, [])]
+
+        return select_cases(self.view, mine(good), mine(bad), good, bad, self.opts.bisect_untestable)
 
     def document(
         self, good: str, bad: str, bisection: Bisection | None, not_bisected: list[NotBisected], duration: float
@@ -287,4 +323,5 @@ class LevelDriver:
             cancelled=list(ev.cancelled),
             cluster_jobs={sha: list(jobs) for sha, jobs in ev.jobs.items()},
             held=self.axis.held,
+            probe_costs={sha: list(c) for sha, c in ev.costs.items()},
         )

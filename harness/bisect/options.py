@@ -46,6 +46,8 @@ class BisectOptions:
     mb_repo: Path | None = None
     mb_src: Path | None = None
     cases: tuple[str, ...] | None = None  # re-run only these cases (what the second level re-runs)
+    # intermediate probes run only the cases still open (the endpoints run the whole selection)
+    probe_open_cases: bool = True
 
     @property
     def second_level(self) -> bool:

@@ -27,7 +27,7 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, TextIO
 
-from harness.commands import _args
+from harness.commands import _args, _jobargs
 from harness.errors import UsageError
 from harness.records import provenance
 from harness.suiterun import origin, runner
@@ -42,9 +42,11 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         help="find the first bad commit of every case that fails at BAD and passes at GOOD",
         description="Bisect GOOD..BAD of a Megatron-Bridge repository, all failing cases at once: evaluate "
         "both endpoints, then probe commits (in parallel with -j) until every case that FAILs at BAD "
-        "and PASSes at GOOD has its first bad commit. Commits where a case cannot run (import "
-        "error, missing API) are skipped for that case. Verdicts are cached per (commit, suites, "
-        "environment), so an interrupted bisection resumes where it stopped. The repository is "
+        "and PASSes at GOOD has its first bad commit; GOOD and BAD run the whole selection, every "
+        "other probe only the cases still open there. Commits where a case cannot run (import "
+        "error, missing API) are skipped for that case. Verdicts are cached per (commit, case, "
+        "environment), so an interrupted bisection resumes where it stopped and a later one runs "
+        "only what is missing. The repository is "
         "only read, never checked out or modified. Writes bisect.json and report.html.",
         epilog="examples: harness bisect v0.5.0..main --repo ~/Megatron-Bridge -j 4 --suite in_batch_packing | "
         "harness bisect GOOD..BAD --repo ~/Megatron-Bridge --megatron-lm ~/Megatron-LM (descends into pin bumps) | "
@@ -136,6 +138,12 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         "(to use as GOOD) instead of bisecting the case from there",
     )
     p.add_argument(
+        "--probe-all-cases",
+        action="store_true",
+        help="run the whole selection at every probed commit, not only the cases still open there "
+        "(the default runs it at GOOD and BAD only: they decide which cases are open)",
+    )
+    p.add_argument(
         "--bisect-untestable",
         action="store_true",
         help="also bisect cases that are untestable at BAD and pass at GOOD: the first commit where "
@@ -144,7 +152,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     )
     _args.add_verbosity(p)
     provenance.add_repo_url_option(p)
-    _args.add_executor(p, "evaluations")
+    _jobargs.add_executor(p, "evaluations")
     p.set_defaults(func=run)
 
 
@@ -203,8 +211,9 @@ def run(args: argparse.Namespace, out: TextIO = sys.stdout) -> int:
         mb_at=args.mb_at,
         mb_repo=args.mb_repo,
         mb_src=args.mb_src,
+        probe_open_cases=not args.probe_all_cases,
     )
-    executor = _args.executor_from_args(args, args.jobs, args.timeout)
+    executor = _jobargs.executor_from_args(args, args.jobs, args.timeout)
     try:  # Ctrl-C or SIGTERM (or any error) cancels the jobs in flight
         with _args.sigterm_as_interrupt(), executor or contextlib.nullcontext():
             result = run_bisection(opts, executor=executor, progress=None if args.quiet else sys.stderr)

@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, TextIO
 
-from harness.commands import _args
+from harness.commands import _args, _jobargs
 from harness.errors import GitError, UsageError
 from harness.progress import Progress
 from harness.records.verdict import Verdict
@@ -62,7 +62,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     _args.add_timeout(p, "one ref's suite process")
     _args.add_verbosity(p)
     _args.add_jobs(p, "refs in flight with --executor slurm (here, refs run one after another)")
-    _args.add_executor(p, "the refs (one job per ref)")
+    _jobargs.add_executor(p, "the refs (one job per ref)")
     _args.add_megatron_lm(p)
     p.add_argument(
         "--sample",
@@ -122,7 +122,7 @@ def run(args: argparse.Namespace, out: TextIO = sys.stdout) -> int:
     mlm = str(args.megatron_lm) if args.megatron_lm else None
     gpu = matrix.gpu_suites()
     opts = runner.RunOptions(suites=args.suite, timeout_s=args.timeout, import_mode=args.import_mode)
-    executor = _args.executor_from_args(args, args.jobs, args.timeout)
+    executor = _jobargs.executor_from_args(args, args.jobs, args.timeout)
     judge = EraJudge(repo)
     rows: list[matrix.MatrixRow] = []
     todo: list[_RefItem] = []

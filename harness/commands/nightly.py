@@ -49,7 +49,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, TextIO
 
 from harness import gpucheck, paths
-from harness.commands import _args
+from harness.commands import _args, _jobargs
 from harness.errors import UsageError
 from harness.nightly.autobisect import BISECT_DIR, BisectEnv, execute, plan_bisect
 from harness.records import provenance
@@ -120,7 +120,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         help="where this night's report can be read later (e.g. the CI run's page), recorded in the "
         "history and linked from trend.html (default: runs/<run-id>/report.html under --out)",
     )
-    _args.add_executor(p, "the suites (one job per suite) and the automatic bisection's evaluations")
+    _jobargs.add_executor(p, "the suites (one job per suite) and the automatic bisection's evaluations")
     p.set_defaults(func=run)
 
 
@@ -150,7 +150,7 @@ def run(args: argparse.Namespace, out: TextIO = sys.stdout) -> int:
         repo_url=provenance.checked_repo_url(args.repo_url),
     )
     result = run_suites_with(
-        _args.executor_from_args(args, args.jobs, args.timeout),
+        _jobargs.executor_from_args(args, args.jobs, args.timeout),
         tgt,
         opts,
         run_dir,
@@ -268,5 +268,5 @@ def _print_changes(tr: dict[str, Any], out: TextIO) -> None:
 
 def bisect_env(args: argparse.Namespace) -> BisectEnv:
     """The nightly's options that its bisection must share (see :class:`BisectEnv`)."""
-    executor = tuple(_args.executor_argv(args))
+    executor = tuple(_jobargs.executor_argv(args))
     return BisectEnv(args.timeout, args.jobs, args.megatron_lm, args.cache_dir, executor, args.repo_url or "")

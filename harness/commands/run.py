@@ -14,7 +14,7 @@ import sys
 from typing import TextIO
 
 from harness import gpucheck
-from harness.commands import _args
+from harness.commands import _args, _jobargs
 from harness.records import provenance
 from harness.suiterun import runner
 from harness.suiterun.target import require_mb
@@ -41,7 +41,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     gpucheck.add_option(p)
     provenance.add_repo_url_option(p)
     _args.add_summary_md(p, "counts, failures with their impact, known MB bugs")
-    _args.add_executor(p, "the suites (one job per suite)")
+    _jobargs.add_executor(p, "the suites (one job per suite)")
     p.set_defaults(func=run)
 
 
@@ -68,7 +68,7 @@ def run(args: argparse.Namespace, out: TextIO = sys.stdout) -> int:
     try:
         with _args.sigterm_as_interrupt():
             result = run_suites_with(
-                _args.executor_from_args(args, args.jobs, args.timeout),
+                _jobargs.executor_from_args(args, args.jobs, args.timeout),
                 tgt,
                 opts,
                 out_dir,

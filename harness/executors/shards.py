@@ -19,7 +19,8 @@ from typing import Any, TextIO
 
 from harness.bisect.evaluator import EvalOutcome
 from harness.executors.local import Handle, JobLog, schedule
-from harness.executors.slurm import SlurmExecutor, SlurmHandle
+from harness.executors.slurm import SlurmExecutor
+from harness.executors.slurmjob import SlurmHandle
 from harness.records.machine import Machine
 from harness.records.results import CaseResult, RunResult
 from harness.records.verdict import Verdict

@@ -31,8 +31,8 @@ pyxis on sbatch runs the whole batch script in the container, where ``srun`` is 
 The cache directory is mounted at the same path automatically. Other sbatch flags go
 through ``sbatch_extra`` (submitit's ``slurm_additional_parameters``).
 
-One module because nearly all of it is the one :class:`SlurmExecutor`, whose start-up check,
-submission, resubmission, cancel and reattach rules above share its in-flight job state.
+The start-up check is :mod:`.sharedcheck` (a mixin), the job handle :mod:`.slurmjob`;
+submission, resubmission, cancel and reattach share the in-flight job state here.
 """
 
 from __future__ import annotations
@@ -44,51 +44,22 @@ import secrets
 import shutil
 import sys
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any, TextIO
 
 from harness.bisect.evaluator import EvalOutcome
 from harness.errors import EnvironmentProblem, UsageError
 from harness.executors import jobstate
-from harness.executors.jobcalls import JobCall, JobFault, RemoteEvaluator, SharedProbe
+from harness.executors.jobcalls import JobCall, JobFault
 from harness.executors.joblist import EntryState, JobEntry, JobList, job_key, now_utc
 from harness.executors.local import Handle, JobLog
-from harness.executors.options import JobFailed, SharedFilesystemError, SlurmOptions
-from harness.records.atomicio import atomic_write_text
+from harness.executors.options import SlurmOptions
+from harness.executors.sharedcheck import SharedCheck
+from harness.executors.slurmjob import SlurmHandle, import_submitit, indent, own
 
 
-class SlurmHandle:
-    """One evaluation: its job submissions (retries included) and, once done, its outcome."""
-
-    _PENDING: Any = object()
-
-    def __init__(self, fn: Any, arg: Any, key: str) -> None:
-        self.fn, self.arg, self.key = fn, arg, key
-        self.label = arg[:12] if isinstance(arg, str) else repr(arg)[:40]
-        self.job: Any = None  # the current submitit Job
-        self.attempt = 0
-        self.logs: list[JobLog] = []
-        self.faults: list[str] = []
-        self.value: Any = self._PENDING
-        self.error: str | None = None
-        self.cancelled = False
-        self.started = time.monotonic()
-        self.finished: float | None = None
-        self._ended_at: float | None = None  # first poll that saw the job ended without a result
-
-    def done(self) -> bool:
-        return self.value is not self._PENDING or self.error is not None
-
-    def result(self) -> Any:
-        if self.error is not None:
-            raise JobFailed(self.error)
-        if self.value is self._PENDING:
-            raise RuntimeError(f"evaluation of {self.label} is not done")
-        return self.value
-
-
-class SlurmExecutor:
+class SlurmExecutor(SharedCheck):
     """Evaluations as submitit jobs under ``<cache_dir>/jobs/<run id>/<job id>/``."""
 
     def __init__(
@@ -97,7 +68,7 @@ class SlurmExecutor:
         if slots < 1:
             raise UsageError("-j must be at least 1 (jobs in flight)")
         self.options = options or SlurmOptions()
-        submitit = _import_submitit()
+        submitit = import_submitit()
         if self.options.cluster == "slurm" and shutil.which("sbatch") is None:
             raise EnvironmentProblem("the slurm executor needs sbatch on PATH (run the driver on a SLURM login node)")
         self.slots = slots
@@ -174,7 +145,7 @@ class SlurmExecutor:
         return h
 
     def wait_any(self, handles: Iterable[Handle], timeout: float | None = None) -> list[SlurmHandle]:
-        pending = [_own(h) for h in handles]
+        pending = [own(h) for h in handles]
         deadline = None if timeout is None else time.monotonic() + timeout
         while True:
             self._poll([h for h in pending if not h.done()])
@@ -185,7 +156,7 @@ class SlurmExecutor:
 
     def cancel(self, any_handle: Handle) -> bool:
         """scancel a job nobody needs; False when it already finished (its result is still good)."""
-        handle = _own(any_handle)
+        handle = own(any_handle)
         if handle.done() or handle.cancelled or jobstate.read_result(self._paths(handle).result_pickle):
             return False
         self._kill(handle.job)
@@ -217,60 +188,6 @@ class SlurmExecutor:
 
     def __exit__(self, *exc: object) -> None:
         self.close(cancel=exc[0] is not None)
-
-    # ------------------------------------------------------------------ start-up check
-
-    def bind(self, evaluator: Any) -> Any:
-        """The start-up check (see the module docstring); returns the evaluator to submit, bound to
-        the cache namespace measured where the jobs run."""
-        namespace = self.check_shared(evaluator)
-        return evaluator if namespace is None else RemoteEvaluator(evaluator, namespace)
-
-    def check_shared(self, evaluator: Any = None, also: Sequence[Path] = ()) -> tuple[str, str] | None:
-        """Run the start-up job: it must read a token this driver wrote into the cache directory
-        (and into each directory of ``also``, where jobs write their output), and the driver must
-        see its result. Returns ``evaluator``'s cache namespace measured in the job (None without
-        an evaluator)."""
-        token = secrets.token_hex(16)
-        dirs = [self.run_dir, *(Path(d).absolute() for d in also)]
-        token_files = [d / f".harness-shared-fs-{token[:8]}" for d in dirs]
-        for f in token_files:
-            atomic_write_text(f, token)
-        try:
-            answer = self._probe(SharedProbe(tuple(map(str, token_files)), token, evaluator))
-        finally:
-            for f in token_files[1:]:
-                f.unlink(missing_ok=True)
-        where = "must be on a file system the compute nodes share (NFS, Lustre, GPFS)"
-        if answer["unseen"]:
-            raise SharedFilesystemError(
-                f"the start-up job on {answer['host']} cannot read {answer['unseen'][0]}, "
-                f"which this driver wrote: {Path(answer['unseen'][0]).parent} {where}"
-            )
-        self.say(f"jobs run on {answer['host']} and see {', '.join(map(str, [self.cache_dir, *also]))}")
-        namespace = answer["namespace"]
-        return None if namespace is None else (namespace[0], namespace[1])
-
-    def _probe(self, probe: SharedProbe) -> dict[str, Any]:
-        h = SlurmHandle(probe, None, "")
-        h.label = "start-up job"
-        self._start(h, count=False)
-        if not self.wait_any([h], timeout=self.options.probe_timeout_s):
-            self.cancel(h)
-            raise SharedFilesystemError(
-                f"the start-up job {h.job.job_id} did not run within {self.options.probe_timeout_s:.0f} s, so "
-                f"whether jobs see {self.cache_dir} is unknown; retry when the partition is less busy or raise "
-                "probe_timeout_s in [tool.harness.slurm]"
-            )
-        if h.error is not None:
-            raise JobFailed(f"the start-up job failed, so nothing can run: {h.error}")
-        if not isinstance(h.value, dict):  # ended without a result the driver can see
-            raise SharedFilesystemError(
-                f"the start-up job left no result under {self.run_dir} "
-                f"({'; '.join(h.faults)}): --cache-dir {self.cache_dir} must be on a "
-                "file system the compute nodes share (NFS, Lustre, GPFS)"
-            )
-        return h.value
 
     # ------------------------------------------------------------------ jobs
 
@@ -363,7 +280,7 @@ class SlurmExecutor:
             h.value = self._with_jobs(h, payload)
             return
         trace = str(payload).strip().splitlines()
-        self.say(f"job {h.job.job_id} ({h.label}) raised; last lines:\n" + _indent("\n".join(trace[-15:])))
+        self.say(f"job {h.job.job_id} ({h.label}) raised; last lines:\n" + indent("\n".join(trace[-15:])))
         h.error = (
             f"job {h.job.job_id} ({h.label}) raised {trace[-1] if trace else 'an error'}; log: {self._paths(h).stderr}"
         )
@@ -382,7 +299,7 @@ class SlurmExecutor:
         self.joblist.mark(h.job.job_id, EntryState.FAULT)
         self._kill(h.job)  # a held or half-dead job must not come back later
         tail = jobstate.log_tail([paths.stderr, paths.stdout])
-        self.say(reason + (f"; last lines of its log:\n{_indent(tail)}" if tail else f" (no log at {paths.stderr})"))
+        self.say(reason + (f"; last lines of its log:\n{indent(tail)}" if tail else f" (no log at {paths.stderr})"))
         if h.attempt <= self.options.job_retries:
             self.stats["retried"] += 1
             self.say(f"resubmitting {h.label} (attempt {h.attempt + 1} of {1 + self.options.job_retries})")
@@ -401,33 +318,3 @@ class SlurmExecutor:
     def _log(self, h: SlurmHandle, state: str) -> JobLog:
         paths = self._paths(h)
         return JobLog(str(h.job.job_id), self.options.cluster, str(paths.stdout), str(paths.stderr), h.attempt, state)
-
-
-def _own(handle: Handle) -> SlurmHandle:
-    if not isinstance(handle, SlurmHandle):
-        raise TypeError(f"not a handle of this executor: {handle!r}")
-    return handle
-
-
-def _import_submitit() -> Any:
-    """submitit, imported without its ``logging.config.dictConfig``: that call closes every
-    logging handler the process already has (an application's own, pytest's log capture). Jobs
-    still configure it: the variable is not left in the environment they inherit."""
-    if "submitit" in sys.modules:
-        return sys.modules["submitit"]
-    before = os.environ.get("SUBMITIT_LOG_LEVEL")
-    os.environ["SUBMITIT_LOG_LEVEL"] = "NOCONFIG"
-    try:
-        import submitit
-    except ImportError:
-        raise EnvironmentProblem("the slurm executor needs submitit: pip install 'harness[slurm]'") from None
-    finally:
-        if before is None:
-            del os.environ["SUBMITIT_LOG_LEVEL"]
-        else:
-            os.environ["SUBMITIT_LOG_LEVEL"] = before
-    return submitit
-
-
-def _indent(text: str) -> str:
-    return "\n".join("    " + line for line in text.splitlines())

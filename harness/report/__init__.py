@@ -13,13 +13,14 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from harness.report.junit import write_junit
-    from harness.report.pages import render_bisect_report, render_run_report
+    from harness.report.pages import render_bisect_report
+    from harness.report.runpage import render_run_report
     from harness.report.trend import render_trend_report
 
 _WHERE = {
     "write_junit": "harness.report.junit",
     "render_bisect_report": "harness.report.pages",
-    "render_run_report": "harness.report.pages",
+    "render_run_report": "harness.report.runpage",
     "render_trend_report": "harness.report.trend",
 }
 

@@ -14,9 +14,9 @@ The user's repository is never modified. Only read-only commands run against it
 stash, no config writes: a user can keep working in the repository while a bisection runs,
 and an interrupted bisection leaves nothing behind to clean up.
 
-One module because it is the harness's single git layer: every query, the read-only
-environment they run under (``GIT_ENV``) and the translation of git's failures into one-line
-errors sit in one place, where the never-modify rule can be checked by reading one file.
+Every query sits in this one class, where the never-modify rule can be checked by reading one
+file; the read-only environment git runs under and the translation of its failures into
+one-line errors are :mod:`.gitcmd`.
 """
 
 from __future__ import annotations
@@ -29,9 +29,9 @@ from typing import NamedTuple
 
 from harness.errors import EnvironmentProblem, GitError, UsageError
 from harness.records.commit import Commit
+from harness.repository.gitcmd import command, commit_subject, git_failure, git_in, text_of
 
-# A missing git executable must become a one-line EnvironmentProblem when git is first needed,
-# not an ImportError while the CLI starts.
+# a missing git executable is a one-line EnvironmentProblem when git is first needed (as in gitcmd)
 os.environ.setdefault("GIT_PYTHON_REFRESH", "quiet")
 
 import git  # noqa: E402  (GitPython, after the setting above)
@@ -42,49 +42,6 @@ from git.exc import (  # noqa: E402
     InvalidGitRepositoryError,
     NoSuchPathError,
 )
-
-#: Environment of every git command: no prompts, stable English messages, no optional locks.
-GIT_ENV = {"GIT_TERMINAL_PROMPT": "0", "LC_ALL": "C", "LANG": "C", "GIT_OPTIONAL_LOCKS": "0"}
-
-
-def one_line(text: str) -> str:
-    return " ".join(text.split())
-
-
-def git_failure(exc: Exception, what: str) -> GitError | EnvironmentProblem:
-    """The one-line harness error for a failed git command (GitPython's exception chained)."""
-    if isinstance(exc, GitCommandNotFound):
-        return EnvironmentProblem("git is not installed or not on PATH")
-    if isinstance(exc, GitCommandError):
-        detail = exc.stderr if isinstance(exc.stderr, str) else ""
-        detail = one_line(detail.replace("stderr:", "").strip(" '")) or f"exit status {exc.status}"
-        return GitError(f"git {what} failed: {detail}")
-    return GitError(f"git {what} failed: {one_line(str(exc))}")
-
-
-def command(repo: git.Repo) -> git.Git:
-    """``repo``'s git command wrapper with the harness environment."""
-    repo.git.update_environment(**GIT_ENV)
-    return repo.git
-
-
-def text_of(cmd: git.Git, name: str, *args: str) -> str:
-    """stdout of ``git NAME ARGS`` as text (undecodable bytes replaced, final newline kept)."""
-    try:
-        out = getattr(cmd, name)(*args, stdout_as_string=False, strip_newline_in_stdout=False)
-    except (GitCommandError, GitCommandNotFound) as exc:
-        raise git_failure(exc, " ".join([name.replace("_", "-"), *args[:2]])) from exc
-    return bytes(out).decode("utf-8", "replace")
-
-
-def commit_subject(message: str) -> str:
-    """What ``git log --format=%s`` prints: the first paragraph, its lines joined by spaces."""
-    lines = []
-    for line in message.lstrip("\n").split("\n"):
-        if not line.strip():
-            break
-        lines.append(line.rstrip())
-    return " ".join(lines)
 
 
 @dataclass(frozen=True)
@@ -322,13 +279,6 @@ class GitRepo:
 def _message(commit: git.Commit) -> str:
     message = commit.message
     return message.decode("utf-8", "replace") if isinstance(message, bytes) else message
-
-
-def git_in(directory: Path, git_dir: Path | None = None) -> git.Git:
-    """GitPython's command wrapper running in ``directory`` (or on ``git_dir``) with the harness environment."""
-    cmd = git.Git(str(directory))
-    cmd.update_environment(**GIT_ENV, **({"GIT_DIR": str(git_dir)} if git_dir is not None else {}))
-    return cmd
 
 
 def open_repo(path: Path | str) -> GitRepo:

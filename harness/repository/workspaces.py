@@ -24,7 +24,8 @@ from pathlib import Path
 import git
 
 from harness.errors import GitError
-from harness.repository.gitrepo import GIT_ENV, GitRepo, git_failure, git_in, one_line, open_repo, text_of
+from harness.repository.gitcmd import GIT_ENV, git_failure, git_in, one_line, text_of
+from harness.repository.gitrepo import GitRepo, open_repo
 
 DEFAULT_WORKSPACE_PATHS: tuple[str, ...] = ("src", "tests", "pyproject.toml")
 _TREES = "trees"  # workspaces under a WorkspaceCache directory, one per full sha

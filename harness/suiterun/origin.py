@@ -22,10 +22,10 @@ def remote_url(checkout: Path | None) -> str:
     """Web address of the ``origin`` remote of the git checkout holding ``checkout``."""
     if checkout is None:
         return ""
-    from harness.repository import gitrepo  # GitPython only where a remote is asked for
+    from harness.repository import gitcmd  # GitPython only where a remote is asked for
 
     try:
-        return web_url(gitrepo.text_of(gitrepo.git_in(Path(checkout)), "config", "--get", "remote.origin.url"))
+        return web_url(gitcmd.text_of(gitcmd.git_in(Path(checkout)), "config", "--get", "remote.origin.url"))
     except (HarnessError, OSError):
         return ""
 

@@ -1,0 +1,68 @@
+"""What a commit still needs evaluated, given what the cache holds there: pure set arithmetic.
+
+Why: a bisection's answer depends only on its open cases, so an intermediate probe runs those
+and nothing else; its endpoints run the whole selection (they decide which cases are open).
+Verdicts are cached per (commit, case) with the :class:`~harness.bisect.scope.Scope` each
+evaluation ran, so what is missing is computed, never assumed: a case probe covers its cases,
+a selection run covers its suites for the same ``-k``, the default selection covers every
+suite. ``want`` is 1 + retries: each case (or suite) needs that many verdicts.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections import Counter
+from collections.abc import Iterable, Sequence
+
+from harness.bisect.cache import Evaluation
+from harness.bisect.scope import Scope, suite_of
+
+
+def missing_whole(evaluations: Sequence[Evaluation], whole: Scope, want: int) -> tuple[Scope, int] | None:
+    """What an endpoint lacks of the selection ``whole``: (the scope to run, how many times)."""
+    if whole.cases is not None:  # a selection of listed cases (a second level re-running its cases)
+        return missing_cases(evaluations, whole.cases, want)
+    full = [e for e in evaluations if not e.scope.partial and e.scope.keyword == whole.keyword]
+    everything = sum(e.scope.suites is None for e in full)
+    if whole.suites is None:
+        return (whole, want - everything) if everything < want else None
+    per_suite: Counter[str] = Counter()
+    for e in full:
+        for suite in whole.suites if e.scope.suites is None else e.scope.suites:
+            per_suite[suite] += 1
+    lacking = [s for s in whole.suites if per_suite[s] < want]
+    if not lacking:
+        return None
+    times = want - min(per_suite[s] for s in lacking)
+    return (whole if len(lacking) == len(whole.suites) else Scope(tuple(lacking), whole.keyword)), times
+
+
+def missing_cases(evaluations: Sequence[Evaluation], cases: Iterable[str], want: int) -> tuple[Scope, int] | None:
+    """What a probe lacks of ``cases`` (the open ones): a case probe of those with fewer than
+    ``want`` verdicts here, and how many times to run it."""
+    held: Counter[str] = Counter()
+    for e in evaluations:  # a case a probe asked for counts even when it produced no verdict there
+        held.update(set(e.verdicts) | set(e.scope.cases or ()))
+    lacking = sorted(c for c in set(cases) if held[c] < want)
+    if not lacking:
+        return None
+    return Scope(cases=tuple(lacking)), want - min(held[c] for c in lacking)
+
+
+def in_selection(evaluation: Evaluation, whole: Scope) -> Evaluation:
+    """``evaluation`` with only the verdicts of cases the selection ``whole`` has: its suites,
+    its listed cases; for a ``-k`` selection, only what a run with that ``-k`` produced."""
+    if not evaluation.scope.partial and evaluation.scope.keyword != whole.keyword:
+        return dataclasses.replace(evaluation, verdicts={}, messages={})
+
+    def keep(case: str) -> bool:
+        if whole.cases is not None:
+            return case in whole.cases
+        return whole.suites is None or suite_of(case) in whole.suites
+
+    if whole.keyword is not None and evaluation.scope.partial:
+        return dataclasses.replace(evaluation, verdicts={}, messages={})  # its cases may lie outside -k
+    verdicts = {c: v for c, v in evaluation.verdicts.items() if keep(c)}
+    return dataclasses.replace(
+        evaluation, verdicts=verdicts, messages={c: evaluation.messages.get(c, "") for c in verdicts}
+    )

@@ -1,0 +1,69 @@
+"""What one evaluation ran: a selection run whole (suites, ``-k``), or listed cases only.
+
+Why it is recorded: the verdict cache holds verdicts per (commit, case). A bisection's
+endpoints run its whole selection, since they decide which cases are open; an intermediate
+probe runs only the cases still open. A later bisect (or nightly) asking for other cases at
+a cached commit must know what is there: a case probe never stands for a whole selection
+(a partial probe never poisons a full one), and a selection run covers a suite only for the
+same ``-k``.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any
+
+
+@dataclass(frozen=True)
+class Scope:
+    """``suites`` None: the default suite set; ``cases`` set: a probe of exactly these cases."""
+
+    suites: tuple[str, ...] | None = None
+    keyword: str | None = None
+    cases: tuple[str, ...] | None = None
+
+    @property
+    def partial(self) -> bool:
+        return self.cases is not None
+
+    def label(self) -> str:
+        """A few words for a probe line: "all", "suites a, b", "3 open cases"."""
+        if self.cases is not None:
+            return f"{len(self.cases)} open case{'s' if len(self.cases) != 1 else ''}"
+        what = "all" if self.suites is None else "suites " + ", ".join(self.suites)
+        return what + (f" -k {self.keyword!r}" if self.keyword else "")
+
+    def covered_suites(self, keyword: str | None, default: Iterable[str]) -> set[str]:
+        """The suites this evaluation ran whole for a selection with ``keyword`` (none for a
+        case probe, none for another ``-k``)."""
+        if self.cases is not None or self.keyword != keyword:
+            return set()
+        return set(default) if self.suites is None else set(self.suites)
+
+    def to_json(self) -> str:
+        doc: dict[str, Any] = {}
+        if self.suites is not None:
+            doc["suites"] = sorted(self.suites)
+        if self.keyword is not None:
+            doc["k"] = self.keyword
+        if self.cases is not None:
+            doc["cases"] = sorted(self.cases)
+        return json.dumps(doc, sort_keys=True)
+
+    @classmethod
+    def from_json(cls, text: str) -> Scope:
+        """'' (rows stored before scopes were recorded) reads as a run of the default selection:
+        those rows are reachable only under the default selection's key (see the cache)."""
+        doc = json.loads(text) if text else {}
+        suites, cases = doc.get("suites"), doc.get("cases")
+        return cls(
+            tuple(suites) if suites is not None else None,
+            doc.get("k"),
+            tuple(cases) if cases is not None else None,
+        )
+
+
+def suite_of(case_id: str) -> str:
+    return case_id.split("::", 1)[0]

@@ -1,0 +1,92 @@
+"""The package's layout keeps the rules issue 23 set: no import circle inside ``harness/``
+(module-level, lazy and TYPE_CHECKING imports alike), no module past ~350 lines, and every
+package says what it is for."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+from harness.paths import PACKAGE, ROOT
+
+MAX_LINES = 370  # "~350": a module that grows past this is split, not defended
+
+
+def _modules() -> dict[str, Path]:
+    found = {}
+    for path in PACKAGE.rglob("*.py"):
+        if "_data" in path.parts:
+            continue
+        name = ".".join(path.relative_to(ROOT).with_suffix("").parts)
+        found[name.removesuffix(".__init__")] = path
+    return found
+
+
+def _imports(path: Path, modules: dict[str, Path]) -> set[str]:
+    out = set()
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            if node.module in modules:
+                out.add(node.module)
+            out |= {f"{node.module}.{a.name}" for a in node.names if f"{node.module}.{a.name}" in modules}
+        elif isinstance(node, ast.Import):
+            out |= {a.name for a in node.names if a.name in modules}
+    return out
+
+
+def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """Strongly connected components with more than one module (Tarjan)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on: set[str] = set()
+    found: list[list[str]] = []
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on.add(v)
+        for w in graph[v]:
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            comp = []
+            while True:
+                w = stack.pop()
+                on.discard(w)
+                comp.append(w)
+                if w == v:
+                    break
+            if len(comp) > 1:
+                found.append(sorted(comp))
+
+    for v in graph:
+        if v not in index:
+            visit(v)
+    return found
+
+
+def test_no_import_circle_inside_harness() -> None:
+    modules = _modules()
+    graph = {name: _imports(path, modules) - {name} for name, path in modules.items()}
+    assert _cycles(graph) == []
+
+
+def test_the_cycle_finder_finds_one() -> None:
+    assert _cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+
+
+def test_no_module_past_the_size_limit() -> None:
+    sizes = {name: len(path.read_text(encoding="utf-8").splitlines()) for name, path in _modules().items()}
+    assert {n: s for n, s in sizes.items() if s > MAX_LINES} == {}
+
+
+def test_every_package_says_what_it_is_for() -> None:
+    for init in PACKAGE.rglob("__init__.py"):
+        if "_data" in init.parts or "site" in init.parts:
+            continue
+        doc = ast.get_docstring(ast.parse(init.read_text(encoding="utf-8")))
+        assert doc, f"{init.relative_to(ROOT)} has no docstring"
