@@ -676,7 +676,11 @@ def test_fake_good_cannot_run_a_case_bisects_from_where_it_starts_running(tmp_pa
     assert (c.runs_from, c.verdict_there, c.bisected) == (shas[15], "fail", False)
     case_a = next(x for x in run.doc.cases if x.case_id == "s::a")
     assert any(shas[8][:12] in n and "bisected from there" in n for n in case_a.notes), case_a.notes
-    assert [(n.case_id, "nothing to bisect" in n.reason) for n in run.doc.not_bisected] == [("s::c", True)]
+    # issue 24: failing from the oldest commit where it runs is no "nothing to bisect": that commit is its origin
+    assert [
+        (n.case_id, f"born failing: it fails from the oldest commit where it runs, {shas[15][:12]}" in n.reason)
+        for n in run.doc.not_bisected
+    ] == [("s::c", True)]
     lines = "\n".join(bisect_summary_lines(run.doc))
     assert f"oldest commit where it runs is {shas[8][:12]}" in lines and "s::c" in lines
     again = BisectDoc.from_json(run.doc.to_json())

@@ -47,7 +47,7 @@ SCHEMA_1_KEYS = {
 }
 SCHEMA_2_KEYS = SCHEMA_1_KEYS | {"late_starts", "confirmations"}
 SCHEMA_3_KEYS = SCHEMA_2_KEYS | {"held", "pin_change", "descents"}
-SCHEMA_4_KEYS = SCHEMA_3_KEYS | {"partial", "probe_costs"}
+SCHEMA_4_KEYS = SCHEMA_3_KEYS | {"partial", "probe_costs", "hint_flags"}
 
 
 def _doc() -> BisectDoc:
@@ -82,7 +82,7 @@ def test_round_trip_through_the_file(tmp_path: Path) -> None:
 def test_culprit_groups_name_each_commit_once_with_its_sources() -> None:
     (group,) = _doc().culprit_groups()
     assert [c.case_id for c in group.cases] == ["s::a", "s::b"]
-    assert group.blamed_by == "golden cases and upstream tests"
+    assert group.blamed_by == "harness suites and MB's upstream tests"
 
 
 def test_a_schema_1_file_still_reads(tmp_path: Path) -> None:

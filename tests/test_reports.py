@@ -701,7 +701,7 @@ def test_bisect_report_groups_cases_by_culprit_and_names_the_source(tmp_path: Pa
     rows = doc.find_all("tr", cls="culprit-group")
     assert len(rows) == 1, "one row per culprit commit, however many cases it broke"
     assert rows[0].attrs["data-sha"] == found["culprit"]["sha"]
-    assert rows[0].find("td", cls="blamed-by").text() == "golden cases and upstream tests"
+    assert rows[0].find("td", cls="blamed-by").text() == "harness suites and MB's upstream tests"
     assert "upstream::tests/test_x.py::test_pack" in rows[0].text()
 
 

@@ -82,6 +82,24 @@ class CaseDoc:
     notes: list[str] = field(default_factory=list)
     golden_diff: str = ""  # the case's diff (or message) at the culprit, else at the bad end
     source: str = "golden"  # which source of verdicts: "golden" or "upstream"
+    # the answer at the culprit (else the bad end): why it is red, never "golden" for an invariant
+    broken: str = ""  # invariants that broke, "logical-boundaries x4, padding-never-trains x1"
+    impacts: list[str] = field(default_factory=list)  # training impacts (harness.oracle.impact)
+    violation: str = ""  # one concrete violation: invariant, impact, row, position, expected, got
+
+    @property
+    def kind(self) -> str:
+        """What made it red: "invariant", "mb-raised", "break", "rule" or "golden" (a changed value)."""
+        text = self.golden_diff.lstrip()
+        if self.broken:
+            return "invariant"
+        if text.startswith("Megatron raised"):
+            return "mb-raised"
+        if text.startswith("broken:"):
+            return "break"
+        if text.startswith("changed:") or text.startswith("golden mismatch"):
+            return "golden"
+        return "rule" if self.impacts else "failure"
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -95,6 +113,10 @@ class CaseDoc:
             "notes": list(self.notes),
             "golden_diff": self.golden_diff,
             "source": self.source,
+            "broken": self.broken,
+            "impacts": list(self.impacts),
+            "violation": self.violation,
+            "kind": self.kind,
         }
 
     @classmethod
@@ -112,6 +134,9 @@ class CaseDoc:
             notes=[str(n) for n in doc.get("notes") or []],
             golden_diff=str(doc.get("golden_diff") or ""),
             source=str(doc.get("source") or "golden"),
+            broken=str(doc.get("broken") or ""),
+            impacts=[str(i) for i in doc.get("impacts") or []],
+            violation=str(doc.get("violation") or ""),
         )
 
 
@@ -217,11 +242,11 @@ class CulpritGroup:
 
     @property
     def blamed_by(self) -> str:
-        """Whether golden cases, MB's own upstream tests, or both pointed at the commit."""
+        """Whether the harness's suites, MB's own upstream tests, or both pointed at the commit."""
         sources = self.sources
         if len(sources) > 1:
-            return "golden cases and upstream tests"
-        return "upstream tests" if sources == ["upstream"] else "golden cases"
+            return "harness suites and MB's upstream tests"
+        return "MB's upstream tests" if sources == ["upstream"] else "harness suites"
 
 
 #: A probe-table cell for a case no evaluation at that commit ran (a probe of other open cases).

@@ -199,6 +199,7 @@ class BisectDoc:
     # interrupted (Ctrl-C, SIGTERM): what finished; an OPEN case keeps the range still to search
     partial: bool = False
     probe_costs: dict[str, list[ProbeCost]] = field(default_factory=dict)  # sha -> each new evaluation's cost
+    hint_flags: list[str] = field(default_factory=list)  # options a reproduce hint repeats (--megatron-lm...)
 
     @property
     def find_fix(self) -> bool:
@@ -258,6 +259,7 @@ class BisectDoc:
             "descents": [d.to_json() for d in self.descents],
             "partial": self.partial,
             "probe_costs": {sha: [vars(c).copy() for c in v] for sha, v in self.probe_costs.items()},
+            "hint_flags": list(self.hint_flags),
             **self._cluster_json(),
         }
 
@@ -319,6 +321,7 @@ class BisectDoc:
             probe_costs={
                 str(k): [ProbeCost.from_json(c) for c in v] for k, v in (doc.get("probe_costs") or {}).items()
             },
+            hint_flags=[str(f) for f in doc.get("hint_flags") or []],
         )
 
     def save(self, path: Path) -> None:
@@ -361,4 +364,4 @@ def _from_schema_2(doc: dict[str, Any]) -> dict[str, Any]:
 def _from_schema_3(doc: dict[str, Any]) -> dict[str, Any]:
     """Schema 3 was written only by bisections that finished (an interrupted one wrote nothing),
     and did not record what each probe ran."""
-    return {**doc, "partial": False, "probe_costs": {}}
+    return {**doc, "partial": False, "probe_costs": {}, "hint_flags": []}

@@ -36,6 +36,7 @@ from harness.bisect.closure import closure_hash, suite_hash, suite_process_files
 from harness.bisect.scope import Scope, suite_of
 from harness.errors import CorruptFile, GitError
 from harness.executors.local import JobLog
+from harness.records.results import CaseResult, RunResult
 from harness.records.verdict import Verdict
 from harness.repository.gitrepo import open_repo
 from harness.repository.pins import PinnedCore, pinned_core
@@ -212,7 +213,7 @@ class MBEvaluator:
         return EvalOutcome(
             verdicts={c.case_id: c.verdict for c in cases},
             messages={c.case_id: c.message for c in cases},
-            details={c.case_id: {"diff": c.diff or c.message, "source": c.source} for c in cases},
+            details={c.case_id: case_detail(c) for c in cases},
             duration_s=time.monotonic() - t0,
             note="; ".join(result.notes),
         )
@@ -223,12 +224,35 @@ class MBEvaluator:
 
     def details_of(self, label: str) -> dict[str, dict[str, str]]:
         """Golden diffs of the newest kept run named ``label`` (its directory under the runs dir)."""
-        from harness.records.results import RunResult
-
         for path in sorted((self.runs_dir / label).glob("*/results.json"), reverse=True):
             try:
                 run = RunResult.load(path)
             except (CorruptFile, OSError, ValueError, KeyError, TypeError):
                 continue
-            return {c.case_id: {"diff": c.diff or c.message, "source": c.source} for c in run.cases}
+            return {c.case_id: case_detail(c) for c in run.cases}
         return {}
+
+
+def case_detail(case: CaseResult) -> dict[str, str]:
+    """What the bisect answer shows of a case at a commit: its diff or message, which invariants
+    broke (``logical-boundaries x4``), their training impacts, and one concrete violation."""
+    counts: dict[str, int] = {}
+    for v in case.violations:
+        counts[str(v.get("invariant"))] = counts.get(str(v.get("invariant")), 0) + 1
+    first = case.violations[0] if case.violations else None
+    violation = ""
+    if first is not None:
+        where = f"row {first.get('row')}" + (
+            f", position {first['position']}" if first.get("position") is not None else ""
+        )
+        violation = (
+            f"{first.get('invariant')} [{first.get('impact')}]: {where}: expected {first.get('expected')}, "
+            f"got {first.get('got')}"
+        )
+    return {
+        "diff": case.diff or case.message,
+        "source": case.source,
+        "broken": ", ".join(f"{k} x{n}" for k, n in sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))),
+        "impacts": ", ".join(case.impacts),
+        "violation": violation,
+    }

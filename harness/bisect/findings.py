@@ -156,6 +156,9 @@ def case_docs(
                 notes=list(outcome.notes),
                 golden_diff=detail.get("diff") or message,
                 source=detail.get("source") or "golden",
+                broken=detail.get("broken", ""),
+                impacts=[i for i in detail.get("impacts", "").split(", ") if i],
+                violation=detail.get("violation", ""),
             )
         )
     return docs

@@ -60,6 +60,12 @@ def _start(driver: Level, good: str, case: str, at_good: str, search: Bisection)
     there = real.value if real else "not run"
     where = f"the oldest commit where it runs is {first[:12]} ({there} there)"
     if seen is not Verdict.PASS:
+        if real in (Verdict.FAIL, Verdict.KNOWN_FAIL) or seen is Verdict.FAIL:  # red from its first runnable commit
+            born = (
+                f"{head}; born failing: it fails from the oldest commit where it runs, {first[:12]} "
+                "(where what it needs appeared): that commit is its origin"
+            )
+            return LateStart(case, at_good, first, there, reason=born)
         return LateStart(case, at_good, first, there, reason=f"{head}; {where}: nothing to bisect")
     if driver.opts.strict_good:
         return LateStart(

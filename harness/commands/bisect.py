@@ -219,6 +219,10 @@ def run(args: argparse.Namespace, out: TextIO = sys.stdout) -> int:
             result = run_bisection(opts, executor=executor, progress=None if args.quiet else sys.stderr)
     except BisectInterrupted as stopped:  # what finished, marked partial, open cases with their range left
         result = stopped.run
+    flags = _args.verdict_flags(args)
+    if "--mb-src" in flags:  # bisect's --mb-src is the MB held at a second level, not a run's target
+        del flags[flags.index("--mb-src") : flags.index("--mb-src") + 2]
+    result.doc.hint_flags = flags
     result.doc.repo_url = repo_url or origin.remote_url(args.repo)
     mlm_url = origin.remote_url(args.megatron_lm)  # a descent's commits are Megatron-LM's
     for descent in result.doc.descents:

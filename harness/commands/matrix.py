@@ -213,37 +213,52 @@ def _run_as_jobs(
     return rows
 
 
+#: The terminal tables fit this many columns (a CI log, a laptop terminal).
+TABLE_WIDTH = 120
+#: A per-suite cell: pass/fail/known-fail/changed/untestable (errors are listed after the tables).
+CELL = ("pass", "fail", "known-fail", "changed", "untestable")
+
+
 def print_table(rows: list[matrix.MatrixRow], out: TextIO) -> None:
+    """MB's health first (failures, known MB bugs, golden changes, untestable, errors per ref,
+    each its own column), then the harness's coverage goal, then per suite: suites as rows and
+    refs as columns, split so no line is wider than :data:`TABLE_WIDTH`."""
     from harness.eras import matrix
 
-    suites = sorted({s for r in rows for s in r.suites})
-    width = max([len(s) for s in suites] + [10])
-    print(
-        f"\n{'ref':<12}{'commit':<11}{'date':<12}{'CPU':>5}{'untest':>8}{'%':>6}{'era':>6}{'gaps':>6}{'gap%':>8}"
-        + "".join(f"{s[:width]:>{width + 2}}" for s in suites),
-        file=out,
-    )
-    print(f"{'':<74}" + "".join(f"{'p/f/u/e':>{width + 2}}" for _ in suites), file=out)
+    def total(r: matrix.MatrixRow, verdict: str) -> int:
+        return sum(n.get(verdict, 0) for n in r.suites.values())
+
+    head = f"{'ref':<12}{'commit':<11}{'date':<12}" + f"{'fail':>6}{'known':>7}{'changed':>9}{'fixed':>7}"
+    head += f"{'untest':>8}{'error':>7}"
+    print("\nMB's health (cases per verdict; known = reviewed known MB bugs)", file=out)
+    print(head, file=out)
     for r in rows:
-        cells = []
-        for s in suites:
-            n = r.suites.get(s)
-            cells.append(f"{n['pass']}/{_failing(n)}/{n['untestable']}/{n['error']}" if n else "-")
-        mark = "" if r.meets_goal else " *"
         print(
-            f"{r.ref:<12}{r.commit[:9]:<11}{r.date[:10]:<12}{r.cpu_cases:>5}{r.untestable_cpu:>8}"
-            f"{r.untestable_pct:>6.1f}{r.era_gap_cpu:>6}{len(r.gaps):>6}{r.gap_pct:>6.1f}{mark:<2}"
-            + "".join(f"{c:>{width + 2}}" for c in cells),
+            f"{r.ref:<12}{r.commit[:9]:<11}{r.date[:10]:<12}{total(r, 'fail'):>6}{total(r, 'known-fail'):>7}"
+            f"{total(r, 'changed'):>9}{total(r, 'fixed'):>7}{total(r, 'untestable'):>8}{total(r, 'error'):>7}",
             file=out,
         )
-    print(
-        "(era: untestable because the feature is checked absent at that commit; gaps: every other untestable "
-        f"case; * gaps above {matrix.UNTESTABLE_GOAL_PCT:g}% of the CPU cases whose features exist there; "
-        "f counts fail, changed and known-fail)",
-        file=out,
-    )
-
-
-def _failing(counts: dict[str, int]) -> int:
-    """Cases whose output differs from what the suite expects: failures, golden changes, known MB bugs."""
-    return sum(counts.get(v.value, 0) for v in (Verdict.FAIL, Verdict.CHANGED, Verdict.KNOWN_FAIL))
+    print("\nharness coverage (CPU cases untestable: era = feature absent there, gaps = every other)", file=out)
+    print(f"{'ref':<12}{'CPU':>6}{'untest':>8}{'%':>7}{'era':>6}{'gaps':>6}{'gap%':>8}", file=out)
+    for r in rows:
+        mark = "" if r.meets_goal else " *"
+        print(
+            f"{r.ref:<12}{r.cpu_cases:>6}{r.untestable_cpu:>8}{r.untestable_pct:>7.1f}{r.era_gap_cpu:>6}"
+            f"{len(r.gaps):>6}{r.gap_pct:>6.1f}{mark}",
+            file=out,
+        )
+    print(f"(* gaps above {matrix.UNTESTABLE_GOAL_PCT:g}% of the CPU cases whose features exist there)", file=out)
+    suites = sorted({s for r in rows for s in r.suites})
+    label = min(max([len(s) for s in suites] + [5]), 28)
+    cell = 14
+    per_chunk = max(1, (TABLE_WIDTH - label) // cell)
+    print("\nper suite: pass/fail/known/changed/untestable", file=out)
+    for start in range(0, len(rows), per_chunk):
+        chunk = rows[start : start + per_chunk]
+        print(f"{'suite':<{label}}" + "".join(f"{r.ref[: cell - 1]:>{cell}}" for r in chunk), file=out)
+        for suite in suites:
+            cells = []
+            for r in chunk:
+                n = r.suites.get(suite)
+                cells.append("/".join(str(n.get(v, 0)) for v in CELL) if n else "-")
+            print(f"{suite[:label]:<{label}}" + "".join(f"{c:>{cell}}" for c in cells), file=out)

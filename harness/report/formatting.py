@@ -128,3 +128,9 @@ def case_name(case: CaseResult) -> str:
 def anchor(case_id: str) -> str:
     """A stable HTML id for a case (ids in reports must not contain spaces or quotes)."""
     return "case-" + re.sub(r"[^A-Za-z0-9_.-]+", "-", case_id).strip("-")
+
+
+def case_selector(case_id: str) -> tuple[str, str]:
+    """(suite, -k expression) that selects exactly this case with ``harness run``."""
+    suite, _, name = case_id.partition("::")
+    return suite, name.split(".")[-1]

@@ -14,6 +14,7 @@ from typing import Any
 
 from harness.bisect.document import BisectDoc, CaseDoc, Confirmation, Descent, PinCheck
 from harness.records.provenance import commit_url
+from harness.report.bisectanswer import answer
 from harness.report.formatting import VERDICT_ORDER, anchor, render_template, short_sha
 from harness.repository.pins import SUBMODULE
 
@@ -211,6 +212,7 @@ def _level_context(bisect: BisectDoc, prefix: str = "") -> dict[str, Any]:
                 "sources": g.sources,
                 "blamed_by": g.blamed_by,
                 "confirmation": _confirmation_view(bisect.confirmation(g.culprit.sha)),
+                "answer": answer(bisect, g),
             }
             for g in bisect.culprit_groups()
         ],

@@ -15,6 +15,8 @@ from harness.bisect.algorithm import CaseStatus
 from harness.bisect.document import BisectDoc, Descent
 from harness.records.results import RunResult
 from harness.records.verdict import Verdict
+from harness.report.bisectanswer import culprit_lines
+from harness.report.formatting import case_selector
 from harness.repository.pins import SUBMODULE
 
 COLUMNS = (
@@ -34,12 +36,6 @@ def _target_flags(result: RunResult) -> str:
         return "".join(f" {shlex.quote(f)}" for f in result.hint_flags)
     path = result.target.get("path") if result.target.get("kind") == "source" else None
     return f" --mb-src {shlex.quote(str(path))}" if path else ""
-
-
-def case_selector(case_id: str) -> tuple[str, str]:
-    """(suite, -k expression) that selects exactly this case with ``harness run``."""
-    suite, _, name = case_id.partition("::")
-    return suite, name.split(".")[-1]
 
 
 def reproduce_command(result: RunResult, case_id: str) -> str:
@@ -180,6 +176,7 @@ def bisect_summary_lines(doc: BisectDoc) -> list[str]:
             "",
             f"{first} commit {cul.sha[:12]}  {cul.subject}",
             f"  author: {cul.author} <{cul.email}>   date: {cul.date}",
+            *culprit_lines(doc, group),
             f"  files under {'megatron' if doc.held else 'src'}/: " + (", ".join(cul.files) or "(none)"),
             f"  cases ({len(ids)}): " + ", ".join(ids[:6]) + more,
         ]

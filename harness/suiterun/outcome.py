@@ -31,7 +31,7 @@ import pytest
 from harness.errors import Broken, EnvironmentProblem, Untestable
 from harness.oracle.impact import Impact
 from harness.records.verdict import Verdict
-from harness.suiterun.ownership import Owner, blame
+from harness.suiterun.ownership import Owner, blame, mb_frame
 
 
 class GoldenMismatch(AssertionError):
@@ -73,7 +73,8 @@ def classify(excinfo: pytest.ExceptionInfo | None, skipped: bool, longrepr: Any)
             if isinstance(decided, Untestable):  # a missing third-party dependency, not a break
                 return Verdict.UNTESTABLE, f"untestable: {decided}", None
             return Verdict.FAIL, f"broken: {decided}", None
-        return Verdict.FAIL, f"Megatron raised {type(exc).__name__}: {exc}", None
+        where = mb_frame(excinfo.tb)
+        return Verdict.FAIL, f"Megatron raised {type(exc).__name__}: {exc}" + (f" [at {where}]" if where else ""), None
     return Verdict.ERROR, f"harness error {type(exc).__name__}: {exc}", None
 
 

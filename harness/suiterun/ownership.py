@@ -117,6 +117,21 @@ def frames(tb: TracebackType | None) -> list[str]:
     return out
 
 
+def mb_frame(tb: TracebackType | None, mb_roots: tuple[str, ...] | None = None) -> str:
+    """Where in MB the innermost MB frame of a traceback is: ``megatron/bridge/x.py:42 in fn``
+    ("" when no frame is MB's): the line blame was decided on, shown with the exception."""
+    roots = megatron_roots() if mb_roots is None else mb_roots
+    found = ""
+    while tb is not None:
+        code = tb.tb_frame.f_code
+        if _owner(code.co_filename, roots) is Owner.MEGATRON:
+            path = code.co_filename
+            at = path.rfind("/megatron/")
+            found = f"{path[at + 1 :] if at >= 0 else path}:{tb.tb_lineno} in {code.co_name}"
+        tb = tb.tb_next
+    return found
+
+
 def blame(tb: TracebackType | None, mb_roots: tuple[str, ...] | None = None) -> Owner:
     """Owner of the innermost project frame (Megatron or harness) of a traceback.
 
