@@ -70,11 +70,14 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     try:  # defaults from ./harness.toml or [tool.harness] in ./pyproject.toml; flags win
-        applied = config.apply(parser, config.load())
+        found = config.load()
+        applied = config.apply(parser, found)
     except HarnessError as exc:
         print(exc.one_line(), file=sys.stderr)
         return exc.exit_code
     args = applied.finish(_parse(parser, argv))
+    if found.source and not getattr(args, "quiet", False):  # as pytest says "configfile:": defaults came from there
+        print(f"harness: configfile: {found.source}", file=sys.stderr)
     try:
         return int(args.func(args, sys.stdout) or 0)  # the stdout of now (a test may have replaced it)
     except HarnessError as exc:

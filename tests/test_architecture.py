@@ -90,3 +90,16 @@ def test_every_package_says_what_it_is_for() -> None:
             continue
         doc = ast.get_docstring(ast.parse(init.read_text(encoding="utf-8")))
         assert doc, f"{init.relative_to(ROOT)} has no docstring"
+
+
+def test_the_readme_layout_is_the_generated_one() -> None:
+    import subprocess
+    import sys
+
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    start, end = "<!-- layout:start (scripts/layout.py) -->", "<!-- layout:end -->"
+    shown = readme[readme.index(start) + len(start) : readme.index(end)].strip()
+    out = subprocess.run(
+        [sys.executable, str(ROOT / "scripts" / "layout.py")], capture_output=True, text=True, check=True
+    ).stdout.strip()
+    assert shown == out, "run scripts/layout.py --write"

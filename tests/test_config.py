@@ -165,3 +165,16 @@ def test_shared_options_mean_the_same_everywhere() -> None:
     for path in suite_commands:
         flags = {f for a in commands[path]._actions for f in a.option_strings}
         assert {"-j", "--timeout", "-q", "--suites-dir", "--fixtures", "--suite"} <= flags, path
+
+
+def test_the_config_file_in_use_is_printed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Issue 24: defaults that came from a file are named, as pytest prints ``configfile:``."""
+    (tmp_path / "harness.toml").write_text("[compare]\n")
+    monkeypatch.chdir(tmp_path)
+    cli.main(["compare", str(tmp_path / "a.json"), str(tmp_path / "b.json")])  # fails: no such runs
+    assert f"harness: configfile: {tmp_path / 'harness.toml'}" in capsys.readouterr().err
+    (tmp_path / "harness.toml").unlink()
+    cli.main(["compare", str(tmp_path / "a.json"), str(tmp_path / "b.json")])
+    assert "configfile" not in capsys.readouterr().err

@@ -349,8 +349,26 @@ def test_auto_bisect_links_commits_like_the_night_and_trend_links_each_night_to_
     assert cmd[cmd.index("--repo-url") + 1] == url, "the bisect report links commits to the same repository"
     nights = [r["report"] for r in history.trend(history.load(tmp_path / "h.parquet"))["runs"]]
     assert len(nights) == 2 and len(set(nights)) == 2
-    for rel in nights:  # each night's own page, kept under runs/<run-id>/ and linked relative to trend.html
-        assert rel.startswith("runs/") and (out_dir / rel).is_file(), rel
+    for rel in nights:  # each night's own page, kept under runs/<run-id>/, stored relative to the history
+        assert rel.startswith("o/runs/") and (tmp_path / rel).is_file(), rel
+    shown = [a["href"] for t, a, _ in trend_page(out_dir).elements if t == "a" and "night-report" in a.get("class", "")]
+    assert sorted(shown) == sorted(r.removeprefix("o/") for r in nights), "rebased onto the trend page"
+
+
+def test_nights_under_different_outs_keep_links_to_each_other_and_history_defaults_under_out(
+    tmp_path: Path, fake_runner: FakeRunner
+) -> None:
+    """Issue 24: one --out per night with a shared --history linked earlier nights to dead pages;
+    and --history defaulted to the current directory's reports/, not under --out."""
+    fake_runner.queue += [night(), night(), night()]
+    shared = ["--history", str(tmp_path / "h.parquet")]
+    go(shared + ["--out", str(tmp_path / "n1"), "--commit", "a" * 40])
+    go(shared + ["--out", str(tmp_path / "n2"), "--commit", "b" * 40])
+    page = trend_page(tmp_path / "n2")
+    hrefs = [a["href"] for t, a, _ in page.elements if t == "a" and "night-report" in a.get("class", "")]
+    assert len(hrefs) == 2 and all((tmp_path / "n2" / h).resolve().is_file() for h in hrefs), hrefs
+    go(["--out", str(tmp_path / "n3"), "--commit", "c" * 40])
+    assert (tmp_path / "n3" / "history.parquet").is_file(), "the history lives under --out by default"
 
 
 @pytest.mark.parametrize(

@@ -87,10 +87,9 @@ def test_z():
 
 
 def test_the_child_writes_the_versions_the_run_records(tmp_path: Path) -> None:
-    suites = tmp_path / "suites"
-    suites.mkdir()
-    for name in ("pytest.ini", "conftest.py", "__init__.py"):
-        (suites / name).write_text((ROOT / "suites" / name).read_text())
+    from tests.test_runner_salvage import _suites_dir
+
+    suites = _suites_dir(tmp_path)
     (suites / "test_a.py").write_text(FINE)
     (tmp_path / "fixtures").mkdir()
     out = tmp_path / "out"

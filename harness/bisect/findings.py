@@ -81,11 +81,13 @@ def probe_tables(
         if not evs:
             continue
         ids = sorted({c for ev in evs for c in ev.verdicts} | set(case_ids))
+
         # a case no evaluation here ran (a probe of other open cases) is "not run": nothing inferred
+        def ran(ev: Evaluation, case: str) -> bool:  # asked for: a probe that produced nothing is a skip
+            return not ev.scope.partial or case in ev.verdicts or case in (ev.scope.cases or ())
+
         probes[sha] = {
-            c: probe_cell(ev.verdicts.get(c) for ev in evs if c in ev.verdicts or not ev.scope.partial)
-            if any(c in ev.verdicts or not ev.scope.partial for ev in evs)
-            else NOT_RUN
+            c: probe_cell(ev.verdicts.get(c) for ev in evs if ran(ev, c)) if any(ran(ev, c) for ev in evs) else NOT_RUN
             for c in ids
         }
         per_attempt[sha] = [{c: v.value for c, v in sorted(ev.verdicts.items())} for ev in evs]

@@ -78,8 +78,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         "--history",
         type=Path,
         metavar="FILE",
-        help="parquet history store (default reports/history.parquet under the current directory; "
-        "created when missing)",
+        help="parquet history store (default OUT/history.parquet with --out, else reports/history.parquet "
+        "under the current directory; created when missing). Report links in it are relative to it",
     )
     _args.add_out(p, "reports/nightly-<run-id>")
     _args.add_summary_md(p, "counts, failures with their impact, changes since the previous nightly")
@@ -135,7 +135,9 @@ def run(args: argparse.Namespace, out: TextIO = sys.stdout) -> int:
     gpu_suites = gpucheck.check_selection(runner.suite_files(args.suite)) if args.require_gpu else []
     tgt = _target(args)
     require_mb(tgt)
-    store = Path(args.history or paths.default_history()).expanduser().resolve()
+    # the history lives with the nights it describes: under --out when one is given (its runs/ too)
+    default_store = Path(args.out) / "history.parquet" if args.out else paths.default_history()
+    store = Path(args.history or default_store).expanduser().resolve()
     history.load(store)  # a corrupt or too-new store fails now, not after hours of suites
     run_id = runner.new_run_id()
     out_dir = _args.out_dir(args, f"nightly-{run_id}").resolve()
@@ -162,7 +164,9 @@ def run(args: argparse.Namespace, out: TextIO = sys.stdout) -> int:
     print_run_summary(result, out)
 
     commit = run_commit(args.commit, tgt, result)
-    df = history.append_run(store, result, commit, args.report_url or kept.relative_to(out_dir).as_posix())
+    # a path relative to the history store: the trend page of any later night rebases it (report.trend)
+    link = args.report_url or Path(os.path.relpath(kept, store.parent)).as_posix()
+    df = history.append_run(store, result, commit, link)
     tr = history.trend(df)
     trend_page = out_dir / "trend.html"
     render_trend_report(store, trend_page)  # written before any bisect: a killed bisect keeps it

@@ -10,6 +10,7 @@ and links to the bisect reports that hunted newly failing cases.
 from __future__ import annotations
 
 import math
+import os
 from pathlib import Path
 from typing import Any
 
@@ -141,11 +142,21 @@ def _checked_links(links: dict[str, str] | None) -> dict[str, str]:
     return out
 
 
+def _from_page(link: str, store: Path, page: Path) -> str:
+    """A night's report address as seen from ``page``: a URL as is; a path is stored relative to
+    the history file (so nights written under different ``--out`` directories keep working links)
+    and rebased onto the page's directory."""
+    if "://" in link or link.startswith("/"):
+        return link
+    return os.path.relpath(store.resolve().parent / link, page.resolve().parent)
+
+
 def render_trend_report(store: Path, out_path: Path, bisect_links: dict[str, str] | None = None) -> Path:
     """Write the trend page of the history in ``store``; ``bisect_links`` maps a case id to
     the (relative) address of the bisect report that hunted it, shown next to the case."""
     tr = history.trend(history.load(Path(store)))
     reports = _checked_links({r["run_id"]: r.get("report", "") for r in tr["runs"] if r.get("report")})
+    reports = {k: _from_page(v, Path(store), Path(out_path)) for k, v in reports.items()}
     for r in tr["runs"]:
         r["report"] = reports.get(r["run_id"], "")
     for d in tr["durations"]:
