@@ -9,6 +9,8 @@ Same range, same evaluations; the ratio of wall times is the figure (goal <= 0.3
 open cases out of >= 100), with the mean wall of an endpoint and of an intermediate probe.
 
     .venv/bin/python bench/bench_bisect_cost.py [--commits 24] [--fault first_fit_needs_one_more]
+    .venv/bin/python bench/bench_bisect_cost.py --mirror MB_MIRROR --range GOOD..BAD   # a real range
+                                                                      # (first-parent, installed megatron-core)
 """
 
 from __future__ import annotations
@@ -39,9 +41,10 @@ def _history(n: int, fault: faults.Fault) -> list[tuple[str, object]]:
     return out
 
 
-def _bisect(repo: Path, work: Path, mode: str) -> dict[str, object]:
+def _bisect(repo: Path, work: Path, mode: str, rng: str = "good..bad") -> dict[str, object]:
     cache, out = work / f"cache-{mode}", work / f"out-{mode}"
-    cmd = [sys.executable, "-m", "harness", "bisect", "good..bad", "--repo", str(repo), "-q"]
+    cmd = [sys.executable, "-m", "harness", "bisect", rng, "--repo", str(repo), "-q"]
+    cmd += ["--first-parent"] if rng != "good..bad" else []
     cmd += ["--cache-dir", str(cache), "--out", str(out)] + (["--probe-all-cases"] if mode == "all" else [])
     t0 = time.monotonic()
     proc = subprocess.run(cmd, capture_output=True, text=True, env={**os.environ, **GIT_ENV}, timeout=3600)
@@ -67,13 +70,20 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--commits", type=int, default=24)
     ap.add_argument("--fault", default="first_fit_needs_one_more", help="a fault name of tests/faults")
+    ap.add_argument("--mirror", type=Path, help="a Megatron-Bridge repository (a real range instead)")
+    ap.add_argument("--range", default="", help="with --mirror: GOOD..BAD, walked --first-parent")
     args = ap.parse_args()
-    fault = faults.FAULTS[args.fault]
     with tempfile.TemporaryDirectory(prefix="bench-bisect-cost-") as tmp:
         work = Path(tmp)
-        repo = build_repo(work, _history(args.commits, fault)).path
-        rows = {mode: _bisect(repo, work, mode) for mode in ("open", "all")}
-    print(f"generated MB history: {args.commits} commits, fault {fault.name}; default suites; -j 1; cold caches")
+        if args.mirror:
+            rows = {mode: _bisect(args.mirror, work, mode, args.range) for mode in ("open", "all")}
+            what = f"real MB range {args.range} (--first-parent) in {args.mirror}"
+        else:
+            fault = faults.FAULTS[args.fault]
+            repo = build_repo(work, _history(args.commits, fault)).path
+            rows = {mode: _bisect(repo, work, mode) for mode in ("open", "all")}
+            what = f"generated MB history: {args.commits} commits, fault {fault.name}"
+    print(f"{what}; default suites; -j 1; cold caches")
     head = f"{'probing':<10} {'rc':>3} {'evals':>6} {'cases':>6} {'wall s':>8} {'endpoint s':>11} {'probe s':>8}"
     print(head + "  probe cases")
     for mode, r in rows.items():
