@@ -67,7 +67,7 @@ class Progress:
 
     # ------------------------------------------------------------ lifecycle
 
-    def __enter__(self) -> "Progress":
+    def __enter__(self) -> Progress:
         if self.live:
             self._start_bar(force_terminal=True)
         return self
@@ -185,7 +185,7 @@ class CaseFeed:
         self._partial = ""
         self._legend_shown = False
 
-    def __enter__(self) -> "CaseFeed":
+    def __enter__(self) -> CaseFeed:
         self.progress.__enter__()
         return self
 
@@ -193,7 +193,7 @@ class CaseFeed:
         self.progress.__exit__(*exc)
 
     @property
-    def sink(self) -> "TextIO | CaseFeed | None":
+    def sink(self) -> TextIO | CaseFeed | None:
         """Where the suite process's output goes (nowhere unless ``verbose``)."""
         if not self.verbose:
             return None

@@ -37,12 +37,12 @@ def _case_view(case: CaseResult) -> dict[str, Any]:
 
 def _suites(cases: list[CaseResult]) -> list[dict[str, Any]]:
     """Cases grouped by suite, suites in first-seen order (the order the run executed)."""
-    groups: "OrderedDict[str, list[CaseResult]]" = OrderedDict()
+    groups: OrderedDict[str, list[CaseResult]] = OrderedDict()
     for c in cases:
         groups.setdefault(c.suite, []).append(c)
     out = []
     for suite, members in groups.items():
-        counts = {v: 0 for v in VERDICT_ORDER}
+        counts = dict.fromkeys(VERDICT_ORDER, 0)
         for c in members:
             counts[c.verdict.value] += 1
         out.append({"name": suite, "cases": [_case_view(c) for c in members], "counts": counts})
