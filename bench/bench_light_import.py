@@ -21,8 +21,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from harness.suiterun import runner  # noqa: E402
-from harness.suiterun.target import Target  # noqa: E402
+from harness.suiterun import runner
+from harness.suiterun.target import Target
 
 SUITES = ["packing_algorithms", "packed_seq_params", "in_batch_packing"]
 

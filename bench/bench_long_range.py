@@ -36,7 +36,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from bench_history import HARNESS, git  # noqa: E402
+from bench_history import HARNESS, git
 
 DEFAULT_K = "test_offline_gpt_step and clean-prompt-mult4"
 

@@ -27,9 +27,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from harness.suiterun import runner  # noqa: E402
-from harness.suiterun.forkserver import POOL  # noqa: E402
-from harness.suiterun.target import Target  # noqa: E402
+from harness.suiterun import runner
+from harness.suiterun.forkserver import POOL
+from harness.suiterun.target import Target
 
 SUITES = ["packing_algorithms", "packed_seq_params", "in_batch_packing"]
 
@@ -48,7 +48,7 @@ def synthetic_target(work: Path) -> Target:
     assert spec is not None and spec.submodule_search_locations, "megatron-core is not installed"
     tree = work / "pinned"
     shutil.copytree(
-        list(spec.submodule_search_locations)[0],
+        next(iter(spec.submodule_search_locations)),
         tree / "megatron" / "core",
         ignore=shutil.ignore_patterns("__pycache__"),
     )

@@ -19,10 +19,10 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from harness.records.machine import Machine  # noqa: E402
-from harness.records.results import CaseResult, RunResult  # noqa: E402
-from harness.records.verdict import Verdict  # noqa: E402
-from harness.report import render_run_report  # noqa: E402
+from harness.records.machine import Machine
+from harness.records.results import CaseResult, RunResult
+from harness.records.verdict import Verdict
+from harness.report import render_run_report
 
 SEQ_LEN = 4096  # a realistic packed row: long, so windowing matters
 

@@ -186,7 +186,7 @@ def _value(action: argparse.Action, value: Any, where: str) -> Any:
 
 
 def _one(action: argparse.Action, value: Any, where: str) -> Any:
-    if isinstance(value, (dict, list)) or isinstance(value, bool):
+    if isinstance(value, (dict, list, bool)):
         raise UsageError(f"{where}: expected a single value, not {value!r}")
     convert = action.type if callable(action.type) else str
     try:

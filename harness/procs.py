@@ -13,6 +13,7 @@ fork server's children). This module is the one place that knows about it.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -68,8 +69,6 @@ def popen_owned(cmd: list[str], **kwargs: Any) -> subprocess.Popen:
 
 def kill_group(proc: subprocess.Popen) -> None:
     """Kill the child's whole process group and reap it."""
-    try:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
         os.killpg(proc.pid, signal.SIGKILL)
-    except (ProcessLookupError, PermissionError):
-        pass
     proc.wait()

@@ -62,12 +62,13 @@ class Progress:
         self.t0 = time.monotonic()
         self.live = stream is not None and (live if live is not None else _terminal(stream))
         self._bar: Any = None
+        self._status_width = 80  # set from the console when the bar starts
         self._task: Any = None
         self._lock = threading.RLock()  # steps may finish on several threads (mutate -j)
 
     # ------------------------------------------------------------ lifecycle
 
-    def __enter__(self) -> "Progress":
+    def __enter__(self) -> Progress:
         if self.live:
             self._start_bar(force_terminal=True)
         return self
@@ -92,13 +93,16 @@ class Progress:
         from rich.progress import Progress as Bar
 
         console = Console(file=self.stream, force_terminal=force_terminal, highlight=False)
+        narrow = console.width < 100  # an 80-column terminal: a short bar, the status cut, never wrapped
         columns: list[Any] = [SpinnerColumn(), TextColumn("[bold]{task.description}")]
         if self.counted:
-            columns += [BarColumn(bar_width=24), MofNCompleteColumn()]
+            columns += [BarColumn(bar_width=10 if narrow else 24), MofNCompleteColumn()]
         columns += [TimeElapsedColumn()]
         if self.counted:
             columns += [TextColumn("elapsed,"), TimeRemainingColumn(), TextColumn("left")]
         columns += [TextColumn("{task.fields[status]}")]
+        fixed = len(self.label) + (58 if narrow else 72)  # spinner, label, bar, i/N, elapsed, left, spaces
+        self._status_width = max(10, console.width - fixed)
         self._bar = Bar(*columns, console=console, transient=True, refresh_per_second=4)
         self._task = self._bar.add_task(self.label, total=self.total, status="")
         self._bar.start()
@@ -122,7 +126,10 @@ class Progress:
             if status is not None:
                 self.status = status
             if self._bar is not None:
-                self._bar.update(self._task, completed=self.done, total=self.total, status=self.status)
+                status = self.status
+                if len(status) > self._status_width:  # cut here: rich would drop the columns before it
+                    status = status[: self._status_width - 1] + "…"
+                self._bar.update(self._task, completed=self.done, total=self.total, status=status)
 
     def log(self, text: str) -> None:
         """A line of its own: above the progress line on a terminal, as is elsewhere."""
@@ -185,7 +192,7 @@ class CaseFeed:
         self._partial = ""
         self._legend_shown = False
 
-    def __enter__(self) -> "CaseFeed":
+    def __enter__(self) -> CaseFeed:
         self.progress.__enter__()
         return self
 
@@ -193,7 +200,7 @@ class CaseFeed:
         self.progress.__exit__(*exc)
 
     @property
-    def sink(self) -> "TextIO | CaseFeed | None":
+    def sink(self) -> TextIO | CaseFeed | None:
         """Where the suite process's output goes (nowhere unless ``verbose``)."""
         if not self.verbose:
             return None

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import itertools
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
@@ -142,7 +143,7 @@ class ForwardResult:
 Models = tuple[step.RecordingModel, step.VLMRecordingModel]
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def models() -> Models:
     """One tiny GPTModel per process (CPU, fp32), seen through the GPT-shaped and the VLM-shaped double."""
     gpt = fwd.tiny_gpt(seed=SEED, vocab_size=MODEL_VOCAB)
@@ -353,7 +354,7 @@ class Unpacked:
     special_ids: dict[str, int | None]
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def unpacked(case: _oracle.SFTCase) -> Unpacked:
     """MB's unpacked SFT split of ``case``'s corpus (what a user without packing trains on), per example.
 
@@ -407,14 +408,14 @@ def run_vlm(case: VLMCase, on: Models | None = None, tol: Tolerances = FP32) -> 
 # --------------------------------------------------------------------------- across devices
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def cpu_offline(case: _oracle.SFTCase) -> ForwardResult:
     """:func:`run_offline` on the CPU model, once per process (the CPU suite and the GPU suite's
     device-independent half share it)."""
     return run_offline(case)
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def cpu_vlm(case: VLMCase) -> ForwardResult:
     """:func:`run_vlm` on the CPU model, once per process."""
     return run_vlm(case)
@@ -454,7 +455,7 @@ def _moved(params: Any, k: int) -> Any:
         moved.reshape(-1)[k] -= 1
         changed[name] = moved
         flat = moved.reshape(-1).tolist()
-        longest = max(longest, max(b - a for a, b in zip(flat, flat[1:])))
+        longest = max(longest, max(b - a for a, b in itertools.pairwise(flat)))
     for name in ("max_seqlen_q", "max_seqlen_kv"):
         value = getattr(params, name, None)
         if value is not None:

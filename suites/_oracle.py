@@ -89,7 +89,7 @@ def case_param(case: SFTCase, *values: Any, id: str | None = None) -> Any:
     return pytest.param(case, *values, id=id or case.id, marks=marks)
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def load_tokenizer(distinct_eod: bool = False) -> Any:
     """MB's tokenizer over the offline tokenizer directory (the eod wrapper when asked)."""
     tok = sft.load_tokenizer(tokenizer.write_tokenizer_dir())
@@ -137,7 +137,7 @@ def compare(
     )
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def built(case: SFTCase) -> Built:
     """Build ``case`` through MB (packed + captured unpacked reference) and run the oracle."""
     tok = load_tokenizer(case.distinct_eod)
@@ -187,7 +187,7 @@ def canonical_rows(rows: list[differential.PackedRow]) -> list[dict[str, Any]]:
     return out
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def reference(case: SFTCase) -> tuple[differential.Example, ...]:
     """MB's unpacked split for ``case`` (what a user without packing trains on), as examples."""
     tok = load_tokenizer(case.distinct_eod)

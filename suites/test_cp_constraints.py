@@ -52,7 +52,7 @@ def test_in_batch_multiple(golden, cp, tp, sp):
     lcm = math.lcm(1, *_required(cp, tp, sp))
     assert m == lcm, f"CP{cp} TP{tp} SP{sp}: the documented alignment is the lcm {lcm} (no over-padding), got {m}"
     # the packed batch built with that multiple keeps every boundary on the CP/SP grid
-    batch, lengths = _inputs.right_padded_batch(cp * 10 + tp, 4, 19)
+    batch, _lengths = _inputs.right_padded_batch(cp * 10 + tp, 4, 19)
     packed = thd.pack_in_batch(
         batch["tokens"],
         batch["labels"],

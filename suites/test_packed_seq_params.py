@@ -22,6 +22,8 @@ whose boundaries are on the device reads nothing back on the host (counted on CP
 
 from __future__ import annotations
 
+import itertools
+
 import pytest
 import torch
 
@@ -60,7 +62,7 @@ def _legacy_batch(
     ids=["3seq-2sentinels", "3seq-2sentinels-argmin", "1seq-5sentinels", "6seq-1sentinel-argmin"],
 )
 def test_offline_sentinel_stripped(golden, bounds, sentinels, argmin):
-    max_seqlen = max(b - a for a, b in zip(bounds, bounds[1:]))
+    max_seqlen = max(b - a for a, b in itertools.pairwise(bounds))
     params = thd.packed_seq_params(_legacy_batch(bounds, sentinels, max_seqlen, argmin))
     assert params["qkv_format"] == "thd"
     tags = ("legacy-keys", "no-sentinel" if sentinels == 0 else "sentinel")

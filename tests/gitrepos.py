@@ -65,7 +65,7 @@ def installed(package: str) -> Path:
     spec = importlib.util.find_spec(package)
     if spec is None or not spec.submodule_search_locations:
         pytest.skip(f"{package} is not installed")
-    return Path(list(spec.submodule_search_locations)[0])
+    return Path(next(iter(spec.submodule_search_locations)))
 
 
 def pin(repo: Path, sha: str, path: str = "3rdparty/Megatron-LM") -> None:

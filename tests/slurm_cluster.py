@@ -14,6 +14,7 @@ tests skip with that reason, never pass.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import signal
@@ -111,10 +112,8 @@ def _terminate(pid: int, grace_s: float = 10.0) -> None:
         except ProcessLookupError:
             return
         time.sleep(0.1)
-    try:
+    with contextlib.suppress(ProcessLookupError):
         os.kill(pid, signal.SIGKILL)
-    except ProcessLookupError:
-        pass
 
 
 def _config(c: Cluster, cpus: int) -> str:

@@ -9,7 +9,7 @@ import subprocess
 import sys
 import textwrap
 import time
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
@@ -28,7 +28,7 @@ def test_round_trip_and_attempts(tmp_path: Path) -> None:
     db = tmp_path / "cache.sqlite"
     with VerdictCache(db) as cache:
         assert cache.latest(KEY) is None
-        when = datetime(2025, 1, 2, 3, 4, 5, tzinfo=timezone.utc)
+        when = datetime(2025, 1, 2, 3, 4, 5, tzinfo=UTC)
         first = cache.record(KEY, {"s::a": Verdict.ERROR, "s::b": Verdict.PASS}, {"s::a": "boom"}, 12.5, when)
         second = cache.record(KEY, {"s::a": Verdict.FAIL, "s::b": Verdict.PASS}, {"s::a": "diff at 3"}, 3.0)
         assert (first.attempt, second.attempt) == (1, 2)

@@ -36,8 +36,10 @@ from harness.repository.gitrepo import open_repo
 from harness.repository.workspaces import workspace_dir_for
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-import faults  # noqa: E402
-from gitrepos import GIT_ENV, commit_all, git, installed, tree_digest  # noqa: E402
+import contextlib
+
+import faults
+from gitrepos import GIT_ENV, commit_all, git, installed, tree_digest
 
 HARNESS = [sys.executable, "-m", "harness"]
 SUITES = ["--suite", "packed_seq_params", "--suite", "in_batch_packing"]
@@ -273,10 +275,8 @@ def _kill_orphans(marker: str) -> None:
         except OSError:
             continue
         if marker in cmdline:
-            try:
+            with contextlib.suppress(ProcessLookupError):
                 os.kill(int(entry.name), signal.SIGKILL)
-            except ProcessLookupError:
-                pass
 
 
 @pytest.mark.slow
@@ -553,9 +553,9 @@ class StateEvaluator:
             return EvalOutcome({}, note="no src/megatron/bridge")
         state = json.loads(state_file.read_text())
         if state["broken"]:
-            return EvalOutcome({c: Verdict.UNTESTABLE for c in self.cases}, note="import error")
+            return EvalOutcome(dict.fromkeys(self.cases, Verdict.UNTESTABLE), note="import error")
         out = {c: Verdict.FAIL if c in state["fail"] else Verdict.PASS for c in self.cases}
-        out.update({c: Verdict.UNTESTABLE for c in state.get("gone", [])})
+        out.update(dict.fromkeys(state.get("gone", []), Verdict.UNTESTABLE))
         for c in self.flaky:
             n = len(self.counter.read_text().split()) if self.counter else 0
             out[c] = Verdict.FAIL if n % 2 else Verdict.PASS

@@ -40,7 +40,7 @@ def _verdicts(mb_state: dict | None, core_state: dict | None) -> EvalOutcome:
     if mb_state is None or core_state is None:
         return EvalOutcome({}, note="cannot run")
     if core_state.get("broken"):
-        return EvalOutcome({c: Verdict.UNTESTABLE for c in CASES}, note="megatron-core does not import")
+        return EvalOutcome(dict.fromkeys(CASES, Verdict.UNTESTABLE), note="megatron-core does not import")
     failing = set(mb_state["fail"]) | set(core_state["fail"])
     return EvalOutcome({c: Verdict.FAIL if c in failing else Verdict.PASS for c in CASES})
 

@@ -121,7 +121,7 @@ def test_names_the_bump_then_the_megatron_lm_commit_and_touches_neither_reposito
     assert [c["sha"] for c in second["commits"]] == repos.mlm_shas[1:]
     assert set(second["probes"][repos.mlm_shas[6]]) == set(blamed), "only the blamed cases are re-run"
     found = {c["case_id"]: (c["culprit"] or {}).get("sha") for c in second["cases"]}
-    assert found == {c: repos.mlm_shas[5] for c in blamed}, "second level: the injecting Megatron-LM commit"
+    assert found == dict.fromkeys(blamed, repos.mlm_shas[5]), "second level: the injecting Megatron-LM commit"
     culprit = second["cases"][0]["culprit"]
     assert culprit["subject"] == "Count the end-of-sequence boundary in max_seqlen"
     assert culprit["author"] == "Ada Tester" and culprit["date"].startswith("2026-01-06")

@@ -126,7 +126,7 @@ def test_a_partial_probe_never_stands_for_a_whole_selection(tmp_path: Path) -> N
     _bisect(repo, shas, cache, log)
     probed = {sha for sha, ran in ScopedEvaluator(repo, tmp_path, log).calls() if len(ran) == 1}
     assert probed, "intermediate probes ran one case"
-    wider, ev = _bisect(repo, [next(iter(probed)), shas[-1]], cache, log)  # a probed commit as GOOD
+    _wider, ev = _bisect(repo, [next(iter(probed)), shas[-1]], cache, log)  # a probed commit as GOOD
     good_runs = [ran for sha, ran in ev.calls() if sha == next(iter(probed))]
     assert any(len(ran) == len(CASES) for ran in good_runs), "GOOD runs its whole selection, the probe is no stand-in"
 

@@ -63,7 +63,7 @@ def test_in_batch_flag_by_era(monkeypatch):
     monkeypatch.setattr(
         cfg_ops, "module_source", _sources({"megatron.bridge.training.vlm_step": "def get_batch(): pass\n"})
     )
-    with pytest.raises(Untestable, match="in-batch packing does not exist .*2026-01-29"):
+    with pytest.raises(Untestable, match=r"in-batch packing does not exist .*2026-01-29"):
         cfg_ops.in_batch_flag()
 
 
@@ -184,7 +184,7 @@ def test_vlm_step_era_states_what_it_cannot_express(fake_pkg, monkeypatch):
     monkeypatch.setattr(cp_ops, "symbol", lambda m, n: symbol(f"{FAKE}.vlm_step", n))
     monkeypatch.setattr(cp_ops, "load_module", lambda name: None)
     call = cp_ops._vlm_step_probe()
-    with pytest.raises(Untestable, match="no collate pad_to_multiple_of .*2026-07-09"):
+    with pytest.raises(Untestable, match=r"no collate pad_to_multiple_of .*2026-07-09"):
         call(2, in_batch=False)
     with pytest.raises(Untestable, match="evaluation CP"):
         call(2, eval_cp=4)

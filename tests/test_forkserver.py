@@ -28,7 +28,7 @@ SUITES = ["packed_seq_params", "packing_algorithms"]
 def _copy_mb(dest: Path) -> Path:
     spec = importlib.util.find_spec("megatron.bridge")
     pkg = dest / "src" / "megatron" / "bridge"
-    shutil.copytree(list(spec.submodule_search_locations)[0], pkg, ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copytree(next(iter(spec.submodule_search_locations)), pkg, ignore=shutil.ignore_patterns("__pycache__"))
     return pkg
 
 
@@ -97,7 +97,7 @@ def test_pinned_evaluations_go_through_the_fork_server_of_their_tree(tmp_path: P
     core_spec = importlib.util.find_spec("megatron.core")
     mlm, mb = tmp_path / "mlm", tmp_path / "mb"
     shutil.copytree(
-        list(core_spec.submodule_search_locations)[0],
+        next(iter(core_spec.submodule_search_locations)),
         mlm / "megatron" / "core",
         ignore=shutil.ignore_patterns("__pycache__"),
     )
@@ -119,7 +119,7 @@ def test_pinned_evaluations_go_through_the_fork_server_of_their_tree(tmp_path: P
     seen = set(outcome.verdicts.values())
     assert outcome.verdicts and Verdict.PASS in seen and seen <= {Verdict.PASS, Verdict.KNOWN_FAIL}, outcome.note
     assert "fork server" not in outcome.note, outcome.note
-    pinned_keys = [k for k in POOL.keys() if str(tmp_path / "cache") in k]
+    pinned_keys = [k for k in POOL if str(tmp_path / "cache") in k]
     assert len(pinned_keys) == 1 and pin in pinned_keys[0], POOL.keys()
 
 

@@ -16,8 +16,12 @@ import torch
 
 pytest.importorskip("megatron.core")
 
-from harness.adapters import forward as fwd  # noqa: E402
-from suites._forward import LOGIT_ATOL as ATOL  # noqa: E402  (the forward suite's tolerance)
+import functools
+import itertools
+import operator
+
+from harness.adapters import forward as fwd
+from suites._forward import LOGIT_ATOL as ATOL
 
 SEQS = [[5, 6, 7, 8, 9, 10], [11, 12, 13], [14, 15, 16, 17, 18, 19, 20, 21], [22, 23, 24, 25]]
 
@@ -30,8 +34,8 @@ def _params(cu: list[int]):
         qkv_format="thd",
         cu_seqlens_q=t,
         cu_seqlens_kv=t,
-        max_seqlen_q=max(b - a for a, b in zip(cu, cu[1:])),
-        max_seqlen_kv=max(b - a for a, b in zip(cu, cu[1:])),
+        max_seqlen_q=max(b - a for a, b in itertools.pairwise(cu)),
+        max_seqlen_kv=max(b - a for a, b in itertools.pairwise(cu)),
     )
 
 
@@ -45,10 +49,10 @@ def _case(cu: list[int] | None = None, positions: torch.Tensor | None = None):
     true_cu = [0]
     for n in lens:
         true_cu.append(true_cu[-1] + n)
-    tokens = torch.tensor(sum(SEQS, []))
-    pos = torch.tensor(sum((list(range(n)) for n in lens), []))
-    labels = torch.tensor(sum((s[1:] + [0] for s in SEQS), []))
-    mask = torch.tensor(sum(([1.0] * (len(s) - 1) + [0.0] for s in SEQS), []))
+    tokens = torch.tensor(functools.reduce(operator.iadd, SEQS, []))
+    pos = torch.tensor(functools.reduce(operator.iadd, (list(range(n)) for n in lens), []))
+    labels = torch.tensor(functools.reduce(operator.iadd, (s[1:] + [0] for s in SEQS), []))
+    mask = torch.tensor(functools.reduce(operator.iadd, ([1.0] * (len(s) - 1) + [0.0] for s in SEQS), []))
     seqs = [
         {"offset": true_cu[i], "tokens": s, "labels": s[1:] + [0], "loss_mask": [1.0] * (len(s) - 1) + [0.0]}
         for i, s in enumerate(SEQS)

@@ -87,7 +87,7 @@ def _raise_in(filename: str, source: str) -> BaseException:
     code = compile(source, filename, "exec")
     try:
         exec(code, {})
-    except Exception as exc:  # noqa: BLE001 - the exception is the subject
+    except Exception as exc:
         return exc
     raise AssertionError("the snippet did not raise")
 

@@ -173,7 +173,7 @@ def test_matrix_sample_end_to_end(tmp_path):
         pytest.skip("megatron.bridge is not installed")
     repo = tmp_path / "Megatron-Bridge"
     shutil.copytree(
-        Path(list(spec.submodule_search_locations)[0]),
+        Path(next(iter(spec.submodule_search_locations))),
         repo / "src" / "megatron" / "bridge",
         ignore=shutil.ignore_patterns("__pycache__", "*.pyc"),
     )

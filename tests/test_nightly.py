@@ -17,7 +17,7 @@ import subprocess
 import sys
 from html.parser import HTMLParser
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import pytest
 
@@ -164,7 +164,21 @@ def go(argv: list[str]) -> tuple[int, str]:
 class Page(HTMLParser):
     """Elements of an HTML page with their attributes and the ids of their ancestors."""
 
-    VOID = {"area", "base", "br", "col", "embed", "hr", "img", "input", "link", "meta", "source", "track", "wbr"}
+    VOID: ClassVar[set[str]] = {
+        "area",
+        "base",
+        "br",
+        "col",
+        "embed",
+        "hr",
+        "img",
+        "input",
+        "link",
+        "meta",
+        "source",
+        "track",
+        "wbr",
+    }
 
     def __init__(self, text: str) -> None:
         super().__init__()
@@ -247,7 +261,7 @@ def test_error_verdict_fails_the_nightly(tmp_path: Path, fake_runner: FakeRunner
 
 
 def test_installed_mb_is_filed_under_its_version(tmp_path: Path, fake_runner: FakeRunner) -> None:
-    fake_runner.queue.append(recorded({c: Verdict.PASS for c in CASES}, version="0.6.2"))
+    fake_runner.queue.append(recorded(dict.fromkeys(CASES, Verdict.PASS), version="0.6.2"))
     rc, text = go(
         ["--history", str(tmp_path / "h.parquet"), "--out", str(tmp_path / "o"), "--suite", "packed_seq_params"]
     )

@@ -8,6 +8,7 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
+import re
 import sys
 from pathlib import Path
 
@@ -72,7 +73,7 @@ SELECTION_OK = {"kind": selection.SELECTION_KIND, "schema": 1, "entries": []}
 def test_malformed_upstream_selection(capsys, monkeypatch, tmp_path: Path, doc) -> None:
     bad = tmp_path / "selection.json"
     bad.write_text(doc if isinstance(doc, str) else json.dumps(doc))
-    with pytest.raises(CorruptFile, match="selection.json: not a valid"):
+    with pytest.raises(CorruptFile, match=re.escape("selection.json: not a valid")):
         selection.load_selection(bad)
     # through the CLI: `harness run --suite upstream` on a checkout-shaped tree
     mb = tmp_path / "mb"
@@ -95,9 +96,12 @@ def test_a_fork_server_that_cannot_be_spawned_is_a_fork_server_error(monkeypatch
         raise OSError(24, "Too many open files")
 
     monkeypatch.setattr(procs, "popen_owned", cannot_spawn)
-    with pytest.raises(forkserver.ForkServerError, match="could not be started: .*Too many open files"):
-        with forkserver.ServerPool().lease("k", dict(os.environ), tmp_path, 1):
-            pass
+    too_many = r"could not be started: .*Too many open files"
+    with (
+        pytest.raises(forkserver.ForkServerError, match=too_many),
+        forkserver.ServerPool().lease("k", dict(os.environ), tmp_path, 1),
+    ):
+        pass
 
 
 def test_a_fork_server_that_never_answers_is_a_fork_server_error(monkeypatch, tmp_path: Path) -> None:
@@ -105,7 +109,6 @@ def test_a_fork_server_that_never_answers_is_a_fork_server_error(monkeypatch, tm
     monkeypatch.setattr(forkserver, "START_TIMEOUT_S", 0.01)
     pool = forkserver.ServerPool()
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
-    with pytest.raises(forkserver.ForkServerError, match="did not start"):
-        with pool.lease("k", env, tmp_path, 1):
-            pass
+    with pytest.raises(forkserver.ForkServerError, match="did not start"), pool.lease("k", env, tmp_path, 1):
+        pass
     assert pool.keys() == [], "the failed server is not kept"

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -160,10 +161,12 @@ def test_pool_full_when_every_server_is_busy(pool, tmp_path: Path) -> None:
 
     one, two = _core(tmp_path / "cores", "one"), _core(tmp_path / "cores", "two")
     env = dict(Target(core=one).env(), HARNESS_IMPORT_MODE="light")
-    with pool.lease(str(one), env, tmp_path, 1):
-        with pytest.raises(PoolFull, match="all busy"):
-            with pool.lease(str(two), env, tmp_path, 1):
-                pass
+    with (
+        pool.lease(str(one), env, tmp_path, 1),
+        pytest.raises(PoolFull, match="all busy"),
+        pool.lease(str(two), env, tmp_path, 1),
+    ):
+        pass
     assert _probe(pool, two, tmp_path, capacity=1)["pinned"] == "two", "room again once the run is over"
 
 
@@ -171,9 +174,11 @@ def test_server_that_cannot_start_is_reported_not_raised(pool, tmp_path: Path, m
     from harness.suiterun import forkserver
 
     monkeypatch.setattr(forkserver, "START_TIMEOUT_S", 0.0)
-    with pytest.raises(forkserver.ForkServerError, match="did not start"):
-        with pool.lease("x", dict(Target().env()), tmp_path, 2):
-            pass
+    with (
+        pytest.raises(forkserver.ForkServerError, match="did not start"),
+        pool.lease("x", dict(Target().env()), tmp_path, 2),
+    ):
+        pass
     assert pool.keys() == [], "a failed start leaves no entry behind"
 
 
@@ -223,5 +228,5 @@ def test_uv_lock_pins_before_the_submodule(repos, tmp_path: Path) -> None:
     directory = _commit_lock(mb, 'version = "0.16.0"\nsource = { directory = "3rdparty/Megatron-LM" }')
     assert pinned_core(open_repo(mb), directory, mlm, tmp_path / "cache") is None
     untagged = _commit_lock(mb, 'version = "0.13.0"\nsource = { registry = "https://pypi.org/simple" }')
-    with pytest.raises(GitError, match="core_v0.13.0"):
+    with pytest.raises(GitError, match=re.escape("core_v0.13.0")):
         pinned_core(open_repo(mb), untagged, mlm, tmp_path / "cache")

@@ -137,3 +137,20 @@ def test_bisect_says_how_many_commits_and_steps_are_left(tmp_path: Path) -> None
     assert left and left == sorted(left, reverse=True) and left[-1] <= 2, text
     assert "no commit left to probe" in text.splitlines()[-1]
     assert not ESCAPE.search(text)
+
+
+def test_an_80_column_terminal_keeps_the_counts_and_cuts_the_status(monkeypatch) -> None:
+    """Issue 24: at 80 columns the line collapsed to ``cases elapse… left offline_packed_...``."""
+    import io
+
+    monkeypatch.setenv("COLUMNS", "80")
+    buf = io.StringIO()
+    with Progress(buf, "cases", total=138, live=True) as p:
+        p.update(done=40, status="running offline_packed_dataset::test_packed_rows_match_unpacked[chat-64-eod]" * 2)
+        p._bar.refresh()
+    drawn = [ln for ln in buf.getvalue().replace("\r", "\n").splitlines() if "40/138" in ln]
+    assert drawn, buf.getvalue()[-500:]
+    import re
+
+    plain = re.sub(r"\x1b\[[0-9;?]*[A-Za-z]", "", drawn[-1])
+    assert len(plain) <= 80 and "40/138" in plain and "elapsed" in plain and "…" in plain, plain

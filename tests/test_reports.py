@@ -7,11 +7,13 @@ commit is blamed, which cases newly fail.
 
 from __future__ import annotations
 
+import itertools
 import xml.etree.ElementTree as ET
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from html.parser import HTMLParser
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import Any
 
 import pandas as pd
 import pyarrow as pa
@@ -40,8 +42,8 @@ VOID = {"area", "base", "br", "col", "embed", "hr", "img", "input", "link", "met
 class Node:
     tag: str
     attrs: dict[str, str]
-    children: list["Node | str"] = field(default_factory=list)
-    parent: "Node | None" = None
+    children: list[Node | str] = field(default_factory=list)
+    parent: Node | None = None
 
     @property
     def classes(self) -> set[str]:
@@ -50,13 +52,13 @@ class Node:
     def text(self) -> str:
         return "".join(c if isinstance(c, str) else c.text() for c in self.children)
 
-    def iter(self) -> Iterator["Node"]:
+    def iter(self) -> Iterator[Node]:
         for c in self.children:
             if isinstance(c, Node):
                 yield c
                 yield from c.iter()
 
-    def find_all(self, tag: str | None = None, cls: str | None = None, **attrs: str) -> list["Node"]:
+    def find_all(self, tag: str | None = None, cls: str | None = None, **attrs: str) -> list[Node]:
         out = []
         for n in self.iter():
             if tag is not None and n.tag != tag:
@@ -68,12 +70,12 @@ class Node:
             out.append(n)
         return out
 
-    def find(self, tag: str | None = None, cls: str | None = None, **attrs: str) -> "Node":
+    def find(self, tag: str | None = None, cls: str | None = None, **attrs: str) -> Node:
         found = self.find_all(tag, cls, **attrs)
         assert found, f"no <{tag} class={cls} {attrs}> found"
         return found[0]
 
-    def by_id(self, ident: str) -> "Node":
+    def by_id(self, ident: str) -> Node:
         return self.find(id=ident)
 
 
@@ -842,7 +844,7 @@ def test_timeline_hash_labels_never_crowd_and_lane_labels_keep_the_parameters() 
         for every in (1, 2, 3, 7):
             cols = sorted(_label_columns(n, every))
             assert cols[0] == 0 and (cols[-1] == n - 1 or n - 1 < every), (n, every, cols)  # both ends when they fit
-            assert all(b - a >= every for a, b in zip(cols, cols[1:])), (n, every, cols)
+            assert all(b - a >= every for a, b in itertools.pairwise(cols)), (n, every, cols)
     label = _lane_label("packed_seq_params::test_offline_padded_and_unpadded_long_name[1token-seqs-mult4]")
     assert label.startswith("packed_seq_params::") and label.endswith("[1token-seqs-mult4]") and "…" in label
 

@@ -202,9 +202,8 @@ def test_job_that_raises_is_one_clear_error_with_its_log_tail(tmp_path: Path, jo
     cache = tmp_path / "cache"
     ev = scripted(tmp_path / "runs.txt", repo, cache, boom=(shas[8],))
     terminal = io.StringIO()
-    with pytest.raises(JobFailed) as err:
-        with local_jobs(cache, progress=terminal) as ex:
-            bisect(repo, shas, cache, ev, ex)
+    with pytest.raises(JobFailed) as err, local_jobs(cache, progress=terminal) as ex:
+        bisect(repo, shas, cache, ev, ex)
     line = err.value.one_line()
     assert "\n" not in line and "RuntimeError: scripted failure" in line and "log: " in line
     assert "raised; last lines" in terminal.getvalue() and "    RuntimeError: scripted failure" in terminal.getvalue()
@@ -234,9 +233,8 @@ def test_jobs_that_cannot_see_the_cache_dir_are_one_clear_error(
     repo, shas = _fake_history(tmp_path, 3, {})
     cache = tmp_path / "cache"
     monkeypatch.setattr(sharedcheck, "atomic_write_text", lambda path, text: None)  # the token never reaches the jobs
-    with pytest.raises(SharedFilesystemError) as err:
-        with local_jobs(cache) as ex:
-            bisect(repo, shas, cache, scripted(tmp_path / "runs.txt", repo, cache), ex)
+    with pytest.raises(SharedFilesystemError) as err, local_jobs(cache) as ex:
+        bisect(repo, shas, cache, scripted(tmp_path / "runs.txt", repo, cache), ex)
     msg = err.value.one_line()
     assert "cannot read" in msg and "must be on a file system the compute nodes share" in msg
     assert not (tmp_path / "runs.txt").exists(), "no evaluation ran"

@@ -5,6 +5,8 @@ No torch, no MB: plain lists shaped like what the forward suite records from MB'
 
 from __future__ import annotations
 
+import itertools
+
 from harness.oracle import differential as d
 from harness.oracle import stepcheck as s
 
@@ -18,12 +20,12 @@ def _view(q, qp=None, *, fmt="thd", dtype="int32", ndim=1, extra=None, max_q=Non
     bounds = {"cu_seqlens_q": q, "cu_seqlens_kv": q, "cu_seqlens_q_padded": qp, "cu_seqlens_kv_padded": qp}
     set_ = [k for k, v in bounds.items() if v is not None]
     physical = qp or q or [0]
-    longest = max((b - a for a, b in zip(physical, physical[1:])), default=0)
+    longest = max((b - a for a, b in itertools.pairwise(physical)), default=0)
     return s.ParamsView(
         fmt,
         bounds,
-        {k: dtype for k in set_},
-        {k: ndim for k in set_},
+        dict.fromkeys(set_, dtype),
+        dict.fromkeys(set_, ndim),
         max_q if max_q is not None else longest,
         max_q if max_q is not None else longest,
         extra or {},

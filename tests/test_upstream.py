@@ -347,7 +347,7 @@ def mb_repo(tmp_path_factory):
         pytest.skip("no installed megatron.bridge")
     repo = tmp_path_factory.mktemp("mbrepo")
     shutil.copytree(
-        list(spec.submodule_search_locations)[0],
+        next(iter(spec.submodule_search_locations)),
         repo / "src" / "megatron" / "bridge",
         ignore=shutil.ignore_patterns("__pycache__", "*.pyc"),
     )

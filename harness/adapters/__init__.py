@@ -20,8 +20,9 @@ import functools
 import importlib
 import importlib.util
 import inspect
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
 
 from harness.adapters.failures import import_failure
 from harness.eras import features

@@ -28,8 +28,9 @@ Eras (``git log -S`` on MB's ``src``, first-parent main), newest first:
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from types import SimpleNamespace
-from typing import Any, Callable
+from typing import Any
 
 import torch
 

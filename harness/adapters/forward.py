@@ -133,22 +133,22 @@ def thd_reference_attention(query: torch.Tensor, key: torch.Tensor, value: torch
 
 def tiny_config(**overrides: Any) -> Any:
     cfg_cls = symbol("megatron.core.transformer.transformer_config", "TransformerConfig")
-    kwargs = dict(
-        num_layers=LAYERS,
-        hidden_size=HIDDEN,
-        num_attention_heads=HEADS,
-        use_cpu_initialization=True,
-        params_dtype=torch.float32,
-        attention_dropout=0.0,
-        hidden_dropout=0.0,
-        masked_softmax_fusion=False,
-        bias_activation_fusion=False,
-        bias_dropout_fusion=False,
-        gradient_accumulation_fusion=False,
-        apply_rope_fusion=False,
-        persist_layer_norm=False,
-        pipeline_dtype=torch.float32,
-    )
+    kwargs = {
+        "num_layers": LAYERS,
+        "hidden_size": HIDDEN,
+        "num_attention_heads": HEADS,
+        "use_cpu_initialization": True,
+        "params_dtype": torch.float32,
+        "attention_dropout": 0.0,
+        "hidden_dropout": 0.0,
+        "masked_softmax_fusion": False,
+        "bias_activation_fusion": False,
+        "bias_dropout_fusion": False,
+        "gradient_accumulation_fusion": False,
+        "apply_rope_fusion": False,
+        "persist_layer_norm": False,
+        "pipeline_dtype": torch.float32,
+    }
     kwargs.update(overrides)
     return cfg_cls(**kwargs)
 
@@ -307,12 +307,12 @@ def compare_packed(model: Any, packed: dict[str, Any], sequences: list[dict[str,
 
 
 __all__ = [
-    "init_cpu_parallel",
-    "segmented_attention_class",
-    "tiny_gpt",
-    "compare_packed",
     "Comparison",
-    "params_from_boundaries",
-    "thd_reference_attention",
     "NotHere",
+    "compare_packed",
+    "init_cpu_parallel",
+    "params_from_boundaries",
+    "segmented_attention_class",
+    "thd_reference_attention",
+    "tiny_gpt",
 ]

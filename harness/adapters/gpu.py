@@ -91,7 +91,7 @@ def te_gpt(seed: int, vocab_size: int) -> Any:
     return wrapper(cfg, model.cuda()).eval()
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def te_models(seed: int, vocab_size: int) -> tuple[RecordingModel, VLMRecordingModel]:
     """One TE model per process, seen through the GPT-shaped and the VLM-shaped recording double."""
     model = te_gpt(seed, vocab_size)

@@ -10,8 +10,9 @@ with a packed ``.npy`` file from an earlier MB does (MB still loads them; it sto
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import numpy as np
 

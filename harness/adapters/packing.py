@@ -6,7 +6,8 @@ Eras: ``data/packing/algorithms.py`` (v0.6+) and ``data/datasets/packing_utils.p
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from harness.adapters import Candidate, Operation, symbol
 from harness.errors import MissingOutput

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 
-class Rule(str, enum.Enum):
+class Rule(enum.StrEnum):
     """The packing rules of ``ConfigContainer.validate`` (and the stages that enforced them earlier)."""
 
     CP_SEQ_DIVISIBLE = "cp-seq-length-divisible-by-2cp"

@@ -8,7 +8,8 @@ datasets turn into loss-masked padding rows.
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from harness.adapters import Candidate, NotHere, Operation, accepts, symbol
 

@@ -24,10 +24,10 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import numpy as np
 
@@ -328,19 +328,19 @@ def _finetuning_builder() -> Callable[[SFTRequest], SFTBuild]:
             )
 
         def make(packing: OfflinePacking | None) -> tuple[Any, list[Any], Any, bool | None]:
-            kwargs: dict[str, Any] = dict(
-                dataset_root=req.root,
-                tokenizer=req.tokenizer,
-                seq_length=req.seq_length,
-                seed=req.seed,
-                max_train_samples=req.max_train_samples,
-                packed_sequence_specs=_specs(specs_cls, packing) if packing else None,
-                offline_packing_specs=_specs(specs_cls, packing) if packing else None,
-                enable_offline_packing=packing is not None,
-                dataset_kwargs=_legacy_kwargs(req),
-                do_validation=False,
-                do_test=False,
-            )
+            kwargs: dict[str, Any] = {
+                "dataset_root": req.root,
+                "tokenizer": req.tokenizer,
+                "seq_length": req.seq_length,
+                "seed": req.seed,
+                "max_train_samples": req.max_train_samples,
+                "packed_sequence_specs": _specs(specs_cls, packing) if packing else None,
+                "offline_packing_specs": _specs(specs_cls, packing) if packing else None,
+                "enable_offline_packing": packing is not None,
+                "dataset_kwargs": _legacy_kwargs(req),
+                "do_validation": False,
+                "do_test": False,
+            }
             builder = builder_cls(**{k: v for k, v in kwargs.items() if accepts(builder_cls.__init__, k)})
             with _record_unpacked(base) as seen, _watch_global_rng(builder) as rng:
                 train = builder.build()[0]

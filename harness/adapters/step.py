@@ -34,9 +34,10 @@ from __future__ import annotations
 import contextlib
 import copy
 import inspect
+from collections.abc import Callable
 from dataclasses import dataclass, fields
 from types import SimpleNamespace
-from typing import Any, Callable
+from typing import Any
 
 import torch
 
@@ -157,7 +158,7 @@ def sized_groups(cp: int, tp: int) -> Any:
 class _Timers:
     """``state.timers``: callable returning an object with start/stop (no-ops)."""
 
-    def __call__(self, *args: Any, **kwargs: Any) -> "_Timers":
+    def __call__(self, *args: Any, **kwargs: Any) -> _Timers:
         return self
 
     def start(self, *args: Any, **kwargs: Any) -> None:
@@ -170,10 +171,10 @@ class _Timers:
 class _Straggler:
     """``state.straggler_timer``: usable as ``with t:`` and ``with t(bdata=True):``."""
 
-    def __call__(self, *args: Any, **kwargs: Any) -> "_Straggler":
+    def __call__(self, *args: Any, **kwargs: Any) -> _Straggler:
         return self
 
-    def __enter__(self) -> "_Straggler":
+    def __enter__(self) -> _Straggler:
         return self
 
     def __exit__(self, *exc: Any) -> None:

@@ -34,8 +34,8 @@ Eras (from ``git log -S`` on MB's ``src``):
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import Any, Callable
+from collections.abc import Callable, Mapping
+from typing import Any
 
 from harness.adapters import Candidate, Operation, accepts, module_source, symbol
 from harness.eras import features

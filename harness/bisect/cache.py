@@ -28,7 +28,7 @@ import contextlib
 import sqlite3
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 from types import TracebackType
 
@@ -67,7 +67,7 @@ class Evaluation:
     messages: dict[str, str]
     duration_s: float
     evaluated_at: str  # ISO 8601, UTC
-    scope: Scope = Scope()  # what it ran: the whole selection, or listed (open) cases
+    scope: Scope = WHOLE  # what it ran: the whole selection, or listed (open) cases
 
 
 class VerdictCache:
@@ -218,7 +218,7 @@ class VerdictCache:
         two attempts that would read as a retry. Checked inside the write lock, so it is race-free.
         """
         messages = dict(messages or {})
-        stamp = (evaluated_at or datetime.now(timezone.utc)).astimezone(timezone.utc).isoformat()
+        stamp = (evaluated_at or datetime.now(UTC)).astimezone(UTC).isoformat()
         rows = [(cid, v.value, messages.get(cid, "")) for cid, v in sorted(verdicts.items())]
         db = self._db
         db.execute("BEGIN IMMEDIATE")  # the write lock makes max(attempt)+1 race-free
@@ -344,7 +344,7 @@ class VerdictCache:
     def close(self) -> None:
         self._db.close()
 
-    def __enter__(self) -> "VerdictCache":
+    def __enter__(self) -> VerdictCache:
         return self
 
     def __exit__(

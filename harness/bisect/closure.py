@@ -127,7 +127,7 @@ def _files(root: Path) -> list[tuple[str, Path]]:
     return sorted(found)
 
 
-def _feed(h: "hashlib._Hash", name: str, data: bytes) -> None:
+def _feed(h: hashlib._Hash, name: str, data: bytes) -> None:
     """Length-prefixed so no (name, data) pair can be confused with another split."""
     encoded = name.encode("utf-8")
     h.update(len(encoded).to_bytes(8, "big") + encoded + len(data).to_bytes(8, "big") + data)

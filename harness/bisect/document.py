@@ -47,10 +47,12 @@ from harness.executors.local import JobLog
 from harness.records.atomicio import read_versioned_json, write_versioned_json
 
 __all__ = [
-    "NOT_RUN",
-    "ProbeCost",
     "BISECT_KIND",
     "BISECT_SCHEMA",
+    "FIND_CHANGE",
+    "FIND_FIX",
+    "FIND_REGRESSION",
+    "NOT_RUN",
     "BisectDoc",
     "CacheNamespace",
     "CaseDoc",
@@ -60,14 +62,12 @@ __all__ = [
     "Culprit",
     "CulpritGroup",
     "Descent",
-    "FIND_CHANGE",
-    "FIND_FIX",
-    "FIND_REGRESSION",
     "HeldMB",
     "LateStart",
     "NotBisected",
     "PinCheck",
     "PinStatus",
+    "ProbeCost",
     "RangeDoc",
     "SelectionDoc",
 ]

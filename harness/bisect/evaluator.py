@@ -20,6 +20,7 @@ walked) is :class:`~harness.bisect.coreeval.CoreEvaluator`, built on :meth:`MBEv
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import hashlib
 import importlib.metadata as md
@@ -130,10 +131,8 @@ class MBEvaluator:
     def prepare(self, sha: str) -> None:
         """Materialise ``sha`` in the driver, before a remote executor submits its job: the job
         then finds the tree on the shared cache directory and never reads the user's repository."""
-        try:
+        with contextlib.suppress(GitError):  # the evaluation itself reports it ("cannot materialise")
             WorkspaceCache(self.workspace_dir, self.repo_path).materialize(sha)
-        except GitError:
-            pass  # the evaluation itself reports it ("cannot materialise")
 
     def __call__(self, sha: str) -> EvalOutcome:
         t0 = time.monotonic()

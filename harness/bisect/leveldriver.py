@@ -200,7 +200,7 @@ class LevelDriver:
         ev = self.evidence
         scope = scope if scope is not None and self.narrowable else self.whole
         if outcome.infrastructure:  # the cluster lost the job: a skip for this run, never a cached verdict
-            stamp = _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+            stamp = _dt.datetime.now(_dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
             attempt = len(ev.attempts.get(sha, [])) + 1
             evaluation = Evaluation(self.key(sha), attempt, {}, {}, outcome.duration_s, stamp, scope)
             ev.infrastructure.setdefault(sha, []).append(outcome.note)
@@ -318,7 +318,7 @@ class LevelDriver:
             retries=opts.retries,
             selection=SelectionDoc(list(opts.suites) if opts.suites else None, opts.keyword),
             cache=CacheNamespace(self.suite_key, self.env_key),
-            finished=_dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
+            finished=_dt.datetime.now(_dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
             infrastructure={sha: list(n) for sha, n in ev.infrastructure.items()},
             cancelled=list(ev.cancelled),
             cluster_jobs={sha: list(jobs) for sha, jobs in ev.jobs.items()},

@@ -8,6 +8,7 @@ skip-run search live. Both stay free of git and I/O.
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections.abc import Collection
 
@@ -20,7 +21,7 @@ def best_pick(intervals: list[tuple[int, int, frozenset[int]]], picks: list[int]
     for good, bad, seen in intervals:
         inner = sorted(p for p in taken if good < p < bad)
         points = [good, *inner, bad]
-        for lo, hi in zip(points, points[1:]):
+        for lo, hi in itertools.pairwise(points):
             gaps.setdefault((lo, hi), []).append(seen)
     # widest first, then the gap shared by most cases, then the oldest
     for lo, hi in sorted(gaps, key=lambda g: (-(g[1] - g[0]), -len(gaps[g]), g[0])):

@@ -146,7 +146,7 @@ class MatrixRow:
         }
 
     @classmethod
-    def from_json(cls, doc: dict[str, Any]) -> "MatrixRow":
+    def from_json(cls, doc: dict[str, Any]) -> MatrixRow:
         names = set(cls.__dataclass_fields__)
         return cls(**{k: v for k, v in doc.items() if k in names})
 

@@ -62,7 +62,7 @@ class JobEntry:
         return {**asdict(self), "state": self.state.value}
 
     @classmethod
-    def from_json(cls, doc: dict[str, Any]) -> "JobEntry":
+    def from_json(cls, doc: dict[str, Any]) -> JobEntry:
         try:
             return cls(**{**doc, "state": EntryState(doc["state"])})
         except (TypeError, ValueError, KeyError) as exc:
@@ -78,7 +78,7 @@ def job_key(fn: Any, arg: Any) -> str:
 
 
 def now_utc() -> str:
-    return _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+    return _dt.datetime.now(_dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 class JobList:

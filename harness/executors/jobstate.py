@@ -54,7 +54,7 @@ def slurm_states(job_ids: Sequence[str]) -> dict[str, str] | None:
     """job id -> SLURM state (``CANCELLED by 0`` is reported as ``CANCELLED``); UNKNOWN when
     neither squeue nor sacct knows it. None when squeue could not be asked (slurmctld busy or
     down): then nothing is known, and nothing may be declared lost."""
-    states = {j: UNKNOWN for j in job_ids}
+    states = dict.fromkeys(job_ids, UNKNOWN)
     if not job_ids:
         return states
     found = _ask(
@@ -147,10 +147,8 @@ def cancellable_children() -> Iterator[None]:
 def cancel_local(job_id: str) -> None:
     """Cancel a reattached local job the way submitit cancels its own: SIGINT to the controller."""
     if _local_controller_alive(job_id):
-        try:
+        with contextlib.suppress(ProcessLookupError):
             os.kill(int(job_id), signal.SIGINT)
-        except ProcessLookupError:
-            pass
 
 
 def read_result(result_pickle: Path) -> tuple[str, Any] | None:
@@ -160,10 +158,8 @@ def read_result(result_pickle: Path) -> tuple[str, Any] | None:
     complete. Touching the folder first refreshes a network file system's attribute cache
     (the trick submitit uses too)."""
     folder = result_pickle.parent
-    try:
+    with contextlib.suppress(OSError):
         os.chmod(folder, folder.stat().st_mode)
-    except OSError:
-        pass
     try:
         with open(result_pickle, "rb") as fh:
             found = pickle.load(fh)

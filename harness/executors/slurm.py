@@ -123,7 +123,7 @@ class SlurmExecutor(SharedCheck):
         o = self.options
         args = list(o.srun_extra)
         if o.container_image:
-            mounts = [m for m in o.container_mounts]
+            mounts = list(o.container_mounts)
             if not any(m.split(":")[0] == str(self.cache_dir) for m in mounts):
                 mounts.append(f"{self.cache_dir}:{self.cache_dir}")
             args += [f"--container-image={o.container_image}", f"--container-mounts={','.join(mounts)}"]
@@ -183,7 +183,7 @@ class SlurmExecutor(SharedCheck):
         if not any(p.is_dir() and any(p.iterdir()) for p in self.run_dir.iterdir()):
             shutil.rmtree(self.run_dir, ignore_errors=True)  # no job ran (a usage error came first): no logs to keep
 
-    def __enter__(self) -> "SlurmExecutor":
+    def __enter__(self) -> SlurmExecutor:
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -234,10 +234,8 @@ class SlurmExecutor(SharedCheck):
         if self.options.cluster == "local" and getattr(job, "_process", None) is None:
             jobstate.cancel_local(str(job.job_id))  # reattached: submitit has no process to signal
             return
-        try:
+        with contextlib.suppress(OSError, ValueError):  # already gone
             job.cancel(check=False)
-        except (OSError, ValueError):
-            pass  # already gone
 
     def _states(self, handles: list[SlurmHandle]) -> dict[str, str] | None:
         if self.options.cluster == "local":

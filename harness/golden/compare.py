@@ -149,21 +149,20 @@ class Comparator:
 
     def _scalar(self, path: str, exp: Any, obt: Any, out: Comparison) -> None:
         numeric = (int, float)
-        if isinstance(exp, float) or isinstance(obt, float):
-            if (
-                isinstance(exp, numeric)
-                and isinstance(obt, numeric)
-                and not isinstance(exp, bool)
-                and not isinstance(obt, bool)
-            ):
-                tol = tolerance_for(path, self.tolerances)
-                if _close(float(exp), float(obt), tol):
-                    return
-                err = abs(float(obt) - float(exp))
-                out.mismatches.append(
-                    Mismatch(path, "value", exp, obt, max_abs=err, max_rel=err / abs(exp) if exp else float("inf"))
-                )
+        if (isinstance(exp, float) or isinstance(obt, float)) and (
+            isinstance(exp, numeric)
+            and isinstance(obt, numeric)
+            and not isinstance(exp, bool)
+            and not isinstance(obt, bool)
+        ):
+            tol = tolerance_for(path, self.tolerances)
+            if _close(float(exp), float(obt), tol):
                 return
+            err = abs(float(obt) - float(exp))
+            out.mismatches.append(
+                Mismatch(path, "value", exp, obt, max_abs=err, max_rel=err / abs(exp) if exp else float("inf"))
+            )
+            return
         if type(exp) is not type(obt) and not (_is_num(exp) and _is_num(obt)):
             out.mismatches.append(Mismatch(path, "type", exp, obt))
         elif exp != obt:

@@ -172,7 +172,7 @@ def installed_package_dir() -> Path:
     spec = importlib.util.find_spec("megatron.bridge")
     if spec is None or not spec.submodule_search_locations:
         raise EnvironmentProblem("megatron.bridge is not importable here (harness mutate copies the installed MB)")
-    return Path(list(spec.submodule_search_locations)[0])
+    return Path(next(iter(spec.submodule_search_locations)))
 
 
 def make_mutant(fault: Fault | None, src_pkg: Path | None = None, parent: Path | None = None) -> Path | None:

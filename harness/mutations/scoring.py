@@ -50,7 +50,7 @@ class Level(enum.IntEnum):
     INVARIANT = 3
 
 
-class Status(str, enum.Enum):
+class Status(enum.StrEnum):
     """What a catalogue entry's run came to."""
 
     CAUGHT = "caught"  # by invariants

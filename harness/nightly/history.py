@@ -19,8 +19,9 @@ import contextlib
 import fcntl
 import io
 import math
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 import pandas as pd
 import pyarrow as pa

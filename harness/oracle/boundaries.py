@@ -11,6 +11,7 @@ longest physical segment (with ``pad_cu_seqlens``, at least that).
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Mapping, Sequence
 
 from harness.oracle.impact import Impact
@@ -221,7 +222,7 @@ def check_metadata(
     if row.cu_seqlens_q is None or row.max_seqlen_q is None:
         return
     physical = strip_row_padding(row.cu_seqlens_q_padded if row.cu_seqlens_q_padded is not None else row.cu_seqlens_q)
-    longest = max((b - a for a, b in zip(physical, physical[1:])), default=0)
+    longest = max((b - a for a, b in itertools.pairwise(physical)), default=0)
     ok = row.max_seqlen_q >= longest if static_max else row.max_seqlen_q == longest
     if not ok:
         want = f">= {longest}" if static_max else longest

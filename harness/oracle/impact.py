@@ -15,7 +15,7 @@ from __future__ import annotations
 import enum
 
 
-class Impact(str, enum.Enum):
+class Impact(enum.StrEnum):
     """What a defect does to training; the value is what reports and JSON name."""
 
     TRAINS_PADDING = "trains-padding"  # a padding position (alignment, tail, padding row) trains

@@ -16,7 +16,7 @@ from typing import Any
 from harness.oracle.impact import Impact
 
 
-class Invariant(str, enum.Enum):
+class Invariant(enum.StrEnum):
     """What a violation broke; the value is what reports and tests name."""
 
     SEGMENT_IS_EXAMPLE = "segment-is-example"

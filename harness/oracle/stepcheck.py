@@ -71,7 +71,7 @@ class OutputErrors:
     logits: float = 0.0
     token_loss: float = 0.0
 
-    def update(self, other: "OutputErrors") -> None:
+    def update(self, other: OutputErrors) -> None:
         self.logits = max(self.logits, other.logits)
         self.token_loss = max(self.token_loss, other.token_loss)
 
@@ -246,7 +246,7 @@ class LossTotals:
     loss_sum: float
     num_tokens: float
 
-    def plus(self, other: "LossTotals") -> "LossTotals":
+    def plus(self, other: LossTotals) -> LossTotals:
         return LossTotals(self.loss_sum + other.loss_sum, self.num_tokens + other.num_tokens)
 
 

@@ -41,7 +41,7 @@ class Machine:
         return dataclasses.asdict(self)
 
     @classmethod
-    def from_json(cls, doc: dict[str, Any] | None) -> "Machine":
+    def from_json(cls, doc: dict[str, Any] | None) -> Machine:
         names = {f.name for f in dataclasses.fields(cls)}
         return cls(**{k: v for k, v in (doc or {}).items() if k in names})
 

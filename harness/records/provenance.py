@@ -49,7 +49,7 @@ class Provenance:
         return dataclasses.asdict(self)
 
     @classmethod
-    def from_json(cls, doc: dict[str, Any] | None) -> "Provenance":
+    def from_json(cls, doc: dict[str, Any] | None) -> Provenance:
         """Lenient: a results.json written before provenance was recorded has none."""
         names = {f.name for f in dataclasses.fields(cls)}
         return cls(**{k: v for k, v in (doc or {}).items() if k in names})

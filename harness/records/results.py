@@ -46,7 +46,7 @@ class CaseResult:
         return doc
 
     @classmethod
-    def from_json(cls, doc: dict[str, Any]) -> "CaseResult":
+    def from_json(cls, doc: dict[str, Any]) -> CaseResult:
         names = {f.name for f in dataclasses.fields(cls)}
         kwargs = {k: v for k, v in doc.items() if k in names}
         kwargs["verdict"] = Verdict(doc["verdict"])
@@ -117,7 +117,7 @@ class RunResult:
         return doc
 
     @classmethod
-    def from_json(cls, doc: dict[str, Any]) -> "RunResult":
+    def from_json(cls, doc: dict[str, Any]) -> RunResult:
         names = {f.name for f in dataclasses.fields(cls)}
         kwargs = {k: v for k, v in doc.items() if k in names}
         kwargs["cases"] = [CaseResult.from_json(c) for c in doc.get("cases", [])]
@@ -129,7 +129,7 @@ class RunResult:
         write_versioned_json(path, RUN_KIND, RUN_SCHEMA, self.to_json())
 
     @classmethod
-    def load(cls, path: Path) -> "RunResult":
+    def load(cls, path: Path) -> RunResult:
         return cls.from_json(read_versioned_json(path, RUN_KIND, RUN_SCHEMA, {1: _upgrade_v1}))
 
 

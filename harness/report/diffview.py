@@ -6,6 +6,7 @@ window of a long row to show) is computed here into plain dicts for ``_diff.html
 
 from __future__ import annotations
 
+import itertools
 import math
 import re
 from collections.abc import Iterable
@@ -145,7 +146,7 @@ def segments_view(expected: list[Any], obtained: list[Any], width: float = 760.0
         y = top + k * (bar_h + gap)
         other_set = set(other)
         blocks = []
-        for i, (start, end) in enumerate(zip(row, row[1:])):
+        for i, (start, end) in enumerate(itertools.pairwise(row)):
             span_text = f"[{format_number(start)}, {format_number(end)}) length {format_number(end - start)}"
             blocks.append(
                 {

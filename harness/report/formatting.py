@@ -85,7 +85,7 @@ def format_seconds(value: Any) -> str:
         return f"{secs:.2f} s"
     if secs < 120:
         return f"{secs:.1f} s"
-    minutes, rest = divmod(int(round(secs)), 60)
+    minutes, rest = divmod(round(secs), 60)
     if minutes < 120:
         return f"{minutes} min {rest:02d} s"
     hours, minutes = divmod(minutes, 60)
@@ -96,7 +96,7 @@ def format_number(value: Any) -> str:
     """Errors in a compact, exact-enough form (``3.2e-07``) and ints unchanged."""
     if value is None:
         return ""
-    if isinstance(value, bool) or isinstance(value, int):
+    if isinstance(value, (bool, int)):
         return str(value)
     if isinstance(value, float):
         if math.isnan(value) or math.isinf(value):

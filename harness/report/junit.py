@@ -95,7 +95,7 @@ def _junit_root(run: RunResult) -> ET.Element:
     """The JUnit document: one <testsuite> per suite inside one <testsuites> for the run."""
     root = ET.Element("testsuites", _suite_attrs(f"harness {run.run_id}", run.cases))
     root.set("time", f"{max(run.duration_s, 0.0):.3f}")
-    groups: "OrderedDict[str, list[CaseResult]]" = OrderedDict()
+    groups: OrderedDict[str, list[CaseResult]] = OrderedDict()
     for c in run.cases:
         groups.setdefault(c.suite, []).append(c)
     for suite, members in groups.items():

@@ -19,6 +19,13 @@ from harness.report.diffview import diff_view
 from harness.report.formatting import VERDICT_ORDER, anchor, case_name, format_value, render_template
 from harness.suiterun import known as known_bugs
 
+FOLD_CHARS = 240
+
+
+def _headline(message: str) -> str:
+    first = next((ln.strip() for ln in message.splitlines() if ln.strip()), "")
+    return first if len(first) <= FOLD_CHARS else first[: FOLD_CHARS - 1] + "…"
+
 
 def _case_view(case: CaseResult) -> dict[str, Any]:
     return {
@@ -28,6 +35,10 @@ def _case_view(case: CaseResult) -> dict[str, Any]:
         "verdict": case.verdict.value,
         "duration_s": case.duration_s,
         "message": case.message,
+        # a long message is folded: its first line shows, the rest opens on a click (a page of 49
+        # known bugs printed in full ran past 16,000 px)
+        "headline": _headline(case.message),
+        "folded": len(case.message) > FOLD_CHARS or case.message.count("\n") > 1,
         "anchor": anchor(case.case_id),
         "source": case.source,
         "impacts": list(case.impacts),
@@ -37,12 +48,12 @@ def _case_view(case: CaseResult) -> dict[str, Any]:
 
 def _suites(cases: list[CaseResult]) -> list[dict[str, Any]]:
     """Cases grouped by suite, suites in first-seen order (the order the run executed)."""
-    groups: "OrderedDict[str, list[CaseResult]]" = OrderedDict()
+    groups: OrderedDict[str, list[CaseResult]] = OrderedDict()
     for c in cases:
         groups.setdefault(c.suite, []).append(c)
     out = []
     for suite, members in groups.items():
-        counts = {v: 0 for v in VERDICT_ORDER}
+        counts = dict.fromkeys(VERDICT_ORDER, 0)
         for c in members:
             counts[c.verdict.value] += 1
         out.append({"name": suite, "cases": [_case_view(c) for c in members], "counts": counts})

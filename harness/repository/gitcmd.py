@@ -18,8 +18,8 @@ from harness.errors import EnvironmentProblem, GitError
 # not an ImportError while the CLI starts.
 os.environ.setdefault("GIT_PYTHON_REFRESH", "quiet")
 
-import git  # noqa: E402  (GitPython, after the setting above)
-from git.exc import (  # noqa: E402
+import git
+from git.exc import (
     GitCommandError,
     GitCommandNotFound,
 )

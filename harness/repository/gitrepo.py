@@ -34,8 +34,8 @@ from harness.repository.gitcmd import command, commit_subject, git_failure, git_
 # a missing git executable is a one-line EnvironmentProblem when git is first needed (as in gitcmd)
 os.environ.setdefault("GIT_PYTHON_REFRESH", "quiet")
 
-import git  # noqa: E402  (GitPython, after the setting above)
-from git.exc import (  # noqa: E402
+import git
+from git.exc import (
     BadName,
     GitCommandError,
     GitCommandNotFound,

@@ -14,7 +14,8 @@ proves it with CUDA simulated as available and every CUDA entry point refusing).
 from __future__ import annotations
 
 import contextlib
-from typing import Any, Iterator
+from collections.abc import Iterator
+from typing import Any
 
 from harness import standins
 

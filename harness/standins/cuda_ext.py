@@ -19,7 +19,8 @@ from __future__ import annotations
 import importlib.abc
 import importlib.machinery
 import sys
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 from harness import standins
 

@@ -29,7 +29,8 @@ import importlib.util
 import os
 import sys
 import types
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 from harness import standins
 from harness.suiterun.contract import Env

@@ -12,13 +12,15 @@ Classes taken from the stand-in refuse instantiation with a clear "CUDA-only" er
 from __future__ import annotations
 
 import ast
+import contextlib
 import importlib
 import importlib.abc
 import importlib.machinery
 import importlib.util
 import sys
 import types
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 from harness import standins
 
@@ -127,10 +129,8 @@ class _WrappingLoader(importlib.abc.Loader):
 
     def exec_module(self, module: Any) -> None:
         for name in self.others:  # real imports first, so they never see the stand-in
-            try:
+            with contextlib.suppress(Exception):
                 importlib.import_module(name)
-            except Exception:
-                pass
         before = {k for k in sys.modules if _covered(k)}
         self.te_finder.active += 1
         standins.record(f"{'/'.join(STANDIN)} stand-in while importing {module.__name__}")

@@ -300,9 +300,12 @@ class ServerPool:
         finally:
             with self._lock:
                 entry.users -= 1
-                if entry.users == 0 and (entry.server is None or not entry.server.alive()):
-                    if self._entries.get(key) is entry:
-                        del self._entries[key]
+                if (
+                    entry.users == 0
+                    and (entry.server is None or not entry.server.alive())
+                    and self._entries.get(key) is entry
+                ):
+                    del self._entries[key]
 
     def _make_room(self, capacity: int) -> None:
         while len(self._entries) >= max(1, capacity):
@@ -330,7 +333,5 @@ if __name__ == "__main__":
 
 def _kill_group(pid: int) -> None:
     """SIGKILL the process group of a forked run (its own session: the run and what it started)."""
-    try:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
         os.killpg(pid, signal.SIGKILL)
-    except (ProcessLookupError, PermissionError):
-        pass

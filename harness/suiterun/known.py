@@ -178,7 +178,7 @@ def _as_tuple(value: str | tuple[str, ...] | None) -> tuple[str, ...]:
     return (value,) if isinstance(value, str) else value
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _pattern(text: str) -> re.Pattern[str]:
     """A case pattern: ``*`` matches anything, everything else literally (case ids hold brackets)."""
     return re.compile(".*".join(re.escape(part) for part in text.split("*")))

@@ -85,7 +85,7 @@ def run_suites(tgt: Target, opts: RunOptions, out_dir: Path, progress: TextIO | 
     obtained = opts.obtained_dir or out_dir / "obtained"
     (out_dir / contract.STANDINS_LOG).write_text("")
     (out_dir / contract.VERSIONS_FILE).unlink(missing_ok=True)
-    started = _dt.datetime.now(_dt.timezone.utc)
+    started = _dt.datetime.now(_dt.UTC)
     t0 = time.monotonic()
     deadline = t0 + opts.timeout_s
     cases: list[CaseResult] = []
@@ -209,7 +209,7 @@ def _upstream(tgt: Target, opts: RunOptions, out_dir: Path) -> tuple[list[CaseRe
 
 
 def _run_upstream_only(tgt: Target, opts: RunOptions, out_dir: Path) -> RunResult:
-    started = _dt.datetime.now(_dt.timezone.utc)
+    started = _dt.datetime.now(_dt.UTC)
     t0 = time.monotonic()
     (out_dir / "upstream" / contract.VERSIONS_FILE).unlink(missing_ok=True)
     cases, notes = _upstream(tgt, opts, out_dir)

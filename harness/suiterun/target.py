@@ -40,7 +40,7 @@ class Target:
     repo: Path | None = None
 
     @classmethod
-    def from_args(cls, mb_src: str | None, commit: str | None = None) -> "Target":
+    def from_args(cls, mb_src: str | None, commit: str | None = None) -> Target:
         if mb_src is None:
             return cls()
         src = Path(mb_src).expanduser().resolve()
@@ -121,7 +121,7 @@ def describe_running_target() -> dict[str, Any]:
             else _dist_version("megatron-core")
         ),
         "harness": harness.__version__,
-        "date": _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
+        "date": _dt.datetime.now(_dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
     }
 
 

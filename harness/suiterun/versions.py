@@ -37,7 +37,7 @@ def mb_location() -> Path | None:
         return None
     if spec is None or not spec.submodule_search_locations:
         return None
-    return Path(list(spec.submodule_search_locations)[0])
+    return Path(next(iter(spec.submodule_search_locations)))
 
 
 def mb_version(location: Path | None) -> str:
@@ -49,7 +49,7 @@ def mb_version(location: Path | None) -> str:
         text = info.read_text(encoding="utf-8")
     except OSError:
         return "unknown"
-    parts = {k: v for k, v in re.findall(r"^(MAJOR|MINOR|PATCH|PRE_RELEASE)\s*=\s*['\"]?([^'\"\n]*)['\"]?", text, re.M)}
+    parts = dict(re.findall(r"^(MAJOR|MINOR|PATCH|PRE_RELEASE)\s*=\s*['\"]?([^'\"\n]*)['\"]?", text, re.M))
     if {"MAJOR", "MINOR", "PATCH"} <= parts.keys():
         return f"{parts['MAJOR']}.{parts['MINOR']}.{parts['PATCH']}{parts.get('PRE_RELEASE', '')}"
     return "unknown"

@@ -8,4 +8,4 @@ subprocess), ``child_plugin`` (loaded into that pytest: selection and outcome ev
 from harness.upstream.run import NO_CHECKOUT, run_upstream
 from harness.upstream.selection import NO_MATCH, load_selection, resolve
 
-__all__ = ["run_upstream", "load_selection", "resolve", "NO_CHECKOUT", "NO_MATCH"]
+__all__ = ["NO_CHECKOUT", "NO_MATCH", "load_selection", "resolve", "run_upstream"]

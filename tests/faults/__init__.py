@@ -48,7 +48,7 @@ class Fault:
     def revert_from(self, package_dir: Path) -> None:
         apply(package_dir, self.reverse())
 
-    def reverse(self) -> "Fault":
+    def reverse(self) -> Fault:
         return Fault(self.name + "-revert", self.path, self.new, self.old, "revert " + self.description)
 
 

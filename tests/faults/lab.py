@@ -172,7 +172,7 @@ class Lab:
                 pytest.skip("megatron.bridge is not installed")
             base = self.root / "mb-base" / "src" / "megatron" / "bridge"
             shutil.copytree(
-                list(spec.submodule_search_locations)[0], base, ignore=shutil.ignore_patterns("__pycache__")
+                next(iter(spec.submodule_search_locations)), base, ignore=shutil.ignore_patterns("__pycache__")
             )
             self._mb_base = base.parent.parent
         src = where / "src"

@@ -83,7 +83,7 @@ def child_killed(lab: Lab) -> Observed:
 def orphan_child(lab: Lab) -> Observed:
     """The import starts ``sleep 600`` and returns: the run must finish (not wait on the child's
     pipes) and leave no process of the evaluated MB running."""
-    proc, out, src = _run(lab, "orphan", ORPHAN)
+    proc, _out, src = _run(lab, "orphan", ORPHAN)
     pid_file = src / "megatron" / "bridge" / "data" / "packing" / "orphan.pid"
     if not pid_file.exists():
         return Observed(Outcome.LOST, proc.wall_s, "the injected import never ran")

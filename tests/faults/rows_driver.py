@@ -231,7 +231,7 @@ def _immutable(path: Path, on: bool) -> None:
 
 
 def read_only_cache_dir(lab: Lab) -> Observed:
-    repo, shas, cache, out = _setup(lab, "cache-readonly")
+    repo, _shas, cache, out = _setup(lab, "cache-readonly")
     warm = lab.bisect(repo, RANGE, cache, out.parent / "warm", "-q")
     if warm.rc != 0:
         return Observed(Outcome.LOST, 0.0, f"warm-up failed: {warm.err[-300:]}")

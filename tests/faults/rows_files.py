@@ -41,7 +41,7 @@ def _verify_names(lab: Lab, name: str, spoil: str) -> Observed:
     """``harness fixtures verify`` on a root with one spoilt file: it names that file, counts the
     other as ok, exits 1 (a finding, not a crash)."""
     where = lab.fresh(name)
-    big, small = _two_goldens(where / "fixtures")
+    big, _small = _two_goldens(where / "fixtures")
     target = big.with_suffix(".npz") if spoil == "npz" else big
     data = target.read_bytes()
     target.write_bytes(data[: len(data) // 2])

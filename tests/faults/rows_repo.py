@@ -111,7 +111,7 @@ def _harness_in(cwd: Path, *args: str) -> Proc:
 
 def unknown_config_keys(lab: Lab) -> Observed:
     """A misspelt ``[tool.harness.slrum]`` table in pyproject.toml: refused, never ignored."""
-    repo, shas, cache, out = _setup(lab, "config-keys")
+    repo, _shas, cache, out = _setup(lab, "config-keys")
     project = out.parent / "project"
     project.mkdir()
     (project / "pyproject.toml").write_text('[project]\nname = "x"\n[tool.harness.slrum]\npartition = "batch"\n')
