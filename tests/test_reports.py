@@ -506,6 +506,25 @@ def test_run_report_of_an_empty_run(tmp_path: Path) -> None:
     assert not doc.find_all("tr", cls="case-row")
 
 
+def test_run_report_folds_long_messages(tmp_path: Path) -> None:
+    """Issue 24: every known-fail message printed in full made the page 16,000 px long."""
+    long = "known MB bug pad-rows-train: " + "violation " * 60 + "\nsecond line\nthird line"
+    run = RunResult(
+        run_id="r",
+        target={},
+        versions={},
+        machine=Machine(),
+        import_mode="source",
+        cases=[CaseResult("s::a", "s", Verdict.KNOWN_FAIL, message=long), CaseResult("s::b", "s", Verdict.PASS)],
+    )
+    doc = parse_html(render_run_report(run, tmp_path / "r.html"))
+    row = doc.find("tr", cls="case-row", data_case_id="s::a")
+    fold = row.find("details", cls="fold")
+    assert fold is not None and fold.find("summary").text().startswith("known MB bug pad-rows-train:")
+    assert len(fold.find("summary").text()) <= 240 and "third line" in fold.text()
+    assert doc.find("tr", cls="case-row", data_case_id="s::b").find_all("details", cls="fold") == []
+
+
 # --------------------------------------------------------------------------------------------
 # Bisect report
 # --------------------------------------------------------------------------------------------
