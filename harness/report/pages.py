@@ -14,7 +14,7 @@ from typing import Any
 
 from harness.bisect.document import BisectDoc, CaseDoc, Confirmation, Descent, PinCheck
 from harness.records.provenance import commit_url
-from harness.report.bisectanswer import answer
+from harness.report.bisectanswer import KIND_LABEL, answer
 from harness.report.formatting import VERDICT_ORDER, anchor, render_template, short_sha
 from harness.repository.pins import SUBMODULE
 
@@ -149,6 +149,9 @@ def _bisect_case_view(case: CaseDoc, bisect: BisectDoc, prefix: str) -> dict[str
         "culprit": case.culprit,
         "candidates": candidates,
         "golden_diff": case.golden_diff,
+        "broken": case.broken,
+        # what the text is: an invariant failure is never called a golden diff
+        "kind_label": "golden diff" if case.kind == "golden" else KIND_LABEL.get(case.kind, "failure"),
     }
 
 
