@@ -144,3 +144,17 @@ def test_a_killed_bisect_resumes_with_its_partial_probes(tmp_path: Path) -> None
     ran_before = {(sha, c) for sha, ran in before[:-1] for c in ran}  # the last one was in flight
     ran_after = {(sha, c) for sha, ran in ev.calls()[len(before) :] for c in ran}
     assert not ran_before & ran_after, "no (commit, case) stored before the kill runs again"
+
+
+def test_probe_all_cases_records_what_really_ran(tmp_path: Path) -> None:
+    """With --probe-all-cases an endpoint the cache half holds still runs only what it lacks, and
+    is recorded as that (never as the whole selection it did not run)."""
+    repo, shas = _fake_history(tmp_path, 12, {"t::d1": 7})
+    cache, log = tmp_path / "cache", tmp_path / "calls.jsonl"
+    _bisect(repo, shas, cache, log, suites=("s",))
+    n = len(ScopedEvaluator(repo, tmp_path, log).calls())
+    run, ev = _bisect(repo, shas, cache, log, suites=("s", "t"), probe_open_cases=False)
+    assert culprits(run.doc) == {"t::d1": shas[7]}
+    ends = [ran for sha, ran in ev.calls()[n:] if sha in (shas[0], shas[-1])]
+    assert ends and all({suite_of(c) for c in ran} == {"t"} for ran in ends)
+    assert {c.scope for sha in (shas[0], shas[-1]) for c in run.doc.probe_costs[sha]} == {"suites t"}

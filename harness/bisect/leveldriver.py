@@ -74,7 +74,8 @@ class LevelDriver:
         self.not_bisected: list[NotBisected] = []  # known once both endpoints are in
         # what a whole evaluation runs (an endpoint), and whether a probe can run less (the open cases)
         self.whole: Scope = getattr(evaluator, "scope", None) or Scope()  # an evaluator that says nothing runs all
-        self.narrowable = opts.probe_open_cases and hasattr(evaluator, "narrowed")
+        self.can_narrow = hasattr(evaluator, "narrowed")  # it can run less than its whole selection
+        self.narrowable = opts.probe_open_cases and self.can_narrow  # intermediate probes run the open cases
         self.endpoints: set[str] = {commits[0], commits[-1]}
         self._running: dict[Handle, tuple[str, int, Scope]] = {}  # handle -> (commit, depth, what it runs)
         self._queued: list[tuple[str, Scope]] = []  # attempts waiting for a slot (one entry per attempt)
@@ -198,7 +199,7 @@ class LevelDriver:
     def store(self, sha: str, outcome: EvalOutcome, scope: Scope | None = None) -> None:
         """Cache first (durable), then tell the bisection, then the user."""
         ev = self.evidence
-        scope = scope if scope is not None and self.narrowable else self.whole
+        scope = scope if scope is not None and self.can_narrow else self.whole  # what really ran
         if outcome.infrastructure:  # the cluster lost the job: a skip for this run, never a cached verdict
             stamp = _dt.datetime.now(_dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
             attempt = len(ev.attempts.get(sha, [])) + 1
