@@ -213,6 +213,11 @@ class Page(HTMLParser):
         return out
 
 
+def auto_bisect_args(tmp_path: Path, repo: Path, out_dir: Path) -> list[str]:
+    """The nightly flags of a two-night auto-bisect scenario: one history, one --out, the repo."""
+    return ["--history", str(tmp_path / "h.parquet"), "--out", str(out_dir), "--auto-bisect", "--repo", str(repo)]
+
+
 def trend_page(out_dir: Path) -> Page:
     return Page((out_dir / "trend.html").read_text(encoding="utf-8"))
 
@@ -339,7 +344,7 @@ def test_auto_bisect_gives_every_regressed_suite(
     repo, (c0, c1, _) = mb_repo
     out_dir = tmp_path / "o"
     fake_runner.queue += [night(), night(broken=("packed_seq_params::cu_seqlens", BROKEN))]
-    common = ["--history", str(tmp_path / "h.parquet"), "--out", str(out_dir), "--auto-bisect", "--repo", str(repo)]
+    common = auto_bisect_args(tmp_path, repo, out_dir)
     go(common + ["--commit", c0])
     rc, _ = go(common + ["--commit", f"{c1}-dirty"])  # a modified tree is bisected at its commit
     assert rc == 1
@@ -356,7 +361,7 @@ def test_auto_bisect_links_commits_like_the_night_and_trend_links_each_night_to_
     out_dir = tmp_path / "o"
     url = "https://github.com/NVIDIA-NeMo/Megatron-Bridge"
     fake_runner.queue += [night(), night(broken=(BROKEN,))]
-    common = ["--history", str(tmp_path / "h.parquet"), "--out", str(out_dir), "--auto-bisect", "--repo", str(repo)]
+    common = auto_bisect_args(tmp_path, repo, out_dir)
     go(common + ["--commit", c0, "--repo-url", url])
     go(common + ["--commit", c1, "--repo-url", url])
     (cmd,) = fake_bisect.commands
@@ -405,7 +410,7 @@ def test_auto_bisect_without_a_usable_range_says_why(
     repo, (c0, _, c2) = mb_repo
     out_dir = tmp_path / "o"
     fake_runner.queue += [night(), night(broken=(BROKEN,))]
-    common = ["--history", str(tmp_path / "h.parquet"), "--out", str(out_dir), "--auto-bisect", "--repo", str(repo)]
+    common = auto_bisect_args(tmp_path, repo, out_dir)
     go(common + ["--commit", first_commit.format(c0=c0, c2=c2)])
     rc, text = go(common + ["--commit", second_commit.format(c0=c0, c2=c2)])
     assert rc == 1
@@ -421,15 +426,7 @@ def test_auto_bisect_only_for_cases_that_passed_before(
 ) -> None:
     repo, (c0, _, c2) = mb_repo
     fake_runner.queue += [night(untestable=(BROKEN,)), night(broken=(BROKEN,))]
-    common = [
-        "--history",
-        str(tmp_path / "h.parquet"),
-        "--out",
-        str(tmp_path / "o"),
-        "--auto-bisect",
-        "--repo",
-        str(repo),
-    ]
+    common = auto_bisect_args(tmp_path, repo, tmp_path / "o")
     go(common + ["--commit", c0])
     rc, text = go(common + ["--commit", c2])
     assert rc == 1 and fake_bisect.commands == []
@@ -445,7 +442,7 @@ def test_newly_untestable_is_listed_fails_the_night_and_is_bisected(
     repo, (c0, _, c2) = mb_repo
     out_dir = tmp_path / "o"
     fake_runner.queue += [night(), night(untestable=(BROKEN,))]
-    common = ["--history", str(tmp_path / "h.parquet"), "--out", str(out_dir), "--auto-bisect", "--repo", str(repo)]
+    common = auto_bisect_args(tmp_path, repo, out_dir)
     assert go(common + ["--commit", c0])[0] == 0
     rc, text = go(common + ["--commit", c2])
     assert rc == 1, "a newly untestable case fails the nightly"
@@ -463,16 +460,7 @@ def test_no_confirm_leaves_the_culprits_unchecked(
 ) -> None:
     repo, (c0, _, c2) = mb_repo
     fake_runner.queue += [night(), night(broken=(BROKEN,))]
-    common = [
-        "--history",
-        str(tmp_path / "h.parquet"),
-        "--out",
-        str(tmp_path / "o"),
-        "--auto-bisect",
-        "--repo",
-        str(repo),
-        "--no-confirm",
-    ]
+    common = [*auto_bisect_args(tmp_path, repo, tmp_path / "o"), "--no-confirm"]
     go(common + ["--commit", c0])
     go(common + ["--commit", c2])
     (cmd,) = fake_bisect.commands
@@ -526,7 +514,7 @@ def test_auto_bisect_outcome_decides_the_link(
     (out_dir / "bisect").mkdir(parents=True)
     (out_dir / "bisect" / "report.html").write_text("stale report of an earlier night")
     fake_runner.queue += [night(), night(broken=(BROKEN,))]
-    common = ["--history", str(tmp_path / "h.parquet"), "--out", str(out_dir), "--auto-bisect", "--repo", str(repo)]
+    common = auto_bisect_args(tmp_path, repo, out_dir)
     go(common + ["--commit", c0])
     code, text = go(common + ["--commit", c2])
     assert code == 1 and len(fake.commands) == 1
@@ -592,15 +580,7 @@ def test_changed_last_night_and_failing_tonight_is_bisected(
         if c.case_id == BROKEN:
             c.verdict = Verdict.CHANGED
     fake_runner.queue += [first, night(broken=(BROKEN,))]
-    common = [
-        "--history",
-        str(tmp_path / "h.parquet"),
-        "--out",
-        str(tmp_path / "o"),
-        "--auto-bisect",
-        "--repo",
-        str(repo),
-    ]
+    common = auto_bisect_args(tmp_path, repo, tmp_path / "o")
     go(common + ["--commit", c0])
     rc, text = go(common + ["--commit", c2])
     assert rc == 1 and f"{BROKEN}  (previous nightly: changed)" in text

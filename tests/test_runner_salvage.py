@@ -135,6 +135,24 @@ def _suites_dir(tmp_path: Path) -> Path:
     return suites
 
 
+def harness_run(tmp_path: Path, suites: Path, **env: str) -> tuple[subprocess.CompletedProcess[str], Path]:
+    """``harness run -q`` of ``suites`` with empty fixtures, out of any ``HARNESS_*`` of the caller
+    (plus ``env``); the process and its ``--out``."""
+    (tmp_path / "fixtures").mkdir(exist_ok=True)
+    out = tmp_path / "out"
+    clean = {k: v for k, v in os.environ.items() if not k.startswith("HARNESS_")}
+    proc = subprocess.run(
+        [sys.executable, "-m", "harness", "run", "-q", "--suites-dir", str(suites)]
+        + ["--fixtures", str(tmp_path / "fixtures"), "--out", str(out)],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**clean, **env},
+    )
+    return proc, out
+
+
 def test_a_group_that_fails_to_collect_is_an_error_never_dropped(tmp_path: Path):
     """Issue 23: one light suite that fails to import stopped its whole import group, and the run
     exited 0 with the other group's cases. Now every suite file of that group stands as an ERROR
@@ -143,17 +161,7 @@ def test_a_group_that_fails_to_collect_is_an_error_never_dropped(tmp_path: Path)
     (suites / "test_a.py").write_text(BROKEN_LIGHT)
     (suites / "test_c.py").write_text(FINE_LIGHT)
     (suites / "test_b.py").write_text(FINE_FULL)
-    (tmp_path / "fixtures").mkdir()
-    out = tmp_path / "out"
-    proc = subprocess.run(
-        [sys.executable, "-m", "harness", "run", "-q", "--suites-dir", str(suites)]
-        + ["--fixtures", str(tmp_path / "fixtures"), "--out", str(out)],
-        cwd=tmp_path,
-        capture_output=True,
-        text=True,
-        timeout=300,
-        env={k: v for k, v in os.environ.items() if not k.startswith("HARNESS_")},
-    )
+    proc, out = harness_run(tmp_path, suites)
     assert proc.returncode == 1, proc.stdout + proc.stderr
     from harness.records.results import RunResult
     from harness.records.verdict import Verdict

@@ -8,10 +8,7 @@ per run to ask the child's versions. These tests fail on that layout and hold on
 from __future__ import annotations
 
 import ast
-import os
 import re
-import subprocess
-import sys
 from pathlib import Path
 
 from harness.paths import PACKAGE, ROOT
@@ -87,22 +84,11 @@ def test_z():
 
 
 def test_the_child_writes_the_versions_the_run_records(tmp_path: Path) -> None:
-    from tests.test_runner_salvage import _suites_dir
+    from tests.test_runner_salvage import _suites_dir, harness_run
 
     suites = _suites_dir(tmp_path)
     (suites / "test_a.py").write_text(FINE)
-    (tmp_path / "fixtures").mkdir()
-    out = tmp_path / "out"
-    env = {k: v for k, v in os.environ.items() if not k.startswith("HARNESS_")}
-    proc = subprocess.run(
-        [sys.executable, "-m", "harness", "run", "-q", "--suites-dir", str(suites)]
-        + ["--fixtures", str(tmp_path / "fixtures"), "--out", str(out)],
-        cwd=tmp_path,
-        capture_output=True,
-        text=True,
-        timeout=300,
-        env={**env, "HARNESS_CORE_PIN": "c0ffee" * 7},  # only a child that ran with this env can report it
-    )
+    proc, out = harness_run(tmp_path, suites, HARNESS_CORE_PIN="c0ffee" * 7)  # only its child can report it
     assert proc.returncode == 0, proc.stdout + proc.stderr
     written = contract.read_versions(out / contract.VERSIONS_FILE)
     result = RunResult.load(out / "results.json")

@@ -69,6 +69,11 @@ class Evaluation:
     evaluated_at: str  # ISO 8601, UTC
     scope: Scope = WHOLE  # what it ran: the whole selection, or listed (open) cases
 
+    def ran(self, case: str) -> bool:
+        """Whether it ran ``case``: a whole run ran every case (missing is a skip there); a probe
+        ran the cases it was asked for, produced a verdict or not."""
+        return not self.scope.partial or case in self.verdicts or case in (self.scope.cases or ())
+
 
 class VerdictCache:
     """The SQLite verdict cache at ``path`` (created on first use)."""

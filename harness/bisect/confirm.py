@@ -35,6 +35,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from harness.bisect.document import Confirmation, ConfirmStatus
+from harness.bisect.scope import suite_of
 from harness.errors import GitError
 from harness.records.verdict import Verdict, settle
 from harness.repository.pins import SUBMODULE
@@ -73,7 +74,7 @@ def _confirm(driver: Level, ws: WorkspaceCache, bad: str, culprit: str, cases: l
         conflict = _revert(driver, ws, culprit, tree)
         if conflict:
             return unchecked(f"the revert does not apply on {bad[:12]}: {conflict}")
-        suites = sorted({c.split("::", 1)[0] for c in cases})
+        suites = sorted({suite_of(c) for c in cases})
         outcome: EvalOutcome = evaluate(tree / "src", f"confirm-{culprit[:12]}-on-{bad[:12]}", pin_of, suites)
     finally:
         shutil.rmtree(parent, ignore_errors=True)

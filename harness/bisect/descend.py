@@ -35,6 +35,7 @@ from typing import TextIO
 from harness.bisect.axis import PACKING_PATHSPECS
 from harness.bisect.document import BisectDoc, CulpritGroup, Descent, PinCheck, PinStatus
 from harness.bisect.options import BisectOptions
+from harness.bisect.scope import suite_of
 from harness.errors import HarnessError
 from harness.repository.gitrepo import GitRepo, open_repo
 from harness.repository.pins import SUBMODULE
@@ -98,7 +99,7 @@ def _run(
         mb_at=descent.mb_culprit,
         mb_repo=opts.repo,
         mb_src=None,
-        suites=tuple(sorted({c.split("::", 1)[0] for c in descent.cases})),
+        suites=tuple(sorted({suite_of(c) for c in descent.cases})),
         keyword=None,  # the cases are named exactly
         cases=tuple(descent.cases),
         confirm=False,

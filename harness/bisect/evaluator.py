@@ -37,6 +37,7 @@ from harness.bisect.closure import closure_hash, suite_hash, suite_process_files
 from harness.bisect.scope import Scope, suite_of
 from harness.errors import CorruptFile, GitError
 from harness.executors.local import JobLog
+from harness.oracle.records import counts_line, violation_line
 from harness.records.results import CaseResult, RunResult
 from harness.records.verdict import Verdict
 from harness.repository.gitrepo import open_repo
@@ -241,17 +242,18 @@ def case_detail(case: CaseResult) -> dict[str, str]:
     first = case.violations[0] if case.violations else None
     violation = ""
     if first is not None:
-        where = f"row {first.get('row')}" + (
-            f", position {first['position']}" if first.get("position") is not None else ""
-        )
-        violation = (
-            f"{first.get('invariant')} [{first.get('impact')}]: {where}: expected {first.get('expected')}, "
-            f"got {first.get('got')}"
+        violation = violation_line(
+            str(first.get("invariant")),
+            str(first.get("impact")),
+            first.get("row"),
+            first.get("position"),
+            str(first.get("expected")),
+            str(first.get("got")),
         )
     return {
         "diff": case.diff or case.message,
         "source": case.source,
-        "broken": ", ".join(f"{k} x{n}" for k, n in sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))),
+        "broken": counts_line(counts),
         "impacts": ", ".join(case.impacts),
         "violation": violation,
     }

@@ -17,6 +17,7 @@ from harness.bisect.axis import Axis
 from harness.bisect.cache import Evaluation
 from harness.bisect.document import NOT_RUN, CaseDoc, CommitMeta, Culprit, ProbeCost
 from harness.executors.local import JobLog
+from harness.progress import duration
 from harness.records.verdict import Verdict, is_flaky, settle
 from harness.repository.gitrepo import GitRepo
 
@@ -57,8 +58,7 @@ def eta(costs: dict[str, list[ProbeCost]], steps: int) -> str:
     total = each * steps
     if total < 1:
         return ""
-    left = f"{total / 60:.0f} min" if total >= 90 else f"{total:.0f} s"
-    return f", ~{left} left ({each:.0f} s a probe)"
+    return f", ~{duration(total)} left ({each:.0f} s a probe)"
 
 
 def probe_cell(values: Iterable[Verdict | None]) -> str:
@@ -83,11 +83,8 @@ def probe_tables(
         ids = sorted({c for ev in evs for c in ev.verdicts} | set(case_ids))
 
         # a case no evaluation here ran (a probe of other open cases) is "not run": nothing inferred
-        def ran(ev: Evaluation, case: str) -> bool:  # asked for: a probe that produced nothing is a skip
-            return not ev.scope.partial or case in ev.verdicts or case in (ev.scope.cases or ())
-
         probes[sha] = {
-            c: probe_cell(ev.verdicts.get(c) for ev in evs if ran(ev, c)) if any(ran(ev, c) for ev in evs) else NOT_RUN
+            c: probe_cell(ev.verdicts.get(c) for ev in evs if ev.ran(c)) if any(ev.ran(c) for ev in evs) else NOT_RUN
             for c in ids
         }
         per_attempt[sha] = [{c: v.value for c, v in sorted(ev.verdicts.items())} for ev in evs]

@@ -40,10 +40,8 @@ def missing_whole(evaluations: Sequence[Evaluation], whole: Scope, want: int) ->
 def missing_cases(evaluations: Sequence[Evaluation], cases: Iterable[str], want: int) -> tuple[Scope, int] | None:
     """What a probe lacks of ``cases`` (the open ones): a case probe of those with fewer than
     ``want`` verdicts here, and how many times to run it."""
-    held: Counter[str] = Counter()
-    for e in evaluations:  # a case a probe asked for counts even when it produced no verdict there
-        held.update(set(e.verdicts) | set(e.scope.cases or ()))
-    lacking = sorted(c for c in set(cases) if held[c] < want)
+    held = Counter({c: sum(e.ran(c) for e in evaluations) for c in set(cases)})
+    lacking = sorted(c for c in held if held[c] < want)
     if not lacking:
         return None
     return Scope(cases=tuple(lacking)), want - min(held[c] for c in lacking)
@@ -52,7 +50,10 @@ def missing_cases(evaluations: Sequence[Evaluation], cases: Iterable[str], want:
 def in_selection(evaluation: Evaluation, whole: Scope) -> Evaluation:
     """``evaluation`` with only the verdicts of cases the selection ``whole`` has: its suites,
     its listed cases; for a ``-k`` selection, only what a run with that ``-k`` produced."""
-    if not evaluation.scope.partial and evaluation.scope.keyword != whole.keyword:
+    scope = evaluation.scope
+    # a run of another -k, or (under -k) a probe whose cases may lie outside this -k
+    foreign = whole.keyword is not None if scope.partial else scope.keyword != whole.keyword
+    if foreign:
         return dataclasses.replace(evaluation, verdicts={}, messages={})
 
     def keep(case: str) -> bool:
@@ -60,8 +61,6 @@ def in_selection(evaluation: Evaluation, whole: Scope) -> Evaluation:
             return case in whole.cases
         return whole.suites is None or suite_of(case) in whole.suites
 
-    if whole.keyword is not None and evaluation.scope.partial:
-        return dataclasses.replace(evaluation, verdicts={}, messages={})  # its cases may lie outside -k
     verdicts = {c: v for c, v in evaluation.verdicts.items() if keep(c)}
     return dataclasses.replace(
         evaluation, verdicts=verdicts, messages={c: evaluation.messages.get(c, "") for c in verdicts}

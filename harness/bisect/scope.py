@@ -11,9 +11,10 @@ same ``-k``.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
+
+from harness.suiterun.contract import split_case_id
 
 
 @dataclass(frozen=True)
@@ -34,13 +35,6 @@ class Scope:
             return f"{len(self.cases)} open case{'s' if len(self.cases) != 1 else ''}"
         what = "all" if self.suites is None else "suites " + ", ".join(self.suites)
         return what + (f" -k {self.keyword!r}" if self.keyword else "")
-
-    def covered_suites(self, keyword: str | None, default: Iterable[str]) -> set[str]:
-        """The suites this evaluation ran whole for a selection with ``keyword`` (none for a
-        case probe, none for another ``-k``)."""
-        if self.cases is not None or self.keyword != keyword:
-            return set()
-        return set(default) if self.suites is None else set(self.suites)
 
     def to_json(self) -> str:
         doc: dict[str, Any] = {}
@@ -66,4 +60,5 @@ class Scope:
 
 
 def suite_of(case_id: str) -> str:
-    return case_id.split("::", 1)[0]
+    """The suite of a case id (harness.suiterun.contract spells the format)."""
+    return split_case_id(case_id)[0]

@@ -225,17 +225,14 @@ def print_table(rows: list[matrix.MatrixRow], out: TextIO) -> None:
     refs as columns, split so no line is wider than :data:`TABLE_WIDTH`."""
     from harness.eras import matrix
 
-    def total(r: matrix.MatrixRow, verdict: str) -> int:
-        return sum(n.get(verdict, 0) for n in r.suites.values())
-
     head = f"{'ref':<12}{'commit':<11}{'date':<12}" + f"{'fail':>6}{'known':>7}{'changed':>9}{'fixed':>7}"
     head += f"{'untest':>8}{'error':>7}"
     print("\nMB's health (cases per verdict; known = reviewed known MB bugs)", file=out)
     print(head, file=out)
     for r in rows:
         print(
-            f"{r.ref:<12}{r.commit[:9]:<11}{r.date[:10]:<12}{total(r, 'fail'):>6}{total(r, 'known-fail'):>7}"
-            f"{total(r, 'changed'):>9}{total(r, 'fixed'):>7}{total(r, 'untestable'):>8}{total(r, 'error'):>7}",
+            f"{r.ref:<12}{r.commit[:9]:<11}{r.date[:10]:<12}{r.total('fail'):>6}{r.total('known-fail'):>7}"
+            f"{r.total('changed'):>9}{r.total('fixed'):>7}{r.total('untestable'):>8}{r.total('error'):>7}",
             file=out,
         )
     print("\nharness coverage (CPU cases untestable: era = feature absent there, gaps = every other)", file=out)

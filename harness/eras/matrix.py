@@ -113,6 +113,10 @@ class MatrixRow:
     def untestable_pct(self) -> float:
         return 100.0 * self.untestable_cpu / self.cpu_cases if self.cpu_cases else 100.0
 
+    def total(self, verdict: str) -> int:
+        """Cases with ``verdict`` at this ref, every suite together (MB's health at a glance)."""
+        return sum(n.get(verdict, 0) for n in self.suites.values())
+
     @property
     def applicable_cpu(self) -> int:
         """CPU cases whose features exist at this commit."""

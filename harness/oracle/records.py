@@ -146,12 +146,30 @@ class Violation:
         return self.impact if self.impact is not None else DEFAULT_IMPACT[self.invariant]
 
     def text(self) -> str:
-        where = f"row {self.row}" + (f", position {self.position}" if self.position is not None else "")
-        tail = f" ({self.detail})" if self.detail else ""
-        return (
-            f"{self.invariant.value} [{self.training_impact.value}]: {where}: "
-            f"expected {self.expected!r}, got {self.got!r}{tail}"
+        return violation_line(
+            self.invariant.value,
+            self.training_impact.value,
+            self.row,
+            self.position,
+            repr(self.expected),
+            repr(self.got),
+            self.detail,
         )
+
+
+def violation_line(
+    invariant: str, impact: str, row: Any, position: Any, expected: str, got: str, detail: str = ""
+) -> str:
+    """One violation as a person reads it, from the record or from its JSON form (results.json):
+    ``invariant [impact]: row r, position p: expected X, got Y (detail)``."""
+    where = f"row {row}" + (f", position {position}" if position is not None else "")
+    tail = f" ({detail})" if detail else ""
+    return f"{invariant} [{impact}]: {where}: expected {expected}, got {got}{tail}"
+
+
+def counts_line(counts: Mapping[str, int]) -> str:
+    """``logical-boundaries x4, padding-never-trains x1``: most frequent first."""
+    return ", ".join(f"{k} x{n}" for k, n in sorted(counts.items(), key=lambda kv: (-kv[1], kv[0])))
 
 
 @dataclass

@@ -13,6 +13,7 @@ import re
 import shlex
 
 from harness.bisect.document import BisectDoc, CaseDoc, CulpritGroup
+from harness.oracle.records import counts_line
 from harness.records.provenance import commit_url
 from harness.report.formatting import case_selector
 
@@ -56,7 +57,7 @@ def _why(cases: list[CaseDoc]) -> str:
             counts[name] = counts.get(name, 0) + int(n or 1)
     impacts = sorted({i for c in cases for i in c.impacts})
     if counts:
-        what = ", ".join(f"{k} x{n}" for k, n in sorted(counts.items(), key=lambda kv: (-kv[1], kv[0])))
+        what = counts_line(counts)
         return f"{what} [{', '.join(impacts) or 'impact not recorded'}]"
     kinds = sorted({KIND_LABEL[c.kind] for c in cases})
     return "; ".join(kinds) + (f" [{', '.join(impacts)}]" if impacts else "")

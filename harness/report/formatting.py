@@ -28,6 +28,7 @@ import harness
 from harness.records.atomicio import atomic_write_text
 from harness.records.results import CaseResult
 from harness.records.verdict import Verdict
+from harness.suiterun.contract import split_case_id
 
 TEMPLATE_DIR = Path(__file__).parent / "templates"
 
@@ -132,5 +133,5 @@ def anchor(case_id: str) -> str:
 
 def case_selector(case_id: str) -> tuple[str, str]:
     """(suite, -k expression) that selects exactly this case with ``harness run``."""
-    suite, _, name = case_id.partition("::")
+    suite, name = split_case_id(case_id)
     return suite, name.split(".")[-1]

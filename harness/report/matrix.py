@@ -19,8 +19,8 @@ def render_matrix_report(rows: list[MatrixRow], out_path: Path, *, repo: str, me
             "reasons": reason_summary(rows),
             "meeting": sum(r.meets_goal for r in rows),
             # MB's health first: per ref, cases per verdict over every suite
-            "health": [{v: sum(n.get(v, 0) for n in r.suites.values()) for v in VERDICT_ORDER} for r in rows],
-            "failing_refs": sum(any(n.get("fail", 0) or n.get("error", 0) for n in r.suites.values()) for r in rows),
+            "health": [{v: r.total(v) for v in VERDICT_ORDER} for r in rows],
+            "failing_refs": sum(bool(r.total("fail") or r.total("error")) for r in rows),
             "gap_count": sum(len(r.gaps) for r in rows),
             "goal": UNTESTABLE_GOAL_PCT,
             "repo": repo,

@@ -28,9 +28,12 @@ import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 from harness.records.commit import Commit, clean_sha
+
+if TYPE_CHECKING:  # imported where used: sitecustomize reads Env before anything heavier loads
+    from harness.records.results import CaseResult
 
 __all__ = ["INI_SUITES", "CasesFile", "Commit", "Env", "Flag", "case_id", "clean_sha", "split_case_id", "target_commit"]
 
@@ -72,6 +75,7 @@ INI_SUITES = "harness_suites"
 # ------------------------------------------------------------------ files in a run directory
 
 VERSIONS_FILE = "versions.json"  # what the child imported (written at its start, read by the driver)
+VERSIONS_KIND = "harness-versions"
 STANDINS_LOG = "standins.log"  # one stand-in per line, appended by every child
 SELECTED_CASES = "selected-cases.json"  # --harness-cases: the case ids to run
 CASES_KIND = "harness-cases"
@@ -119,7 +123,7 @@ def target_commit(environ: Mapping[str, str] | None = None) -> Commit | None:
 class CasesFile:
     """What one suite process hands back (``--harness-results``): versioned, written atomically."""
 
-    cases: list[Any] = field(default_factory=list)  # CaseResult (typed below; records is imported lazily)
+    cases: list[CaseResult] = field(default_factory=list)
     collection_errors: list[dict[str, str]] = field(default_factory=list)  # {"nodeid", "message"} per file
     versions: dict[str, str] = field(default_factory=dict)
     finished: float = 0.0
@@ -160,7 +164,7 @@ def write_versions(versions: dict[str, str], environ: Mapping[str, str] | None =
         return
     from harness.records.atomicio import write_versioned_json
 
-    write_versioned_json(Path(target), "harness-versions", 1, dict(versions))
+    write_versioned_json(Path(target), VERSIONS_KIND, 1, dict(versions))
 
 
 def read_versions(path: Path) -> dict[str, str]:
@@ -169,7 +173,7 @@ def read_versions(path: Path) -> dict[str, str]:
     from harness.records.atomicio import read_versioned_json
 
     try:
-        doc = read_versioned_json(path, "harness-versions", 1)
+        doc = read_versioned_json(path, VERSIONS_KIND, 1)
     except (OSError, CorruptFile):  # the child died before writing it
         return {"megatron-bridge": "unknown (the suite process wrote no versions)"}
     return {str(k): str(v) for k, v in doc.items() if k not in ("kind", "schema_version")}
