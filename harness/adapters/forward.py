@@ -27,7 +27,7 @@ from typing import Any
 
 import torch
 
-from harness.adapters import Candidate, NotHere, Operation, source_text, symbol
+from harness.adapters import Candidate, NotHere, Operation, cpattention, source_text, symbol
 from harness.eras import features
 from harness.standins.cuda import cpu_cuda_calls, pinned_to_cpu
 
@@ -114,7 +114,12 @@ def _segments(params: Any) -> list[tuple[int, int, int]]:
 
 
 def thd_reference_attention(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, params: Any) -> torch.Tensor:
-    """query/key/value [t, heads, dim] -> [t, heads*dim]; causal within each segment only."""
+    """query/key/value [t, heads, dim] -> [t, heads*dim]; causal within each segment only
+    (with CP > 1 over the whole sequence, keys and values gathered from the CP group)."""
+    group = cpattention.cp_group()
+    if group is not None:  # CP > 1: this rank holds a slice of the stream (TE's CP layout)
+        physical = params.cu_seqlens_q_padded if params.cu_seqlens_q_padded is not None else params.cu_seqlens_q
+        return cpattention.cp_thd_attention(query, key, value, _segments(params), physical, group)
     t, heads, dim = query.shape
     if key.shape[1] != heads:  # grouped-query attention
         rep = heads // key.shape[1]

@@ -40,6 +40,9 @@ class Invariant(enum.StrEnum):
     PARAMS = "packed-seq-params-contract"  # qkv_format thd, 1-D non-empty boundaries, no extra fields
     FAST_PATH = "fast-path-contract"  # what MB documents as its fast path: no padded kernels, no host syncs
 
+    # --- parallel layouts (suites/_layouts.py): every rank holds its part, and the parts make the whole
+    CP_PARTITION = "cp-rank-holds-its-slice"  # TE's load-balanced THD layout over the physical boundaries
+
 
 #: What breaking an invariant does to training when the violation does not say otherwise (the
 #: loss mask and logical boundaries decide per violation: see the checks that build them).
@@ -62,6 +65,7 @@ DEFAULT_IMPACT: dict[Invariant, Impact] = {
     Invariant.LOSS_TOTALS: Impact.WRONG_LOSS_NORMALISATION,
     Invariant.PARAMS: Impact.CRASH,
     Invariant.FAST_PATH: Impact.PERF_CONTRACT,
+    Invariant.CP_PARTITION: Impact.CROSS_DOCUMENT_ATTENTION,  # attention reads the rank's rows where the layout says
 }
 
 

@@ -1,0 +1,224 @@
+"""Packed batches under real parallel layouts on CPU: every rank runs MB's own code with its own rank.
+
+Context parallelism (:func:`run_cp`): each offline packed micro-batch of an
+:class:`~suites._oracle.SFTCase` goes through MB's ``gpt_step.forward_step`` once in a world of
+one (the CP = 1 run, which the ``forward_cpu`` suite holds against MB's unpacked path) and once
+on every rank of a gloo world of ``CP`` processes (:mod:`harness.adapters.world`), where MB's
+``get_batch`` partitions it (``_partition_packed_batch_for_cp`` -> MCore's
+``get_batch_on_this_cp_rank`` -> TE's ``thd_get_partitioned_indices``, on CPU the named stand-in
+:mod:`harness.standins.thd_partition`) and the tiny model attends with keys and values gathered
+over the CP group (:mod:`harness.adapters.cpattention`). The reference is MB at CP = 1, same
+commit, same batch:
+
+* each rank's tokens, labels, loss mask and position ids are exactly the slice TE's layout names
+  over the physical boundaries of the stream (so the ranks' slices, put back, are the stream);
+* each rank's logits equal the CP = 1 logits of the same global position, per trained token;
+* MB's loss function on each rank, summed over the CP group (what the all-reduce sums with
+  ``calculate_per_token_loss``, which MB requires for finetuning with CP > 1), gives the CP = 1
+  loss sum and token count.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from harness.adapters import forward as fwd
+from harness.adapters import step, symbol
+from harness.adapters.world import Layout, run_world
+from harness.oracle.impact import Impact
+from harness.oracle.records import Invariant, InvariantFailure, Violation
+from harness.standins import thd_partition
+from suites import _forward, _oracle
+
+FIELDS = (("input_ids", Invariant.TOKENS), ("labels", Invariant.LABELS), ("position_ids", Invariant.POSITION_IDS))
+MAX_SHOWN = 8
+
+
+@dataclass
+class RankRun:
+    """What one CP rank's model received and computed for one micro-batch (picklable)."""
+
+    inputs: dict[str, torch.Tensor]  # input_ids, labels, position_ids, loss_mask: [1, t / CP]
+    logits: torch.Tensor  # [1, t / CP, vocab]
+    loss_sum: float
+    num_tokens: float
+
+
+def _received(run: step.StepRun) -> dict[str, torch.Tensor]:
+    out = {name: run.kwargs[name] for name, _ in FIELDS}
+    out["loss_mask"] = _forward._loss_mask(run)
+    return out
+
+
+def _rank_runs(batches: list[dict[str, Any]]) -> Any:
+    def on_rank(_rank: int) -> list[RankRun]:
+        groups = symbol("megatron.core.process_groups_config", "ProcessGroupCollection").use_mpu_process_groups()
+        model = step.RecordingModel(fwd.tiny_gpt(seed=_forward.SEED, vocab_size=_forward.MODEL_VOCAB))
+        forward_step = symbol("megatron.bridge.training.gpt_step", "forward_step")
+        out = []
+        with thd_partition.installed():
+            for batch in batches:
+                run = step.run_step(forward_step, step.minimal_state(), batch, model, groups)
+                out.append(RankRun(_received(run), run.logits, run.loss_sum, run.num_tokens))
+        return out
+
+    return on_rank
+
+
+def physical_boundaries(run: step.StepRun) -> list[int]:
+    """The stream's physical boundaries as MB's CP = 1 step handed them to attention."""
+    params = run.kwargs["packed_seq_params"]
+    bounds = params.cu_seqlens_q_padded if params.cu_seqlens_q_padded is not None else params.cu_seqlens_q
+    return [int(x) for x in bounds.reshape(-1).tolist()]
+
+
+def _slice_violations(
+    b: int, rank: int, got: dict[str, torch.Tensor], want: dict[str, torch.Tensor], where: torch.Tensor
+) -> list[Violation]:
+    out: list[Violation] = []
+    for name, invariant in (*FIELDS, ("loss_mask", Invariant.LOSS_MASK)):
+        mine, ref = got[name].reshape(-1), want[name].reshape(-1)[where]
+        if mine.shape != ref.shape:
+            out.append(
+                Violation(
+                    Invariant.CP_PARTITION,
+                    b,
+                    None,
+                    f"{name}: {ref.numel()} positions",
+                    f"{mine.numel()}",
+                    f"CP rank {rank}",
+                    impact=Impact.CRASH,
+                )
+            )
+            continue
+        for j in torch.nonzero(mine != ref).reshape(-1).tolist()[:MAX_SHOWN]:
+            g = int(where[j])
+            impact = None
+            if name == "loss_mask":
+                impact = Impact.TRAINS_PADDING if float(mine[j]) > float(ref[j]) else Impact.DROPS_TRAINED_TOKEN
+            out.append(
+                Violation(
+                    Invariant.CP_PARTITION,
+                    b,
+                    g,
+                    ref[j].item(),
+                    mine[j].item(),
+                    f"{name} on CP rank {rank}, local slot {j} (as {invariant.value} at CP 1)",
+                    impact=impact,
+                )
+            )
+    return out
+
+
+def _covers(b: int, bounds: list[int], total: int, cp: int) -> list[Violation]:
+    """The ranks' slices, put back, are the stream: each position held by exactly one rank."""
+    try:
+        held = torch.cat([thd_partition.thd_partitioned_indices(torch.tensor(bounds), total, cp, r) for r in range(cp)])
+    except thd_partition.PartitionRefused:
+        return []  # reported per rank as an alignment violation
+    counts = torch.bincount(held[(held >= 0) & (held < total)], minlength=total)
+    wrong = torch.nonzero(counts != 1).reshape(-1).tolist()
+    return [
+        Violation(
+            Invariant.CP_PARTITION,
+            b,
+            p,
+            1,
+            int(counts[p]),
+            f"ranks holding position {p} (boundaries {bounds})",
+            impact=Impact.DROPS_TRAINED_TOKEN,
+        )
+        for p in wrong[:MAX_SHOWN]
+    ]
+
+
+def compare(
+    layout: Layout, cp1: list[step.StepRun], ranks: list[list[RankRun]], tol: _forward.Tolerances
+) -> list[Violation]:
+    """Every rank's part against the CP = 1 run of the same micro-batch (see the module docstring)."""
+    violations: list[Violation] = []
+    for b, ref in enumerate(cp1):
+        want = _received(ref)
+        total = int(want["input_ids"].shape[-1])
+        bounds = physical_boundaries(ref)
+        trained = want["loss_mask"].reshape(-1) > 0
+        loss_sum = num_tokens = 0.0
+        violations += _covers(b, bounds, total, layout.cp)
+        for rank in range(layout.cp):
+            got = ranks[rank][b]
+            try:
+                where = thd_partition.thd_partitioned_indices(torch.tensor(bounds), total, layout.cp, rank)
+            except thd_partition.PartitionRefused as exc:
+                violations.append(
+                    Violation(
+                        Invariant.ALIGNMENT, b, None, f"segments aligned to 2*CP = {2 * layout.cp}", bounds, str(exc)
+                    )
+                )
+                break
+            violations += _slice_violations(b, rank, got.inputs, want, where)
+            loss_sum, num_tokens = loss_sum + got.loss_sum, num_tokens + got.num_tokens
+            if got.logits.shape[1] != where.numel():
+                continue
+            err = (got.logits[0] - ref.logits[0][where]).abs().amax(dim=-1)
+            for j in torch.nonzero((err > tol.logits) & trained[where]).reshape(-1).tolist()[:MAX_SHOWN]:
+                violations.append(
+                    Violation(
+                        Invariant.LOGITS,
+                        b,
+                        int(where[j]),
+                        f"|logits - CP 1| <= {tol.logits:g}",
+                        f"{float(err[j]):.3g}",
+                        f"CP rank {rank}, local slot {j}",
+                    )
+                )
+        else:
+            for what, got_v, want_v in (
+                ("loss sum", loss_sum, ref.loss_sum),
+                ("token count", num_tokens, ref.num_tokens),
+            ):
+                if abs(got_v - want_v) > tol.totals_atol + tol.totals_rtol * abs(want_v):
+                    violations.append(
+                        Violation(
+                            Invariant.LOSS_TOTALS,
+                            b,
+                            None,
+                            want_v,
+                            got_v,
+                            f"{what} summed over the {layout.cp} CP ranks vs CP 1",
+                        )
+                    )
+    return violations
+
+
+@dataclass
+class LayoutResult:
+    violations: list[Violation]
+    golden: dict[str, Any]  # what each rank trains: change detection only
+
+
+def run_cp(case: _oracle.SFTCase, cp: int, tol: _forward.Tolerances = _forward.FP32) -> LayoutResult:
+    """``case``'s packed micro-batches at CP = ``cp`` against CP = 1 (no violations when MB holds)."""
+    built = _oracle.built(case)
+    gpt, _ = _forward.models()
+    cp1 = [step.gpt_step(gpt, batch) for batch in built.batches]
+    layout = Layout(cp=cp)
+    ranks = run_world(layout, _rank_runs(list(built.batches)))
+    golden = {
+        "micro_batches": [
+            {"width": int(ranks[0][b].logits.shape[1]), "trained": [ranks[r][b].num_tokens for r in range(cp)]}
+            for b in range(len(cp1))
+        ]
+    }
+    return LayoutResult(compare(layout, cp1, ranks, tol), golden)
+
+
+def assert_ok(violations: list[Violation], what: str) -> None:
+    if violations:
+        kinds = sorted({f"{v.invariant.value} [{v.training_impact.value}]" for v in violations})
+        lines = [f"{what}: {', '.join(kinds)}"] + ["  " + v.text() for v in violations[:MAX_SHOWN]]
+        if len(violations) > MAX_SHOWN:
+            lines.append(f"  ... and {len(violations) - MAX_SHOWN} more")
+        raise InvariantFailure("\n".join(lines), violations)

@@ -1,0 +1,50 @@
+"""Context parallelism on CPU: MB's CP partition of packed batches, run for real on 2 and 4 ranks.
+
+Documented contract (docs/training/packed-sequences.md; MB's ``ConfigContainer.validate``):
+with THD and context parallelism every sequence is padded to a multiple of ``2*CP``
+(``pad_seq_to_mult``) so Transformer Engine can split it in ``2*CP`` load-balanced chunks, and
+finetuning with CP > 1 needs ``calculate_per_token_loss`` (the loss is summed over the CP
+ranks, then normalised by the summed token count). So context parallelism must not change
+what trains: every rank holds exactly its chunks of the packed stream, attention over the
+gathered keys reproduces the CP = 1 logits, and the summed loss and count are the CP = 1 ones.
+
+What runs is what training runs: a gloo world of ``CP`` CPU processes, each with MCore's real
+process groups, calls MB's ``gpt_step.forward_step`` (``get_batch`` -> MB's
+``_partition_packed_batch_for_cp`` -> MCore's ``get_batch_on_this_cp_rank``) on the offline
+packed micro-batches MB's dataset built. Doubles: the model (the tiny ``GPTModel`` whose
+attention gathers K/V over the CP group, :mod:`harness.adapters.cpattention`) and, on a machine
+without TE, the named stand-in for TE's partition kernel (:mod:`harness.standins.thd_partition`,
+checked against the kernel where a GPU and TE are present). The reference is MB's CP = 1 step on
+the same batch (suites/_layouts.py), which ``forward_cpu`` holds against MB's unpacked path.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from suites import _layouts, _oracle
+
+pytestmark = pytest.mark.import_group("full")
+
+_BY_ID = {c.id: c for c in _oracle.CASES + _oracle.FIXED_SHAPE_CASES}
+# (case, CP): the case's pad_seq_to_mult is 2*CP, as MB documents for THD with CP
+CASES = [
+    ("prompt-mult4", 2),
+    ("completion-mult4", 2),
+    ("chat-mult4", 2),
+    ("prompt-mult4-full-loss", 2),
+    ("chat-mult4-pad-to-max", 2),
+    ("chat-mult4-pad-cu-seqlens", 2),
+    ("prompt-mult8", 4),
+    ("chat-mult8", 4),
+]
+
+
+@pytest.mark.parametrize(("case_id", "cp"), CASES, ids=[f"{c}-cp{cp}" for c, cp in CASES])
+def test_cp_partition_and_forward(golden, case_id, cp):
+    """Every CP rank's part of MB's packed micro-batches, and the parts together, equal CP = 1."""
+    case = _BY_ID[case_id]
+    assert case.mult == 2 * cp, "a CP case packs with pad_seq_to_mult = 2*CP"
+    result = _layouts.run_cp(case, cp)
+    _layouts.assert_ok(result.violations, f"CP {cp} != MB's CP 1 path")
+    golden.check(result.golden)

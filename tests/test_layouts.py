@@ -1,0 +1,145 @@
+"""Parallel layouts on CPU: the TE partition stand-in and the forked gloo world the CP suite runs in.
+
+The stand-in is checked for the properties TE documents (each rank holds chunks ``r`` and
+``2*CP-1-r`` of every sequence; the ranks together hold the stream once; unaligned lengths are
+refused) and, where CUDA and Transformer Engine are present, index for index against the
+kernel (untestable elsewhere: skipped with its reason). The world runner is checked for what a
+user relies on: ranks see their own rank in MCore's real groups, an exception raised in MB is
+MB's failure with its frame, a harness exception stays the harness's, and a hang or a crash
+of one rank fails the case instead of hanging the run.
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+import random
+import signal
+import time
+
+import pytest
+import torch
+
+from harness.adapters.world import Layout, run_world
+from harness.errors import Broken
+from harness.standins.thd_partition import PartitionRefused, thd_partitioned_indices
+
+
+def _chunks(bounds: list[int], cp: int, rank: int) -> list[int]:
+    out: list[int] = []
+    for start, end in itertools.pairwise(bounds):
+        size = (end - start) // (2 * cp)
+        for chunk in (rank, 2 * cp - 1 - rank):
+            out += range(start + chunk * size, start + (chunk + 1) * size)
+    return out
+
+
+@pytest.mark.parametrize("cp", [2, 4])
+def test_each_rank_holds_chunks_r_and_mirror_and_together_the_stream(cp):
+    rng = random.Random(cp)
+    for _ in range(20):
+        lengths = [2 * cp * rng.randint(0, 6) for _ in range(rng.randint(1, 5))]
+        bounds = [0]
+        for n in lengths:
+            bounds.append(bounds[-1] + n)
+        total = bounds[-1] or 2 * cp
+        if bounds[-1] == 0:
+            bounds = [0, total]
+        held = []
+        for rank in range(cp):
+            idx = thd_partitioned_indices(torch.tensor(bounds), total, cp, rank).tolist()
+            assert idx == _chunks(bounds, cp, rank), (bounds, rank)
+            held += idx
+        assert sorted(held) == list(range(total))
+
+
+def test_unaligned_boundaries_are_refused_as_te_asserts():
+    with pytest.raises(PartitionRefused, match="not divisible by 2\\*CP = 4"):
+        thd_partitioned_indices(torch.tensor([0, 6, 16]), 16, 2, 0)
+    with pytest.raises(PartitionRefused, match="total tokens 18"):
+        thd_partitioned_indices(torch.tensor([0, 8, 16]), 18, 2, 1)
+
+
+def test_boundaries_short_of_the_stream_do_not_cover_it():
+    """Slots past the last boundary go to the last sequence (TE's search): the stream is not held once."""
+    held = torch.cat([thd_partitioned_indices(torch.tensor([0, 8]), 16, 2, r) for r in range(2)])
+    assert sorted(held.tolist()) != list(range(16))
+
+
+def test_standin_equals_the_te_kernel():
+    """Index for index against TE's kernel (only where CUDA and Transformer Engine are present)."""
+    if not torch.cuda.is_available():
+        pytest.skip("untestable: no CUDA device here (the kernel is CUDA-only)")
+    tex = pytest.importorskip("transformer_engine_torch", reason="untestable: Transformer Engine is not installed")
+    rng = random.Random(7)
+    for cp in (2, 4, 8):
+        for _ in range(50):
+            bounds = [0]
+            for _ in range(rng.randint(1, 8)):
+                bounds.append(bounds[-1] + 2 * cp * rng.randint(1, 16))
+            cu = torch.tensor(bounds, dtype=torch.int32, device="cuda")
+            for rank in range(cp):
+                want = tex.thd_get_partitioned_indices(cu, bounds[-1], cp, rank).cpu().tolist()
+                got = thd_partitioned_indices(torch.tensor(bounds), bounds[-1], cp, rank).tolist()
+                assert got == want, (bounds, cp, rank)
+
+
+# ----------------------------------------------------------------------------- the world
+
+
+def test_every_rank_runs_with_its_own_rank_in_mcores_groups():
+    def on_rank(rank: int) -> tuple[int, int, int, int]:
+        import torch.distributed as dist
+        from megatron.core import parallel_state as ps
+
+        group = ps.get_context_parallel_group()
+        gathered = [torch.zeros(1, dtype=torch.long) for _ in range(dist.get_world_size(group))]
+        dist.all_gather(gathered, torch.tensor([rank]), group=group)
+        return rank, dist.get_rank(group), dist.get_world_size(group), sum(int(g) for g in gathered)
+
+    assert run_world(Layout(cp=4), on_rank) == [(r, r, 4, 6) for r in range(4)]
+
+
+def test_mb_raising_on_one_rank_is_mbs_failure_with_its_frame():
+    def on_rank(rank: int) -> None:
+        if rank == 1:
+            from harness.adapters import load_module
+            from harness.standins import te
+
+            te.install()  # as the suite process does on a machine without Transformer Engine
+            specs = load_module("megatron.bridge.data.packing.config").PackedSequenceSpecs
+            specs(packed_sequence_size=64, pad_seq_to_mult=0)  # MB refuses it in __post_init__
+
+    where = r"\[at megatron/bridge/data/packing/config.py"
+    said = r"rank 1 of TP1 CP2 PP1 DP1: Megatron raised ValueError: pad_seq_to_mult .* "
+    with pytest.raises(Broken, match=said + where):
+        run_world(Layout(cp=2), on_rank)
+
+
+def test_a_harness_exception_stays_the_harness_s():
+    def on_rank(rank: int) -> None:
+        raise KeyError("a harness bug")
+
+    with pytest.raises(RuntimeError, match="KeyError: 'a harness bug'"):
+        run_world(Layout(cp=2), on_rank)
+
+
+def test_a_hung_or_killed_rank_fails_the_case_and_leaves_nothing_running():
+    def hangs(rank: int) -> None:
+        if rank == 0:
+            time.sleep(60)
+
+    started = time.monotonic()
+    with pytest.raises(Broken, match="rank 0 of TP1 CP2 PP1 DP1 did not finish within 2 s"):
+        run_world(Layout(cp=2), hangs, timeout=2)
+    assert time.monotonic() - started < 20
+
+    def dies(rank: int) -> None:
+        if rank == 1:
+            os.kill(os.getpid(), signal.SIGSEGV)
+        time.sleep(60)  # the others would wait on it forever
+
+    started = time.monotonic()
+    with pytest.raises(Broken, match="rank 1 of TP1 CP2 PP1 DP1 was killed by signal 11"):
+        run_world(Layout(cp=2), dies, timeout=60)
+    assert time.monotonic() - started < 20
