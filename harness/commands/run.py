@@ -11,13 +11,28 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+from pathlib import Path
 from typing import TextIO
 
 from harness import gpucheck
 from harness.commands import _args, _jobargs
+from harness.errors import HarnessError
 from harness.records import provenance
 from harness.suiterun import runner
 from harness.suiterun.target import require_mb
+
+
+def _knob_line(out_dir: Path, out: TextIO) -> None:
+    """One line on the knobs the cases exercised (the table: ``harness coverage``)."""
+    from harness.knobs import records, table
+    from harness.suiterun.contract import KNOBS_LOG
+
+    try:
+        rows = table.rows(records.read(out_dir / KNOBS_LOG))
+    except HarnessError:
+        return
+    if rows:
+        print(f"{table.summary_line(rows)} (harness coverage {out_dir})", file=out)
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -81,6 +96,7 @@ def run(args: argparse.Namespace, out: TextIO = sys.stdout) -> int:
     write_junit(result, out_dir / "junit.xml")
     report = render_run_report(result, out_dir / "report.html")
     print_run_summary(result, out)
+    _knob_line(out_dir, out)
     print(f"\nresults: {out_dir / 'results.json'}\njunit:   {out_dir / 'junit.xml'}\nreport:  {report}", file=out)
     if args.summary_md or os.environ.get("GITHUB_STEP_SUMMARY"):
         from harness.report.markdown import run_summary, write_summary

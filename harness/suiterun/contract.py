@@ -47,6 +47,7 @@ class Env(enum.StrEnum):
     MB_ROOTS = "HARNESS_MB_ROOTS"  # where the code under test lives (ownership of an exception)
     VARYING_CORE = "HARNESS_VARYING_CORE"  # the megatron-core a second-level bisection varies
     STANDINS_LOG = "HARNESS_STANDINS_LOG"  # the child appends each stand-in it installs
+    KNOBS_LOG = "HARNESS_KNOBS_LOG"  # the child appends the knobs it saw and the values cases used
     VERSIONS_FILE = "HARNESS_VERSIONS_FILE"  # the child writes the versions it imports (VERSIONS_FILE)
     IMPORT_MODE = "HARNESS_IMPORT_MODE"  # "light" or "full" (harness.standins.light)
     IMPORT_GROUP = "HARNESS_IMPORT_GROUP"  # run only the cases of this import group
@@ -77,6 +78,7 @@ INI_SUITES = "harness_suites"
 VERSIONS_FILE = "versions.json"  # what the child imported (written at its start, read by the driver)
 VERSIONS_KIND = "harness-versions"
 STANDINS_LOG = "standins.log"  # one stand-in per line, appended by every child
+KNOBS_LOG = "knobs.jsonl"  # harness.knobs.records: MB's packing knobs and the values cases exercised
 SELECTED_CASES = "selected-cases.json"  # --harness-cases: the case ids to run
 CASES_KIND = "harness-cases"
 CASES_SCHEMA = 2  # 2: versions (written by the child)

@@ -116,6 +116,10 @@ def pytest_configure(config: pytest.Config) -> None:
     from harness.standins import te
 
     te.install()  # what harness run's sitecustomize does, for a plain `pytest suites/` on a CPU machine
+    if os.environ.get(contract.Env.KNOBS_LOG):  # which knob values the cases call MB with (harness coverage)
+        from harness.knobs import spy
+
+        spy.install()
     config.addinivalue_line(
         "markers", "gpu: needs a CUDA GPU (and Transformer Engine); skipped with a reason elsewhere"
     )
@@ -167,6 +171,9 @@ def pytest_collection_finish(session: pytest.Session) -> None:
 def pytest_runtest_setup(item: pytest.Item) -> None:
     if active(item.config):
         _emit(ev="start", case_id=item_case_id(item))
+        from harness.knobs import spy
+
+        spy.CURRENT["suite"] = suite_of(item)
 
 
 @pytest.hookimpl(hookwrapper=True)
@@ -263,6 +270,10 @@ def pytest_collectreport(report: pytest.CollectReport) -> None:
 
 
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    if active(session.config):
+        from harness.knobs import spy
+
+        spy.write()  # every process, xdist workers too: each appends what it saw
     path = session.config.getoption(Flag.RESULTS)
     if not path or hasattr(session.config, "workerinput"):
         return

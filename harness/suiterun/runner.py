@@ -84,6 +84,7 @@ def run_suites(tgt: Target, opts: RunOptions, out_dir: Path, progress: TextIO | 
     plan = plan_groups(files, mode)
     obtained = opts.obtained_dir or out_dir / "obtained"
     (out_dir / contract.STANDINS_LOG).write_text("")
+    (out_dir / contract.KNOBS_LOG).write_text("")
     (out_dir / contract.VERSIONS_FILE).unlink(missing_ok=True)
     started = _dt.datetime.now(_dt.UTC)
     t0 = time.monotonic()

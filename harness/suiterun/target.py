@@ -19,7 +19,7 @@ from typing import Any
 import harness
 from harness.errors import EnvironmentProblem, UsageError
 from harness.paths import ROOT, SITE_DIR, suites_dir
-from harness.suiterun.contract import VERSIONS_FILE, Env
+from harness.suiterun.contract import KNOBS_LOG, VERSIONS_FILE, Env
 from harness.suiterun.ownership import ENV_ROOTS, ENV_VARYING, encode_roots
 from harness.suiterun.versions import _dist_version, mb_location, mb_version
 
@@ -90,6 +90,7 @@ class Target:
         if standins_log:
             env[Env.STANDINS_LOG] = str(standins_log)
             env[Env.VERSIONS_FILE] = str(standins_log.parent / VERSIONS_FILE)
+            env[Env.KNOBS_LOG] = str(standins_log.parent / KNOBS_LOG)
         return env
 
 

@@ -1,0 +1,159 @@
+"""Which packing knobs MB exposes at a commit: read from MB's own source, never hand-listed.
+
+A knob is a field of a configuration dataclass, or a parameter of a dataset class's
+``__init__`` or of a collate / batch function, whose name says it shapes packed output (see
+:func:`relevant`: packing, padding, sequence lengths and boundaries, the loss policy, the
+parallel sizes and batch sizes the packing rules read). The scan parses (never imports) every
+module under MB's ``data/`` plus the training config, the GPT provider and the step functions,
+so it works on any commit and lists a knob MB adds the day it lands. The suite process adds
+what the AST cannot see (fields a class inherits from megatron-core) when the class is
+imported, see :mod:`harness.knobs.spy`.
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+# a name is a packing knob when one of its words is one of these, or it is one of the exact names
+WORDS = frozenset({"pack", "packed", "packing", "pad", "padding", "padded", "mult", "multiple", "eod", "truncation"})
+PHRASES = ("seq_length", "seqlen", "max_length", "cu_seqlens", "per_token_loss", "answer_only", "eos_id", "drop_last")
+EXACT = frozenset(
+    {
+        "context_parallel_size",
+        "eval_context_parallel_size",
+        "tensor_model_parallel_size",
+        "sequence_parallel",
+        "pipeline_model_parallel_size",
+        "micro_batch_size",
+        "global_batch_size",
+    }
+)
+# other concerns that share a word: vocabulary padding, RoPE scaling, MoE capacity padding, muP multipliers
+NOT_PACKING = ("vocab", "interpolation", "moe_", "mup_", "validation_sets")
+SCANNED = ("data", "training/config.py", "training/gpt_step.py", "training/vlm_step.py", "models/gpt_provider.py")
+FUNCTION = re.compile(r"collate|get_batch|pack|pad|partition")
+
+
+@dataclass(frozen=True)
+class Knob:
+    """One knob: where it lives, its name, its declared type and its default (source text)."""
+
+    module: str  # megatron.bridge.data.packing.config
+    owner: str  # PackedSequenceSpecs, GPTSFTDataset.__init__, collate_fn
+    name: str
+    annotation: str = ""
+    default: str | None = None  # None: required
+
+    @property
+    def key(self) -> str:
+        return f"{self.module}:{self.owner}.{self.name}"
+
+    def to_json(self) -> dict[str, str | None]:
+        return {
+            "module": self.module,
+            "owner": self.owner,
+            "name": self.name,
+            "annotation": self.annotation,
+            "default": self.default,
+        }
+
+    @classmethod
+    def from_json(cls, d: dict[str, str | None]) -> Knob:
+        return cls(str(d["module"]), str(d["owner"]), str(d["name"]), str(d.get("annotation") or ""), d.get("default"))
+
+
+def relevant(name: str, annotation: str = "") -> bool:
+    """A packing knob: its words say so (see :data:`WORDS`), and it is a setting, not a tensor."""
+    if "Tensor" in annotation or any(w in name for w in NOT_PACKING):
+        return False
+    return name in EXACT or bool(WORDS & set(name.split("_"))) or any(p in name for p in PHRASES)
+
+
+def _text(node: ast.AST | None) -> str:
+    return ast.unparse(node) if node is not None else ""
+
+
+def _field_default(value: ast.expr | None) -> str | None:
+    """A dataclass field's default as source text; ``field(default=...)`` unwrapped, a factory
+    ``<factory>``, ``field()`` without either: required (None)."""
+    if value is None:
+        return None
+    if isinstance(value, ast.Call) and _text(value.func).endswith("field"):
+        for kw in value.keywords:
+            if kw.arg == "default":
+                return _text(kw.value)
+            if kw.arg == "default_factory":
+                return "<factory>"
+        return None
+    return _text(value)
+
+
+def _is_dataclass(node: ast.ClassDef) -> bool:
+    return any("dataclass" in _text(d) for d in node.decorator_list)
+
+
+def _params(fn: ast.FunctionDef | ast.AsyncFunctionDef) -> list[tuple[str, str, str | None]]:
+    args = fn.args
+    positional = [*args.posonlyargs, *args.args]
+    defaults: list[ast.expr | None] = [None] * (len(positional) - len(args.defaults)) + list(args.defaults)
+    out = [(a.arg, _text(a.annotation), _text(d) if d is not None else None) for a, d in zip(positional, defaults)]
+    out += [
+        (a.arg, _text(a.annotation), _text(d) if d is not None else None)
+        for a, d in zip(args.kwonlyargs, args.kw_defaults)
+    ]
+    return [p for p in out if p[0] not in ("self", "cls")]
+
+
+def _class_knobs(module: str, node: ast.ClassDef) -> list[Knob]:
+    out = []
+    if _is_dataclass(node):
+        for stmt in node.body:
+            if (
+                isinstance(stmt, ast.AnnAssign)
+                and isinstance(stmt.target, ast.Name)
+                and "ClassVar" not in _text(stmt.annotation)
+            ):
+                name = stmt.target.id
+                if relevant(name, _text(stmt.annotation)):
+                    out.append(Knob(module, node.name, name, _text(stmt.annotation), _field_default(stmt.value)))
+        return out
+    for stmt in node.body:
+        if isinstance(stmt, ast.FunctionDef) and stmt.name == "__init__":
+            out += [Knob(module, f"{node.name}.__init__", n, a, d) for n, a, d in _params(stmt) if relevant(n, a)]
+    return out
+
+
+def scan_module(module: str, source: str) -> list[Knob]:
+    """The knobs one MB module declares (classes and module-level functions)."""
+    try:
+        tree = ast.parse(source)
+    except SyntaxError:
+        return []  # a module that does not parse is the suites' failure to report, not the inventory's
+    out: list[Knob] = []
+    for node in tree.body:
+        if isinstance(node, ast.ClassDef):
+            out += _class_knobs(module, node)
+        elif isinstance(node, ast.FunctionDef) and FUNCTION.search(node.name) and not node.name.startswith("_"):
+            out += [Knob(module, node.name, n, a, d) for n, a, d in _params(node) if relevant(n, a)]
+    return out
+
+
+def _files(package: Path) -> list[Path]:
+    out: list[Path] = []
+    for rel in SCANNED:
+        path = package / rel
+        out += sorted(path.rglob("*.py")) if path.is_dir() else [path] if path.is_file() else []
+    return out
+
+
+def scan(package: Path) -> list[Knob]:
+    """Every packing knob of the ``megatron/bridge`` package at ``package`` (sorted by key)."""
+    out: list[Knob] = []
+    for path in _files(package):
+        rel = path.relative_to(package).with_suffix("")
+        module = ".".join(("megatron", "bridge", *rel.parts)).removesuffix(".__init__")
+        out += scan_module(module, path.read_text(encoding="utf-8", errors="replace"))
+    return sorted(set(out), key=lambda k: k.key)

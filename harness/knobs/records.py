@@ -1,0 +1,91 @@
+"""The knobs log: one JSON object per line, appended by every suite process of a run.
+
+Two kinds of line: ``knob`` (the inventory entry of a knob the process saw in MB's code) and
+``value`` (a value a case called MB with, and the suite of that case). Lines, not one document:
+the light and full import groups, xdist workers and fork-server children all append to the
+same file, none of them knowing about the others; :func:`read` merges them.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from harness.errors import CorruptFile
+from harness.knobs.inventory import Knob
+
+SCHEMA = 1
+
+
+@dataclass(frozen=True)
+class KnobLine:
+    kind: str  # "knob" or "value"
+    knob: Knob | None = None
+    key: str = ""
+    value: str = ""
+    suite: str = ""
+    passed: bool = True  # the caller passed the value (False: the signature's default applied)
+
+    @classmethod
+    def of_knob(cls, knob: Knob) -> KnobLine:
+        return cls("knob", knob=knob, key=knob.key)
+
+    @classmethod
+    def of_value(cls, key: str, value: str, suite: str, passed: bool) -> KnobLine:
+        return cls("value", key=key, value=value, suite=suite, passed=passed)
+
+    def dumps(self) -> str:
+        doc: dict[str, object] = {"schema": SCHEMA, "kind": self.kind, "key": self.key}
+        if self.knob is not None:
+            doc["knob"] = self.knob.to_json()
+        if self.kind == "value":
+            doc.update(value=self.value, suite=self.suite, passed=self.passed)
+        return json.dumps(doc, sort_keys=True)
+
+    @classmethod
+    def loads(cls, text: str) -> KnobLine:
+        doc = json.loads(text)
+        knob = Knob.from_json(doc["knob"]) if doc.get("knob") else None
+        return cls(
+            str(doc["kind"]),
+            knob,
+            str(doc.get("key", "")),
+            str(doc.get("value", "")),
+            str(doc.get("suite", "")),
+            bool(doc.get("passed", True)),
+        )
+
+
+@dataclass
+class Exercised:
+    """The merged log: every knob seen, and per knob the values exercised with their suites."""
+
+    knobs: dict[str, Knob]
+    values: dict[str, dict[str, set[str]]]  # knob key -> value -> suites
+    passed: dict[str, set[str]] = field(default_factory=dict)  # knob key -> values a caller passed
+
+
+def read(path: Path) -> Exercised:
+    """Merge a knobs log (a missing file is an empty log; a corrupt line is a one-line error)."""
+    knobs: dict[str, Knob] = {}
+    values: dict[str, dict[str, set[str]]] = {}
+    passed: dict[str, set[str]] = {}
+    if not path.is_file():
+        return Exercised(knobs, values, passed)
+    for n, text in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+        if not text.strip():
+            continue
+        try:
+            line = KnobLine.loads(text)
+        except (ValueError, KeyError, TypeError) as exc:
+            raise CorruptFile(f"{path}:{n}: not a knobs log line ({exc})") from exc
+        if line.kind == "knob" and line.knob is not None:
+            previous = knobs.get(line.key)
+            if previous is None or (line.knob.default is not None and previous.default is None):
+                knobs[line.key] = line.knob
+        elif line.kind == "value":
+            values.setdefault(line.key, {}).setdefault(line.value, set()).add(line.suite)
+            if line.passed:
+                passed.setdefault(line.key, set()).add(line.value)
+    return Exercised(knobs, values, passed)

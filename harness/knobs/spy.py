@@ -1,0 +1,170 @@
+"""Which knob values the cases really exercise: recorded in the suite process, where MB runs.
+
+A case's declared parameters say what its author meant; what counts is what MB's classes and
+functions were called with. So the suite process (when the driver names a log in
+:data:`~harness.suiterun.contract.Env.KNOBS_LOG`) scans the MB package it imports
+(:func:`harness.knobs.inventory.scan`), and every owner of a knob is wrapped right after its
+module executes (an import hook, so names imported from it elsewhere are the wrapper too): a
+call binds its arguments to the signature, defaults applied, and records each knob's value
+with the suite of the running case, and whether the caller passed it or MB's default applied
+(a knob only ever defaulted was never *set* by a case: a field MB just added is such a
+knob). For a dataclass the knobs are its fields as
+``dataclasses.fields`` sees them, inherited ones included (``GPTModelProvider`` takes its
+parallel sizes from megatron-core's ``TransformerConfig``).
+
+Values are kept small and stable: scalars as ``repr``, paths as ``<path>``, anything else as
+``<TypeName>``. The process appends its inventory and values to the log at the end of the
+session (one JSON object per line, :class:`harness.knobs.records.KnobLine`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+import functools
+import importlib.abc
+import importlib.util
+import inspect
+import os
+import sys
+from collections.abc import Callable
+from pathlib import Path, PurePath
+from types import ModuleType
+from typing import Any
+
+from harness.knobs.inventory import Knob, relevant, scan
+from harness.knobs.records import KnobLine
+
+_BY_MODULE: dict[str, list[Knob]] = {}
+_KNOBS: dict[str, Knob] = {}
+_VALUES: set[tuple[str, str, str, bool]] = set()  # (knob key, shown value, suite, passed by the caller)
+_PATCHED: set[tuple[str, str]] = set()
+CURRENT = {"suite": ""}
+
+
+def show(value: Any) -> str:
+    """A value as the table shows it (scalars as repr, the rest by type)."""
+    if isinstance(value, enum.Enum):
+        return str(value.value)
+    if value is None or isinstance(value, (bool, int, float)):
+        return repr(value)
+    if isinstance(value, str):
+        return repr(value if len(value) <= 40 else value[:37] + "...")
+    if isinstance(value, PurePath):
+        return "<path>"
+    return f"<{type(value).__name__}>"
+
+
+def _record(knobs: list[Knob], arguments: dict[str, Any], passed: set[str]) -> None:
+    for knob in knobs:
+        if knob.name in arguments:
+            _VALUES.add((knob.key, show(arguments[knob.name]), CURRENT["suite"], knob.name in passed))
+
+
+def _field_knobs(module: str, owner: str, cls: type) -> list[Knob]:
+    out = []
+    for f in dataclasses.fields(cls):
+        annotation = f.type if isinstance(f.type, str) else getattr(f.type, "__name__", str(f.type))
+        if relevant(f.name, annotation):
+            has = f.default is not dataclasses.MISSING
+            default = show(f.default) if has else "<factory>" if f.default_factory is not dataclasses.MISSING else None
+            out.append(Knob(module, owner, f.name, annotation, default))
+    return out
+
+
+def _wrap(fn: Callable[..., Any], knobs: list[Knob]) -> Callable[..., Any]:
+    try:
+        sig = inspect.signature(fn)
+    except (TypeError, ValueError):
+        return fn
+
+    @functools.wraps(fn)
+    def spied(*args: Any, **kwargs: Any) -> Any:
+        try:
+            bound = sig.bind(*args, **kwargs)
+            passed = set(bound.arguments)
+            bound.apply_defaults()
+            _record(knobs, dict(bound.arguments), passed)
+        except TypeError:
+            pass  # the call itself will say what is wrong with it
+        return fn(*args, **kwargs)
+
+    spied.__harness_spied__ = True  # type: ignore[attr-defined]
+    return spied
+
+
+def _patch(module: ModuleType) -> None:
+    name = module.__name__
+    for owner in sorted({k.owner for k in _BY_MODULE.get(name, ())}):
+        if (name, owner) in _PATCHED:
+            continue
+        _PATCHED.add((name, owner))
+        top = owner.split(".")[0]
+        obj = getattr(module, top, None)
+        if obj is None:
+            continue
+        scanned = [k for k in _BY_MODULE[name] if k.owner == owner]
+        if isinstance(obj, type):
+            knobs = _field_knobs(name, owner, obj) if dataclasses.is_dataclass(obj) else scanned
+            for k in knobs:
+                _KNOBS[k.key] = k
+            obj.__init__ = _wrap(obj.__init__, knobs)  # type: ignore[misc]
+        elif callable(obj) and not getattr(obj, "__harness_spied__", False):
+            setattr(module, top, _wrap(obj, scanned))
+
+
+class _AfterImport(importlib.abc.MetaPathFinder):
+    """Wraps the knob owners of a watched module as soon as its body has run."""
+
+    def find_spec(self, fullname: str, path: Any, target: Any = None) -> Any:
+        if fullname not in _BY_MODULE:
+            return None
+        for finder in sys.meta_path:
+            if finder is self or not hasattr(finder, "find_spec"):
+                continue
+            spec = finder.find_spec(fullname, path, target)
+            if spec is not None and spec.loader is not None and hasattr(spec.loader, "exec_module"):
+                real = spec.loader.exec_module
+
+                def exec_module(module: ModuleType, _real: Callable[[ModuleType], None] = real) -> None:
+                    _real(module)
+                    _patch(module)
+
+                spec.loader.exec_module = exec_module  # type: ignore[method-assign]
+                return spec
+        return None
+
+
+def install() -> bool:
+    """Scan the MB this interpreter imports and watch its knob owners (False: no MB here)."""
+    try:
+        spec = importlib.util.find_spec("megatron.bridge")
+    except (ImportError, ValueError):
+        return False
+    if spec is None or not spec.submodule_search_locations:
+        return False
+    for knob in scan(Path(next(iter(spec.submodule_search_locations)))):
+        _BY_MODULE.setdefault(knob.module, []).append(knob)
+        _KNOBS.setdefault(knob.key, knob)
+    for name in list(_BY_MODULE):
+        if name in sys.modules:
+            _patch(sys.modules[name])
+    sys.meta_path.insert(0, _AfterImport())
+    return True
+
+
+def write(path: Path | None = None) -> None:
+    """Append this process's inventory and exercised values to the knobs log."""
+    target = path or (Path(os.environ[_env()]) if os.environ.get(_env()) else None)
+    if target is None or not _KNOBS:
+        return
+    lines = [KnobLine.of_knob(k) for k in _KNOBS.values()]
+    lines += [KnobLine.of_value(key, value, suite, passed) for key, value, suite, passed in sorted(_VALUES)]
+    with target.open("a", encoding="utf-8") as fh:
+        fh.write("".join(line.dumps() + "\n" for line in lines))
+
+
+def _env() -> str:
+    from harness.suiterun.contract import Env
+
+    return Env.KNOBS_LOG

@@ -1,0 +1,102 @@
+"""Knob coverage: per knob of MB's inventory, the values the cases exercised and whether the goal holds.
+
+The goal (issue 25): every knob exercised with at least its default and one other value. A
+required knob (no default) needs two distinct values. A knob whose class or function no case
+called is *not exercised*; one that was reached but that no caller ever passed (MB's default
+applied each time) is *never set*: a field MB adds to a class the cases use shows up so in the
+next nightly, one of a class they never use as not exercised.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass
+
+from harness.knobs.inventory import Knob
+from harness.knobs.records import Exercised
+
+
+class Status(enum.StrEnum):
+    MET = "default and other"  # the goal
+    OTHER_ONLY = "non-default only"
+    DEFAULT_ONLY = "default only"
+    NEVER_SET = "never set"  # reached, but every call left it at MB's default
+    NOT_EXERCISED = "not exercised"  # its class or function was never called
+
+
+@dataclass(frozen=True)
+class Row:
+    knob: Knob
+    values: tuple[str, ...]  # sorted, distinct
+    suites: tuple[str, ...]
+    status: Status
+
+    def to_json(self) -> dict[str, object]:
+        return {
+            **self.knob.to_json(),
+            "values": list(self.values),
+            "suites": list(self.suites),
+            "status": self.status.value,
+        }
+
+
+def _status(knob: Knob, values: set[str], passed: set[str]) -> Status:
+    if not values:
+        return Status.NOT_EXERCISED
+    if not passed:
+        return Status.NEVER_SET
+    if knob.default is None:
+        return Status.MET if len(values) >= 2 else Status.OTHER_ONLY
+    has_default = knob.default in values
+    others = values - {knob.default}
+    if has_default and others:
+        return Status.MET
+    return Status.DEFAULT_ONLY if has_default else Status.OTHER_ONLY
+
+
+def rows(ex: Exercised) -> list[Row]:
+    out = []
+    for key in sorted(ex.knobs):
+        knob = ex.knobs[key]
+        by_value = ex.values.get(key, {})
+        suites = sorted({s for ss in by_value.values() for s in ss if s})
+        status = _status(knob, set(by_value), ex.passed.get(key, set()))
+        out.append(Row(knob, tuple(sorted(by_value)), tuple(suites), status))
+    return out
+
+
+def counts(table: list[Row]) -> dict[Status, int]:
+    return {s: sum(r.status is s for r in table) for s in Status}
+
+
+def summary_line(table: list[Row]) -> str:
+    c = counts(table)
+    return (
+        f"knobs: {c[Status.MET]} of {len(table)} exercised with their default and another value, "
+        f"{c[Status.DEFAULT_ONLY]} default only, {c[Status.OTHER_ONLY]} non-default only, "
+        f"{c[Status.NEVER_SET]} never set (MB's default each time), {c[Status.NOT_EXERCISED]} not exercised"
+    )
+
+
+def _cut(text: str, width: int) -> str:
+    return text if len(text) <= width else text[: width - 1] + "…"
+
+
+def lines(table: list[Row], *, only_gaps: bool = False, width: int = 120) -> list[str]:
+    """The table as terminal lines, grouped by owner (module:owner heading, one line per knob)."""
+    out = []
+    owner = None
+    for r in table:
+        if only_gaps and r.status is Status.MET:
+            continue
+        here = f"{r.knob.module}:{r.knob.owner}"
+        if here != owner:
+            owner = here
+            out.append(here)
+        default = r.knob.default if r.knob.default is not None else "(required)"
+        head = f"  {r.knob.name:<36} {r.status.value:<18} default {_cut(default, 14):<14} "
+        tail = ", ".join(r.values) if r.values else "-"
+        if r.suites:
+            tail += "  [" + ", ".join(r.suites) + "]"
+        out.append(head + _cut(tail, max(20, width - len(head))))
+    return out

@@ -1,0 +1,153 @@
+"""The knob inventory is read from MB's code and the values from what MB was really called with.
+
+* the scan finds dataclass fields, ``__init__`` and collate parameters whose names are packing
+  knobs, with their defaults, and leaves out tensors and other concerns that share a word;
+* on the installed MB it finds the knobs MB documents (``PackedSequenceSpecs``' fields, the chat
+  collate's padding multiple);
+* end to end: a copy of MB with a knob added to ``PackedSequenceSpecs`` runs one case; the run's
+  ``harness coverage`` lists the new knob as *never set* (reached, only MB's default) and ``pad_seq_to_mult`` with the
+  value MB's builder was called with (a nightly sees a new knob the day it lands);
+* a corrupt log is a one-line error, a run without a log a usage error.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from harness.errors import CorruptFile
+from harness.knobs import records, table
+from harness.knobs.inventory import scan, scan_module
+from harness.mutations import installed_package_dir
+
+SOURCE = """
+from dataclasses import dataclass, field
+import torch
+
+@dataclass
+class Specs:
+    pad_seq_to_mult: int | None = 1
+    packed_sequence_size: int = -1
+    pad_cu_seqlens: bool = field(default=False)
+    seq_length: int = field(kw_only=True)
+    shards: list = field(default_factory=list)
+    learning_rate: float = 1e-4
+    should_pad_vocab: bool = False
+    moe_pad_expert_input_to_capacity: bool = False
+
+@dataclass
+class Batch:
+    cu_seqlens_q: torch.Tensor | None = None
+
+class Dataset:
+    def __init__(self, path, max_seq_length=1024, pad_to_max_length=False, *, seed=0):
+        pass
+
+def text_chat_collate_fn(batch, tokenizer, pad_to_multiple_of=1, max_length=None):
+    pass
+
+def _private_pack(pad_id=0):
+    pass
+"""
+
+
+def _names(knobs):
+    return {(k.owner, k.name): k.default for k in knobs}
+
+
+def test_the_scan_reads_fields_and_parameters_that_are_packing_knobs():
+    found = _names(scan_module("m", SOURCE))
+    assert found == {
+        ("Specs", "pad_seq_to_mult"): "1",
+        ("Specs", "packed_sequence_size"): "-1",
+        ("Specs", "pad_cu_seqlens"): "False",
+        ("Specs", "seq_length"): None,  # field() without a default: required
+        ("Dataset.__init__", "max_seq_length"): "1024",
+        ("Dataset.__init__", "pad_to_max_length"): "False",
+        ("text_chat_collate_fn", "pad_to_multiple_of"): "1",
+        ("text_chat_collate_fn", "max_length"): "None",
+    }
+
+
+def test_the_installed_mb_exposes_the_documented_knobs():
+    found = _names(scan(installed_package_dir()))
+    assert {("PackedSequenceSpecs", n) for n in ("pad_seq_to_mult", "pad_cu_seqlens", "packed_sequence_size")} <= set(
+        found
+    )
+    assert any(o.endswith("collate_fn") and n == "pad_to_multiple_of" for o, n in found)
+
+
+def test_statuses_follow_the_goal():
+    knob = scan_module("m", SOURCE)[0]
+    others = next(k for k in scan_module("m", SOURCE) if k.name == "seq_length")
+    ex = records.Exercised(
+        {knob.key: knob, others.key: others},
+        {knob.key: {"1": {"a"}, "4": {"b"}}, others.key: {"64": {"a"}}},
+        {knob.key: {"1", "4"}, others.key: {"64"}},
+    )
+    status = {r.knob.name: r.status for r in table.rows(ex)}
+    assert status == {knob.name: table.Status.MET, "seq_length": table.Status.OTHER_ONLY}
+    ex.values[knob.key] = {"1": {"a"}}
+    assert {r.knob.name: r.status for r in table.rows(ex)}[knob.name] is table.Status.DEFAULT_ONLY
+    ex.passed[knob.key] = set()
+    assert {r.knob.name: r.status for r in table.rows(ex)}[knob.name] is table.Status.NEVER_SET
+    ex.values.pop(knob.key)
+    assert {r.knob.name: r.status for r in table.rows(ex)}[knob.name] is table.Status.NOT_EXERCISED
+
+
+def test_a_corrupt_log_is_a_one_line_error(tmp_path):
+    log = tmp_path / "knobs.jsonl"
+    log.write_text('{"kind": "value", "key": "k", "value": "1", "suite": "s"}\nnot json\n')
+    with pytest.raises(CorruptFile, match=r"knobs\.jsonl:2: not a knobs log line"):
+        records.read(log)
+
+
+@pytest.mark.slow
+def test_a_knob_mb_adds_shows_up_as_not_exercised_and_exercised_values_are_measured(tmp_path):
+    src = tmp_path / "src"
+    shutil.copytree(installed_package_dir(), src / "megatron" / "bridge")
+    config = src / "megatron" / "bridge" / "data" / "packing" / "config.py"
+    text = config.read_text()
+    anchor = "    pad_seq_to_mult: int | None = 1\n"
+    assert text.count(anchor) == 1
+    config.write_text(text.replace(anchor, anchor + "    pad_boundaries_to_tiles: int = 1\n"))
+    clean = {k: v for k, v in os.environ.items() if not k.startswith("HARNESS_")}
+    out = tmp_path / "out"
+    run = subprocess.run(
+        [sys.executable, "-m", "harness", "run", "-q", "--mb-src", str(src), "--out", str(out)]
+        + ["--suite", "offline_packed_dataset", "-k", "test_packed_equals_unpacked and prompt-mult4 and not full"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env=clean,
+    )
+    assert "knobs: " in run.stdout, run.stdout + run.stderr
+    cov = subprocess.run(
+        [sys.executable, "-m", "harness", "coverage", str(out), "--json", str(tmp_path / "cov.json")],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=clean,
+    )
+    assert cov.returncode == 0, cov.stderr
+    lines = cov.stdout.splitlines()
+    new = [ln for ln in lines if "pad_boundaries_to_tiles" in ln]
+    assert new and "never set" in new[0], cov.stdout
+    specs = lines.index("megatron.bridge.data.packing.config:PackedSequenceSpecs")
+    mult = next(ln for ln in lines[specs:] if ln.strip().startswith("pad_seq_to_mult"))
+    assert " 4" in mult and "offline_packed_dataset" in mult, mult
+
+
+def test_coverage_without_a_log_is_a_usage_error(tmp_path):
+    proc = subprocess.run(
+        [sys.executable, "-m", "harness", "coverage", str(tmp_path)], capture_output=True, text=True, timeout=120
+    )
+    assert proc.returncode == 2
+    assert proc.stderr.strip().count("\n") == 0 and "no knobs.jsonl there" in proc.stderr
+    assert Path(tmp_path).is_dir()
