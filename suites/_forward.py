@@ -80,26 +80,7 @@ SEED = 1234
 IGNORE_INDEX = -100  # the label MB's VLM collates put on padding
 
 
-@dataclass(frozen=True)
-class CleanCase(_oracle.SFTCase):
-    """An SFT case whose answers hold no literal EOS (so 0.6.2's EOS handling is never reached).
-
-    MB 0.6.2's packed collate masks genuine EOS inputs by token id and cuts logical boundaries at
-    a segment's last non-EOS token; these inputs avoid both, so the forward machinery is shown to
-    pass where MB is right.
-    """
-
-    @property
-    def corpus(self) -> corpus.CorpusSpec:
-        base = super().corpus
-        return corpus.CorpusSpec(
-            seed=base.seed,
-            n=base.n,
-            layout=base.layout,
-            long_rate=base.long_rate,
-            eos_inside_rate=0.0,
-            eos_last_rate=0.0,
-        )
+CleanCase = _oracle.CleanCase  # where the forward suites have always found it
 
 
 @dataclass(frozen=True)

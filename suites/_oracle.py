@@ -47,6 +47,29 @@ class SFTCase:
         return sft.OfflinePacking(SEQ, self.mult, self.pad_cu_seqlens, self.pad_to_max_length or self.pad_cu_seqlens)
 
 
+@dataclass(frozen=True)
+class CleanCase(SFTCase):
+    """An SFT case whose answers hold no literal EOS (so 0.6.2's EOS handling is never reached).
+
+    MB 0.6.2's packed collate masks genuine EOS inputs by token id and cuts logical boundaries at
+    a segment's last non-EOS token; these inputs avoid both, so a check of something else (the
+    forward machinery, the data-parallel sampler) is shown to pass where MB is right and cannot
+    be hidden by that known bug.
+    """
+
+    @property
+    def corpus(self) -> corpus.CorpusSpec:
+        base = super().corpus
+        return corpus.CorpusSpec(
+            seed=base.seed,
+            n=base.n,
+            layout=base.layout,
+            long_rate=base.long_rate,
+            eos_inside_rate=0.0,
+            eos_last_rate=0.0,
+        )
+
+
 def _cases() -> list[SFTCase]:
     out = []
     for k, kind in enumerate(sft.KINDS):

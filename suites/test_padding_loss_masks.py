@@ -18,6 +18,7 @@ import pytest
 
 from harness.adapters import batch as batch_ops
 from harness.adapters import packed_artifact, sampler
+from harness.oracle.impact import Impact, require
 from suites import _oracle
 from suites._explain import first_offender, multiset_difference
 
@@ -61,6 +62,61 @@ def test_padding_rows_and_alignment(golden, case, gbs):
     report = _oracle.compare(case, b.examples, rows, b.special_ids)
     report.assert_ok()
     golden.check({"batches": batches, "trained_per_row": [sum(r.loss_mask) for r in rows]})
+
+
+# (case, data-parallel size, micro-batch size, global batch size): global = micro * DP * steps
+# (answers without a literal EOS: MB 0.6.2's known EOS masking is checked elsewhere, not here)
+DP_CASES = [
+    (_oracle.CleanCase("dp-prompt-mult4", seed=81, mult=4, n=20), 2, 1, 4),
+    (_oracle.CleanCase("dp-chat-mult2", seed=82, kind="chat", mult=2, n=18, pad_to_max_length=True), 4, 1, 8),
+    (_oracle.CleanCase("dp-completion-mult1", seed=83, kind="completion", n=16), 2, 2, 12),
+]
+
+
+@pytest.mark.parametrize(
+    "case,dp,mbs,gbs", [_oracle.case_param(c, dp, m, g, id=f"{c.id}-dp{dp}-mbs{m}-gbs{g}") for c, dp, m, g in DP_CASES]
+)
+def test_padding_rows_per_data_parallel_rank(golden, case, dp, mbs, gbs):
+    """Data parallelism: each rank's loader samples its part of every global batch (MB's sampler
+    with that rank), so across ranks every packed row is sampled once per epoch, every rank gets
+    ``global / DP`` rows a step (equal micro-batch counts: a rank short of rows hangs the step's
+    collectives), the padding of the last global batch adds up to what the global batch lacks,
+    and every padding row, on whichever rank, trains nothing."""
+    b = _oracle.built(case)
+    ds = b.build.train
+    per_rank = [sampler.padded_global_batches(len(ds), gbs, mbs, case.seed, r, dp) for r in range(dp)]
+    steps = {len(batches) for batches in per_rank}
+    require(len(steps) == 1, Impact.CRASH, f"every DP rank takes as many steps: {[len(p) for p in per_rank]}")
+    for step in range(steps.pop()):
+        sizes = [len(per_rank[r][step]) for r in range(dp)]
+        require(
+            sizes == [gbs // dp] * dp,
+            Impact.CRASH,
+            f"step {step}: every DP rank gets global/DP = {gbs // dp} rows, got {sizes}",
+        )
+    flat = [i for batches in per_rank for batch in batches for i in batch]
+    sampled = sorted(i for i in flat if i >= 0)
+    require(
+        sampled == list(range(len(ds))),
+        Impact.DROPS_TRAINED_TOKEN if len(set(sampled)) < len(ds) else Impact.WRONG_LOSS_NORMALISATION,
+        "across DP ranks every packed row is sampled once per epoch: "
+        + multiset_difference(range(len(ds)), sampled, "row index"),
+    )
+    n_pad, want_pad = sum(1 for i in flat if i < 0), (-len(ds)) % gbs
+    require(
+        n_pad == want_pad,
+        Impact.WRONG_LOSS_NORMALISATION,
+        f"the last global batch is padded up to its size across the DP ranks: {len(ds)} rows in global batches of "
+        f"{gbs} need {want_pad} padding rows in all, got {n_pad}",
+    )
+    for batches in per_rank:
+        rows = [row for batch in batches for row in _rows_of(ds, batch)]
+        pads = [row for row in rows if row.padding_row]
+        _oracle.compare(case, [], pads, b.special_ids, expect_all_packed=False).assert_ok()
+        real = [row for row in rows if not row.padding_row]
+        report = _oracle.compare(case, b.examples, real, b.special_ids, expect_all_packed=False)
+        report.assert_ok()
+    golden.check({"per_rank": per_rank})
 
 
 def test_legacy_npy_padding_rows(golden, tmp_path):
