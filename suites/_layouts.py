@@ -26,7 +26,7 @@ from typing import Any
 import torch
 
 from harness.adapters import forward as fwd
-from harness.adapters import step, symbol
+from harness.adapters import ppbatch, step, symbol
 from harness.adapters.world import Layout, run_world
 from harness.oracle.impact import Impact
 from harness.oracle.records import Invariant, InvariantFailure, Violation
@@ -222,3 +222,96 @@ def assert_ok(violations: list[Violation], what: str) -> None:
         if len(violations) > MAX_SHOWN:
             lines.append(f"  ... and {len(violations) - MAX_SHOWN} more")
         raise InvariantFailure("\n".join(lines), violations)
+
+
+# ----------------------------------------------------------------------------- pipeline parallelism
+
+STAGE_NEEDS = {"first": ("tokens", "position_ids"), "last": ("labels", "loss_mask")}
+NEED_IMPACT = {
+    "tokens": Impact.WRONG_TARGETS,
+    "position_ids": Impact.WRONG_LOGITS,
+    "labels": Impact.WRONG_TARGETS,
+    "loss_mask": Impact.DROPS_TRAINED_TOKEN,
+}
+
+
+def _stage_runs(batches: list[dict[str, Any]], pack_size: int) -> Any:
+    def on_rank(_rank: int) -> list[ppbatch.StageBatch]:
+        return [ppbatch.stage_batch(batch, pack_size) for batch in batches]
+
+    return on_rank
+
+
+def compare_pp(layout: Layout, ref: list[step.StepRun], stages: list[list[ppbatch.StageBatch]]) -> list[Violation]:
+    """Every stage's batch against the PP = 1 step's model inputs (see :func:`run_pp`)."""
+    out: list[Violation] = []
+    for b, run in enumerate(ref):
+        want = _received(run)
+        want["tokens"] = want.pop("input_ids")
+        params = step.params_fields(run.kwargs["packed_seq_params"])
+        bounds = {k: None if params.get(k) is None else params[k].reshape(-1).tolist() for k in ppbatch.BOUNDARIES}
+        for s, per_batch in enumerate(stages):
+            got = per_batch[b]
+            role = "first" if s == 0 else "last" if s == layout.pp - 1 else "middle"
+            if got.boundaries != bounds:
+                out.append(
+                    Violation(
+                        Invariant.PP_STAGE_INPUTS,
+                        b,
+                        None,
+                        bounds,
+                        got.boundaries if got.has_params else "no packed metadata",
+                        f"{role} stage {s} of PP {layout.pp}: the boundaries its attention gets",
+                    )
+                )
+            want_max = params.get("max_seqlen_q")
+            want_max = None if want_max is None else int(torch.as_tensor(want_max).reshape(-1)[0])
+            if got.has_params and got.max_seqlen != want_max:
+                out.append(
+                    Violation(
+                        Invariant.PP_STAGE_INPUTS,
+                        b,
+                        None,
+                        want_max,
+                        got.max_seqlen,
+                        f"max_seqlen on {role} stage {s} of PP {layout.pp}",
+                        impact=Impact.WRONG_LOGITS,
+                    )
+                )
+            for name in STAGE_NEEDS.get(role, ()):
+                mine = got.tensors.get(name)
+                if (
+                    mine is None
+                    or mine.shape != want[name].shape
+                    or not torch.equal(mine.to(want[name].dtype), want[name])
+                ):
+                    shown = "missing" if mine is None else f"{tuple(mine.shape)} differing"
+                    out.append(
+                        Violation(
+                            Invariant.PP_STAGE_INPUTS,
+                            b,
+                            None,
+                            f"{name} {tuple(want[name].shape)} as at PP 1",
+                            shown,
+                            f"{role} stage {s} of PP {layout.pp}",
+                            impact=NEED_IMPACT[name],
+                        )
+                    )
+    return out
+
+
+def run_pp(case: _oracle.SFTCase, pp: int) -> LayoutResult:
+    """``case``'s packed micro-batches through MB's ``get_batch`` on every stage of PP = ``pp``.
+
+    Documented behaviour (MB's ``get_batch``; MCore's pipeline schedules): the first stage embeds
+    the tokens at their position ids, the last computes the loss from labels and loss mask, and
+    every stage's attention needs the packed boundaries and ``max_seqlen`` (a middle stage
+    without them attends across documents). The reference is MB's PP = 1 step on the same batch.
+    """
+    built = _oracle.built(case)
+    gpt, _ = _forward.models()
+    ref = [step.gpt_step(gpt, batch) for batch in built.batches]
+    layout = Layout(pp=pp)
+    stages = run_world(layout, _stage_runs(list(built.batches), _oracle.SEQ))
+    golden = {"stages": [[sorted(k for k, v in sb.tensors.items() if v is not None) for sb in st[:1]] for st in stages]}
+    return LayoutResult(compare_pp(layout, ref, stages), golden)

@@ -45,8 +45,10 @@ CHECKS = {
     ),
     # context parallelism, run on 2 gloo ranks: TE's partition refuses the logical boundaries MB
     # hands it (a crash on a GPU), and a contiguous split breaks the layout attention assumes
-    "cp_partition_logical_boundaries": ("context_parallel", "prompt-mult4-cp2", "Megatron raised PartitionRefused"),
-    "cp_partition_contiguous_split": ("context_parallel", "prompt-mult4-cp2", "cp-rank-holds-its-slice"),
+    "cp_partition_logical_boundaries": ("parallel_layouts", "prompt-mult4-cp2", "Megatron raised PartitionRefused"),
+    "cp_partition_contiguous_split": ("parallel_layouts", "prompt-mult4-cp2", "cp-rank-holds-its-slice"),
+    "pp_middle_stage_no_boundaries": ("parallel_layouts", "prompt-mult1-pp3", "pp-stage-gets-what-it-needs"),
+    "sampler_padding_split_per_rank": ("padding_loss_masks", "dp-prompt-mult4-dp2", "every DP rank gets global/DP"),
 }
 LAYERS = {
     "loss_mask_roll_dropped": "preparation",
@@ -55,6 +57,8 @@ LAYERS = {
     "psp_empty_without_sentinel": "params",
     "cp_partition_logical_boundaries": "gpt_step",
     "cp_partition_contiguous_split": "gpt_step",
+    "pp_middle_stage_no_boundaries": "gpt_step",
+    "sampler_padding_split_per_rank": "sampler",
 }
 
 

@@ -42,6 +42,7 @@ class Invariant(enum.StrEnum):
 
     # --- parallel layouts (suites/_layouts.py): every rank holds its part, and the parts make the whole
     CP_PARTITION = "cp-rank-holds-its-slice"  # TE's load-balanced THD layout over the physical boundaries
+    PP_STAGE_INPUTS = "pp-stage-gets-what-it-needs"  # boundaries on every stage, inputs first, targets last
 
 
 #: What breaking an invariant does to training when the violation does not say otherwise (the
@@ -66,6 +67,7 @@ DEFAULT_IMPACT: dict[Invariant, Impact] = {
     Invariant.PARAMS: Impact.CRASH,
     Invariant.FAST_PATH: Impact.PERF_CONTRACT,
     Invariant.CP_PARTITION: Impact.CROSS_DOCUMENT_ATTENTION,  # attention reads the rank's rows where the layout says
+    Invariant.PP_STAGE_INPUTS: Impact.CROSS_DOCUMENT_ATTENTION,  # a stage without boundaries attends across them
 }
 
 

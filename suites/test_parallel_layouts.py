@@ -1,4 +1,6 @@
-"""Context parallelism on CPU: MB's CP partition of packed batches, run for real on 2 and 4 ranks.
+"""Parallel layouts on CPU: MB's CP partition and PP stage batches of packed data, on real ranks.
+
+Context parallelism (CP 2 and 4) below; pipeline parallelism (PP 3 and 4) at the end of the file.
 
 Documented contract (docs/training/packed-sequences.md; MB's ``ConfigContainer.validate``):
 with THD and context parallelism every sequence is padded to a multiple of ``2*CP``
@@ -47,4 +49,19 @@ def test_cp_partition_and_forward(golden, case_id, cp):
     assert case.mult == 2 * cp, "a CP case packs with pad_seq_to_mult = 2*CP"
     result = _layouts.run_cp(case, cp)
     _layouts.assert_ok(result.violations, f"CP {cp} != MB's CP 1 path")
+    golden.check(result.golden)
+
+
+# (case, PP): three and four stages, so at least one middle stage
+PP_CASES = [("prompt-mult1", 3), ("chat-mult4", 4), ("prompt-mult1-pad-cu-seqlens", 3)]
+
+
+@pytest.mark.parametrize(("case_id", "pp"), PP_CASES, ids=[f"{c}-pp{pp}" for c, pp in PP_CASES])
+def test_pp_stages_get_what_they_need(golden, case_id, pp):
+    """Pipeline parallelism: MB's ``get_batch`` on the first, middle and last stages of a gloo world
+    of ``pp`` processes; every stage gets the packed boundaries (and ``max_seqlen``) its attention
+    needs, the first stage the tokens and position ids, the last the labels and loss mask, each as
+    MB's PP = 1 step hands them to the model."""
+    result = _layouts.run_pp(_BY_ID[case_id], pp)
+    _layouts.assert_ok(result.violations, f"PP {pp} stages != MB's PP 1 inputs")
     golden.check(result.golden)
