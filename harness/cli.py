@@ -22,7 +22,7 @@ FILESYSTEM_ERRNOS = frozenset(
     {errno.ENOSPC, errno.EDQUOT, errno.EFBIG, errno.EROFS, errno.EACCES, errno.EPERM, errno.ENOTDIR}
 )
 
-COMMANDS = ("run", "fixtures", "bisect", "nightly", "mutate", "matrix", "compare", "coverage")
+COMMANDS = ("run", "fixtures", "bisect", "nightly", "mutate", "matrix", "compare", "coverage", "explore")
 
 
 class HarnessParser(argparse.ArgumentParser):

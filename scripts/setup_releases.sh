@@ -41,6 +41,10 @@ if [ -x "$V311/bin/python" ] && "$V311/bin/python" -c 'import megatron.bridge.pa
     echo "setup_releases.sh: refreshing the harness's editable install in $V311 (its plugin moved)"
     "$V311/bin/python" -m pip --disable-pip-version-check install -q --no-deps -e .
   fi
+  if ! "$V311/bin/python" -c 'import hypothesis' 2>/dev/null; then  # the explore suite (issue 25)
+    echo "setup_releases.sh: adding hypothesis to $V311"
+    "$V311/bin/python" -m pip --disable-pip-version-check install -q "hypothesis>=6.100"
+  fi
 else
   PY="$(find_python 3.11 "${HARNESS_PYTHON311:-}")" || { echo "setup_releases.sh: error: MB 0.3.1 needs Python 3.11 (python3.11 on PATH or pyenv); set HARNESS_PYTHON311" >&2; exit 2; }
   echo "setup_releases.sh: creating $V311 with $PY (first time: about 3 minutes, 2.8 GB)"
@@ -52,7 +56,7 @@ else
   "${P311[@]}" install -q "torch==2.13.0" "megatron-core==0.16.1" "transformers>=4.57,<5" "huggingface-hub<1.0" \
     datasets omegaconf einops triton tensorboard nvidia-modelopt rich six megatron-energon sentencepiece
   "${P311[@]}" install -q --no-deps "megatron-bridge==0.3.1"
-  "${P311[@]}" install -q pytest pytest-xdist GitPython pandas pyarrow jinja2 numpy
+  "${P311[@]}" install -q pytest pytest-xdist GitPython pandas pyarrow jinja2 numpy "hypothesis>=6.100"
   "${P311[@]}" install -q --no-deps -e .
 fi
 echo "setup_releases.sh: done. Run: $VENV/bin/python -m pytest -m slow tests/test_releases.py"

@@ -36,6 +36,7 @@ class SFTCase:
     long_rate: float = 0.1
     max_samples: int | None = None  # max_train_samples: a samples mapping over the packed rows
     mb_seed: int | None = None  # the seed MB is configured with (default: the corpus seed)
+    seq: int = SEQ  # sequence length = pack size (exploration varies it)
 
     @property
     def corpus(self) -> corpus.CorpusSpec:
@@ -44,7 +45,9 @@ class SFTCase:
 
     @property
     def packing(self) -> sft.OfflinePacking:
-        return sft.OfflinePacking(SEQ, self.mult, self.pad_cu_seqlens, self.pad_to_max_length or self.pad_cu_seqlens)
+        return sft.OfflinePacking(
+            self.seq, self.mult, self.pad_cu_seqlens, self.pad_to_max_length or self.pad_cu_seqlens
+        )
 
 
 @dataclass(frozen=True)
@@ -155,7 +158,7 @@ def compare(
         padding_ids=pads,
         static_max_seqlen=case.pad_cu_seqlens,
         expect_all_packed=expect_all_packed,
-        pack_size=SEQ,
+        pack_size=case.seq,
         special_ids=special_ids,
     )
 
@@ -168,7 +171,7 @@ def built(case: SFTCase) -> Built:
     req = sft.SFTRequest(
         root,
         tok,
-        SEQ,
+        case.seq,
         kind=case.kind,
         full_loss=case.full_loss,
         packing=case.packing,
@@ -215,7 +218,9 @@ def reference(case: SFTCase) -> tuple[differential.Example, ...]:
     """MB's unpacked split for ``case`` (what a user without packing trains on), as examples."""
     tok = load_tokenizer(case.distinct_eod)
     root = corpus.write_dataset_root(_workdir(case.id + "-unpacked"), case.corpus)
-    result = sft.build_sft(sft.SFTRequest(root, tok, SEQ, kind=case.kind, full_loss=case.full_loss, seed=case.seed))
+    result = sft.build_sft(
+        sft.SFTRequest(root, tok, case.seq, kind=case.kind, full_loss=case.full_loss, seed=case.seed)
+    )
     return tuple(batch_ops.unpacked_examples(result.unpacked))
 
 

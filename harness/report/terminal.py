@@ -8,6 +8,7 @@ each culprit that moved the pinned Megatron-LM, the bisection of Megatron-LM beh
 
 from __future__ import annotations
 
+import re
 import shlex
 from typing import TextIO
 
@@ -38,7 +39,16 @@ def _target_flags(result: RunResult) -> str:
     return f" --mb-src {shlex.quote(str(path))}" if path else ""
 
 
+_REPLAY = re.compile(r"replay: harness explore (--replay '[^']*')")
+
+
 def reproduce_command(result: RunResult, case_id: str) -> str:
+    """The command that runs the case again: ``harness run`` selecting it, or for an explored case
+    that failed (drawn with a budget and seed ``harness run`` does not repeat) its replay."""
+    message = next((c.message for c in result.cases if c.case_id == case_id), "")
+    replay = _REPLAY.search(message)
+    if replay:
+        return f"harness explore{_target_flags(result)} {replay.group(1)}"
     suite, name = case_selector(case_id)
     return f"harness run{_target_flags(result)} --suite {suite} -k '{name}'"
 

@@ -48,6 +48,10 @@ class Env(enum.StrEnum):
     VARYING_CORE = "HARNESS_VARYING_CORE"  # the megatron-core a second-level bisection varies
     STANDINS_LOG = "HARNESS_STANDINS_LOG"  # the child appends each stand-in it installs
     KNOBS_LOG = "HARNESS_KNOBS_LOG"  # the child appends the knobs it saw and the values cases used
+    EXPLORE_BUDGET = "HARNESS_EXPLORE_BUDGET"  # examples the exploration suite draws (harness explore)
+    EXPLORE_SEED = "HARNESS_EXPLORE_SEED"  # its seed (the same seed draws the same examples)
+    EXPLORE_REPLAY = "HARNESS_EXPLORE_REPLAY"  # one explored case spec to run instead of drawing
+    EXPLORE_EOS = "HARNESS_EXPLORE_EOS"  # "1": answers may hold literal EOS tokens
     VERSIONS_FILE = "HARNESS_VERSIONS_FILE"  # the child writes the versions it imports (VERSIONS_FILE)
     IMPORT_MODE = "HARNESS_IMPORT_MODE"  # "light" or "full" (harness.standins.light)
     IMPORT_GROUP = "HARNESS_IMPORT_GROUP"  # run only the cases of this import group

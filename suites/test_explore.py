@@ -1,0 +1,73 @@
+"""Property-based exploration of offline packed SFT through MB's builder (Hypothesis).
+
+Every ``harness run`` draws a small fixed-seed sample (:data:`DEFAULT_BUDGET` examples, seed 0),
+so every commit sees some of it; ``harness explore --budget N --seed S`` draws more. A drawn case
+that breaks an invariant is shrunk by Hypothesis to a minimal one, and the failure message ends
+with the command that replays it; ``harness explore --replay SPEC --save`` keeps it as a
+regression case, checked here from then on (``test_saved_explored_case``). What is drawn and
+checked: suites/_explore.py.
+"""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from harness import paths
+from harness.oracle.records import InvariantFailure
+from harness.suiterun.contract import Env
+from suites import _explore
+
+pytestmark = pytest.mark.import_group("light")
+
+DEFAULT_BUDGET = 4
+
+
+def _replayable(case: _explore.ExploredCase) -> None:
+    try:
+        _explore.check(case)
+    except (InvariantFailure, AssertionError) as exc:
+        spec = _explore.to_spec(case)
+        violations = getattr(exc, "violations", [])
+        text = f"{exc}\n  replay: harness explore --replay '{spec}'"
+        raise InvariantFailure(text, violations) if violations else AssertionError(text) from exc
+
+
+def test_explore_offline_packing():
+    """Drawn data shapes and knobs (or the one case ``--replay`` names) hold every invariant."""
+    replay = os.environ.get(Env.EXPLORE_REPLAY)
+    if replay:
+        _replayable(_explore.from_spec(replay))
+        return
+    from hypothesis import HealthCheck, given, seed, settings
+
+    budget = int(os.environ.get(Env.EXPLORE_BUDGET) or DEFAULT_BUDGET)
+    explore_seed = int(os.environ.get(Env.EXPLORE_SEED) or 0)
+
+    @seed(explore_seed)
+    @settings(
+        max_examples=budget,
+        database=None,  # nothing written into the user's directory; the seed reproduces a run
+        deadline=None,
+        suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+    )
+    @given(_explore.cases(eos=os.environ.get(Env.EXPLORE_EOS) == "1"))
+    def explore(case: _explore.ExploredCase) -> None:
+        _replayable(case)
+
+    explore()
+
+
+SAVED = _explore.saved(paths.fixtures_dir() / "explored")
+
+
+if SAVED:  # no saved case: no test (an empty parametrisation would read as an untestable case)
+
+    @pytest.mark.parametrize("case", SAVED, ids=[c.id for c in SAVED])
+    def test_saved_explored_case(golden, case):
+        """An explored case kept as a regression case: invariants, then its golden (change only)."""
+        from suites import _oracle
+
+        b = _explore.check(case)
+        golden.check({"rows": _oracle.canonical_rows(b.rows)})
