@@ -201,6 +201,7 @@ class LayoutResult:
 
 def run_cp(case: _oracle.SFTCase, cp: int, tol: _forward.Tolerances = _forward.FP32) -> LayoutResult:
     """``case``'s packed micro-batches at CP = ``cp`` against CP = 1 (no violations when MB holds)."""
+    thd_partition.require_reachable()
     built = _oracle.built(case)
     gpt, _ = _forward.models()
     cp1 = [step.gpt_step(gpt, batch) for batch in built.batches]
@@ -308,6 +309,7 @@ def run_pp(case: _oracle.SFTCase, pp: int) -> LayoutResult:
     every stage's attention needs the packed boundaries and ``max_seqlen`` (a middle stage
     without them attends across documents). The reference is MB's PP = 1 step on the same batch.
     """
+    ppbatch.stage_batch.resolved  # noqa: B018  (an era without it is untestable before anything is built)
     built = _oracle.built(case)
     gpt, _ = _forward.models()
     ref = [step.gpt_step(gpt, batch) for batch in built.batches]

@@ -7,8 +7,10 @@ packed metadata it returned. The answer (:class:`StageBatch`) is what the stage'
 receive: tokens and position ids (the first stage embeds them), labels and loss mask (the last
 stage computes the loss), and the boundaries attention needs (every stage attends).
 
-Eras: ``get_batch(data_iterator, cfg, use_mtp, *, pg_collection, vp_stage)`` returning six values
-with the packed metadata last (``pg_collection`` from MB's process-group refactor). Older
+Eras: ``get_batch(data_iterator, cfg, use_mtp, *, pg_collection, vp_stage)`` (MB's process-group
+refactor on) returning six values with the packed metadata last, or (0.5.x) ten with the legacy
+boundary tensors (``cu_seqlens``, its argmin, ``max_seqlen``, the unpadded ones) after the
+position ids; either goes through MB's own ``get_packed_seq_params``. Older
 ``get_batch`` signatures (MCore's global parallel state, other return shapes) are not adapted
 yet: untestable there, with that reason.
 """
@@ -44,8 +46,21 @@ def _as_list(value: Any) -> list[int] | None:
     return None if value is None else [int(x) for x in torch.as_tensor(value).reshape(-1).tolist()]
 
 
+LEGACY_KEYS = ("cu_seqlens", "cu_seqlens_argmin", "max_seqlen", "cu_seqlens_unpadded", "cu_seqlens_unpadded_argmin")
+
+
+def _metadata(out: tuple[Any, ...]) -> Any:
+    """The packed metadata of a ``get_batch`` answer: the sixth value (a dict), or in the legacy
+    shape the boundary tensors that follow the position ids, as the batch keys the builder reads."""
+    if len(out) == 6:
+        return out[5]
+    legacy = dict(zip(LEGACY_KEYS, out[5:]))
+    return legacy if legacy.get("cu_seqlens") is not None else None
+
+
 def _view(out: tuple[Any, ...], build_params: Callable[[Any], Any]) -> StageBatch:
-    tokens, labels, loss_mask, _mask, position_ids, metadata = out
+    tokens, labels, loss_mask, _mask, position_ids = out[:5]
+    metadata = _metadata(out)
     tensors = {"tokens": tokens, "labels": labels, "loss_mask": loss_mask, "position_ids": position_ids}
     tensors = {k: (v.detach().clone() if isinstance(v, torch.Tensor) else None) for k, v in tensors.items()}
     if metadata is None:
