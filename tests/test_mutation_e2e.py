@@ -48,7 +48,7 @@ CHECKS = {
     "cp_partition_logical_boundaries": ("parallel_layouts", "prompt-mult4-cp2", "Megatron raised PartitionRefused"),
     "cp_partition_contiguous_split": ("parallel_layouts", "prompt-mult4-cp2", "cp-rank-holds-its-slice"),
     "pp_middle_stage_no_boundaries": ("parallel_layouts", "prompt-mult1-pp3", "pp-stage-gets-what-it-needs"),
-    "sampler_padding_split_per_rank": ("padding_loss_masks", "dp-prompt-mult4-dp2", "every DP rank gets global/DP"),
+    "sampler_padding_split_per_rank": ("padding_loss_masks", "dp-prompt-mult4-dp2", "every DP rank gets global"),
 }
 LAYERS = {
     "loss_mask_roll_dropped": "preparation",
