@@ -63,16 +63,16 @@ def cp_thd_attention(
     keys, values = torch.zeros(total, heads, dim, dtype=key.dtype), torch.zeros(total, heads, dim, dtype=value.dtype)
     for r, (k, v) in enumerate(zip(_gather(key, group), _gather(value, group))):
         keys[where[r]], values[where[r]] = k, v
-    mine = where[rank].tolist()
+    mine = where[rank]
     out = torch.zeros_like(query)
     scale = dim**-0.5
     for start, _end, real in segments:
-        local = [j for j, g in enumerate(mine) if start <= g < start + real]
-        if not local:
+        local = torch.nonzero((mine >= start) & (mine < start + real)).reshape(-1)
+        if local.numel() == 0:
             continue
         k = keys[start : start + real].transpose(0, 1)  # [heads, real, dim]
         v = values[start : start + real].transpose(0, 1)
-        pos = torch.tensor([mine[j] - start for j in local])
+        pos = mine[local] - start
         q = query[local].transpose(0, 1)  # [heads, n, dim]
         scores = torch.matmul(q, k.transpose(1, 2)) * scale
         causal = torch.arange(real).unsqueeze(0) > pos.unsqueeze(1)  # key after query: masked

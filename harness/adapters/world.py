@@ -21,6 +21,7 @@ finish within ``timeout`` (a hang: a collective one rank never joins) is MB's fa
 
 from __future__ import annotations
 
+import inspect
 import os
 import pickle
 import tempfile
@@ -76,12 +77,15 @@ def _init_rank(layout: Layout, rank: int, store: str, seed: int) -> None:
     from megatron.core.tensor_parallel import random as mp_random
 
     dist.init_process_group("gloo", init_method=f"file://{store}", rank=rank, world_size=layout.world)
+    sizes: dict[str, Any] = {
+        "tensor_model_parallel_size": layout.tp,
+        "pipeline_model_parallel_size": layout.pp,
+        "context_parallel_size": layout.cp,
+    }
+    if "create_gloo_process_groups" in inspect.signature(parallel_state.initialize_model_parallel).parameters:
+        sizes["create_gloo_process_groups"] = False  # the world is gloo already: no second copy of each group
     with cpu_cuda_calls(pin=True):
-        parallel_state.initialize_model_parallel(
-            tensor_model_parallel_size=layout.tp,
-            pipeline_model_parallel_size=layout.pp,
-            context_parallel_size=layout.cp,
-        )
+        parallel_state.initialize_model_parallel(**sizes)
         try:
             mp_random.model_parallel_cuda_manual_seed(seed, inference_rng_tracker=True)
         except TypeError:

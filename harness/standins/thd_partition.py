@@ -26,6 +26,7 @@ only when TE is absent, and records its use (reports list stand-ins).
 from __future__ import annotations
 
 import contextlib
+import functools
 import importlib
 from collections.abc import Iterator
 from types import SimpleNamespace
@@ -42,18 +43,6 @@ class PartitionRefused(ValueError):
     """What TE's kernel asserts on: a length the load-balanced scheme cannot split."""
 
 
-def _search(target: int, bounds: list[int]) -> int:
-    """TE's ``binary_search``: the sequence a local slot belongs to (the last one past the end)."""
-    left, right = 1, len(bounds) - 1
-    while left < right:
-        mid = (left + right) // 2
-        if bounds[mid] <= target:
-            left = mid + 1
-        else:
-            right = mid
-    return left - 1
-
-
 def thd_partitioned_indices(cu_seqlens: torch.Tensor, total_tokens: int, world_size: int, rank: int) -> torch.Tensor:
     """Rank ``rank``'s indices into a packed stream of ``total_tokens`` (see the module docstring)."""
     bounds = [int(x) for x in torch.as_tensor(cu_seqlens).reshape(-1).tolist()]
@@ -63,15 +52,22 @@ def thd_partitioned_indices(cu_seqlens: torch.Tensor, total_tokens: int, world_s
     bad = [b for b in bounds if b % step]
     if bad:
         raise PartitionRefused(f"cu_seqlens {bounds} hold offsets not divisible by 2*CP = {step} ({bad})")
-    local = [b // world_size for b in bounds]
-    out = []
-    for slot in range(total_tokens // world_size):
-        seq = _search(slot, local)
-        seq_len = local[seq + 1] - local[seq]
-        index = slot - local[seq]
-        offset = rank if index < seq_len // 2 else (world_size - 1) * 2 - rank
-        out.append(index + local[seq] * world_size + seq_len // 2 * offset)
-    return torch.tensor(out, dtype=torch.long, device=torch.as_tensor(cu_seqlens).device)
+    return _indices(tuple(bounds), total_tokens, world_size, rank).to(torch.as_tensor(cu_seqlens).device)
+
+
+@functools.lru_cache(maxsize=256)
+def _indices(bounds: tuple[int, ...], total_tokens: int, world_size: int, rank: int) -> torch.Tensor:
+    """The kernel's arithmetic, vectorised (every attention layer of every rank asks again)."""
+    local = torch.tensor(bounds, dtype=torch.long) // world_size
+    slot = torch.arange(total_tokens // world_size, dtype=torch.long)
+    # TE's binary_search over the local offsets: the last sequence starting at or before the slot,
+    # the last sequence for slots past the end (searchsorted, clamped to the last sequence)
+    seq = (torch.searchsorted(local, slot, right=True) - 1).clamp(0, max(0, len(bounds) - 2))
+    start = local[seq]
+    seq_len = local[(seq + 1).clamp(max=len(bounds) - 1)] - start
+    index = slot - start
+    offset = torch.where(index < seq_len // 2, rank, (world_size - 1) * 2 - rank)
+    return index + start * world_size + seq_len // 2 * offset
 
 
 def require_reachable() -> None:
