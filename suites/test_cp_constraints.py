@@ -18,6 +18,7 @@ import pytest
 from harness.adapters import cp as cp_ops
 from harness.adapters import thd
 from harness.eras import features
+from harness.oracle.impact import Impact, require
 from suites import _inputs
 from suites._explain import first_offender
 
@@ -45,12 +46,16 @@ def _required(cp: int, tp: int, sp: bool) -> list[int]:
 @pytest.mark.parametrize("cp,tp,sp", TOPOLOGIES)
 def test_in_batch_multiple(golden, cp, tp, sp):
     out = cp_ops.collate_padding_multiple(cp, tp, sp, in_batch=True)
-    assert out["accepted"], out["message"]
+    require(out["accepted"], Impact.REFUSES_VALID_CONFIG, out["message"])
     m = out["multiple"]
-    for r in _required(cp, tp, sp):
-        assert m % r == 0, f"CP{cp} TP{tp} SP{sp}: multiple {m} is not divisible by {r}"
+    for r in _required(cp, tp, sp):  # TE's THD CP split and SP's scatter refuse unaligned sequences
+        require(m % r == 0, Impact.CRASH, f"CP{cp} TP{tp} SP{sp}: multiple {m} is not divisible by {r}")
     lcm = math.lcm(1, *_required(cp, tp, sp))
-    assert m == lcm, f"CP{cp} TP{tp} SP{sp}: the documented alignment is the lcm {lcm} (no over-padding), got {m}"
+    require(
+        m == lcm,
+        Impact.PERF_CONTRACT,
+        f"CP{cp} TP{tp} SP{sp}: the documented alignment is the lcm {lcm} (no over-padding), got {m}",
+    )
     # the packed batch built with that multiple keeps every boundary on the CP/SP grid
     batch, _lengths = _inputs.right_padded_batch(cp * 10 + tp, 4, 19)
     packed = thd.pack_in_batch(
@@ -62,10 +67,12 @@ def test_in_batch_multiple(golden, cp, tp, sp):
         pad_to_multiple_of=m,
     )
     bounds = packed["cu_seqlens_padded"]
-    assert all(b % m == 0 for b in bounds), (
+    require(
+        all(b % m == 0 for b in bounds),
+        Impact.CRASH,
         f"every padded boundary must be a multiple of {m}: "
         + first_offender(bounds, lambda b: b % m == 0, "boundary")
-        + f" in cu_seqlens_padded {bounds}"
+        + f" in cu_seqlens_padded {bounds}",
     )
     golden.check({"multiple": m, "cu_seqlens_padded": packed["cu_seqlens_padded"]})
 
@@ -73,24 +80,33 @@ def test_in_batch_multiple(golden, cp, tp, sp):
 @pytest.mark.parametrize("cp,tp,sp,base", [(2, 1, False, 6), (4, 1, False, 128), (2, 2, True, 3), (1, 1, False, 5)])
 def test_collate_multiple_without_in_batch(golden, cp, tp, sp, base):
     out = cp_ops.collate_padding_multiple(cp, tp, sp, in_batch=False, pad_to_multiple_of=base)
-    assert out["accepted"], out["message"]
+    require(out["accepted"], Impact.REFUSES_VALID_CONFIG, out["message"])
     m = out["multiple"]
-    assert m % base == 0, f"the user's pad_to_multiple_of {base} is kept (raised, never lowered), got {m}"
+    require(
+        m % base == 0, Impact.CRASH, f"the user's pad_to_multiple_of {base} is kept (raised, never lowered), got {m}"
+    )
     for r in _required(cp, tp, sp):
-        assert m % r == 0, f"collate multiple {m} not divisible by {r}"
+        require(m % r == 0, Impact.CRASH, f"collate multiple {m} not divisible by {r}")
     lcm = math.lcm(base, *_required(cp, tp, sp))
-    assert m == lcm, f"CP{cp} TP{tp} SP{sp} pad_to_multiple_of {base}: expected the lcm {lcm}, got {m}"
+    require(
+        m == lcm,
+        Impact.PERF_CONTRACT,
+        f"CP{cp} TP{tp} SP{sp} pad_to_multiple_of {base}: expected the lcm {lcm}, got {m}",
+    )
     golden.check({"multiple": m})
 
 
 @pytest.mark.parametrize("cp,eval_cp", [(2, 4), (4, 2), (1, 2)])
 def test_eval_cp_multiple(golden, cp, eval_cp):
     out = cp_ops.collate_padding_multiple(cp, 1, False, in_batch=True, eval_cp=eval_cp)
-    assert out["accepted"], out["message"]
+    require(out["accepted"], Impact.REFUSES_VALID_CONFIG, out["message"])
     for size in (cp, eval_cp):
         if size > 1:
-            assert out["multiple"] % (2 * size) == 0, (
-                f"eval/training CP {size} both constrain the multiple: {out['multiple']} is not divisible by {2 * size}"
+            require(
+                out["multiple"] % (2 * size) == 0,
+                Impact.CRASH,
+                f"eval/training CP {size} both constrain the multiple: "
+                f"{out['multiple']} is not divisible by {2 * size}",
             )
     golden.check({"multiple": out["multiple"]})
 
@@ -109,5 +125,10 @@ def test_seq_length_divisibility(golden, cp, tp, sp, seq):
         raise features.missing(
             "collate-cp-multiple", "this era does not validate seq_length against the CP/SP collate multiple"
         )
-    assert out["accepted"] == (seq % req == 0), f"seq_length {seq} with multiple {req}: {out}"
+    valid = seq % req == 0
+    require(
+        out["accepted"] == valid,
+        Impact.REFUSES_VALID_CONFIG if valid else Impact.ACCEPTS_INVALID_CONFIG,
+        f"seq_length {seq} with multiple {req}: {out}",
+    )
     golden.check({"accepted": out["accepted"], "error_class": out["error_class"]})

@@ -49,6 +49,7 @@ CHECKS = {
     "cp_partition_contiguous_split": ("parallel_layouts", "prompt-mult4-cp2", "cp-rank-holds-its-slice"),
     "pp_middle_stage_no_boundaries": ("parallel_layouts", "prompt-mult1-pp3", "pp-stage-gets-what-it-needs"),
     "sampler_padding_split_per_rank": ("padding_loss_masks", "dp-prompt-mult4-dp2", "every DP rank gets global"),
+    "sp_multiple_dropped": ("cp_constraints", "test_in_batch_multiple and 1-2-True", "is not divisible by"),
 }
 LAYERS = {
     "loss_mask_roll_dropped": "preparation",
@@ -59,6 +60,7 @@ LAYERS = {
     "cp_partition_contiguous_split": "gpt_step",
     "pp_middle_stage_no_boundaries": "gpt_step",
     "sampler_padding_split_per_rank": "sampler",
+    "sp_multiple_dropped": "config",
 }
 
 
