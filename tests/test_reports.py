@@ -706,6 +706,19 @@ def test_trend_report_shows_newly_failing_rows_and_bisect_links(tmp_path: Path) 
     assert len(doc.by_id("durations").find_all("rect", cls="bar")) == 2
 
 
+def test_trend_report_says_why_a_newly_failing_case_has_no_bisect(tmp_path: Path) -> None:
+    store = tmp_path / "history.parquet"
+    history.append_run(store, sample_run(), "a" * 40)
+    history.append_run(store, _second_run(), "b" * 40)
+    off = parse_html(render_trend_report(store, tmp_path / "off.html"))
+    why = "no bisect: the previous nightly's commit aaaaaaaaaaaa is not an ancestor of bbbbbbbbbbbb"
+    planned = parse_html(render_trend_report(store, tmp_path / "on.html", {}, bisect_note=why))
+    for doc, said in ((off, "no automatic bisection this night"), (planned, why)):
+        rows = doc.by_id("newly-failing").find("tbody").find_all("tr")
+        cells = [r.find_all("td")[-1] for r in rows]
+        assert cells and all(c.text().startswith("none: ") and said in c.find("span").attrs["title"] for c in cells)
+
+
 def test_trend_report_of_an_empty_store_and_unsafe_links(tmp_path: Path) -> None:
     doc = parse_html(render_trend_report(tmp_path / "none.parquet", tmp_path / "trend.html"))
     assert not doc.find_all("table", id="trend-grid") and not doc.find_all("svg")

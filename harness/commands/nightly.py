@@ -187,8 +187,8 @@ def run(args: argparse.Namespace, out: TextIO = sys.stdout) -> int:
     if args.auto_bisect:
         plan = plan_bisect(tr, repo, out_dir / BISECT_DIR, bisect_env(args), confirm=args.confirm)
         links = execute(plan, out_dir / BISECT_DIR, out)
-        if links:
-            render_trend_report(store, trend_page, bisect_links=links)
+        why = f"no bisect: {plan.reason}" if plan.command is None else "the bisection named no report for this case"
+        render_trend_report(store, trend_page, bisect_links=links, bisect_note=why)
 
     print(
         f"\ntrend:   {trend_page}\nreport:  {report}\njunit:   {junit}\nresults: {run_dir / 'results.json'}", file=out
