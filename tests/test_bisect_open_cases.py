@@ -65,10 +65,14 @@ class ScopedEvaluator:
             fh.write(json.dumps([sha, ran]) + "\n")
         if self.term_after and len(self.calls()) == self.term_after:
             os.kill(os.getpid(), signal.SIGTERM)
-        return EvalOutcome({c: Verdict.FAIL if c in state["fail"] else Verdict.PASS for c in ran}, duration_s=0.01)
+        verdicts = {c: Verdict.FAIL if c in state["fail"] else Verdict.PASS for c in ran}
+        return EvalOutcome(verdicts, duration_s=0.01, core_pin=PIN)
 
     def calls(self) -> list[tuple[str, list[str]]]:
         return [tuple(json.loads(line)) for line in self.log.read_text().splitlines()] if self.log.exists() else []
+
+
+PIN = "5a1ce0fc0ffee0123456789abcdef0123456789a"  # a Megatron-LM commit the evaluator reports
 
 
 def _bisect(repo: Path, shas: list[str], cache: Path, log: Path, **kw: object):
@@ -93,6 +97,26 @@ def test_intermediate_probes_run_only_the_open_cases(tmp_path: Path) -> None:
     assert all(c.scope.endswith(("open case", "open cases")) for sha, _ in probes for c in costs[sha])
     narrowed = next(sha for sha, ran in probes if ran == ["t::d5"])
     assert run.doc.probes[narrowed]["t::d5"] in ("pass", "fail") and run.doc.probes[narrowed]["s::c3"] == "not-run"
+
+
+def test_each_probe_on_the_page_says_what_it_ran_its_cost_and_its_megatron_lm(tmp_path: Path) -> None:
+    from harness.report.pages import render_bisect_report
+    from tests.test_reports import parse_html
+
+    repo, shas = _fake_history(tmp_path, 20, {"s::c3": 13})
+    run, ev = _bisect(repo, shas, tmp_path / "cache", tmp_path / "calls.jsonl")
+    assert {c.core_pin for costs in run.doc.probe_costs.values() for c in costs} == {PIN}
+    page = parse_html(render_bisect_report(run.doc, tmp_path / "bisect.html"))
+    rows = page.by_id("probe-log").find("tbody").find_all("tr")
+    assert len(rows) == len(ev.calls()) == run.doc.evaluations
+    for row in rows:
+        sha = row.attrs["data-sha"]
+        cells = [td.text() for td in row.find_all("td")]
+        ran = dict(ev.calls())[sha]
+        endpoint = sha in (shas[0], shas[-1])
+        assert cells[1] == "all" if endpoint else cells[1].endswith(("open case", "open cases")), cells
+        assert int(cells[2]) == len(ran) and float(cells[3]) >= 0
+        assert len(cells[4]) >= 7 and PIN.startswith(cells[4]), cells
 
 
 def test_one_open_case_keeps_the_information_bound(tmp_path: Path) -> None:

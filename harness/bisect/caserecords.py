@@ -261,6 +261,7 @@ class ProbeCost:
     cases: int  # verdicts it produced
     seconds: float
     endpoint: bool  # GOOD or BAD (the whole selection), else an intermediate probe
+    core_pin: str = ""  # the Megatron-LM commit whose megatron-core ran ("": the installed one)
 
     @classmethod
     def from_json(cls, doc: dict[str, Any]) -> ProbeCost:
@@ -269,4 +270,5 @@ class ProbeCost:
             int(doc.get("cases") or 0),
             float(doc.get("seconds") or 0.0),
             bool(doc.get("endpoint", False)),
+            str(doc.get("core_pin") or ""),
         )

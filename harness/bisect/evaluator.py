@@ -58,6 +58,7 @@ class EvalOutcome:
     # a skip for this evaluation that says nothing about MB, so the driver never caches it.
     infrastructure: bool = False
     jobs: list[JobLog] = field(default_factory=list)  # cluster jobs that ran it (ids, log paths)
+    core_pin: str = ""  # the Megatron-LM commit of the megatron-core it ran with ("": the installed one)
 
 
 class Evaluator(Protocol):
@@ -216,6 +217,7 @@ class MBEvaluator:
             details={c.case_id: case_detail(c) for c in cases},
             duration_s=time.monotonic() - t0,
             note="; ".join(result.notes),
+            core_pin=(core.pin or "") if core else "",
         )
 
     def details(self, sha: str) -> dict[str, dict[str, str]]:

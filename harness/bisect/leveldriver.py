@@ -232,7 +232,13 @@ class LevelDriver:
             ev.notes.setdefault(sha, []).append(outcome.note)
         self.feed(sha, evaluation)
         ev.costs.setdefault(sha, []).append(
-            ProbeCost(scope.label(), len(evaluation.verdicts), round(outcome.duration_s, 2), sha in self.endpoints)
+            ProbeCost(
+                scope.label(),
+                len(evaluation.verdicts),
+                round(outcome.duration_s, 2),
+                sha in self.endpoints,
+                outcome.core_pin,
+            )
         )
         counts: dict[str, int] = {}
         for verdict in evaluation.verdicts.values():

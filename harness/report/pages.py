@@ -205,6 +205,19 @@ def _level_context(bisect: BisectDoc, prefix: str = "") -> dict[str, Any]:
         "duration_s": bisect.duration_s,
         "evaluations": "?" if bisect.evaluations is None else bisect.evaluations,
         "n_probed": len(bisect.probes),
+        "probe_log": [
+            {
+                "sha": sha,
+                "href": href.get(sha, ""),
+                "scope": c.scope,
+                "cases": c.cases,
+                "seconds": c.seconds,
+                "endpoint": c.endpoint,
+                "core_pin": c.core_pin,
+            }
+            for sha, costs in bisect.probe_costs.items()
+            for c in costs
+        ],
         "cases": list(views.values()),
         "culprit_groups": [
             {
