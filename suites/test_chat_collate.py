@@ -1,0 +1,111 @@
+"""MB's text chat collate (direct Hugging Face SFT): its padding multiples, padded and packed in batch.
+
+Documented contract (``text_chat_collate_fn``; ``ConfigContainer.validate`` for
+``DirectHFSFTDatasetConfig``): on unpacked batches every row is right-padded to a multiple of
+``pad_to_multiple_of`` ("to keep CP/SP slices shape-compatible"); with in-batch packing each
+sequence is padded to ``in_batch_packing_pad_to_multiple_of`` and flattened into one THD row
+with packed-sequence metadata. The multiples are the ones MB's config finalisation chooses for a
+parallel layout (:func:`harness.adapters.cp.collate_padding_multiple`), never the suite's.
+
+The rows are what MB's direct-HF loader hands the collate: chat conversations (``messages``) of a
+seeded corpus, with the offline tokenizer's chat template. The reference is the same collate at
+multiple 1 without packing (MB's own unpacked path): padded rows must equal it per real token
+and pad to the multiple with padding that never trains; packed rows are held to the differential
+oracle (per real token equal, padding never trains, boundaries on the multiple's grid).
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from harness.adapters import Candidate, NotHere, Operation, symbol
+from harness.adapters import batch as batch_ops
+from harness.adapters import cp as cp_ops
+from harness.oracle import corpus, differential, tokenizer
+from harness.oracle.impact import Impact, require
+from suites import _oracle
+from suites._inputs import IGNORE_INDEX
+
+pytestmark = pytest.mark.import_group("full")  # MB's config finalisation chooses the multiples
+
+
+def _probe():
+    fn = symbol("megatron.bridge.data.collators.sft", "text_chat_collate_fn")
+    if not callable(fn):
+        raise NotHere("no text_chat_collate_fn")
+    return fn
+
+
+chat_collate = Operation(
+    "text_chat_collate",
+    [Candidate("data/collators/sft.text_chat_collate_fn", _probe)],
+    before="no direct-HF chat collate",
+)
+
+# (id, corpus seed, rows, (CP, TP, SP)): the layouts MB's multiple is chosen for
+CASES = [
+    ("cp2", 91, 4, (2, 1, False)),
+    ("cp4", 92, 3, (4, 1, False)),
+    ("tp2-sp", 93, 5, (1, 2, True)),
+    ("cp2-tp3-sp", 94, 4, (2, 3, True)),
+]
+
+
+def _rows(seed: int, n: int) -> list[dict]:
+    spec = corpus.CorpusSpec(seed=seed, n=n, layout="chat", eos_inside_rate=0.0, eos_last_rate=0.0)
+    return corpus.examples(spec)
+
+
+def _processor():
+    from transformers import AutoTokenizer
+
+    return AutoTokenizer.from_pretrained(str(tokenizer.write_tokenizer_dir()))
+
+
+def _examples(batch) -> list[differential.Example]:
+    """MB's unpacked collate rows as the oracle's examples (their real tokens only)."""
+    out = []
+    for r, n in enumerate(batch["token_count"]):
+        cols = [batch[k][r, :n].tolist() for k in ("tokens", "labels", "loss_mask", "position_ids")]
+        out.append(differential.Example(f"#{r}", *(tuple(int(x) for x in c) for c in cols)))
+    return out
+
+
+@pytest.mark.parametrize("seed,n,layout", [c[1:] for c in CASES], ids=[c[0] for c in CASES])
+def test_padded_rows_keep_the_multiple(golden, seed, n, layout):
+    """Unpacked: rows right-padded to MB's collate multiple, equal to multiple 1 per real token, padding untrained."""
+    chat_collate.resolved  # noqa: B018 - untestable in an era without the collate, before anything is built
+    multiple = cp_ops.collate_padding_multiple(*layout, in_batch=False, pad_to_multiple_of=1)["multiple"]
+    rows, proc = _rows(seed, n), _processor()
+    ref = chat_collate(rows, proc)
+    got = chat_collate(rows, proc, pad_to_multiple_of=multiple)
+    width = got["tokens"].shape[1]
+    require(width % multiple == 0, Impact.CRASH, f"rows padded to {width}, not a multiple of MB's {multiple}")
+    for r, n_real in enumerate(ref["token_count"]):
+        for key in ("tokens", "labels", "loss_mask", "position_ids"):
+            require(
+                got[key][r, :n_real].tolist() == ref[key][r, :n_real].tolist(),
+                Impact.WRONG_TARGETS if key != "loss_mask" else Impact.DROPS_TRAINED_TOKEN,
+                f"row {r}: {key} of the real tokens differs from the unpadded collate",
+            )
+        pad_mask, pad_labels = got["loss_mask"][r, n_real:].tolist(), got["labels"][r, n_real:].tolist()
+        require(not any(pad_mask), Impact.TRAINS_PADDING, f"row {r}: padding trains (loss mask {pad_mask})")
+        require(
+            all(x == IGNORE_INDEX for x in pad_labels), Impact.TRAINS_PADDING, f"row {r}: padding labels {pad_labels}"
+        )
+    golden.check({"multiple": multiple, "width": width, "token_count": list(ref["token_count"])})
+
+
+@pytest.mark.parametrize("seed,n,layout", [c[1:] for c in CASES], ids=[c[0] for c in CASES])
+def test_in_batch_packed_rows(golden, seed, n, layout):
+    """In-batch packing in the collate: one THD row, each sequence on MB's multiple, held to the oracle."""
+    chat_collate.resolved  # noqa: B018
+    multiple = cp_ops.collate_padding_multiple(*layout, in_batch=True)["multiple"]
+    rows, proc = _rows(seed, n), _processor()
+    examples = _examples(chat_collate(rows, proc))
+    packed = chat_collate(rows, proc, enable_in_batch_packing=True, in_batch_packing_pad_to_multiple_of=multiple)
+    (row,) = batch_ops.packed_rows(packed)
+    ids = tokenizer.special_ids(_oracle.load_tokenizer())
+    report = differential.compare([row], examples, pad_seq_to_mult=multiple, special_ids=ids)
+    report.assert_ok()
+    golden.check({"multiple": multiple, "cu_seqlens_q_padded": list(row.cu_seqlens_q_padded or ())})
