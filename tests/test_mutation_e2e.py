@@ -50,7 +50,11 @@ CHECKS = {
     "pp_middle_stage_no_boundaries": ("parallel_layouts", "prompt-mult1-pp3", "pp-stage-gets-what-it-needs"),
     "sampler_padding_split_per_rank": ("padding_loss_masks", "dp-prompt-mult4-dp2", "every DP rank gets global"),
     "sp_multiple_dropped": ("cp_constraints", "test_in_batch_multiple and 1-2-True", "is not divisible by"),
-    "chat_collate_ignores_padding_multiple": ("chat_collate", "test_padded_rows_keep_the_multiple and cp4", "not a multiple"),
+    "chat_collate_ignores_padding_multiple": (
+        "chat_collate",
+        "test_padded_rows_keep_the_multiple and cp4",
+        "not a multiple",
+    ),
 }
 LAYERS = {
     "loss_mask_roll_dropped": "preparation",
