@@ -82,11 +82,12 @@ def cases(eos: bool = False) -> Any:
             "pad_cu_seqlens": pad_cu,
             "pad_to_max_length": pad_cu or d(st.booleans()),  # MB's rule: pad_cu_seqlens needs it
             "n": d(st.integers(1, 20)),
-            "long_rate": d(st.sampled_from((0.0, 0.1, 0.5))),
+            "long_rate": d(st.sampled_from((0.0, 0.25, 1.0))),
             "seq": seq,
             "min_words": min_words,
             "max_words": d(st.integers(min_words, 20)),
-            "long_words": d(st.integers(seq // 4, 2 * seq)),
+            # around the boundary values (the pack length, one under, one over) and far past it
+            "long_words": d(st.sampled_from((seq // 4, seq - 2, seq - 1, seq, seq + 1, 2 * seq))),
             "pad_rate": d(st.sampled_from((0.0, 0.2, 0.6))),
             "turn_end_rate": d(st.sampled_from((0.0, 0.2, 0.6))),
             "max_turns": d(st.integers(1, 4)),
