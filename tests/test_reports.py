@@ -717,6 +717,8 @@ def test_trend_report_says_why_a_newly_failing_case_has_no_bisect(tmp_path: Path
         rows = doc.by_id("newly-failing").find("tbody").find_all("tr")
         cells = [r.find_all("td")[-1] for r in rows]
         assert cells and all(c.text().startswith("none: ") and said in c.find("span").attrs["title"] for c in cells)
+        fixed = doc.by_id("newly-fixed").find("tbody").find_all("tr")
+        assert fixed and all(r.find_all("td")[-1].text() == "-" for r in fixed), "a fixed case needs no bisect"
 
 
 def test_trend_report_of_an_empty_store_and_unsafe_links(tmp_path: Path) -> None:
