@@ -18,9 +18,9 @@ from __future__ import annotations
 
 import pytest
 
-from harness.adapters import Candidate, NotHere, Operation, symbol
 from harness.adapters import batch as batch_ops
 from harness.adapters import cp as cp_ops
+from harness.adapters.chatcollate import chat_collate, collated_examples
 from harness.oracle import corpus, differential, tokenizer
 from harness.oracle.impact import Impact, require
 from suites import _oracle
@@ -28,19 +28,6 @@ from suites._inputs import IGNORE_INDEX
 
 pytestmark = pytest.mark.import_group("full")  # MB's config finalisation chooses the multiples
 
-
-def _probe():
-    fn = symbol("megatron.bridge.data.collators.sft", "text_chat_collate_fn")
-    if not callable(fn):
-        raise NotHere("no text_chat_collate_fn")
-    return fn
-
-
-chat_collate = Operation(
-    "text_chat_collate",
-    [Candidate("data/collators/sft.text_chat_collate_fn", _probe)],
-    before="no direct-HF chat collate",
-)
 
 # (id, corpus seed, rows, (CP, TP, SP)): the layouts MB's multiple is chosen for
 CASES = [
@@ -60,15 +47,6 @@ def _processor():
     from transformers import AutoTokenizer
 
     return AutoTokenizer.from_pretrained(str(tokenizer.write_tokenizer_dir()))
-
-
-def _examples(batch) -> list[differential.Example]:
-    """MB's unpacked collate rows as the oracle's examples (their real tokens only)."""
-    out = []
-    for r, n in enumerate(batch["token_count"]):
-        cols = [batch[k][r, :n].tolist() for k in ("tokens", "labels", "loss_mask", "position_ids")]
-        out.append(differential.Example(f"#{r}", *(tuple(int(x) for x in c) for c in cols)))
-    return out
 
 
 @pytest.mark.parametrize("seed,n,layout", [c[1:] for c in CASES], ids=[c[0] for c in CASES])
@@ -102,7 +80,7 @@ def test_in_batch_packed_rows(golden, seed, n, layout):
     chat_collate.resolved  # noqa: B018
     multiple = cp_ops.collate_padding_multiple(*layout, in_batch=True)["multiple"]
     rows, proc = _rows(seed, n), _processor()
-    examples = _examples(chat_collate(rows, proc))
+    examples = collated_examples(chat_collate(rows, proc))
     packed = chat_collate(rows, proc, enable_in_batch_packing=True, in_batch_packing_pad_to_multiple_of=multiple)
     (row,) = batch_ops.packed_rows(packed)
     ids = tokenizer.special_ids(_oracle.load_tokenizer())

@@ -34,6 +34,7 @@ from typing import Any
 
 from harness.knobs.inventory import Knob, relevant, scan
 from harness.knobs.records import KnobLine
+from harness.suiterun.contract import Env
 
 _BY_MODULE: dict[str, list[Knob]] = {}
 _KNOBS: dict[str, Knob] = {}
@@ -155,16 +156,10 @@ def install() -> bool:
 
 def write(path: Path | None = None) -> None:
     """Append this process's inventory and exercised values to the knobs log."""
-    target = path or (Path(os.environ[_env()]) if os.environ.get(_env()) else None)
+    target = path or (Path(os.environ[Env.KNOBS_LOG]) if os.environ.get(Env.KNOBS_LOG) else None)
     if target is None or not _KNOBS:
         return
     lines = [KnobLine.of_knob(k) for k in _KNOBS.values()]
     lines += [KnobLine.of_value(key, value, suite, passed) for key, value, suite, passed in sorted(_VALUES)]
     with target.open("a", encoding="utf-8") as fh:
         fh.write("".join(line.dumps() + "\n" for line in lines))
-
-
-def _env() -> str:
-    from harness.suiterun.contract import Env
-
-    return Env.KNOBS_LOG
