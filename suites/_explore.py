@@ -27,6 +27,7 @@ from typing import Any
 
 from harness.adapters import sft
 from harness.oracle import corpus
+from harness.oracle.impact import Impact, fail
 from harness.records import explored
 from suites import _oracle
 
@@ -128,7 +129,8 @@ def check(case: ExploredCase) -> _oracle.Built:
     if case.pad_to_max_length:
         widths = [len(r.tokens) for r in b.rows]
         if any(w != case.seq for w in widths):
-            raise AssertionError(f"pad_to_max_length pads every packed row to {case.seq}: row widths {widths}")
+            # a fixed shape is what pipeline parallelism and CUDA graphs rely on: a ragged row crashes them
+            raise fail(Impact.CRASH, f"pad_to_max_length pads every packed row to {case.seq}: row widths {widths}")
     b.report.assert_ok()
     return b
 

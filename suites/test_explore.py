@@ -16,6 +16,7 @@ import pytest
 
 from harness import paths
 from harness.errors import Untestable
+from harness.oracle.impact import ImpactFailure
 from harness.oracle.records import InvariantFailure
 from harness.suiterun.contract import Env
 from suites import _explore
@@ -34,7 +35,9 @@ def _replayable(case: _explore.ExploredCase) -> None:
     except (InvariantFailure, AssertionError) as exc:
         violations = getattr(exc, "violations", [])
         text = f"{exc}\n  {replay}"
-        raise InvariantFailure(text, violations) if violations else AssertionError(text) from exc
+        if violations:
+            raise InvariantFailure(text, violations) from exc
+        raise ImpactFailure(text, exc.impact) if isinstance(exc, ImpactFailure) else AssertionError(text) from exc
     except Untestable:
         raise
     except Exception as exc:

@@ -12,6 +12,7 @@ of one rank fails the case instead of hanging the run.
 from __future__ import annotations
 
 import itertools
+import multiprocessing
 import os
 import random
 import signal
@@ -129,17 +130,16 @@ def test_a_hung_or_killed_rank_fails_the_case_and_leaves_nothing_running():
         if rank == 0:
             time.sleep(60)
 
-    started = time.monotonic()
     with pytest.raises(Broken, match="rank 0 of TP1 CP2 PP1 DP1 did not finish within 2 s"):
         run_world(Layout(cp=2), hangs, timeout=2)
-    assert time.monotonic() - started < 20
+    assert not multiprocessing.active_children(), "the hung rank is killed, not left running"
 
     def dies(rank: int) -> None:
         if rank == 1:
             os.kill(os.getpid(), signal.SIGSEGV)
         time.sleep(60)  # the others would wait on it forever
 
-    started = time.monotonic()
+    # named as killed (not "did not finish"): the run stopped at the death, not at the timeout
     with pytest.raises(Broken, match="rank 1 of TP1 CP2 PP1 DP1 was killed by signal 11"):
         run_world(Layout(cp=2), dies, timeout=60)
-    assert time.monotonic() - started < 20
+    assert not multiprocessing.active_children(), "the ranks waiting on the dead one are killed"
