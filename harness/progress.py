@@ -17,7 +17,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any, TextIO
 
-from harness.suiterun.caselog import read_log
+from harness.suiterun.caselog import CaseLog, read_log
 
 
 def _terminal(stream: TextIO) -> bool:
@@ -65,6 +65,9 @@ class Progress:
         self._status_width = 80  # set from the console when the bar starts
         self._task: Any = None
         self._lock = threading.RLock()  # steps may finish on several threads (mutate -j)
+        self.legend_shown = False  # the verdict letters' legend (CaseFeed), printed once
+        self._eta_given: float | None = None  # an estimate from the caller, and when it was given
+        self._eta_at = 0.0
 
     # ------------------------------------------------------------ lifecycle
 
@@ -88,7 +91,6 @@ class Progress:
             SpinnerColumn,
             TextColumn,
             TimeElapsedColumn,
-            TimeRemainingColumn,
         )
         from rich.progress import Progress as Bar
 
@@ -99,25 +101,35 @@ class Progress:
             columns += [BarColumn(bar_width=10 if narrow else 24), MofNCompleteColumn()]
         columns += [TimeElapsedColumn()]
         if self.counted:
-            columns += [TextColumn("elapsed,"), TimeRemainingColumn(), TextColumn("left")]
+            columns += [TextColumn("elapsed, {task.fields[left]} left")]
         columns += [TextColumn("{task.fields[status]}")]
-        fixed = len(self.label) + (58 if narrow else 72)  # spinner, label, bar, i/N, elapsed, left, spaces
+        fixed = len(self.label) + (61 if narrow else 75)  # spinner, label, bar, i/N, elapsed, left, spaces
         self._status_width = max(10, console.width - fixed)
         self._bar = Bar(*columns, console=console, transient=True, refresh_per_second=4)
-        self._task = self._bar.add_task(self.label, total=self.total, status="")
+        self._task = self._bar.add_task(self.label, total=self.total, status="", left="?")
         self._bar.start()
 
     # ------------------------------------------------------------ reporting
 
     def eta_s(self) -> float | None:
-        """Seconds left at the pace so far (None before the first step or without a total)."""
+        """Seconds left: the caller's estimate when it gave one (a run's measured case times),
+        else the pace so far (None before the first step or without a total)."""
+        if self._eta_given is not None:
+            return max(self._eta_given - (time.monotonic() - self._eta_at), 0.0)
         if not self.total or not self.done:
             return None
         elapsed = time.monotonic() - self.t0
         return elapsed / self.done * max(self.total - self.done, 0)
 
-    def update(self, done: int | None = None, total: int | None = None, status: str | None = None) -> None:
-        """New counts or status; redrawn on a terminal, silent in plain mode (see :meth:`step`)."""
+    def update(
+        self,
+        done: int | None = None,
+        total: int | None = None,
+        status: str | None = None,
+        *,
+        eta_s: float | None = None,
+    ) -> None:
+        """New counts, status or time left; redrawn on a terminal, silent in plain mode (see :meth:`step`)."""
         with self._lock:
             if done is not None:
                 self.done = done
@@ -125,11 +137,15 @@ class Progress:
                 self.total = total
             if status is not None:
                 self.status = status
+            if eta_s is not None:
+                self._eta_given, self._eta_at = eta_s, time.monotonic()
             if self._bar is not None:
                 status = self.status
                 if len(status) > self._status_width:  # cut here: rich would drop the columns before it
                     status = status[: self._status_width - 1] + "…"
-                self._bar.update(self._task, completed=self.done, total=self.total, status=status)
+                eta = self.eta_s()
+                left = "?" if eta is None else duration(eta)
+                self._bar.update(self._task, completed=self.done, total=self.total, status=status, left=left)
 
     def log(self, text: str) -> None:
         """A line of its own: above the progress line on a terminal, as is elsewhere."""
@@ -183,21 +199,44 @@ class CaseFeed:
     With ``verbose`` pytest's lines are shown too (above the bar on a terminal), for debugging.
     """
 
-    def __init__(self, stream: TextIO | None, verbose: bool = False) -> None:
-        self.progress = Progress(stream, "cases", counted=True)
-        self.stream = stream
+    def __init__(self, stream: TextIO | Progress | None, verbose: bool = False, *, prefix: str = "") -> None:
+        # Inside another command's progress (a matrix ref): its line carries this run's count and
+        # case in its status, and its own steps keep counting refs; the suite lines are its log lines.
+        self.outer = stream if isinstance(stream, Progress) else None
+        self.prefix = prefix
+        if isinstance(stream, Progress):
+            self.progress: Progress = stream
+            self.stream: TextIO | None = stream.stream
+        else:
+            self.progress = Progress(stream, "cases", counted=True)
+            self.stream = stream
         self.verbose = verbose
         self._base = (0, 0)  # (done, collected) of the groups finished before this one
         self._next_poll = 0.0
         self._partial = ""
-        self._legend_shown = False
+        self._expected: list[dict[str, float]] = []  # per import group: case id -> remembered seconds
+        self._group = 0  # the import group running now
+        self._pace = [0.0, 0.0]  # measured and remembered seconds of the finished groups' cases
+        self._estimated_at = (-1, -1)  # (done, total) when the time left was last estimated
+
+    def expect(self, groups: list[dict[str, float]]) -> None:
+        """The cases each import group of the plan ran last time (:mod:`harness.records.casetimes`),
+        in plan order: the line then counts every group from the start and its time left is what
+        is still to run at the pace of this run's finished cases against their remembered times."""
+        self._expected = groups
+
+    def group_start(self, index: int) -> None:
+        self._group = index
+        self._estimated_at = (-1, -1)  # a new group: estimate afresh
 
     def __enter__(self) -> CaseFeed:
-        self.progress.__enter__()
+        if self.outer is None:
+            self.progress.__enter__()
         return self
 
     def __exit__(self, *exc: Any) -> None:
-        self.progress.__exit__(*exc)
+        if self.outer is None:
+            self.progress.__exit__(*exc)
 
     @property
     def sink(self) -> TextIO | CaseFeed | None:
@@ -210,9 +249,9 @@ class CaseFeed:
         """Not on a terminal: one line per suite of a finished suite process, in verdict letters."""
         if self.progress.live or self.stream is None:
             return
-        if not self._legend_shown:
-            print(LEGEND, file=self.stream, flush=True)
-            self._legend_shown = True
+        if not self.progress.legend_shown:  # once per command: a matrix runs many feeds in one line
+            self._line(LEGEND)
+            self.progress.legend_shown = True
         by_suite: dict[str, list[str]] = {}
         hypothetical: dict[str, int] = {}
         for c in cases:
@@ -223,7 +262,13 @@ class CaseFeed:
                 by_suite[c.suite].append(LETTERS.get(c.verdict.value, "?"))
         for suite, letters in by_suite.items():
             extra = f"  (+{hypothetical[suite]} hypothetical)" if suite in hypothetical else ""
-            print(f"{suite:<26} {''.join(letters)}{extra}", file=self.stream, flush=True)
+            self._line(f"{self.prefix}{suite:<26} {''.join(letters)}{extra}")
+
+    def _line(self, text: str) -> None:
+        if self.outer is not None:
+            self.outer.log(text)
+        else:
+            print(text, file=self.stream, flush=True)
 
     def write(self, text: str) -> None:  # the sink on a terminal with verbose: whole lines above the bar
         *lines, self._partial = (self._partial + text).split("\n")
@@ -240,10 +285,46 @@ class CaseFeed:
         self._next_poll = time.monotonic() + 0.5
         log = read_log(events)
         done, total = self._base[0] + len(log.done), self._base[1] + len(log.collected)
+        shown, eta = self._estimate(log, done, total)
         running = log.in_flight
-        self.progress.update(done=done, total=total or None, status=running[-1] if running else "")
+        if self.outer is not None:  # the outer line keeps its own count; ours goes in its status
+            case = f", {running[-1]}" if running else ""
+            self.outer.update(status=f"{self.prefix}cases {done}/{shown or '?'}{case}")
+        else:
+            if (done, shown) == self._estimated_at:  # nothing new: let the last estimate count down
+                eta = None
+            else:
+                self._estimated_at = (done, shown)
+            self.progress.update(done=done, total=shown or None, status=running[-1] if running else "", eta_s=eta)
         return done, total
+
+    def _estimate(self, log: CaseLog, done: int, total: int) -> tuple[int, float | None]:
+        """(total to show, seconds left): with remembered groups, this group's collected cases (or
+        what it ran last time, before it collects) and the later groups' remembered cases."""
+        if not any(self._expected):  # nothing remembered: rich's count of what has been collected
+            return total, None
+        here = self._expected[self._group] if self._group < len(self._expected) else {}
+        later = self._expected[self._group + 1 :]
+        known = [t for g in self._expected for t in g.values()]
+        mean = sum(known) / len(known) if known else 0.0
+        measured, remembered = self._pace
+        for cid, records in log.done.items():
+            if cid in here:
+                measured += float(records[-1].get("duration_s") or 0.0)
+                remembered += here[cid]
+        pace = min(max(measured / remembered, 0.5), 3.0) if measured > 0 and remembered > 0 else 1.0
+        if log.collected:
+            left = sum(here.get(c, mean) for c in log.collected if c not in log.done)
+        else:
+            left, total = sum(here.values()), total + len(here)
+        left += sum(sum(g.values()) for g in later)
+        return total + sum(len(g) for g in later), left * pace
 
     def group_done(self, events: Path) -> None:
         """A suite process ended: its counts become the base of the next one's."""
         self._base = self.poll(events, force=True)
+        here = self._expected[self._group] if self._group < len(self._expected) else {}
+        for cid, records in read_log(events).done.items() if here else ():
+            if cid in here:
+                self._pace[0] += float(records[-1].get("duration_s") or 0.0)
+                self._pace[1] += here[cid]

@@ -197,7 +197,6 @@ def test_matrix_sample_end_to_end(tmp_path):
             str(out),
             "--cache-dir",
             str(tmp_path / "cache"),
-            "--quiet",
         ],
         capture_output=True,
         text=True,
@@ -212,3 +211,7 @@ def test_matrix_sample_end_to_end(tmp_path):
     )
     assert all(r["cpu_cases"] > 0 and r["meets_goal"] for r in doc["rows"])
     assert (out / "matrix.html").exists() and "v0.2.0" in proc.stdout
+    # issue 24: inside a ref the log says what ran (per suite, in verdict letters), not only "[1/2]"
+    inside = [line for line in proc.stderr.splitlines() if line.startswith("v0.2.0: packed_seq_params")]
+    assert len(inside) == 1 and set(inside[0].split()[-1]) <= set(".Ck"), proc.stderr
+    assert proc.stderr.count("verdicts: . pass") == 1, "the legend once per matrix"

@@ -109,6 +109,80 @@ def test_case_feed_counts_cases_from_the_event_log(tmp_path: Path) -> None:
     assert feed.poll(events, force=True) == (1, 4)
 
 
+def test_a_run_inside_a_matrix_shows_its_cases_on_the_matrix_line(tmp_path: Path) -> None:
+    """Issue 24: ``matrix`` showed ``0/2`` for minutes. A run given the matrix's progress puts its
+    own count and running case in that line's status; the matrix keeps counting refs."""
+    from harness.records.results import CaseResult
+    from harness.records.verdict import Verdict
+
+    events = tmp_path / "events.jsonl"
+    caselog.start_log(events)
+    caselog.emit(events, ev="collected", cases=[["s::a", "s"], ["s::b", "s"], ["s::c", "s"]])
+    caselog.emit(events, ev="done", case={"case_id": "s::a", "verdict": "pass"})
+    caselog.emit(events, ev="start", case_id="s::b")
+    matrix = Progress(io.StringIO(), "matrix", total=2)
+    matrix.live = True  # as on a terminal (no drawing: the bar is not started)
+    with CaseFeed(matrix, prefix="v0.5.1: ") as feed:
+        assert feed.poll(events, force=True) == (1, 3)
+    assert matrix.status == "v0.5.1: cases 1/3, s::b" and matrix.done == 0 and matrix.total == 2
+    out = io.StringIO()  # in a CI log: each ref's suite lines, the legend once for the whole matrix
+    matrix = Progress(out, "matrix", total=2)
+    for ref in ("v0.4.0", "v0.5.1"):
+        CaseFeed(matrix, prefix=f"{ref}: ").group_result([CaseResult("s::a", "s", Verdict.PASS)])
+    lines = out.getvalue().splitlines()
+    assert lines[0].startswith("verdicts:") and [line.split() for line in lines[1:]] == [
+        ["v0.4.0:", "s", "."],
+        ["v0.5.1:", "s", "."],
+    ]
+
+
+def test_one_count_over_all_import_groups_and_time_left_from_measured_case_times(tmp_path: Path) -> None:
+    """Issue 24: the bar reached 78/78, restarted, ended at 138/138, and its time left was wrong
+    across import groups. With the last run's case times the total covers every group from the
+    start and the time left is what is still to run at this run's measured pace."""
+    events = tmp_path / "events.jsonl"
+    caselog.start_log(events)
+    caselog.emit(events, ev="collected", cases=[["s::a", "s"], ["s::b", "s"]])
+    caselog.emit(events, ev="done", case={"case_id": "s::a", "verdict": "pass", "duration_s": 2.0})
+    feed = CaseFeed(io.StringIO())
+    feed.progress.live = True  # as on a terminal (no drawing: the bar is not started)
+    feed.expect([{"s::a": 1.0, "s::b": 1.0}, {"t::x": 2.0, "t::y": 2.0}])
+    feed.group_start(0)
+    feed.poll(events, force=True)
+    eta = feed.progress.eta_s()
+    assert feed.progress.total == 4, "the full group's two cases counted before it collects"
+    assert eta is not None and 9.5 < eta <= 10.0, "(1 + 2 + 2 s remembered) x 2 (a took 2 s, 1 s last time)"
+    feed.group_done(events)
+    feed.group_start(1)
+    caselog.start_log(events)  # the full group's process, not collected yet
+    feed.poll(events, force=True)
+    eta = feed.progress.eta_s()
+    assert feed.progress.total == 4 and feed.progress.done == 1 and eta is not None and 7.5 < eta <= 8.0
+    caselog.emit(events, ev="collected", cases=[["t::x", "t"]])  # t::y is gone: the count follows
+    feed.poll(events, force=True)
+    assert feed.progress.total == 3
+
+
+def test_case_times_round_trip_and_a_corrupt_file_is_no_estimate(tmp_path: Path) -> None:
+    from harness.records import casetimes
+    from harness.suiterun.plan import Group, RunOptions
+    from harness.suiterun.runner import _expected
+
+    path = tmp_path / casetimes.FILE
+    casetimes.remember(
+        path, [("s::a", casetimes.CaseTime("s", "light", 1.5)), ("t::x", casetimes.CaseTime("t", "", 3.0))]
+    )
+    casetimes.remember(path, [("s::a", casetimes.CaseTime("s", "light", 0.5))])
+    times = casetimes.load(path)
+    assert times == {"s::a": casetimes.CaseTime("s", "light", 0.5), "t::x": casetimes.CaseTime("t", "", 3.0)}
+    plan = [Group("light", "light", [Path("test_s.py")]), Group(None, "full", [Path("test_t.py")])]
+    assert _expected(plan, RunOptions(case_times=path)) == [{"s::a": 0.5}, {"t::x": 3.0}]
+    assert _expected(plan, RunOptions(case_times=path, keyword="a")) == [{}, {}], "-k: pytest decides"
+    assert _expected(plan, RunOptions(case_times=path, cases=["t::x"])) == [{}, {"t::x": 3.0}]
+    path.write_text("{not json")
+    assert casetimes.load(path) == {} and casetimes.load(None) == {}
+
+
 def test_bisection_remaining_commits() -> None:
     commits = [f"c{i}" for i in range(33)]
     bisection = Bisection(commits, ["s::a", "s::b"])

@@ -247,6 +247,13 @@ def cache_dir(args: argparse.Namespace) -> Path:
     return Path(given).expanduser() if given else paths.cache_dir()
 
 
+def case_times(args: argparse.Namespace) -> Path:
+    """Where a run remembers its case times for the next run's progress line (in the cache directory)."""
+    from harness.records import casetimes
+
+    return cache_dir(args) / casetimes.FILE
+
+
 def add_allow_changed(p: argparse.ArgumentParser) -> None:
     """``--allow-changed``: golden differences with every invariant holding do not fail the exit code."""
     p.add_argument(

@@ -121,7 +121,9 @@ def run(args: argparse.Namespace, out: TextIO = sys.stdout) -> int:
     out_dir.mkdir(parents=True, exist_ok=True)
     mlm = str(args.megatron_lm) if args.megatron_lm else None
     gpu = matrix.gpu_suites()
-    opts = runner.RunOptions(suites=args.suite, timeout_s=args.timeout, import_mode=args.import_mode)
+    opts = runner.RunOptions(
+        suites=args.suite, timeout_s=args.timeout, import_mode=args.import_mode, case_times=_args.case_times(args)
+    )
     executor = _jobargs.executor_from_args(args, args.jobs, args.timeout)
     judge = EraJudge(repo)
     rows: list[matrix.MatrixRow] = []
@@ -150,7 +152,7 @@ def run(args: argparse.Namespace, out: TextIO = sys.stdout) -> int:
         with Progress(None if args.quiet else sys.stderr, "matrix", total=len(todo)) as progress:
             for item in todo:
                 progress.update(status=f"running {item.ref} ({item.sha[:9]}, {item.date[:10]})")
-                result = runner.run_suites(item.target, opts, item.out, progress=None)
+                result = runner.run_suites(item.target, opts, item.out, progress=progress, label=item.ref)
                 rows.append(item.row(result, gpu, judge))
                 matrix.save(out_dir / "matrix.json", str(repo.path), mlm, rows)
                 counts = ", ".join(f"{n} {k}" for k, n in result.counts().items() if n)

@@ -150,6 +150,7 @@ def run(args: argparse.Namespace, out: TextIO = sys.stdout) -> int:
         fixtures_dir=fixtures,
         verbose=args.verbose,
         repo_url=provenance.checked_repo_url(args.repo_url),
+        case_times=_args.case_times(args),
     )
     result = run_suites_with(
         _jobargs.executor_from_args(args, args.jobs, args.timeout),

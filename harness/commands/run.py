@@ -79,6 +79,7 @@ def run(args: argparse.Namespace, out: TextIO = sys.stdout) -> int:
         import_mode=args.import_mode,
         verbose=args.verbose,
         repo_url=provenance.checked_repo_url(args.repo_url),
+        case_times=_args.case_times(args),
     )
     try:
         with _args.sigterm_as_interrupt():

@@ -60,6 +60,8 @@ class RunOptions:
     verbose: bool = False  # the live output names every case (pytest -v instead of -q)
     repo_url: str = ""  # web repository of the MB under test (--repo-url; else found, see records.provenance)
     cases: list[str] | None = None  # run only these case ids (suite::test[param]) of the selected suites
+    # the last runs' case times (harness.records.casetimes): the progress line's total and time left
+    case_times: Path | None = None
 
 
 IMPORT_MODES = ("auto", "light", "full")

@@ -18,7 +18,8 @@ from pathlib import Path
 from typing import TextIO
 
 from harness import paths
-from harness.progress import CaseFeed
+from harness.progress import CaseFeed, Progress
+from harness.records import casetimes
 from harness.records.machine import Machine, this_machine
 from harness.records.provenance import Provenance
 from harness.records.results import CaseResult, RunResult
@@ -72,8 +73,14 @@ class RunInterrupted(KeyboardInterrupt):
         self.result = result
 
 
-def run_suites(tgt: Target, opts: RunOptions, out_dir: Path, progress: TextIO | None = sys.stderr) -> RunResult:
-    """Run the selected suites against ``tgt``; everything lands under ``out_dir``."""
+def run_suites(
+    tgt: Target, opts: RunOptions, out_dir: Path, progress: TextIO | Progress | None = sys.stderr, *, label: str = ""
+) -> RunResult:
+    """Run the selected suites against ``tgt``; everything lands under ``out_dir``.
+
+    ``progress``: a stream for the run's own progress line, or the progress of a command that runs
+    many (a matrix): its line then shows this run's cases (``label`` first) and the case running.
+    """
     files = suite_files(opts.suites)
     out_dir.mkdir(parents=True, exist_ok=True)
     if not files:  # only the upstream suite was asked for
@@ -92,14 +99,17 @@ def run_suites(tgt: Target, opts: RunOptions, out_dir: Path, progress: TextIO | 
     cases: list[CaseResult] = []
     notes: list[str] = []
     per_group: dict[str, int] = {}
-    feed = CaseFeed(progress, opts.verbose)
+    feed = CaseFeed(progress, opts.verbose, prefix=f"{label}: " if label else "")
+    feed.expect(_expected(plan, opts))
     in_flight: tuple[Group, Path] | None = None  # (group, event log) running now
     started_groups: set[int] = set()
     interrupted = False
+    ran: list[tuple[str, casetimes.CaseTime]] = []  # what finished, for the next run's estimate
     with feed:
         try:
             for index, group in enumerate(plan):
                 started_groups.add(index)
+                feed.group_start(index)
                 if not group.files:
                     continue
                 label = f"[{group.name} import] " if group.name else ""
@@ -123,6 +133,7 @@ def run_suites(tgt: Target, opts: RunOptions, out_dir: Path, progress: TextIO | 
                 in_flight = None
                 feed.group_result(g_cases)
                 cases += g_cases
+                ran += [(c.case_id, casetimes.CaseTime(c.suite, group.name or "", c.duration_s)) for c in g_cases]
                 notes += [f"{label}{n}" for n in g_notes]
                 per_group[group.import_mode] = per_group.get(group.import_mode, 0) + len(g_cases)
         except KeyboardInterrupt:  # Ctrl-C, or SIGTERM (the command turns it into this)
@@ -160,9 +171,27 @@ def run_suites(tgt: Target, opts: RunOptions, out_dir: Path, progress: TextIO | 
     )
     result.partial = interrupted
     result.save(out_dir / "results.json")
+    casetimes.remember(opts.case_times, ran)
     if interrupted:
         raise RunInterrupted(result)
     return result
+
+
+def _expected(plan: list[Group], opts: RunOptions) -> list[dict[str, float]]:
+    """Per group of the plan, the cases it ran last time (id -> seconds), for the progress line;
+    nothing under ``-k`` (the expression is pytest's to evaluate) or without remembered times."""
+    times = casetimes.load(opts.case_times) if not opts.keyword else {}
+    wanted = set(opts.cases) if opts.cases else None
+    return [
+        {
+            cid: t.seconds
+            for cid, t in times.items()
+            if t.group == (group.name or "")
+            and t.suite in {f.stem[5:] for f in group.files}
+            and (wanted is None or cid in wanted)
+        }
+        for group in plan
+    ]
 
 
 def build_result(
