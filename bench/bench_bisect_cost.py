@@ -11,6 +11,10 @@ open cases out of >= 100), with the mean wall of an endpoint and of an intermedi
     .venv/bin/python bench/bench_bisect_cost.py [--commits 24] [--fault first_fit_needs_one_more]
     .venv/bin/python bench/bench_bisect_cost.py --mirror MB_MIRROR --range GOOD..BAD   # a real range
                                                                       # (first-parent, installed megatron-core)
+
+On a real range it also times ``git bisect run`` over the same first-parent range driving MB's
+own packing tests (the ``upstream`` suite's commands, one pytest each) and prints the harness's
+intermediate probe against its step (goal <= 1.5x).
 """
 
 from __future__ import annotations
@@ -41,6 +45,17 @@ def _history(n: int, fault: faults.Fault) -> list[tuple[str, object]]:
     return out
 
 
+def _fault(name: str) -> faults.Fault:
+    """A test fault, or a catalogue mutation as one (the catalogue names its MB file and edit)."""
+    if name in faults.FAULTS:
+        return faults.FAULTS[name]
+    doc = json.loads((ROOT / "harness" / "mutations" / "catalogue.json").read_text())
+    entry = next((f for f in doc["faults"] if f["id"] == name), None)
+    if entry is None:
+        raise SystemExit(f"bench_bisect_cost: no fault or catalogue mutation {name!r}")
+    return faults.Fault(name, entry["file"], entry["search"], entry["replace"], entry["description"])
+
+
 def _bisect(repo: Path, work: Path, mode: str, rng: str = "good..bad") -> dict[str, object]:
     cache, out = work / f"cache-{mode}", work / f"out-{mode}"
     cmd = [sys.executable, "-m", "harness", "bisect", rng, "--repo", str(repo), "-q"]
@@ -66,20 +81,74 @@ def _bisect(repo: Path, work: Path, mode: str, rng: str = "good..bad") -> dict[s
     }
 
 
+# One ``git bisect run`` step: MB's own packing verification commands (the upstream suite's
+# selection, resolved for the tree checked out), one pytest process each, as MB's guidance writes
+# them; the step is bad when any fails. Run in the throwaway clone's work tree.
+_STEP = """
+import os, subprocess, sys
+from pathlib import Path
+sys.path.insert(0, sys.argv[1])
+from harness.upstream.selection import load_selection, resolve
+tree = Path.cwd()
+env = {**os.environ, "PYTHONPATH": str(tree / "src")}
+bad = False
+for r in resolve(tree, load_selection()):
+    if r.variant is None:
+        continue
+    k = ["-k", r.variant.k] if r.variant.k else []
+    cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", r.variant.file, *k]
+    rc = subprocess.run(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL).returncode
+    bad |= rc not in (0, 5)  # 5: nothing collected at this commit
+sys.exit(1 if bad else 0)
+"""
+
+
+def _git_bisect_run(mirror: Path, work: Path, rng: str) -> dict[str, object]:
+    """``git bisect run`` over the same first-parent range, driving MB's own packing tests."""
+    good, bad = rng.split("..")
+    clone = work / "git-bisect-run"
+    env = {**os.environ, **GIT_ENV}
+    subprocess.run(["git", "clone", "-q", "--no-checkout", str(mirror), str(clone)], check=True, env=env)
+    step = work / "step.py"
+    step.write_text(_STEP)
+    subprocess.run(["git", "sparse-checkout", "set", "src", "tests"], cwd=clone, check=True, env=env)  # only these
+    subprocess.run(["git", "checkout", "-q", bad], cwd=clone, check=True, env=env)
+    subprocess.run(["git", "bisect", "start", "--first-parent", bad, good], cwd=clone, check=True, env=env)
+    t0 = time.monotonic()
+    proc = subprocess.run(
+        ["git", "bisect", "run", sys.executable, str(step), str(ROOT)],
+        cwd=clone,
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=7200,
+    )
+    wall = time.monotonic() - t0
+    steps = proc.stdout.count("\nrunning ") + proc.stdout.startswith("running ")
+    found = next((line for line in proc.stdout.splitlines() if "is the first bad commit" in line), "")
+    return {"wall_s": wall, "steps": steps, "step_s": wall / max(steps, 1), "answer": found or proc.stdout[-200:]}
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--commits", type=int, default=24)
-    ap.add_argument("--fault", default="first_fit_needs_one_more", help="a fault name of tests/faults")
+    ap.add_argument(
+        "--fault",
+        default="first_fit_needs_one_more",
+        help="a fault name of tests/faults, or an id of the mutation catalogue (harness/mutations/catalogue.json)",
+    )
     ap.add_argument("--mirror", type=Path, help="a Megatron-Bridge repository (a real range instead)")
     ap.add_argument("--range", default="", help="with --mirror: GOOD..BAD, walked --first-parent")
     args = ap.parse_args()
     with tempfile.TemporaryDirectory(prefix="bench-bisect-cost-") as tmp:
         work = Path(tmp)
+        gbr: dict[str, object] | None = None
         if args.mirror:
             rows = {mode: _bisect(args.mirror, work, mode, args.range) for mode in ("open", "all")}
+            gbr = _git_bisect_run(args.mirror, work, args.range)
             what = f"real MB range {args.range} (--first-parent) in {args.mirror}"
         else:
-            fault = faults.FAULTS[args.fault]
+            fault = _fault(args.fault)
             repo = build_repo(work, _history(args.commits, fault)).path
             rows = {mode: _bisect(repo, work, mode) for mode in ("open", "all")}
             what = f"generated MB history: {args.commits} commits, fault {fault.name}"
@@ -97,6 +166,13 @@ def main() -> int:
     )
     ratio = rows["open"]["wall_s"] / rows["all"]["wall_s"]  # type: ignore[operator]
     print(f"open-case / whole-selection wall time: {ratio:.2f} (goal <= 0.35); same evaluations and culprits: {same}")
+    if gbr is not None:
+        probe = rows["open"]["probe_s"]
+        print(
+            f"git bisect run, MB's own packing tests, same range: {gbr['steps']} steps, {gbr['wall_s']:.1f} s, "
+            f"{gbr['step_s']:.1f} s a step ({gbr['answer']}); the harness's intermediate probe: {probe:.1f} s "
+            f"= {probe / gbr['step_s']:.2f}x (goal <= 1.5x)"  # type: ignore[operator]
+        )
     return 0 if same else 1
 
 

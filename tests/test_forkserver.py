@@ -32,9 +32,13 @@ def _copy_mb(dest: Path) -> Path:
     return pkg
 
 
-def _verdicts(tgt: Target, out: Path, fork_server: bool) -> dict[str, str]:
-    opts = runner.RunOptions(suites=SUITES, import_mode="light", fork_servers=2 if fork_server else 0)
-    return {c.case_id: c.verdict.value for c in runner.run_suites(tgt, opts, out, progress=None).cases}
+def _verdicts(
+    tgt: Target, out: Path, fork_server: bool, suites: list[str] = SUITES, mode: str = "light"
+) -> dict[str, str]:
+    opts = runner.RunOptions(suites=suites, import_mode=mode, fork_servers=2 if fork_server else 0)
+    result = runner.run_suites(tgt, opts, out, progress=None)
+    assert not [n for n in result.notes if "fork server" in n], result.notes
+    return {c.case_id: c.verdict.value for c in result.cases}
 
 
 def test_forked_runs_match_subprocess_runs_and_do_not_leak_between_targets(tmp_path: Path) -> None:
@@ -54,6 +58,31 @@ def test_forked_runs_match_subprocess_runs_and_do_not_leak_between_targets(tmp_p
     caught = {c for c, v in forked_faulty.items() if v == "fail"}
     assert caught and all(faults.CU_SEQLENS_OFF_BY_ONE.caught_by(c) for c in caught), forked_faulty
     assert forked_clean_again == plain, "nothing of the faulty target's import survives into the next run"
+
+
+def test_full_import_cases_run_in_a_server_of_their_own_with_a_fresh_processs_verdicts(tmp_path: Path) -> None:
+    """Issue 26: a probe whose open case imports MB's whole package paid that import (about 15 s)
+    every time. A full-import server holds MB's third-party dependencies too (never MB): same
+    verdicts as a fresh process, a rule broken in one target caught, nothing carried to the next."""
+    from harness.suiterun.forkserver import POOL
+
+    clean = _copy_mb(tmp_path / "clean")
+    faulty = _copy_mb(tmp_path / "faulty")
+    faults.PAD_CU_SEQLENS_RULE_DROPPED.apply_to(faulty)
+    clean_t = Target(src=clean.parent.parent, commit="clean")
+    faulty_t = Target(src=faulty.parent.parent, commit="faulty")
+    suites = ["config_validation"]
+    plain = _verdicts(clean_t, tmp_path / "plain", False, suites, "auto")
+    plain_faulty = _verdicts(faulty_t, tmp_path / "p1", False, suites, "auto")
+    forked_faulty = _verdicts(faulty_t, tmp_path / "f1", True, suites, "auto")
+    forked_clean = _verdicts(clean_t, tmp_path / "f2", True, suites, "auto")
+    assert plain and set(plain.values()) <= {"pass", "known-fail"} and "pass" in plain.values()
+    assert forked_clean == plain, "a forked full-import run gives the verdicts of a fresh process"
+    # the dropped rule is still enforced by the packed dataset's own assertion: CHANGED, not FAIL
+    seen = {c for c, v in forked_faulty.items() if v != plain[c]}
+    assert seen and all(faults.PAD_CU_SEQLENS_RULE_DROPPED.caught_by(c) for c in seen), forked_faulty
+    assert forked_faulty == plain_faulty, "the faulty target's own verdicts, forked or not"
+    assert any(k.endswith("(full import)") for k in POOL.keys()), POOL.keys()  # noqa: SIM118 (a pool)
 
 
 def test_fork_server_failure_falls_back_to_a_plain_subprocess_in_one_line(tmp_path: Path, monkeypatch) -> None:
@@ -120,7 +149,7 @@ def test_pinned_evaluations_go_through_the_fork_server_of_their_tree(tmp_path: P
     assert outcome.verdicts and Verdict.PASS in seen and seen <= {Verdict.PASS, Verdict.KNOWN_FAIL}, outcome.note
     assert "fork server" not in outcome.note, outcome.note
     pinned_keys = [k for k in POOL.keys() if str(tmp_path / "cache") in k]  # noqa: SIM118 (a pool, not a dict)
-    assert len(pinned_keys) == 1 and pin in pinned_keys[0], POOL.keys()
+    assert len(pinned_keys) == 1 and pin in pinned_keys[0] and "(light import)" in pinned_keys[0], POOL.keys()
 
 
 def test_preload_failure_rolls_back_only_the_failing_package(tmp_path: Path) -> None:

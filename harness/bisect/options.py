@@ -35,7 +35,7 @@ class BisectOptions:
     changed: bool = False  # bisect golden changes too: CHANGED counts as bad (never labelled a regression)
     strict_good: bool = False  # a case GOOD cannot run is not bisected from where it starts running
     confirm: bool = False  # revert each culprit on top of BAD in a private workspace and re-run its cases
-    fork_servers: int = 2  # warm fork servers alive at once (one per megatron-core); 0 disables them
+    fork_servers: int = 2  # warm fork servers alive at once (per megatron-core and import mode); 0: none
     # also bisect cases UNTESTABLE at BAD that PASS at GOOD: the first commit where they stop passing
     bisect_untestable: bool = False
     # with megatron_lm: bisect Megatron-LM between the pins behind each culprit that moved the pin

@@ -122,7 +122,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         default=2,
         metavar="N",
         help="warm fork servers kept alive, one per megatron-core (the installed one or a pinned "
-        "Megatron-LM tree; each holds torch and megatron-core in memory); 0 runs every "
+        "Megatron-LM tree) and import mode (light, full; each holds torch and megatron-core in memory, "
+        "a full one also MB's third-party dependencies); 0 runs every "
         "evaluation as a plain subprocess (default 2)",
     )
     p.add_argument(

@@ -52,6 +52,21 @@ def pytest_argv(files: list[Path], opts: RunOptions, cases_file: Path, obtained:
         "harness.standins.light",
         "-p",
         "no:cacheprovider",
+        # their reports are warnings, ignored here anyway (-W ignore); their gc.collect() at the end
+        # of every session walks torch's whole heap (half a second a process)
+        "-p",
+        "no:unraisableexception",
+        "-p",
+        "no:threadexception",
+        # third-party plugins the suites never use: Hypothesis's imports (and pytest rewrites) all of
+        # hypothesis at every session's end, about 1.5 s a process; the exploration calls
+        # Hypothesis itself and needs no plugin
+        "-p",
+        "no:hypothesispytest",
+        "-p",
+        "no:anyio",
+        "-p",
+        "no:hydra_pytest",
         "-v" if opts.verbose else "-q",
         "--no-header",
         "--tb=short" if opts.verbose else "--tb=no",
@@ -125,10 +140,11 @@ def stream(
 
 
 def run_forked(
-    tgt: Target, cmd: list[str], env: dict[str, str], log: Path, timeout_s: float, capacity: int
+    tgt: Target, cmd: list[str], env: dict[str, str], log: Path, timeout_s: float, capacity: int, mode: str = "light"
 ) -> tuple[tuple[int | None, bool, str] | None, str]:
-    """The light group through the fork server of the target's megatron-core (the installed one,
-    or the pinned Megatron-LM tree; servers never have an MB on their path).
+    """A group through the fork server of the target's megatron-core (the installed one, or the
+    pinned Megatron-LM tree; servers never have an MB on their path) and of its import ``mode``
+    (a full-import server also holds MB's third-party dependencies: one server per both).
 
     Returns ((exit code, timed out, output tail), "") or (None, why) when no server could take
     the run: the caller then runs a plain subprocess and says so.
@@ -137,8 +153,8 @@ def run_forked(
 
     core = Target(core=tgt.core, core_pin=tgt.core_pin)
     server_env = core.env()
-    server_env[Env.IMPORT_MODE] = "light"
-    key = str(tgt.core) if tgt.core else "installed megatron-core"
+    server_env[Env.IMPORT_MODE] = mode
+    key = f"{tgt.core or 'installed megatron-core'} ({mode} import)"
     try:
         with POOL.lease(key, server_env, paths.ROOT, capacity) as server:
             rc, timed_out = server.run(cmd[3:], env, paths.suites_dir().parent, log, timeout_s)
@@ -166,9 +182,9 @@ def run_child(
     env = child_env(tgt, run_dir, group)
     cmd = pytest_argv(group.files, opts, cases_file, obtained)
     forked = None
-    if opts.fork_servers > 0 and group.import_mode == "light":
+    if opts.fork_servers > 0 and group.import_mode in ("light", "full"):
         log = contract.pytest_log(run_dir, group.name)
-        forked, why_not = run_forked(tgt, cmd, env, log, remaining_s, opts.fork_servers)
+        forked, why_not = run_forked(tgt, cmd, env, log, remaining_s, opts.fork_servers, group.import_mode)
         if why_not:
             notes.append(f"fork server unavailable ({why_not}): ran as a plain subprocess")
     if forked is not None:
