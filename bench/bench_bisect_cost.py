@@ -139,13 +139,14 @@ def main() -> int:
     )
     ap.add_argument("--mirror", type=Path, help="a Megatron-Bridge repository (a real range instead)")
     ap.add_argument("--range", default="", help="with --mirror: GOOD..BAD, walked --first-parent")
+    ap.add_argument("--no-git-bisect", action="store_true", help="with --mirror: leave out the git bisect run timing")
     args = ap.parse_args()
     with tempfile.TemporaryDirectory(prefix="bench-bisect-cost-") as tmp:
         work = Path(tmp)
         gbr: dict[str, object] | None = None
         if args.mirror:
             rows = {mode: _bisect(args.mirror, work, mode, args.range) for mode in ("open", "all")}
-            gbr = _git_bisect_run(args.mirror, work, args.range)
+            gbr = None if args.no_git_bisect else _git_bisect_run(args.mirror, work, args.range)
             what = f"real MB range {args.range} (--first-parent) in {args.mirror}"
         else:
             fault = _fault(args.fault)
