@@ -160,8 +160,8 @@ def test_preload_failure_rolls_back_only_the_failing_package(tmp_path: Path) -> 
     pkg.mkdir(parents=True)
     (pkg / "__init__.py").write_text("import colorsys\nraise RuntimeError('does not import')\n")
     code = (
-        "import sys; from harness.suiterun import forkserver as f; f.PRELOAD = ('harness_fake_ns.broken',); "
-        "assert 'colorsys' not in sys.modules; f._preload(); "
+        "import sys; from harness.suiterun import preload as f; f.PRELOAD = ('harness_fake_ns.broken',); "
+        "assert 'colorsys' not in sys.modules; f.preload(); "
         "print(sorted(m for m in sys.modules if m == 'colorsys' or m.startswith('harness_fake_ns')))"
     )
     out = subprocess.run(
