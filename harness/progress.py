@@ -285,7 +285,7 @@ class CaseFeed:
         self._next_poll = time.monotonic() + 0.5
         log = read_log(events)
         done, total = self._base[0] + len(log.done), self._base[1] + len(log.collected)
-        shown, eta = self._estimate(log, done, total)
+        shown, eta = self._estimate(log, total)
         running = log.in_flight
         if self.outer is not None:  # the outer line keeps its own count; ours goes in its status
             case = f", {running[-1]}" if running else ""
@@ -298,20 +298,25 @@ class CaseFeed:
             self.progress.update(done=done, total=shown or None, status=running[-1] if running else "", eta_s=eta)
         return done, total
 
-    def _estimate(self, log: CaseLog, done: int, total: int) -> tuple[int, float | None]:
+    def _here(self) -> dict[str, float]:
+        """The remembered cases of the import group running now."""
+        return self._expected[self._group] if self._group < len(self._expected) else {}
+
+    def _timed(self, log: CaseLog) -> tuple[float, float]:
+        """Measured and remembered seconds of this group's finished cases that were remembered."""
+        here = self._here()
+        pairs = [(float(r[-1].get("duration_s") or 0.0), here[cid]) for cid, r in log.done.items() if cid in here]
+        return sum(m for m, _ in pairs), sum(r for _, r in pairs)
+
+    def _estimate(self, log: CaseLog, total: int) -> tuple[int, float | None]:
         """(total to show, seconds left): with remembered groups, this group's collected cases (or
         what it ran last time, before it collects) and the later groups' remembered cases."""
-        if not any(self._expected):  # nothing remembered: rich's count of what has been collected
+        if not any(self._expected):  # nothing remembered: count what has been collected
             return total, None
-        here = self._expected[self._group] if self._group < len(self._expected) else {}
-        later = self._expected[self._group + 1 :]
+        here, later = self._here(), self._expected[self._group + 1 :]
         known = [t for g in self._expected for t in g.values()]
         mean = sum(known) / len(known) if known else 0.0
-        measured, remembered = self._pace
-        for cid, records in log.done.items():
-            if cid in here:
-                measured += float(records[-1].get("duration_s") or 0.0)
-                remembered += here[cid]
+        measured, remembered = (a + b for a, b in zip(self._pace, self._timed(log), strict=True))
         pace = min(max(measured / remembered, 0.5), 3.0) if measured > 0 and remembered > 0 else 1.0
         if log.collected:
             left = sum(here.get(c, mean) for c in log.collected if c not in log.done)
@@ -323,8 +328,6 @@ class CaseFeed:
     def group_done(self, events: Path) -> None:
         """A suite process ended: its counts become the base of the next one's."""
         self._base = self.poll(events, force=True)
-        here = self._expected[self._group] if self._group < len(self._expected) else {}
-        for cid, records in read_log(events).done.items() if here else ():
-            if cid in here:
-                self._pace[0] += float(records[-1].get("duration_s") or 0.0)
-                self._pace[1] += here[cid]
+        if self._here():
+            measured, remembered = self._timed(read_log(events))
+            self._pace = [self._pace[0] + measured, self._pace[1] + remembered]

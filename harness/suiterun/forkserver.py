@@ -4,13 +4,14 @@ third-party dependencies) once, fork per run.
 Why: a bisect evaluates many MB commits with the same environment. With light import, what is
 left of a suite process's start-up is mostly ``import torch`` and ``import megatron.core``
 (about 4 s with the installed megatron-core, 20 s and more with a pinned Megatron-LM tree),
-paid again for every commit. A server (``python -m harness.suiterun.forkserver``, started with the
-light-import environment and, for ``--megatron-lm``, the pinned tree on its path) imports them
-once; every run is a ``fork()`` of it that puts the target's ``src`` first on ``sys.path`` and
+paid again for every commit (for the full import also MB's third-party dependencies). A server
+(``python -m harness.suiterun.forkserver``, started with the group's import mode and, for
+``--megatron-lm``, the pinned tree on its path) imports them once (:mod:`harness.suiterun.preload`);
+every run is a ``fork()`` of it that puts the target's ``src`` first on ``sys.path`` and
 calls ``pytest.main``. Megatron-Bridge itself is never imported in a server, so each child
 sees only its own commit's MB.
 
-One server per megatron-core (the installed one, or one pinned Megatron-LM tree): pins change
+One server per megatron-core (the installed one, or one pinned Megatron-LM tree) and import mode: pins change
 rarely along MB's history, so one warm server serves many commits. :class:`ServerPool` keeps
 at most ``capacity`` servers alive (each holds torch and megatron-core, several hundred MB),
 evicting the least recently used idle one; when every server is busy with another tree the
