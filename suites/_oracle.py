@@ -37,6 +37,7 @@ class SFTCase:
     max_samples: int | None = None  # max_train_samples: a samples mapping over the packed rows
     mb_seed: int | None = None  # the seed MB is configured with (default: the corpus seed)
     seq: int = SEQ  # sequence length = pack size (exploration varies it)
+    truncation_method: str | None = None  # an overlong prompt cut "left" or "right" (None: MB's default)
 
     @property
     def corpus(self) -> corpus.CorpusSpec:
@@ -177,6 +178,7 @@ def built(case: SFTCase) -> Built:
         packing=case.packing,
         seed=case.seed if case.mb_seed is None else case.mb_seed,
         max_train_samples=case.max_samples,
+        truncation_method=case.truncation_method,
     )
     result = sft.build_sft(req)
     if result.prep_reference is None:
@@ -219,7 +221,15 @@ def reference(case: SFTCase) -> tuple[differential.Example, ...]:
     tok = load_tokenizer(case.distinct_eod)
     root = corpus.write_dataset_root(_workdir(case.id + "-unpacked"), case.corpus)
     result = sft.build_sft(
-        sft.SFTRequest(root, tok, case.seq, kind=case.kind, full_loss=case.full_loss, seed=case.seed)
+        sft.SFTRequest(
+            root,
+            tok,
+            case.seq,
+            kind=case.kind,
+            full_loss=case.full_loss,
+            seed=case.seed,
+            truncation_method=case.truncation_method,
+        )
     )
     return tuple(batch_ops.unpacked_examples(result.unpacked))
 

@@ -23,6 +23,7 @@ from harness.adapters import cp as cp_ops
 from harness.adapters.chatcollate import chat_collate, collated_examples
 from harness.oracle import corpus, differential, tokenizer
 from harness.oracle.impact import Impact, require
+from harness.oracle.padded import require_same_real_tokens
 from suites import _oracle
 from suites._inputs import IGNORE_INDEX
 
@@ -59,18 +60,7 @@ def test_padded_rows_keep_the_multiple(golden, seed, n, layout):
     got = chat_collate(rows, proc, pad_to_multiple_of=multiple)
     width = got["tokens"].shape[1]
     require(width % multiple == 0, Impact.CRASH, f"rows padded to {width}, not a multiple of MB's {multiple}")
-    for r, n_real in enumerate(ref["token_count"]):
-        for key in ("tokens", "labels", "loss_mask", "position_ids"):
-            require(
-                got[key][r, :n_real].tolist() == ref[key][r, :n_real].tolist(),
-                Impact.WRONG_TARGETS if key != "loss_mask" else Impact.DROPS_TRAINED_TOKEN,
-                f"row {r}: {key} of the real tokens differs from the unpadded collate",
-            )
-        pad_mask, pad_labels = got["loss_mask"][r, n_real:].tolist(), got["labels"][r, n_real:].tolist()
-        require(not any(pad_mask), Impact.TRAINS_PADDING, f"row {r}: padding trains (loss mask {pad_mask})")
-        require(
-            all(x == IGNORE_INDEX for x in pad_labels), Impact.TRAINS_PADDING, f"row {r}: padding labels {pad_labels}"
-        )
+    require_same_real_tokens(got, ref, IGNORE_INDEX)
     golden.check({"multiple": multiple, "width": width, "token_count": list(ref["token_count"])})
 
 
@@ -87,3 +77,49 @@ def test_in_batch_packed_rows(golden, seed, n, layout):
     report = differential.compare([row], examples, pad_seq_to_mult=multiple, special_ids=ids)
     report.assert_ok()
     golden.check({"multiple": multiple, "cu_seqlens_q_padded": list(row.cu_seqlens_q_padded or ())})
+
+
+# (id, corpus seed, rows, max_length): a bound under the longest conversation truncates rows, one
+# over every conversation truncates none (there only pad_to_max_length decides the width)
+MAX_LENGTH_CASES = [("max24", 96, 5, 24), ("max160", 95, 4, 160)]
+
+
+@pytest.mark.parametrize("seed,n,max_length", [c[1:] for c in MAX_LENGTH_CASES], ids=[c[0] for c in MAX_LENGTH_CASES])
+@pytest.mark.parametrize("pad_to_max_length", [False, True], ids=["longest", "pad-to-max"])
+def test_max_length_rows(golden, seed, n, max_length, pad_to_max_length):
+    """``max_length`` truncates each conversation to its first ``max_length`` tokens; with
+    ``pad_to_max_length`` every unpacked row is exactly ``max_length`` wide (the fixed shape
+    pipeline parallelism and CUDA graphs rely on), else as wide as the longest row."""
+    chat_collate.resolved  # noqa: B018
+    rows, proc = _rows(seed, n), _processor()
+    full = chat_collate(rows, proc)
+    got = chat_collate(rows, proc, max_length=max_length, pad_to_max_length=pad_to_max_length)
+    width = got["tokens"].shape[1]
+    longest = max(got["token_count"])
+    require(longest <= max_length, Impact.CRASH, f"a row of {longest} tokens passed max_length {max_length}")
+    expected = max_length if pad_to_max_length else longest
+    require(
+        width == expected,
+        Impact.CRASH if pad_to_max_length else Impact.PERF_CONTRACT,
+        f"rows {width} wide, documented {expected} (pad_to_max_length={pad_to_max_length}, max_length={max_length})",
+    )
+    for r, (n_full, n_cut) in enumerate(zip(full["token_count"], got["token_count"])):
+        require(
+            n_cut == min(n_full, max_length),
+            Impact.DROPS_TRAINED_TOKEN,
+            f"row {r}: {n_cut} tokens kept of {n_full}, max_length {max_length}",
+        )
+        require(
+            got["tokens"][r, :n_cut].tolist() == full["tokens"][r, :n_cut].tolist(),
+            Impact.WRONG_TARGETS,
+            f"row {r}: the kept tokens are not the conversation's first {n_cut}",
+        )
+        # the last kept position's target was cut away with the rest; before it, targets are the full row's
+        for key, impact in (("labels", Impact.WRONG_TARGETS), ("loss_mask", Impact.DROPS_TRAINED_TOKEN)):
+            require(
+                got[key][r, : n_cut - 1].tolist() == full[key][r, : n_cut - 1].tolist(),
+                impact,
+                f"row {r}: {key} of the kept tokens differs from the untruncated conversation",
+            )
+        require(not any(got["loss_mask"][r, n_cut:].tolist()), Impact.TRAINS_PADDING, f"row {r}: padding trains")
+    golden.check({"width": width, "token_count": list(got["token_count"])})

@@ -153,3 +153,31 @@ def test_empty_row_is_refused():
     ):
         batch[key][1] = fill
     _assert_refused(batch, pad_id, (ValueError, AssertionError, RuntimeError), "row 1 of only padding")
+
+
+def test_pack_with_eos_as_pad_and_a_sequence_tensor(golden):
+    """A tokenizer without a pad token pads with its EOS (MB's ``normalize_direct_hf_sft_processor``), and a
+    VLM collate packs a further sequence-aligned tensor with it (Qwen-VL's and GLM-VL's
+    ``mm_token_type_ids``, padded with ``sequence_tensor_pad_values={"mm_token_type_ids": 0}``): the packed
+    row is held to the oracle with EOS as the filler (which id fills alignment padding has no impact: no real
+    token attends it), and the extra tensor is packed on the tokens' layout."""
+    examples, batch, _pad = _micro_batch(PROMPT, 10, 4)
+    eos_id = _oracle.special_ids(PROMPT)["eos_id"]
+    batch["tokens"][~batch["attention_mask"]] = eos_id
+    # text tokens and right padding are type 0, as the processors behind MB's VLM collates emit them
+    batch["mm_token_type_ids"] = torch.zeros_like(batch["tokens"])
+    multiple = vlmstep.mb_in_batch_multiple(2, 1, False)
+    raw = thd.in_batch_collate(
+        batch, pad_token_id=eos_id, pad_to_multiple_of=multiple, sequence_tensor_pad_values={"mm_token_type_ids": 0}
+    )
+    (row,) = batch_ops.packed_rows(raw)
+    report = _oracle.differential.compare(
+        [row], examples, pad_seq_to_mult=vlmstep.in_batch_multiple(2, 1, False), special_ids=_oracle.special_ids(PROMPT)
+    )
+    report.assert_ok()
+    extra = raw["mm_token_type_ids"].reshape(-1).tolist()
+    if len(extra) != len(row.tokens):
+        raise fail(Impact.CRASH, f"mm_token_type_ids packed to {len(extra)} slots, tokens to {len(row.tokens)}")
+    if any(v != 0 for v in extra):  # the alignment padding must get the value asked for
+        raise fail(Impact.WRONG_LOGITS, f"packed mm_token_type_ids holds {sorted(set(extra) - {0})}: not text type 0")
+    golden.check({"multiple": multiple, "row": _oracle.canonical_rows([row])[0]})

@@ -17,6 +17,7 @@ in a fresh process and does not depend on the global RNG state.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import random
@@ -26,6 +27,7 @@ import sys
 import numpy as np
 import pytest
 
+from harness.oracle import truncation
 from harness.oracle.impact import Impact, fail
 from suites import _oracle
 from suites._explain import first_difference, first_offender
@@ -124,3 +126,33 @@ def test_deterministic_and_rng_independent(golden, kind):
         )
     rebuilt.report.assert_ok()  # the rows the golden pins are checked by the oracle too: padding never trains
     golden.check({"rows": first})
+
+
+# overlong prompts (80 words, a 64-token pack) cut on either side; no literal EOS (0.6.2's known EOS bug)
+TRUNCATION_CASES = [
+    _oracle.CleanCase("prompt-left-truncation", seed=61, long_rate=0.4, truncation_method="left"),
+    _oracle.CleanCase(
+        "completion-left-truncation", seed=62, kind="completion", long_rate=0.4, truncation_method="left"
+    ),
+    _oracle.CleanCase(
+        "completion-right-truncation", seed=62, kind="completion", long_rate=0.4, truncation_method="right"
+    ),
+]
+
+
+@pytest.mark.parametrize("case", TRUNCATION_CASES, ids=[c.id for c in TRUNCATION_CASES])
+def test_truncation_keeps_the_side_asked_for(golden, case):
+    """``truncation_method``: packed rows equal MB's unpacked path (oracle), and every overlong example
+    kept the side of its prompt the user asked for, with its whole answer."""
+    b = _oracle.built(case)
+    b.report.assert_ok()
+    full = _oracle.reference(dataclasses.replace(case, id=case.id + "-whole", seq=1024, truncation_method=None))
+    assert len(full) == len(b.examples), f"{len(b.examples)} examples truncated, {len(full)} whole"
+    cut = 0
+    for k, (ex, whole) in enumerate(zip(b.examples, full)):
+        cut += truncation.check_kept_side(
+            f"example {k}", (whole.tokens, whole.loss_mask), (ex.tokens, ex.loss_mask), str(case.truncation_method)
+        )
+    if not cut:  # the input's fault, not MB's: the case would test nothing
+        raise RuntimeError(f"{case.id}: no example long enough to be truncated")
+    golden.check({"truncated": cut, "rows": _oracle.canonical_rows(b.rows)})

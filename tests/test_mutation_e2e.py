@@ -55,6 +55,20 @@ CHECKS = {
         "test_padded_rows_keep_the_multiple and cp4",
         "not a multiple",
     ),
+    # direct HF SFT (DirectHFSFTDatasetConfig -> DirectSFTDataset -> the text collates)
+    "direct_sft_defer_ignored": ("direct_sft", "test_deferred and completion-deferred", "the collate packed already"),
+    "text_collate_pad_to_max_length_ignored": (
+        "direct_sft",
+        "test_padded_rows and chat-cp2-pad-to-max",
+        "not seq_length",
+    ),
+    "prompt_truncation_side_swapped": ("direct_sft", "test_truncation and completion-left", "truncation_method='left'"),
+    "legacy_truncation_side_swapped": (
+        "offline_packed_dataset",
+        "test_truncation and prompt-left",
+        "truncation_method='left'",
+    ),
+    "sequence_tensor_not_packed": ("in_batch_packing", "eos_as_pad", "mm_token_type_ids packed to"),
 }
 LAYERS = {
     "loss_mask_roll_dropped": "preparation",
@@ -67,6 +81,11 @@ LAYERS = {
     "sampler_padding_split_per_rank": "sampler",
     "sp_multiple_dropped": "config",
     "chat_collate_ignores_padding_multiple": "collate",
+    "direct_sft_defer_ignored": "collate",
+    "text_collate_pad_to_max_length_ignored": "collate",
+    "prompt_truncation_side_swapped": "preparation",
+    "legacy_truncation_side_swapped": "preparation",
+    "sequence_tensor_not_packed": "in_batch",
 }
 
 

@@ -58,7 +58,7 @@ COLLATE_CONFIGS = (
 )
 
 
-def _validated(
+def validate_layout(
     cfg: Any, dataset: Any, cp: int, tp: int, sp: bool, seq_length: int, in_batch: bool, eval_cp: int | None
 ) -> dict[str, Any]:
     model = tiny_gpt_provider(seq_length, cp, tp, sp, per_token_loss=True)
@@ -122,7 +122,7 @@ def _collate_config(module: str, name: str, aligns_collate: bool) -> Callable[[]
                     },
                 )
             )
-            outcome = _validated(cfg, dataset, cp, tp, sp, seq_length, in_batch, eval_cp)
+            outcome = validate_layout(cfg, dataset, cp, tp, sp, seq_length, in_batch, eval_cp)
             outcome["seq_length_rule"] = aligns_collate
             field = FIELD if in_batch else "pad_to_multiple_of"
             outcome["multiple"] = int(getattr(dataset, field)) if outcome["accepted"] else None
@@ -208,7 +208,7 @@ def _vlm_step_probe() -> Callable[..., dict[str, Any]]:
         flag = in_batch_flag()
         dataset = _dataset(PackingConfigSpec(seq_length=seq_length), cfg)
         setattr(dataset, flag, True)
-        outcome = _validated(cfg, dataset, cp, tp, sp, seq_length, True, None)
+        outcome = validate_layout(cfg, dataset, cp, tp, sp, seq_length, True, None)
         outcome["seq_length_rule"] = False
         outcome["multiple"] = _step_multiple(get_batch, flag, cp, tp, sp) if outcome["accepted"] else None
         return outcome

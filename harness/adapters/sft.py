@@ -60,10 +60,13 @@ class SFTRequest:
     packing: OfflinePacking | None = None
     seed: int = 1234
     max_train_samples: int | None = None
+    truncation_method: str | None = None  # "left" / "right" for an overlong prompt; None: MB's default
 
     def __post_init__(self) -> None:
         if self.kind not in KINDS:
             raise ValueError(f"unknown SFT kind {self.kind!r}; known: {KINDS}")
+        if self.truncation_method is not None and self.kind == "chat":
+            raise ValueError("chat preprocessing has no truncation_method")
 
 
 @dataclass
@@ -207,6 +210,8 @@ def _legacy_kwargs(req: SFTRequest) -> dict[str, Any]:
         kwargs.update(chat=True, use_hf_tokenizer_chat_template=True)
     if req.packing is not None and req.packing.pad_to_max_length:
         kwargs["pad_to_max_length"] = True
+    if req.truncation_method is not None:  # GPTSFTDataset's truncation of its truncation_field ("input")
+        kwargs["truncation_method"] = req.truncation_method
     return kwargs
 
 
@@ -242,11 +247,13 @@ def _gpt_sft_builder() -> Callable[[SFTRequest], SFTBuild]:
         extra = {"pad_to_max_length": True} if req.packing is not None and req.packing.pad_to_max_length else {}
         if req.kind == "completion":
             cls = symbol(sft, "PromptCompletionSFTPreprocessingConfig")
+            truncation = {"truncation_method": req.truncation_method} if req.truncation_method else {}
             return cls(
                 prompt_column="input",
                 completion_column="output",
                 separator=" ",
                 loss_mode="full" if req.full_loss else "completion",
+                **truncation,
             ), extra
         cls = symbol(sft, "ChatSFTPreprocessingConfig")
         return cls(loss_mode="full" if req.full_loss else "assistant"), extra

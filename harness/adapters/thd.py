@@ -186,6 +186,15 @@ def strip_sentinel(values: list[int] | None) -> list[int] | None:
     return out
 
 
+def _accepted_extra(fn: Callable[..., Any], extra: dict[str, Any]) -> dict[str, Any]:
+    """Further keyword arguments (``sequence_tensor_pad_values``) for a packer that takes them; one
+    that does not is an era without them (untestable), not a harness error."""
+    missing = [k for k in extra if not accepts(fn, k)]
+    if missing:
+        raise NotHere(f"{getattr(fn, '__name__', fn)} takes no {', '.join(missing)}")
+    return extra
+
+
 def _collate_flagged(module: str, name: str) -> Callable[[], Callable[..., Any]]:
     """A collate policy function that packs when ``enable_in_batch_packing=True``."""
 
@@ -194,13 +203,14 @@ def _collate_flagged(module: str, name: str) -> Callable[[], Callable[..., Any]]
         if not accepts(fn, "enable_in_batch_packing", "in_batch_packing_pad_to_multiple_of", "pad_token_id"):
             raise NotHere(f"{name} lacks enable_in_batch_packing/in_batch_packing_pad_to_multiple_of")
 
-        def call(batch: dict[str, Any], *, pad_token_id: int, pad_to_multiple_of: int) -> Any:
+        def call(batch: dict[str, Any], *, pad_token_id: int, pad_to_multiple_of: int, **extra: Any) -> Any:
             return fn(
                 batch,
                 sequence_length=None,
                 enable_in_batch_packing=True,
                 in_batch_packing_pad_to_multiple_of=pad_to_multiple_of,
                 pad_token_id=pad_token_id,
+                **_accepted_extra(fn, extra),
             )
 
         return call
@@ -214,8 +224,10 @@ def _collate_direct(module: str) -> Callable[[], Callable[..., Any]]:
         if not accepts(fn, "pad_to_multiple_of", "pad_token_id"):
             raise NotHere("pack_right_padded_sequence_batch_to_mcore_thd lacks pad_to_multiple_of/pad_token_id")
 
-        def call(batch: dict[str, Any], *, pad_token_id: int, pad_to_multiple_of: int) -> Any:
-            return fn(batch, pad_token_id=pad_token_id, pad_to_multiple_of=pad_to_multiple_of)
+        def call(batch: dict[str, Any], *, pad_token_id: int, pad_to_multiple_of: int, **extra: Any) -> Any:
+            return fn(
+                batch, pad_token_id=pad_token_id, pad_to_multiple_of=pad_to_multiple_of, **_accepted_extra(fn, extra)
+            )
 
         return call
 
@@ -228,8 +240,8 @@ def _returned_batch(probe: Callable[[], Callable[..., Any]]) -> Callable[[], Cal
     def wrapped() -> Callable[..., Any]:
         fn = probe()
 
-        def call(batch: dict[str, Any], *, pad_token_id: int = 0, pad_to_multiple_of: int = 1) -> Any:
-            ret = fn(batch, pad_token_id=pad_token_id, pad_to_multiple_of=pad_to_multiple_of)
+        def call(batch: dict[str, Any], *, pad_token_id: int = 0, pad_to_multiple_of: int = 1, **extra: Any) -> Any:
+            ret = fn(batch, pad_token_id=pad_token_id, pad_to_multiple_of=pad_to_multiple_of, **extra)
             return ret if isinstance(ret, Mapping) else batch
 
         return call

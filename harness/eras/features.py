@@ -86,6 +86,15 @@ FEATURES: dict[str, Feature] = {
             r"pad_to_multiple_of",
         ),
         Feature(
+            "direct-hf-sft",
+            "direct Hugging Face SFT datasets (data/builders/direct_hf_sft.DirectHFSFTDatasetConfig with a "
+            "declarative source, DirectSFTDataset and its text collates)",
+            "e577829e1",
+            "2026-07-09",
+            "src/megatron/bridge/data/builders/direct_hf_sft.py",
+            r"class DirectHFSFTDatasetConfig",
+        ),
+        Feature(
             "prompt-completion-config",
             "prompt-completion preprocessing configs (sft_processing.PromptCompletionSFTPreprocessingConfig)",
             "e577829e1",

@@ -1,0 +1,31 @@
+"""Right-padded (unpacked) collate batches held to MB's own unpadded batch of the same rows.
+
+A collate that pads rows to a multiple or to a fixed width changes nothing a real token sees:
+per real token (the reference's ``token_count``), tokens, labels, loss mask and position ids
+equal the unpadded batch; every padding position trains nothing (loss mask 0, label the ignore
+index). Used by the suites of MB's text collates (chat, prompt-completion, direct HF SFT).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from harness.oracle.impact import Impact, require
+
+_IMPACT = {"tokens": Impact.WRONG_TARGETS, "labels": Impact.WRONG_TARGETS, "position_ids": Impact.WRONG_LOGITS}
+
+
+def require_same_real_tokens(got: dict[str, Any], ref: dict[str, Any], ignore_index: int) -> None:
+    """``got`` equals ``ref`` on every row's real tokens and trains none of its padding."""
+    for r, n_real in enumerate(ref["token_count"]):
+        for key in ("tokens", "labels", "loss_mask", "position_ids"):
+            require(
+                got[key][r, :n_real].tolist() == ref[key][r, :n_real].tolist(),
+                _IMPACT.get(key, Impact.DROPS_TRAINED_TOKEN),
+                f"row {r}: {key} of the real tokens differs from the unpadded collate",
+            )
+        pad_mask, pad_labels = got["loss_mask"][r, n_real:].tolist(), got["labels"][r, n_real:].tolist()
+        require(not any(pad_mask), Impact.TRAINS_PADDING, f"row {r}: padding trains (loss mask {pad_mask})")
+        require(
+            all(x == ignore_index for x in pad_labels), Impact.TRAINS_PADDING, f"row {r}: padding labels {pad_labels}"
+        )

@@ -1,0 +1,202 @@
+"""MB's direct Hugging Face SFT path: a user's JSONL through ``DirectHFSFTDatasetConfig`` to a micro-batch.
+
+Documented contract (``DirectHFSFTDatasetConfig``, ``DirectSFTDataset``, the text collates of
+``data/collators/sft``): rows are tokenised with chat or prompt-completion preprocessing and
+truncated to ``seq_length`` (prompt first, on the side ``truncation_method`` names); unpacked
+rows are right-padded to ``pad_to_multiple_of`` (capped at ``seq_length``) or, with
+``pad_to_max_length``, to exactly ``seq_length``; with ``enable_in_batch_packing`` the collate
+packs the micro-batch into one THD row, each sequence padded to
+``in_batch_packing_pad_to_multiple_of``; with ``defer_in_batch_packing_to_step`` it leaves the rows
+unpacked for the model's step to pack. A parallel layout goes through MB's
+``ConfigContainer.validate`` first, which writes the multiples MB chooses for it.
+
+The reference is the same builder with every padding knob off (MB's own unpadded path): padded
+rows equal it per real token and train no padding; packed rows are held to the differential
+oracle; truncated rows keep the side the user asked for and every completion token the budget
+allows.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+import pytest
+
+from harness.adapters import batch as batch_ops
+from harness.adapters.chatcollate import collated_examples
+from harness.adapters.directsft import DirectSFTRequest, direct_sft
+from harness.oracle import corpus, differential, tokenizer, truncation
+from harness.oracle.impact import Impact, fail, require
+from harness.oracle.padded import require_same_real_tokens
+from suites import _oracle
+from suites._inputs import IGNORE_INDEX
+
+pytestmark = pytest.mark.import_group("full")  # the builder imports MB's HF model helpers
+
+
+@dataclass(frozen=True)
+class Case:
+    id: str
+    seed: int
+    kind: str  # "chat" or "completion"
+    seq: int = 64
+    layout: tuple[int, int, bool] | None = None  # (CP, TP, SP) finalised by MB
+    knobs: dict[str, Any] = field(default_factory=dict)
+    n: int = 5
+    long_rate: float = 0.3
+    truncation_method: str | None = None
+
+    def request(self, **overrides: Any) -> DirectSFTRequest:
+        layout = "chat" if self.kind == "chat" else "prompt"
+        spec = corpus.CorpusSpec(
+            seed=self.seed,
+            n=self.n,
+            layout=layout,
+            eos_inside_rate=0.0,
+            eos_last_rate=0.0,
+            pad_rate=0.0 if self.truncation_method else 0.2,
+            long_rate=self.long_rate,
+        )
+        req = DirectSFTRequest(
+            tuple(corpus.examples(spec)),
+            tokenizer.write_tokenizer_dir(),
+            self.seq,
+            kind=self.kind,
+            layout=self.layout,
+            truncation_method=self.truncation_method,
+            knobs=dict(self.knobs),
+        )
+        return replace(req, **overrides)
+
+    def reference(self, seq: int | None = None) -> dict[str, Any]:
+        """MB's own unpadded, unpacked batch of the same rows (no layout, multiple 1)."""
+        plain = {"pad_to_multiple_of": 1}
+        return direct_sft(self.request(layout=None, knobs=plain, **({"seq_length": seq} if seq else {}))).batch
+
+
+def _need(layout: tuple[int, int, bool] | None) -> int:
+    """What CP's and SP's splits need a row's width to divide by (2*CP, CP*TP under SP)."""
+    if layout is None:
+        return 1
+    cp, tp, sp = layout
+    return math.lcm(2 * cp if cp > 1 else 1, cp * tp if sp and tp > 1 else 1)
+
+
+_TO_MAX = {"pad_to_max_length": True, "pad_to_multiple_of": 1}
+PADDED = [
+    Case("chat-default-multiple", 101, "chat"),  # MB's default 128, capped at seq_length
+    Case("chat-cp2-tp3-sp-seq48", 102, "chat", seq=48, layout=(2, 3, True), knobs={"pad_to_multiple_of": 1}),
+    # no row reaches seq_length and the multiple is MB's small one: only pad_to_max_length makes the width
+    Case("chat-cp2-pad-to-max", 103, "chat", layout=(2, 1, False), knobs=_TO_MAX, long_rate=0.0),
+    Case("completion-cp4", 104, "completion", layout=(4, 1, False), knobs={"pad_to_multiple_of": 1}),
+    Case("completion-tp2-sp-pad-to-max", 105, "completion", layout=(1, 2, True), knobs=_TO_MAX, long_rate=0.0),
+]
+IN_BATCH = [
+    Case("chat-cp2", 111, "chat", layout=(2, 1, False), knobs={"enable_in_batch_packing": True}, n=4),
+    Case("completion-cp2-tp2-sp", 112, "completion", layout=(2, 2, True), knobs={"enable_in_batch_packing": True}),
+    Case("completion-no-layout", 113, "completion", knobs={"enable_in_batch_packing": True}),  # multiple 1
+]
+DEFERRED = [
+    Case("chat-cp2-deferred", 121, "chat", layout=(2, 1, False), knobs={"enable_in_batch_packing": True}),
+    Case("completion-deferred", 122, "completion", knobs={"enable_in_batch_packing": True}),
+]
+TRUNCATED = [
+    Case("completion-right", 131, "completion", seq=48, n=6, long_rate=0.5, truncation_method="right"),
+    Case("completion-left", 132, "completion", seq=48, n=6, long_rate=0.5, truncation_method="left"),
+]
+
+
+def _ids(cases: list[Case]) -> list[str]:
+    return [c.id for c in cases]
+
+
+def _accepted(build: Any) -> None:
+    if build.validation is not None and not build.validation["accepted"]:
+        raise fail(
+            Impact.REFUSES_VALID_CONFIG,
+            f"MB refuses a valid layout: {build.validation['error_class']}: {build.validation['message']}",
+        )
+
+
+@pytest.mark.parametrize("case", PADDED, ids=_ids(PADDED))
+def test_padded_rows(golden, case):
+    """Unpacked rows: the documented width, equal to the unpadded path per real token, padding untrained."""
+    direct_sft.resolved  # noqa: B018 - untestable before the builder, before anything is built
+    build = direct_sft(case.request())
+    _accepted(build)
+    got, ref = build.batch, case.reference()
+    width, multiple = got["tokens"].shape[1], int(build.config.pad_to_multiple_of)
+    longest = max(ref["token_count"])
+    require(width <= case.seq, Impact.CRASH, f"rows {width} wide, past seq_length {case.seq}")
+    need = _need(case.layout)
+    require(width % need == 0, Impact.CRASH, f"rows {width} wide: CP/SP split {case.layout} needs a multiple of {need}")
+    if case.knobs.get("pad_to_max_length"):
+        # the fixed shape pipeline parallelism and CUDA graphs rely on
+        require(width == case.seq, Impact.CRASH, f"pad_to_max_length: rows {width} wide, not seq_length {case.seq}")
+    else:
+        expected = min(-(-longest // multiple) * multiple, case.seq)
+        require(
+            width == expected,
+            Impact.PERF_CONTRACT,
+            f"rows {width} wide, documented {expected} (longest {longest}, multiple {multiple}, cap {case.seq})",
+        )
+    require_same_real_tokens(got, ref, IGNORE_INDEX)
+    golden.check({"multiple": multiple, "width": width, "token_count": list(ref["token_count"])})
+
+
+@pytest.mark.parametrize("case", IN_BATCH, ids=_ids(IN_BATCH))
+def test_in_batch_packed_rows(golden, case):
+    """In-batch packing in the collate: one THD row, each sequence on MB's multiple, held to the oracle."""
+    direct_sft.resolved  # noqa: B018
+    build = direct_sft(case.request())
+    _accepted(build)
+    multiple = int(build.config.in_batch_packing_pad_to_multiple_of)
+    need = _need(case.layout)
+    require(multiple % need == 0, Impact.CRASH, f"MB's in-batch multiple {multiple} misses CP/SP's {need}")
+    examples = collated_examples(case.reference())
+    (row,) = batch_ops.packed_rows(build.batch)
+    ids = tokenizer.special_ids(_oracle.load_tokenizer())
+    differential.compare([row], examples, pad_seq_to_mult=multiple, special_ids=ids).assert_ok()
+    golden.check({"multiple": multiple, "cu_seqlens_q_padded": list(row.cu_seqlens_q_padded or ())})
+
+
+@pytest.mark.parametrize("case", DEFERRED, ids=_ids(DEFERRED))
+def test_deferred_packing_leaves_rows_unpacked(golden, case):
+    """``defer_in_batch_packing_to_step``: the collate hands the step right-padded rows, not a THD row."""
+    direct_sft.resolved  # noqa: B018
+    deferred = replace(case, knobs={**case.knobs, "defer_in_batch_packing_to_step": True})
+    build = direct_sft(deferred.request())
+    _accepted(build)
+    got, ref = build.batch, case.reference()
+    packed = [k for k in ("cu_seqlens_q", "cu_seqlens_q_padded") if got.get(k) is not None]
+    # the deferring step packs what it gets: a THD row handed to it again is one sequence of all documents
+    require(not packed, Impact.CROSS_DOCUMENT_ATTENTION, f"deferred packing: the collate packed already ({packed})")
+    require(
+        got["tokens"].shape[0] == len(ref["token_count"]),
+        Impact.CROSS_DOCUMENT_ATTENTION,
+        f"deferred packing: {got['tokens'].shape[0]} rows for {len(ref['token_count'])} examples",
+    )
+    require_same_real_tokens(got, ref, IGNORE_INDEX)
+    golden.check({"width": int(got["tokens"].shape[1]), "token_count": list(ref["token_count"])})
+
+
+def _row(batch: dict[str, Any], r: int) -> tuple[list[int], list[float]]:
+    n = batch["token_count"][r]
+    return batch["tokens"][r, :n].tolist(), batch["loss_mask"][r, :n].tolist()
+
+
+@pytest.mark.parametrize("case", TRUNCATED, ids=_ids(TRUNCATED))
+def test_truncation_keeps_the_side_asked_for(golden, case):
+    """An overlong row is cut to ``seq_length``, its prompt first, on the side ``truncation_method`` names."""
+    direct_sft.resolved  # noqa: B018
+    got = direct_sft(case.request(knobs={"pad_to_multiple_of": 1})).batch
+    full = case.reference(seq=4096)
+    cut = 0
+    for r, n_cut in enumerate(got["token_count"]):
+        require(n_cut <= case.seq, Impact.CRASH, f"row {r}: {n_cut} tokens kept, seq_length {case.seq}")
+        cut += truncation.check_kept_side(f"row {r}", _row(full, r), _row(got, r), str(case.truncation_method))
+    if not cut:  # the input's fault, not MB's: the case would test nothing
+        raise RuntimeError(f"{case.id}: no row long enough to be truncated")
+    golden.check({"token_count": list(got["token_count"]), "truncated_rows": cut})
