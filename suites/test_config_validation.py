@@ -22,7 +22,7 @@ from __future__ import annotations
 import pytest
 
 from harness.adapters.config import PackingConfigSpec as Spec
-from harness.adapters.config import validate_packing_config
+from harness.adapters.config import in_batch_flag, validate_packing_config
 from harness.adapters.rules import Rule
 from harness.oracle.impact import Impact, fail
 
@@ -116,3 +116,36 @@ def test_packing_rule(golden, spec, rule, neighbour):
             f"{rule.value} does not hold: the config was {_refused_by(outcome)}, not by {rule.value}",
         )
     golden.check({"accepted": False, "error_class": outcome["error_class"], "rule": rule.value})
+
+
+# (case id, spec, variable_seq_lengths the model must have after finalisation)
+PIPELINE_SHAPES = [
+    # in-batch packing makes every micro-batch's packed length its own: PP stages must send shapes
+    ("in_batch_pp2", Spec(micro_batch_size=4, in_batch_packing=True, pipeline_parallel=2), True),
+    (
+        "in_batch_pp2_user_static",
+        Spec(micro_batch_size=4, in_batch_packing=True, pipeline_parallel=2, variable_seq_lengths=False),
+        True,
+    ),
+    ("in_batch_pp1", Spec(micro_batch_size=4, in_batch_packing=True), False),
+    ("offline_pp2", Spec(offline_packing_size=512, pipeline_parallel=2), False),  # fixed pack-size rows
+]
+# (a user's own variable_seq_lengths=True is refused by megatron-core's MoE dispatcher check even for a
+# dense model, the false positive MB's finalisation sidesteps by setting it after __post_init__)
+
+
+@pytest.mark.parametrize("spec,expected", [c[1:] for c in PIPELINE_SHAPES], ids=[c[0] for c in PIPELINE_SHAPES])
+def test_pipeline_shapes_follow_in_batch_packing(golden, spec, expected):
+    """With in-batch packing and PP > 1, finalisation turns the model's ``variable_seq_lengths`` on
+    (``ConfigContainer.validate`` -> ``TransformerConfig.finalize``: "PP stages must communicate
+    tensor shapes dynamically instead of using static buffers"), whatever the user set; offline
+    packing (rows of the pack size) and PP 1 keep static shapes."""
+    in_batch_flag()  # untestable in an era without in-batch packing
+    outcome = validate_packing_config(spec)
+    if not outcome["accepted"]:
+        raise fail(Impact.REFUSES_VALID_CONFIG, f"a valid config was {_refused_by(outcome)}")
+    got = outcome["variable_seq_lengths"]
+    if got is not expected:
+        impact = Impact.CRASH if expected else Impact.PERF_CONTRACT  # static buffers of one shape vs varying rows
+        raise fail(impact, f"variable_seq_lengths is {got} after finalisation, documented {expected}")
+    golden.check({"variable_seq_lengths": got})

@@ -17,8 +17,8 @@ import numpy as np
 import pytest
 
 from harness.adapters import batch as batch_ops
-from harness.adapters import packed_artifact, sampler
-from harness.oracle.impact import Impact, require
+from harness.adapters import packed_artifact, rules, sampler
+from harness.oracle.impact import Impact, fail, require
 from suites import _oracle
 from suites._explain import first_offender, multiset_difference
 
@@ -117,6 +117,49 @@ def test_padding_rows_per_data_parallel_rank(golden, case, dp, mbs, gbs):
         report = _oracle.compare(case, b.examples, real, b.special_ids, expect_all_packed=False)
         report.assert_ok()
     golden.check({"per_rank": per_rank})
+
+
+@pytest.mark.parametrize(
+    "case,dp,mbs,gbs", [_oracle.case_param(c, dp, m, g, id=f"{c.id}-dp{dp}-mbs{m}-gbs{g}") for c, dp, m, g in DP_CASES]
+)
+def test_drop_last_per_data_parallel_rank(golden, case, dp, mbs, gbs):
+    """The sampler's defaults (``drop_last=True``, no padding): the incomplete last global batch is
+    dropped on every rank alike, every row of the complete global batches is sampled exactly once
+    across the ranks, and no padding row appears."""
+    ds = _oracle.built(case).build.train
+    if len(ds) < gbs:  # nothing would train: MB's explicit check must refuse, not hand out empty epochs
+        try:
+            sampler.padded_global_batches(len(ds), gbs, mbs, case.seed, 0, dp, drop_last=True, pad=False)
+        except (AssertionError, ValueError, RuntimeError) as exc:
+            if rules.raising_check(exc) is None:
+                raise fail(
+                    Impact.CRASH, f"{len(ds)} rows < global batch {gbs}: not refused by a check of MB's"
+                ) from exc
+            golden.check({"refused": type(exc).__name__})
+            return
+        raise fail(Impact.ACCEPTS_INVALID_CONFIG, f"{len(ds)} rows < global batch {gbs} with drop_last: accepted")
+    per_rank = [
+        sampler.padded_global_batches(len(ds), gbs, mbs, case.seed, r, dp, drop_last=True, pad=False) for r in range(dp)
+    ]
+    steps = {len(batches) for batches in per_rank}
+    require(len(steps) == 1, Impact.CRASH, f"every DP rank takes as many steps: {[len(p) for p in per_rank]}")
+    complete = len(ds) // gbs
+    require(steps == {complete}, Impact.DROPS_TRAINED_TOKEN, f"{steps} steps for {complete} complete global batches")
+    flat = [i for batches in per_rank for batch in batches for i in batch]
+    require(all(i >= 0 for i in flat), Impact.TRAINS_PADDING, "drop_last without padding sampled padding rows")
+    # the seed orders the epoch: which rows the dropped remainder holds is the sampler's, not fixed
+    require(
+        len(set(flat)) == len(flat),
+        Impact.WRONG_LOSS_NORMALISATION,
+        "a row sampled twice in one epoch across the DP ranks: "
+        + multiset_difference(sorted(set(flat)), sorted(flat), "row index"),
+    )
+    require(
+        len(flat) == complete * gbs and all(i < len(ds) for i in flat),
+        Impact.DROPS_TRAINED_TOKEN,
+        f"{len(flat)} rows sampled from {len(ds)}, {complete} complete global batches of {gbs} hold {complete * gbs}",
+    )
+    golden.check({"per_rank": per_rank, "dropped": len(ds) - complete * gbs})
 
 
 def test_legacy_npy_padding_rows(golden, tmp_path):

@@ -474,19 +474,19 @@ class _Builder:
 def test_global_rng_watch_sees_whether_preparation_restores(restore):
     import numpy as np
 
-    from harness.adapters.sft import _watch_global_rng
+    from harness.adapters.sftspies import watch_global_rng
 
     builder = _Builder(restore)
     np.random.seed(123)
-    with _watch_global_rng(builder) as watch:
+    with watch_global_rng(builder) as watch:
         builder.build()
     assert watch.kept is restore
     assert "prepare_packed_data" not in vars(builder), "the spy is removed after the block"
 
 
 def test_global_rng_watch_without_preparation_says_nothing():
-    from harness.adapters.sft import _watch_global_rng
+    from harness.adapters.sftspies import watch_global_rng
 
-    with _watch_global_rng(object()) as watch:
+    with watch_global_rng(object()) as watch:
         pass
     assert watch.kept is None

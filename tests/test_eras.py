@@ -285,7 +285,7 @@ def test_finetuning_builder_of_june_2026_takes_offline_packing_specs(monkeypatch
     """Between packed_sequence_specs and the data/builders/gpt_sft builder, FinetuningDatasetBuilder
     took enable_offline_packing + offline_packing_specs (2026-06): the same builder, not an absent
     one (the sweep showed every SFT case of that month untestable)."""
-    from harness.adapters import sft
+    from harness.adapters import sft, sftspies
 
     built: dict = {}
 
@@ -320,6 +320,7 @@ def test_finetuning_builder_of_june_2026_takes_offline_packing_specs(monkeypatch
     names = {"FinetuningDatasetBuilder": Builder, "PackedSequenceSpecs": Specs, "GPTSFTDataset": Unpacked}
     names["GPTSFTChatDataset"] = Chat
     monkeypatch.setattr(sft, "symbol", lambda module, name: names[name])
+    monkeypatch.setattr(sftspies, "symbol", lambda module, name: names[name])
     build = sft._finetuning_builder()
     req = sft.SFTRequest(tmp_path, object(), 64, packing=sft.OfflinePacking(pack_size=64))
     out = build(req)

@@ -49,6 +49,11 @@ CHECKS = {
     "cp_partition_contiguous_split": ("parallel_layouts", "prompt-mult4-cp2", "cp-rank-holds-its-slice"),
     "pp_middle_stage_no_boundaries": ("parallel_layouts", "prompt-mult1-pp3", "pp-stage-gets-what-it-needs"),
     "sampler_padding_split_per_rank": ("padding_loss_masks", "dp-prompt-mult4-dp2", "every DP rank gets global"),
+    "sampler_drop_last_ignored": (
+        "padding_loss_masks",
+        "test_drop_last and dp-prompt-mult4",
+        "complete global batches",
+    ),
     "sp_multiple_dropped": ("cp_constraints", "test_in_batch_multiple and 1-2-True", "is not divisible by"),
     "chat_collate_ignores_padding_multiple": (
         "chat_collate",
@@ -68,6 +73,7 @@ CHECKS = {
         "test_truncation and prompt-left",
         "truncation_method='left'",
     ),
+    "pp_static_shapes_with_in_batch_packing": ("config_validation", "test_pipeline_shapes", "variable_seq_lengths is"),
     "sequence_tensor_not_packed": ("in_batch_packing", "eos_as_pad", "mm_token_type_ids packed to"),
 }
 LAYERS = {
@@ -86,6 +92,8 @@ LAYERS = {
     "prompt_truncation_side_swapped": "preparation",
     "legacy_truncation_side_swapped": "preparation",
     "sequence_tensor_not_packed": "in_batch",
+    "sampler_drop_last_ignored": "sampler",
+    "pp_static_shapes_with_in_batch_packing": "config",
 }
 
 

@@ -49,6 +49,8 @@ class PackingConfigSpec:
     in_batch_packing: bool = False
     per_token_loss: bool = True
     average_in_collective: bool = False
+    pipeline_parallel: int = 1
+    variable_seq_lengths: bool | None = None  # the model's, as the user sets it (None: MB's default)
 
 
 def _first(*candidates: tuple[str, str]) -> Any:
@@ -161,23 +163,26 @@ def _apply_packing(spec: PackingConfigSpec, dataset: Any) -> Any:
     return specs
 
 
-def tiny_gpt_provider(seq_length: int, cp: int, tp: int, sp: bool, per_token_loss: bool) -> Any:
-    """The smallest GPT model provider the validation rules look at."""
+def tiny_gpt_provider(
+    seq_length: int, cp: int, tp: int, sp: bool, per_token_loss: bool, pp: int = 1, extra: dict[str, Any] | None = None
+) -> Any:
+    """The smallest GPT model provider the validation rules look at (one layer per pipeline stage)."""
     provider_cls = symbol("megatron.bridge.models.gpt_provider", "GPTModelProvider")
     return provider_cls(
         **_kwargs_for(
             provider_cls,
             {
-                "num_layers": 1,
+                "num_layers": pp,
                 "hidden_size": 384,
                 "num_attention_heads": 12,  # divisible by every TP size the cases use (1, 2, 3, 4)
                 "seq_length": seq_length,
                 "apply_rope_fusion": False,
                 "context_parallel_size": cp,
                 "tensor_model_parallel_size": tp,
-                "pipeline_model_parallel_size": 1,
+                "pipeline_model_parallel_size": pp,
                 "sequence_parallel": sp,
                 "calculate_per_token_loss": per_token_loss,
+                **(extra or {}),
             },
         )
     )
@@ -293,8 +298,15 @@ def validate_packing_config(spec: PackingConfigSpec) -> dict[str, Any]:
     constructor (see :func:`_packed_dataset_stage`).
     """
     cfg = load_module("megatron.bridge.training.config")
+    extra = {"variable_seq_lengths": spec.variable_seq_lengths} if spec.variable_seq_lengths is not None else {}
     model = tiny_gpt_provider(
-        spec.seq_length, spec.context_parallel, spec.tensor_parallel, spec.sequence_parallel, spec.per_token_loss
+        spec.seq_length,
+        spec.context_parallel,
+        spec.tensor_parallel,
+        spec.sequence_parallel,
+        spec.per_token_loss,
+        pp=spec.pipeline_parallel,
+        extra=extra,
     )
     dataset = _dataset(spec, cfg)
     specs = _apply_packing(spec, dataset)
@@ -306,7 +318,9 @@ def validate_packing_config(spec: PackingConfigSpec) -> dict[str, Any]:
         micro_batch_size=spec.micro_batch_size,
         average_in_collective=spec.average_in_collective,
     )
-    outcome = run_validate(cfg, container, spec.context_parallel * spec.tensor_parallel)
+    outcome = run_validate(cfg, container, spec.context_parallel * spec.tensor_parallel * spec.pipeline_parallel)
     if outcome["accepted"] and specs is not None and spec.pad_cu_seqlens:
         return _packed_dataset_stage(spec)
+    if outcome["accepted"]:  # what finalisation left on the model (pipeline shapes)
+        outcome["variable_seq_lengths"] = getattr(container.model, "variable_seq_lengths", None)
     return outcome

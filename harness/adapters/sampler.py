@@ -5,7 +5,9 @@
 ``pad_samples_to_global_batch_size=True``, the way MB's data loader builds an epoch on one
 data-parallel rank (the sampler takes the rank as an argument, as each rank's loader does; it
 reads no process group); an incomplete last global batch is filled with negative indices, which
-MB's SFT datasets turn into loss-masked padding rows.
+MB's SFT datasets turn into loss-masked padding rows. ``drop_last=True, pad=False`` is the
+sampler's own default (what a loader gets unless the dataset config sets ``drop_last=False``):
+the incomplete last global batch is dropped instead.
 """
 
 from __future__ import annotations
@@ -28,6 +30,9 @@ def _batch_sampler() -> Callable[..., Any]:
         seed: int = 0,
         data_parallel_rank: int = 0,
         data_parallel_size: int = 1,
+        *,
+        drop_last: bool = False,
+        pad: bool = True,
     ) -> list[list[int]]:
         sampler = cls(
             total_samples=total_samples,
@@ -36,8 +41,8 @@ def _batch_sampler() -> Callable[..., Any]:
             global_batch_size=global_batch_size,
             data_parallel_rank=data_parallel_rank,
             data_parallel_size=data_parallel_size,
-            drop_last=False,
-            pad_samples_to_global_batch_size=True,
+            drop_last=drop_last,
+            pad_samples_to_global_batch_size=pad,
             **({"seed": seed} if accepts(cls.__init__, "seed") else {}),
         )
         return [[int(i) for i in b] for b in sampler]

@@ -22,16 +22,14 @@ case untestable there.
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
 from harness.adapters import Candidate, NotHere, Operation, Untestable, accepts, symbol
+from harness.adapters.sftspies import record_unpacked, unpacked_base, watch_global_rng
 from harness.eras import features
 
 KINDS = ("prompt", "completion", "chat")
@@ -126,81 +124,6 @@ load_tokenizer = Operation(
 )
 
 
-# --------------------------------------------------------------------------- the spy
-
-
-def _unpacked_base() -> Any:
-    for module in ("megatron.bridge.data.datasets.gpt_sft", "megatron.bridge.data.datasets.sft"):
-        try:
-            return symbol(module, "GPTSFTDataset")
-        except NotHere:
-            continue
-    raise NotHere("no GPTSFTDataset in data/datasets/gpt_sft or data/datasets/sft")
-
-
-@contextlib.contextmanager
-def _record_unpacked(base: Any) -> Iterator[list[Any]]:
-    """Record every unpacked SFT dataset constructed inside the block (packed ones excluded).
-
-    Wraps ``base.__init__`` for the block only; the wrapper calls the original unchanged, so MB
-    behaves exactly as without it. Packing preparation builds its unpacked dataset internally
-    and drops it; this is how the oracle gets MB's own unpacked view of the same examples.
-    """
-    seen: list[Any] = []
-    original = base.__init__
-
-    def init(self: Any, *args: Any, **kwargs: Any) -> None:
-        original(self, *args, **kwargs)
-        if "Packed" not in type(self).__name__ and self not in seen:
-            seen.append(self)
-
-    base.__init__ = init
-    try:
-        yield seen
-    finally:
-        base.__init__ = original
-
-
-@dataclass
-class RngWatch:
-    """What :func:`_watch_global_rng` saw: None until the preparation ran."""
-
-    kept: bool | None = None
-
-
-def _same_state(a: tuple[Any, ...], b: tuple[Any, ...]) -> bool:
-    return len(a) == len(b) and all(np.array_equal(x, y) if hasattr(x, "shape") else x == y for x, y in zip(a, b))
-
-
-@contextlib.contextmanager
-def _watch_global_rng(builder: Any) -> Iterator[RngWatch]:
-    """Record whether the builder's ``prepare_packed_data`` leaves numpy's global RNG untouched.
-
-    Every era's builder prepares packed data through that method; MB seeds a private shuffle and
-    restores the caller's state there (a user's own global RNG must not be reseeded by data
-    preparation). The wrapper is set on the instance for the block and calls the original
-    unchanged. The packed dataset built afterwards reseeds the global RNG by design, which is why
-    the state is read around the preparation and not around ``build()``.
-    """
-    watch = RngWatch()
-    original = getattr(builder, "prepare_packed_data", None)
-    if original is None:
-        yield watch
-        return
-
-    def prepare(*args: Any, **kwargs: Any) -> Any:
-        before = np.random.get_state()
-        out = original(*args, **kwargs)
-        watch.kept = _same_state(before, np.random.get_state())
-        return out
-
-    builder.prepare_packed_data = prepare
-    try:
-        yield watch
-    finally:
-        del builder.prepare_packed_data
-
-
 # --------------------------------------------------------------------------- builders
 
 
@@ -239,7 +162,7 @@ def _gpt_sft_builder() -> Callable[[SFTRequest], SFTBuild]:
     config_cls = symbol("megatron.bridge.data.builders.gpt_sft", "GPTSFTDatasetConfig")
     specs_cls = symbol("megatron.bridge.data.packing", "PackedSequenceSpecs")
     sft = "megatron.bridge.data.sft_processing"
-    base = _unpacked_base()
+    base = unpacked_base()
 
     def preprocessing(req: SFTRequest) -> tuple[Any, dict[str, Any]]:
         if req.kind == "prompt":  # the legacy prompt-template path a config without preprocessing takes
@@ -275,7 +198,7 @@ def _gpt_sft_builder() -> Callable[[SFTRequest], SFTBuild]:
                 offline_packing_specs=_specs(specs_cls, packing) if packing else None,
             )
             builder = builder_cls(config, req.tokenizer)
-            with _record_unpacked(base) as seen, _watch_global_rng(builder) as rng:
+            with record_unpacked(base) as seen, watch_global_rng(builder) as rng:
                 train = builder.build()[0]
             meta = builder.pack_metadata if packing is not None else None
             return train, seen, meta, rng.kept
@@ -314,7 +237,7 @@ def _finetuning_builder() -> Callable[[SFTRequest], SFTBuild]:
             continue
     if specs_cls is None:
         raise NotHere("no PackedSequenceSpecs")
-    base = _unpacked_base()
+    base = unpacked_base()
     era = "data/builders/finetuning_dataset.FinetuningDatasetBuilder"
 
     chat_cls = symbol(base.__module__, "GPTSFTChatDataset")
@@ -349,7 +272,7 @@ def _finetuning_builder() -> Callable[[SFTRequest], SFTBuild]:
                 "do_test": False,
             }
             builder = builder_cls(**{k: v for k, v in kwargs.items() if accepts(builder_cls.__init__, k)})
-            with _record_unpacked(base) as seen, _watch_global_rng(builder) as rng:
+            with record_unpacked(base) as seen, watch_global_rng(builder) as rng:
                 train = builder.build()[0]
             meta = getattr(builder, "pack_metadata", None) if packing is not None else None
             return train, seen, meta, rng.kept
