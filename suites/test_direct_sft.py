@@ -18,13 +18,13 @@ allows.
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field, replace
 from typing import Any
 
 import pytest
 
 from harness.adapters import batch as batch_ops
+from harness.adapters import vlmstep
 from harness.adapters.chatcollate import collated_examples
 from harness.adapters.directsft import DirectSFTRequest, direct_sft
 from harness.oracle import corpus, differential, tokenizer, truncation
@@ -77,11 +77,8 @@ class Case:
 
 
 def _need(layout: tuple[int, int, bool] | None) -> int:
-    """What CP's and SP's splits need a row's width to divide by (2*CP, CP*TP under SP)."""
-    if layout is None:
-        return 1
-    cp, tp, sp = layout
-    return math.lcm(2 * cp if cp > 1 else 1, cp * tp if sp and tp > 1 else 1)
+    """What CP's and SP's splits need a row's width to divide by (the documented lcm, 1 without a layout)."""
+    return vlmstep.in_batch_multiple(*layout) if layout is not None else 1
 
 
 _TO_MAX = {"pad_to_max_length": True, "pad_to_multiple_of": 1}
