@@ -164,30 +164,37 @@ def compare(
     )
 
 
+def request(case: SFTCase, root: Path, **over: Any) -> sft.SFTRequest:
+    """The SFT request ``case`` configures over the dataset written at ``root`` (fields overridable)."""
+    fields: dict[str, Any] = {
+        "kind": case.kind,
+        "full_loss": case.full_loss,
+        "packing": case.packing,
+        "seed": case.seed if case.mb_seed is None else case.mb_seed,
+        "max_train_samples": case.max_samples,
+        "truncation_method": case.truncation_method,
+    }
+    fields.update(over)
+    return sft.SFTRequest(root, load_tokenizer(case.distinct_eod), case.seq, **fields)
+
+
+def collated_rows(ds: Any) -> tuple[list[dict[str, Any]], list[differential.PackedRow]]:
+    """Every packed row of ``ds``, each collated alone through its own ``collate_fn`` (MBS 1)."""
+    batches = [ds.collate_fn([ds[i]]) for i in range(len(ds))]
+    return batches, [row for b in batches for row in batch_ops.packed_rows(b)]
+
+
 @functools.cache
-def built(case: SFTCase) -> Built:
-    """Build ``case`` through MB (packed + captured unpacked reference) and run the oracle."""
-    tok = load_tokenizer(case.distinct_eod)
+def built(case: SFTCase, constructor: bool = False) -> Built:
+    """Build ``case`` through MB (packed + captured unpacked reference) and run the oracle.
+    ``constructor``: through the keyword-argument ``FinetuningDatasetBuilder`` instead."""
     root = corpus.write_dataset_root(_workdir(case.id), case.corpus)
-    req = sft.SFTRequest(
-        root,
-        tok,
-        case.seq,
-        kind=case.kind,
-        full_loss=case.full_loss,
-        packing=case.packing,
-        seed=case.seed if case.mb_seed is None else case.mb_seed,
-        max_train_samples=case.max_samples,
-        truncation_method=case.truncation_method,
-    )
-    result = sft.build_sft(req)
+    result = (sft.build_sft_constructor if constructor else sft.build_sft)(request(case, root))
     if result.prep_reference is None:
         raise AssertionError("MB's packing preparation built no unpacked dataset the oracle could read")
     examples = batch_ops.unpacked_examples(result.prep_reference)
-    ds = result.train
-    batches = [ds.collate_fn([ds[i]]) for i in range(len(ds))]
-    rows = [row for b in batches for row in batch_ops.packed_rows(b)]
-    ids = tokenizer.special_ids(tok)
+    batches, rows = collated_rows(result.train)
+    ids = tokenizer.special_ids(load_tokenizer(case.distinct_eod))
     return Built(case, result, examples, rows, batches, compare(case, examples, rows, ids), ids)
 
 
@@ -218,19 +225,8 @@ def canonical_rows(rows: list[differential.PackedRow]) -> list[dict[str, Any]]:
 @functools.cache
 def reference(case: SFTCase) -> tuple[differential.Example, ...]:
     """MB's unpacked split for ``case`` (what a user without packing trains on), as examples."""
-    tok = load_tokenizer(case.distinct_eod)
     root = corpus.write_dataset_root(_workdir(case.id + "-unpacked"), case.corpus)
-    result = sft.build_sft(
-        sft.SFTRequest(
-            root,
-            tok,
-            case.seq,
-            kind=case.kind,
-            full_loss=case.full_loss,
-            seed=case.seed,
-            truncation_method=case.truncation_method,
-        )
-    )
+    result = sft.build_sft(request(case, root, packing=None, max_train_samples=None, seed=case.seed))
     return tuple(batch_ops.unpacked_examples(result.unpacked))
 
 

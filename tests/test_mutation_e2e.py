@@ -60,6 +60,32 @@ CHECKS = {
         "test_padded_rows_keep_the_multiple and cp4",
         "not a multiple",
     ),
+    # the "single" and "cyclic" samplers of MB's loader factory, per data-parallel rank
+    "single_sampler_slice_ignores_micro_batch": ("data_loaders", "single-drop-last-dp2-mbs2", "trained twice"),
+    "random_sampler_buckets_not_offset": ("data_loaders", "cyclic-dp4", "trained twice"),
+    # pre-packed files the user names, and the deprecated constructor-style builder
+    "named_packed_train_path_ignored": (
+        "offline_packed_dataset",
+        "test_packed_files_the_user_names and plain",
+        "does not train on the packed file the user named",
+    ),
+    # pad_cu_seqlens then looks for its metadata under dataset_root, where none was written: MB crashes
+    "named_packed_metadata_path_ignored": (
+        "offline_packed_dataset",
+        "test_packed_files_the_user_names and pad-cu-seqlens",
+        "FileNotFoundError",
+    ),
+    "named_packed_file_existence_unchecked": (
+        "offline_packed_dataset",
+        "test_a_named_packed_file_that_is_missing_is_refused",
+        "names no file",
+    ),
+    # packing preparation then keeps examples longer than the pack, and MB's packing raises on them
+    "constructor_seq_length_dropped": (
+        "offline_packed_dataset",
+        "test_deprecated_constructor_builds_what_the_config_builds",
+        "KeyError",
+    ),
     # direct HF SFT (DirectHFSFTDatasetConfig -> DirectSFTDataset -> the text collates)
     "direct_sft_defer_ignored": ("direct_sft", "test_deferred and completion-deferred", "the collate packed already"),
     "text_collate_pad_to_max_length_ignored": (
@@ -93,6 +119,12 @@ LAYERS = {
     "legacy_truncation_side_swapped": "preparation",
     "sequence_tensor_not_packed": "in_batch",
     "sampler_drop_last_ignored": "sampler",
+    "named_packed_train_path_ignored": "preparation",
+    "single_sampler_slice_ignores_micro_batch": "sampler",
+    "random_sampler_buckets_not_offset": "sampler",
+    "named_packed_metadata_path_ignored": "preparation",
+    "named_packed_file_existence_unchecked": "config",
+    "constructor_seq_length_dropped": "preparation",
     "pp_static_shapes_with_in_batch_packing": "config",
 }
 

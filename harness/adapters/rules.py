@@ -35,6 +35,7 @@ class Rule(enum.StrEnum):
     OFFLINE_IN_BATCH_EXCLUSIVE = "offline-in-batch-exclusive"
     PAD_CU_SEQLENS_NEEDS_PAD_TO_MAX = "pad-cu-seqlens-needs-pad-to-max-length"
     SEQ_DIVISIBLE_BY_COLLATE_MULTIPLE = "seq-length-divisible-by-collate-multiple"
+    NAMED_PACKED_FILE_EXISTS = "named-packed-file-must-exist"  # PackedSequenceSpecs.packed_*_path
 
 
 SIGNATURES: dict[Rule, re.Pattern[str]] = {
@@ -48,6 +49,12 @@ SIGNATURES: dict[Rule, re.Pattern[str]] = {
     Rule.OFFLINE_IN_BATCH_EXCLUSIVE: re.compile(r"offline_packing and enable_in_batch_packing are mutually exclusive"),
     Rule.PAD_CU_SEQLENS_NEEDS_PAD_TO_MAX: re.compile(r"pad_cu_seqlens.*pad_to_max_length|pad_to_max_length.*pad_cu"),
     Rule.SEQ_DIVISIBLE_BY_COLLATE_MULTIPLE: re.compile(r"divisible by the cp/sp collate padding multiple"),
+    # 0.3.1: "packed training data file does not exist"; since: "packed_train_data_path file does not
+    # exist" (.npy) or "... resolved to no files" / "could not be resolved" (parquet)
+    Rule.NAMED_PACKED_FILE_EXISTS: re.compile(
+        r"packed[ _](training|train|validation|val)[ _]data([ _]path)? file does not exist"
+        r"|packed_(train|val)_data_path (resolved to no files|could not be resolved)"
+    ),
 }
 
 

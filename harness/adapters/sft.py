@@ -39,6 +39,16 @@ answer from ``answer_start_idx``), ``completion`` = explicit prompt-completion p
 
 
 @dataclass(frozen=True)
+class PackedPaths:
+    """Packed files the user names (``PackedSequenceSpecs.packed_*_path``) instead of MB's default
+    place under ``dataset_root``: MB reads a file that exists there and packs into one that does not."""
+
+    train: Path
+    validation: Path | None = None
+    metadata: Path | None = None
+
+
+@dataclass(frozen=True)
 class OfflinePacking:
     """The user's offline packing settings (``PackedSequenceSpecs`` + dataset kwargs)."""
 
@@ -46,6 +56,7 @@ class OfflinePacking:
     pad_seq_to_mult: int = 1
     pad_cu_seqlens: bool = False
     pad_to_max_length: bool = False
+    paths: PackedPaths | None = None
 
 
 @dataclass(frozen=True)
@@ -59,6 +70,7 @@ class SFTRequest:
     seed: int = 1234
     max_train_samples: int | None = None
     truncation_method: str | None = None  # "left" / "right" for an overlong prompt; None: MB's default
+    validation: bool = False  # build the validation split too (do_validation)
 
     def __post_init__(self) -> None:
         if self.kind not in KINDS:
@@ -79,6 +91,8 @@ class SFTBuild:
     notes: list[str] = field(default_factory=list)
     # did MB's packing preparation leave numpy's global RNG state as it found it (None: not seen)
     prep_rng_kept: bool | None = None
+    valid: Any | None = None  # the validation split (SFTRequest.validation)
+    packed_files: dict[str, Path] = field(default_factory=dict)  # train / validation / metadata, as MB resolved them
 
 
 # --------------------------------------------------------------------------- tokenizer
@@ -144,17 +158,64 @@ _SPEC_FEATURES = {"pad_seq_to_mult": "aligned-offline-packing", "pad_cu_seqlens"
 
 def _specs(cls: Any, packing: OfflinePacking) -> Any:
     names = {f.name for f in dataclasses.fields(cls)}
+    paths = packing.paths
     wanted = {
         "packed_sequence_size": packing.pack_size,
         "pad_seq_to_mult": packing.pad_seq_to_mult,
         "pad_cu_seqlens": packing.pad_cu_seqlens,
+        "packed_train_data_path": str(paths.train) if paths else None,
+        "packed_val_data_path": str(paths.validation) if paths and paths.validation else None,
+        "packed_metadata_path": str(paths.metadata) if paths and paths.metadata else None,
     }
-    missing = [k for k, v in wanted.items() if k not in names and v not in (1, False)]
+    missing = [k for k, v in wanted.items() if k not in names and v not in (1, False, None)]
     if missing:
         reason = f"PackedSequenceSpecs has no {', '.join(missing)} in this era"
         keys = [_SPEC_FEATURES[k] for k in missing if k in _SPEC_FEATURES]
         raise features.missing(keys[0], reason) if keys else Untestable(reason)
-    return cls(**{k: v for k, v in wanted.items() if k in names})
+    return cls(**{k: v for k, v in wanted.items() if k in names and v is not None})
+
+
+_PACKED_FILES = {"train": "train_path_packed", "validation": "validation_path_packed", "metadata": "pack_metadata"}
+
+
+def _packed_files(builder: Any) -> dict[str, Path]:
+    """Where MB's builder put (or found) the packed files: its own resolution of the user's paths."""
+    out = {}
+    for key, attr in _PACKED_FILES.items():
+        try:
+            out[key] = Path(str(getattr(builder, attr)))
+        except (AttributeError, ValueError):
+            continue
+    return out
+
+
+Made = tuple[list[Any], list[Any], Any, "bool | None"]
+"""One builder run: its splits, the unpacked datasets the spy saw, the builder, the RNG watch."""
+
+
+def _run(builder: Any, base: Any) -> Made:
+    with record_unpacked(base) as seen, watch_global_rng(builder) as rng:
+        splits = list(builder.build())
+    return splits, seen, builder, rng.kept
+
+
+def _finish(req: SFTRequest, era: str, made: Made) -> SFTBuild:
+    """The split(s) of one build: unpacked (the reference is the split itself) or packed."""
+    splits, seen, builder, kept = made
+    train, valid = splits[0], (splits[1] if req.validation else None)
+    if req.packing is None:
+        return SFTBuild(train, None, train, era, valid=valid)
+    meta = getattr(builder, "pack_metadata", None)
+    return SFTBuild(
+        train,
+        seen[0] if seen else None,
+        None,
+        era,
+        Path(meta) if meta else None,
+        prep_rng_kept=kept,
+        valid=valid,
+        packed_files=_packed_files(builder),
+    )
 
 
 def _gpt_sft_builder() -> Callable[[SFTRequest], SFTBuild]:
@@ -183,44 +244,32 @@ def _gpt_sft_builder() -> Callable[[SFTRequest], SFTBuild]:
 
     def build(req: SFTRequest) -> SFTBuild:
         prep, kwargs = preprocessing(req)
-
-        def make(packing: OfflinePacking | None) -> tuple[Any, list[Any], Any, bool | None]:
-            config = config_cls(
-                seq_length=req.seq_length,
-                dataset_root=str(req.root),
-                seed=req.seed,
-                do_validation=False,
-                do_test=False,
-                preprocessing=prep,
-                dataset_kwargs=dict(kwargs) or None,
-                max_train_samples=req.max_train_samples,
-                enable_offline_packing=packing is not None,
-                offline_packing_specs=_specs(specs_cls, packing) if packing else None,
-            )
-            builder = builder_cls(config, req.tokenizer)
-            with record_unpacked(base) as seen, watch_global_rng(builder) as rng:
-                train = builder.build()[0]
-            meta = builder.pack_metadata if packing is not None else None
-            return train, seen, meta, rng.kept
-
-        if req.packing is None:
-            train, _, _, _ = make(None)
-            return SFTBuild(train, None, train, "data/builders/gpt_sft.GPTSFTDatasetBuilder")
-        train, seen, meta, kept = make(req.packing)
-        return SFTBuild(
-            train,
-            seen[0] if seen else None,
-            None,
-            "data/builders/gpt_sft.GPTSFTDatasetBuilder",
-            Path(meta) if meta else None,
-            prep_rng_kept=kept,
+        packing = req.packing
+        config = config_cls(
+            seq_length=req.seq_length,
+            dataset_root=str(req.root),
+            seed=req.seed,
+            do_validation=req.validation,
+            do_test=False,
+            preprocessing=prep,
+            dataset_kwargs=dict(kwargs) or None,
+            max_train_samples=req.max_train_samples,
+            enable_offline_packing=packing is not None,
+            offline_packing_specs=_specs(specs_cls, packing) if packing else None,
+        )
+        return _finish(
+            req, "data/builders/gpt_sft.GPTSFTDatasetBuilder", _run(builder_cls(config, req.tokenizer), base)
         )
 
     return build
 
 
-def _finetuning_builder() -> Callable[[SFTRequest], SFTBuild]:
-    builder_cls = symbol("megatron.bridge.data.builders.finetuning_dataset", "FinetuningDatasetBuilder")
+def _finetuning_builder(
+    module: str = "megatron.bridge.data.builders.finetuning_dataset",
+) -> Callable[[SFTRequest], SFTBuild]:
+    """The constructor-style builder: the SFT builder itself until it moved to ``data/builders/gpt_sft``
+    (2026), a deprecated ``GPTSFTDatasetBuilder`` adapter of the same signature there since."""
+    builder_cls = symbol(module, "FinetuningDatasetBuilder")
     # the packing specs argument: packed_sequence_specs, then (June 2026, before the SFT builder
     # moved to data/builders/gpt_sft) enable_offline_packing + offline_packing_specs
     renamed = accepts(builder_cls.__init__, "enable_offline_packing", "offline_packing_specs")
@@ -238,7 +287,7 @@ def _finetuning_builder() -> Callable[[SFTRequest], SFTBuild]:
     if specs_cls is None:
         raise NotHere("no PackedSequenceSpecs")
     base = unpacked_base()
-    era = "data/builders/finetuning_dataset.FinetuningDatasetBuilder"
+    era = module.removeprefix("megatron.bridge.").replace(".", "/") + ".FinetuningDatasetBuilder"
 
     chat_cls = symbol(base.__module__, "GPTSFTChatDataset")
     hf_chat = accepts(chat_cls.__init__, "use_hf_tokenizer_chat_template")
@@ -257,31 +306,22 @@ def _finetuning_builder() -> Callable[[SFTRequest], SFTBuild]:
                 "(GPTSFTChatDataset has no use_hf_tokenizer_chat_template)",
             )
 
-        def make(packing: OfflinePacking | None) -> tuple[Any, list[Any], Any, bool | None]:
-            kwargs: dict[str, Any] = {
-                "dataset_root": req.root,
-                "tokenizer": req.tokenizer,
-                "seq_length": req.seq_length,
-                "seed": req.seed,
-                "max_train_samples": req.max_train_samples,
-                "packed_sequence_specs": _specs(specs_cls, packing) if packing else None,
-                "offline_packing_specs": _specs(specs_cls, packing) if packing else None,
-                "enable_offline_packing": packing is not None,
-                "dataset_kwargs": _legacy_kwargs(req),
-                "do_validation": False,
-                "do_test": False,
-            }
-            builder = builder_cls(**{k: v for k, v in kwargs.items() if accepts(builder_cls.__init__, k)})
-            with record_unpacked(base) as seen, watch_global_rng(builder) as rng:
-                train = builder.build()[0]
-            meta = getattr(builder, "pack_metadata", None) if packing is not None else None
-            return train, seen, meta, rng.kept
-
-        if req.packing is None:
-            train, _, _, _ = make(None)
-            return SFTBuild(train, None, train, era)
-        train, seen, meta, kept = make(req.packing)
-        return SFTBuild(train, seen[0] if seen else None, None, era, Path(meta) if meta else None, prep_rng_kept=kept)
+        packing = req.packing
+        kwargs: dict[str, Any] = {
+            "dataset_root": req.root,
+            "tokenizer": req.tokenizer,
+            "seq_length": req.seq_length,
+            "seed": req.seed,
+            "max_train_samples": req.max_train_samples,
+            "packed_sequence_specs": _specs(specs_cls, packing) if packing else None,
+            "offline_packing_specs": _specs(specs_cls, packing) if packing else None,
+            "enable_offline_packing": packing is not None,
+            "dataset_kwargs": _legacy_kwargs(req),
+            "do_validation": req.validation,
+            "do_test": False,
+        }
+        builder = builder_cls(**{k: v for k, v in kwargs.items() if accepts(builder_cls.__init__, k)})
+        return _finish(req, era, _run(builder, base))
 
     return build
 
@@ -293,3 +333,17 @@ build_sft = Operation(
         Candidate("data/builders/finetuning_dataset.FinetuningDatasetBuilder", _finetuning_builder),
     ],
 )
+
+build_sft_constructor = Operation(
+    "build_sft_constructor",
+    [
+        Candidate(
+            "data/builders/gpt_sft.FinetuningDatasetBuilder",
+            lambda: _finetuning_builder("megatron.bridge.data.builders.gpt_sft"),
+        ),
+        Candidate("data/builders/finetuning_dataset.FinetuningDatasetBuilder", _finetuning_builder),
+    ],
+)
+"""``FinetuningDatasetBuilder(dataset_root, tokenizer, seq_length, ..., enable_offline_packing,
+offline_packing_specs, dataset_kwargs)``: the keyword-argument builder a user's older config calls
+(deprecated, still shipped): it must build what ``GPTSFTDatasetBuilder`` builds for the same settings."""

@@ -1,0 +1,113 @@
+"""Which rows each data-parallel rank trains: MB's loader factory over packed datasets, per rank.
+
+MB's data loader builder hands every dataset to ``build_pretraining_data_loader`` with the
+config's ``dataloader_type``: "batch" (the global-batch sampler, checked in
+``padding_loss_masks``), "single" (``MegatronPretrainingSampler``: sequential, each rank its slice
+of every ``micro * DP`` indices; ``drop_last`` decides the incomplete tail) or "cyclic"
+(``MegatronPretrainingRandomSampler``: a seeded permutation per epoch, with MB's default
+``data_sharding`` each rank its own bucket; an incomplete tail is dropped). Here each rank's loader
+is built with its rank (the factory takes rank and size as arguments, as each rank's builder
+does) and read for one epoch.
+
+Invariants: every rank takes as many steps (a rank short of a step hangs the step's collectives)
+and no micro-batch is empty (MB's collate cannot pad nothing) or larger than the micro-batch
+size; across the ranks no row is trained twice in an epoch; "single" trains every row of the
+complete ``micro * DP`` strides (and the tail with ``drop_last=False``), "cyclic" drops fewer rows
+than one stride; every row the loaders collate is held to the oracle (MB's unpacked path, per
+real token; padding never trains).
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from harness.adapters import batch as batch_ops
+from harness.adapters import sampler
+from harness.oracle.impact import Impact, require
+from suites import _oracle
+from suites._explain import multiset_difference
+
+pytestmark = pytest.mark.import_group("light")
+
+PROMPT = _oracle.CleanCase("loader-prompt-mult4", seed=91, mult=4, n=20)
+SHORT = _oracle.CleanCase("loader-prompt-mult1", seed=93, n=16)
+
+# (case, dataloader_type, drop_last, data-parallel size, micro-batch size)
+CASES = [
+    (PROMPT, "single", True, 2, 1),
+    (PROMPT, "single", False, 2, 1),
+    (SHORT, "single", True, 2, 2),
+    (SHORT, "single", False, 2, 2),
+    (PROMPT, "cyclic", True, 2, 1),
+    (SHORT, "cyclic", True, 4, 1),
+    (SHORT, "cyclic", True, 2, 2),
+]
+
+
+def _id(case: _oracle.SFTCase, kind: str, drop_last: bool, dp: int, mbs: int) -> str:
+    tail = "" if kind == "cyclic" else ("-drop-last" if drop_last else "-keep-last")
+    return f"{case.id}-{kind}{tail}-dp{dp}-mbs{mbs}"
+
+
+@pytest.mark.parametrize("case,kind,drop_last,dp,mbs", [_oracle.case_param(*c, id=_id(*c)) for c in CASES])
+def test_rows_per_data_parallel_rank(golden, case, kind, drop_last, dp, mbs):
+    b = _oracle.built(case)
+    ds = b.build.train
+    total, stride = len(ds), mbs * dp
+    epochs = [sampler.pretraining_loader(ds, kind, mbs, r, dp, drop_last=drop_last, seed=case.seed) for r in range(dp)]
+    per_rank = [e.indices for e in epochs]
+    require(
+        len({len(p) for p in per_rank}) == 1,
+        Impact.CRASH,
+        f"every DP rank takes as many steps: {[len(p) for p in per_rank]} ({total} rows, {dp} ranks, micro {mbs})",
+    )
+    for r, batches in enumerate(per_rank):
+        for step, batch in enumerate(batches):
+            require(
+                0 < len(batch) <= mbs,
+                Impact.CRASH,
+                f"rank {r} step {step}: a micro-batch of {len(batch)} rows (micro-batch size {mbs}; an empty one "
+                "leaves MB's collate nothing to pad and the rank's step without data)",
+            )
+            if kind == "cyclic" or step < len(batches) - 1:
+                require(len(batch) == mbs, Impact.CRASH, f"rank {r} step {step}: {len(batch)} rows, not {mbs}")
+    # a negative index is a padding row (MB's GPT SFT datasets turn it into one that trains nothing)
+    flat = [i for batches in per_rank for batch in batches for i in batch if i >= 0]
+    require(
+        len(set(flat)) == len(flat),
+        Impact.WRONG_LOSS_NORMALISATION,
+        "a row trained twice in one epoch across the DP ranks: "
+        + multiset_difference(sorted(set(flat)), sorted(flat), "row index"),
+    )
+    require(all(i < total for i in flat), Impact.CRASH, f"an index outside the {total} rows: {sorted(flat)}")
+    complete = total - total % stride
+    if kind == "single":
+        want = list(range(total if not drop_last else complete))
+        require(
+            sorted(flat) == want,
+            Impact.DROPS_TRAINED_TOKEN,
+            f"'single' with drop_last={drop_last} trains rows {want[0]}..{want[-1]} once each: "
+            + multiset_difference(want, sorted(flat), "row index"),
+        )
+    else:
+        require(
+            len(flat) >= complete,
+            Impact.DROPS_TRAINED_TOKEN,
+            f"'cyclic' drops only an incomplete stride ({total % stride} of {total} rows): it trained {len(flat)}",
+        )
+    for e in epochs:  # what each rank's loader collates, held to MB's unpacked path; padding trains nothing
+        rows = [
+            row
+            for indices, batch in zip(e.indices, e.loader)
+            for row in batch_ops.packed_rows(batch, padding_rows={k for k, i in enumerate(indices) if i < 0})
+        ]
+        require(
+            len(rows) == sum(len(x) for x in e.indices),
+            Impact.CRASH,
+            f"the loader collated {len(rows)} rows, its sampler handed out {sum(len(x) for x in e.indices)}",
+        )
+        real = [row for row in rows if not row.padding_row]
+        _oracle.compare(case, b.examples, real, b.special_ids, expect_all_packed=False).assert_ok()
+        pads = [row for row in rows if row.padding_row]
+        _oracle.compare(case, [], pads, b.special_ids, expect_all_packed=False).assert_ok()
+    golden.check({"rows": total, "per_rank": per_rank})
