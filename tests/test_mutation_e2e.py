@@ -63,6 +63,13 @@ CHECKS = {
     # the "single" and "cyclic" samplers of MB's loader factory, per data-parallel rank
     "single_sampler_slice_ignores_micro_batch": ("data_loaders", "single-drop-last-dp2-mbs2", "trained twice"),
     "random_sampler_buckets_not_offset": ("data_loaders", "cyclic-dp4", "trained twice"),
+    # pretraining samples (megatron-core's GPTDataset through MB's GPTDatasetConfig)
+    "gpt_dataset_eod_mask_shifted": ("pretraining_dataset", "seq32-eod-mask-loss", "loss mask"),
+    "gpt_dataset_reset_attention_keeps_previous_document": (
+        "pretraining_dataset",
+        "reset-positions-and-attention",
+        "may attend",
+    ),
     # pre-packed files the user names, and the deprecated constructor-style builder
     "named_packed_train_path_ignored": (
         "offline_packed_dataset",
@@ -120,6 +127,8 @@ LAYERS = {
     "sequence_tensor_not_packed": "in_batch",
     "sampler_drop_last_ignored": "sampler",
     "named_packed_train_path_ignored": "preparation",
+    "gpt_dataset_eod_mask_shifted": "preparation",
+    "gpt_dataset_reset_attention_keeps_previous_document": "preparation",
     "single_sampler_slice_ignores_micro_batch": "sampler",
     "random_sampler_buckets_not_offset": "sampler",
     "named_packed_metadata_path_ignored": "preparation",

@@ -79,16 +79,29 @@ def test_entry_applies_to_installed_mb_and_compiles(fault: Fault, tmp_path):
     pkg = _pkg()
     for e in fault.edits:
         assert e.occurrences(pkg) == 1, f"{fault.id}: search text must occur exactly once in {e.file}"
-    for name in {e.file for e in fault.edits}:
-        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
-        shutil.copy(pkg / name, tmp_path / name)
-    assert fault.apply(tmp_path)
-    for name in {e.file for e in fault.edits}:
-        text = (tmp_path / name).read_text()
-        assert text != (pkg / name).read_text(), f"{fault.id}: {name} unchanged"
-        compile(text, name, "exec")  # the mutant still compiles: a behaviour change, not a syntax error
+    copy = tmp_path / "megatron" / "bridge"  # the same layout as a mutant: megatron-core beside MB
     for e in fault.edits:
-        assert e.replace in (tmp_path / e.file).read_text()
+        e.path(copy).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy(e.path(pkg), e.path(copy))
+    assert fault.apply(copy)
+    for e in {e.file: e for e in fault.edits}.values():
+        text = e.path(copy).read_text()
+        assert text != e.path(pkg).read_text(), f"{fault.id}: {e.file} unchanged"
+        compile(text, e.file, "exec")  # the mutant still compiles: a behaviour change, not a syntax error
+    for e in fault.edits:
+        assert e.replace in e.path(copy).read_text()
+
+
+def test_a_core_edit_lands_in_megatron_core_beside_mb(tmp_path):
+    """An edit prefixed ``core:`` names a file of megatron-core, the package beside MB's."""
+    (tmp_path / "megatron" / "bridge").mkdir(parents=True)
+    (tmp_path / "megatron" / "core").mkdir()
+    (tmp_path / "megatron" / "core" / "a.py").write_text("x = 1\n")
+    f = Fault("x", (Edit("core:a.py", "x = 1", "x = 2"),), ("s",), "d")
+    assert f.occurrences(tmp_path / "megatron" / "bridge") == 1
+    assert f.apply(tmp_path / "megatron" / "bridge")
+    assert (tmp_path / "megatron" / "core" / "a.py").read_text() == "x = 2\n"
+    assert Fault("y", (Edit("core:../a.py", "x", "y"),), ("s",), "d").problems(), "a core path must stay inside"
 
 
 def test_missing_search_text_is_not_applicable(tmp_path):

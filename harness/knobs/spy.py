@@ -73,11 +73,15 @@ def _field_knobs(module: str, owner: str, cls: type) -> list[Knob]:
     return out
 
 
-def _wrap(fn: Callable[..., Any], knobs: list[Knob]) -> Callable[..., Any]:
+def _wrap(fn: Callable[..., Any], knobs: list[Knob], defaults: dict[str, Any] | None = None) -> Callable[..., Any]:
+    """``fn`` recording its knob arguments. A constructor that takes fields through ``**kwargs``
+    (MB's ``GPTDatasetConfig`` hands them to megatron-core's) has them counted by name, and a
+    dataclass field it was not given counts as its ``defaults`` value, not passed."""
     try:
         sig = inspect.signature(fn)
     except (TypeError, ValueError):
         return fn
+    var_kw = [p.name for p in sig.parameters.values() if p.kind is inspect.Parameter.VAR_KEYWORD]
 
     @functools.wraps(fn)
     def spied(*args: Any, **kwargs: Any) -> Any:
@@ -85,7 +89,15 @@ def _wrap(fn: Callable[..., Any], knobs: list[Knob]) -> Callable[..., Any]:
             bound = sig.bind(*args, **kwargs)
             passed = set(bound.arguments)
             bound.apply_defaults()
-            _record(knobs, dict(bound.arguments), passed)
+            arguments = dict(bound.arguments)
+            for name in var_kw:
+                extra = arguments.pop(name, None) or {}
+                passed.discard(name)
+                arguments.update(extra)
+                passed |= set(extra)
+            for name, value in (defaults or {}).items():
+                arguments.setdefault(name, value)
+            _record(knobs, arguments, passed)
         except TypeError:
             pass  # the call itself will say what is wrong with it
         return fn(*args, **kwargs)
@@ -109,7 +121,12 @@ def _patch(module: ModuleType) -> None:
             knobs = _field_knobs(name, owner, obj) if dataclasses.is_dataclass(obj) else scanned
             for k in knobs:
                 _KNOBS[k.key] = k
-            obj.__init__ = _wrap(obj.__init__, knobs)  # type: ignore[misc]
+            defaults = (
+                {f.name: f.default for f in dataclasses.fields(obj) if f.default is not dataclasses.MISSING}
+                if dataclasses.is_dataclass(obj)
+                else None
+            )
+            obj.__init__ = _wrap(obj.__init__, knobs, defaults)  # type: ignore[misc]
         elif callable(obj) and not getattr(obj, "__harness_spied__", False):
             setattr(module, top, _wrap(obj, scanned))
 

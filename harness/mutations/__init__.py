@@ -37,16 +37,33 @@ validation, and the bin-packing algorithms."""
 KINDS = ("fault", "fix")
 
 
+CORE = "core:"
+"""Prefix of an edit's file in megatron-core (``core:datasets/gpt_dataset.py``): a bug MB ships
+through its megatron-core dependency is known by a fix there; the mutant then carries a copy of
+megatron-core beside its copy of MB (``megatron`` is a namespace package, the copy comes first)."""
+
+
 @dataclass(frozen=True)
 class Edit:
-    """One exact search/replace in one file of the ``megatron/bridge`` package."""
+    """One exact search/replace in one file of the ``megatron/bridge`` package (or, prefixed
+    :data:`CORE`, of the ``megatron/core`` package beside it)."""
 
     file: str
     search: str
     replace: str
 
+    @property
+    def in_core(self) -> bool:
+        return self.file.startswith(CORE)
+
+    def path(self, package_dir: Path) -> Path:
+        """The edited file for the MB package at ``package_dir`` (megatron-core: its sibling)."""
+        if self.in_core:
+            return Path(package_dir).parent / "core" / self.file.removeprefix(CORE)
+        return Path(package_dir) / self.file
+
     def occurrences(self, package_dir: Path) -> int:
-        path = Path(package_dir) / self.file
+        path = self.path(package_dir)
         if not path.is_file():
             return 0
         return path.read_text(encoding="utf-8").count(self.search)
@@ -118,7 +135,8 @@ class Fault:
         for e in self.edits:
             if not e.search or e.search == e.replace:
                 out.append(f"edit of {e.file}: empty search or replace equal to search")
-            if Path(e.file).is_absolute() or ".." in Path(e.file).parts:
+            rel = Path(e.file.removeprefix(CORE))
+            if rel.is_absolute() or ".." in rel.parts:
                 out.append(f"edit of {e.file}: path must stay inside the package")
         if not self.catchable and not self.reason:
             out.append("catchable is false but no reason says why")
@@ -140,7 +158,7 @@ class Fault:
             return False
         texts: dict[Path, str] = {}
         for e in self.edits:
-            path = Path(package_dir) / e.file
+            path = e.path(package_dir)
             text = texts.get(path, path.read_text(encoding="utf-8"))
             if text.count(e.search) != 1:
                 return False  # an earlier edit of the same file consumed or duplicated this one's text
@@ -190,7 +208,10 @@ def make_mutant(fault: Fault | None, src_pkg: Path | None = None, parent: Path |
     dest = root / "megatron" / "bridge"
     # __pycache__ is copied too: the edited file's new mtime invalidates its stale .pyc, the rest import fast
     shutil.copytree(src_pkg, dest)
-    # megatron is a namespace package: megatron.core still resolves from site-packages
+    # megatron is a namespace package: megatron.core still resolves from site-packages, unless the
+    # fault edits megatron-core too (then its copy sits beside MB's and is found first)
+    if fault is not None and any(e.in_core for e in fault.edits):
+        shutil.copytree(src_pkg.parent / "core", root / "megatron" / "core")
     if fault is not None and not fault.apply(dest):
         shutil.rmtree(root, ignore_errors=True)
         return None

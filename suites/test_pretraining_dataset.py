@@ -1,0 +1,189 @@
+"""Pretraining packs documents into fixed-length samples: megatron-core's GPTDataset through MB's config.
+
+What a user does: documents tokenized with a real tokenizer and written with megatron-core's
+``IndexedDatasetBuilder`` (EOD appended, as ``preprocess_data.py --append-eod``), MB's
+``GPTDatasetConfig`` (``blend``, ``split``, ``eod_mask_loss``, ``reset_position_ids``,
+``reset_attention_mask``, ``drop_last_partial_validation_sequence``), ``finalize()``, MB's
+``pretrain_train_valid_test_datasets_provider``. Every sample of the training and validation
+splits is checked against the documents as written (the reference is the data itself, not the
+dataset's own index):
+
+* its tokens and labels (tokens shifted by one) are a window of the document stream: the tail of
+  one document, whole documents, the head of the next, in that order (``wrong-targets``);
+* the loss mask trains every real label, except, with ``eod_mask_loss``, an EOD input; a padded
+  validation sample's padding trains nothing (in the validation split a wrong mask makes the
+  validation loss wrong: ``wrong-loss-normalisation``);
+* position ids count from 0, restarting after every EOD with ``reset_position_ids``;
+* with ``reset_attention_mask`` no token attends to another document (the dataset's mask);
+* ``drop_last_partial_validation_sequence=False`` keeps the incomplete last validation sample,
+  padded (one sample more than with the default, which drops it).
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import Any
+
+import pytest
+
+from harness.adapters import pretrain
+from harness.oracle import corpus
+from harness.oracle.impact import Impact, require
+from suites import _oracle
+
+pytestmark = pytest.mark.import_group("light")
+
+# no literal EOS or pad inside a document: EOD (= EOS here) ends documents, the pad id pads samples
+CORPUS = corpus.CorpusSpec(seed=5, n=20, eos_inside_rate=0.0, eos_last_rate=0.0, pad_rate=0.0)
+
+CASES = {
+    "seq32": (32, {"eod_mask_loss": False}),
+    "seq32-eod-mask-loss": (32, {"eod_mask_loss": True}),
+    "seq64-reset-positions-and-attention": (
+        64,
+        {"eod_mask_loss": True, "reset_position_ids": True, "reset_attention_mask": True},
+    ),
+    "seq32-drop-partial-validation": (32, {"drop_last_partial_validation_sequence": True}),
+    "seq32-keep-partial-validation": (32, {"drop_last_partial_validation_sequence": False}),
+}
+
+
+@functools.cache
+def _built(name: str) -> pretrain.PretrainBuild:
+    seq, knobs = CASES[name]
+    texts = tuple(f"{e['input']} {e['output']}" for e in corpus.examples(CORPUS))
+    return pretrain.pretraining_splits(pretrain.PretrainRequest(texts, _oracle.load_tokenizer(), seq, knobs=knobs))
+
+
+def _plain(sample: dict[str, Any], key: str) -> list[Any]:
+    return sample[key].tolist()
+
+
+def _segments(text: list[int], eod: int) -> list[list[int]]:
+    out, cur = [], []
+    for t in text:
+        cur.append(t)
+        if t == eod:
+            out.append(cur)
+            cur = []
+    return out + ([cur] if cur else [])
+
+
+def _check_window(where: str, text: list[int], docs: list[list[int]], eod: int) -> None:
+    """``text`` (real positions only) is a window of the document stream."""
+    segs = _segments(text, eod)
+    for k, seg in enumerate(segs):
+        whole = seg[-1] == eod
+        if k == 0:
+            ok = (
+                any(d[len(d) - len(seg) :] == seg for d in docs if len(d) >= len(seg))
+                if whole
+                else any(seg == d[i : i + len(seg)] for d in docs for i in range(len(d) - len(seg) + 1))
+            )
+        elif k == len(segs) - 1 and not whole:
+            ok = any(d[: len(seg)] == seg for d in docs)
+        else:
+            ok = seg in docs
+        require(ok, Impact.WRONG_TARGETS, f"{where}: piece {k} ({len(seg)} tokens) is no part of the documents written")
+
+
+def _check_sample(where: str, s: dict[str, Any], docs: list[list[int]], knobs: dict[str, Any], eod: int, pad: int):
+    tokens, labels, mask, pos = (_plain(s, k) for k in ("tokens", "labels", "loss_mask", "position_ids"))
+    seq = len(tokens)
+    # the sample's text is its tokens plus the last label (megatron-core draws seq_length + 1 tokens);
+    # padding (the pad id, which no document holds here) fills the end of an incomplete sample
+    text = tokens + [labels[-1]]
+    m = len(text)
+    while m > 0 and text[m - 1] == pad:
+        m -= 1
+    padded, n_real = m < len(text), min(m, seq)
+    _check_window(where, text[:m], docs, eod)
+    require(
+        labels[: m - 1] == text[1:m],
+        Impact.WRONG_TARGETS,
+        f"{where}: labels are not the tokens shifted by one",
+    )
+    for i in range(seq):
+        real_label = i < m - 1
+        want = 1.0 if real_label and not (knobs.get("eod_mask_loss") and tokens[i] == eod) else 0.0
+        if mask[i] != want:
+            impact = (
+                Impact.TRAINS_PADDING
+                if not real_label
+                else (Impact.TRAINS_MASKED_TOKEN if want == 0 else Impact.DROPS_TRAINED_TOKEN)
+            )
+            if where.startswith("validation"):  # nothing trains there: the validation loss is off
+                impact = Impact.WRONG_LOSS_NORMALISATION
+            require(False, impact, f"{where}: position {i} (token {tokens[i]}) loss mask {mask[i]}, documented {want}")
+    want_pos, p = [], 0
+    for i in range(seq):
+        want_pos.append(p)
+        p = 0 if (knobs.get("reset_position_ids") and tokens[i] == eod) else p + 1
+    require(
+        pos[:n_real] == want_pos[:n_real],
+        Impact.WRONG_LOGITS,
+        f"{where}: position ids {pos[:n_real]}, documented {want_pos[:n_real]}",
+    )
+    if knobs.get("reset_attention_mask") and s.get("attention_mask") is not None:
+        masked = s["attention_mask"][0].bool()  # True: may not attend
+        doc_of = [0] * seq
+        for i in range(1, seq):
+            doc_of[i] = doc_of[i - 1] + (1 if tokens[i - 1] == eod else 0)
+        for i in range(n_real):
+            for j in range(i + 1):
+                require(
+                    bool(masked[i, j]) == (doc_of[i] != doc_of[j]),
+                    Impact.CROSS_DOCUMENT_ATTENTION,
+                    f"{where}: token {i} (document {doc_of[i]}) {'may not' if masked[i, j] else 'may'} attend to "
+                    f"token {j} (document {doc_of[j]})",
+                )
+    return padded
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_samples_are_windows_of_the_documents(golden, name):
+    b = _built(name)
+    knobs = CASES[name][1]
+    tok = _oracle.load_tokenizer()
+    eod, pad = int(tok.eod), int(tok.pad)
+    padded = {}
+    for split, ds in (("train", b.train), ("validation", b.valid)):
+        require(ds is not None and len(ds) > 0, Impact.CRASH, f"MB built no {split} samples")
+        padded[split] = [
+            k for k in range(len(ds)) if _check_sample(f"{split} sample {k}", ds[k], b.documents, knobs, eod, pad)
+        ]
+    require(not padded["train"], Impact.TRAINS_PADDING, f"training samples padded: {padded['train']}")
+    golden.check(
+        {
+            "samples": {"train": len(b.train), "validation": len(b.valid)},
+            "padded_validation": padded["validation"],
+            "train": [_plain(b.train[k], "tokens") for k in range(len(b.train))],
+        }
+    )
+
+
+def test_partial_validation_sequence_kept_or_dropped(golden):
+    """``drop_last_partial_validation_sequence``: by default the incomplete last validation sample is
+    dropped (no validation sample padded); ``False`` keeps it as one more sample, padded, its padding
+    untrained (checked per sample above)."""
+    dropped, kept = _built("seq32-drop-partial-validation"), _built("seq32-keep-partial-validation")
+    tok = _oracle.load_tokenizer()
+    eod, pad = int(tok.eod), int(tok.pad)
+    drop_pad = [
+        k
+        for k in range(len(dropped.valid))
+        if _check_sample(f"validation sample {k}", dropped.valid[k], dropped.documents, {}, eod, pad)
+    ]
+    keep_pad = [
+        k
+        for k in range(len(kept.valid))
+        if _check_sample(f"validation sample {k}", kept.valid[k], kept.documents, {}, eod, pad)
+    ]
+    require(not drop_pad, Impact.TRAINS_PADDING, f"drop_last_partial_validation_sequence: padded samples {drop_pad}")
+    require(
+        len(kept.valid) == len(dropped.valid) + 1 and len(keep_pad) == 1,
+        Impact.WRONG_LOSS_NORMALISATION,
+        f"keeping the partial validation sample: {len(kept.valid)} samples ({len(keep_pad)} padded), dropping it: "
+        f"{len(dropped.valid)}: validation must see its last tokens once, in one padded sample",
+    )
+    golden.check({"dropped": len(dropped.valid), "kept": len(kept.valid)})
