@@ -93,7 +93,19 @@ PADDED = [
 IN_BATCH = [
     Case("chat-cp2", 111, "chat", layout=(2, 1, False), knobs={"enable_in_batch_packing": True}, n=4),
     Case("completion-cp2-tp2-sp", 112, "completion", layout=(2, 2, True), knobs={"enable_in_batch_packing": True}),
-    Case("completion-no-layout", 113, "completion", knobs={"enable_in_batch_packing": True}),  # multiple 1
+    # no layout, so no finalisation: the multiple is the user's own (1, the default, and 8)
+    Case(
+        "completion-no-layout",
+        113,
+        "completion",
+        knobs={"enable_in_batch_packing": True, "in_batch_packing_pad_to_multiple_of": 1},
+    ),
+    Case(
+        "completion-no-layout-mult8",
+        114,
+        "completion",
+        knobs={"enable_in_batch_packing": True, "in_batch_packing_pad_to_multiple_of": 8},
+    ),
 ]
 DEFERRED = [
     Case("chat-cp2-deferred", 121, "chat", layout=(2, 1, False), knobs={"enable_in_batch_packing": True}),

@@ -63,6 +63,7 @@ CHECKS = {
     # the "single" and "cyclic" samplers of MB's loader factory, per data-parallel rank
     "single_sampler_slice_ignores_micro_batch": ("data_loaders", "single-drop-last-dp2-mbs2", "trained twice"),
     "random_sampler_buckets_not_offset": ("data_loaders", "cyclic-dp4", "trained twice"),
+    "direct_sft_in_batch_multiple_not_forwarded": ("direct_sft", "in_batch and mult8", "alignment"),
     # pretraining samples (megatron-core's GPTDataset through MB's GPTDatasetConfig)
     "gpt_dataset_eod_mask_shifted": ("pretraining_dataset", "seq32-eod-mask-loss", "loss mask"),
     "gpt_dataset_reset_attention_keeps_previous_document": (
@@ -128,6 +129,7 @@ LAYERS = {
     "sampler_drop_last_ignored": "sampler",
     "named_packed_train_path_ignored": "preparation",
     "gpt_dataset_eod_mask_shifted": "preparation",
+    "direct_sft_in_batch_multiple_not_forwarded": "in_batch",
     "gpt_dataset_reset_attention_keeps_previous_document": "preparation",
     "single_sampler_slice_ignores_micro_batch": "sampler",
     "random_sampler_buckets_not_offset": "sampler",
