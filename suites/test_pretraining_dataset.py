@@ -26,8 +26,8 @@ from typing import Any
 
 import pytest
 
-from harness.adapters import pretrain
-from harness.oracle import corpus
+from harness.adapters import pretrain, sft
+from harness.oracle import corpus, tokenizer
 from harness.oracle.impact import Impact, require
 from suites import _oracle
 
@@ -48,11 +48,25 @@ CASES = {
 }
 
 
+# a tokenizer that pads with its EOS (= EOD): megatron-core's documented guard moves the pad id off
+# EOD unless allow_ambiguous_pad_tokens opts into the collision
+COLLIDING = {
+    "seq32-pad-is-eod": (32, {"eod_mask_loss": False, "allow_ambiguous_pad_tokens": False}),
+    "seq32-pad-is-eod-allowed": (32, {"eod_mask_loss": False, "allow_ambiguous_pad_tokens": True}),
+}
+
+
+@functools.cache
+def _pad_is_eos_tokenizer() -> Any:
+    return sft.load_tokenizer(tokenizer.write_tokenizer_dir(pad_is_eos=True))
+
+
 @functools.cache
 def _built(name: str) -> pretrain.PretrainBuild:
-    seq, knobs = CASES[name]
+    seq, knobs = CASES[name] if name in CASES else COLLIDING[name]
+    tok = _pad_is_eos_tokenizer() if name in COLLIDING else _oracle.load_tokenizer()
     texts = tuple(f"{e['input']} {e['output']}" for e in corpus.examples(CORPUS))
-    return pretrain.pretraining_splits(pretrain.PretrainRequest(texts, _oracle.load_tokenizer(), seq, knobs=knobs))
+    return pretrain.pretraining_splits(pretrain.PretrainRequest(texts, tok, seq, knobs=knobs))
 
 
 def _plain(sample: dict[str, Any], key: str) -> list[Any]:
@@ -187,3 +201,30 @@ def test_partial_validation_sequence_kept_or_dropped(golden):
         f"{len(dropped.valid)}: validation must see its last tokens once, in one padded sample",
     )
     golden.check({"dropped": len(dropped.valid), "kept": len(kept.valid)})
+
+
+def test_pad_that_collides_with_eod_is_moved_off_it(golden):
+    """A tokenizer whose pad is its EOS (= EOD): by default megatron-core pads with an id no document
+    holds, so every EOD keeps its place in the inputs and every EOD label trains (checked per sample,
+    as above); ``allow_ambiguous_pad_tokens=True`` is the documented opt-in to the collision (EOD
+    then counts as padding), announced by a warning."""
+    import warnings
+
+    b = _built("seq32-pad-is-eod")
+    eod = int(_pad_is_eos_tokenizer().eod)
+    pad = int(getattr(b.train, "_pad_token_id", eod))
+    require(pad != eod, Impact.DROPS_TRAINED_TOKEN, f"the pad id stays the EOD id {eod}: every EOD label is masked")
+    for k in range(len(b.train)):
+        _check_sample(f"train sample {k}", b.train[k], b.documents, COLLIDING["seq32-pad-is-eod"][1], eod, pad)
+    _built.cache_clear()
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
+        allowed = _built("seq32-pad-is-eod-allowed")
+    said = [str(w.message) for w in seen if "collides" in str(w.message)]
+    require(
+        said and int(getattr(allowed.train, "_pad_token_id", eod)) == eod,
+        Impact.ACCEPTS_INVALID_CONFIG,
+        "allow_ambiguous_pad_tokens=True keeps the colliding pad id with a warning; got "
+        f"pad {getattr(allowed.train, '_pad_token_id', None)}, warnings {said}",
+    )
+    golden.check({"pad_moved_to": pad, "samples": len(b.train)})

@@ -71,6 +71,7 @@ CHECKS = {
         "reset-positions-and-attention",
         "may attend",
     ),
+    "gpt_dataset_pad_collision_kept": ("pretraining_dataset", "collides", "every EOD label is masked"),
     # pre-packed files the user names, and the deprecated constructor-style builder
     "named_packed_train_path_ignored": (
         "offline_packed_dataset",
@@ -129,6 +130,7 @@ LAYERS = {
     "sampler_drop_last_ignored": "sampler",
     "named_packed_train_path_ignored": "preparation",
     "gpt_dataset_eod_mask_shifted": "preparation",
+    "gpt_dataset_pad_collision_kept": "preparation",
     "direct_sft_in_batch_multiple_not_forwarded": "in_batch",
     "gpt_dataset_reset_attention_keeps_previous_document": "preparation",
     "single_sampler_slice_ignores_micro_batch": "sampler",

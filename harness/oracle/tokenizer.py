@@ -46,12 +46,14 @@ def vocab() -> dict[str, int]:
     return {tok: i for i, tok in enumerate(SPECIALS + WORDS + MARKERS)}
 
 
-def write_tokenizer_dir(path: Path | None = None) -> Path:
+def write_tokenizer_dir(path: Path | None = None, *, pad_is_eos: bool = False) -> Path:
     """Write the tokenizer (``tokenizer.json``, ``tokenizer_config.json``...) and return its directory.
 
     Written once per process unless ``path`` is given; the files depend on nothing but this module.
+    ``pad_is_eos``: the tokenizer pads with its EOS (Qwen2's base tokenizers, GPT-2 style recipes
+    that set ``pad_token = eos_token``), so the pad id collides with EOD.
     """
-    key = str(path) if path is not None else ""
+    key = (str(path) if path is not None else "") + ("#pad-is-eos" if pad_is_eos else "")
     if key in _WRITTEN and (_WRITTEN[key] / "tokenizer.json").is_file():
         return _WRITTEN[key]
     from tokenizers import Tokenizer, models, pre_tokenizers
@@ -65,7 +67,7 @@ def write_tokenizer_dir(path: Path | None = None) -> Path:
         tokenizer_object=model,
         bos_token=BOS,
         eos_token=EOS,
-        pad_token=PAD,
+        pad_token=EOS if pad_is_eos else PAD,
         unk_token=UNK,
         additional_special_tokens=[TURN_START, TURN_END, EOD],
     )
