@@ -24,8 +24,9 @@ import pytest
 import torch
 
 from harness.adapters import batch as batch_ops
-from harness.adapters import rules, thd, vlmstep
+from harness.adapters import rules, seqpadding, thd, vlmstep
 from harness.oracle.impact import Impact, fail
+from harness.oracle.padded import require_same_real_tokens
 from suites import _oracle
 from suites._explain import first_difference, first_offender, show
 from suites._inputs import IGNORE_INDEX
@@ -181,3 +182,63 @@ def test_pack_with_eos_as_pad_and_a_sequence_tensor(golden):
     if any(v != 0 for v in extra):  # the alignment padding must get the value asked for
         raise fail(Impact.WRONG_LOGITS, f"packed mm_token_type_ids holds {sorted(set(extra) - {0})}: not text type 0")
     golden.check({"multiple": multiple, "row": _oracle.canonical_rows([row])[0]})
+
+
+# packing off, the same collator policy pads or truncates the micro-batch: (id, reference case, first
+# example, rows, knobs). The processor's pad id is what MB's model collates pass as pad_token_id.
+PADDED = [
+    ("prompt-3rows-default-multiple", PROMPT, 0, 3, {"sequence_length": 256}),
+    ("prompt-4rows-multiple-8", PROMPT, 3, 4, {"sequence_length": 256, "pad_to_multiple_of": 8}),
+    ("chat-3rows-pad-to-max-96", CHAT, 0, 3, {"sequence_length": 96, "pad_to_max_length": True}),
+    ("prompt-4rows-truncate-16", PROMPT, 7, 4, {"sequence_length": 16, "pad_to_multiple_of": 8}),
+    ("prompt-4rows-truncate-4", PROMPT, 7, 4, {"sequence_length": 4, "pad_to_multiple_of": 1}),  # refused
+    ("prompt-3rows-eos-pad-and-type-ids", PROMPT, 10, 3, {"sequence_length": 256, "pad_to_multiple_of": 16}),
+]
+
+
+@pytest.mark.parametrize("ref,first,rows,knobs", [c[1:] for c in PADDED], ids=[c[0] for c in PADDED])
+def test_padded_without_packing(golden, ref, first, rows, knobs):
+    """``prepare_sequence_batch`` with packing off (``pad_or_truncate_sequence_batch``): rows as wide as
+    documented (``sequence_length`` with ``pad_to_max_length``, else the longest row rounded up to
+    ``pad_to_multiple_of``, capped at ``sequence_length``), per real token equal to the right-padded
+    batch, padding (and a further sequence tensor's, with its own pad value) untrained; a truncation
+    that would leave a row without any supervised token is refused by MB's check."""
+    seqpadding.sequence_batch.era  # noqa: B018 - untestable before its era, before inputs are built
+    examples, batch, pad_id = _micro_batch(ref, first, rows)
+    knobs = dict(knobs)
+    extra = first == 10  # the eos-pad-and-type-ids case
+    if extra:  # a tokenizer padding with EOS, and Qwen-VL's token types padded with 0
+        pad_id = _oracle.special_ids(ref)["eos_id"]
+        batch["tokens"][~batch["attention_mask"]] = pad_id
+        batch["mm_token_type_ids"] = torch.zeros_like(batch["tokens"])
+        knobs["sequence_tensor_pad_values"] = {"mm_token_type_ids": 0}
+    width, seq = batch["tokens"].shape[1], knobs["sequence_length"]
+    multiple = knobs.get("pad_to_multiple_of", 128)
+    target = seq if knobs.get("pad_to_max_length") else min(seq, -(-width // multiple) * multiple)
+    kept = [min(len(ex.tokens), target) for ex in examples]
+    emptied = [r for r, ex in enumerate(examples) if any(ex.loss_mask) and not any(ex.loss_mask[: kept[r]])]
+    ref_batch = {k: v.clone() for k, v in batch.items()}
+    try:
+        got = seqpadding.sequence_batch(batch, pad_token_id=pad_id, **knobs)
+    except (ValueError, AssertionError) as exc:
+        if emptied and rules.raising_check(exc) is not None and "removed every supervised token" in str(exc):
+            golden.check({"refused": type(exc).__name__, "emptied_rows": emptied})
+            return
+        raise
+    if emptied:
+        raise fail(
+            Impact.DROPS_TRAINED_TOKEN, f"truncating to {target} removed every supervised token of rows {emptied}"
+        )
+    got_width = got["tokens"].shape[1]
+    if got_width != target:
+        raise fail(
+            Impact.CRASH if knobs.get("pad_to_max_length") else Impact.PERF_CONTRACT,
+            f"rows {got_width} wide, documented {target} (longest {width}, multiple {multiple}, sequence_length {seq})",
+        )
+    ref_batch["token_count"] = kept
+    require_same_real_tokens(got, ref_batch, IGNORE_INDEX)
+    if extra:
+        types = got["mm_token_type_ids"]
+        if types.shape != got["tokens"].shape or bool((types[:, width:] != 0).any()):
+            raise fail(Impact.WRONG_LOGITS, f"mm_token_type_ids padded to {tuple(types.shape)} with other than 0")
+    golden.check({"width": got_width, "kept": kept})

@@ -64,6 +64,9 @@ CHECKS = {
     "single_sampler_slice_ignores_micro_batch": ("data_loaders", "single-drop-last-dp2-mbs2", "trained twice"),
     "random_sampler_buckets_not_offset": ("data_loaders", "cyclic-dp4", "trained twice"),
     "direct_sft_in_batch_multiple_not_forwarded": ("direct_sft", "in_batch and mult8", "alignment"),
+    # the collators' sequence policy with packing off (pad_or_truncate_sequence_batch)
+    "sequence_padding_ignores_multiple": ("in_batch_packing", "padded_without and multiple-8", "documented"),
+    "sequence_truncation_guard_dropped": ("in_batch_packing", "padded_without and truncate-4", "removed every"),
     # pretraining samples (megatron-core's GPTDataset through MB's GPTDatasetConfig)
     "gpt_dataset_eod_mask_shifted": ("pretraining_dataset", "seq32-eod-mask-loss", "loss mask"),
     "gpt_dataset_reset_attention_keeps_previous_document": (
@@ -130,6 +133,8 @@ LAYERS = {
     "sampler_drop_last_ignored": "sampler",
     "named_packed_train_path_ignored": "preparation",
     "gpt_dataset_eod_mask_shifted": "preparation",
+    "sequence_padding_ignores_multiple": "in_batch",
+    "sequence_truncation_guard_dropped": "in_batch",
     "gpt_dataset_pad_collision_kept": "preparation",
     "direct_sft_in_batch_multiple_not_forwarded": "in_batch",
     "gpt_dataset_reset_attention_keeps_previous_document": "preparation",

@@ -95,6 +95,15 @@ FEATURES: dict[str, Feature] = {
             r"class DirectHFSFTDatasetConfig",
         ),
         Feature(
+            "collator-sequence-policy",
+            "the collators' explicit padded-or-packed sequence policy MB's model collates call "
+            "(data/collators/sequence.prepare_sequence_batch, sequence_padding.pad_or_truncate_sequence_batch)",
+            "e577829e1",
+            "2026-07-09",
+            "src/megatron/bridge/data/collators/sequence_padding.py",
+            r"def pad_or_truncate_sequence_batch",
+        ),
+        Feature(
             "prompt-completion-config",
             "prompt-completion preprocessing configs (sft_processing.PromptCompletionSFTPreprocessingConfig)",
             "e577829e1",
