@@ -67,6 +67,9 @@ CHECKS = {
     # the collators' sequence policy with packing off (pad_or_truncate_sequence_batch)
     "sequence_padding_ignores_multiple": ("in_batch_packing", "padded_without and multiple-8", "documented"),
     "sequence_truncation_guard_dropped": ("in_batch_packing", "padded_without and truncate-4", "removed every"),
+    # MIMO samples (encoder placeholders, text, padding)
+    "mimo_placeholders_one_short": ("mimo_dataset", "seq48-enc8", "placeholders at"),
+    "mimo_padding_mask_one_late": ("mimo_dataset", "seq48-enc8", "loss mask"),
     # pretraining samples (megatron-core's GPTDataset through MB's GPTDatasetConfig)
     "gpt_dataset_eod_mask_shifted": ("pretraining_dataset", "seq32-eod-mask-loss", "loss mask"),
     "gpt_dataset_reset_attention_keeps_previous_document": (
@@ -133,6 +136,8 @@ LAYERS = {
     "sampler_drop_last_ignored": "sampler",
     "named_packed_train_path_ignored": "preparation",
     "gpt_dataset_eod_mask_shifted": "preparation",
+    "mimo_placeholders_one_short": "preparation",
+    "mimo_padding_mask_one_late": "preparation",
     "sequence_padding_ignores_multiple": "in_batch",
     "sequence_truncation_guard_dropped": "in_batch",
     "gpt_dataset_pad_collision_kept": "preparation",

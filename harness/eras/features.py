@@ -95,6 +95,23 @@ FEATURES: dict[str, Feature] = {
             r"class DirectHFSFTDatasetConfig",
         ),
         Feature(
+            "mimo-data",
+            "MIMO (multi-encoder) data providers with encoder placeholders (data/mimo.mock_provider."
+            "MockMimoProvider, later data/megatron_mimo.MockMegatronMIMOProvider)",
+            "877779a05",
+            "2026-03-20",
+            "src/megatron/bridge/data/mimo/mock_provider.py",
+            r"class MockMimoProvider",
+        ),
+        Feature(
+            "mimo-dataset-loss-mask",
+            "the MIMO dataset's own shifted labels and loss mask (no loss on placeholder or padding targets)",
+            "0bf1333ce",
+            "2026-04-10",
+            "src/megatron/bridge/data/mimo/dataset.py",
+            r"loss_mask\[-1\] = 0\.0",
+        ),
+        Feature(
             "collator-sequence-policy",
             "the collators' explicit padded-or-packed sequence policy MB's model collates call "
             "(data/collators/sequence.prepare_sequence_batch, sequence_padding.pad_or_truncate_sequence_batch)",

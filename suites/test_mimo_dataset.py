@@ -1,0 +1,103 @@
+"""MIMO samples: one placeholder per encoder embedding, then the text, padded to the sequence length.
+
+MB's MIMO dataset (through its mock provider: synthetic images preprocessed by a real image
+processor, here a ``CLIPImageProcessor`` written offline, and the offline tokenizer) inserts, for
+every modality present in a sample, ``encoder_seq_lengths[modality]`` placeholder tokens at the
+start of the sequence, the encoder's embeddings replace them one to one in the model; then the
+text, truncated and padded to ``seq_length``. Checked per sample against the tokenizer's own
+encoding of the sample's text:
+
+* exactly ``encoder_seq_lengths`` placeholders, at the start, when the image is present (its
+  processed pixels beside), none otherwise (``wrong-logits``: embeddings would land on text);
+* then the text's tokens, as many as fit; the row is ``seq_length`` wide;
+* labels are the next tokens; the loss trains every text target and nothing else: no placeholder
+  target, no padding, not the last position;
+* ``seq_length`` that leaves no room for text is refused by MB's check.
+"""
+
+from __future__ import annotations
+
+import functools
+
+import pytest
+
+from harness.adapters import mimo, rules
+from harness.eras import features
+from harness.oracle import tokenizer
+from harness.oracle.impact import Impact, fail, require
+
+pytestmark = pytest.mark.import_group("light")
+
+PLACEHOLDER = "<|im_start|>"  # a special token of the offline tokenizer, as MIMO recipes reserve one
+PROMPT = " ".join(tokenizer.WORDS[:5])
+# (id, seq_length, encoder_seq_length)
+CASES = [("seq48-enc8", 48, 8), ("seq32-enc16", 32, 16), ("seq12-enc8-truncated", 12, 8)]
+
+
+@functools.cache
+def _text_ids(i: int) -> list[int]:
+    from transformers import AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(str(tokenizer.write_tokenizer_dir()))
+    return list(tok(f"{PROMPT} Sample {i}.")["input_ids"])  # the mock provider's text of sample i
+
+
+def _samples(seq: int, enc: int) -> mimo.MimoSamples:
+    req = mimo.MimoRequest(tokenizer.write_tokenizer_dir(), seq, tokenizer.vocab()[PLACEHOLDER], enc, PROMPT)
+    return mimo.mimo_samples(req)
+
+
+@pytest.mark.parametrize("seq,enc", [c[1:] for c in CASES], ids=[c[0] for c in CASES])
+def test_placeholders_text_and_padding(golden, seq, enc):
+    placeholder = tokenizer.vocab()[PLACEHOLDER]
+    built = _samples(seq, enc)
+    samples = built.samples
+    require(samples, Impact.CRASH, "MB built no MIMO samples")
+    seen = []
+    for i, s in enumerate(samples):
+        ids, labels = s["input_ids"].tolist(), s["labels"].tolist()
+        mask = s["loss_mask"].tolist() if "loss_mask" in s else []
+        present = "vision" in (s.get("modality_inputs") or {})
+        n_ph = enc if present else 0
+        require(len(ids) == seq, Impact.CRASH, f"sample {i}: {len(ids)} tokens, seq_length {seq}")
+        require(
+            ids[:n_ph] == [placeholder] * n_ph and ids[n_ph:].count(placeholder) == 0,
+            Impact.WRONG_LOGITS,
+            f"sample {i} (image {'present' if present else 'absent'}): placeholders at "
+            f"{[k for k, t in enumerate(ids) if t == placeholder]}, documented the first {n_ph}",
+        )
+        text = _text_ids(i)[: seq - n_ph]
+        n_real = n_ph + len(text)
+        require(
+            ids[n_ph:n_real] == text,
+            Impact.WRONG_TARGETS,
+            f"sample {i}: text tokens {ids[n_ph:n_real]}, the tokenizer's {text}",
+        )
+        if "loss_mask" not in s:  # the dataset's own loss policy came later (checked below, from its era)
+            seen.append({"image": present, "real": n_real})
+            continue
+        for k in range(seq):
+            trains = k + 1 < n_real and ids[k + 1] != placeholder
+            if bool(mask[k]) != trains:
+                impact = Impact.DROPS_TRAINED_TOKEN if trains else Impact.TRAINS_PADDING
+                raise fail(impact, f"sample {i} position {k}: loss mask {mask[k]}, documented {float(trains)}")
+            if trains and labels[k] != ids[k + 1]:
+                raise fail(Impact.WRONG_TARGETS, f"sample {i} position {k}: label {labels[k]}, next token {ids[k + 1]}")
+        seen.append({"image": present, "real": n_real})
+    want = {True, False} if built.mixed else {True}  # before modality_presence_prob every sample has it
+    if {x["image"] for x in seen} != want:
+        raise RuntimeError(f"the case needs samples with and without the image (presence 0.5): {seen}")
+    if not all("loss_mask" in s for s in samples):  # placeholders and text held; no loss policy to check
+        raise features.missing("mimo-dataset-loss-mask", "the MIMO dataset emits no labels shift or loss mask")
+    golden.check({"samples": seen})
+
+
+def test_no_room_for_text_is_refused():
+    """``seq_length`` no larger than the encoder tokens leaves no text: MB's provider refuses it."""
+    try:
+        _samples(8, 8)
+    except (ValueError, AssertionError) as exc:
+        if rules.raising_check(exc) is None or "seq_length" not in str(exc):
+            raise fail(Impact.CRASH, f"refused, but not by MB's check on seq_length: {exc}") from exc
+        return
+    raise fail(Impact.ACCEPTS_INVALID_CONFIG, "8 encoder tokens in seq_length 8 accepted: no room for text")
