@@ -29,8 +29,10 @@ from suites._explain import multiset_difference
 
 pytestmark = pytest.mark.import_group("light")
 
-PROMPT = _oracle.CleanCase("loader-prompt-mult4", seed=91, mult=4, n=20)
-SHORT = _oracle.CleanCase("loader-prompt-mult1", seed=93, n=16)
+# an odd number of rows (max_train_samples: MB's samples mapping over the packs), so the last stride is
+# incomplete whatever the era's packing makes of the examples
+PROMPT = _oracle.CleanCase("loader-prompt-mult4", seed=91, mult=4, n=20, max_samples=7)
+SHORT = _oracle.CleanCase("loader-prompt-mult1", seed=93, n=16, max_samples=5)
 
 # (case, dataloader_type, drop_last, data-parallel size, micro-batch size)
 CASES = [

@@ -278,9 +278,9 @@ def _finetuning_builder(
     ):
         raise NotHere("FinetuningDatasetBuilder takes no dataset_root/packed_sequence_specs/dataset_kwargs")
     specs_cls = None
-    for module in ("megatron.bridge.data.packing", "megatron.bridge.data.datasets.packed_sequence"):
+    for specs_module in ("megatron.bridge.data.packing", "megatron.bridge.data.datasets.packed_sequence"):
         try:
-            specs_cls = symbol(module, "PackedSequenceSpecs")
+            specs_cls = symbol(specs_module, "PackedSequenceSpecs")
             break
         except NotHere:
             continue
