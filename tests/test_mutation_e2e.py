@@ -68,6 +68,24 @@ CHECKS = {
     "sequence_padding_ignores_multiple": ("in_batch_packing", "padded_without and multiple-8", "documented"),
     "sequence_truncation_guard_dropped": ("in_batch_packing", "padded_without and truncate-4", "removed every"),
     # MIMO samples (encoder placeholders, text, padding)
+    # the Energon VLM path (HF task encoder, Qwen-VL's model collate)
+    "energon_in_batch_multiple_not_forwarded": (
+        "energon_dataset",
+        "test_in_batch_packed_rows and mbs2-mult4",
+        "alignment",
+    ),
+    "energon_defer_ignored": ("energon_dataset", "test_deferred_packing", "loader packed already"),
+    "hf_task_encoder_pad_to_max_length_dropped": ("energon_dataset", "pad-to-max-seq96", "not seq_length"),
+    "qwen_vl_packed_loss_mask_not_shifted": (
+        "energon_dataset",
+        "test_in_batch_packed_rows and mbs2-mult4",
+        "loss-mask-equals-unpacked",
+    ),
+    "qwen_vl_packed_keeps_first_image_only": (
+        "energon_dataset",
+        "test_in_batch_packed_rows and mbs2-mult4",
+        "image embeddings",
+    ),
     "mimo_placeholders_one_short": ("mimo_dataset", "seq48-enc8", "placeholders at"),
     "mimo_padding_mask_one_late": ("mimo_dataset", "seq48-enc8", "loss mask"),
     # pretraining samples (megatron-core's GPTDataset through MB's GPTDatasetConfig)
@@ -136,6 +154,11 @@ LAYERS = {
     "sampler_drop_last_ignored": "sampler",
     "named_packed_train_path_ignored": "preparation",
     "gpt_dataset_eod_mask_shifted": "preparation",
+    "energon_in_batch_multiple_not_forwarded": "in_batch",
+    "energon_defer_ignored": "collate",
+    "hf_task_encoder_pad_to_max_length_dropped": "collate",
+    "qwen_vl_packed_loss_mask_not_shifted": "in_batch",
+    "qwen_vl_packed_keeps_first_image_only": "in_batch",
     "mimo_placeholders_one_short": "preparation",
     "mimo_padding_mask_one_late": "preparation",
     "sequence_padding_ignores_multiple": "in_batch",

@@ -95,6 +95,15 @@ FEATURES: dict[str, Feature] = {
             r"class DirectHFSFTDatasetConfig",
         ),
         Feature(
+            "energon-builder",
+            "declarative Energon VLM data (data/builders/energon.EnergonDatasetConfig with an "
+            "HFEnergonTaskEncoderConfig, EnergonDatasetBuilder, data/energon.prepare_webdataset)",
+            "8896e9027",
+            "2026-07-14",
+            "src/megatron/bridge/data/builders/energon.py",
+            r"class HFEnergonTaskEncoderConfig",
+        ),
+        Feature(
             "mimo-data",
             "MIMO (multi-encoder) data providers with encoder placeholders (data/mimo.mock_provider."
             "MockMimoProvider, later data/megatron_mimo.MockMegatronMIMOProvider)",

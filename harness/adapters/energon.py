@@ -1,0 +1,151 @@
+"""MB's Energon VLM data path, driven as its tutorial drives it: shards, preparation, config, builder.
+
+Operation ``energon_batches(request)``: the user's image/chat samples written as WebDataset tar
+shards (``<key>.image.png`` + ``<key>.conversation.json``, the layout of MB's
+``tutorials/data/energon``), indexed by MB's own ``data/energon.prepare_webdataset`` and declared
+for MB's ``ChatMLWebdataset`` loader in ``.nv-meta/dataset.yaml``; then an
+``EnergonDatasetConfig`` with an ``HFEnergonTaskEncoderConfig`` (a local Hugging Face processor
+directory, MB resolves the model's collate from its class) and the request's knobs, finalised,
+and ``EnergonDatasetBuilder.build`` for the training split. The first ``batches`` micro-batches
+of the training iterator come back as MB yields them (``input_ids``, ``labels``, ``loss_mask``,
+``position_ids``, ``visual_inputs``, and with in-batch packing the MCore THD boundaries).
+
+Energon's loader runs in this process (``num_workers=0``): the batches are what its workers
+would hand the training step, without worker processes on a 2-core machine.
+
+Era: ``data/builders/energon.EnergonDatasetConfig`` with declarative task-encoder configs
+(8896e9027, 2026-07-14, which also added ``prepare_webdataset``); before it: untestable.
+"""
+
+from __future__ import annotations
+
+import functools
+import io
+import json
+import tarfile
+import tempfile
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from harness.adapters import Candidate, Operation, load_module, symbol
+
+MODULE = "megatron.bridge.data.builders.energon"
+DATASET_YAML = """\
+__module__: megatron.bridge.data.energon.task_encoder_utils
+__class__: ChatMLWebdataset
+field_map:
+  imgs: image.png
+  conversation: conversation.json
+subflavors: {}
+"""
+
+
+@dataclass(frozen=True)
+class EnergonSample:
+    """One user sample: an image of ``image`` (width, height) pixels and its chat turns."""
+
+    key: str
+    image: tuple[int, int]
+    turns: tuple[tuple[str, str], ...]  # (user text, assistant text); the image goes with the first
+
+    def conversation(self) -> list[dict[str, Any]]:
+        out: list[dict[str, Any]] = []
+        for t, (question, answer) in enumerate(self.turns):
+            content: list[dict[str, str]] = [{"type": "image"}] if t == 0 else []
+            out.append({"role": "user", "content": [*content, {"type": "text", "text": question}]})
+            out.append({"role": "assistant", "content": [{"type": "text", "text": answer}]})
+        return out
+
+
+@dataclass(frozen=True)
+class EnergonRequest:
+    """What a user configures: samples and shards, the processor directory, the loader's knobs."""
+
+    samples: tuple[EnergonSample, ...]
+    processor_dir: Path
+    seq_length: int
+    micro_batch_size: int
+    batches: int  # how many training micro-batches to read
+    shards: int = 1
+    pixels: tuple[int | None, int | None] = (None, None)  # the task encoder's min_pixels, max_pixels
+    knobs: dict[str, Any] = field(default_factory=dict)  # further EnergonDatasetConfig fields
+
+
+@dataclass
+class EnergonBuild:
+    batches: list[dict[str, Any]]
+    config: Any  # the dataset config after MB's finalisation
+
+
+def _png(width: int, height: int, shade: int) -> bytes:
+    from PIL import Image
+
+    buf = io.BytesIO()
+    Image.new("RGB", (width, height), (shade % 256, 40, 90)).save(buf, format="PNG")
+    return buf.getvalue()
+
+
+def _add(archive: tarfile.TarFile, name: str, payload: bytes) -> None:
+    info = tarfile.TarInfo(name=name)
+    info.size, info.mtime = len(payload), 0
+    archive.addfile(info, io.BytesIO(payload))
+
+
+@functools.cache
+def write_dataset(samples: tuple[EnergonSample, ...], shards: int) -> Path:
+    """The samples as ``shards`` training tar shards, indexed by MB and declared for its loader."""
+    prepare = symbol("megatron.bridge.data.energon", "prepare_webdataset")
+    root = Path(tempfile.mkdtemp(prefix="harness-energon-"))
+    per = -(-len(samples) // shards)
+    for s in range(shards):
+        with tarfile.open(root / f"train-shard-{s:06d}.tar", "w") as archive:
+            for i, sample in enumerate(samples[s * per : (s + 1) * per], start=s * per):
+                _add(archive, f"{sample.key}.image.png", _png(*sample.image, shade=17 * i))
+                _add(archive, f"{sample.key}.conversation.json", json.dumps(sample.conversation()).encode())
+    prepare(root, {"train": "train-shard-.*"}, num_workers=1)
+    (root / ".nv-meta" / "dataset.yaml").write_text(DATASET_YAML, encoding="utf-8")
+    return root
+
+
+def _probe() -> Callable[[EnergonRequest], EnergonBuild]:
+    cfg_cls = symbol(MODULE, "EnergonDatasetConfig")
+    encoder_cls = symbol(MODULE, "HFEnergonTaskEncoderConfig")
+    builder_cls = symbol(MODULE, "EnergonDatasetBuilder")
+    symbol("megatron.bridge.data.energon", "prepare_webdataset")
+    context_cls = symbol("megatron.bridge.data.base", "DatasetBuildContext")
+    load_module("megatron.bridge.data.energon.hf_task_encoder")  # the encoder MB builds (its knobs are spied)
+
+    def call(req: EnergonRequest) -> EnergonBuild:
+        root = write_dataset(req.samples, req.shards)
+        min_pixels, max_pixels = req.pixels
+        config = cfg_cls(
+            path=str(root),
+            seq_length=req.seq_length,
+            micro_batch_size=req.micro_batch_size,
+            task_encoder=encoder_cls(
+                hf_processor_path=str(req.processor_dir),
+                min_pixels=min_pixels,
+                max_pixels=max_pixels,
+                trust_remote_code=False,
+            ),
+            num_workers=0,
+            do_validation=False,
+            **req.knobs,
+        )
+        config.finalize()
+        context = context_cls(train_samples=len(req.samples), valid_samples=0, test_samples=0)
+        train, _valid, _test = builder_cls(config).build(context)
+        # no iterator is MB's missing output: the suite fails it, it is no era gap
+        return EnergonBuild([next(train) for _ in range(req.batches)] if train is not None else [], config)
+
+    return call
+
+
+energon_batches = Operation(
+    "energon_batches",
+    [Candidate("data/builders/energon.EnergonDatasetBuilder", _probe)],
+    before="no declarative Energon dataset builder",
+    feature="energon-builder",
+)
