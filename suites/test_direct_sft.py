@@ -27,9 +27,11 @@ from harness.adapters import batch as batch_ops
 from harness.adapters import vlmstep
 from harness.adapters.chatcollate import collated_examples
 from harness.adapters.directsft import DirectSFTRequest, direct_sft
-from harness.oracle import corpus, differential, tokenizer, truncation
+from harness.adapters.mockvlm import MockVLMRequest, mock_vlm_sft
+from harness.oracle import corpus, differential, tokenizer, truncation, vlprocessor
 from harness.oracle.impact import Impact, fail, require
 from harness.oracle.padded import require_same_real_tokens
+from harness.oracle.records import Example
 from suites import _oracle
 from suites._inputs import IGNORE_INDEX
 
@@ -209,3 +211,72 @@ def test_truncation_keeps_the_side_asked_for(golden, case):
     if not cut:  # the input's fault, not MB's: the case would test nothing
         raise RuntimeError(f"{case.id}: no row long enough to be truncated")
     golden.check({"token_count": list(got["token_count"]), "truncated_rows": cut})
+
+
+# MB's synthetic VLM conversations (MockVLMSFTDatasetConfig): a DirectSFTDataset whose collate is the
+# model collate MB resolves from a real Qwen2.5-VL processor written offline (MB's random images)
+MOCK_VLM = [
+    ("pad-to-max-seq512", 512, {"pad_to_max_length": True}),
+    ("in-batch-mult8", 2048, {"enable_in_batch_packing": True, "in_batch_packing_pad_to_multiple_of": 8}),
+    ("in-batch-deferred", 2048, {"enable_in_batch_packing": True, "defer_in_batch_packing_to_step": True}),
+]
+
+
+def _mock_vlm_reference(seq: int, knobs: dict[str, Any]) -> list[Example]:
+    """MB's unpadded path: the same seeded conversations, each item collated alone, unpacked, multiple 1.
+
+    With packing asked for, MB draws longer responses; deferring the packing to the step keeps
+    those conversations and collates them unpacked."""
+    plain: dict[str, Any] = {"pad_to_multiple_of": 1}
+    if knobs.get("enable_in_batch_packing"):
+        plain |= {"enable_in_batch_packing": True, "defer_in_batch_packing_to_step": True}
+    train = mock_vlm_sft(MockVLMRequest(vlprocessor.write_processor_dir(), seq, 4, knobs=plain))
+    out = []
+    for i in range(len(train)):
+        b = train.collate_fn([train[i]])
+        row = {k: tuple(int(x) for x in b[k][0].tolist()) for k in ("input_ids", "labels", "loss_mask", "position_ids")}
+        mask = tuple(int(bool(x)) for x in row["loss_mask"])
+        out.append(Example(f"#{i}", row["input_ids"], row["labels"], mask, row["position_ids"]))
+    return out
+
+
+@pytest.mark.parametrize("seq,knobs", [c[1:] for c in MOCK_VLM], ids=[c[0] for c in MOCK_VLM])
+def test_mock_vlm_conversations(golden, seq, knobs):
+    """Synthetic VLM data: the documented width, packed rows held to the oracle, deferral honoured."""
+    mock_vlm_sft.resolved  # noqa: B018
+    train = mock_vlm_sft(MockVLMRequest(vlprocessor.write_processor_dir(), seq, 4, knobs=dict(knobs)))
+    got = train.collate_fn([train[i] for i in range(len(train))])
+    ref = _mock_vlm_reference(seq, knobs)
+    packs = knobs.get("enable_in_batch_packing") and not knobs.get("defer_in_batch_packing_to_step")
+    if packs:
+        multiple = int(knobs["in_batch_packing_pad_to_multiple_of"])
+        (row,) = batch_ops.packed_rows({"tokens": got["input_ids"], **got})
+        differential.compare([row], ref, pad_seq_to_mult=multiple, padding_ids=(0,)).assert_ok()
+        golden.check({"cu_seqlens_q_padded": list(row.cu_seqlens_q_padded or ())})
+        return
+    packed = [k for k in ("cu_seqlens_q", "cu_seqlens_q_padded") if got.get(k) is not None]
+    require(not packed, Impact.CROSS_DOCUMENT_ATTENTION, f"unpacked rows asked for, the collate packed ({packed})")
+    width = int(got["input_ids"].shape[1])
+    if knobs.get("pad_to_max_length"):  # the fixed shape pipeline parallelism and CUDA graphs rely on
+        require(width == seq, Impact.CRASH, f"pad_to_max_length: rows {width} wide, not seq_length {seq}")
+    counts = [len(ex.tokens) for ex in ref]
+    batch = {"tokens": got["input_ids"], **got, "token_count": counts}
+    canon = {
+        "tokens": torch_rows([ex.tokens for ex in ref], width),
+        "labels": torch_rows([ex.labels for ex in ref], width),
+        "loss_mask": torch_rows([ex.loss_mask for ex in ref], width),
+        "position_ids": torch_rows([ex.position_ids for ex in ref], width),
+        "token_count": counts,
+    }
+    require_same_real_tokens(batch, canon, IGNORE_INDEX)
+    golden.check({"width": width, "token_count": counts})
+
+
+def torch_rows(rows: list[tuple[int, ...]], width: int) -> Any:
+    """Rows of unequal length as one right-padded tensor (the padding is never read)."""
+    import torch
+
+    out = torch.zeros((len(rows), width), dtype=torch.long)
+    for r, row in enumerate(rows):
+        out[r, : len(row)] = torch.tensor(row[:width])
+    return out

@@ -18,6 +18,7 @@ encoding of the sample's text:
 from __future__ import annotations
 
 import functools
+from typing import Any
 
 import pytest
 
@@ -49,47 +50,49 @@ def _samples(seq: int, enc: int) -> mimo.MimoSamples:
 
 @pytest.mark.parametrize("seq,enc", [c[1:] for c in CASES], ids=[c[0] for c in CASES])
 def test_placeholders_text_and_padding(golden, seq, enc):
-    placeholder = tokenizer.vocab()[PLACEHOLDER]
     built = _samples(seq, enc)
     samples = built.samples
     require(samples, Impact.CRASH, "MB built no MIMO samples")
-    seen = []
-    for i, s in enumerate(samples):
-        ids, labels = s["input_ids"].tolist(), s["labels"].tolist()
-        mask = s["loss_mask"].tolist() if "loss_mask" in s else []
-        present = "vision" in (s.get("modality_inputs") or {})
-        n_ph = enc if present else 0
-        require(len(ids) == seq, Impact.CRASH, f"sample {i}: {len(ids)} tokens, seq_length {seq}")
-        require(
-            ids[:n_ph] == [placeholder] * n_ph and ids[n_ph:].count(placeholder) == 0,
-            Impact.WRONG_LOGITS,
-            f"sample {i} (image {'present' if present else 'absent'}): placeholders at "
-            f"{[k for k, t in enumerate(ids) if t == placeholder]}, documented the first {n_ph}",
-        )
-        text = _text_ids(i)[: seq - n_ph]
-        n_real = n_ph + len(text)
-        require(
-            ids[n_ph:n_real] == text,
-            Impact.WRONG_TARGETS,
-            f"sample {i}: text tokens {ids[n_ph:n_real]}, the tokenizer's {text}",
-        )
-        if "loss_mask" not in s:  # the dataset's own loss policy came later (checked below, from its era)
-            seen.append({"image": present, "real": n_real})
-            continue
-        for k in range(seq):
-            trains = k + 1 < n_real and ids[k + 1] != placeholder
-            if bool(mask[k]) != trains:
-                impact = Impact.DROPS_TRAINED_TOKEN if trains else Impact.TRAINS_PADDING
-                raise fail(impact, f"sample {i} position {k}: loss mask {mask[k]}, documented {float(trains)}")
-            if trains and labels[k] != ids[k + 1]:
-                raise fail(Impact.WRONG_TARGETS, f"sample {i} position {k}: label {labels[k]}, next token {ids[k + 1]}")
-        seen.append({"image": present, "real": n_real})
+    seen = [_check_sample(i, s, seq, enc, _text_ids(i)) for i, s in enumerate(samples)]
     want = {True, False} if built.mixed else {True}  # before modality_presence_prob every sample has it
     if {x["image"] for x in seen} != want:
         raise RuntimeError(f"the case needs samples with and without the image (presence 0.5): {seen}")
     if not all("loss_mask" in s for s in samples):  # placeholders and text held; no loss policy to check
         raise features.missing("mimo-dataset-loss-mask", "the MIMO dataset emits no labels shift or loss mask")
     golden.check({"samples": seen})
+
+
+def _check_sample(i: int, s: dict, seq: int, enc: int, text_ids: list[int]) -> dict[str, Any]:
+    """One sample: its placeholders first, then its text's tokens, ``seq`` wide, text targets trained."""
+    placeholder = tokenizer.vocab()[PLACEHOLDER]
+    ids, labels = s["input_ids"].tolist(), s["labels"].tolist()
+    mask = s["loss_mask"].tolist() if "loss_mask" in s else []
+    present = "vision" in (s.get("modality_inputs") or {})
+    n_ph = enc if present else 0
+    require(len(ids) == seq, Impact.CRASH, f"sample {i}: {len(ids)} tokens, seq_length {seq}")
+    require(
+        ids[:n_ph] == [placeholder] * n_ph and ids[n_ph:].count(placeholder) == 0,
+        Impact.WRONG_LOGITS,
+        f"sample {i} (image {'present' if present else 'absent'}): placeholders at "
+        f"{[k for k, t in enumerate(ids) if t == placeholder]}, documented the first {n_ph}",
+    )
+    text = text_ids[: seq - n_ph]
+    n_real = n_ph + len(text)
+    require(
+        ids[n_ph:n_real] == text,
+        Impact.WRONG_TARGETS,
+        f"sample {i}: text tokens {ids[n_ph:n_real]}, the tokenizer's {text}",
+    )
+    if "loss_mask" not in s:  # the dataset's own loss policy came later (checked by the caller, from its era)
+        return {"image": present, "real": n_real}
+    for k in range(seq):
+        trains = k + 1 < n_real and ids[k + 1] != placeholder
+        if bool(mask[k]) != trains:
+            impact = Impact.DROPS_TRAINED_TOKEN if trains else Impact.TRAINS_PADDING
+            raise fail(impact, f"sample {i} position {k}: loss mask {mask[k]}, documented {float(trains)}")
+        if trains and labels[k] != ids[k + 1]:
+            raise fail(Impact.WRONG_TARGETS, f"sample {i} position {k}: label {labels[k]}, next token {ids[k + 1]}")
+    return {"image": present, "real": n_real}
 
 
 def test_no_room_for_text_is_refused():
@@ -101,3 +104,32 @@ def test_no_room_for_text_is_refused():
             raise fail(Impact.CRASH, f"refused, but not by MB's check on seq_length: {exc}") from exc
         return
     raise fail(Impact.ACCEPTS_INVALID_CONFIG, "8 encoder tokens in seq_length 8 accepted: no room for text")
+
+
+# (id, seq_length, encoder_seq_length): a user's image folder through the Hugging Face provider
+HF_CASES = [("imagefolder-seq40-enc8", 40, 8), ("imagefolder-seq12-enc4-truncated", 12, 4)]
+
+
+@pytest.mark.parametrize("seq,enc", [c[1:] for c in HF_CASES], ids=[c[0] for c in HF_CASES])
+def test_hf_provider_over_a_local_image_folder(golden, seq, enc):
+    """The Hugging Face provider over the user's own image folder keeps the mock provider's contract."""
+    from transformers import AutoTokenizer
+
+    # the marker first, so a truncated sample still names its row; lengths 3 to 11 words
+    texts = tuple(f"{tokenizer.MARKERS[i]} {' '.join(tokenizer.WORDS[5 * i : 5 * i + 3 + 2 * i])}" for i in range(5))
+    req = mimo.MimoHFRequest(tokenizer.write_tokenizer_dir(), seq, tokenizer.vocab()[PLACEHOLDER], enc, texts)
+    samples = mimo.mimo_hf_samples(req)
+    require(len(samples) == len(texts), Impact.CRASH, f"MB built {len(samples)} samples of {len(texts)} rows")
+    tok = AutoTokenizer.from_pretrained(str(tokenizer.write_tokenizer_dir()))
+    by_marker = {tokenizer.vocab()[tokenizer.MARKERS[i]]: i for i in range(len(texts))}
+    seen = []
+    for i, s in enumerate(samples):
+        ids = s["input_ids"].tolist()
+        row = next((by_marker[t] for t in ids if t in by_marker), None)
+        if row is None:
+            raise fail(Impact.WRONG_TARGETS, f"sample {i}: the text of no row of the folder ({ids})")
+        require("vision" in (s.get("modality_inputs") or {}), Impact.WRONG_LOGITS, f"sample {i}: its image is gone")
+        if "loss_mask" not in s:
+            raise features.missing("mimo-dataset-loss-mask", "the MIMO dataset emits no labels shift or loss mask")
+        seen.append(_check_sample(i, s, seq, enc, list(tok(texts[row])["input_ids"])))
+    golden.check({"samples": seen})

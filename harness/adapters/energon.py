@@ -147,5 +147,5 @@ energon_batches = Operation(
     "energon_batches",
     [Candidate("data/builders/energon.EnergonDatasetBuilder", _probe)],
     before="no declarative Energon dataset builder",
-    feature="energon-builder",
+    feature="multimodal-builders",
 )

@@ -7,6 +7,10 @@ docstring says: "uses real HuggingFace processors to preprocess them") with a lo
 ``labels``, ``loss_mask``, ``modality_inputs``). Knobs: ``seq_length`` and
 ``encoder_seq_lengths`` (placeholders inserted per present modality).
 
+Operation ``mimo_hf_samples(request)``: MB's Hugging Face MIMO provider over a user's local image
+folder (PNG files and a ``metadata.jsonl`` with the text column, the ``imagefolder`` loader named
+through ``hf_data_files``), the same processor and tokenizer; every sample has its image.
+
 Eras: ``data/megatron_mimo.mock_provider.MockMegatronMIMOProvider`` (994b7f2e4, 2026-04-23), before
 it ``data/mimo.mock_provider.MockMimoProvider`` (877779a05, 2026-03-20); earlier: untestable.
 """
@@ -98,6 +102,78 @@ mimo_samples = Operation(
         Candidate(
             "data/mimo.mock_provider.MockMimoProvider",
             _probe("megatron.bridge.data.mimo.mock_provider", "MockMimoProvider"),
+        ),
+    ],
+    before="no MIMO data providers",
+    feature="mimo-data",
+)
+
+
+@dataclass(frozen=True)
+class MimoHFRequest:
+    tokenizer_dir: Path
+    seq_length: int
+    placeholder_id: int
+    encoder_seq_length: int
+    texts: tuple[str, ...]  # one image and one text per sample
+
+
+def _image_folder(texts: tuple[str, ...]) -> Path:
+    """A user's local image folder: one PNG per text, ``metadata.jsonl`` naming each with its text."""
+    import json
+
+    from PIL import Image
+
+    root = Path(tempfile.mkdtemp(prefix="harness-mimo-hf-")) / "train"
+    root.mkdir()
+    rows = []
+    for i, text in enumerate(texts):
+        Image.new("RGB", (40, 40), (17 * i % 256, 60, 120)).save(root / f"img{i:04d}.png")
+        rows.append({"file_name": f"img{i:04d}.png", "text": text})
+    (root / "metadata.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
+    return root
+
+
+def _hf_probe(module: str, name: str) -> Callable[[], Callable[[MimoHFRequest], list[dict[str, Any]]]]:
+    def probe() -> Callable[[MimoHFRequest], list[dict[str, Any]]]:
+        provider_cls = symbol(module, name)
+        if "hf_data_files" not in field_names(provider_cls):
+            raise NotHere(f"{name} has no hf_data_files: a local dataset cannot be named")
+        context_cls = _context_cls()
+
+        def call(req: MimoHFRequest) -> list[dict[str, Any]]:
+            folder = _image_folder(req.texts)
+            provider = provider_cls(
+                seq_length=req.seq_length,
+                hf_dataset_path="imagefolder",
+                hf_data_files={"train": str(folder / "**")},
+                hf_tokenizer_path=str(req.tokenizer_dir),
+                processor_paths={"vision": str(image_processor_dir())},
+                special_token_ids={"vision": req.placeholder_id},
+                encoder_seq_lengths={"vision": req.encoder_seq_length},
+                modality_columns={"vision": "image"},
+                trust_remote_code=False,
+            )
+            train, _valid, _test = provider.build_datasets(
+                context_cls(train_samples=len(req.texts), valid_samples=0, test_samples=0)
+            )
+            return [train[i] for i in range(len(train))] if train is not None else []
+
+        return call
+
+    return probe
+
+
+mimo_hf_samples = Operation(
+    "mimo_hf_samples",
+    [
+        Candidate(
+            "data/megatron_mimo.hf_provider.HFMegatronMIMODatasetProvider",
+            _hf_probe("megatron.bridge.data.megatron_mimo.hf_provider", "HFMegatronMIMODatasetProvider"),
+        ),
+        Candidate(
+            "data/mimo.hf_provider.HFMimoDatasetProvider",
+            _hf_probe("megatron.bridge.data.mimo.hf_provider", "HFMimoDatasetProvider"),
         ),
     ],
     before="no MIMO data providers",

@@ -95,9 +95,9 @@ FEATURES: dict[str, Feature] = {
             r"class DirectHFSFTDatasetConfig",
         ),
         Feature(
-            "energon-builder",
-            "declarative Energon VLM data (data/builders/energon.EnergonDatasetConfig with an "
-            "HFEnergonTaskEncoderConfig, EnergonDatasetBuilder, data/energon.prepare_webdataset)",
+            "multimodal-builders",
+            "declarative multimodal data builders (data/builders/energon.EnergonDatasetConfig with an "
+            "HFEnergonTaskEncoderConfig, data/energon.prepare_webdataset; data/builders/mock_vlm_sft)",
             "8896e9027",
             "2026-07-14",
             "src/megatron/bridge/data/builders/energon.py",
