@@ -90,6 +90,7 @@ def test_first_fit_shuffle(golden, seed, n, low, high, pack_size):
         (10, 30, 32, "first_fit_decreasing"),
         (11, 50, 64, "first_fit_shuffle"),
         (12, 12, 24, "first_fit_decreasing"),
+        (13, 40, 48, "first_fit"),  # create_packing_strategy's default
     ],
 )
 def test_packing_strategy_pipeline(golden, seed, n, pack_size, algorithm):

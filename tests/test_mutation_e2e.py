@@ -68,6 +68,12 @@ CHECKS = {
     "sequence_padding_ignores_multiple": ("in_batch_packing", "padded_without and multiple-8", "documented"),
     "sequence_truncation_guard_dropped": ("in_batch_packing", "padded_without and truncate-4", "removed every"),
     # MIMO samples (encoder placeholders, text, padding)
+    # what MB's gpt_step hands the model of a pretraining sample (reset_attention_mask)
+    "gpt_step_ignores_dataset_attention_mask": (
+        "pretraining_dataset",
+        "test_step_keeps_documents_apart and dataset-mask",
+        "no attention mask",
+    ),
     # the Energon VLM path (HF task encoder, Qwen-VL's model collate)
     "energon_in_batch_multiple_not_forwarded": (
         "energon_dataset",
@@ -154,6 +160,7 @@ LAYERS = {
     "sampler_drop_last_ignored": "sampler",
     "named_packed_train_path_ignored": "preparation",
     "gpt_dataset_eod_mask_shifted": "preparation",
+    "gpt_step_ignores_dataset_attention_mask": "gpt_step",
     "energon_in_batch_multiple_not_forwarded": "in_batch",
     "energon_defer_ignored": "collate",
     "hf_task_encoder_pad_to_max_length_dropped": "collate",

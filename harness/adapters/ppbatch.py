@@ -49,7 +49,7 @@ def _as_list(value: Any) -> list[int] | None:
 LEGACY_KEYS = ("cu_seqlens", "cu_seqlens_argmin", "max_seqlen", "cu_seqlens_unpadded", "cu_seqlens_unpadded_argmin")
 
 
-def _metadata(out: tuple[Any, ...]) -> Any:
+def packed_metadata(out: tuple[Any, ...]) -> Any:
     """The packed metadata of a ``get_batch`` answer: the sixth value (a dict), or in the legacy
     shape the boundary tensors that follow the position ids, as the batch keys the builder reads."""
     if len(out) == 6:
@@ -60,7 +60,7 @@ def _metadata(out: tuple[Any, ...]) -> Any:
 
 def _view(out: tuple[Any, ...], build_params: Callable[[Any], Any]) -> StageBatch:
     tokens, labels, loss_mask, _mask, position_ids = out[:5]
-    metadata = _metadata(out)
+    metadata = packed_metadata(out)
     tensors = {"tokens": tokens, "labels": labels, "loss_mask": loss_mask, "position_ids": position_ids}
     tensors = {k: (v.detach().clone() if isinstance(v, torch.Tensor) else None) for k, v in tensors.items()}
     if metadata is None:

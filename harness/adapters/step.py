@@ -271,7 +271,7 @@ def extra_fields(params: Any) -> dict[str, str]:
 # --------------------------------------------------------------------------- gpt_step
 
 
-def _mcore_call_matches(module: str, callee: str, core_module: str) -> None:
+def mcore_call_matches(module: str, callee: str, core_module: str) -> None:
     """Untestable when ``module`` calls MCore's ``callee`` without an argument the installed MCore requires.
 
     MB pins the megatron-core it was written against; paired with a newer one (e.g. MB 0.4.0
@@ -296,7 +296,7 @@ def _mcore_call_matches(module: str, callee: str, core_module: str) -> None:
 
 def _gpt_probe() -> Callable[[Any, dict[str, Any]], StepRun]:
     fn = symbol("megatron.bridge.training.gpt_step", "forward_step")
-    _mcore_call_matches("megatron.bridge.training.gpt_step", "get_batch_on_this_cp_rank", "megatron.core.utils")
+    mcore_call_matches("megatron.bridge.training.gpt_step", "get_batch_on_this_cp_rank", "megatron.core.utils")
 
     def call(model: RecordingModel, batch: dict[str, Any]) -> StepRun:
         return run_step(fn, minimal_state(), batch, model)
@@ -317,6 +317,7 @@ __all__ = [
     "call_model",
     "extra_fields",
     "gpt_step",
+    "mcore_call_matches",
     "minimal_state",
     "on_model_device",
     "params_fields",

@@ -1,0 +1,76 @@
+"""What MB's ``gpt_step.get_batch`` hands the model of a pretraining micro-batch: how it may attend.
+
+Operation ``pretrain_step_attention(samples, dataset_config)``: the samples collated as MB's
+pretraining loader collates them (megatron-core's ``GPTDataset`` has no ``collate_fn``, so the
+loader uses torch's default collate), then MB's ``gpt_step.get_batch`` in a world of one (gloo,
+MCore's groups, :func:`harness.adapters.forward.init_cpu_parallel`) with the run's real
+``GPTDatasetConfig`` as ``cfg.dataset``: its ``skip_getting_attention_mask_from_dataset`` decides
+whether the dataset's attention mask reaches the model. The answer is what the model's attention
+works from: the mask (None: the attention backend's own causal mask over the whole row), the
+boundaries of the ``PackedSeqParams`` MB builds from packed metadata when the batch carries any
+(megatron-core's ``inter_document_masking``), and the position ids. Whether the attention kernel
+honours a mask is the model's concern (the forward suites), not the step's.
+
+Era: ``get_batch(data_iterator, cfg, use_mtp, *, pg_collection, ...)``, as
+:mod:`harness.adapters.ppbatch`; older signatures: untestable, with that reason.
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from harness.adapters import Candidate, NotHere, Operation, symbol
+from harness.adapters.forward import init_cpu_parallel
+from harness.adapters.ppbatch import packed_metadata
+from harness.adapters.step import mcore_call_matches, minimal_state, params_fields
+from harness.standins.cuda import pinned_to_cpu
+
+
+@dataclass
+class StepAttention:
+    attention_mask: torch.Tensor | None  # megatron's convention: True = may not attend
+    boundaries: list[int] | None  # cu_seqlens_q of the PackedSeqParams MB builds (None: no packed metadata)
+    position_ids: torch.Tensor | None
+
+
+def _probe() -> Callable[[list[dict[str, Any]], Any], StepAttention]:
+    fn = symbol("megatron.bridge.training.gpt_step", "get_batch")
+    if "pg_collection" not in inspect.signature(fn).parameters:
+        raise NotHere("get_batch takes no pg_collection")
+    groups_cls = symbol("megatron.core.process_groups_config", "ProcessGroupCollection")
+    build = symbol("megatron.bridge.training.utils.packed_seq_utils", "get_packed_seq_params")
+    mcore_call_matches("megatron.bridge.training.gpt_step", "get_batch_on_this_cp_rank", "megatron.core.utils")
+
+    def call(samples: list[dict[str, Any]], dataset_config: Any) -> StepAttention:
+        from torch.utils.data import default_collate
+
+        init_cpu_parallel()
+        state = minimal_state()
+        state.cfg.dataset = dataset_config
+        batch = default_collate(samples)
+        with pinned_to_cpu():
+            out = fn(iter([batch]), state.cfg, False, pg_collection=groups_cls.use_mpu_process_groups())
+        mask, position_ids, metadata = out[3], out[4], packed_metadata(out)
+        boundaries = None
+        if metadata is not None:
+            cu = params_fields(build(metadata)).get("cu_seqlens_q")
+            boundaries = None if cu is None else [int(x) for x in torch.as_tensor(cu).reshape(-1).tolist()]
+        return StepAttention(
+            None if mask is None else mask.detach().clone(),
+            boundaries,
+            None if position_ids is None else position_ids.detach().clone(),
+        )
+
+    return call
+
+
+pretrain_step_attention = Operation(
+    "pretrain_step_attention",
+    [Candidate("training/gpt_step.get_batch(pg_collection)", _probe)],
+    before="get_batch without process-group collections",
+)
