@@ -30,7 +30,7 @@ from harness.adapters.directsft import DirectSFTRequest, direct_sft
 from harness.adapters.mockvlm import MockVLMRequest, mock_vlm_sft
 from harness.oracle import corpus, differential, tokenizer, truncation, vlprocessor
 from harness.oracle.impact import Impact, fail, require
-from harness.oracle.padded import require_same_real_tokens
+from harness.oracle.padded import require_documented_width, require_same_real_tokens
 from harness.oracle.records import Example
 from suites import _oracle
 from suites._inputs import IGNORE_INDEX
@@ -143,16 +143,7 @@ def test_padded_rows(golden, case):
     require(width <= case.seq, Impact.CRASH, f"rows {width} wide, past seq_length {case.seq}")
     need = _need(case.layout)
     require(width % need == 0, Impact.CRASH, f"rows {width} wide: CP/SP split {case.layout} needs a multiple of {need}")
-    if case.knobs.get("pad_to_max_length"):
-        # the fixed shape pipeline parallelism and CUDA graphs rely on
-        require(width == case.seq, Impact.CRASH, f"pad_to_max_length: rows {width} wide, not seq_length {case.seq}")
-    else:
-        expected = min(-(-longest // multiple) * multiple, case.seq)
-        require(
-            width == expected,
-            Impact.PERF_CONTRACT,
-            f"rows {width} wide, documented {expected} (longest {longest}, multiple {multiple}, cap {case.seq})",
-        )
+    require_documented_width("", width, longest, multiple, case.seq, bool(case.knobs.get("pad_to_max_length")))
     require_same_real_tokens(got, ref, IGNORE_INDEX)
     golden.check({"multiple": multiple, "width": width, "token_count": list(ref["token_count"])})
 

@@ -28,6 +28,7 @@ from harness.adapters import rules
 from harness.adapters.energon import EnergonRequest, EnergonSample, energon_batches
 from harness.oracle import differential, tokenizer, vlprocessor
 from harness.oracle.impact import Impact, fail, require
+from harness.oracle.padded import require_documented_width
 from harness.oracle.records import Example
 from suites._inputs import IGNORE_INDEX
 
@@ -69,6 +70,7 @@ class Case:
     n: int = 6
     shards: int = 1
     knobs: dict[str, Any] = field(default_factory=dict)
+    encoder: str = "hf"  # "qwen-vl": the model-owned QwenVLTaskEncoder of MB's Qwen-VL Energon recipes
 
     def request(self, **overrides: Any) -> EnergonRequest:
         req = EnergonRequest(
@@ -80,6 +82,7 @@ class Case:
             shards=self.shards,
             pixels=PIXELS,
             knobs=dict(self.knobs),
+            encoder=self.encoder,
         )
         return replace(req, **overrides)
 
@@ -103,7 +106,11 @@ def reference(case: Case) -> dict[str, Example]:
     build = energon_batches(case.request(micro_batch_size=1, batches=4 * case.n, knobs=plain))
     out: dict[str, Example] = {}
     for b in build.batches:
-        row = {k: b[k][0].tolist() for k in ("input_ids", "labels", "loss_mask", "position_ids")}
+        # one sample on multiple 1 has no padding; should MB pad it anyway, its attention mask says where
+        mask = b.get("attention_mask")
+        n = int(mask[0].sum()) if mask is not None else int(b["input_ids"].shape[1])
+        require(not b["loss_mask"][0, n:].any(), Impact.TRAINS_PADDING, f"{case.id}: the unpadded path trains padding")
+        row = {k: b[k][0, :n].tolist() for k in ("input_ids", "labels", "loss_mask", "position_ids")}
         key = _marker(row["input_ids"])
         if key is None:
             raise RuntimeError(f"{case.id}: a reference row without one marker")
@@ -179,6 +186,14 @@ PADDED = [
     Case("mbs2-multiple8", 202, mbs=2, knobs={"pad_to_multiple_of": 8}),
     Case("mbs3-pad-to-max-seq96", 203, seq=96, knobs={"pad_to_max_length": True, "pad_to_multiple_of": 8}),
     Case("mbs2-two-shards", 204, mbs=2, n=8, shards=2, knobs={"pad_to_multiple_of": 16}),
+    Case("qwen-vl-mbs3-multiple8", 205, knobs={"pad_to_multiple_of": 8}, encoder="qwen-vl"),
+    Case(
+        "qwen-vl-mbs2-pad-to-max",
+        206,
+        mbs=2,
+        knobs={"pad_to_max_length": True, "pad_to_multiple_of": 8},
+        encoder="qwen-vl",
+    ),
 ]
 PACKED = [
     Case("mbs3-seq4096", 211, seq=4096, knobs={"enable_in_batch_packing": True}),  # the task encoder's default
@@ -189,6 +204,12 @@ PACKED = [
         knobs={"enable_in_batch_packing": True, "in_batch_packing_pad_to_multiple_of": 8},
     ),
     Case("mbs2-mult4", 213, mbs=2, knobs={"enable_in_batch_packing": True, "in_batch_packing_pad_to_multiple_of": 4}),
+    Case(
+        "qwen-vl-mbs3-mult8",
+        214,
+        knobs={"enable_in_batch_packing": True, "in_batch_packing_pad_to_multiple_of": 8},
+        encoder="qwen-vl",
+    ),
 ]
 
 
@@ -244,16 +265,7 @@ def _check_padded(case: Case, build: Any) -> list[int]:
                 f"batch {b} row {r}: padding labels {pad_labels}",
             )
             counts.append(n_real)
-        longest = max(counts)
-        if to_max:  # the fixed shape pipeline parallelism and CUDA graphs rely on
-            require(width == case.seq, Impact.CRASH, f"pad_to_max_length: rows {width} wide, not seq_length {case.seq}")
-        else:
-            expected = min(-(-longest // multiple) * multiple, case.seq)
-            require(
-                width == expected,
-                Impact.PERF_CONTRACT,
-                f"batch {b}: rows {width} wide, documented {expected} (longest {longest}, multiple {multiple})",
-            )
+        require_documented_width(f"batch {b}: ", width, max(counts), multiple, case.seq, to_max)
         _images(batch)
         widths.append(width)
     return widths
@@ -282,10 +294,12 @@ def test_in_batch_packed_rows(golden, case):
     golden.check({"multiple": multiple, "cu_seqlens": bounds})
 
 
-def test_deferred_packing_leaves_rows_unpacked(golden):
+@pytest.mark.parametrize("encoder", ["hf", "qwen-vl"])
+def test_deferred_packing_leaves_rows_unpacked(golden, encoder):
     """``defer_in_batch_packing_to_step``: the loader hands the step right-padded rows, not a THD row."""
     energon_batches.resolved  # noqa: B018
-    case = Case("mbs3-deferred", 221, knobs={"enable_in_batch_packing": True, "defer_in_batch_packing_to_step": True})
+    deferred = {"enable_in_batch_packing": True, "defer_in_batch_packing_to_step": True}
+    case = Case(f"mbs3-deferred-{encoder}", 221, knobs=deferred, encoder=encoder)
     build = energon_batches(case.request())
     require(build.batches, Impact.CRASH, "MB's Energon builder yielded no training batch")
     for b, batch in enumerate(build.batches):

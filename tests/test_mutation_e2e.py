@@ -87,6 +87,7 @@ CHECKS = {
         "test_in_batch_packed_rows and mbs2-mult4",
         "loss-mask-equals-unpacked",
     ),
+    "qwen_vl_task_encoder_pad_multiple_dropped": ("energon_dataset", "qwen-vl-mbs3-multiple8", "documented"),
     "qwen_vl_packed_keeps_first_image_only": (
         "energon_dataset",
         "test_in_batch_packed_rows and mbs2-mult4",
@@ -166,6 +167,7 @@ LAYERS = {
     "hf_task_encoder_pad_to_max_length_dropped": "collate",
     "qwen_vl_packed_loss_mask_not_shifted": "in_batch",
     "qwen_vl_packed_keeps_first_image_only": "in_batch",
+    "qwen_vl_task_encoder_pad_multiple_dropped": "collate",
     "mimo_placeholders_one_short": "preparation",
     "mimo_padding_mask_one_late": "preparation",
     "sequence_padding_ignores_multiple": "in_batch",

@@ -5,7 +5,9 @@ shards (``<key>.image.png`` + ``<key>.conversation.json``, the layout of MB's
 ``tutorials/data/energon``), indexed by MB's own ``data/energon.prepare_webdataset`` and declared
 for MB's ``ChatMLWebdataset`` loader in ``.nv-meta/dataset.yaml``; then an
 ``EnergonDatasetConfig`` with an ``HFEnergonTaskEncoderConfig`` (a local Hugging Face processor
-directory, MB resolves the model's collate from its class) and the request's knobs, finalised,
+directory, MB resolves the model's collate from its class) or the model-owned
+``QwenVLEnergonTaskEncoderConfig`` (MB's ``QwenVLTaskEncoder``, what its Qwen-VL Energon recipes
+configure) and the request's knobs, finalised,
 and ``EnergonDatasetBuilder.build`` for the training split. The first ``batches`` micro-batches
 of the training iterator come back as MB yields them (``input_ids``, ``labels``, ``loss_mask``,
 ``position_ids``, ``visual_inputs``, and with in-batch packing the MCore THD boundaries).
@@ -19,6 +21,7 @@ Era: ``data/builders/energon.EnergonDatasetConfig`` with declarative task-encode
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import io
 import json
@@ -29,7 +32,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from harness.adapters import Candidate, Operation, load_module, symbol
+from harness.adapters import Candidate, NotHere, Operation, load_module, symbol
 
 MODULE = "megatron.bridge.data.builders.energon"
 DATASET_YAML = """\
@@ -71,6 +74,7 @@ class EnergonRequest:
     shards: int = 1
     pixels: tuple[int | None, int | None] = (None, None)  # the task encoder's min_pixels, max_pixels
     knobs: dict[str, Any] = field(default_factory=dict)  # further EnergonDatasetConfig fields
+    encoder: str = "hf"  # "hf": HFEnergonTaskEncoderConfig; "qwen-vl": QwenVLEnergonTaskEncoderConfig
 
 
 @dataclass
@@ -111,7 +115,9 @@ def write_dataset(samples: tuple[EnergonSample, ...], shards: int) -> Path:
 
 def _probe() -> Callable[[EnergonRequest], EnergonBuild]:
     cfg_cls = symbol(MODULE, "EnergonDatasetConfig")
-    encoder_cls = symbol(MODULE, "HFEnergonTaskEncoderConfig")
+    encoders = {"hf": symbol(MODULE, "HFEnergonTaskEncoderConfig")}
+    with contextlib.suppress(NotHere):  # the model-owned encoder MB's Qwen-VL Energon recipes configure
+        encoders["qwen-vl"] = symbol(MODULE, "QwenVLEnergonTaskEncoderConfig")
     builder_cls = symbol(MODULE, "EnergonDatasetBuilder")
     symbol("megatron.bridge.data.energon", "prepare_webdataset")
     context_cls = symbol("megatron.bridge.data.base", "DatasetBuildContext")
@@ -119,16 +125,15 @@ def _probe() -> Callable[[EnergonRequest], EnergonBuild]:
 
     def call(req: EnergonRequest) -> EnergonBuild:
         root = write_dataset(req.samples, req.shards)
-        min_pixels, max_pixels = req.pixels
+        if req.encoder not in encoders:
+            raise NotHere(f"no {req.encoder} Energon task-encoder config in {MODULE}")
+        pixels = {k: v for k, v in zip(("min_pixels", "max_pixels"), req.pixels) if v is not None}
         config = cfg_cls(
             path=str(root),
             seq_length=req.seq_length,
             micro_batch_size=req.micro_batch_size,
-            task_encoder=encoder_cls(
-                hf_processor_path=str(req.processor_dir),
-                min_pixels=min_pixels,
-                max_pixels=max_pixels,
-                trust_remote_code=False,
+            task_encoder=encoders[req.encoder](
+                hf_processor_path=str(req.processor_dir), trust_remote_code=False, **pixels
             ),
             num_workers=0,
             do_validation=False,

@@ -29,3 +29,19 @@ def require_same_real_tokens(got: dict[str, Any], ref: dict[str, Any], ignore_in
         require(
             all(x == ignore_index for x in pad_labels), Impact.TRAINS_PADDING, f"row {r}: padding labels {pad_labels}"
         )
+
+
+def require_documented_width(where: str, width: int, longest: int, multiple: int, seq: int, to_max: bool) -> None:
+    """The width MB's collates document for unpacked rows: exactly ``seq`` with ``pad_to_max_length``
+    (the fixed shape pipeline parallelism and CUDA graphs rely on: a crash otherwise), else the
+    longest row rounded up to ``multiple`` and capped at ``seq`` (wider is padding computed for
+    nothing, narrower misses the multiple CP/SP or the kernels asked for)."""
+    if to_max:
+        require(width == seq, Impact.CRASH, f"{where}pad_to_max_length: rows {width} wide, not seq_length {seq}")
+        return
+    expected = min(-(-longest // multiple) * multiple, seq)
+    require(
+        width == expected,
+        Impact.PERF_CONTRACT,
+        f"{where}rows {width} wide, documented {expected} (longest {longest}, multiple {multiple}, cap {seq})",
+    )
