@@ -116,7 +116,15 @@ def test_every_known_bug_fixed_runs_with_no_fail_and_no_known_fail(tmp_path):
     cu_seqlens_q) stays in that build and fails nothing."""
     empty = tmp_path / "known_failures.json"
     empty.write_text(json.dumps({"kind": "harness-known-failures", "schema_version": 2, "entries": []}))
-    suites = ["offline_packed_dataset", "padding_loss_masks", "packed_seq_params", "forward_cpu", "in_batch_packing"]
+    suites = [
+        "offline_packed_dataset",
+        "padding_loss_masks",
+        "packed_seq_params",
+        "forward_cpu",
+        "in_batch_packing",
+        "data_loaders",
+        "pretraining_dataset",
+    ]
     result = _run("fix_all", tmp_path, suites, extra=["--harness-known-failures", str(empty)])
     documented = [c for c in result.cases if not c.hypothetical]
     assert len(documented) > 50
