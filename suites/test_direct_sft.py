@@ -30,7 +30,7 @@ from harness.adapters.directsft import DirectSFTRequest, direct_sft
 from harness.adapters.mockvlm import MockVLMRequest, mock_vlm_sft
 from harness.oracle import corpus, differential, tokenizer, truncation, vlprocessor
 from harness.oracle.impact import Impact, fail, require
-from harness.oracle.padded import require_documented_width, require_same_real_tokens
+from harness.oracle.padded import require_documented_width, require_row_equals_example, require_same_real_tokens
 from harness.oracle.records import Example
 from suites import _oracle
 from suites._inputs import IGNORE_INDEX
@@ -251,23 +251,6 @@ def test_mock_vlm_conversations(golden, seq, knobs):
     if knobs.get("pad_to_max_length"):  # the fixed shape pipeline parallelism and CUDA graphs rely on
         require(width == seq, Impact.CRASH, f"pad_to_max_length: rows {width} wide, not seq_length {seq}")
     counts = [len(ex.tokens) for ex in ref]
-    batch = {"tokens": got["input_ids"], **got, "token_count": counts}
-    canon = {
-        "tokens": torch_rows([ex.tokens for ex in ref], width),
-        "labels": torch_rows([ex.labels for ex in ref], width),
-        "loss_mask": torch_rows([ex.loss_mask for ex in ref], width),
-        "position_ids": torch_rows([ex.position_ids for ex in ref], width),
-        "token_count": counts,
-    }
-    require_same_real_tokens(batch, canon, IGNORE_INDEX)
+    for r, ex in enumerate(ref):
+        require_row_equals_example("", got, r, ex, IGNORE_INDEX)
     golden.check({"width": width, "token_count": counts})
-
-
-def torch_rows(rows: list[tuple[int, ...]], width: int) -> Any:
-    """Rows of unequal length as one right-padded tensor (the padding is never read)."""
-    import torch
-
-    out = torch.zeros((len(rows), width), dtype=torch.long)
-    for r, row in enumerate(rows):
-        out[r, : len(row)] = torch.tensor(row[:width])
-    return out

@@ -28,7 +28,7 @@ from harness.adapters import rules
 from harness.adapters.energon import EnergonRequest, EnergonSample, energon_batches
 from harness.oracle import differential, tokenizer, vlprocessor
 from harness.oracle.impact import Impact, fail, require
-from harness.oracle.padded import require_documented_width
+from harness.oracle.padded import require_documented_width, require_row_equals_example
 from harness.oracle.records import Example
 from suites._inputs import IGNORE_INDEX
 
@@ -248,22 +248,7 @@ def _check_padded(case: Case, build: Any) -> list[int]:
         counts = []
         for r in range(rows):
             ex, n_real = _rows_by_marker(case, batch, r)
-            got = {k: batch[k][r, :n_real].tolist() for k in ("input_ids", "labels", "loss_mask", "position_ids")}
-            for key, want in (("input_ids", ex.tokens), ("labels", ex.labels), ("position_ids", ex.position_ids)):
-                impact = Impact.WRONG_LOGITS if key == "position_ids" else Impact.WRONG_TARGETS
-                require(tuple(got[key]) == want, impact, f"batch {b} row {r} ({ex.key}): {key} differ from unpadded")
-            require(
-                tuple(int(bool(x)) for x in got["loss_mask"]) == ex.loss_mask,
-                Impact.DROPS_TRAINED_TOKEN,
-                f"batch {b} row {r} ({ex.key}): loss mask differs from the unpadded path",
-            )
-            pad_mask, pad_labels = batch["loss_mask"][r, n_real:].tolist(), batch["labels"][r, n_real:].tolist()
-            require(not any(pad_mask), Impact.TRAINS_PADDING, f"batch {b} row {r}: padding trains ({pad_mask})")
-            require(
-                all(x == IGNORE_INDEX for x in pad_labels),
-                Impact.TRAINS_PADDING,
-                f"batch {b} row {r}: padding labels {pad_labels}",
-            )
+            require_row_equals_example(f"batch {b} ", batch, r, ex, IGNORE_INDEX)
             counts.append(n_real)
         require_documented_width(f"batch {b}: ", width, max(counts), multiple, case.seq, to_max)
         _images(batch)

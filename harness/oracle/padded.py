@@ -11,6 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 from harness.oracle.impact import Impact, require
+from harness.oracle.records import Example
 
 _IMPACT = {"tokens": Impact.WRONG_TARGETS, "labels": Impact.WRONG_TARGETS, "position_ids": Impact.WRONG_LOGITS}
 
@@ -29,6 +30,30 @@ def require_same_real_tokens(got: dict[str, Any], ref: dict[str, Any], ignore_in
         require(
             all(x == ignore_index for x in pad_labels), Impact.TRAINS_PADDING, f"row {r}: padding labels {pad_labels}"
         )
+
+
+def require_row_equals_example(where: str, got: dict[str, Any], r: int, ex: Example, ignore_index: int) -> None:
+    """Row ``r`` of an unpacked batch (``input_ids`` or ``tokens`` keyed) equals ``ex``, MB's unpadded
+    path of the same example, on its real tokens (the loss mask as trained or not), and trains none
+    of its padding. For references that are rows of their own, not one padded batch."""
+    n = len(ex.tokens)
+    tokens = got["tokens"] if "tokens" in got else got["input_ids"]
+    want = {"tokens": ex.tokens, "labels": ex.labels, "position_ids": ex.position_ids}
+    for key, ref in want.items():
+        row = tuple((tokens if key == "tokens" else got[key])[r, :n].tolist())
+        require(row == ref, _IMPACT[key], f"{where}row {r} ({ex.key}): {key} of the real tokens differ from unpadded")
+    require(
+        tuple(int(bool(x)) for x in got["loss_mask"][r, :n].tolist()) == ex.loss_mask,
+        Impact.DROPS_TRAINED_TOKEN,
+        f"{where}row {r} ({ex.key}): loss mask differs from the unpadded path",
+    )
+    pad_mask, pad_labels = got["loss_mask"][r, n:].tolist(), got["labels"][r, n:].tolist()
+    require(not any(pad_mask), Impact.TRAINS_PADDING, f"{where}row {r}: padding trains ({pad_mask})")
+    require(
+        all(x == ignore_index for x in pad_labels),
+        Impact.TRAINS_PADDING,
+        f"{where}row {r}: padding labels {pad_labels}",
+    )
 
 
 def require_documented_width(where: str, width: int, longest: int, multiple: int, seq: int, to_max: bool) -> None:
