@@ -13,6 +13,14 @@ rule of ``pad_to_max_length``.
 Answers hold no literal EOS by default (``eos=False``): MB 0.6.2's known EOS masking
 (fixtures/known_failures.json) would otherwise be the first thing every exploration finds.
 
+:func:`layout_cases` draws the same data with one parallel layout or packing path on top
+(:data:`AXES`): MB's CPU forward against its unpacked path, data parallelism (DP 2/4, micro and
+global batch sizes) through MB's batch sampler, in-batch packing with the multiple MB chooses for
+a (CP, TP, SP) layout, context parallelism (CP 2/4, with MB's documented ``pad_seq_to_mult`` of
+``2*CP``) and pipeline parallelism (PP 3/4) in gloo worlds of CPU processes. Each is held to the
+checks of its hand-written suite (suites/_forward.py, _dataparallel.py, _inbatch.py,
+_layouts.py), so a drawn layout is judged exactly as a listed one.
+
 A drawn case prints as one JSON object (:func:`to_spec`): ``harness explore --replay SPEC``
 runs it again, ``--save`` keeps it as a regression case (``<fixtures>/explored/<id>.json``) that
 ``harness run`` checks from then on, and that bisects like any other case.
@@ -25,13 +33,16 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from harness.adapters import sft
+from harness.adapters import rules, sft
 from harness.oracle import corpus
 from harness.oracle.impact import Impact, fail
 from harness.records import explored
 from suites import _oracle
 
 KINDS = tuple(sft.KINDS)
+# the layouts and packing paths a layout case draws one of, cheapest first (Hypothesis shrinks
+# toward the first): MB's forward at CP 1, data parallelism, in-batch packing, CP, PP
+AXES = ("forward", "dp", "in_batch", "cp", "pp")
 
 
 @dataclass(frozen=True)
@@ -46,6 +57,26 @@ class ExploredCase(_oracle.SFTCase):
     max_turns: int = 3
     system_rate: float = 0.5
     eos: bool = False  # literal EOS inside answers (MB 0.6.2's known bug)
+    # one layout or packing path on top of the data (layout_cases); the defaults: none
+    forward: bool = False  # MB's gpt_step forward of each pack == each example's unpacked forward
+    dp: int = 1  # data-parallel ranks sampling the packed rows (MB's batch sampler, drop_last=False)
+    mbs: int = 1  # micro-batch size (data parallelism; rows per in-batch packed micro-batch)
+    gbs: int = 0  # global batch size (data parallelism; a multiple of mbs * dp)
+    in_batch: bool = False  # MB's unpacked examples packed in batch instead of offline
+    cp: int = 1  # context parallelism (offline: a gloo world; in batch: the multiple MB chooses)
+    tp: int = 1  # tensor parallelism (in batch: the multiple MB chooses with sequence parallelism)
+    sp: bool = False  # sequence parallelism
+    pp: int = 1  # pipeline stages (a gloo world)
+
+    @property
+    def axis(self) -> str | None:
+        """The layout or packing path this case runs on top of its data (None: offline, world of one)."""
+        if self.in_batch:
+            return "in_batch"
+        for name, on in (("forward", self.forward), ("dp", self.dp > 1), ("cp", self.cp > 1), ("pp", self.pp > 1)):
+            if on:
+                return name
+        return None
 
     @property
     def corpus(self) -> corpus.CorpusSpec:
@@ -66,45 +97,110 @@ class ExploredCase(_oracle.SFTCase):
         )
 
 
+SEQS = (32, 64, 128)
+# MB's unpacked reference rows are collated wider than the pack: the tiny model's learned position
+# table (harness.adapters.forward.MAX_POS = 128 positions) holds them for packs up to 64
+FORWARD_SEQS = (32, 64)
+
+
+def _data(d: Any, eos: bool, seqs: tuple[int, ...] = SEQS) -> dict[str, Any]:
+    """Draw the data shape and the offline packing knobs of a case."""
+    from hypothesis import strategies as st
+
+    seq = d(st.sampled_from(seqs))
+    min_words = d(st.integers(1, 6))
+    pad_cu = d(st.booleans())
+    kind = d(st.sampled_from(KINDS))
+    return {
+        "seed": d(st.integers(0, 2**31 - 1)),
+        "kind": kind,
+        # the side an overlong prompt is cut on (chat preprocessing has no such knob)
+        "truncation_method": None if kind == "chat" else d(st.sampled_from((None, "left", "right"))),
+        "mult": d(st.sampled_from((1, 2, 4, 8))),
+        "full_loss": d(st.booleans()),
+        "pad_cu_seqlens": pad_cu,
+        "pad_to_max_length": pad_cu or d(st.booleans()),  # MB's rule: pad_cu_seqlens needs it
+        "n": d(st.integers(1, 20)),
+        "long_rate": d(st.sampled_from((0.0, 0.25, 1.0))),
+        "seq": seq,
+        "min_words": min_words,
+        "max_words": d(st.integers(min_words, 20)),
+        # around the boundary values (the pack length, one under, one over) and far past it
+        "long_words": d(st.sampled_from((seq // 4, seq - 2, seq - 1, seq, seq + 1, 2 * seq))),
+        "pad_rate": d(st.sampled_from((0.0, 0.2, 0.6))),
+        "turn_end_rate": d(st.sampled_from((0.0, 0.2, 0.6))),
+        "max_turns": d(st.integers(1, 4)),
+        "system_rate": d(st.sampled_from((0.0, 0.5, 1.0))),
+        "eos": eos,
+    }
+
+
+def _layout(d: Any, axis: str) -> dict[str, Any]:
+    """Draw the knobs one layout or packing path (:data:`AXES`) brings."""
+    from hypothesis import strategies as st
+
+    if axis == "forward":
+        return {"forward": True}
+    if axis == "dp":
+        dp, mbs = d(st.sampled_from((2, 4))), d(st.integers(1, 2))
+        return {"dp": dp, "mbs": mbs, "gbs": dp * mbs * d(st.integers(1, 3))}
+    if axis == "in_batch":
+        tp = d(st.sampled_from((1, 2, 3)))
+        return {
+            "in_batch": True,
+            "cp": d(st.sampled_from((1, 2, 4))),
+            "tp": tp,
+            "sp": tp > 1 and d(st.booleans()),
+            "mbs": d(st.integers(1, 6)),
+            # offline packing's knobs do not reach in-batch packing: held at their defaults
+            "mult": 1,
+            "pad_to_max_length": False,
+            "pad_cu_seqlens": False,
+        }
+    if axis == "cp":
+        cp = d(st.sampled_from((2, 4)))
+        return {"cp": cp, "mult": 2 * cp}  # MB documents pad_seq_to_mult = 2*CP for THD with CP
+    return {"pp": d(st.sampled_from((3, 4)))}
+
+
 def cases(eos: bool = False) -> Any:
-    """The Hypothesis strategy of explored cases."""
+    """The Hypothesis strategy of explored cases: data and offline packing knobs, world of one."""
     from hypothesis import strategies as st
 
     @st.composite
     def draw(d: Any) -> ExploredCase:
-        seq = d(st.sampled_from((32, 64, 128)))
-        min_words = d(st.integers(1, 6))
-        pad_cu = d(st.booleans())
-        kind = d(st.sampled_from(KINDS))
-        fields = {
-            "seed": d(st.integers(0, 2**31 - 1)),
-            "kind": kind,
-            # the side an overlong prompt is cut on (chat preprocessing has no such knob)
-            "truncation_method": None if kind == "chat" else d(st.sampled_from((None, "left", "right"))),
-            "mult": d(st.sampled_from((1, 2, 4, 8))),
-            "full_loss": d(st.booleans()),
-            "pad_cu_seqlens": pad_cu,
-            "pad_to_max_length": pad_cu or d(st.booleans()),  # MB's rule: pad_cu_seqlens needs it
-            "n": d(st.integers(1, 20)),
-            "long_rate": d(st.sampled_from((0.0, 0.25, 1.0))),
-            "seq": seq,
-            "min_words": min_words,
-            "max_words": d(st.integers(min_words, 20)),
-            # around the boundary values (the pack length, one under, one over) and far past it
-            "long_words": d(st.sampled_from((seq // 4, seq - 2, seq - 1, seq, seq + 1, 2 * seq))),
-            "pad_rate": d(st.sampled_from((0.0, 0.2, 0.6))),
-            "turn_end_rate": d(st.sampled_from((0.0, 0.2, 0.6))),
-            "max_turns": d(st.integers(1, 4)),
-            "system_rate": d(st.sampled_from((0.0, 0.5, 1.0))),
-            "eos": eos,
-        }
+        return _named(ExploredCase(id="", **_data(d, eos)))
+
+    return draw()
+
+
+def layout_cases(eos: bool = False) -> Any:
+    """The Hypothesis strategy of explored cases with one layout or packing path (:data:`AXES`)."""
+    from hypothesis import strategies as st
+
+    @st.composite
+    def draw(d: Any) -> ExploredCase:
+        axis = d(st.sampled_from(AXES))
+        fields = _data(d, eos, FORWARD_SEQS if axis == "forward" else SEQS)
+        fields.update(_layout(d, axis))
         return _named(ExploredCase(id="", **fields))
 
     return draw()
 
 
 # fields added after cases were first saved, left out of a spec at their default so a saved spec keeps its id
-_LATER = {"truncation_method": None}
+_LATER: dict[str, Any] = {
+    "truncation_method": None,
+    "forward": False,
+    "dp": 1,
+    "mbs": 1,
+    "gbs": 0,
+    "in_batch": False,
+    "cp": 1,
+    "tp": 1,
+    "sp": False,
+    "pp": 1,
+}
 
 
 def _fields(case: ExploredCase) -> dict[str, Any]:
@@ -130,9 +226,36 @@ def from_spec(text: str | dict[str, Any]) -> ExploredCase:
         raise ValueError(f"not an explored case spec ({exc})") from exc
 
 
-def check(case: ExploredCase) -> _oracle.Built:
-    """Build ``case`` through MB and hold it to the oracle and the documented shape rule."""
-    b = _oracle.built(case)
+def _built(case: ExploredCase) -> _oracle.Built | None:
+    """MB's build of ``case``; None when MB refused it by an explicit check because no example fits.
+
+    MB documents that offline packing skips an example longer than the pack. When that leaves
+    nothing (every example of MB's unpacked split is longer than the pack: a small split of long
+    conversations), there is nothing to pack: an explicit refusal by a check of MB's is the right
+    answer, any other exception is a crash of data preparation with no cause the user can read.
+    """
+    try:
+        return _oracle.built(case)
+    except Exception as exc:
+        lengths = [ex.length for ex in _oracle.reference(case)]
+        if any(n <= case.seq for n in lengths):
+            raise
+        if rules.raising_check(exc) is not None:
+            return None
+        raise fail(
+            Impact.CRASH,
+            f"every example is longer than the {case.seq}-token pack (lengths {lengths}), so MB's packing skips "
+            f"each (documented) and has nothing to pack; it crashed instead of refusing the dataset by a check: "
+            f"{type(exc).__name__}: {exc}",
+        ) from exc
+
+
+def check(case: ExploredCase) -> _oracle.Built | None:
+    """Build ``case`` through MB and hold it to the oracle and the documented shape rule (None: MB
+    refused a dataset with no example that fits the pack, by an explicit check)."""
+    b = _built(case)
+    if b is None:
+        return None
     if case.pad_to_max_length:
         widths = [len(r.tokens) for r in b.rows]
         if any(w != case.seq for w in widths):
@@ -140,6 +263,42 @@ def check(case: ExploredCase) -> _oracle.Built:
             raise fail(Impact.CRASH, f"pad_to_max_length pads every packed row to {case.seq}: row widths {widths}")
     b.report.assert_ok()
     return b
+
+
+def check_any(case: ExploredCase) -> dict[str, Any]:
+    """Hold ``case`` to every check its layout or packing path has (raises on a violation); returns
+    what it trains in golden form (change detection only)."""
+    if case.in_batch:
+        from suites import _inbatch
+
+        examples = list(_oracle.reference(case))
+        packed = [
+            _inbatch.pack_micro_batch(case, examples[i : i + case.mbs], (case.cp, case.tp, case.sp))
+            for i in range(0, len(examples), case.mbs)
+        ]
+        return {"multiple": packed[0].multiple, "rows": _oracle.canonical_rows([p.row for p in packed])}
+    b = check(case)
+    if b is None:
+        return {"refused": "no example fits the pack"}
+    if case.axis is None:
+        return {"rows": _oracle.canonical_rows(b.rows)}
+    if case.dp > 1:
+        from suites import _dataparallel
+
+        return {"per_rank": _dataparallel.check_padding_per_rank(case, case.dp, case.mbs, case.gbs)}
+    from suites import _forward, _layouts
+
+    if case.forward:
+        result = _forward.cpu_offline(case)
+        result.assert_ok()
+        return result.golden
+    if case.cp > 1:
+        layout = _layouts.run_cp(case, case.cp)
+        _layouts.assert_ok(layout.violations, f"CP {case.cp} != MB's CP 1 path")
+    else:
+        layout = _layouts.run_pp(case, case.pp)
+        _layouts.assert_ok(layout.violations, f"PP {case.pp} stages != MB's PP 1 inputs")
+    return layout.golden
 
 
 def saved(directory: Path) -> list[ExploredCase]:

@@ -295,7 +295,7 @@ def run_offline(case: _oracle.SFTCase, on: Models | None = None, tol: Tolerances
         b.special_ids,
         mult=case.mult,
         static_max=case.pad_cu_seqlens,
-        pack_size=_oracle.SEQ,
+        pack_size=case.seq,
         tol=tol,
     )
 

@@ -314,6 +314,6 @@ def run_pp(case: _oracle.SFTCase, pp: int) -> LayoutResult:
     gpt, _ = _forward.models()
     ref = [step.gpt_step(gpt, batch) for batch in built.batches]
     layout = Layout(pp=pp)
-    stages = run_world(layout, _stage_runs(list(built.batches), _oracle.SEQ))
+    stages = run_world(layout, _stage_runs(list(built.batches), case.seq))
     golden = {"stages": [[sorted(k for k, v in sb.tensors.items() if v is not None) for sb in st[:1]] for st in stages]}
     return LayoutResult(compare_pp(layout, ref, stages), golden)

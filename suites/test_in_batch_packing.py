@@ -27,8 +27,8 @@ from harness.adapters import batch as batch_ops
 from harness.adapters import rules, seqpadding, thd, vlmstep
 from harness.oracle.impact import Impact, fail
 from harness.oracle.padded import require_same_real_tokens
-from suites import _oracle
-from suites._explain import first_difference, first_offender, show
+from suites import _inbatch, _oracle
+from suites._explain import show
 from suites._inputs import IGNORE_INDEX
 
 pytestmark = pytest.mark.import_group("full")  # MB's config finalisation chooses the multiple
@@ -59,32 +59,9 @@ def _micro_batch(case: _oracle.SFTCase, first: int, rows: int):
 
 @pytest.mark.parametrize("ref,first,rows,layout", [c[1:] for c in CASES], ids=[c[0] for c in CASES])
 def test_pack_right_padded(golden, ref, first, rows, layout):
-    examples, batch, pad_id = _micro_batch(ref, first, rows)
-    multiple = vlmstep.mb_in_batch_multiple(*layout)
-    packed = thd.pack_in_batch(
-        batch["tokens"],
-        batch["labels"],
-        batch["loss_mask"],
-        batch["position_ids"],
-        batch["attention_mask"],
-        pad_token_id=pad_id,
-        pad_to_multiple_of=multiple,
-    )
-    (row,) = batch_ops.packed_rows(packed["raw"])
-    report = _oracle.differential.compare(
-        [row], examples, pad_seq_to_mult=vlmstep.in_batch_multiple(*layout), special_ids=_oracle.special_ids(ref)
-    )
-    report.assert_ok()
-    real = report.rows[0].real_positions
-    padding = [(p, label) for p, label in enumerate(row.labels) if p not in real]
-    assert all(label == IGNORE_INDEX for _, label in padding), (
-        f"alignment padding must carry the ignore index {IGNORE_INDEX} as label: packed row 0, "
-        + first_offender(padding, lambda pl: pl[1] == IGNORE_INDEX, "padding slot (position, label)")
-    )
-    order = [s.key for s in report.rows[0].segments]
-    expected_order = [ex.key for ex in examples]
-    assert order == expected_order, "rows packed in batch order: " + first_difference(expected_order, order, "segment")
-    golden.check({"multiple": multiple, "row": _oracle.canonical_rows([row])[0]})
+    examples, _, _ = _micro_batch(ref, first, rows)
+    packed = _inbatch.pack_micro_batch(ref, list(examples), layout)
+    golden.check({"multiple": packed.multiple, "row": _oracle.canonical_rows([packed.row])[0]})
 
 
 def _pack(batch, pad_id):

@@ -16,10 +16,9 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
-from harness.adapters import batch as batch_ops
 from harness.adapters import packed_artifact, rules, sampler
 from harness.oracle.impact import Impact, fail, require
-from suites import _oracle
+from suites import _dataparallel, _oracle
 from suites._explain import first_offender, multiset_difference
 
 pytestmark = pytest.mark.import_group("light")
@@ -30,17 +29,14 @@ CASES = [
     (_oracle.SFTCase("padding-chat-mult2", seed=82, kind="chat", mult=2, n=18, pad_to_max_length=True), 4),
     (_oracle.SFTCase("padding-completion-mult1", seed=83, kind="completion", n=16), 5),
     (_oracle.SFTCase("padding-prompt-mult8-eod-not-eos", seed=84, mult=8, n=16, distinct_eod=True), 3),
+    # the full loss (answer_only_loss=False) builds its mask from the row's tokens: a padding row too
+    (_oracle.CleanCase("padding-chat-mult2-full-loss", seed=86, kind="chat", mult=2, n=16, full_loss=True), 5),
 ]
-
-
-def _rows_of(ds, indices):
-    padding = {r for r, i in enumerate(indices) if i < 0}
-    return batch_ops.packed_rows(ds.collate_fn([ds[i] for i in indices]), padding_rows=padding)
 
 
 def _every_row(ds):
     """Every row of ``ds`` in index order, collated as one micro-batch."""
-    return _rows_of(ds, list(range(len(ds))))
+    return _dataparallel.rows_of(ds, list(range(len(ds))))
 
 
 @pytest.mark.parametrize("case,gbs", [_oracle.case_param(c, g, id=f"{c.id}-gbs{g}") for c, g in CASES])
@@ -58,7 +54,7 @@ def test_padding_rows_and_alignment(golden, case, gbs):
         f"the last global batch is padded up to its size: {len(ds)} rows in batches of {gbs} need "
         f"{want_pad} padding rows, got {n_pad} (batches {batches})"
     )
-    rows = [row for batch in batches for row in _rows_of(ds, batch)]
+    rows = [row for batch in batches for row in _dataparallel.rows_of(ds, batch)]
     report = _oracle.compare(case, b.examples, rows, b.special_ids)
     report.assert_ok()
     golden.check({"batches": batches, "trained_per_row": [sum(r.loss_mask) for r in rows]})
@@ -70,6 +66,7 @@ DP_CASES = [
     (_oracle.CleanCase("dp-prompt-mult4", seed=81, mult=4, n=20), 2, 1, 4),
     (_oracle.CleanCase("dp-chat-mult2", seed=82, kind="chat", mult=2, n=18, pad_to_max_length=True), 4, 1, 8),
     (_oracle.CleanCase("dp-completion-mult1", seed=83, kind="completion", n=16), 2, 2, 12),
+    (_oracle.CleanCase("dp-prompt-mult4-full-loss", seed=85, mult=4, n=20, full_loss=True), 2, 1, 4),
 ]
 
 
@@ -82,40 +79,7 @@ def test_padding_rows_per_data_parallel_rank(golden, case, dp, mbs, gbs):
     ``global / DP`` rows a step (equal micro-batch counts: a rank short of rows hangs the step's
     collectives), the padding of the last global batch adds up to what the global batch lacks,
     and every padding row, on whichever rank, trains nothing."""
-    b = _oracle.built(case)
-    ds = b.build.train
-    per_rank = [sampler.padded_global_batches(len(ds), gbs, mbs, case.seed, r, dp) for r in range(dp)]
-    steps = {len(batches) for batches in per_rank}
-    require(len(steps) == 1, Impact.CRASH, f"every DP rank takes as many steps: {[len(p) for p in per_rank]}")
-    for step in range(steps.pop()):
-        sizes = [len(per_rank[r][step]) for r in range(dp)]
-        require(
-            sizes == [gbs // dp] * dp,
-            Impact.CRASH,
-            f"step {step}: every DP rank gets global/DP = {gbs // dp} rows, got {sizes}",
-        )
-    flat = [i for batches in per_rank for batch in batches for i in batch]
-    sampled = sorted(i for i in flat if i >= 0)
-    require(
-        sampled == list(range(len(ds))),
-        Impact.DROPS_TRAINED_TOKEN if len(set(sampled)) < len(ds) else Impact.WRONG_LOSS_NORMALISATION,
-        "across DP ranks every packed row is sampled once per epoch: "
-        + multiset_difference(range(len(ds)), sampled, "row index"),
-    )
-    n_pad, want_pad = sum(1 for i in flat if i < 0), (-len(ds)) % gbs
-    require(
-        n_pad == want_pad,
-        Impact.WRONG_LOSS_NORMALISATION,
-        f"the last global batch is padded up to its size across the DP ranks: {len(ds)} rows in global batches of "
-        f"{gbs} need {want_pad} padding rows in all, got {n_pad}",
-    )
-    for batches in per_rank:
-        rows = [row for batch in batches for row in _rows_of(ds, batch)]
-        pads = [row for row in rows if row.padding_row]
-        _oracle.compare(case, [], pads, b.special_ids, expect_all_packed=False).assert_ok()
-        real = [row for row in rows if not row.padding_row]
-        report = _oracle.compare(case, b.examples, real, b.special_ids, expect_all_packed=False)
-        report.assert_ok()
+    per_rank = _dataparallel.check_padding_per_rank(case, dp, mbs, gbs)
     golden.check({"per_rank": per_rank})
 
 
@@ -193,7 +157,7 @@ def test_legacy_npy_padding_rows(golden, tmp_path):
     assert loaded == served, "a packed row loaded from .npy must collate as the builder's row: " + first_offender(
         zip(served, loaded), lambda sl: sl[0] == sl[1], "row (builder's, from .npy)"
     )
-    pads = _rows_of(legacy, [0, -1, -2])[1:]
+    pads = _dataparallel.rows_of(legacy, [0, -1, -2])[1:]
     assert all(sum(p.loss_mask) == 0 for p in pads), "a padding row trains nothing: " + first_offender(
         (list(p.loss_mask) for p in pads), lambda m: sum(m) == 0, "padding row loss mask"
     )
@@ -259,7 +223,7 @@ def test_samples_mapping_negative_indices(golden):
         repeats=True,
     )
     report.assert_ok()
-    pads = _rows_of(ds, [-1, -2, -3])
+    pads = _dataparallel.rows_of(ds, [-1, -2, -3])
     _oracle.compare(case, [], pads, b.special_ids, expect_all_packed=False).assert_ok()
     assert all(len(p.loss_mask) == len(p.tokens) > 0 for p in pads), "a padding row keeps its shape: " + first_offender(
         ((len(p.tokens), len(p.loss_mask)) for p in pads),

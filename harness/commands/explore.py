@@ -1,6 +1,8 @@
 """``harness explore``: property-based exploration of packing (Hypothesis), replay and save.
 
-``--budget N --seed S`` draws N examples (data shapes and knobs, suites/_explore.py) with a seed:
+``--budget N --seed S`` draws N examples of each space (``--space``: ``data``, shapes and offline
+packing knobs in a world of one; ``layouts``, the same data under one drawn parallel layout or
+packing path; default both; suites/_explore.py) with a seed:
 the same seed draws the same examples, so a nightly's exploration is reproducible. A failing
 example is shrunk to a minimal one and printed with ``replay: harness explore --replay SPEC``.
 ``--replay SPEC`` runs that one case; with ``--save`` it is kept as a regression case under
@@ -22,6 +24,8 @@ from harness.errors import UsageError
 from harness.suiterun.contract import Env
 
 SUITE = "explore"
+TESTS = {"data": "test_explore_offline_packing", "layouts": "test_explore_layouts"}
+SAVED_TESTS = {"data": "test_saved_explored_case", "layouts": "test_saved_explored_layout_case"}
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -32,6 +36,13 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         "to the oracle; a failure is shrunk to a minimal case printed as a replayable spec.",
     )
     p.add_argument("--budget", type=int, default=50, metavar="N", help="examples to draw (default 50)")
+    p.add_argument(
+        "--space",
+        choices=(*TESTS, "all"),
+        default="all",
+        help="what to draw: data shapes and offline knobs, those under a parallel layout or packing path, or both "
+        "(default all)",
+    )
     p.add_argument("--seed", type=int, default=0, metavar="S", help="the exploration's seed (default 0)")
     p.add_argument("--eos", action="store_true", help="let answers hold literal EOS tokens (MB 0.6.2's known bug)")
     p.add_argument("--replay", metavar="SPEC", help="run the one case a printed spec names instead of drawing")
@@ -50,10 +61,11 @@ def _save(spec: str, out: TextIO) -> None:
     from harness import paths
     from harness.records import explored
 
-    path = explored.save(paths.fixtures_dir() / "explored", explored.parse(spec))
+    doc = explored.parse(spec)
+    path = explored.save(paths.fixtures_dir() / "explored", doc)
+    test = SAVED_TESTS[explored.space(doc)]
     print(
-        f"saved {path.stem}: {path}; record its golden: "
-        "harness fixtures record --suite explore -k test_saved_explored_case --yes",
+        f"saved {path.stem}: {path}; record its golden: harness fixtures record --suite explore -k {test} --yes",
         file=out,
     )
 
@@ -63,18 +75,20 @@ def run(args: argparse.Namespace, out: TextIO = sys.stdout) -> int:
         raise UsageError("--budget must be at least 1")
     if args.save and not args.replay:
         raise UsageError("--save keeps the case --replay names: give --replay SPEC")
+    spaces = list(TESTS) if args.space == "all" else [args.space]
     if args.replay:
         from harness.records import explored
 
         try:
-            explored.parse(args.replay)
+            spec = explored.parse(args.replay)
         except ValueError as exc:
             raise UsageError(str(exc)) from None
         os.environ[Env.EXPLORE_REPLAY] = args.replay
+        spaces = [explored.space(spec)]  # the one test that draws such a case replays it
     os.environ[Env.EXPLORE_BUDGET] = str(args.budget)
     os.environ[Env.EXPLORE_SEED] = str(args.seed)
     os.environ[Env.EXPLORE_EOS] = "1" if args.eos else "0"
-    args.suite, args.keyword = [SUITE], "test_explore_offline_packing"
+    args.suite, args.keyword = [SUITE], " or ".join(TESTS[s] for s in spaces)
     args.jobs, args.import_mode, args.require_gpu, args.repo_url, args.summary_md = 1, "auto", False, None, None
     args.executor = "local"
     code = run_command.run(args, out)

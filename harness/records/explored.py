@@ -31,6 +31,15 @@ def parse(text: str) -> dict[str, Any]:
     return doc
 
 
+# the fields that put a case in the layouts space (suites/_explore.ExploredCase), at their defaults
+LAYOUT_DEFAULTS: dict[str, Any] = {"forward": False, "dp": 1, "in_batch": False, "cp": 1, "pp": 1}
+
+
+def space(spec: dict[str, Any]) -> str:
+    """The exploration space a spec belongs to: ``layouts`` when it names a layout or packing path."""
+    return "layouts" if any(spec.get(k, v) != v for k, v in LAYOUT_DEFAULTS.items()) else "data"
+
+
 def dumps(spec: dict[str, Any]) -> str:
     """One line of JSON, the form ``--replay`` takes."""
     return json.dumps(spec, sort_keys=True, separators=(",", ":"))

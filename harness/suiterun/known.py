@@ -243,12 +243,15 @@ def classify(
     violations: Sequence[Mapping[str, Any]],
     entries: Sequence[KnownFailure],
     message: str = "",
+    *,
+    drawn: bool = False,
 ) -> Classified | None:
     """KNOWN_FAIL / FIXED for one case, or None when the verdict stands as it is.
 
     ``entries`` are the ones that apply to the target. Oracle violations must each be covered;
     a FAIL without violations (a documented rule, MB raised) is known only through an entry's
-    ``message``.
+    ``message``. ``drawn``: the case's inputs are drawn (exploration), so its pass may only mean
+    the bug's input was not drawn this time: never FIXED.
     """
     listed = [e for e in entries if e.lists(case_id)]
     if not listed:
@@ -267,7 +270,7 @@ def classify(
         return Classified(
             Verdict.KNOWN_FAIL, ids, f"known MB bug(s) {', '.join(ids)}: {len(violations)} violation(s), all explained"
         )
-    if verdict in (Verdict.PASS, Verdict.CHANGED):  # every invariant holds (a golden may differ)
+    if verdict in (Verdict.PASS, Verdict.CHANGED) and not drawn:  # every invariant holds (a golden may differ)
         ids = tuple(sorted(e.id for e in listed))
         return Classified(
             Verdict.FIXED,

@@ -127,6 +127,9 @@ def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line(
         "markers", "hypothetical(reason): an input no MB producer emits; reported apart, never failing a run"
     )
+    config.addinivalue_line(
+        "markers", "drawn: its inputs are drawn (exploration): a pass never reads as a known bug FIXED"
+    )
     config._harness_cases = []  # type: ignore[attr-defined]
     config._harness_known = None  # type: ignore[attr-defined]
     events = config.getoption(Flag.EVENTS)
@@ -203,7 +206,8 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo) -> Any:
     if verdict in (Verdict.FAIL, Verdict.PASS, Verdict.CHANGED) and call.when == "call":
         from harness.suiterun import known
 
-        found = known.classify(case_id, verdict, violations, _known_entries(item.config), message)
+        drawn = item.get_closest_marker("drawn") is not None
+        found = known.classify(case_id, verdict, violations, _known_entries(item.config), message, drawn=drawn)
         if found is not None:
             verdict, known_ids = found.verdict, list(found.entries)
             message = f"{found.message}\n{message}".rstrip()
@@ -228,6 +232,31 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo) -> Any:
         tier=tier_of(item),
     )
     report.user_properties.append((PROP, record.to_json()))  # plain data: it crosses xdist workers
+
+
+@pytest.fixture
+def known_bug(request: pytest.FixtureRequest) -> Any:
+    """``explain(exc) -> ids``: the known MB bugs (applying to this MB) that would make ``exc``, raised
+    by the requesting case, a KNOWN_FAIL; () when none would.
+
+    For a case that checks many inputs in one verdict (the exploration): a known bug met on one
+    input must not end the search before a new bug is found on another.
+    """
+
+    def explain(exc: BaseException) -> tuple[str, ...]:
+        if not active(request.config):
+            return ()
+        from harness.suiterun import known
+
+        info = pytest.ExceptionInfo.from_exception(exc)
+        verdict, message, _ = classify(info, False, None)
+        if verdict is not Verdict.FAIL:
+            return ()
+        entries = _known_entries(request.config)
+        found = known.classify(item_case_id(request.node), verdict, structured_violations(info), entries, message)
+        return found.entries if found is not None and found.verdict is Verdict.KNOWN_FAIL else ()
+
+    return explain
 
 
 def _known_entries(config: pytest.Config) -> list[Any]:
