@@ -28,7 +28,7 @@ import torch
 from harness.adapters import forward as fwd
 from harness.adapters import ppbatch, step, symbol
 from harness.adapters.world import Layout, run_world
-from harness.oracle.impact import Impact
+from harness.oracle.impact import Impact, fail
 from harness.oracle.records import Invariant, InvariantFailure, Violation
 from harness.standins import thd_partition
 from suites import _forward, _oracle
@@ -70,7 +70,13 @@ def _rank_runs(batches: list[dict[str, Any]]) -> Any:
 
 def physical_boundaries(run: step.StepRun) -> list[int]:
     """The stream's physical boundaries as MB's CP = 1 step handed them to attention."""
-    params = run.kwargs["packed_seq_params"]
+    params = run.kwargs.get("packed_seq_params")
+    if params is None:
+        raise fail(
+            Impact.CROSS_DOCUMENT_ATTENTION,
+            "MB's CP 1 step handed the model no packed_seq_params for an offline packed micro-batch: its attention "
+            "runs across the documents of the pack, and the CP partition has no boundaries to split on",
+        )
     bounds = params.cu_seqlens_q_padded if params.cu_seqlens_q_padded is not None else params.cu_seqlens_q
     return [int(x) for x in bounds.reshape(-1).tolist()]
 

@@ -17,6 +17,7 @@ import shlex
 import shutil
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -54,6 +55,84 @@ def test_the_same_seed_draws_the_same_cases():
     assert draw(5) != draw(6)
 
 
+def _draw(strategy, n: int, s: int = 0) -> list[_explore.ExploredCase]:
+    from hypothesis import given, seed, settings
+
+    out: list[_explore.ExploredCase] = []
+
+    @seed(s)
+    @settings(max_examples=n, database=None, deadline=None)
+    @given(strategy)
+    def collect(case):
+        out.append(case)
+
+    collect()
+    return out
+
+
+def test_layout_cases_follow_mbs_rules_and_name_their_space():
+    """A drawn layout is one MB supports, configured as MB documents it: CP packs on 2*CP, a global
+    batch is whole steps of micro * DP, in-batch packing leaves offline knobs at their defaults,
+    the forward stays within the tiny model's positions; the spec names its space, round-trips,
+    and a data case's id is what it was before layouts existed."""
+    drawn = _draw(_explore.layout_cases(), 60)
+    assert {c.axis for c in drawn} == set(_explore.AXES)
+    for case in drawn:
+        spec = json.loads(_explore.to_spec(case))
+        assert explored.space(spec) == "layouts" and _explore.from_spec(spec) == case
+        if case.axis == "cp":
+            assert case.mult == 2 * case.cp and case.cp in (2, 4)
+        if case.axis == "dp":
+            assert case.gbs % (case.mbs * case.dp) == 0 and case.dp in (2, 4)
+        if case.axis == "in_batch":
+            assert (case.mult, case.pad_to_max_length, case.pad_cu_seqlens) == (1, False, False)
+            assert case.sp is False or case.tp > 1
+        if case.axis == "forward":
+            assert case.seq in _explore.FORWARD_SEQS
+    for case in _draw(_explore.cases(), 10):
+        spec = json.loads(_explore.to_spec(case))
+        assert case.axis is None and explored.space(spec) == "data"
+        assert not set(spec) & {"cp", "pp", "dp", "tp", "sp", "mbs", "gbs", "in_batch", "forward"}
+    # a spec saved before layouts existed keeps its id
+    old = {"seed": 3, "kind": "chat", "mult": 4, "seq": 32, "n": 2}
+    assert _explore.from_spec(dict(old)).id == explored.case_id(_explore._fields(_explore.from_spec(dict(old))))
+
+
+def test_a_known_bug_does_not_end_the_search(monkeypatch):
+    """Exploration sets aside a drawn case that fails only by a known MB bug and keeps drawing: a
+    new failure later in the budget is still found (naming the known bugs met); with none, the
+    first known failure is the verdict."""
+    from suites import test_explore as space
+
+    class Known(AssertionError):
+        pass
+
+    class New(AssertionError):
+        pass
+
+    def check(case):
+        if case.n == 1:
+            raise Known("known crash")
+        if case.n >= 15:
+            raise New("a new bug")
+
+    monkeypatch.setattr(space, "_replayable", check)
+    monkeypatch.delenv("HARNESS_EXPLORE_REPLAY", raising=False)
+    monkeypatch.setenv("HARNESS_EXPLORE_BUDGET", "40")
+
+    def known_bug(exc):
+        return ("known-crash",) if isinstance(exc, Known) else ()
+
+    with pytest.raises(New) as new:
+        space._explore_space(_explore.cases(), 4, known_bug)
+    assert any("known MB bug(s) known-crash" in note for note in getattr(new.value, "__notes__", []))
+
+    monkeypatch.setattr(space, "_replayable", lambda case: (_ for _ in ()).throw(Known("known crash")))
+    with pytest.raises(Known) as only_known:
+        space._explore_space(_explore.cases(), 4, known_bug)
+    assert any("no new failure in 40 drawn case(s)" in note for note in only_known.value.__notes__)
+
+
 def _cli(*argv: str, cwd) -> subprocess.CompletedProcess[str]:
     clean = {k: v for k, v in os.environ.items() if not k.startswith("HARNESS_")}
     return subprocess.run(
@@ -67,7 +146,21 @@ def test_exploration_finds_a_real_mb_bug_shrinks_replays_and_saves(tmp_path):
 
     fixtures = tmp_path / "fixtures"
     shutil.copytree(paths.fixtures_dir(), fixtures)
-    found = _cli("explore", "--eos", "--budget", "20", "--seed", "0", "--fixtures", str(fixtures), "-q", cwd=tmp_path)
+    kept_before = set((fixtures / "explored").glob("explored-*.json"))
+    found = _cli(
+        "explore",
+        "--space",
+        "data",
+        "--eos",
+        "--budget",
+        "20",
+        "--seed",
+        "0",
+        "--fixtures",
+        str(fixtures),
+        "-q",
+        cwd=tmp_path,
+    )
     assert found.returncode == 1, found.stdout + found.stderr
     replay = re.search(r"replay: harness explore --replay '([^']*)'", found.stdout)
     assert replay, found.stdout
@@ -78,10 +171,72 @@ def test_exploration_finds_a_real_mb_bug_shrinks_replays_and_saves(tmp_path):
     assert reproduce, found.stdout
     again = _cli(*shlex.split(reproduce.group(1))[1:], "--save", cwd=tmp_path)
     assert again.returncode == 1 and "loss-mask-equals-unpacked" in again.stdout, again.stdout + again.stderr
-    saved = list((fixtures / "explored").glob("explored-*.json"))
+    saved = sorted(set((fixtures / "explored").glob("explored-*.json")) - kept_before)
     assert [json.loads(p.read_text())["spec"] for p in saved] == [spec]
     run = _cli("run", "--suite", "explore", "--fixtures", str(fixtures), "-q", cwd=tmp_path)
     assert f"explore::test_saved_explored_case[{saved[0].stem}]" in run.stdout, run.stdout
+
+
+@pytest.mark.slow
+def test_layout_exploration_finds_a_layout_fault_and_shrinks_it(tmp_path, monkeypatch):
+    """Negative control of the layouts space: on a copy of MB whose ``get_batch`` hands a middle
+    pipeline stage no packed boundaries (catalogue fault ``pp_middle_stage_no_boundaries``), a
+    nightly-sized exploration (12 examples, seed 0) turns red by the PP invariant and shrinks to a
+    one-example PP case."""
+    from harness.commands import mutate
+    from harness.mutations import installed_package_dir, load_catalogue
+    from harness.records.verdict import Verdict
+
+    fault = {f.id: f for f in load_catalogue()}["pp_middle_stage_no_boundaries"]
+    monkeypatch.setenv("HARNESS_EXPLORE_BUDGET", "12")
+    monkeypatch.setenv("HARNESS_EXPLORE_SEED", "0")
+    result = mutate.run_copy(
+        fault, tmp_path / "run", ["explore"], timeout=900, pkg=installed_package_dir(), keyword="test_explore_layouts"
+    )
+    assert result is not None
+    (case,) = result.cases
+    assert case.verdict is Verdict.FAIL and "pp-stage-gets-what-it-needs" in case.message, case.message
+    replay = re.search(r"replay: harness explore --replay '([^']*)'", case.message)
+    assert replay, case.message
+    spec = explored.parse(replay.group(1))
+    assert spec.get("pp", 1) > 1 and spec["n"] == 1 and explored.space(spec) == "layouts", spec
+
+
+@pytest.mark.slow
+def test_a_saved_explored_case_bisects_like_any_other(tmp_path):
+    """``harness bisect`` names the commit that broke a saved explored case: a history of MB whose
+    first commit carries the fix of the full-loss padding row bug (the catalogue's fix mutant) and
+    whose third drops it again; the saved DP case that exploration found is selected by ``-k``."""
+    from gitrepos import GIT_ENV, commit_all, git, installed
+
+    from harness.mutations import load_catalogue
+
+    saved = "explored-c8b9718e29"
+    assert (Path(__file__).parents[1] / "fixtures" / "explored" / f"{saved}.json").is_file()
+    fix = {f.id: f for f in load_catalogue()}["fix_full_loss_padding_row_untrained"]
+    mb = installed("megatron.bridge")
+    repo = tmp_path / "Megatron-Bridge"
+    pkg = repo / "src" / "megatron" / "bridge"
+    shutil.copytree(mb, pkg, ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
+    assert fix.apply(pkg)
+    git(tmp_path, "init", "-q", "-b", "main", str(repo))
+    shas = [commit_all(repo, "Import Megatron-Bridge with padding rows masked under the full loss", 0)]
+    (repo / "CHANGELOG.md").write_text("notes\n")
+    shas.append(commit_all(repo, "Bump changelog", 1))
+    for e in fix.edits:  # the regression: the packed datasets lose the padding flag again
+        shutil.copy2(mb / e.file, pkg / e.file)
+    shas.append(commit_all(repo, "Simplify the packed datasets' loss mask", 2))
+    (repo / "CHANGELOG.md").write_text("notes, again\n")
+    shas.append(commit_all(repo, "Bump changelog (2)", 3))
+    out = tmp_path / "out"
+    cmd = [sys.executable, "-m", "harness", "bisect", f"{shas[0]}..{shas[-1]}", "--repo", str(repo)]
+    cmd += ["--suite", "explore", "-k", f"test_saved_explored_layout_case and {saved.split('-')[1]}"]
+    cmd += ["--cache-dir", str(tmp_path / "cache"), "--out", str(out), "-q"]
+    proc = subprocess.run(cmd, capture_output=True, text=True, env={**os.environ, **GIT_ENV}, timeout=1500)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    doc = json.loads((out / "bisect.json").read_text())
+    found = {c["case_id"]: (c["culprit"] or {}).get("sha") for c in doc["cases"]}
+    assert found == {f"explore::test_saved_explored_layout_case[{saved}]": shas[2]}, found
 
 
 def test_bad_explore_input_is_a_one_line_usage_error(tmp_path):

@@ -61,6 +61,18 @@ def test_a_listed_case_that_passes_is_fixed_and_others_stand():
         assert known.classify("offline::test[prompt-mult1]", verdict, [], [entry()]) is None
 
 
+def test_a_drawn_case_that_passes_is_never_fixed():
+    """An exploration that did not draw a known bug's input says nothing about the bug: its pass
+    stands as a pass; a failure the entry explains is still known."""
+    listed = entry(cases=["explore::test_explore_layouts"], invariants=["rule"], tags=[], message="ZeroDivisionError")
+    case = "explore::test_explore_layouts"
+    assert known.classify(case, Verdict.PASS, [], [listed], drawn=True) is None
+    assert known.classify(case, Verdict.CHANGED, [], [listed], drawn=True) is None
+    failed = known.classify(case, Verdict.FAIL, [], [listed], "crashed: ZeroDivisionError", drawn=True)
+    assert failed is not None and failed.verdict is Verdict.KNOWN_FAIL
+    assert known.classify(case, Verdict.PASS, [], [listed]).verdict is Verdict.FIXED  # type: ignore[union-attr]
+
+
 def test_where_the_bug_exists_versions_and_commit_ranges():
     e = entry()
     assert e.applies("0.6.2", None) and e.applies("0.6.1rc1", None)
