@@ -66,7 +66,7 @@ DP_CASES = [
     (_oracle.CleanCase("dp-prompt-mult4", seed=81, mult=4, n=20), 2, 1, 4),
     (_oracle.CleanCase("dp-chat-mult2", seed=82, kind="chat", mult=2, n=18, pad_to_max_length=True), 4, 1, 8),
     (_oracle.CleanCase("dp-completion-mult1", seed=83, kind="completion", n=16), 2, 2, 12),
-    (_oracle.CleanCase("dp-prompt-mult4-full-loss", seed=85, mult=4, n=20, full_loss=True), 2, 1, 4),
+    (_oracle.CleanCase("dp-prompt-mult4-full-loss", seed=85, mult=4, n=20, full_loss=True), 2, 1, 6),
 ]
 
 
