@@ -2,9 +2,11 @@
 
 Not a test (about 2 minutes on 2 cores). Two figures:
 
-* **examples per minute** of ``harness explore`` on the light path: two runs of the explore suite
-  with budgets ``--small`` and ``--large`` (same seed), so the suite process's start-up cancels
-  out: ``(large - small) / (wall_large - wall_small)`` examples a second, times 60;
+* **examples per minute** of ``harness explore``, per space: the light path (``--space data``)
+  and the drawn layouts (``--space layouts``, ``--layout-small``/``--layout-large``): two runs
+  of the explore suite per space with a small and a large budget (same seed), so the suite
+  process's start-up cancels out: ``(large - small) / (wall_large - wall_small)`` examples a
+  second, times 60;
 * **CP = 2 forward over CP = 1 forward** of the same case, in one process: MB's ``gpt_step`` on
   every packed micro-batch of the case at CP = 1, then the same at CP = 2 in a forked gloo world
   (:func:`suites._layouts.run_cp`, which runs both; the CP = 1 part is timed apart), warm
@@ -30,10 +32,10 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 
-def _explore_wall(budget: int, seed: int, work: Path) -> float:
+def _explore_wall(budget: int, seed: int, work: Path, space: str) -> float:
     clean = {k: v for k, v in os.environ.items() if not k.startswith("HARNESS_")}
-    cmd = [sys.executable, "-m", "harness", "explore", "--budget", str(budget), "--seed", str(seed), "-q"]
-    cmd += ["--out", str(work / f"out-{budget}")]
+    cmd = [sys.executable, "-m", "harness", "explore", "--space", space, "--budget", str(budget), "--seed", str(seed)]
+    cmd += ["-q", "--out", str(work / f"out-{space}-{budget}")]
     t0 = time.monotonic()
     proc = subprocess.run(cmd, capture_output=True, text=True, env=clean, cwd=work, timeout=3600)
     wall = time.monotonic() - t0
@@ -81,14 +83,18 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--small", type=int, default=4)
     ap.add_argument("--large", type=int, default=104)
+    ap.add_argument("--layout-small", type=int, default=3)
+    ap.add_argument("--layout-large", type=int, default=23)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--case", default="prompt-mult4")
     ap.add_argument("--repeats", type=int, default=3)
     args = ap.parse_args()
     with tempfile.TemporaryDirectory(prefix="bench-explore-") as tmp:
         work = Path(tmp)
-        small, large = _explore_wall(args.small, args.seed, work), _explore_wall(args.large, args.seed, work)
+        small, large = (_explore_wall(n, args.seed, work, "data") for n in (args.small, args.large))
+        lsmall, llarge = (_explore_wall(n, args.seed, work, "layouts") for n in (args.layout_small, args.layout_large))
     per_minute = 60.0 * (args.large - args.small) / max(1e-6, large - small)
+    layouts_per_minute = 60.0 * (args.layout_large - args.layout_small) / max(1e-6, llarge - lsmall)
     cp = _cp_ratio(args.case, args.repeats)
     result = {
         "explore": {
@@ -98,6 +104,13 @@ def main() -> int:
             "wall_large_s": round(large, 1),
         },
         "examples_per_minute": round(per_minute, 1),
+        "layouts": {
+            "small": args.layout_small,
+            "large": args.layout_large,
+            "wall_small_s": round(lsmall, 1),
+            "wall_large_s": round(llarge, 1),
+        },
+        "layout_examples_per_minute": round(layouts_per_minute, 1),
         "cp_forward": {"case": args.case, **cp, "goal_ratio": 3.0, "met": cp["ratio"] <= 3.0},
     }
     print(json.dumps(result, indent=1))

@@ -23,6 +23,7 @@ from harness import paths
 from harness.errors import Untestable
 from harness.oracle.impact import ImpactFailure
 from harness.oracle.records import InvariantFailure
+from harness.records import explored
 from harness.suiterun.contract import Env
 from suites import _explore
 
@@ -127,7 +128,7 @@ def test_explore_layouts(known_bug):
     _explore_space(_explore.layout_cases(eos=_eos()), DEFAULT_LAYOUT_BUDGET, known_bug)
 
 
-SAVED = _explore.saved(paths.fixtures_dir() / "explored")
+SAVED = _explore.saved(paths.fixtures_dir() / explored.DIRNAME)
 SAVED_DATA = [c for c in SAVED if c.axis is None]
 SAVED_LAYOUTS = [c for c in SAVED if c.axis is not None]
 

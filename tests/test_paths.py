@@ -76,7 +76,8 @@ def test_verify_fails_when_it_found_no_golden(tmp_path: Path, capsys) -> None:
 
 def test_verify_counts_the_checkouts_goldens(capsys) -> None:
     assert cli.main(["fixtures", "verify"]) == 0
-    n = len([p for p in paths.fixtures_dir().rglob("*.json") if p.name != "known_failures.json"])
+    root = paths.fixtures_dir()
+    n = len([p for p in root.rglob("*.json") if p.name != "known_failures.json" and "explored" not in p.parts])
     assert n > 50 and f"{n} golden file(s) ok, 0 corrupt" in capsys.readouterr().out
 
 
@@ -137,3 +138,17 @@ def test_harness_run_that_selected_nothing_exits_1_with_one_line(tmp_path: Path)
     assert proc.stderr.strip().splitlines() == ["harness: no case ran: no case was selected"], proc.stderr
     (results,) = (tmp_path / "reports").glob("*/results.json")
     assert RunResult.load(results).cases == []
+
+
+def test_verify_reads_saved_explored_cases_as_their_own_kind(tmp_path, capsys) -> None:
+    """Saved explored cases sit beside the goldens: verify reads them as explored records, not as
+    goldens, and a corrupt one is reported like a corrupt golden."""
+    import shutil
+
+    root = tmp_path / "fixtures"
+    shutil.copytree(paths.fixtures_dir(), root)
+    assert cli.main(["fixtures", "verify", "--fixtures", str(root)]) == 0
+    assert "saved explored case(s)" in capsys.readouterr().out
+    (root / "explored" / "explored-broken.json").write_text('{"kind": "harness-golden"}')
+    assert cli.main(["fixtures", "verify", "--fixtures", str(root)]) == 1
+    assert "corrupt:" in capsys.readouterr().out

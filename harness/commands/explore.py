@@ -62,7 +62,7 @@ def _save(spec: str, out: TextIO) -> None:
     from harness.records import explored
 
     doc = explored.parse(spec)
-    path = explored.save(paths.fixtures_dir() / "explored", doc)
+    path = explored.save(paths.fixtures_dir() / explored.DIRNAME, doc)
     test = SAVED_TESTS[explored.space(doc)]
     print(
         f"saved {path.stem}: {path}; record its golden: harness fixtures record --suite explore -k {test} --yes",

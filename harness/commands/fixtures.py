@@ -158,6 +158,7 @@ def _confirm(question: str) -> bool:
 def verify(args: argparse.Namespace, out: TextIO = sys.stdout) -> int:
     """Every golden parses, and so does the reviewed known-failures file beside them."""
     from harness.golden.storage import read_golden
+    from harness.records import explored
     from harness.suiterun import known
 
     bad = 0
@@ -170,7 +171,15 @@ def verify(args: argparse.Namespace, out: TextIO = sys.stdout) -> int:
     except CorruptFile as exc:
         bad += 1
         print(f"corrupt: {exc}", file=out)
-    files = sorted(p for p in root.rglob("*.json") if p != known_file)
+    explored_dir = root / explored.DIRNAME
+    try:  # explored cases kept by ``harness explore --save``: their own record kind, beside the goldens
+        kept = explored.load_all(explored_dir)
+        if kept:
+            print(f"{explored.DIRNAME}/: {len(kept)} saved explored case(s)", file=out)
+    except CorruptFile as exc:
+        bad += 1
+        print(f"corrupt: {exc}", file=out)
+    files = sorted(p for p in root.rglob("*.json") if p != known_file and explored_dir not in p.parents)
     for path in files:
         try:
             read_golden(path)

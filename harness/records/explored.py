@@ -17,6 +17,7 @@ from typing import Any
 from harness.errors import CorruptFile
 
 KIND = "harness-explored-case"
+DIRNAME = "explored"  # under the fixtures root, beside the suites' golden folders
 SCHEMA = 1
 
 
