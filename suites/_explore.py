@@ -190,17 +190,14 @@ def layout_cases(eos: bool = False) -> Any:
 
 
 # fields added after cases were first saved, left out of a spec at their default so a saved spec keeps its id
+# (every layout field: a data case's spec carries none of them)
 _LATER: dict[str, Any] = {
     "truncation_method": None,
-    "forward": False,
-    "dp": 1,
+    **explored.LAYOUT_DEFAULTS,
     "mbs": 1,
     "gbs": 0,
-    "in_batch": False,
-    "cp": 1,
     "tp": 1,
     "sp": False,
-    "pp": 1,
 }
 
 

@@ -32,7 +32,8 @@ def pack_micro_batch(case: _oracle.SFTCase, examples: list[differential.Example]
     """``examples`` right-padded as a VLM collate hands them over, packed in batch by MB with the
     multiple MB chooses for ``layout``, and held to the differential oracle (raises on a violation)."""
     thd.pack_in_batch.era  # noqa: B018 - an era without in-batch packing is untestable before anything is built
-    pad_id = _oracle.special_ids(case)["pad_id"]
+    ids = _oracle.special_ids(case)
+    pad_id = ids["pad_id"]
     assert pad_id is not None, "the offline tokenizer has a pad token"
     batch = _oracle.right_padded(examples, pad_id, IGNORE_INDEX)
     multiple = vlmstep.mb_in_batch_multiple(*layout)
@@ -46,9 +47,7 @@ def pack_micro_batch(case: _oracle.SFTCase, examples: list[differential.Example]
         pad_to_multiple_of=multiple,
     )
     (row,) = batch_ops.packed_rows(packed["raw"])
-    report = _oracle.differential.compare(
-        [row], examples, pad_seq_to_mult=vlmstep.in_batch_multiple(*layout), special_ids=_oracle.special_ids(case)
-    )
+    report = differential.compare([row], examples, pad_seq_to_mult=vlmstep.in_batch_multiple(*layout), special_ids=ids)
     report.assert_ok()
     real = report.rows[0].real_positions
     padding = [(p, label) for p, label in enumerate(row.labels) if p not in real]

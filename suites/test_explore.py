@@ -70,7 +70,7 @@ def _explore_space(strategy: Any, default_budget: int, known_bug: Any) -> None:
     budget = int(os.environ.get(Env.EXPLORE_BUDGET) or default_budget)
     explore_seed = int(os.environ.get(Env.EXPLORE_SEED) or 0)
     met: list[tuple[tuple[str, ...], BaseException]] = []
-    checked = [0]  # cases actually checked (Hypothesis may stop short of the budget)
+    checked = 0  # cases actually checked (Hypothesis may stop short of the budget)
 
     @seed(explore_seed)
     @settings(
@@ -82,7 +82,8 @@ def _explore_space(strategy: Any, default_budget: int, known_bug: Any) -> None:
     )
     @given(strategy)
     def explore(case: _explore.ExploredCase) -> None:
-        checked[0] += 1
+        nonlocal checked
+        checked += 1
         try:
             _replayable(case)
         except Untestable:
@@ -109,7 +110,7 @@ def _explore_space(strategy: Any, default_budget: int, known_bug: Any) -> None:
         raise
     if met:
         first = met[0][1]
-        first.add_note(f"no new failure in {checked[0]} drawn case(s) ({budget} asked); {known_met()}")
+        first.add_note(f"no new failure in {checked} drawn case(s) ({budget} asked); {known_met()}")
         raise first
 
 
