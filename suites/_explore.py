@@ -5,7 +5,8 @@ a knob and a layout meet in a way nobody listed. So Hypothesis draws an :class:`
 the data (how many examples, how many words an answer has, the rate of overlong examples and
 how long they are, pad tokens and end-of-turn tokens inside content, chat turns and system
 prompts) and the knobs (preprocessing kind, pack size, ``pad_seq_to_mult``, ``pad_to_max_length``,
-``pad_cu_seqlens``, answer-only or full loss, ``truncation_method``), and the case is built the way a user's data is,
+``pad_cu_seqlens``, answer-only or full loss, ``truncation_method``, and in this space the
+preparation's ``packing_algorithm``), and the case is built the way a user's data is,
 through MB's dataset builder, and held to the differential oracle (packed == MB's own unpacked
 path per real token, padding never trains, boundaries and alignment) and the documented shape
 rule of ``pad_to_max_length``.
@@ -170,7 +171,11 @@ def cases(eos: bool = False) -> Any:
 
     @st.composite
     def draw(d: Any) -> ExploredCase:
-        return _named(ExploredCase(id="", **_data(d, eos)))
+        fields = _data(d, eos)
+        # the algorithm MB's preparation packs with (None: its default, first_fit_shuffle); drawn last,
+        # and in this space only, so the layouts space draws what it drew before
+        fields["packing_algorithm"] = d(st.sampled_from((None, "first_fit_decreasing")))
+        return _named(ExploredCase(id="", **fields))
 
     return draw()
 
@@ -193,6 +198,7 @@ def layout_cases(eos: bool = False) -> Any:
 # (every layout field: a data case's spec carries none of them)
 _LATER: dict[str, Any] = {
     "truncation_method": None,
+    "packing_algorithm": None,
     **explored.LAYOUT_DEFAULTS,
     "mbs": 1,
     "gbs": 0,

@@ -53,17 +53,26 @@ def _received(run: step.StepRun) -> dict[str, torch.Tensor]:
     return out
 
 
+def rank_model() -> tuple[Any, step.RecordingModel]:
+    """One rank's process groups (MCore's, as MB's step reads them) and its tiny model."""
+    groups = symbol("megatron.core.process_groups_config", "ProcessGroupCollection").use_mpu_process_groups()
+    return groups, step.RecordingModel(fwd.tiny_gpt(seed=_forward.SEED, vocab_size=_forward.MODEL_VOCAB))
+
+
+def rank_steps(groups: Any, model: step.RecordingModel, batches: list[dict[str, Any]]) -> list[RankRun]:
+    """MB's ``forward_step`` on every micro-batch on this rank, TE's THD partition by its stand-in."""
+    forward_step = symbol("megatron.bridge.training.gpt_step", "forward_step")
+    out = []
+    with thd_partition.installed():
+        for batch in batches:
+            run = step.run_step(forward_step, step.minimal_state(), batch, model, groups)
+            out.append(RankRun(_received(run), run.logits, run.loss_sum, run.num_tokens))
+    return out
+
+
 def _rank_runs(batches: list[dict[str, Any]]) -> Any:
     def on_rank(_rank: int) -> list[RankRun]:
-        groups = symbol("megatron.core.process_groups_config", "ProcessGroupCollection").use_mpu_process_groups()
-        model = step.RecordingModel(fwd.tiny_gpt(seed=_forward.SEED, vocab_size=_forward.MODEL_VOCAB))
-        forward_step = symbol("megatron.bridge.training.gpt_step", "forward_step")
-        out = []
-        with thd_partition.installed():
-            for batch in batches:
-                run = step.run_step(forward_step, step.minimal_state(), batch, model, groups)
-                out.append(RankRun(_received(run), run.logits, run.loss_sum, run.num_tokens))
-        return out
+        return rank_steps(*rank_model(), batches)
 
     return on_rank
 

@@ -38,6 +38,7 @@ class SFTCase:
     mb_seed: int | None = None  # the seed MB is configured with (default: the corpus seed)
     seq: int = SEQ  # sequence length = pack size (exploration varies it)
     truncation_method: str | None = None  # an overlong prompt cut "left" or "right" (None: MB's default)
+    packing_algorithm: str | None = None  # handed to MB's packing preparation (None: MB's default)
 
     @property
     def corpus(self) -> corpus.CorpusSpec:
@@ -47,7 +48,11 @@ class SFTCase:
     @property
     def packing(self) -> sft.OfflinePacking:
         return sft.OfflinePacking(
-            self.seq, self.mult, self.pad_cu_seqlens, self.pad_to_max_length or self.pad_cu_seqlens
+            self.seq,
+            self.mult,
+            self.pad_cu_seqlens,
+            self.pad_to_max_length or self.pad_cu_seqlens,
+            algorithm=self.packing_algorithm,
         )
 
 
@@ -97,6 +102,20 @@ FIXED_SHAPE_CASES = [
 # sequence, which pad_cu_seqlens' static max_seqlen must still bound (offline suite only)
 SHORT_PACK_CASES = [
     SFTCase("prompt-mult2-pad-cu-seqlens-short", seed=53, mult=2, pad_cu_seqlens=True, n=24, long_rate=0.0),
+]
+
+
+# the preparation's packing_algorithm, as a user who packs offline with it passes it: "first_fit_shuffle"
+# (MB's default, named) and "first_fit_decreasing" (the other algorithm it documents); answers without
+# a literal EOS, so 0.6.2's EOS masking (a known bug of its own) cannot hide what the algorithm does
+ALGORITHM_CASES = [
+    CleanCase("prompt-mult2-first-fit-decreasing", seed=61, mult=2, packing_algorithm="first_fit_decreasing"),
+    CleanCase(
+        "chat-mult4-first-fit-decreasing", seed=62, kind="chat", mult=4, packing_algorithm="first_fit_decreasing"
+    ),
+    CleanCase(
+        "completion-mult1-first-fit-shuffle-named", seed=63, kind="completion", packing_algorithm="first_fit_shuffle"
+    ),
 ]
 
 

@@ -36,6 +36,8 @@ CASES: list[tuple[str, Spec, Rule | None, str | None]] = [
     ("cp3_seq256", Spec(seq_length=256, context_parallel=3), Rule.CP_SEQ_DIVISIBLE, "cp3_seq258"),
     ("cp3_seq258", Spec(seq_length=258, context_parallel=3), None, None),
     ("cp4_seq512", Spec(seq_length=512, context_parallel=4), None, None),
+    # GPTModelProvider's own default seq_length (1024), named by the user as a recipe does
+    ("cp4_seq1024", Spec(seq_length=1024, context_parallel=4), None, None),
     ("cp4_seq516", Spec(seq_length=516, context_parallel=4), Rule.CP_SEQ_DIVISIBLE, "cp4_seq512"),
     (
         "cp2_finetune_no_per_token_loss",

@@ -25,8 +25,8 @@ import pytest
 
 from harness.adapters import batch as batch_ops
 from harness.adapters import vlmstep
-from harness.adapters.chatcollate import collated_examples
-from harness.adapters.directsft import DirectSFTRequest, direct_sft
+from harness.adapters.chatcollate import collated_examples, prompt_completion_collate
+from harness.adapters.directsft import DirectSFTRequest, direct_sft, preprocessing
 from harness.adapters.mockvlm import MockVLMRequest, mock_vlm_sft
 from harness.oracle import corpus, differential, tokenizer, truncation, vlprocessor
 from harness.oracle.impact import Impact, fail, require
@@ -202,6 +202,43 @@ def test_truncation_keeps_the_side_asked_for(golden, case):
     if not cut:  # the input's fault, not MB's: the case would test nothing
         raise RuntimeError(f"{case.id}: no row long enough to be truncated")
     golden.check({"token_count": list(got["token_count"]), "truncated_rows": cut})
+
+
+# (id, corpus seed, rows, max_length): the prompt-completion collate called by a user's own loader
+# with a bound under the dataset's sequence length; overlong rows, so the bound cuts
+MAX_LENGTH = [("completion-max24", 141, 6, 24), ("completion-max32", 143, 6, 32)]
+
+
+@pytest.mark.parametrize("seed,n,max_length", [c[1:] for c in MAX_LENGTH], ids=[c[0] for c in MAX_LENGTH])
+@pytest.mark.parametrize("pad_to_max_length", [False, True], ids=["longest", "pad-to-max"])
+def test_prompt_completion_max_length(golden, seed, n, max_length, pad_to_max_length):
+    """``text_prompt_completion_collate_fn(..., max_length=M)`` bounds rows as ``sequence_length`` does
+    ("max_length if max_length is not None else sequence_length"): with a longer sequence length,
+    the batch is MB's own batch at sequence length ``M``, rows never wider than ``M``, and with
+    ``pad_to_max_length`` exactly ``M`` wide."""
+    from transformers import AutoTokenizer
+
+    prompt_completion_collate.resolved  # noqa: B018
+    case = Case(f"max{max_length}", seed, "completion", n=n, long_rate=0.5)
+    rows, prep = list(case.request().rows), preprocessing("completion")
+    proc = AutoTokenizer.from_pretrained(str(tokenizer.write_tokenizer_dir()))
+    full = prompt_completion_collate(rows, proc, preprocessing=prep, sequence_length=4096)["token_count"]
+    if max(full) <= max_length:  # the input's fault, not MB's
+        raise RuntimeError(f"no row longer than {max_length} tokens ({list(full)}): the case would test nothing")
+    knobs = {"preprocessing": prep, "pad_to_max_length": pad_to_max_length}
+    got = prompt_completion_collate(rows, proc, sequence_length=case.seq, max_length=max_length, **knobs)
+    ref = prompt_completion_collate(rows, proc, sequence_length=max_length, **knobs)
+    width, longest = int(got["tokens"].shape[1]), max(got["token_count"])
+    require(longest <= max_length, Impact.CRASH, f"a row of {longest} tokens passed max_length {max_length}")
+    if pad_to_max_length:  # the fixed shape pipeline parallelism and CUDA graphs rely on
+        require(width == max_length, Impact.CRASH, f"pad_to_max_length: rows {width} wide, not max_length {max_length}")
+    require(
+        list(got["token_count"]) == list(ref["token_count"]),
+        Impact.DROPS_TRAINED_TOKEN,
+        f"tokens kept per row {list(got['token_count'])}, at sequence length {max_length} {list(ref['token_count'])}",
+    )
+    require_same_real_tokens(got, ref, IGNORE_INDEX)
+    golden.check({"width": width, "token_count": list(got["token_count"])})
 
 
 # MB's synthetic VLM conversations (MockVLMSFTDatasetConfig): a DirectSFTDataset whose collate is the

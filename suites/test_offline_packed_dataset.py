@@ -55,6 +55,18 @@ def test_packed_equals_unpacked(golden, case):
     golden.check({"special_ids": b.special_ids, "rows": _oracle.canonical_rows(b.rows)})
 
 
+@pytest.mark.parametrize("case", _oracle.ALGORITHM_CASES, ids=[c.id for c in _oracle.ALGORITHM_CASES])
+def test_packing_algorithm_the_user_chooses(golden, case):
+    """``prepare_gpt_sft_packed_data(packing_algorithm=...)`` (``prepare_packed_sequence_data``
+    before): MB's preparation with the algorithm a user chooses, every other argument as MB's
+    builder passes it. Whatever the algorithm puts together, the packed rows must hold each
+    example once with its unpacked tokens, labels, loss mask and position ids."""
+    b = _oracle.built(case)
+    assert b.examples, "MB's unpacked reference is empty"
+    b.report.assert_ok()
+    golden.check({"special_ids": b.special_ids, "rows": _oracle.canonical_rows(b.rows)})
+
+
 FIXED = _oracle.FIXED_SHAPE_CASES + _oracle.SHORT_PACK_CASES
 
 

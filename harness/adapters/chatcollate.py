@@ -1,7 +1,10 @@
-"""MB's text chat collate of direct Hugging Face SFT, and its rows as the oracle's examples.
+"""MB's text collates of direct Hugging Face SFT, and their rows as the oracle's examples.
 
 Operation ``chat_collate(rows, processor, **kwargs)``: ``data/collators/sft.text_chat_collate_fn``
 (the collate MB's direct-HF loader calls on ``messages`` rows); before its era: untestable.
+Operation ``prompt_completion_collate(rows, processor, preprocessing=..., **kwargs)``:
+``data/collators/sft.text_prompt_completion_collate_fn`` (the one it calls on prompt-completion
+rows); both are exported by ``megatron.bridge.data.collators`` for a user's own loader.
 :func:`collated_examples` reads an unpacked batch of it as reference examples, each row cut to its
 real tokens (the collate's ``token_count``).
 """
@@ -22,6 +25,17 @@ chat_collate = Operation(
     "text_chat_collate",
     [Candidate("data/collators/sft.text_chat_collate_fn", _probe)],
     before="no direct-HF chat collate",
+)
+
+
+def _prompt_completion_probe() -> Any:
+    return symbol("megatron.bridge.data.collators.sft", "text_prompt_completion_collate_fn")
+
+
+prompt_completion_collate = Operation(
+    "text_prompt_completion_collate",
+    [Candidate("data/collators/sft.text_prompt_completion_collate_fn", _prompt_completion_probe)],
+    before="no direct-HF prompt-completion collate",
 )
 
 

@@ -49,7 +49,8 @@ class DirectSFTBuild:
     validation: dict[str, Any] | None  # ConfigContainer.validate's outcome (None: no layout)
 
 
-def _preprocessing(kind: str, truncation_method: str | None) -> Any:
+def preprocessing(kind: str, truncation_method: str | None = None) -> Any:
+    """MB's preprocessing config for ``kind`` (prompt-completion: the corpus' input/output columns)."""
     sft = load_module("megatron.bridge.data.sft_processing")
     if kind == "chat":
         return sft.ChatSFTPreprocessingConfig()
@@ -77,7 +78,7 @@ def _probe() -> Callable[[DirectSFTRequest], DirectSFTBuild]:
         config = cfg_cls(
             seq_length=req.seq_length,
             source=source,
-            preprocessing=_preprocessing(req.kind, req.truncation_method),
+            preprocessing=preprocessing(req.kind, req.truncation_method),
             hf_processor_path=str(req.processor_dir),
             do_validation=False,
             do_test=False,

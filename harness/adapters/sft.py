@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from harness.adapters import Candidate, NotHere, Operation, Untestable, accepts, symbol
-from harness.adapters.sftspies import record_unpacked, unpacked_base, watch_global_rng
+from harness.adapters.sftspies import packing_algorithm, record_unpacked, unpacked_base, watch_global_rng
 from harness.eras import features
 
 KINDS = ("prompt", "completion", "chat")
@@ -57,6 +57,7 @@ class OfflinePacking:
     pad_cu_seqlens: bool = False
     pad_to_max_length: bool = False
     paths: PackedPaths | None = None
+    algorithm: str | None = None  # packing_algorithm handed to MB's preparation (None: MB's default)
 
 
 @dataclass(frozen=True)
@@ -193,9 +194,12 @@ Made = tuple[list[Any], list[Any], Any, "bool | None"]
 """One builder run: its splits, the unpacked datasets the spy saw, the builder, the RNG watch."""
 
 
-def _run(builder: Any, base: Any) -> Made:
-    with record_unpacked(base) as seen, watch_global_rng(builder) as rng:
+def _run(builder: Any, base: Any, req: SFTRequest) -> Made:
+    algorithm = req.packing.algorithm if req.packing is not None else None
+    with record_unpacked(base) as seen, watch_global_rng(builder) as rng, packing_algorithm(algorithm) as handed:
         splits = list(builder.build())
+    if algorithm is not None and not handed.calls:
+        raise AssertionError(f"MB's builder packed without calling a preparation the harness hands {algorithm!r} to")
     return splits, seen, builder, rng.kept
 
 
@@ -258,7 +262,7 @@ def _gpt_sft_builder() -> Callable[[SFTRequest], SFTBuild]:
             offline_packing_specs=_specs(specs_cls, packing) if packing else None,
         )
         return _finish(
-            req, "data/builders/gpt_sft.GPTSFTDatasetBuilder", _run(builder_cls(config, req.tokenizer), base)
+            req, "data/builders/gpt_sft.GPTSFTDatasetBuilder", _run(builder_cls(config, req.tokenizer), base, req)
         )
 
     return build
@@ -321,7 +325,7 @@ def _finetuning_builder(
             "do_test": False,
         }
         builder = builder_cls(**{k: v for k, v in kwargs.items() if accepts(builder_cls.__init__, k)})
-        return _finish(req, era, _run(builder, base))
+        return _finish(req, era, _run(builder, base, req))
 
     return build
 

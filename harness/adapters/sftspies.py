@@ -1,9 +1,12 @@
-"""Spies on MB's offline SFT builder that record and change nothing.
+"""Spies on MB's offline SFT builder, and the one user setting it has no config field for.
 
 * :func:`record_unpacked`: the unpacked SFT datasets MB's packing preparation constructs (the
-  oracle's reference: same tokenisation and truncation as what was packed).
+  oracle's reference: same tokenisation and truncation as what was packed). Records only.
 * :func:`watch_global_rng`: whether the builder's ``prepare_packed_data`` leaves numpy's global
-  RNG state as it found it.
+  RNG state as it found it. Records only.
+* :func:`packing_algorithm`: the preparation's ``packing_algorithm`` argument, which a user who
+  packs offline with another algorithm passes to MB's preparation function (no config field
+  carries it); it counts the calls, so a build that never handed it over is seen.
 """
 
 from __future__ import annotations
@@ -15,7 +18,7 @@ from typing import Any
 
 import numpy as np
 
-from harness.adapters import NotHere, symbol
+from harness.adapters import NotHere, accepts, symbol
 
 
 def unpacked_base() -> Any:
@@ -88,3 +91,51 @@ def watch_global_rng(builder: Any) -> Iterator[RngWatch]:
         yield watch
     finally:
         del builder.prepare_packed_data
+
+
+# MB's offline packing preparation, by era: the builder imports it from its module when it packs
+PREPARATION = (
+    ("megatron.bridge.data.packing.offline", "prepare_gpt_sft_packed_data"),
+    ("megatron.bridge.data.datasets.packed_sequence", "prepare_packed_sequence_data"),
+)
+
+
+@dataclass
+class AlgorithmCall:
+    """How often MB's preparation ran with the user's algorithm (0 after a build: not handed over)."""
+
+    calls: int = 0
+
+
+@contextlib.contextmanager
+def packing_algorithm(name: str | None) -> Iterator[AlgorithmCall]:
+    """MB's own preparation call, with ``packing_algorithm=name`` added: what a user who packs
+    offline with another algorithm runs (the preparation function's documented argument; MB's
+    builder passes every other argument as it does for a config). ``None``: nothing changes."""
+    seen = AlgorithmCall()
+    if name is None:
+        yield seen
+        return
+    patched: list[tuple[Any, str, Any]] = []
+    for module_name, attr in PREPARATION:
+        try:
+            original = symbol(module_name, attr)
+        except NotHere:
+            continue
+        if not accepts(original, "packing_algorithm"):
+            continue
+        module = __import__(module_name, fromlist=[attr])
+
+        def call(*args: Any, _original: Any = original, **kwargs: Any) -> Any:
+            seen.calls += 1
+            return _original(*args, **{**kwargs, "packing_algorithm": name})
+
+        patched.append((module, attr, original))
+        setattr(module, attr, call)
+    if not patched:
+        raise NotHere("no offline packing preparation function takes a packing_algorithm in this era")
+    try:
+        yield seen
+    finally:
+        for module, attr, original in patched:
+            setattr(module, attr, original)
