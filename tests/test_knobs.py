@@ -100,6 +100,62 @@ def test_statuses_follow_the_goal():
     assert {r.knob.name: r.status for r in table.rows(ex)}[knob.name] is table.Status.NOT_EXERCISED
 
 
+UNREAD = {
+    "data/ds.py": """
+class Dataset:
+    def __init__(self, min_seq_length=1, max_seq_length=64, pad_id=0, pad_seq_to_mult=1, eod_id=None):
+        self.min_seq_length = min_seq_length  # stored, read nowhere: never read
+        self.max_seq_length = max_seq_length  # read below as an attribute
+        self._mult = pad_seq_to_mult  # stored under another name, read elsewhere
+        self.eod_id = eod_id  # stored, read by name through getattr elsewhere
+        if pad_id < 0:  # used directly
+            raise ValueError(pad_id)
+
+    def width(self):
+        return self.max_seq_length
+
+class Abstract:
+    def __init__(self, pad_to_max_length=False):
+        raise NotImplementedError
+
+def pack_rows(rows, pad_to_multiple_of=1):
+    return rows
+""",
+    "training/use.py": "def f(ds):\n    ds._mult += 1\n    return getattr(ds, 'eod_id')\n",
+}
+
+
+def test_a_parameter_mb_stores_and_never_reads_is_marked_and_short_of_the_goal_says_so(tmp_path):
+    """Negative control of the never-read test: only the parameters nothing reads are marked (a
+    read through another attribute name, ``getattr`` or direct use keeps a knob ordinary, and a
+    stub's parameters are no evidence), and the table says *never read by MB* for them only while
+    short of the goal."""
+    for rel, text in UNREAD.items():
+        (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / rel).write_text(text)
+    knobs = {(k.owner, k.name): k for k in scan(tmp_path)}
+    assert {key for key, k in knobs.items() if not k.read} == {
+        ("Dataset.__init__", "min_seq_length"),
+        ("pack_rows", "pad_to_multiple_of"),
+    }
+    assert ("Abstract.__init__", "pad_to_max_length") in knobs
+    never = knobs[("Dataset.__init__", "min_seq_length")]
+    assert records.KnobLine.loads(records.KnobLine.of_knob(never).dumps()).knob == never
+    ex = records.Exercised({never.key: never}, {never.key: {"1": {"a"}}}, {never.key: set()})
+    assert [r.status for r in table.rows(ex)] == [table.Status.NEVER_READ]
+    ex.values[never.key], ex.passed[never.key] = {"1": {"a"}, "8": {"a"}}, {"1", "8"}
+    assert [r.status for r in table.rows(ex)] == [table.Status.MET]
+
+
+def test_the_installed_mb_never_reads_min_seq_length():
+    """On the installed MB, ``GPTSFTDataset(min_seq_length=...)`` is stored and never read, and
+    the packing knobs MB does read (its pad multiple, the pack size) are not marked."""
+    knobs = {(k.owner.split(".")[0], k.name): k for k in scan(installed_package_dir())}
+    assert knobs[("GPTSFTDataset", "min_seq_length")].read is False
+    assert knobs[("GPTSFTPackedDataset", "pad_seq_to_mult")].read
+    assert knobs[("PackedSequenceSpecs", "packed_sequence_size")].read
+
+
 def test_a_corrupt_log_is_a_one_line_error(tmp_path):
     log = tmp_path / "knobs.jsonl"
     log.write_text('{"kind": "value", "key": "k", "value": "1", "suite": "s"}\nnot json\n')

@@ -8,14 +8,23 @@ module under MB's ``data/`` plus the training config, the GPT provider and the s
 so it works on any commit and lists a knob MB adds the day it lands. The suite process adds
 what the AST cannot see (fields a class inherits from megatron-core) when the class is
 imported, see :mod:`harness.knobs.spy`.
+
+A parameter MB takes and never reads (stored on ``self`` under a name no code of the package
+reads, or not used at all) is marked ``read=False`` by :func:`scan`: no case can observe what
+it does, so the coverage table says so instead of counting it as a gap cases could close
+(``GPTSFTDataset.min_seq_length``, documented as the minimum example length, is stored and
+never read). The test is conservative: any attribute read of the stored name, or the name as a
+string (``getattr``, keyword dictionaries), anywhere in the package counts as a read.
 """
 
 from __future__ import annotations
 
 import ast
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
+
+from harness.knobs import unread
 
 # a name is a packing knob when one of its words is one of these, or it is one of the exact names
 WORDS = frozenset({"pack", "packed", "packing", "pad", "padding", "padded", "mult", "multiple", "eod", "truncation"})
@@ -46,23 +55,32 @@ class Knob:
     name: str
     annotation: str = ""
     default: str | None = None  # None: required
+    read: bool = True  # False: a parameter MB stores and never reads (see the module docstring)
 
     @property
     def key(self) -> str:
         return f"{self.module}:{self.owner}.{self.name}"
 
-    def to_json(self) -> dict[str, str | None]:
+    def to_json(self) -> dict[str, str | bool | None]:
         return {
             "module": self.module,
             "owner": self.owner,
             "name": self.name,
             "annotation": self.annotation,
             "default": self.default,
+            **({"read": False} if not self.read else {}),
         }
 
     @classmethod
-    def from_json(cls, d: dict[str, str | None]) -> Knob:
-        return cls(str(d["module"]), str(d["owner"]), str(d["name"]), str(d.get("annotation") or ""), d.get("default"))
+    def from_json(cls, d: dict[str, str | bool | None]) -> Knob:
+        return cls(
+            str(d["module"]),
+            str(d["owner"]),
+            str(d["name"]),
+            str(d.get("annotation") or ""),
+            None if d.get("default") is None else str(d.get("default")),
+            d.get("read", True) is not False,
+        )
 
 
 def relevant(name: str, annotation: str = "") -> bool:
@@ -149,11 +167,37 @@ def _files(package: Path) -> list[Path]:
     return out
 
 
+def _stored_only(module: str, source: str, knobs: list[Knob]) -> dict[str, unread.StoredAs]:
+    """Per parameter knob of ``module`` its function reads only to store (see :mod:`harness.knobs.unread`)."""
+    by_owner: dict[str, list[str]] = {}
+    for k in knobs:
+        by_owner.setdefault(k.owner, []).append(k.name)
+    functions: list[tuple[str, ast.FunctionDef]] = []
+    for node in ast.parse(source).body:
+        if isinstance(node, ast.ClassDef):
+            functions += [(f"{node.name}.__init__", s) for s in node.body if isinstance(s, ast.FunctionDef)]
+        elif isinstance(node, ast.FunctionDef):
+            functions.append((node.name, node))
+    out: dict[str, unread.StoredAs] = {}
+    for owner, fn in functions:
+        if owner in by_owner and (fn.name == "__init__" or owner == fn.name):
+            for param, attrs in unread.stored_only(fn, by_owner[owner]).items():
+                out[f"{module}:{owner}.{param}"] = {param: attrs}
+    return out
+
+
 def scan(package: Path) -> list[Knob]:
-    """Every packing knob of the ``megatron/bridge`` package at ``package`` (sorted by key)."""
+    """Every packing knob of the ``megatron/bridge`` package at ``package`` (sorted by key), each
+    parameter MB never reads marked ``read=False``."""
     out: list[Knob] = []
+    stored: dict[str, unread.StoredAs] = {}
     for path in _files(package):
         rel = path.relative_to(package).with_suffix("")
         module = ".".join(("megatron", "bridge", *rel.parts)).removesuffix(".__init__")
-        out += scan_module(module, path.read_text(encoding="utf-8", errors="replace"))
-    return sorted(set(out), key=lambda k: k.key)
+        source = path.read_text(encoding="utf-8", errors="replace")
+        knobs = scan_module(module, source)
+        out += knobs
+        if knobs:
+            stored |= _stored_only(module, source, knobs)
+    never = unread.unread(package, stored)
+    return sorted({replace(k, read=False) if k.key in never else k for k in out}, key=lambda k: k.key)

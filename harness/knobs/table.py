@@ -4,7 +4,9 @@ The goal (issue 25): every knob exercised with at least its default and one othe
 required knob (no default) needs two distinct values. A knob whose class or function no case
 called is *not exercised*; one that was reached but that no caller ever passed (MB's default
 applied each time) is *never set*: a field MB adds to a class the cases use shows up so in the
-next nightly, one of a class they never use as not exercised.
+next nightly, one of a class they never use as not exercised. A parameter MB takes and never
+reads (:mod:`harness.knobs.unread`) short of the goal is *never read by MB*: no value a case
+passes can change what MB does, so it is no gap a case could close, and still not counted as met.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ class Status(enum.StrEnum):
     DEFAULT_ONLY = "default only"
     NEVER_SET = "never set"  # reached, but every call left it at MB's default
     NOT_EXERCISED = "not exercised"  # its class or function was never called
+    NEVER_READ = "never read by MB"  # a parameter MB stores and never reads: nothing to observe
 
 
 @dataclass(frozen=True)
@@ -41,6 +44,11 @@ class Row:
 
 
 def _status(knob: Knob, values: set[str], passed: set[str]) -> Status:
+    status = _exercised(knob, values, passed)
+    return Status.NEVER_READ if status is not Status.MET and not knob.read else status
+
+
+def _exercised(knob: Knob, values: set[str], passed: set[str]) -> Status:
     if not values:
         return Status.NOT_EXERCISED
     if not passed:
@@ -74,7 +82,8 @@ def summary_line(table: list[Row]) -> str:
     return (
         f"knobs: {c[Status.MET]} of {len(table)} exercised with their default and another value, "
         f"{c[Status.DEFAULT_ONLY]} default only, {c[Status.OTHER_ONLY]} non-default only, "
-        f"{c[Status.NEVER_SET]} never set (MB's default each time), {c[Status.NOT_EXERCISED]} not exercised"
+        f"{c[Status.NEVER_SET]} never set (MB's default each time), {c[Status.NOT_EXERCISED]} not exercised, "
+        f"{c[Status.NEVER_READ]} never read by MB (nothing a case sets there can change what MB does)"
     )
 
 
