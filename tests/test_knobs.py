@@ -22,7 +22,7 @@ import pytest
 
 from harness.errors import CorruptFile
 from harness.knobs import records, table
-from harness.knobs.inventory import scan, scan_module
+from harness.knobs.inventory import Knob, scan, scan_module
 from harness.mutations import installed_package_dir
 
 SOURCE = """
@@ -154,6 +154,22 @@ def test_the_installed_mb_never_reads_min_seq_length():
     assert knobs[("GPTSFTDataset", "min_seq_length")].read is False
     assert knobs[("GPTSFTPackedDataset", "pad_seq_to_mult")].read
     assert knobs[("PackedSequenceSpecs", "packed_sequence_size")].read
+
+
+def test_a_factory_default_is_what_mb_gave_and_small_mappings_stay_distinct():
+    """A field with a ``default_factory`` (MIMO's ``encoder_seq_lengths``) meets the goal with a
+    call that left MB's factory value and one that passed another; per-modality mappings are shown
+    by value, so two cases with different lengths count as two values, not one ``<dict>``."""
+    from harness.knobs.spy import show
+
+    assert show({"vision": 8}) != show({"vision": 16}) and show({"vision": 8}) == "{'vision': 8}"
+    assert show({"x": list(range(40))}) == "<dict>" and show({"vision": object()}) == "<dict>"
+    knob = Knob("m", "Provider", "encoder_seq_lengths", "dict", "<factory>")
+    ex = records.Exercised({knob.key: knob}, {knob.key: {"{}": {"a"}, "{'vision': 8}": {"b"}}})
+    ex.passed[knob.key], ex.defaulted[knob.key] = {"{'vision': 8}"}, set()
+    assert [r.status for r in table.rows(ex)] == [table.Status.OTHER_ONLY]  # MB's factory value never used
+    ex.defaulted[knob.key] = {"{}"}
+    assert [r.status for r in table.rows(ex)] == [table.Status.MET]
 
 
 def test_a_corrupt_log_is_a_one_line_error(tmp_path):

@@ -44,6 +44,7 @@ EXACT = frozenset(
 NOT_PACKING = ("vocab", "interpolation", "moe_", "mup_", "validation_sets")
 SCANNED = ("data", "training/config.py", "training/gpt_step.py", "training/vlm_step.py", "models/gpt_provider.py")
 FUNCTION = re.compile(r"collate|get_batch|pack|pad|partition")
+FACTORY = "<factory>"  # the default of a dataclass field made by its default_factory (a fresh one per call)
 
 
 @dataclass(frozen=True)
@@ -104,7 +105,7 @@ def _field_default(value: ast.expr | None) -> str | None:
             if kw.arg == "default":
                 return _text(kw.value)
             if kw.arg == "default_factory":
-                return "<factory>"
+                return FACTORY
         return None
     return _text(value)
 

@@ -64,6 +64,7 @@ class Exercised:
     knobs: dict[str, Knob]
     values: dict[str, dict[str, set[str]]]  # knob key -> value -> suites
     passed: dict[str, set[str]] = field(default_factory=dict)  # knob key -> values a caller passed
+    defaulted: dict[str, set[str]] = field(default_factory=dict)  # knob key -> values MB's default gave
 
 
 def read(path: Path) -> Exercised:
@@ -71,8 +72,9 @@ def read(path: Path) -> Exercised:
     knobs: dict[str, Knob] = {}
     values: dict[str, dict[str, set[str]]] = {}
     passed: dict[str, set[str]] = {}
+    defaulted: dict[str, set[str]] = {}
     if not path.is_file():
-        return Exercised(knobs, values, passed)
+        return Exercised(knobs, values, passed, defaulted)
     for n, text in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
         if not text.strip():
             continue
@@ -86,6 +88,5 @@ def read(path: Path) -> Exercised:
                 knobs[line.key] = line.knob
         elif line.kind == "value":
             values.setdefault(line.key, {}).setdefault(line.value, set()).add(line.suite)
-            if line.passed:
-                passed.setdefault(line.key, set()).add(line.value)
-    return Exercised(knobs, values, passed)
+            (passed if line.passed else defaulted).setdefault(line.key, set()).add(line.value)
+    return Exercised(knobs, values, passed, defaulted)

@@ -12,7 +12,8 @@ knob). For a dataclass the knobs are its fields as
 ``dataclasses.fields`` sees them, inherited ones included (``GPTModelProvider`` takes its
 parallel sizes from megatron-core's ``TransformerConfig``).
 
-Values are kept small and stable: scalars as ``repr``, paths as ``<path>``, anything else as
+Values are kept small and stable: scalars as ``repr``, paths as ``<path>``, a small container
+of scalars (a per-modality length mapping) as ``repr`` up to 40 characters, anything else as
 ``<TypeName>``. The process appends its inventory and values to the log at the end of the
 session (one JSON object per line, :class:`harness.knobs.records.KnobLine`).
 """
@@ -32,7 +33,7 @@ from pathlib import Path, PurePath
 from types import ModuleType
 from typing import Any
 
-from harness.knobs.inventory import Knob, relevant, scan
+from harness.knobs.inventory import FACTORY, Knob, relevant, scan
 from harness.knobs.records import KnobLine
 from harness.suiterun.contract import Env
 
@@ -44,7 +45,7 @@ CURRENT = {"suite": ""}
 
 
 def show(value: Any) -> str:
-    """A value as the table shows it (scalars as repr, the rest by type)."""
+    """A value as the table shows it (scalars and small containers of scalars as repr, the rest by type)."""
     if isinstance(value, enum.Enum):
         return str(value.value)
     if value is None or isinstance(value, (bool, int, float)):
@@ -53,7 +54,16 @@ def show(value: Any) -> str:
         return repr(value if len(value) <= 40 else value[:37] + "...")
     if isinstance(value, PurePath):
         return "<path>"
+    if isinstance(value, (dict, list, tuple)) and _plain(value):
+        text = repr(value)  # a small container of scalars (per-modality lengths): two values stay two
+        if len(text) <= 40:
+            return text
     return f"<{type(value).__name__}>"
+
+
+def _plain(value: Any) -> bool:
+    items = [*value.keys(), *value.values()] if isinstance(value, dict) else list(value)
+    return all(x is None or isinstance(x, (bool, int, float, str)) for x in items)
 
 
 def _record(knobs: list[Knob], arguments: dict[str, Any], passed: set[str]) -> None:
@@ -68,7 +78,7 @@ def _field_knobs(module: str, owner: str, cls: type) -> list[Knob]:
         annotation = f.type if isinstance(f.type, str) else getattr(f.type, "__name__", str(f.type))
         if relevant(f.name, annotation):
             has = f.default is not dataclasses.MISSING
-            default = show(f.default) if has else "<factory>" if f.default_factory is not dataclasses.MISSING else None
+            default = show(f.default) if has else FACTORY if f.default_factory is not dataclasses.MISSING else None
             out.append(Knob(module, owner, f.name, annotation, default))
     return out
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass
 
-from harness.knobs.inventory import Knob
+from harness.knobs.inventory import FACTORY, Knob
 from harness.knobs.records import Exercised
 
 
@@ -43,20 +43,22 @@ class Row:
         }
 
 
-def _status(knob: Knob, values: set[str], passed: set[str]) -> Status:
-    status = _exercised(knob, values, passed)
+def _status(knob: Knob, values: set[str], passed: set[str], defaulted: set[str]) -> Status:
+    status = _exercised(knob, values, passed, defaulted)
     return Status.NEVER_READ if status is not Status.MET and not knob.read else status
 
 
-def _exercised(knob: Knob, values: set[str], passed: set[str]) -> Status:
+def _exercised(knob: Knob, values: set[str], passed: set[str], defaulted: set[str]) -> Status:
     if not values:
         return Status.NOT_EXERCISED
     if not passed:
         return Status.NEVER_SET
     if knob.default is None:
         return Status.MET if len(values) >= 2 else Status.OTHER_ONLY
-    has_default = knob.default in values
-    others = values - {knob.default}
+    if knob.default == FACTORY:  # a fresh default per call: whatever MB's factory gave is the default
+        has_default, others = bool(defaulted), passed - defaulted
+    else:
+        has_default, others = knob.default in values, values - {knob.default}
     if has_default and others:
         return Status.MET
     return Status.DEFAULT_ONLY if has_default else Status.OTHER_ONLY
@@ -68,7 +70,7 @@ def rows(ex: Exercised) -> list[Row]:
         knob = ex.knobs[key]
         by_value = ex.values.get(key, {})
         suites = sorted({s for ss in by_value.values() for s in ss if s})
-        status = _status(knob, set(by_value), ex.passed.get(key, set()))
+        status = _status(knob, set(by_value), ex.passed.get(key, set()), ex.defaulted.get(key, set()))
         out.append(Row(knob, tuple(sorted(by_value)), tuple(suites), status))
     return out
 
