@@ -67,6 +67,44 @@ def test_packing_algorithm_the_user_chooses(golden, case):
     golden.check({"special_ids": b.special_ids, "rows": _oracle.canonical_rows(b.rows)})
 
 
+DEFAULT_SIZE = _oracle.CleanCase("prompt-default-pack-size", seed=64, n=10)
+
+
+def test_specs_at_the_default_pack_size_pack_nothing(golden):
+    """``PackedSequenceSpecs()`` leaves ``packed_sequence_size`` at -1, which MB documents as no
+    packing: either MB refuses offline packing specs that pack nothing, by its check naming the
+    size (configs since 2026), or it trains the unpacked split, example for example what the same
+    config without specs trains (the builder's ``packed_sequence_size <= 0`` path before). A packed
+    dataset, or any other exception, is a failure."""
+    case = DEFAULT_SIZE
+    root = corpus.write_dataset_root(Path(tempfile.mkdtemp(prefix="harness-default-size-")), case.corpus)
+    packing = dataclasses.replace(case.packing, pack_size=-1)
+    try:
+        got = sft.build_sft(_oracle.request(case, root, packing=packing))
+    except Exception as exc:  # attributed below, never counted blindly
+        who = rules.attribute(exc)
+        if rules.Rule.PACK_SIZE_POSITIVE not in who.rules or not who.by_check:
+            raise fail(
+                Impact.CRASH,
+                f"specs at the default pack size must pack nothing or be refused by MB's check naming the size; got "
+                f"{type(exc).__name__}: {str(exc)[:300]} (rules {who.names()}, frame {who.frame})",
+            ) from exc
+        golden.check({"refused_by": rules.Rule.PACK_SIZE_POSITIVE.value})
+        return
+    unpacked = sft.build_sft(_oracle.request(case, root, packing=None)).train
+    if "Packed" in type(got.train).__name__:
+        raise fail(Impact.CRASH, f"a packed dataset ({type(got.train).__name__}) for packed_sequence_size -1")
+    want = [(e.tokens, e.labels, e.loss_mask) for e in batch_ops.unpacked_examples(unpacked)]
+    have = [(e.tokens, e.labels, e.loss_mask) for e in batch_ops.unpacked_examples(got.train)]
+    if have != want:
+        raise fail(
+            Impact.WRONG_TARGETS,
+            "specs at the default pack size train other examples than no specs: "
+            + first_difference(want, have, "example"),
+        )
+    golden.check({"unpacked_examples": len(have)})
+
+
 FIXED = _oracle.FIXED_SHAPE_CASES + _oracle.SHORT_PACK_CASES
 
 

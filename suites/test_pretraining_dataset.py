@@ -26,7 +26,7 @@ from typing import Any
 
 import pytest
 
-from harness.adapters import pretrain, sft
+from harness.adapters import pretrain, rules, sft
 from harness.adapters.pretrainstep import pretrain_step_attention
 from harness.errors import Untestable
 from harness.oracle import corpus, tokenizer
@@ -230,6 +230,28 @@ def test_pad_that_collides_with_eod_is_moved_off_it(golden):
         f"pad {getattr(allowed.train, '_pad_token_id', None)}, warnings {said}",
     )
     golden.check({"pad_moved_to": pad, "samples": len(b.train)})
+
+
+def test_an_undefined_eod_mask_loss_is_refused(golden):
+    """``GPTDatasetConfig.eod_mask_loss`` left at its default (None) is refused by MB's own check
+    ("eod_mask_loss must be defined"): whether an EOD input trains is the user's statement to make,
+    never a silent guess (``if eod_mask_loss:`` would read None as "train EOD" in packed samples).
+    The valid neighbour is every case above, which states it."""
+    texts = tuple(f"{e['input']} {e['output']}" for e in corpus.examples(CORPUS))
+    req = pretrain.PretrainRequest(texts, _oracle.load_tokenizer(), 32, knobs={"eod_mask_loss": None})
+    try:
+        pretrain.pretraining_splits(req)
+    except Exception as exc:  # attributed below, never counted blindly
+        who = rules.attribute(exc)
+        require(
+            rules.Rule.EOD_MASK_LOSS_DEFINED in who.rules and who.by_check,
+            Impact.CRASH,
+            f"an undefined eod_mask_loss must be refused by MB's check naming it; got {type(exc).__name__}: "
+            f"{str(exc)[:300]} (rules {who.names()}, frame {who.frame})",
+        )
+        golden.check({"refused_by": rules.Rule.EOD_MASK_LOSS_DEFINED.value})
+        return
+    raise fail(Impact.ACCEPTS_INVALID_CONFIG, "eod_mask_loss=None (undefined) was accepted: EOD's loss is a guess")
 
 
 # reset_attention_mask asks that no token attend to another document; MB's step decides whether the

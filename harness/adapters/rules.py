@@ -36,6 +36,8 @@ class Rule(enum.StrEnum):
     PAD_CU_SEQLENS_NEEDS_PAD_TO_MAX = "pad-cu-seqlens-needs-pad-to-max-length"
     SEQ_DIVISIBLE_BY_COLLATE_MULTIPLE = "seq-length-divisible-by-collate-multiple"
     NAMED_PACKED_FILE_EXISTS = "named-packed-file-must-exist"  # PackedSequenceSpecs.packed_*_path
+    EOD_MASK_LOSS_DEFINED = "eod-mask-loss-must-be-defined"  # GPTDatasetConfig: EOD's loss policy stated
+    PACK_SIZE_POSITIVE = "offline-pack-size-positive"  # offline packing specs that pack nothing (2026 configs)
 
 
 SIGNATURES: dict[Rule, re.Pattern[str]] = {
@@ -55,6 +57,8 @@ SIGNATURES: dict[Rule, re.Pattern[str]] = {
         r"packed[ _](training|train|validation|val)[ _]data([ _]path)? file does not exist"
         r"|packed_(train|val)_data_path (resolved to no files|could not be resolved)"
     ),
+    Rule.EOD_MASK_LOSS_DEFINED: re.compile(r"eod_mask_loss must be defined"),
+    Rule.PACK_SIZE_POSITIVE: re.compile(r"packed_sequence_size must be greater than 0"),
 }
 
 
