@@ -84,6 +84,20 @@ def attribute(exc: BaseException, mb_roots: tuple[Path, ...] = ()) -> Attributio
     return Attribution(rules, raising_check(exc, mb_roots))
 
 
+def require_refused_by(exc: BaseException, rule: Rule, what: str) -> None:
+    """``exc`` must be MB refusing ``what`` by ``rule``, in an explicit check of its own; any other
+    exception is a crash of MB's (raised chained to ``exc``), never counted as the rule's work."""
+    from harness.oracle.impact import Impact, fail
+
+    who = attribute(exc)
+    if rule not in who.rules or not who.by_check:
+        raise fail(
+            Impact.CRASH,
+            f"{what} must be refused by MB's check naming it ({rule.value}); got {type(exc).__name__}: "
+            f"{str(exc)[:300]} (rules {who.names()}, frame {who.frame})",
+        ) from exc
+
+
 def raising_check(exc: BaseException, mb_roots: tuple[Path, ...] = ()) -> str | None:
     """``file:line`` of the innermost Megatron-Bridge frame when it is an explicit ``raise`` or
     ``assert`` statement (its first line); None when MB's code did not refuse by a check."""

@@ -209,7 +209,10 @@ def _finish(req: SFTRequest, era: str, made: Made) -> SFTBuild:
     train, valid = splits[0], (splits[1] if req.validation else None)
     if req.packing is None:
         return SFTBuild(train, None, train, era, valid=valid)
-    meta = getattr(builder, "pack_metadata", None)
+    try:  # a property that refuses when nothing is packed (packed_sequence_size <= 0, before 2026)
+        meta = getattr(builder, "pack_metadata", None)
+    except ValueError:
+        meta = None
     return SFTBuild(
         train,
         seen[0] if seen else None,
