@@ -69,10 +69,15 @@ class ExploredCase(_oracle.SFTCase):
     tp: int = 1  # tensor parallelism (in batch: the multiple MB chooses with sequence parallelism)
     sp: bool = False  # sequence parallelism
     pp: int = 1  # pipeline stages (a gloo world)
+    # MB's direct Hugging Face SFT path instead (suites/_explore_direct.py): the rows as a user's JSONL through
+    # DirectHFSFTDatasetConfig and its text collate; mult is the user's pad multiple there
+    direct: bool = False
 
     @property
     def axis(self) -> str | None:
         """The layout or packing path this case runs on top of its data (None: offline, world of one)."""
+        if self.direct:
+            return "direct"
         if self.in_batch:
             return "in_batch"
         for name, on in (("forward", self.forward), ("dp", self.dp > 1), ("cp", self.cp > 1), ("pp", self.pp > 1)):
@@ -105,7 +110,7 @@ SEQS = (32, 64, 128)
 FORWARD_SEQS = (32, 64)
 
 
-def _data(d: Any, eos: bool, seqs: tuple[int, ...] = SEQS) -> dict[str, Any]:
+def draw_data(d: Any, eos: bool, seqs: tuple[int, ...] = SEQS) -> dict[str, Any]:
     """Draw the data shape and the offline packing knobs of a case."""
     from hypothesis import strategies as st
 
@@ -171,11 +176,11 @@ def cases(eos: bool = False) -> Any:
 
     @st.composite
     def draw(d: Any) -> ExploredCase:
-        fields = _data(d, eos)
+        fields = draw_data(d, eos)
         # the algorithm MB's preparation packs with (None: its default, first_fit_shuffle); drawn last,
         # and in this space only, so the layouts space draws what it drew before
         fields["packing_algorithm"] = d(st.sampled_from((None, "first_fit_decreasing")))
-        return _named(ExploredCase(id="", **fields))
+        return named(ExploredCase(id="", **fields))
 
     return draw()
 
@@ -187,9 +192,9 @@ def layout_cases(eos: bool = False) -> Any:
     @st.composite
     def draw(d: Any) -> ExploredCase:
         axis = d(st.sampled_from(AXES))
-        fields = _data(d, eos, FORWARD_SEQS if axis == "forward" else SEQS)
+        fields = draw_data(d, eos, FORWARD_SEQS if axis == "forward" else SEQS)
         fields.update(_layout(d, axis))
-        return _named(ExploredCase(id="", **fields))
+        return named(ExploredCase(id="", **fields))
 
     return draw()
 
@@ -211,7 +216,7 @@ def _fields(case: ExploredCase) -> dict[str, Any]:
     return {k: v for k, v in dataclasses.asdict(case).items() if k != "id" and not (k in _LATER and v == _LATER[k])}
 
 
-def _named(case: ExploredCase) -> ExploredCase:
+def named(case: ExploredCase) -> ExploredCase:
     """The case with its id: derived from every field, so a spec and its full form name one case."""
     return dataclasses.replace(case, id=explored.case_id(_fields(case)))
 
@@ -225,7 +230,7 @@ def from_spec(text: str | dict[str, Any]) -> ExploredCase:
     """The case a spec names (an unknown field is a one-line error)."""
     doc = explored.parse(text) if isinstance(text, str) else text
     try:
-        return _named(ExploredCase(id="", **doc))
+        return named(ExploredCase(id="", **doc))
     except TypeError as exc:
         raise ValueError(f"not an explored case spec ({exc})") from exc
 
@@ -274,6 +279,10 @@ def check(case: ExploredCase) -> _oracle.Built | None:
 def check_any(case: ExploredCase) -> dict[str, Any]:
     """Hold ``case`` to every check its layout or packing path has (raises on a violation); returns
     what it trains in golden form (change detection only)."""
+    if case.direct:
+        from suites import _directsft, _explore_direct
+
+        return _directsft.check(_explore_direct.direct_request(case))
     if case.in_batch:
         from suites import _inbatch
 

@@ -24,15 +24,14 @@ from typing import Any
 import pytest
 
 from harness.adapters import batch as batch_ops
-from harness.adapters import vlmstep
-from harness.adapters.chatcollate import collated_examples, prompt_completion_collate
+from harness.adapters.chatcollate import prompt_completion_collate
 from harness.adapters.directsft import DirectSFTRequest, direct_sft, preprocessing
 from harness.adapters.mockvlm import MockVLMRequest, mock_vlm_sft
 from harness.oracle import corpus, differential, tokenizer, truncation, vlprocessor
-from harness.oracle.impact import Impact, fail, require
-from harness.oracle.padded import require_documented_width, require_row_equals_example, require_same_real_tokens
+from harness.oracle.impact import Impact, require
+from harness.oracle.padded import require_row_equals_example, require_same_real_tokens
 from harness.oracle.records import Example
-from suites import _oracle
+from suites import _directsft
 from suites._inputs import IGNORE_INDEX
 
 pytestmark = pytest.mark.import_group("full")  # the builder imports MB's HF model helpers
@@ -74,13 +73,7 @@ class Case:
 
     def reference(self, seq: int | None = None) -> dict[str, Any]:
         """MB's own unpadded, unpacked batch of the same rows (no layout, multiple 1)."""
-        plain = {"pad_to_multiple_of": 1}
-        return direct_sft(self.request(layout=None, knobs=plain, **({"seq_length": seq} if seq else {}))).batch
-
-
-def _need(layout: tuple[int, int, bool] | None) -> int:
-    """What CP's and SP's splits need a row's width to divide by (the documented lcm, 1 without a layout)."""
-    return vlmstep.in_batch_multiple(*layout) if layout is not None else 1
+        return _directsft.reference(self.request(), seq)
 
 
 _TO_MAX = {"pad_to_max_length": True, "pad_to_multiple_of": 1}
@@ -123,45 +116,18 @@ def _ids(cases: list[Case]) -> list[str]:
     return [c.id for c in cases]
 
 
-def _accepted(build: Any) -> None:
-    if build.validation is not None and not build.validation["accepted"]:
-        raise fail(
-            Impact.REFUSES_VALID_CONFIG,
-            f"MB refuses a valid layout: {build.validation['error_class']}: {build.validation['message']}",
-        )
-
-
 @pytest.mark.parametrize("case", PADDED, ids=_ids(PADDED))
 def test_padded_rows(golden, case):
     """Unpacked rows: the documented width, equal to the unpadded path per real token, padding untrained."""
     direct_sft.resolved  # noqa: B018 - untestable before the builder, before anything is built
-    build = direct_sft(case.request())
-    _accepted(build)
-    got, ref = build.batch, case.reference()
-    width, multiple = got["tokens"].shape[1], int(build.config.pad_to_multiple_of)
-    longest = max(ref["token_count"])
-    require(width <= case.seq, Impact.CRASH, f"rows {width} wide, past seq_length {case.seq}")
-    need = _need(case.layout)
-    require(width % need == 0, Impact.CRASH, f"rows {width} wide: CP/SP split {case.layout} needs a multiple of {need}")
-    require_documented_width("", width, longest, multiple, case.seq, bool(case.knobs.get("pad_to_max_length")))
-    require_same_real_tokens(got, ref, IGNORE_INDEX)
-    golden.check({"multiple": multiple, "width": width, "token_count": list(ref["token_count"])})
+    golden.check(_directsft.check_padded(case.request()))
 
 
 @pytest.mark.parametrize("case", IN_BATCH, ids=_ids(IN_BATCH))
 def test_in_batch_packed_rows(golden, case):
     """In-batch packing in the collate: one THD row, each sequence on MB's multiple, held to the oracle."""
     direct_sft.resolved  # noqa: B018
-    build = direct_sft(case.request())
-    _accepted(build)
-    multiple = int(build.config.in_batch_packing_pad_to_multiple_of)
-    need = _need(case.layout)
-    require(multiple % need == 0, Impact.CRASH, f"MB's in-batch multiple {multiple} misses CP/SP's {need}")
-    examples = collated_examples(case.reference())
-    (row,) = batch_ops.packed_rows(build.batch)
-    ids = tokenizer.special_ids(_oracle.load_tokenizer())
-    differential.compare([row], examples, pad_seq_to_mult=multiple, special_ids=ids).assert_ok()
-    golden.check({"multiple": multiple, "cu_seqlens_q_padded": list(row.cu_seqlens_q_padded or ())})
+    golden.check(_directsft.check_in_batch(case.request()))
 
 
 @pytest.mark.parametrize("case", DEFERRED, ids=_ids(DEFERRED))
@@ -170,7 +136,7 @@ def test_deferred_packing_leaves_rows_unpacked(golden, case):
     direct_sft.resolved  # noqa: B018
     deferred = replace(case, knobs={**case.knobs, "defer_in_batch_packing_to_step": True})
     build = direct_sft(deferred.request())
-    _accepted(build)
+    _directsft.accepted(build)
     got, ref = build.batch, case.reference()
     packed = [k for k in ("cu_seqlens_q", "cu_seqlens_q_padded") if got.get(k) is not None]
     # the deferring step packs what it gets: a THD row handed to it again is one sequence of all documents

@@ -1,10 +1,12 @@
 """Property-based exploration of packing through MB's own code (Hypothesis).
 
-Two spaces: offline packed SFT in a world of one (data shapes and packing knobs,
-``test_explore_offline_packing``), and the same data under one drawn parallel layout or packing
+Three spaces: offline packed SFT in a world of one (data shapes and packing knobs,
+``test_explore_offline_packing``), the same data under one drawn parallel layout or packing
 path (``test_explore_layouts``: MB's forward, DP, in-batch packing for a (CP, TP, SP) layout, CP
-and PP worlds). Every ``harness run`` draws a small fixed-seed sample of each
-(:data:`DEFAULT_BUDGET` and :data:`DEFAULT_LAYOUT_BUDGET` examples, seed 0), so every commit sees
+and PP worlds), and the same data through MB's direct HF SFT path with its collate knobs
+(``test_explore_direct_sft``). Every ``harness run`` draws a small fixed-seed sample of each
+(:data:`DEFAULT_BUDGET`, :data:`DEFAULT_LAYOUT_BUDGET` and :data:`DEFAULT_DIRECT_BUDGET`
+examples, seed 0), so every commit sees
 some of it; ``harness explore --budget N --seed S`` draws more. A drawn case
 that breaks an invariant is shrunk by Hypothesis to a minimal one, and the failure message ends
 with the command that replays it; ``harness explore --replay SPEC --save`` keeps it as a
@@ -25,12 +27,13 @@ from harness.oracle.impact import ImpactFailure
 from harness.oracle.records import InvariantFailure
 from harness.records import explored
 from harness.suiterun.contract import Env
-from suites import _explore
+from suites import _explore, _explore_direct
 
 pytestmark = pytest.mark.import_group("light")
 
 DEFAULT_BUDGET = 4
 DEFAULT_LAYOUT_BUDGET = 3
+DEFAULT_DIRECT_BUDGET = 3
 
 
 def _replayable(case: _explore.ExploredCase) -> None:
@@ -129,6 +132,13 @@ def test_explore_offline_packing(known_bug):
 def test_explore_layouts(known_bug):
     """The same drawn data under one drawn layout or packing path holds that path's invariants."""
     _explore_space(_explore.layout_cases(eos=_eos()), DEFAULT_LAYOUT_BUDGET, known_bug)
+
+
+@pytest.mark.drawn
+@pytest.mark.import_group("full")  # the direct builder imports MB's HF model helpers; config finalisation
+def test_explore_direct_sft(known_bug):
+    """The same drawn data through MB's direct HF SFT path holds that path's invariants."""
+    _explore_space(_explore_direct.direct_cases(eos=_eos()), DEFAULT_DIRECT_BUDGET, known_bug)
 
 
 SAVED = _explore.saved(paths.fixtures_dir() / explored.DIRNAME)

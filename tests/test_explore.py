@@ -87,6 +87,29 @@ def test_layout_cases_follow_mbs_rules_and_name_their_space():
     assert _explore.from_spec(old).id == "explored-99abd75737"
 
 
+def test_direct_cases_are_direct_sft_configs_mb_documents():
+    """A drawn direct case is a config of MB's direct HF SFT path: a preprocessing that path has
+    (no prompt template), no truncation side for chat, no pad_to_max_length with in-batch packing,
+    no offline knob, a pack size every drawn layout's CP/SP split divides; its spec names the
+    direct space and round-trips, and the request carries the knobs as ``DirectHFSFTDatasetConfig``
+    fields."""
+    from suites import _directsft, _explore_direct
+
+    drawn = _draw(_explore_direct.direct_cases(), 40)
+    assert {c.in_batch for c in drawn} == {True, False} and {c.kind for c in drawn} == set(_explore_direct.DIRECT_KINDS)
+    for case in drawn:
+        spec = json.loads(_explore.to_spec(case))
+        assert case.axis == "direct" and explored.space(spec) == "direct" and _explore.from_spec(spec) == case
+        assert not (case.kind == "chat" and case.truncation_method) and not case.full_loss and not case.pad_cu_seqlens
+        req = _explore_direct.direct_request(case)
+        assert case.seq % _directsft.need(req.layout) == 0
+        if case.in_batch:
+            assert not case.pad_to_max_length
+            assert req.knobs == {"enable_in_batch_packing": True, "in_batch_packing_pad_to_multiple_of": case.mult}
+        else:
+            assert req.knobs == {"pad_to_multiple_of": case.mult, "pad_to_max_length": case.pad_to_max_length}
+
+
 def test_a_known_bug_does_not_end_the_search(monkeypatch):
     """Exploration sets aside a drawn case that fails only by a known MB bug and keeps drawing: a
     new failure later in the budget is still found (naming the known bugs met); with none, the
@@ -189,6 +212,36 @@ def test_layout_exploration_finds_a_layout_fault_and_shrinks_it(tmp_path, monkey
     assert replay, case.message
     spec = explored.parse(replay.group(1))
     assert spec.get("pp", 1) > 1 and spec["n"] == 1 and explored.space(spec) == "layouts", spec
+
+
+@pytest.mark.slow
+def test_direct_exploration_finds_a_collate_fault_and_shrinks_it(tmp_path, monkeypatch):
+    """Negative control of the direct space: on a copy of MB whose direct SFT dataset does not hand
+    its collate the in-batch multiple (catalogue fault ``direct_sft_in_batch_multiple_not_forwarded``),
+    12 drawn examples (seed 0) turn red by the alignment invariant and shrink to a one-example
+    in-batch case."""
+    from harness.commands import mutate
+    from harness.mutations import installed_package_dir, load_catalogue
+    from harness.records.verdict import Verdict
+
+    fault = {f.id: f for f in load_catalogue()}["direct_sft_in_batch_multiple_not_forwarded"]
+    monkeypatch.setenv("HARNESS_EXPLORE_BUDGET", "12")
+    monkeypatch.setenv("HARNESS_EXPLORE_SEED", "0")
+    result = mutate.run_copy(
+        fault,
+        tmp_path / "run",
+        ["explore"],
+        timeout=900,
+        pkg=installed_package_dir(),
+        keyword="test_explore_direct_sft",
+    )
+    assert result is not None
+    (case,) = result.cases
+    assert case.verdict is Verdict.FAIL and "alignment" in case.message, case.message
+    replay = re.search(r"replay: harness explore --replay '([^']*)'", case.message)
+    assert replay, case.message
+    spec = explored.parse(replay.group(1))
+    assert spec["direct"] and spec["in_batch"] and spec["n"] == 1 and explored.space(spec) == "direct", spec
 
 
 @pytest.mark.slow

@@ -141,6 +141,24 @@ CHECKS = {
     ),
     "pp_static_shapes_with_in_batch_packing": ("config_validation", "test_pipeline_shapes", "variable_seq_lengths is"),
     "sequence_tensor_not_packed": ("in_batch_packing", "eos_as_pad", "mm_token_type_ids packed to"),
+    # knobs at values no other case sets (issue 25): the preparation's packing_algorithm, the prompt-completion
+    # collate's max_length, an undefined eod_mask_loss, offline specs at the default pack size
+    "first_fit_decreasing_drops_shortest": (
+        "offline_packed_dataset",
+        "test_packing_algorithm_the_user_chooses and prompt-mult2",
+        "items left over",
+    ),
+    "prompt_completion_collate_ignores_max_length": (
+        "direct_sft",
+        "test_prompt_completion_max_length and longest-completion-max24",
+        "passed max_length",
+    ),
+    "eod_mask_loss_undefined_accepted": ("pretraining_dataset", "test_an_undefined_eod_mask_loss", "was accepted"),
+    "default_pack_size_prepared": (
+        "offline_packed_dataset",
+        "test_specs_at_the_default_pack_size",
+        "must be refused by MB's check naming it",
+    ),
 }
 LAYERS = {
     "loss_mask_roll_dropped": "preparation",
@@ -181,6 +199,10 @@ LAYERS = {
     "named_packed_file_existence_unchecked": "config",
     "constructor_seq_length_dropped": "preparation",
     "pp_static_shapes_with_in_batch_packing": "config",
+    "first_fit_decreasing_drops_shortest": "algorithms",
+    "prompt_completion_collate_ignores_max_length": "collate",
+    "eod_mask_loss_undefined_accepted": "config",
+    "default_pack_size_prepared": "config",
 }
 
 

@@ -2,7 +2,8 @@
 
 ``--budget N --seed S`` draws N examples of each space (``--space``: ``data``, shapes and offline
 packing knobs in a world of one; ``layouts``, the same data under one drawn parallel layout or
-packing path; default both; suites/_explore.py) with a seed:
+packing path; ``direct``, the same data through MB's direct HF SFT path and its collate knobs;
+default all three; suites/_explore.py) with a seed:
 the same seed draws the same examples, so a nightly's exploration is reproducible. A failing
 example is shrunk to a minimal one and printed with ``replay: harness explore --replay SPEC``.
 ``--replay SPEC`` runs that one case; with ``--save`` it is kept as a regression case under
@@ -24,8 +25,12 @@ from harness.errors import UsageError
 from harness.suiterun.contract import Env
 
 SUITE = "explore"
-TESTS = {"data": "test_explore_offline_packing", "layouts": "test_explore_layouts"}
-SAVED_TESTS = {"data": "test_saved_explored_case", "layouts": "test_saved_explored_layout_case"}
+TESTS = {"data": "test_explore_offline_packing", "layouts": "test_explore_layouts", "direct": "test_explore_direct_sft"}
+SAVED_TESTS = {
+    "data": "test_saved_explored_case",
+    "layouts": "test_saved_explored_layout_case",
+    "direct": "test_saved_explored_layout_case",  # a path on top of the data, like a layout
+}
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -40,8 +45,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         "--space",
         choices=(*TESTS, "all"),
         default="all",
-        help="what to draw: data shapes and offline knobs, those under a parallel layout or packing path, or both "
-        "(default all)",
+        help="what to draw: data shapes and offline knobs, those under a parallel layout or packing path, those "
+        "through MB's direct HF SFT path, or all three (default all)",
     )
     p.add_argument("--seed", type=int, default=0, metavar="S", help="the exploration's seed (default 0)")
     p.add_argument("--eos", action="store_true", help="let answers hold literal EOS tokens (MB 0.6.2's known bug)")

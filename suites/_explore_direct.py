@@ -1,0 +1,71 @@
+"""The direct space of exploration: the drawn data through MB's direct Hugging Face SFT path.
+
+Another dataset class (``DirectSFTDataset`` over a user's JSONL, ``DirectHFSFTDatasetConfig``)
+and MB's text collates, with their knobs drawn: ``pad_to_multiple_of`` (MB's default 128
+included), ``pad_to_max_length``, in-batch packing in the collate and its multiple, and an
+optional (CP, TP, SP) layout whose multiples MB's config finalisation chooses. A drawn case is an
+:class:`~suites._explore.ExploredCase` with ``direct=True``, judged by the checks of the
+``direct_sft`` suite (suites/_directsft.py).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from harness.oracle import corpus
+from suites._explore import ExploredCase, draw_data, named
+
+# the direct path's preprocessing kinds: prompt-completion columns or chat messages (no prompt template)
+DIRECT_KINDS = ("completion", "chat")
+
+
+def direct_cases(eos: bool = False) -> Any:
+    """The Hypothesis strategy of the direct space: the same data through MB's direct HF SFT path
+    (another dataset class, ``DirectSFTDataset``, and the text collates), with its collate knobs
+    (``pad_to_multiple_of``, ``pad_to_max_length``, in-batch packing and its multiple) and an
+    optional (CP, TP, SP) layout MB's config finalisation chooses the multiples for."""
+    from hypothesis import strategies as st
+
+    @st.composite
+    def draw(d: Any) -> ExploredCase:
+        fields = draw_data(d, eos)
+        kind = d(st.sampled_from(DIRECT_KINDS))
+        in_batch, layout = d(st.booleans()), d(st.booleans())
+        tp = d(st.sampled_from((1, 2))) if layout else 1  # every pack size divides what CP 1/2/4 x TP 1/2 need
+        fields.update(
+            kind=kind,
+            truncation_method=fields["truncation_method"] if kind != "chat" else None,
+            full_loss=False,  # the direct path trains what its preprocessing's default loss mode marks
+            pad_cu_seqlens=False,  # offline packing's knob: no meaning here
+            pad_to_max_length=not in_batch and fields["pad_to_max_length"],
+            mult=d(st.sampled_from((1, 2, 8, 128))),  # 128: MB's default pad_to_multiple_of
+            direct=True,
+            in_batch=in_batch,
+            cp=d(st.sampled_from((1, 2, 4))) if layout else 1,
+            tp=tp,
+            sp=tp > 1 and d(st.booleans()),
+        )
+        return named(ExploredCase(id="", **fields))
+
+    return draw()
+
+
+def direct_request(case: ExploredCase) -> Any:
+    """The direct-HF request ``case`` names: its rows, MB's offline tokenizer as the processor."""
+    from harness.adapters.directsft import DirectSFTRequest
+    from harness.oracle import tokenizer
+
+    if case.in_batch:
+        knobs: dict[str, Any] = {"enable_in_batch_packing": True, "in_batch_packing_pad_to_multiple_of": case.mult}
+    else:
+        knobs = {"pad_to_multiple_of": case.mult, "pad_to_max_length": case.pad_to_max_length}
+    layout = (case.cp, case.tp, case.sp) if (case.cp, case.tp) != (1, 1) else None
+    return DirectSFTRequest(
+        tuple(corpus.examples(case.corpus)),
+        tokenizer.write_tokenizer_dir(),
+        case.seq,
+        kind=case.kind,
+        layout=layout,
+        truncation_method=case.truncation_method,
+        knobs=knobs,
+    )
