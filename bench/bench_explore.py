@@ -1,9 +1,10 @@
 """What exploration and the parallel layouts cost (issue 25), as ratios measured in one run.
 
-Not a test (about 2 minutes on 2 cores). Two figures:
+Not a test (about 4 minutes on 2 cores). Two figures:
 
-* **examples per minute** of ``harness explore``, per space: the light path (``--space data``)
-  and the drawn layouts (``--space layouts``, ``--layout-small``/``--layout-large``): two runs
+* **examples per minute** of ``harness explore``, per space: the light path (``--space data``),
+  the drawn layouts (``--space layouts``, ``--layout-small``/``--layout-large``) and the direct HF
+  SFT path (``--space direct``, ``--direct-small``/``--direct-large``): two runs
   of the explore suite per space with a small and a large budget (same seed), so the suite
   process's start-up cancels out: ``(large - small) / (wall_large - wall_small)`` examples a
   second, times 60;
@@ -113,6 +114,8 @@ def main() -> int:
     ap.add_argument("--large", type=int, default=104)
     ap.add_argument("--layout-small", type=int, default=3)
     ap.add_argument("--layout-large", type=int, default=23)
+    ap.add_argument("--direct-small", type=int, default=3)
+    ap.add_argument("--direct-large", type=int, default=23)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--case", default="prompt-mult4")
     ap.add_argument("--repeats", type=int, default=3)
@@ -121,8 +124,10 @@ def main() -> int:
         work = Path(tmp)
         small, large = (_explore_wall(n, args.seed, work, "data") for n in (args.small, args.large))
         lsmall, llarge = (_explore_wall(n, args.seed, work, "layouts") for n in (args.layout_small, args.layout_large))
+        dsmall, dlarge = (_explore_wall(n, args.seed, work, "direct") for n in (args.direct_small, args.direct_large))
     per_minute = 60.0 * (args.large - args.small) / max(1e-6, large - small)
     layouts_per_minute = 60.0 * (args.layout_large - args.layout_small) / max(1e-6, llarge - lsmall)
+    direct_per_minute = 60.0 * (args.direct_large - args.direct_small) / max(1e-6, dlarge - dsmall)
     cp = _cp_ratio(args.case, args.repeats)
     result = {
         "explore": {
@@ -139,6 +144,13 @@ def main() -> int:
             "wall_large_s": round(llarge, 1),
         },
         "layout_examples_per_minute": round(layouts_per_minute, 1),
+        "direct": {
+            "small": args.direct_small,
+            "large": args.direct_large,
+            "wall_small_s": round(dsmall, 1),
+            "wall_large_s": round(dlarge, 1),
+        },
+        "direct_examples_per_minute": round(direct_per_minute, 1),
         "cp_forward": {"case": args.case, **cp, "goal_ratio": 3.0, "met": cp["forward_ratio"] <= 3.0},
     }
     print(json.dumps(result, indent=1))

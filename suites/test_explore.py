@@ -138,6 +138,9 @@ def test_explore_layouts(known_bug):
 @pytest.mark.import_group("full")  # the direct builder imports MB's HF model helpers; config finalisation
 def test_explore_direct_sft(known_bug):
     """The same drawn data through MB's direct HF SFT path holds that path's invariants."""
+    from harness.adapters.directsft import direct_sft
+
+    direct_sft.resolved  # noqa: B018 - an era without the direct builder: untestable before drawing anything
     _explore_space(_explore_direct.direct_cases(eos=_eos()), DEFAULT_DIRECT_BUDGET, known_bug)
 
 
