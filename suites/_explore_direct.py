@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from harness.adapters import vlmstep
 from harness.oracle import corpus
 from suites._explore import ExploredCase, draw_data, named
 
@@ -31,7 +32,12 @@ def direct_cases(eos: bool = False) -> Any:
         fields = draw_data(d, eos)
         kind = d(st.sampled_from(DIRECT_KINDS))
         in_batch, layout = d(st.booleans()), d(st.booleans())
-        tp = d(st.sampled_from((1, 2))) if layout else 1  # every pack size divides what CP 1/2/4 x TP 1/2 need
+        cp = d(st.sampled_from((1, 2, 4))) if layout else 1
+        tp = d(st.sampled_from((1, 2, 3))) if layout else 1
+        sp = tp > 1 and d(st.booleans())
+        # MB's rule: seq_length divisible by the CP/SP collate multiple. The drawn pack size is rounded up to
+        # the documented multiple (data the user sizes), never the multiple MB chooses for the collate
+        split = vlmstep.in_batch_multiple(cp, tp, sp)
         fields.update(
             kind=kind,
             truncation_method=fields["truncation_method"] if kind != "chat" else None,
@@ -41,9 +47,10 @@ def direct_cases(eos: bool = False) -> Any:
             mult=d(st.sampled_from((1, 2, 8, 128))),  # 128: MB's default pad_to_multiple_of
             direct=True,
             in_batch=in_batch,
-            cp=d(st.sampled_from((1, 2, 4))) if layout else 1,
+            cp=cp,
             tp=tp,
-            sp=tp > 1 and d(st.booleans()),
+            sp=sp,
+            seq=-(-fields["seq"] // split) * split,
         )
         return named(ExploredCase(id="", **fields))
 

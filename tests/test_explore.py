@@ -215,16 +215,20 @@ def test_layout_exploration_finds_a_layout_fault_and_shrinks_it(tmp_path, monkey
 
 
 @pytest.mark.slow
-def test_direct_exploration_finds_a_collate_fault_and_shrinks_it(tmp_path, monkeypatch):
-    """Negative control of the direct space: on a copy of MB whose direct SFT dataset does not hand
-    its collate the in-batch multiple (catalogue fault ``direct_sft_in_batch_multiple_not_forwarded``),
-    12 drawn examples (seed 0) turn red by the alignment invariant and shrink to a one-example
-    in-batch case."""
+@pytest.mark.parametrize(
+    "fault_id,says",
+    [("direct_sft_in_batch_multiple_not_forwarded", "alignment"), ("sp_multiple_dropped", "misses CP/SP")],
+)
+def test_direct_exploration_finds_a_collate_fault_and_shrinks_it(tmp_path, monkeypatch, fault_id, says):
+    """Negative controls of the direct space: on a copy of MB whose direct SFT dataset does not hand
+    its collate the in-batch multiple, or whose config finalisation drops sequence parallelism's
+    term of the multiple (the hand-written layouts catch it; the layouts space did not in 12
+    examples), 12 drawn examples (seed 0) turn red and shrink to a one-example in-batch case."""
     from harness.commands import mutate
     from harness.mutations import installed_package_dir, load_catalogue
     from harness.records.verdict import Verdict
 
-    fault = {f.id: f for f in load_catalogue()}["direct_sft_in_batch_multiple_not_forwarded"]
+    fault = {f.id: f for f in load_catalogue()}[fault_id]
     monkeypatch.setenv("HARNESS_EXPLORE_BUDGET", "12")
     monkeypatch.setenv("HARNESS_EXPLORE_SEED", "0")
     result = mutate.run_copy(
@@ -237,7 +241,7 @@ def test_direct_exploration_finds_a_collate_fault_and_shrinks_it(tmp_path, monke
     )
     assert result is not None
     (case,) = result.cases
-    assert case.verdict is Verdict.FAIL and "alignment" in case.message, case.message
+    assert case.verdict is Verdict.FAIL and says in case.message, case.message
     replay = re.search(r"replay: harness explore --replay '([^']*)'", case.message)
     assert replay, case.message
     spec = explored.parse(replay.group(1))
