@@ -115,7 +115,7 @@ def main() -> int:
     ap.add_argument("--layout-small", type=int, default=3)
     ap.add_argument("--layout-large", type=int, default=23)
     ap.add_argument("--direct-small", type=int, default=3)
-    ap.add_argument("--direct-large", type=int, default=23)
+    ap.add_argument("--direct-large", type=int, default=203)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--case", default="prompt-mult4")
     ap.add_argument("--repeats", type=int, default=3)
