@@ -12,7 +12,6 @@ from __future__ import annotations
 
 from typing import Any
 
-from harness.adapters import vlmstep
 from harness.oracle import corpus
 from suites._explore import ExploredCase, draw_data, named
 
@@ -26,6 +25,8 @@ def direct_cases(eos: bool = False) -> Any:
     (``pad_to_multiple_of``, ``pad_to_max_length``, in-batch packing and its multiple) and an
     optional (CP, TP, SP) layout MB's config finalisation chooses the multiples for."""
     from hypothesis import strategies as st
+
+    from harness.adapters import vlmstep  # torch: not at collection, where the light suite process has none
 
     @st.composite
     def draw(d: Any) -> ExploredCase:

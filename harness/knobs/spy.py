@@ -54,7 +54,7 @@ def show(value: Any) -> str:
         return repr(value if len(value) <= 40 else value[:37] + "...")
     if isinstance(value, PurePath):
         return "<path>"
-    if isinstance(value, (dict, list, tuple)) and _plain(value):
+    if isinstance(value, (dict, list, tuple)) and len(value) <= 8 and _plain(value):
         text = repr(value)  # a small container of scalars (per-modality lengths): two values stay two
         if len(text) <= 40:
             return text
