@@ -18,7 +18,7 @@ from typing import Any
 
 import numpy as np
 
-from harness.adapters import NotHere, accepts, symbol
+from harness.adapters import NotHere, accepts, load_module, symbol
 
 
 def unpacked_base() -> Any:
@@ -124,7 +124,7 @@ def packing_algorithm(name: str | None) -> Iterator[AlgorithmCall]:
             continue
         if not accepts(original, "packing_algorithm"):
             continue
-        module = __import__(module_name, fromlist=[attr])
+        module = load_module(module_name)
 
         def call(*args: Any, _original: Any = original, **kwargs: Any) -> Any:
             seen.calls += 1

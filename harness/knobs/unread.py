@@ -34,8 +34,8 @@ def _is_stub(fn: ast.FunctionDef | ast.AsyncFunctionDef) -> bool:
     )
 
 
-def _self_store(node: ast.AST) -> tuple[str, str] | None:
-    """``self.A = p`` (one target, a bare name on the right) as ``(p, A)``."""
+def _self_store(node: ast.AST) -> tuple[ast.Name, str] | None:
+    """``self.A = p`` (one target, a bare name on the right) as ``(p's Name node, A)``."""
     if (
         isinstance(node, ast.Assign)
         and len(node.targets) == 1
@@ -44,7 +44,7 @@ def _self_store(node: ast.AST) -> tuple[str, str] | None:
         and node.targets[0].value.id == "self"
         and isinstance(node.value, ast.Name)
     ):
-        return node.value.id, node.targets[0].attr
+        return node.value, node.targets[0].attr
     return None
 
 
@@ -57,10 +57,9 @@ def stored_only(fn: ast.FunctionDef | ast.AsyncFunctionDef, params: Iterable[str
     stored_names: set[int] = set()
     for node in ast.walk(fn):
         pair = _self_store(node)
-        if pair is not None and pair[0] in wanted:
-            stores[pair[0]].add(pair[1])
-            assert isinstance(node, ast.Assign)
-            stored_names.add(id(node.value))
+        if pair is not None and pair[0].id in wanted:
+            stores[pair[0].id].add(pair[1])
+            stored_names.add(id(pair[0]))
     for node in ast.walk(fn):
         name = node.id if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Load) else None
         if name in stores and id(node) not in stored_names:
