@@ -55,6 +55,7 @@ FIX_WORDS = re.compile(r"\b(fix\w*|bug\w*|regression|wrong|incorrect|missing)\b"
 EXTRA = {"5e4313cfe": ("feature commit that also stops masking pad_id inside answers", r"pad_id")}
 LIGHT_SUITES = (
     "offline_packed_dataset",
+    "packed_files",
     "packed_seq_params",
     "padding_loss_masks",
     "config_validation",

@@ -18,11 +18,9 @@ in a fresh process and does not depend on the global RNG state.
 from __future__ import annotations
 
 import dataclasses
-import functools
 import json
 import os
 import random
-import shutil
 import subprocess
 import sys
 import tempfile
@@ -245,92 +243,3 @@ def test_deprecated_constructor_builds_what_the_config_builds(golden, tmp_path):
             )
         counts[str(seq)] = max(len(t) for t, _, _ in unpacked["config"])
     golden.check({"rows": got, "longest_unpacked": counts})
-
-
-# pre-packed sets a user names: with pad_cu_seqlens the boundary shape comes from the packing metadata
-# (so its path is named too); without, only the training and validation files
-PREPACKED = [
-    _oracle.CleanCase("user-packed-files-pad-cu-seqlens", seed=72, mult=2, pad_cu_seqlens=True, n=24),
-    _oracle.CleanCase("user-packed-files-plain", seed=74, mult=2, n=24),
-]
-
-
-@functools.cache
-def _prepacked(case: _oracle.SFTCase) -> tuple[sft.SFTBuild, sft.PackedPaths]:
-    """MB's packing of ``case`` (training and validation), its files copied where a user keeps them."""
-    work = Path(tempfile.mkdtemp(prefix="harness-prepacked-"))
-    first = sft.build_sft(_oracle.request(case, corpus.write_dataset_root(work / "a", case.corpus), validation=True))
-    files = first.packed_files
-    missing = [k for k in ("train", "validation", "metadata") if k not in files or not files[k].is_file()]
-    if missing:
-        raise AssertionError(f"MB's packing wrote no {', '.join(missing)} file where its builder says: {files}")
-    kept = work / "prepacked"
-    kept.mkdir()
-    copies = {k: kept / (k + "".join(f.suffixes)) for k, f in files.items()}
-    for k, target in copies.items():
-        shutil.copyfile(files[k], target)
-    # the legacy .npy packed dataset (before parquet) reads its metadata always: part of such a set
-    legacy_npy = copies["train"].suffix == ".npy"
-    metadata = copies["metadata"] if case.pad_cu_seqlens or legacy_npy else None
-    return first, sft.PackedPaths(copies["train"], copies["validation"], metadata)
-
-
-@pytest.mark.parametrize("case", PREPACKED, ids=[c.id for c in PREPACKED])
-def test_packed_files_the_user_names(golden, tmp_path, case):
-    """``PackedSequenceSpecs.packed_train_data_path`` / ``packed_val_data_path`` /
-    ``packed_metadata_path``: pre-packed files (MB's own packing of one dataset, kept elsewhere) are
-    what MB trains and validates on, with the boundary shape their metadata gives, while
-    ``dataset_root`` holds other examples: nothing is re-packed and the user's files are unchanged."""
-    first, named = _prepacked(case)
-    before = {p: p.read_bytes() for p in (named.train, named.validation, named.metadata) if p is not None}
-    other = dataclasses.replace(case, seed=case.seed + 1000)  # the dataset_root's own examples differ
-    packing = dataclasses.replace(case.packing, paths=named)
-    second = sft.build_sft(
-        _oracle.request(case, corpus.write_dataset_root(tmp_path / "b", other.corpus), packing=packing, validation=True)
-    )
-    shapes = {}
-    for split, mine, theirs in (("training", first.train, second.train), ("validation", first.valid, second.valid)):
-        _, want = _oracle.collated_rows(mine)
-        _, got = _oracle.collated_rows(theirs)
-        w, g = _oracle.canonical_rows(want), _oracle.canonical_rows(got)
-        if g != w:
-            raise fail(
-                Impact.WRONG_TARGETS,
-                f"{split}: MB does not train on the packed file the user named: "
-                + first_difference(w, g, "packed row"),
-            )
-        shape = [len(r.cu_seqlens_q) if r.cu_seqlens_q is not None else None for r in got]
-        expected = [len(r.cu_seqlens_q) if r.cu_seqlens_q is not None else None for r in want]
-        if shape != expected:
-            raise fail(
-                Impact.CRASH,
-                f"{split}: the static boundary shape does not follow the named metadata file (CUDA graphs "
-                "replay a captured shape): " + first_difference(expected, shape, "cu_seqlens length of row"),
-            )
-        shapes[split] = sorted(set(shape), key=str)
-        if split == "training":
-            examples = batch_ops.unpacked_examples(first.prep_reference)
-            _oracle.compare(case, examples, got, _oracle.special_ids(case)).assert_ok()
-    changed = [p.name for p, data in before.items() if p.read_bytes() != data]
-    assert not changed, f"MB rewrote the packed files the user named: {changed}"
-    golden.check({"shapes": shapes, "rows": _oracle.canonical_rows(_oracle.collated_rows(second.train)[1])})
-
-
-def test_a_named_packed_file_that_is_missing_is_refused(tmp_path):
-    """A ``packed_train_data_path`` that names no file is refused by ``PackedSequenceSpecs``' own check
-    (MB would otherwise pack ``dataset_root`` silently into a file the user believes holds their data)."""
-    case = PREPACKED[-1]
-    _, named = _prepacked(case)
-    gone = tmp_path / ("absent" + "".join(named.train.suffixes))
-    packing = dataclasses.replace(case.packing, paths=sft.PackedPaths(gone))
-    root = corpus.write_dataset_root(tmp_path / "data", case.corpus)
-    try:
-        sft.build_sft(_oracle.request(case, root, packing=packing))
-    except Exception as exc:  # attributed, never counted blindly
-        rules.require_refused_by(exc, rules.Rule.NAMED_PACKED_FILE_EXISTS, "a missing named packed file")
-        return
-    raise fail(
-        Impact.ACCEPTS_INVALID_CONFIG,
-        f"packed_train_data_path names no file ({gone.name}) and MB accepted it"
-        + (" and packed dataset_root into it" if gone.exists() else ""),
-    )

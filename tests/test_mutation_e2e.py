@@ -105,20 +105,31 @@ CHECKS = {
     "gpt_dataset_pad_collision_kept": ("pretraining_dataset", "collides", "every EOD label is masked"),
     # pre-packed files the user names, and the deprecated constructor-style builder
     "named_packed_train_path_ignored": (
-        "offline_packed_dataset",
+        "packed_files",
         "test_packed_files_the_user_names and plain",
         "does not train on the packed file the user named",
     ),
     # pad_cu_seqlens then looks for its metadata under dataset_root, where none was written: MB crashes
     "named_packed_metadata_path_ignored": (
-        "offline_packed_dataset",
+        "packed_files",
         "test_packed_files_the_user_names and pad-cu-seqlens",
         "FileNotFoundError",
     ),
     "named_packed_file_existence_unchecked": (
-        "offline_packed_dataset",
+        "packed_files",
         "test_a_named_packed_file_that_is_missing_is_refused",
         "names no file",
+    ),
+    # packed Parquet shards named by a glob: rows of later shards lost, or located from a stale row group
+    "parquet_shards_beyond_the_first_dropped": (
+        "packed_files",
+        "test_packed_shards_the_user_names and glob",
+        "not each row once",
+    ),
+    "parquet_row_group_cache_forward_only": (
+        "packed_files",
+        "test_packed_shards_the_user_names and glob",
+        "IndexError",
     ),
     # packing preparation then keeps examples longer than the pack, and MB's packing raises on them
     "constructor_seq_length_dropped": (
@@ -203,6 +214,8 @@ LAYERS = {
     "prompt_completion_collate_ignores_max_length": "collate",
     "eod_mask_loss_undefined_accepted": "config",
     "default_pack_size_prepared": "config",
+    "parquet_shards_beyond_the_first_dropped": "preparation",
+    "parquet_row_group_cache_forward_only": "preparation",
 }
 
 

@@ -69,6 +69,15 @@ FEATURES: dict[str, Feature] = {
             r"def pack_batch_sequences",
         ),
         Feature(
+            "packed-parquet",
+            "packed SFT rows in Parquet files, one file or several shards named by a glob or their directory "
+            "(GPTSFTPackedParquetDataset, write_packed_parquet)",
+            "53d40d1bc",
+            "2026-03-25",
+            "src/megatron/bridge/data/datasets/packed_parquet.py",
+            r"def write_packed_parquet",
+        ),
+        Feature(
             "offline-packing-flag",
             "an enable_offline_packing flag apart from the packing specs",
             "814ad79af",

@@ -1,0 +1,176 @@
+"""Packed files a user names instead of MB's default place: single files, and Parquet shards.
+
+A user who packed once (or elsewhere) points ``PackedSequenceSpecs`` at the packed set:
+``packed_train_data_path``, ``packed_val_data_path``, ``packed_metadata_path``. MB documents that it
+reads a file that exists there and packs into one that does not; since its Parquet layout, the
+training path may also name several shards, by a glob pattern or by their directory. Checked
+here, always against MB itself at the same commit: what MB trains from the named files is what
+its own packing of the same data gives (and MB's unpacked path per real token, by the oracle),
+whatever ``dataset_root`` holds; the user's files stay unchanged; a name that is missing is refused.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import shutil
+import tempfile
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+from harness.adapters import batch as batch_ops
+from harness.adapters import packed_artifact, rules, sampler, sft
+from harness.oracle import corpus
+from harness.oracle.impact import Impact, fail
+from suites import _dataparallel, _oracle
+from suites._explain import first_difference, multiset_difference
+
+pytestmark = pytest.mark.import_group("light")
+
+
+# pre-packed sets a user names: with pad_cu_seqlens the boundary shape comes from the packing metadata
+# (so its path is named too); without, only the training and validation files
+PREPACKED = [
+    _oracle.CleanCase("user-packed-files-pad-cu-seqlens", seed=72, mult=2, pad_cu_seqlens=True, n=24),
+    _oracle.CleanCase("user-packed-files-plain", seed=74, mult=2, n=24),
+]
+
+
+@functools.cache
+def _prepacked(case: _oracle.SFTCase) -> tuple[sft.SFTBuild, sft.PackedPaths]:
+    """MB's packing of ``case`` (training and validation), its files copied where a user keeps them."""
+    work = Path(tempfile.mkdtemp(prefix="harness-prepacked-"))
+    first = sft.build_sft(_oracle.request(case, corpus.write_dataset_root(work / "a", case.corpus), validation=True))
+    files = first.packed_files
+    missing = [k for k in ("train", "validation", "metadata") if k not in files or not files[k].is_file()]
+    if missing:
+        raise AssertionError(f"MB's packing wrote no {', '.join(missing)} file where its builder says: {files}")
+    kept = work / "prepacked"
+    kept.mkdir()
+    copies = {k: kept / (k + "".join(f.suffixes)) for k, f in files.items()}
+    for k, target in copies.items():
+        shutil.copyfile(files[k], target)
+    # the legacy .npy packed dataset (before parquet) reads its metadata always: part of such a set
+    legacy_npy = copies["train"].suffix == ".npy"
+    metadata = copies["metadata"] if case.pad_cu_seqlens or legacy_npy else None
+    return first, sft.PackedPaths(copies["train"], copies["validation"], metadata)
+
+
+@pytest.mark.parametrize("case", PREPACKED, ids=[c.id for c in PREPACKED])
+def test_packed_files_the_user_names(golden, tmp_path, case):
+    """``PackedSequenceSpecs.packed_train_data_path`` / ``packed_val_data_path`` /
+    ``packed_metadata_path``: pre-packed files (MB's own packing of one dataset, kept elsewhere) are
+    what MB trains and validates on, with the boundary shape their metadata gives, while
+    ``dataset_root`` holds other examples: nothing is re-packed and the user's files are unchanged."""
+    first, named = _prepacked(case)
+    before = {p: p.read_bytes() for p in (named.train, named.validation, named.metadata) if p is not None}
+    other = dataclasses.replace(case, seed=case.seed + 1000)  # the dataset_root's own examples differ
+    packing = dataclasses.replace(case.packing, paths=named)
+    second = sft.build_sft(
+        _oracle.request(case, corpus.write_dataset_root(tmp_path / "b", other.corpus), packing=packing, validation=True)
+    )
+    shapes = {}
+    for split, mine, theirs in (("training", first.train, second.train), ("validation", first.valid, second.valid)):
+        _, want = _oracle.collated_rows(mine)
+        _, got = _oracle.collated_rows(theirs)
+        w, g = _oracle.canonical_rows(want), _oracle.canonical_rows(got)
+        if g != w:
+            raise fail(
+                Impact.WRONG_TARGETS,
+                f"{split}: MB does not train on the packed file the user named: "
+                + first_difference(w, g, "packed row"),
+            )
+        shape = [len(r.cu_seqlens_q) if r.cu_seqlens_q is not None else None for r in got]
+        expected = [len(r.cu_seqlens_q) if r.cu_seqlens_q is not None else None for r in want]
+        if shape != expected:
+            raise fail(
+                Impact.CRASH,
+                f"{split}: the static boundary shape does not follow the named metadata file (CUDA graphs "
+                "replay a captured shape): " + first_difference(expected, shape, "cu_seqlens length of row"),
+            )
+        shapes[split] = sorted(set(shape), key=str)
+        if split == "training":
+            examples = batch_ops.unpacked_examples(first.prep_reference)
+            _oracle.compare(case, examples, got, _oracle.special_ids(case)).assert_ok()
+    changed = [p.name for p, data in before.items() if p.read_bytes() != data]
+    assert not changed, f"MB rewrote the packed files the user named: {changed}"
+    golden.check({"shapes": shapes, "rows": _oracle.canonical_rows(_oracle.collated_rows(second.train)[1])})
+
+
+def test_a_named_packed_file_that_is_missing_is_refused(tmp_path):
+    """A ``packed_train_data_path`` that names no file is refused by ``PackedSequenceSpecs``' own check
+    (MB would otherwise pack ``dataset_root`` silently into a file the user believes holds their data)."""
+    case = PREPACKED[-1]
+    _, named = _prepacked(case)
+    gone = tmp_path / ("absent" + "".join(named.train.suffixes))
+    packing = dataclasses.replace(case.packing, paths=sft.PackedPaths(gone))
+    root = corpus.write_dataset_root(tmp_path / "data", case.corpus)
+    try:
+        sft.build_sft(_oracle.request(case, root, packing=packing))
+    except Exception as exc:  # attributed, never counted blindly
+        rules.require_refused_by(exc, rules.Rule.NAMED_PACKED_FILE_EXISTS, "a missing named packed file")
+        return
+    raise fail(
+        Impact.ACCEPTS_INVALID_CONFIG,
+        f"packed_train_data_path names no file ({gone.name}) and MB accepted it"
+        + (" and packed dataset_root into it" if gone.exists() else ""),
+    )
+
+
+# shards of MB's packed rows as a user splits a large set: a two-row shard, a three-row one, then the rest;
+# row groups of two rows (MB's writer makes 500), so a shard holds several and the first row of a shard
+# lies in a row group of the same number as the last row read from the shard before it
+SHARD_SIZES = [2, 3]
+ROW_GROUP = 2
+SHARD_GBS = 3  # MB's sampler pads the last global batch of the set's rows: padding rows (negative indices) too
+
+
+@pytest.mark.parametrize("named", ["glob", "directory"])
+def test_packed_shards_the_user_names(golden, tmp_path, named):
+    """``packed_train_data_path`` naming several packed Parquet shards, by a glob pattern
+    (``shard_*.idx.parquet``) or by their directory, as MB documents: MB trains every row of every
+    shard exactly once, as from the one file those rows came from; an index MB's batch sampler draws
+    (shuffled, across shards and row groups) reads the row an ascending read gives it; every drawn
+    row, the padding rows of the last global batch included, is held to the oracle. The order of
+    the shards (MB: their sorted names) is in the golden: a different order is a change."""
+    case = PREPACKED[-1]
+    first, single = _prepacked(case)
+    rows = packed_artifact.read_rows(single.train)
+    shards = packed_artifact.write_shards(rows, tmp_path / "shards", SHARD_SIZES, ROW_GROUP)
+    before = {p: p.read_bytes() for p in shards}
+    spec = shards[0].parent / "shard_*.idx.parquet" if named == "glob" else shards[0].parent
+    other = dataclasses.replace(case, seed=case.seed + 1000)  # the dataset_root's own examples differ
+    packing = dataclasses.replace(case.packing, paths=sft.PackedPaths(spec))
+    sharded = sft.build_sft(
+        _oracle.request(case, corpus.write_dataset_root(tmp_path / "b", other.corpus), packing=packing)
+    )
+    one, many = first.train, sharded.train
+    every = list(range(len(one)))
+    want = _oracle.canonical_rows(_dataparallel.rows_of(one, every))
+    got = _oracle.canonical_rows(_dataparallel.rows_of(many, list(range(len(many)))))
+    sizes = packed_artifact.shard_sizes(len(rows), SHARD_SIZES)
+    if Counter(map(repr, got)) != Counter(map(repr, want)):
+        raise fail(
+            Impact.DROPS_TRAINED_TOKEN if len(got) < len(want) else Impact.WRONG_TARGETS,
+            f"{len(shards)} shards of {len(want)} packed rows ({sizes} rows) named by "
+            f"{named}: MB trains {len(got)} rows, not each row once: "
+            + multiset_difference(map(repr, want), map(repr, got), "packed row"),
+        )
+    # the sampler draws indices in a shuffled order: each must locate its row across shards and row groups
+    # as the ascending read did (the order of the shards is recorded in the golden: change, not breakage)
+    drawn = [i for batch in sampler.padded_global_batches(len(many), SHARD_GBS, seed=case.seed) for i in batch]
+    real = [i for i in drawn if i >= 0]
+    located = _oracle.canonical_rows(_dataparallel.rows_of(many, real))
+    if located != [got[i] for i in real]:
+        raise fail(
+            Impact.WRONG_TARGETS,
+            f"rows read in the order MB's sampler draws them ({real}) are not the rows at those indices: "
+            + first_difference([got[i] for i in real], located, "drawn row"),
+        )
+    examples = batch_ops.unpacked_examples(first.prep_reference)
+    _oracle.compare(case, examples, _dataparallel.rows_of(many, drawn), _oracle.special_ids(case)).assert_ok()
+    changed = [p.name for p, data in before.items() if p.read_bytes() != data]
+    assert not changed, f"MB rewrote the packed shards the user named: {changed}"
+    golden.check({"shards": sizes, "drawn": drawn, "rows": got})
