@@ -3,8 +3,9 @@
 Not a test (about 4 minutes on 2 cores). Two figures:
 
 * **examples per minute** of ``harness explore``, per space: the light path (``--space data``),
-  the drawn layouts (``--space layouts``, ``--layout-small``/``--layout-large``) and the direct HF
-  SFT path (``--space direct``, ``--direct-small``/``--direct-large``): two runs
+  the drawn layouts (``--space layouts``, ``--layout-small``/``--layout-large``), the direct HF
+  SFT path (``--space direct``, ``--direct-small``/``--direct-large``) and pretraining samples
+  (``--space pretrain``, ``--pretrain-small``/``--pretrain-large``): two runs
   of the explore suite per space with a small and a large budget (same seed), so the suite
   process's start-up cancels out: ``(large - small) / (wall_large - wall_small)`` examples a
   second, times 60;
@@ -108,51 +109,38 @@ def _cp_ratio(case_id: str, repeats: int) -> dict[str, float]:
     }
 
 
+# space -> (option prefix, default small and large budgets, the result's key, its examples-per-minute key)
+SPACES = {
+    "data": ("", 4, 104, "explore", "examples_per_minute"),
+    "layouts": ("layout-", 3, 23, "layouts", "layout_examples_per_minute"),
+    "direct": ("direct-", 3, 203, "direct", "direct_examples_per_minute"),
+    "pretrain": ("pretrain-", 3, 103, "pretrain", "pretrain_examples_per_minute"),
+}
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--small", type=int, default=4)
-    ap.add_argument("--large", type=int, default=104)
-    ap.add_argument("--layout-small", type=int, default=3)
-    ap.add_argument("--layout-large", type=int, default=23)
-    ap.add_argument("--direct-small", type=int, default=3)
-    ap.add_argument("--direct-large", type=int, default=203)
+    for prefix, small, large, _, _ in SPACES.values():
+        ap.add_argument(f"--{prefix}small", type=int, default=small)
+        ap.add_argument(f"--{prefix}large", type=int, default=large)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--case", default="prompt-mult4")
     ap.add_argument("--repeats", type=int, default=3)
     args = ap.parse_args()
+    result: dict[str, object] = {}
     with tempfile.TemporaryDirectory(prefix="bench-explore-") as tmp:
-        work = Path(tmp)
-        small, large = (_explore_wall(n, args.seed, work, "data") for n in (args.small, args.large))
-        lsmall, llarge = (_explore_wall(n, args.seed, work, "layouts") for n in (args.layout_small, args.layout_large))
-        dsmall, dlarge = (_explore_wall(n, args.seed, work, "direct") for n in (args.direct_small, args.direct_large))
-    per_minute = 60.0 * (args.large - args.small) / max(1e-6, large - small)
-    layouts_per_minute = 60.0 * (args.layout_large - args.layout_small) / max(1e-6, llarge - lsmall)
-    direct_per_minute = 60.0 * (args.direct_large - args.direct_small) / max(1e-6, dlarge - dsmall)
+        for space, (prefix, _, _, key, rate_key) in SPACES.items():
+            n_small, n_large = (getattr(args, f"{prefix}{size}".replace("-", "_")) for size in ("small", "large"))
+            small, large = (_explore_wall(n, args.seed, Path(tmp), space) for n in (n_small, n_large))
+            result[key] = {
+                "small": n_small,
+                "large": n_large,
+                "wall_small_s": round(small, 1),
+                "wall_large_s": round(large, 1),
+            }
+            result[rate_key] = round(60.0 * (n_large - n_small) / max(1e-6, large - small), 1)
     cp = _cp_ratio(args.case, args.repeats)
-    result = {
-        "explore": {
-            "small": args.small,
-            "large": args.large,
-            "wall_small_s": round(small, 1),
-            "wall_large_s": round(large, 1),
-        },
-        "examples_per_minute": round(per_minute, 1),
-        "layouts": {
-            "small": args.layout_small,
-            "large": args.layout_large,
-            "wall_small_s": round(lsmall, 1),
-            "wall_large_s": round(llarge, 1),
-        },
-        "layout_examples_per_minute": round(layouts_per_minute, 1),
-        "direct": {
-            "small": args.direct_small,
-            "large": args.direct_large,
-            "wall_small_s": round(dsmall, 1),
-            "wall_large_s": round(dlarge, 1),
-        },
-        "direct_examples_per_minute": round(direct_per_minute, 1),
-        "cp_forward": {"case": args.case, **cp, "goal_ratio": 3.0, "met": cp["forward_ratio"] <= 3.0},
-    }
+    result["cp_forward"] = {"case": args.case, **cp, "goal_ratio": 3.0, "met": cp["forward_ratio"] <= 3.0}
     print(json.dumps(result, indent=1))
     return 0
 

@@ -6,10 +6,11 @@ the data (how many examples, how many words an answer has, the rate of overlong 
 how long they are, pad tokens and end-of-turn tokens inside content, chat turns and system
 prompts) and the knobs (preprocessing kind, pack size, ``pad_seq_to_mult``, ``pad_to_max_length``,
 ``pad_cu_seqlens``, answer-only or full loss, ``truncation_method``, and in this space the
-preparation's ``packing_algorithm``), and the case is built the way a user's data is,
-through MB's dataset builder, and held to the differential oracle (packed == MB's own unpacked
-path per real token, padding never trains, boundaries and alignment) and the documented shape
-rule of ``pad_to_max_length``.
+preparation's ``packing_algorithm`` and whether the packed set is one file or several Parquet
+shards), and the case is built the way a user's data is, through MB's dataset builder, and held
+to the differential oracle (packed == MB's own unpacked path per real token, padding never
+trains, boundaries and alignment), the documented shape rule of ``pad_to_max_length``, and for
+shards the checks of the ``packed_files`` suite (suites/_shards.py).
 
 Answers hold no literal EOS by default (``eos=False``): MB 0.6.2's known EOS masking
 (fixtures/known_failures.json) would otherwise be the first thing every exploration finds.
@@ -30,6 +31,8 @@ runs it again, ``--save`` keeps it as a regression case (``<fixtures>/explored/<
 from __future__ import annotations
 
 import dataclasses
+import shutil
+import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -39,7 +42,7 @@ from harness.errors import Untestable
 from harness.oracle import corpus
 from harness.oracle.impact import Impact, fail
 from harness.records import explored
-from suites import _oracle
+from suites import _oracle, _shards
 
 KINDS = tuple(sft.KINDS)
 # the layouts and packing paths a layout case draws one of, cheapest first (Hypothesis shrinks
@@ -72,12 +75,23 @@ class ExploredCase(_oracle.SFTCase):
     # MB's direct Hugging Face SFT path instead (suites/_explore_direct.py): the rows as a user's JSONL through
     # DirectHFSFTDatasetConfig and its text collate; mult is the user's pad multiple there
     direct: bool = False
+    # the packed set read back as this many Parquet shards named by a glob (suites/_shards.py; 1: MB's one file)
+    shards: int = 1
+    # pretraining instead (suites/_explore_pretrain.py): n documents packed into samples of seq tokens by
+    # megatron-core's GPTDataset through MB's GPTDatasetConfig, with its packing knobs
+    pretrain: bool = False
+    eod_mask_loss: bool = False
+    reset_position_ids: bool = False
+    reset_attention_mask: bool = False
+    keep_partial_validation: bool = False  # drop_last_partial_validation_sequence=False
 
     @property
     def axis(self) -> str | None:
         """The layout or packing path this case runs on top of its data (None: offline, world of one)."""
         if self.direct:
             return "direct"
+        if self.pretrain:
+            return "pretrain"
         if self.in_batch:
             return "in_batch"
         for name, on in (("forward", self.forward), ("dp", self.dp > 1), ("cp", self.cp > 1), ("pp", self.pp > 1)):
@@ -180,6 +194,8 @@ def cases(eos: bool = False) -> Any:
         # the algorithm MB's preparation packs with (None: its default, first_fit_shuffle); drawn last,
         # and in this space only, so the layouts space draws what it drew before
         fields["packing_algorithm"] = d(st.sampled_from((None, "first_fit_decreasing")))
+        # then how many shards the packed set is read back from (an MB without Parquet shards: one file)
+        fields["shards"] = d(st.sampled_from((1, 2, 3))) if _shards.available() else 1
         return named(ExploredCase(id="", **fields))
 
     return draw()
@@ -204,6 +220,11 @@ def layout_cases(eos: bool = False) -> Any:
 _LATER: dict[str, Any] = {
     "truncation_method": None,
     "packing_algorithm": None,
+    "shards": 1,
+    "eod_mask_loss": False,
+    "reset_position_ids": False,
+    "reset_attention_mask": False,
+    "keep_partial_validation": False,
     **explored.LAYOUT_DEFAULTS,
     "mbs": 1,
     "gbs": 0,
@@ -283,6 +304,10 @@ def check_any(case: ExploredCase) -> dict[str, Any]:
         from suites import _directsft, _explore_direct
 
         return _directsft.check(_explore_direct.direct_request(case))
+    if case.pretrain:
+        from suites import _explore_pretrain
+
+        return _explore_pretrain.check(case)
     if case.in_batch:
         from suites import _inbatch
 
@@ -296,7 +321,10 @@ def check_any(case: ExploredCase) -> dict[str, Any]:
     if b is None:
         return {"refused": "no example fits the pack"}
     if case.axis is None:
-        return {"rows": _oracle.canonical_rows(b.rows)}
+        golden: dict[str, Any] = {"rows": _oracle.canonical_rows(b.rows)}
+        if case.shards > 1:
+            golden["shards"] = _check_shards(case, b)
+        return golden
     if case.dp > 1:
         from suites import _dataparallel
 
@@ -314,6 +342,20 @@ def check_any(case: ExploredCase) -> dict[str, Any]:
         layout = _layouts.run_pp(case, case.pp)
         _layouts.assert_ok(layout.violations, f"PP {case.pp} stages != MB's PP 1 inputs")
     return layout.golden
+
+
+def _check_shards(case: ExploredCase, b: _oracle.Built) -> dict[str, Any]:
+    """MB's packed set of ``case`` read back from ``case.shards`` Parquet shards (suites/_shards.py)."""
+    files = b.build.packed_files
+    if "train" not in files:
+        raise AssertionError(f"MB's builder names no packed training file to shard: {files}")
+    metadata = files.get("metadata") if case.pad_cu_seqlens else None
+    work = Path(tempfile.mkdtemp(prefix="harness-explore-shards-"))
+    try:
+        sizes = _shards.even_sizes(len(b.rows), case.shards)
+        return _shards.check(case, b.build.train, files["train"], b.examples, work, sizes, metadata=metadata)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
 
 
 def saved(directory: Path) -> list[ExploredCase]:

@@ -1,17 +1,18 @@
 """Property-based exploration of packing through MB's own code (Hypothesis).
 
-Three spaces: offline packed SFT in a world of one (data shapes and packing knobs,
-``test_explore_offline_packing``), the same data under one drawn parallel layout or packing
-path (``test_explore_layouts``: MB's forward, DP, in-batch packing for a (CP, TP, SP) layout, CP
-and PP worlds), and the same data through MB's direct HF SFT path with its collate knobs
-(``test_explore_direct_sft``). Every ``harness run`` draws a small fixed-seed sample of each
-(:data:`DEFAULT_BUDGET`, :data:`DEFAULT_LAYOUT_BUDGET` and :data:`DEFAULT_DIRECT_BUDGET`
-examples, seed 0), so every commit sees
-some of it; ``harness explore --budget N --seed S`` draws more. A drawn case
-that breaks an invariant is shrunk by Hypothesis to a minimal one, and the failure message ends
-with the command that replays it; ``harness explore --replay SPEC --save`` keeps it as a
-regression case, checked here from then on (``test_saved_explored_case``). What is drawn and
-checked: suites/_explore.py.
+Four spaces: offline packed SFT in a world of one (data shapes and packing knobs, the packed
+set read back from one file or several shards; ``test_explore_offline_packing``), the same data
+under one drawn parallel layout or packing path (``test_explore_layouts``: MB's forward, DP,
+in-batch packing for a (CP, TP, SP) layout, CP and PP worlds), the same data through MB's direct
+HF SFT path with its collate knobs (``test_explore_direct_sft``), and documents packed into
+pretraining samples with their lengths and knobs drawn (``test_explore_pretraining``). Every
+``harness run`` draws a small fixed-seed sample of each (:data:`DEFAULT_BUDGET`,
+:data:`DEFAULT_LAYOUT_BUDGET`, :data:`DEFAULT_DIRECT_BUDGET` and :data:`DEFAULT_PRETRAIN_BUDGET`
+examples, seed 0), so every commit sees some of it; ``harness explore --budget N --seed S`` draws
+more. A drawn case that breaks an invariant is shrunk by Hypothesis to a minimal one, and the
+failure message ends with the command that replays it; ``harness explore --replay SPEC --save``
+keeps it as a regression case, checked here from then on (``test_saved_explored_case``). What is
+drawn and checked: suites/_explore.py (and _explore_direct.py, _explore_pretrain.py).
 """
 
 from __future__ import annotations
@@ -27,13 +28,14 @@ from harness.oracle.impact import ImpactFailure
 from harness.oracle.records import InvariantFailure
 from harness.records import explored
 from harness.suiterun.contract import Env
-from suites import _explore, _explore_direct
+from suites import _explore, _explore_direct, _explore_pretrain
 
 pytestmark = pytest.mark.import_group("light")
 
 DEFAULT_BUDGET = 4
 DEFAULT_LAYOUT_BUDGET = 3
 DEFAULT_DIRECT_BUDGET = 3
+DEFAULT_PRETRAIN_BUDGET = 3
 
 
 def _replayable(case: _explore.ExploredCase) -> None:
@@ -142,6 +144,16 @@ def test_explore_direct_sft(known_bug):
 
     direct_sft.resolved  # noqa: B018 - an era without the direct builder: untestable before drawing anything
     _explore_space(_explore_direct.direct_cases(eos=_eos()), DEFAULT_DIRECT_BUDGET, known_bug)
+
+
+@pytest.mark.drawn
+def test_explore_pretraining(known_bug):
+    """Drawn documents packed into pretraining samples (megatron-core's GPTDataset through MB's config)
+    hold the pretraining checks."""
+    from harness.adapters.pretrain import pretraining_splits
+
+    pretraining_splits.resolved  # noqa: B018 - an era without MB's provider: untestable before drawing anything
+    _explore_space(_explore_pretrain.pretrain_cases(), DEFAULT_PRETRAIN_BUDGET, known_bug)
 
 
 SAVED = _explore.saved(paths.fixtures_dir() / explored.DIRNAME)

@@ -15,17 +15,16 @@ import dataclasses
 import functools
 import shutil
 import tempfile
-from collections import Counter
 from pathlib import Path
 
 import pytest
 
 from harness.adapters import batch as batch_ops
-from harness.adapters import packed_artifact, rules, sampler, sft
+from harness.adapters import rules, sft
 from harness.oracle import corpus
 from harness.oracle.impact import Impact, fail
-from suites import _dataparallel, _oracle
-from suites._explain import first_difference, multiset_difference
+from suites import _oracle, _shards
+from suites._explain import first_difference
 
 pytestmark = pytest.mark.import_group("light")
 
@@ -119,12 +118,8 @@ def test_a_named_packed_file_that_is_missing_is_refused(tmp_path):
     )
 
 
-# shards of MB's packed rows as a user splits a large set: a two-row shard, a three-row one, then the rest;
-# row groups of two rows (MB's writer makes 500), so a shard holds several and the first row of a shard
-# lies in a row group of the same number as the last row read from the shard before it
+# shards of MB's packed rows as a user splits a large set: a two-row shard, a three-row one, then the rest
 SHARD_SIZES = [2, 3]
-ROW_GROUP = 2
-SHARD_GBS = 3  # MB's sampler pads the last global batch of the set's rows: padding rows (negative indices) too
 
 
 @pytest.mark.parametrize("named", ["glob", "directory"])
@@ -137,40 +132,5 @@ def test_packed_shards_the_user_names(golden, tmp_path, named):
     the shards (MB: their sorted names) is in the golden: a different order is a change."""
     case = PREPACKED[-1]
     first, single = _prepacked(case)
-    rows = packed_artifact.read_rows(single.train)
-    shards = packed_artifact.write_shards(rows, tmp_path / "shards", SHARD_SIZES, ROW_GROUP)
-    before = {p: p.read_bytes() for p in shards}
-    spec = shards[0].parent / "shard_*.idx.parquet" if named == "glob" else shards[0].parent
-    other = dataclasses.replace(case, seed=case.seed + 1000)  # the dataset_root's own examples differ
-    packing = dataclasses.replace(case.packing, paths=sft.PackedPaths(spec))
-    sharded = sft.build_sft(
-        _oracle.request(case, corpus.write_dataset_root(tmp_path / "b", other.corpus), packing=packing)
-    )
-    one, many = first.train, sharded.train
-    every = list(range(len(one)))
-    want = _oracle.canonical_rows(_dataparallel.rows_of(one, every))
-    got = _oracle.canonical_rows(_dataparallel.rows_of(many, list(range(len(many)))))
-    sizes = packed_artifact.shard_sizes(len(rows), SHARD_SIZES)
-    if Counter(map(repr, got)) != Counter(map(repr, want)):
-        raise fail(
-            Impact.DROPS_TRAINED_TOKEN if len(got) < len(want) else Impact.WRONG_TARGETS,
-            f"{len(shards)} shards of {len(want)} packed rows ({sizes} rows) named by "
-            f"{named}: MB trains {len(got)} rows, not each row once: "
-            + multiset_difference(map(repr, want), map(repr, got), "packed row"),
-        )
-    # the sampler draws indices in a shuffled order: each must locate its row across shards and row groups
-    # as the ascending read did (the order of the shards is recorded in the golden: change, not breakage)
-    drawn = [i for batch in sampler.padded_global_batches(len(many), SHARD_GBS, seed=case.seed) for i in batch]
-    real = [i for i in drawn if i >= 0]
-    located = _oracle.canonical_rows(_dataparallel.rows_of(many, real))
-    if located != [got[i] for i in real]:
-        raise fail(
-            Impact.WRONG_TARGETS,
-            f"rows read in the order MB's sampler draws them ({real}) are not the rows at those indices: "
-            + first_difference([got[i] for i in real], located, "drawn row"),
-        )
     examples = batch_ops.unpacked_examples(first.prep_reference)
-    _oracle.compare(case, examples, _dataparallel.rows_of(many, drawn), _oracle.special_ids(case)).assert_ok()
-    changed = [p.name for p, data in before.items() if p.read_bytes() != data]
-    assert not changed, f"MB rewrote the packed shards the user named: {changed}"
-    golden.check({"shards": sizes, "drawn": drawn, "rows": got})
+    golden.check(_shards.check(case, first.train, single.train, examples, tmp_path, SHARD_SIZES, named))

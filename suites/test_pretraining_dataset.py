@@ -31,7 +31,7 @@ from harness.adapters.pretrainstep import pretrain_step_attention
 from harness.errors import Untestable
 from harness.oracle import corpus, tokenizer
 from harness.oracle.impact import Impact, fail, require
-from suites import _oracle
+from suites import _oracle, _pretrain
 
 pytestmark = pytest.mark.import_group("light")
 
@@ -71,91 +71,6 @@ def _built(name: str) -> pretrain.PretrainBuild:
     return pretrain.pretraining_splits(pretrain.PretrainRequest(texts, tok, seq, knobs=knobs))
 
 
-def _plain(sample: dict[str, Any], key: str) -> list[Any]:
-    return sample[key].tolist()
-
-
-def _segments(text: list[int], eod: int) -> list[list[int]]:
-    out, cur = [], []
-    for t in text:
-        cur.append(t)
-        if t == eod:
-            out.append(cur)
-            cur = []
-    return out + ([cur] if cur else [])
-
-
-def _check_window(where: str, text: list[int], docs: list[list[int]], eod: int) -> None:
-    """``text`` (real positions only) is a window of the document stream."""
-    segs = _segments(text, eod)
-    for k, seg in enumerate(segs):
-        whole = seg[-1] == eod
-        if k == 0:
-            ok = (
-                any(d[len(d) - len(seg) :] == seg for d in docs if len(d) >= len(seg))
-                if whole
-                else any(seg == d[i : i + len(seg)] for d in docs for i in range(len(d) - len(seg) + 1))
-            )
-        elif k == len(segs) - 1 and not whole:
-            ok = any(d[: len(seg)] == seg for d in docs)
-        else:
-            ok = seg in docs
-        require(ok, Impact.WRONG_TARGETS, f"{where}: piece {k} ({len(seg)} tokens) is no part of the documents written")
-
-
-def _check_sample(where: str, s: dict[str, Any], docs: list[list[int]], knobs: dict[str, Any], eod: int, pad: int):
-    tokens, labels, mask, pos = (_plain(s, k) for k in ("tokens", "labels", "loss_mask", "position_ids"))
-    seq = len(tokens)
-    # the sample's text is its tokens plus the last label (megatron-core draws seq_length + 1 tokens);
-    # padding (the pad id, which no document holds here) fills the end of an incomplete sample
-    text = tokens + [labels[-1]]
-    m = len(text)
-    while m > 0 and text[m - 1] == pad:
-        m -= 1
-    padded, n_real = m < len(text), min(m, seq)
-    _check_window(where, text[:m], docs, eod)
-    require(
-        labels[: m - 1] == text[1:m],
-        Impact.WRONG_TARGETS,
-        f"{where}: labels are not the tokens shifted by one",
-    )
-    for i in range(seq):
-        real_label = i < m - 1
-        want = 1.0 if real_label and not (knobs.get("eod_mask_loss") and tokens[i] == eod) else 0.0
-        if mask[i] != want:
-            impact = (
-                Impact.TRAINS_PADDING
-                if not real_label
-                else (Impact.TRAINS_MASKED_TOKEN if want == 0 else Impact.DROPS_TRAINED_TOKEN)
-            )
-            if where.startswith("validation"):  # nothing trains there: the validation loss is off
-                impact = Impact.WRONG_LOSS_NORMALISATION
-            require(False, impact, f"{where}: position {i} (token {tokens[i]}) loss mask {mask[i]}, documented {want}")
-    want_pos, p = [], 0
-    for i in range(seq):
-        want_pos.append(p)
-        p = 0 if (knobs.get("reset_position_ids") and tokens[i] == eod) else p + 1
-    require(
-        pos[:n_real] == want_pos[:n_real],
-        Impact.WRONG_LOGITS,
-        f"{where}: position ids {pos[:n_real]}, documented {want_pos[:n_real]}",
-    )
-    if knobs.get("reset_attention_mask") and s.get("attention_mask") is not None:
-        masked = s["attention_mask"][0].bool()  # True: may not attend
-        doc_of = [0] * seq
-        for i in range(1, seq):
-            doc_of[i] = doc_of[i - 1] + (1 if tokens[i - 1] == eod else 0)
-        for i in range(n_real):
-            for j in range(i + 1):
-                require(
-                    bool(masked[i, j]) == (doc_of[i] != doc_of[j]),
-                    Impact.CROSS_DOCUMENT_ATTENTION,
-                    f"{where}: token {i} (document {doc_of[i]}) {'may not' if masked[i, j] else 'may'} attend to "
-                    f"token {j} (document {doc_of[j]})",
-                )
-    return padded
-
-
 @pytest.mark.parametrize("name", sorted(CASES))
 def test_samples_are_windows_of_the_documents(golden, name):
     b = _built(name)
@@ -166,14 +81,16 @@ def test_samples_are_windows_of_the_documents(golden, name):
     for split, ds in (("train", b.train), ("validation", b.valid)):
         require(ds is not None and len(ds) > 0, Impact.CRASH, f"MB built no {split} samples")
         padded[split] = [
-            k for k in range(len(ds)) if _check_sample(f"{split} sample {k}", ds[k], b.documents, knobs, eod, pad)
+            k
+            for k in range(len(ds))
+            if _pretrain.check_sample(f"{split} sample {k}", ds[k], b.documents, knobs, eod, pad)
         ]
     require(not padded["train"], Impact.TRAINS_PADDING, f"training samples padded: {padded['train']}")
     golden.check(
         {
             "samples": {"train": len(b.train), "validation": len(b.valid)},
             "padded_validation": padded["validation"],
-            "train": [_plain(b.train[k], "tokens") for k in range(len(b.train))],
+            "train": [_pretrain.plain(b.train[k], "tokens") for k in range(len(b.train))],
         }
     )
 
@@ -188,12 +105,12 @@ def test_partial_validation_sequence_kept_or_dropped(golden):
     drop_pad = [
         k
         for k in range(len(dropped.valid))
-        if _check_sample(f"validation sample {k}", dropped.valid[k], dropped.documents, {}, eod, pad)
+        if _pretrain.check_sample(f"validation sample {k}", dropped.valid[k], dropped.documents, {}, eod, pad)
     ]
     keep_pad = [
         k
         for k in range(len(kept.valid))
-        if _check_sample(f"validation sample {k}", kept.valid[k], kept.documents, {}, eod, pad)
+        if _pretrain.check_sample(f"validation sample {k}", kept.valid[k], kept.documents, {}, eod, pad)
     ]
     require(not drop_pad, Impact.TRAINS_PADDING, f"drop_last_partial_validation_sequence: padded samples {drop_pad}")
     require(
@@ -217,7 +134,7 @@ def test_pad_that_collides_with_eod_is_moved_off_it(golden):
     pad = int(getattr(b.train, "_pad_token_id", eod))
     require(pad != eod, Impact.DROPS_TRAINED_TOKEN, f"the pad id stays the EOD id {eod}: every EOD label is masked")
     for k in range(len(b.train)):
-        _check_sample(f"train sample {k}", b.train[k], b.documents, COLLIDING["seq32-pad-is-eod"][1], eod, pad)
+        _pretrain.check_sample(f"train sample {k}", b.train[k], b.documents, COLLIDING["seq32-pad-is-eod"][1], eod, pad)
     _built.cache_clear()
     with warnings.catch_warnings(record=True) as seen:
         warnings.simplefilter("always")

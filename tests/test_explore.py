@@ -110,6 +110,52 @@ def test_direct_cases_are_direct_sft_configs_mb_documents():
             assert req.knobs == {"pad_to_multiple_of": case.mult, "pad_to_max_length": case.pad_to_max_length}
 
 
+def test_data_cases_draw_shards_and_keep_old_ids(monkeypatch):
+    """The data space draws one file or 2-3 shards where MB has Parquet shards, one file where it has
+    not; a case of one file keeps the spec (and id) it had before shards were drawn; shard sizes
+    cover every row once."""
+    from harness.adapters import packed_artifact
+    from suites import _shards
+
+    monkeypatch.setattr(_shards, "available", lambda: False)
+    assert {c.shards for c in _draw(_explore.cases(), 20)} == {1}
+    monkeypatch.setattr(_shards, "available", lambda: True)
+    drawn = _draw(_explore.cases(), 40)
+    assert {c.shards for c in drawn} == {1, 2, 3}
+    for case in drawn:
+        spec = json.loads(_explore.to_spec(case))
+        assert ("shards" in spec) == (case.shards > 1) and _explore.from_spec(spec) == case
+    for total, shards in ((1, 3), (2, 2), (7, 3), (8, 2)):
+        sizes = _shards.even_sizes(total, shards)
+        assert sum(sizes) == total and max(sizes) - min(sizes) <= 1
+        assert packed_artifact.shard_sizes(total, sizes) == [n for n in sizes if n > 0]
+    assert packed_artifact.shard_sizes(8, [2, 3]) == [2, 3, 3] and packed_artifact.shard_sizes(3, [2, 3]) == [2, 1]
+
+
+def test_pretrain_cases_are_gpt_dataset_configs_with_edge_lengths():
+    """A drawn pretraining case names its space, round-trips, sets each GPTDatasetConfig knob both ways
+    over a few draws, and its documents have the drawn lengths: a long document is exactly
+    ``long_words`` words, which are drawn around the sample's edge."""
+    from suites import _explore_pretrain
+
+    drawn = _draw(_explore_pretrain.pretrain_cases(), 40)
+    for knob in ("eod_mask_loss", "reset_position_ids", "reset_attention_mask", "keep_partial_validation"):
+        assert {getattr(c, knob) for c in drawn} == {True, False}, knob
+    for case in drawn:
+        spec = json.loads(_explore.to_spec(case))
+        assert case.axis == "pretrain" and explored.space(spec) == "pretrain" and _explore.from_spec(spec) == case
+        assert case.long_words in (case.seq - 2, case.seq - 1, case.seq, 2 * case.seq - 1, 3 * case.seq)
+        docs = _explore_pretrain.documents(case)
+        assert len(docs) == case.n and docs == _explore_pretrain.documents(case)
+        lengths = [len(d.split()) for d in docs]
+        if case.long_rate == 1.0:
+            assert set(lengths) == {case.long_words}
+        if case.long_rate == 0.0:
+            assert all(case.min_words <= n <= case.max_words for n in lengths)
+        knobs = _explore_pretrain.knobs(case)
+        assert knobs["drop_last_partial_validation_sequence"] is not case.keep_partial_validation
+
+
 def test_a_known_bug_does_not_end_the_search(monkeypatch):
     """Exploration sets aside a drawn case that fails only by a known MB bug and keeps drawing: a
     new failure later in the budget is still found (naming the known bugs met); with none, the
@@ -246,6 +292,67 @@ def test_direct_exploration_finds_a_collate_fault_and_shrinks_it(tmp_path, monke
     assert replay, case.message
     spec = explored.parse(replay.group(1))
     assert spec["direct"] and spec["in_batch"] and spec["n"] == 1 and explored.space(spec) == "direct", spec
+
+
+@pytest.mark.slow
+def test_data_exploration_finds_a_shard_fault_and_shrinks_it(tmp_path, monkeypatch):
+    """Negative control of the data space's shard draw: on a copy of MB whose packed Parquet dataset
+    serves the next shard's first row group from the previous shard's cache (catalogue fault
+    ``parquet_row_group_cache_ignores_the_file``), 12 drawn examples (seed 0) turn red and shrink to
+    a packed set of two one-row shards."""
+    from harness.commands import mutate
+    from harness.mutations import installed_package_dir, load_catalogue
+    from harness.records.verdict import Verdict
+
+    fault = {f.id: f for f in load_catalogue()}["parquet_row_group_cache_ignores_the_file"]
+    monkeypatch.setenv("HARNESS_EXPLORE_BUDGET", "12")
+    monkeypatch.setenv("HARNESS_EXPLORE_SEED", "0")
+    result = mutate.run_copy(
+        fault,
+        tmp_path / "run",
+        ["explore"],
+        timeout=900,
+        pkg=installed_package_dir(),
+        keyword="test_explore_offline_packing",
+    )
+    assert result is not None
+    (case,) = result.cases
+    assert case.verdict is Verdict.FAIL and "not each row once" in case.message, case.message
+    replay = re.search(r"replay: harness explore --replay '([^']*)'", case.message)
+    assert replay, case.message
+    spec = explored.parse(replay.group(1))
+    assert spec["shards"] == 2 and spec["n"] <= 3 and explored.space(spec) == "data", spec
+
+
+@pytest.mark.slow
+def test_pretrain_exploration_finds_a_dataset_fault_and_shrinks_it(tmp_path, monkeypatch):
+    """Negative control of the pretraining space: on a copy of MB whose megatron-core GPTDataset lets a
+    token attend to the previous document under ``reset_attention_mask`` (catalogue fault
+    ``gpt_dataset_reset_attention_keeps_previous_document``), 12 drawn examples (seed 0) turn red
+    and shrink to the fewest documents the space draws, one word each."""
+    from harness.commands import mutate
+    from harness.mutations import installed_package_dir, load_catalogue
+    from harness.records.verdict import Verdict
+
+    fault = {f.id: f for f in load_catalogue()}["gpt_dataset_reset_attention_keeps_previous_document"]
+    monkeypatch.setenv("HARNESS_EXPLORE_BUDGET", "12")
+    monkeypatch.setenv("HARNESS_EXPLORE_SEED", "0")
+    result = mutate.run_copy(
+        fault,
+        tmp_path / "run",
+        ["explore"],
+        timeout=900,
+        pkg=installed_package_dir(),
+        keyword="test_explore_pretraining",
+    )
+    assert result is not None
+    (case,) = result.cases
+    assert case.verdict is Verdict.FAIL and "may attend" in case.message, case.message
+    replay = re.search(r"replay: harness explore --replay '([^']*)'", case.message)
+    assert replay, case.message
+    spec = explored.parse(replay.group(1))
+    assert spec["reset_attention_mask"] and spec["n"] == 5 and spec["max_words"] == 1, spec
+    assert explored.space(spec) == "pretrain", spec
 
 
 @pytest.mark.slow

@@ -33,14 +33,25 @@ def parse(text: str) -> dict[str, Any]:
 
 
 # the fields that put a case in the layouts space (suites/_explore.ExploredCase), at their defaults
-LAYOUT_DEFAULTS: dict[str, Any] = {"forward": False, "dp": 1, "in_batch": False, "cp": 1, "pp": 1, "direct": False}
+LAYOUT_DEFAULTS: dict[str, Any] = {
+    "forward": False,
+    "dp": 1,
+    "in_batch": False,
+    "cp": 1,
+    "pp": 1,
+    "direct": False,
+    "pretrain": False,
+}
 
 
 def space(spec: dict[str, Any]) -> str:
-    """The exploration space a spec belongs to: ``direct`` (MB's direct HF SFT path), ``layouts``
-    when it names a layout or packing path, else ``data``."""
+    """The exploration space a spec belongs to: ``direct`` (MB's direct HF SFT path), ``pretrain``
+    (documents packed into pretraining samples), ``layouts`` when it names a layout or packing path,
+    else ``data``."""
     if spec.get("direct"):
         return "direct"
+    if spec.get("pretrain"):
+        return "pretrain"
     return "layouts" if any(spec.get(k, v) != v for k, v in LAYOUT_DEFAULTS.items()) else "data"
 
 
