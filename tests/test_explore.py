@@ -235,28 +235,36 @@ def test_exploration_finds_a_real_mb_bug_shrinks_replays_and_saves(tmp_path):
     assert f"explore::test_saved_explored_case[{saved[0].stem}]" in run.stdout, run.stdout
 
 
+def _shrunk_on_fault(tmp_path, monkeypatch, fault_id: str, test: str, says: str) -> dict:
+    """Run exploration test ``test`` (12 examples, seed 0) on a copy of MB with catalogue fault
+    ``fault_id``: it must fail saying ``says``; returns the spec of the shrunk example it replays."""
+    from harness.commands import mutate
+    from harness.mutations import installed_package_dir, load_catalogue
+    from harness.records.verdict import Verdict
+
+    fault = {f.id: f for f in load_catalogue()}[fault_id]
+    monkeypatch.setenv("HARNESS_EXPLORE_BUDGET", "12")
+    monkeypatch.setenv("HARNESS_EXPLORE_SEED", "0")
+    result = mutate.run_copy(
+        fault, tmp_path / "run", ["explore"], timeout=900, pkg=installed_package_dir(), keyword=test
+    )
+    assert result is not None
+    (case,) = result.cases
+    assert case.verdict is Verdict.FAIL and says in case.message, case.message
+    replay = re.search(r"replay: harness explore --replay '([^']*)'", case.message)
+    assert replay, case.message
+    return explored.parse(replay.group(1))
+
+
 @pytest.mark.slow
 def test_layout_exploration_finds_a_layout_fault_and_shrinks_it(tmp_path, monkeypatch):
     """Negative control of the layouts space: on a copy of MB whose ``get_batch`` hands a middle
     pipeline stage no packed boundaries (catalogue fault ``pp_middle_stage_no_boundaries``), a
     nightly-sized exploration (12 examples, seed 0) turns red by the PP invariant and shrinks to a
     one-example PP case."""
-    from harness.commands import mutate
-    from harness.mutations import installed_package_dir, load_catalogue
-    from harness.records.verdict import Verdict
-
-    fault = {f.id: f for f in load_catalogue()}["pp_middle_stage_no_boundaries"]
-    monkeypatch.setenv("HARNESS_EXPLORE_BUDGET", "12")
-    monkeypatch.setenv("HARNESS_EXPLORE_SEED", "0")
-    result = mutate.run_copy(
-        fault, tmp_path / "run", ["explore"], timeout=900, pkg=installed_package_dir(), keyword="test_explore_layouts"
+    spec = _shrunk_on_fault(
+        tmp_path, monkeypatch, "pp_middle_stage_no_boundaries", "test_explore_layouts", "pp-stage-gets-what-it-needs"
     )
-    assert result is not None
-    (case,) = result.cases
-    assert case.verdict is Verdict.FAIL and "pp-stage-gets-what-it-needs" in case.message, case.message
-    replay = re.search(r"replay: harness explore --replay '([^']*)'", case.message)
-    assert replay, case.message
-    spec = explored.parse(replay.group(1))
     assert spec.get("pp", 1) > 1 and spec["n"] == 1 and explored.space(spec) == "layouts", spec
 
 
@@ -270,27 +278,7 @@ def test_direct_exploration_finds_a_collate_fault_and_shrinks_it(tmp_path, monke
     its collate the in-batch multiple, or whose config finalisation drops sequence parallelism's
     term of the multiple (the hand-written layouts catch it; the layouts space did not in 12
     examples), 12 drawn examples (seed 0) turn red and shrink to a one-example in-batch case."""
-    from harness.commands import mutate
-    from harness.mutations import installed_package_dir, load_catalogue
-    from harness.records.verdict import Verdict
-
-    fault = {f.id: f for f in load_catalogue()}[fault_id]
-    monkeypatch.setenv("HARNESS_EXPLORE_BUDGET", "12")
-    monkeypatch.setenv("HARNESS_EXPLORE_SEED", "0")
-    result = mutate.run_copy(
-        fault,
-        tmp_path / "run",
-        ["explore"],
-        timeout=900,
-        pkg=installed_package_dir(),
-        keyword="test_explore_direct_sft",
-    )
-    assert result is not None
-    (case,) = result.cases
-    assert case.verdict is Verdict.FAIL and says in case.message, case.message
-    replay = re.search(r"replay: harness explore --replay '([^']*)'", case.message)
-    assert replay, case.message
-    spec = explored.parse(replay.group(1))
+    spec = _shrunk_on_fault(tmp_path, monkeypatch, fault_id, "test_explore_direct_sft", says)
     assert spec["direct"] and spec["in_batch"] and spec["n"] == 1 and explored.space(spec) == "direct", spec
 
 
@@ -300,27 +288,13 @@ def test_data_exploration_finds_a_shard_fault_and_shrinks_it(tmp_path, monkeypat
     serves the next shard's first row group from the previous shard's cache (catalogue fault
     ``parquet_row_group_cache_ignores_the_file``), 12 drawn examples (seed 0) turn red and shrink to
     a packed set of two one-row shards."""
-    from harness.commands import mutate
-    from harness.mutations import installed_package_dir, load_catalogue
-    from harness.records.verdict import Verdict
-
-    fault = {f.id: f for f in load_catalogue()}["parquet_row_group_cache_ignores_the_file"]
-    monkeypatch.setenv("HARNESS_EXPLORE_BUDGET", "12")
-    monkeypatch.setenv("HARNESS_EXPLORE_SEED", "0")
-    result = mutate.run_copy(
-        fault,
-        tmp_path / "run",
-        ["explore"],
-        timeout=900,
-        pkg=installed_package_dir(),
-        keyword="test_explore_offline_packing",
+    spec = _shrunk_on_fault(
+        tmp_path,
+        monkeypatch,
+        "parquet_row_group_cache_ignores_the_file",
+        "test_explore_offline_packing",
+        "not each row once",
     )
-    assert result is not None
-    (case,) = result.cases
-    assert case.verdict is Verdict.FAIL and "not each row once" in case.message, case.message
-    replay = re.search(r"replay: harness explore --replay '([^']*)'", case.message)
-    assert replay, case.message
-    spec = explored.parse(replay.group(1))
     assert spec["shards"] == 2 and spec["n"] <= 3 and explored.space(spec) == "data", spec
 
 
@@ -330,27 +304,13 @@ def test_pretrain_exploration_finds_a_dataset_fault_and_shrinks_it(tmp_path, mon
     token attend to the previous document under ``reset_attention_mask`` (catalogue fault
     ``gpt_dataset_reset_attention_keeps_previous_document``), 12 drawn examples (seed 0) turn red
     and shrink to the fewest documents the space draws, one word each."""
-    from harness.commands import mutate
-    from harness.mutations import installed_package_dir, load_catalogue
-    from harness.records.verdict import Verdict
-
-    fault = {f.id: f for f in load_catalogue()}["gpt_dataset_reset_attention_keeps_previous_document"]
-    monkeypatch.setenv("HARNESS_EXPLORE_BUDGET", "12")
-    monkeypatch.setenv("HARNESS_EXPLORE_SEED", "0")
-    result = mutate.run_copy(
-        fault,
-        tmp_path / "run",
-        ["explore"],
-        timeout=900,
-        pkg=installed_package_dir(),
-        keyword="test_explore_pretraining",
+    spec = _shrunk_on_fault(
+        tmp_path,
+        monkeypatch,
+        "gpt_dataset_reset_attention_keeps_previous_document",
+        "test_explore_pretraining",
+        "may attend",
     )
-    assert result is not None
-    (case,) = result.cases
-    assert case.verdict is Verdict.FAIL and "may attend" in case.message, case.message
-    replay = re.search(r"replay: harness explore --replay '([^']*)'", case.message)
-    assert replay, case.message
-    spec = explored.parse(replay.group(1))
     assert spec["reset_attention_mask"] and spec["n"] == 5 and spec["max_words"] == 1, spec
     assert explored.space(spec) == "pretrain", spec
 
