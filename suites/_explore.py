@@ -359,5 +359,7 @@ def _check_shards(case: ExploredCase, b: _oracle.Built) -> dict[str, Any]:
 
 
 def saved(directory: Path) -> list[ExploredCase]:
-    """The explored cases kept as regression cases (``harness explore --save``)."""
-    return [from_spec(spec) for spec in explored.load_all(directory)]
+    """The explored cases kept as regression cases (``harness explore --save``), each named by the id its
+    file has: the id of the spec as saved (a spec that leaves fields at their defaults out names the same
+    case as the full one, but its file, the test id and the golden all carry the one id ``--save`` printed)."""
+    return [dataclasses.replace(from_spec(spec), id=explored.case_id(spec)) for spec in explored.load_all(directory)]

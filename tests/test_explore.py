@@ -36,6 +36,18 @@ def test_a_spec_names_one_case_and_round_trips():
         explored.parse("[1, 2]")
 
 
+def test_a_saved_case_is_named_by_its_file(tmp_path):
+    """A spec saved with fields left at their defaults (as a user may type it) is checked under the id
+    ``--save`` printed and named its file by; a full spec keeps the id it always had."""
+    trimmed = {"seed": 3, "kind": "chat", "mult": 4, "seq": 32, "n": 2}
+    full = json.loads(_explore.to_spec(_explore.from_spec(trimmed)))
+    paths = [explored.save(tmp_path, spec) for spec in (trimmed, full)]
+    cases = _explore.saved(tmp_path)
+    assert sorted(c.id for c in cases) == sorted(p.stem for p in paths)
+    assert _explore.from_spec(full).id in {c.id for c in cases}
+    assert cases[0].__class__ is _explore.ExploredCase and {c.seed for c in cases} == {3}
+
+
 def _draw(strategy, n: int, s: int = 0) -> list[_explore.ExploredCase]:
     from hypothesis import given, seed, settings
 
