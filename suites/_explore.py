@@ -84,6 +84,7 @@ class ExploredCase(_oracle.SFTCase):
     reset_position_ids: bool = False
     reset_attention_mask: bool = False
     keep_partial_validation: bool = False  # drop_last_partial_validation_sequence=False
+    step: str = ""  # with reset_attention_mask: MB's gpt_step variant whose model input is checked (_pretrain.STEP)
 
     @property
     def axis(self) -> str | None:
@@ -225,6 +226,7 @@ _LATER: dict[str, Any] = {
     "reset_position_ids": False,
     "reset_attention_mask": False,
     "keep_partial_validation": False,
+    "step": "",
     **explored.LAYOUT_DEFAULTS,
     "mbs": 1,
     "gbs": 0,

@@ -5,7 +5,9 @@ Pretraining packs too: a sample is a window of the document stream, so the bugs 
 document ends at a sample's edge (a document of exactly ``seq_length`` tokens, one under, one
 over, one token long) and where a knob meets that edge (``eod_mask_loss``, ``reset_position_ids``,
 ``reset_attention_mask``, ``drop_last_partial_validation_sequence``). Hypothesis draws the document
-count, each document's length (around ``seq_length`` and far past it) and the knobs; the documents
+count, each document's length (around ``seq_length`` and far past it) and the knobs, and with
+``reset_attention_mask`` a variant of MB's step (suites/_pretrain.STEP: the dataset's mask, MB's
+default, megatron-core's ``inter_document_masking``) whose model input must keep documents apart; the documents
 are written with megatron-core's ``IndexedDatasetBuilder`` and built with MB's provider
 (:mod:`harness.adapters.pretrain`), and every training and validation sample is held to the checks
 of the ``pretraining_dataset`` suite (suites/_pretrain.py). A drawn case is an
@@ -18,12 +20,14 @@ from __future__ import annotations
 import random
 from typing import Any
 
+from harness.errors import Untestable
 from harness.oracle import tokenizer
 from harness.oracle.impact import Impact, require
 from suites._explore import ExploredCase, named
 
 # sample lengths: small, so that a few short documents already span several samples
 PRETRAIN_SEQS = (16, 32, 64)
+STEP_SAMPLES = 8  # training samples a drawn step variant hands the model, one micro-batch each
 
 
 def pretrain_cases() -> Any:
@@ -49,9 +53,26 @@ def pretrain_cases() -> Any:
             "reset_attention_mask": d(st.booleans()),
             "keep_partial_validation": d(st.booleans()),
         }
+        # with reset_attention_mask, what MB's step hands the model is checked too, for a drawn step variant
+        steps = step_variants()
+        fields["step"] = d(st.sampled_from(("", *steps))) if fields["reset_attention_mask"] and steps else ""
         return named(ExploredCase(id="", kind="prompt", pretrain=True, **fields))
 
     return draw()
+
+
+def step_variants() -> tuple[str, ...]:
+    """The step variants (suites/_pretrain.STEP) this MB and megatron-core can run (none: no step check)."""
+    from suites import _pretrain
+
+    out = []
+    for name in _pretrain.STEP:
+        try:
+            _pretrain.step_knobs(name)
+        except Untestable:
+            continue
+        out.append(name)
+    return tuple(out)
 
 
 def documents(case: ExploredCase) -> tuple[str, ...]:
@@ -67,12 +88,15 @@ def documents(case: ExploredCase) -> tuple[str, ...]:
 
 
 def knobs(case: ExploredCase) -> dict[str, Any]:
-    """The ``GPTDatasetConfig`` packing knobs the case sets."""
+    """The ``GPTDatasetConfig`` packing knobs the case sets (and its step variant's fields)."""
+    from suites import _pretrain
+
     return {
         "eod_mask_loss": case.eod_mask_loss,
         "reset_position_ids": case.reset_position_ids,
         "reset_attention_mask": case.reset_attention_mask,
         "drop_last_partial_validation_sequence": not case.keep_partial_validation,
+        **(_pretrain.step_knobs(case.step) if case.step else {}),
     }
 
 
@@ -94,6 +118,9 @@ def check(case: ExploredCase) -> dict[str, Any]:
             if _pretrain.check_sample(f"{split} sample {k}", ds[k], build.documents, knobs(case), eod, pad)
         ]
     require(not padded["train"], Impact.TRAINS_PADDING, f"training samples padded: {padded['train']}")
+    seen: list[dict[str, Any]] = []
+    if case.step:
+        _, seen = _pretrain.check_step(build, STEP_SAMPLES, eod)
     if not case.keep_partial_validation:
         require(
             not padded["validation"],
@@ -105,5 +132,6 @@ def check(case: ExploredCase) -> dict[str, Any]:
             s: len(ds) if ds is not None else 0 for s, ds in (("train", build.train), ("validation", build.valid))
         },
         "padded_validation": padded["validation"],
+        "step": seen,
         "train": [_pretrain.plain(build.train[k], "tokens") for k in range(len(build.train))],
     }

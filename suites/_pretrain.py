@@ -4,7 +4,8 @@
 The reference is the data itself, not the dataset's own index: a sample's tokens and labels are a
 window of the document stream (the tail of one document, whole documents, the head of the next),
 its loss mask trains every real label (but an EOD input with ``eod_mask_loss``) and never padding,
-its position ids restart after EOD with ``reset_position_ids``, and with ``reset_attention_mask``
+its position ids restart after EOD with ``reset_position_ids`` (or megatron-core's
+``inter_document_masking``, which makes each document its own sequence), and with ``reset_attention_mask``
 no token attends to another document.
 """
 
@@ -12,7 +13,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from harness.oracle.impact import Impact, require
+from harness.errors import Untestable
+from harness.oracle.impact import Impact, fail, require
 
 
 def plain(sample: dict[str, Any], key: str) -> list[Any]:
@@ -74,11 +76,22 @@ def check_sample(where: str, s: dict[str, Any], docs: list[list[int]], knobs: di
             )
             if where.startswith("validation"):  # nothing trains there: the validation loss is off
                 impact = Impact.WRONG_LOSS_NORMALISATION
-            require(False, impact, f"{where}: position {i} (token {tokens[i]}) loss mask {mask[i]}, documented {want}")
+            # megatron-core serves one cached mask when no knob makes it depend on the data: said, so that a
+            # failure names the configuration it happened in
+            cached = not any(knobs.get(k) for k in ("eod_mask_loss", "reset_position_ids", "reset_attention_mask"))
+            require(
+                False,
+                impact,
+                f"{where}: position {i} (token {tokens[i]}) loss mask {mask[i]}, documented {want}"
+                + (" (a mask megatron-core caches: no eod_mask_loss, no resets)" if cached else ""),
+            )
+    # megatron-core's inter_document_masking makes each document its own sequence (its cu_seqlens), and
+    # resets the position ids per document as reset_position_ids does ("Reset position IDs per document")
+    restart = knobs.get("reset_position_ids") or knobs.get("inter_document_masking")
     want_pos, p = [], 0
     for i in range(seq):
         want_pos.append(p)
-        p = 0 if (knobs.get("reset_position_ids") and tokens[i] == eod) else p + 1
+        p = 0 if (restart and tokens[i] == eod) else p + 1
     require(
         pos[:n_real] == want_pos[:n_real],
         Impact.WRONG_LOGITS,
@@ -98,3 +111,82 @@ def check_sample(where: str, s: dict[str, Any], docs: list[list[int]], knobs: di
                     f"token {j} (document {doc_of[j]})",
                 )
     return padded
+
+
+# reset_attention_mask asks that no token attend to another document; MB's step decides whether the
+# dataset's mask reaches the model (skip_getting_attention_mask_from_dataset, MB's default True)
+STEP = {
+    "dataset-mask": {"skip_getting_attention_mask_from_dataset": False},
+    "default": {},
+    "inter-document-masking": {"inter_document_masking": True},
+}
+
+
+def core_dataset_fields() -> set[str]:
+    """The fields of megatron-core's ``GPTDatasetConfig`` (``inter_document_masking`` is in newer ones)."""
+    from dataclasses import fields
+
+    from megatron.core.datasets.gpt_dataset import GPTDatasetConfig
+
+    return {f.name for f in fields(GPTDatasetConfig)}
+
+
+def step_knobs(name: str) -> dict[str, Any]:
+    """The config fields of step variant ``name`` (:data:`STEP`); untestable where megatron-core lacks them,
+    and where MB's step cannot be reached (:mod:`harness.adapters.pretrainstep`)."""
+    from harness.adapters.pretrainstep import pretrain_step_attention
+
+    pretrain_step_attention.resolved  # noqa: B018
+    if "inter_document_masking" in STEP[name] and "inter_document_masking" not in core_dataset_fields():
+        raise Untestable("megatron-core's GPTDatasetConfig has no inter_document_masking (Megatron-LM 2026-06-28)")
+    return STEP[name]
+
+
+def check_step(build: Any, samples: int, eod: int) -> tuple[list[int], list[dict[str, Any]]]:
+    """What MB's ``gpt_step.get_batch`` hands the model for each of the first ``samples`` training samples
+    (one per micro-batch) of a ``reset_attention_mask`` build keeps documents apart: a mask that blocks
+    every earlier document, or packed boundaries that cover the row with one at every document start
+    (raises on a violation). Returns the samples that hold two documents, and what the model got."""
+    from harness.adapters.pretrainstep import pretrain_step_attention
+
+    crossing, seen = [], []
+    for r in range(min(samples, len(build.train))):
+        sample = build.train[r]
+        tokens = sample["tokens"].tolist()
+        ends = [k for k, t in enumerate(tokens[:-1]) if t == eod]  # a document ends here, another starts after
+        got = pretrain_step_attention([sample], build.config)
+        seen.append({"mask": got.attention_mask is not None, "boundaries": got.boundaries})
+        if not ends:
+            continue
+        crossing.append(r)
+        if got.boundaries is not None:
+            starts = sorted({0, *(e + 1 for e in ends), len(tokens)})
+            # THD kernels refuse boundaries that do not cover the row (empty ones included)
+            require(
+                got.boundaries[:1] == [0] and got.boundaries[-1:] == [len(tokens)],
+                Impact.CRASH,
+                f"sample {r}: the model's boundaries {got.boundaries} do not cover its {len(tokens)} tokens",
+            )
+            require(
+                sorted(set(got.boundaries)) == starts,
+                Impact.CROSS_DOCUMENT_ATTENTION,
+                f"sample {r}: the model's boundaries {got.boundaries}, the documents start at {starts}",
+            )
+            continue
+        if got.attention_mask is None:
+            raise fail(
+                Impact.CROSS_DOCUMENT_ATTENTION,
+                f"reset_attention_mask=True with skip_getting_attention_mask_from_dataset="
+                f"{getattr(build.config, 'skip_getting_attention_mask_from_dataset', None)}, but the model gets no "
+                f"attention mask and no boundaries (the backend's "
+                f"causal mask): in sample {r} token {ends[0] + 1} attends to the document that ends at {ends[0]}",
+            )
+        mask = got.attention_mask[0, 0]
+        for e in ends:
+            may = [(i, j) for i in range(e + 1, len(tokens)) for j in range(e + 1) if not bool(mask[i, j])]
+            if may:
+                raise fail(
+                    Impact.CROSS_DOCUMENT_ATTENTION,
+                    f"sample {r}: token {may[0][0]} may attend to {may[0][1]} across the document end at {e}",
+                )
+    return crossing, seen

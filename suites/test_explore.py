@@ -147,6 +147,7 @@ def test_explore_direct_sft(known_bug):
 
 
 @pytest.mark.drawn
+@pytest.mark.import_group("full")  # a drawn step variant runs MB's gpt_step and MCore's parallel state
 def test_explore_pretraining(known_bug):
     """Drawn documents packed into pretraining samples (megatron-core's GPTDataset through MB's config)
     hold the pretraining checks."""

@@ -27,8 +27,6 @@ from typing import Any
 import pytest
 
 from harness.adapters import pretrain, rules, sft
-from harness.adapters.pretrainstep import pretrain_step_attention
-from harness.errors import Untestable
 from harness.oracle import corpus, tokenizer
 from harness.oracle.impact import Impact, fail, require
 from suites import _oracle, _pretrain
@@ -165,75 +163,17 @@ def test_an_undefined_eod_mask_loss_is_refused(golden):
     raise fail(Impact.ACCEPTS_INVALID_CONFIG, "eod_mask_loss=None (undefined) was accepted: EOD's loss is a guess")
 
 
-# reset_attention_mask asks that no token attend to another document; MB's step decides whether the
-# dataset's mask reaches the model (skip_getting_attention_mask_from_dataset, MB's default True)
-STEP = {
-    "dataset-mask": {"skip_getting_attention_mask_from_dataset": False},
-    "default": {},
-    "inter-document-masking": {"inter_document_masking": True},
-}
-
-
-def _core_dataset_fields() -> set[str]:
-    from dataclasses import fields
-
-    from megatron.core.datasets.gpt_dataset import GPTDatasetConfig
-
-    return {f.name for f in fields(GPTDatasetConfig)}
-
-
 @pytest.mark.import_group("full")  # MB's gpt_step and MCore's parallel state
-@pytest.mark.parametrize("name", sorted(STEP))
+@pytest.mark.parametrize("name", sorted(_pretrain.STEP))
 def test_step_keeps_documents_apart(golden, name):
     """With ``reset_attention_mask`` what MB's ``get_batch`` hands the model attends within documents:
     a mask that blocks every earlier document, or packed boundaries at every document start.
     One sample per micro-batch (packed boundaries need micro-batch 1)."""
-    pretrain_step_attention.resolved  # noqa: B018
-    if "inter_document_masking" in STEP[name] and "inter_document_masking" not in _core_dataset_fields():
-        raise Untestable("megatron-core's GPTDatasetConfig has no inter_document_masking (Megatron-LM 2026-06-28)")
     seq, knobs = CASES["seq64-reset-positions-and-attention"]
     texts = tuple(f"{e['input']} {e['output']}" for e in corpus.examples(CORPUS))
-    req = pretrain.PretrainRequest(texts, _oracle.load_tokenizer(), seq, knobs={**knobs, **STEP[name]})
+    req = pretrain.PretrainRequest(texts, _oracle.load_tokenizer(), seq, knobs={**knobs, **_pretrain.step_knobs(name)})
     build = pretrain.pretraining_splits(req)
-    eod = int(_oracle.load_tokenizer().eod)
-    crossing, seen = [], []
-    for r in range(min(4, len(build.train))):
-        sample = build.train[r]
-        tokens = sample["tokens"].tolist()
-        ends = [k for k, t in enumerate(tokens[:-1]) if t == eod]  # a document ends here, another starts after
-        got = pretrain_step_attention([sample], build.config)
-        seen.append({"mask": got.attention_mask is not None, "boundaries": got.boundaries})
-        if not ends:
-            continue
-        crossing.append(r)
-        if got.boundaries is not None:
-            starts = sorted({0, *(e + 1 for e in ends), len(tokens)})
-            # THD kernels refuse boundaries that do not cover the row (empty ones included)
-            require(
-                got.boundaries[:1] == [0] and got.boundaries[-1:] == [len(tokens)],
-                Impact.CRASH,
-                f"sample {r}: the model's boundaries {got.boundaries} do not cover its {len(tokens)} tokens",
-            )
-            require(
-                sorted(set(got.boundaries)) == starts,
-                Impact.CROSS_DOCUMENT_ATTENTION,
-                f"sample {r}: the model's boundaries {got.boundaries}, the documents start at {starts}",
-            )
-            continue
-        if got.attention_mask is None:
-            raise fail(
-                Impact.CROSS_DOCUMENT_ATTENTION,
-                f"reset_attention_mask=True, but the model gets no attention mask and no boundaries (the backend's "
-                f"causal mask): in sample {r} token {ends[0] + 1} attends to the document that ends at {ends[0]}",
-            )
-        mask = got.attention_mask[0, 0]
-        for e in ends:
-            may = [(i, j) for i in range(e + 1, len(tokens)) for j in range(e + 1) if not bool(mask[i, j])]
-            if may:
-                raise fail(
-                    Impact.CROSS_DOCUMENT_ATTENTION,
-                    f"sample {r}: token {may[0][0]} may attend to {may[0][1]} across the document end at {e}",
-                )
+    crossing, seen = _pretrain.check_step(build, 4, int(_oracle.load_tokenizer().eod))
     if not crossing:  # the input's fault: the case would test nothing
         raise RuntimeError("no sample holds two documents")
     golden.check({"samples_with_two_documents": crossing, "seen": seen})

@@ -166,6 +166,7 @@ def test_pretrain_cases_are_gpt_dataset_configs_with_edge_lengths():
             assert all(case.min_words <= n <= case.max_words for n in lengths)
         knobs = _explore_pretrain.knobs(case)
         assert knobs["drop_last_partial_validation_sequence"] is not case.keep_partial_validation
+        assert case.step == "" or (case.reset_attention_mask and case.step in _explore_pretrain.step_variants())
 
 
 def test_a_known_bug_does_not_end_the_search(monkeypatch):
