@@ -5,6 +5,8 @@ Documented rules (MB's config docs and docs/training/packed-sequences.md):
 * finetuning with CP > 1 needs per-token loss and no ``average_in_collective``;
 * offline packing needs micro-batch size 1; in-batch packing needs micro-batch size > 1;
 * offline and in-batch packing are mutually exclusive;
+* ``enable_offline_packing`` and ``offline_packing_specs`` come together (either alone is refused;
+  eras before the flag: untestable through the feature ledger);
 * ``pad_cu_seqlens`` needs ``pad_to_max_length``.
 
 Each invalid case breaks one rule (offline with in-batch packing also breaks one of the two
@@ -71,6 +73,20 @@ CASES: list[tuple[str, Spec, Rule | None, str | None]] = [
         Spec(offline_packing_size=512, in_batch_packing=True, micro_batch_size=4),
         Rule.OFFLINE_IN_BATCH_EXCLUSIVE,
         "in_batch_mbs4",
+    ),
+    # the enable_offline_packing flag and the specs it switches on must come together (since 814ad79af): specs
+    # that are set but not enabled would leave a user believing packing is on
+    (
+        "offline_enabled_without_specs",
+        Spec(offline_enabled=True),
+        Rule.OFFLINE_FLAG_NEEDS_SPECS,
+        "offline_mbs1",
+    ),
+    (
+        "offline_specs_not_enabled",
+        Spec(offline_packing_size=512, offline_enabled=False),
+        Rule.OFFLINE_SPECS_NEED_FLAG,
+        "offline_mbs1",
     ),
     (
         "pad_cu_seqlens_without_pad_to_max_length",

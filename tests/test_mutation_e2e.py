@@ -131,6 +131,12 @@ CHECKS = {
         "test_packed_shards_the_user_names and glob",
         "IndexError",
     ),
+    # specs set with the offline flag off: accepted when neither copy of the rule refuses them
+    "offline_specs_without_flag_accepted": (
+        "config_validation",
+        "offline_specs_not_enabled",
+        "offline-specs-need-flag does not hold",
+    ),
     # packing preparation then keeps examples longer than the pack, and MB's packing raises on them
     "constructor_seq_length_dropped": (
         "offline_packed_dataset",
@@ -216,6 +222,7 @@ LAYERS = {
     "default_pack_size_prepared": "config",
     "parquet_shards_beyond_the_first_dropped": "preparation",
     "parquet_row_group_cache_forward_only": "preparation",
+    "offline_specs_without_flag_accepted": "config",
 }
 
 

@@ -38,6 +38,8 @@ class Rule(enum.StrEnum):
     NAMED_PACKED_FILE_EXISTS = "named-packed-file-must-exist"  # PackedSequenceSpecs.packed_*_path
     EOD_MASK_LOSS_DEFINED = "eod-mask-loss-must-be-defined"  # GPTDatasetConfig: EOD's loss policy stated
     PACK_SIZE_POSITIVE = "offline-pack-size-positive"  # offline packing specs that pack nothing (2026 configs)
+    OFFLINE_FLAG_NEEDS_SPECS = "offline-flag-needs-specs"  # enable_offline_packing without PackedSequenceSpecs
+    OFFLINE_SPECS_NEED_FLAG = "offline-specs-need-flag"  # PackedSequenceSpecs with enable_offline_packing off
 
 
 SIGNATURES: dict[Rule, re.Pattern[str]] = {
@@ -59,6 +61,8 @@ SIGNATURES: dict[Rule, re.Pattern[str]] = {
     ),
     Rule.EOD_MASK_LOSS_DEFINED: re.compile(r"eod_mask_loss must be defined"),
     Rule.PACK_SIZE_POSITIVE: re.compile(r"packed_sequence_size must be greater than 0"),
+    Rule.OFFLINE_FLAG_NEEDS_SPECS: re.compile(r"offline_packing_specs must be set when enable_offline_packing"),
+    Rule.OFFLINE_SPECS_NEED_FLAG: re.compile(r"enable_offline_packing must be true when offline_packing_specs is set"),
 }
 
 
