@@ -219,3 +219,59 @@ def test_padded_without_packing(golden, ref, first, rows, knobs):
         if types.shape != got["tokens"].shape or bool((types[:, width:] != 0).any()):
             raise fail(Impact.WRONG_LOGITS, f"mm_token_type_ids padded to {tuple(types.shape)} with other than 0")
     golden.check({"width": got_width, "kept": kept})
+
+
+# Nemotron Omni packs in its own collate (harness/adapters/omni.py). Its processor is remote code: the
+# cases hand it Qwen2.5-VL's processor, written offline, and text-only chats, which no MB producer pairs
+OMNI_PROCESSOR = "Nemotron Omni's processor is remote code: another model's processor (Qwen2.5-VL) stands in"
+# (id, corpus seed, conversations, (CP, TP, SP), seq_length; with pad_to_max_length the packed row is exactly that)
+OMNI_CASES = [
+    ("omni-cp2", 97, 4, (2, 1, False), 4096, False),
+    ("omni-tp2-sp", 98, 3, (1, 2, True), 4096, False),
+    ("omni-cp2-pad-to-max", 99, 3, (2, 1, False), 256, True),
+]
+
+
+@pytest.mark.hypothetical(OMNI_PROCESSOR)
+@pytest.mark.parametrize(
+    "seed,n,layout,seq_length,pad_to_max", [c[1:] for c in OMNI_CASES], ids=[c[0] for c in OMNI_CASES]
+)
+def test_omni_collate_packs_as_its_unpacked_path(golden, seed, n, layout, seq_length, pad_to_max):
+    """Nemotron Omni's task encoder with in-batch packing, at the multiple MB chooses for the layout: its
+    one THD row holds every conversation as the same encoder without packing collates it, per real token
+    (tokens, labels, loss mask, position ids), each on the multiple's grid, its padding untrained; with
+    ``pad_to_max_length`` the row is exactly ``seq_length`` wide (a fixed shape for pipeline stages)."""
+    from transformers import AutoProcessor
+
+    from harness.adapters import cp as cp_ops
+    from harness.adapters.chatcollate import Example
+    from harness.adapters.omni import omni_collate
+    from harness.oracle import corpus, differential, tokenizer, vlprocessor
+
+    omni_collate.resolved  # noqa: B018 - an era without the encoder's packing: untestable before anything is built
+    multiple = cp_ops.collate_padding_multiple(*layout, in_batch=True)["multiple"]
+    spec = corpus.CorpusSpec(seed=seed, n=n, layout="chat", eos_inside_rate=0.0, eos_last_rate=0.0)
+    chats = [{"conversation": row["messages"]} for row in corpus.examples(spec)]
+    processor = AutoProcessor.from_pretrained(str(vlprocessor.write_processor_dir()))
+    ref = omni_collate(chats, processor, seq_length, pad_to_multiple_of=1)
+    examples = []
+    for r in range(ref["tokens"].shape[0]):
+        real = int(ref["attention_mask"][r].sum())
+        tokens, labels, loss_mask, positions = (
+            tuple(int(x) for x in ref[k][r, :real].tolist()) for k in ("tokens", "labels", "loss_mask", "position_ids")
+        )
+        examples.append(Example(f"#{r}", tokens, labels, loss_mask, positions))
+    packed = omni_collate(
+        chats,
+        processor,
+        seq_length,
+        enable_in_batch_packing=True,
+        in_batch_packing_pad_to_multiple_of=multiple,
+        pad_to_max_length=pad_to_max,
+    )
+    (row,) = batch_ops.packed_rows(packed)
+    if pad_to_max and len(row.tokens) != seq_length:
+        raise fail(Impact.CRASH, f"pad_to_max_length: the packed row is {len(row.tokens)} wide, not {seq_length}")
+    ids = tokenizer.special_ids(_oracle.load_tokenizer())
+    differential.compare([row], examples, pad_seq_to_mult=multiple, special_ids=ids).assert_ok()
+    golden.check({"multiple": multiple, "cu_seqlens_q_padded": list(row.cu_seqlens_q_padded or ())})

@@ -137,6 +137,12 @@ CHECKS = {
         "offline_specs_not_enabled",
         "offline-specs-need-flag does not hold",
     ),
+    # Nemotron Omni's own in-batch packing (hypothetical tier: another model's processor stands in)
+    "omni_packing_alignment_padding_trains": (
+        "in_batch_packing",
+        "test_omni_collate_packs_as_its_unpacked_path and omni-cp2",
+        "padding-never-trains",
+    ),
     # packing preparation then keeps examples longer than the pack, and MB's packing raises on them
     "constructor_seq_length_dropped": (
         "offline_packed_dataset",
@@ -223,6 +229,7 @@ LAYERS = {
     "parquet_shards_beyond_the_first_dropped": "preparation",
     "parquet_row_group_cache_forward_only": "preparation",
     "offline_specs_without_flag_accepted": "config",
+    "omni_packing_alignment_padding_trains": "in_batch",
 }
 
 

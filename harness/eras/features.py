@@ -86,6 +86,15 @@ FEATURES: dict[str, Feature] = {
             r"enable_offline_packing",
         ),
         Feature(
+            "omni-in-batch-collate",
+            "Nemotron Omni's task encoder with in-batch packing knobs (NemotronOmniTaskEncoder "
+            "enable_in_batch_packing, in_batch_packing_pad_to_multiple_of)",
+            "ebd55d7bc",
+            "2026-06-25",
+            "src/megatron/bridge/data/energon/nemotron_omni_task_encoder.py",
+            r"in_batch_packing_pad_to_multiple_of",
+        ),
+        Feature(
             "collate-cp-multiple",
             "collate pad_to_multiple_of aligned to CP/SP by the data/builders collate configs "
             "(seq_length checked against it, a multiple that serves an evaluation CP)",
