@@ -9,6 +9,8 @@ encoding of the sample's text:
 
 * exactly ``encoder_seq_lengths`` placeholders, at the start, when the image is present (its
   processed pixels beside), none otherwise (``wrong-logits``: embeddings would land on text);
+  with MB's default (no length named for the modality) at least one, at the start, the same count
+  in every sample (the golden pins how many);
 * then the text's tokens, as many as fit; the row is ``seq_length`` wide;
 * labels are the next tokens; the loss trains every text target and nothing else: no placeholder
   target, no padding, not the last position;
@@ -31,8 +33,13 @@ pytestmark = pytest.mark.import_group("light")
 
 PLACEHOLDER = "<|im_start|>"  # a special token of the offline tokenizer, as MIMO recipes reserve one
 PROMPT = " ".join(tokenizer.WORDS[:5])
-# (id, seq_length, encoder_seq_length)
-CASES = [("seq48-enc8", 48, 8), ("seq32-enc16", 32, 16), ("seq12-enc8-truncated", 12, 8)]
+# (id, seq_length, encoder_seq_length; None: MB's default, no length named for the modality)
+CASES = [
+    ("seq48-enc8", 48, 8),
+    ("seq32-enc16", 32, 16),
+    ("seq12-enc8-truncated", 12, 8),
+    ("seq24-enc-default", 24, None),
+]
 
 
 @functools.cache
@@ -43,7 +50,7 @@ def _text_ids(i: int) -> list[int]:
     return list(tok(f"{PROMPT} Sample {i}.")["input_ids"])  # the mock provider's text of sample i
 
 
-def _samples(seq: int, enc: int) -> mimo.MimoSamples:
+def _samples(seq: int, enc: int | None) -> mimo.MimoSamples:
     req = mimo.MimoRequest(tokenizer.write_tokenizer_dir(), seq, tokenizer.vocab()[PLACEHOLDER], enc, PROMPT)
     return mimo.mimo_samples(req)
 
@@ -54,6 +61,7 @@ def test_placeholders_text_and_padding(golden, seq, enc):
     samples = built.samples
     require(samples, Impact.CRASH, "MB built no MIMO samples")
     seen = [_check_sample(i, s, seq, enc, _text_ids(i)) for i, s in enumerate(samples)]
+    _same_default_count(seen, enc)
     want = {True, False} if built.mixed else {True}  # before modality_presence_prob every sample has it
     if {x["image"] for x in seen} != want:
         raise RuntimeError(f"the case needs samples with and without the image (presence 0.5): {seen}")
@@ -62,13 +70,26 @@ def test_placeholders_text_and_padding(golden, seq, enc):
     golden.check({"samples": seen})
 
 
-def _check_sample(i: int, s: dict, seq: int, enc: int, text_ids: list[int]) -> dict[str, Any]:
-    """One sample: its placeholders first, then its text's tokens, ``seq`` wide, text targets trained."""
+def _leading(ids: list[int], token: int) -> int:
+    return next((k for k, t in enumerate(ids) if t != token), len(ids))
+
+
+def _same_default_count(seen: list[dict[str, Any]], enc: int | None) -> None:
+    """Under MB's default length every sample with the image holds the same number of placeholders:
+    one encoder, one output length."""
+    counts = {x["placeholders"] for x in seen if x["image"]}
+    if enc is None and len(counts) > 1:
+        raise fail(Impact.WRONG_LOGITS, f"placeholder counts {sorted(counts)} differ between samples of one encoder")
+
+
+def _check_sample(i: int, s: dict, seq: int, enc: int | None, text_ids: list[int]) -> dict[str, Any]:
+    """One sample: its placeholders first, then its text's tokens, ``seq`` wide, text targets trained.
+    ``enc`` None: MB's default length, at least one placeholder (how many is reported, for the golden)."""
     placeholder = tokenizer.vocab()[PLACEHOLDER]
     ids, labels = s["input_ids"].tolist(), s["labels"].tolist()
     mask = s["loss_mask"].tolist() if "loss_mask" in s else []
     present = "vision" in (s.get("modality_inputs") or {})
-    n_ph = enc if present else 0
+    n_ph = (enc if enc is not None else max(1, _leading(ids, placeholder))) if present else 0
     require(len(ids) == seq, Impact.CRASH, f"sample {i}: {len(ids)} tokens, seq_length {seq}")
     require(
         ids[:n_ph] == [placeholder] * n_ph and ids[n_ph:].count(placeholder) == 0,
@@ -83,8 +104,11 @@ def _check_sample(i: int, s: dict, seq: int, enc: int, text_ids: list[int]) -> d
         Impact.WRONG_TARGETS,
         f"sample {i}: text tokens {ids[n_ph:n_real]}, the tokenizer's {text}",
     )
+    shown: dict[str, Any] = {"image": present, "real": n_real}
+    if enc is None:  # MB's default count: pinned by the golden (a change is a change, not a break)
+        shown["placeholders"] = n_ph
     if "loss_mask" not in s:  # the dataset's own loss policy came later (checked by the caller, from its era)
-        return {"image": present, "real": n_real}
+        return shown
     for k in range(seq):
         trains = k + 1 < n_real and ids[k + 1] != placeholder
         if bool(mask[k]) != trains:
@@ -92,7 +116,7 @@ def _check_sample(i: int, s: dict, seq: int, enc: int, text_ids: list[int]) -> d
             raise fail(impact, f"sample {i} position {k}: loss mask {mask[k]}, documented {float(trains)}")
         if trains and labels[k] != ids[k + 1]:
             raise fail(Impact.WRONG_TARGETS, f"sample {i} position {k}: label {labels[k]}, next token {ids[k + 1]}")
-    return {"image": present, "real": n_real}
+    return shown
 
 
 def test_no_room_for_text_is_refused():
@@ -107,7 +131,11 @@ def test_no_room_for_text_is_refused():
 
 
 # (id, seq_length, encoder_seq_length): a user's image folder through the Hugging Face provider
-HF_CASES = [("imagefolder-seq40-enc8", 40, 8), ("imagefolder-seq12-enc4-truncated", 12, 4)]
+HF_CASES = [
+    ("imagefolder-seq40-enc8", 40, 8),
+    ("imagefolder-seq12-enc4-truncated", 12, 4),
+    ("imagefolder-seq24-enc-default", 24, None),
+]
 
 
 @pytest.mark.parametrize("seq,enc", [c[1:] for c in HF_CASES], ids=[c[0] for c in HF_CASES])
@@ -132,4 +160,5 @@ def test_hf_provider_over_a_local_image_folder(golden, seq, enc):
         if "loss_mask" not in s:
             raise features.missing("mimo-dataset-loss-mask", "the MIMO dataset emits no labels shift or loss mask")
         seen.append(_check_sample(i, s, seq, enc, list(tok(texts[row])["input_ids"])))
+    _same_default_count(seen, enc)
     golden.check({"samples": seen})

@@ -32,7 +32,7 @@ class MimoRequest:
     tokenizer_dir: Path
     seq_length: int
     placeholder_id: int
-    encoder_seq_length: int
+    encoder_seq_length: int | None  # None: MB's default (no entry for the modality)
     text_prompt: str
     samples: int = 6
     presence: float = 0.5  # probability that a sample holds an image
@@ -52,6 +52,11 @@ def image_processor_dir() -> Path:
 class MimoSamples:
     samples: list[dict[str, Any]]
     mixed: bool  # the era samples the image's presence (modality_presence_prob); else every sample has it
+
+
+def _encoder_lengths(length: int | None) -> dict[str, Any]:
+    """The provider's ``encoder_seq_lengths`` keyword: none at all for MB's default (an empty mapping)."""
+    return {} if length is None else {"encoder_seq_lengths": {"vision": length}}
 
 
 def _context_cls() -> Any:
@@ -77,7 +82,7 @@ def _probe(module: str, name: str) -> Callable[[], Callable[[MimoRequest], MimoS
                 processor_paths={"vision": str(image_processor_dir())},
                 tokenizer_path=str(req.tokenizer_dir),
                 special_token_ids={"vision": req.placeholder_id},
-                encoder_seq_lengths={"vision": req.encoder_seq_length},
+                **_encoder_lengths(req.encoder_seq_length),
                 modality_configs={"vision": {"type": "image", "width": 40, "height": 40}},
                 text_prompt=req.text_prompt,
                 **({"modality_presence_prob": {"vision": req.presence}} if mixed else {}),
@@ -114,7 +119,7 @@ class MimoHFRequest:
     tokenizer_dir: Path
     seq_length: int
     placeholder_id: int
-    encoder_seq_length: int
+    encoder_seq_length: int | None  # None: MB's default (no entry for the modality)
     texts: tuple[str, ...]  # one image and one text per sample
 
 
@@ -150,7 +155,7 @@ def _hf_probe(module: str, name: str) -> Callable[[], Callable[[MimoHFRequest], 
                 hf_tokenizer_path=str(req.tokenizer_dir),
                 processor_paths={"vision": str(image_processor_dir())},
                 special_token_ids={"vision": req.placeholder_id},
-                encoder_seq_lengths={"vision": req.encoder_seq_length},
+                **_encoder_lengths(req.encoder_seq_length),
                 modality_columns={"vision": "image"},
                 trust_remote_code=False,
             )
