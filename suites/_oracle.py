@@ -39,11 +39,21 @@ class SFTCase:
     seq: int = SEQ  # sequence length = pack size (exploration varies it)
     truncation_method: str | None = None  # an overlong prompt cut "left" or "right" (None: MB's default)
     packing_algorithm: str | None = None  # handed to MB's packing preparation (None: MB's default)
+    truncation_field: str | None = None  # the template field cut first (None: MB's builder default, the prompt)
+    prompt_key: str = "input"  # the rows' prompt field (a user's own template "{<key>} {output}")
+    long_answer_rate: float = 0.0  # answers longer than the pack (for a cut answer field)
 
     @property
     def corpus(self) -> corpus.CorpusSpec:
         layout = "chat" if self.kind == "chat" else "prompt"
-        return corpus.CorpusSpec(seed=self.seed, n=self.n, layout=layout, long_rate=self.long_rate)
+        return corpus.CorpusSpec(
+            seed=self.seed,
+            n=self.n,
+            layout=layout,
+            long_rate=self.long_rate,
+            long_answer_rate=self.long_answer_rate,
+            prompt_key=self.prompt_key,
+        )
 
     @property
     def packing(self) -> sft.OfflinePacking:
@@ -74,6 +84,8 @@ class CleanCase(SFTCase):
             n=base.n,
             layout=base.layout,
             long_rate=base.long_rate,
+            long_answer_rate=base.long_answer_rate,
+            prompt_key=base.prompt_key,
             eos_inside_rate=0.0,
             eos_last_rate=0.0,
         )
@@ -192,6 +204,8 @@ def request(case: SFTCase, root: Path, **over: Any) -> sft.SFTRequest:
         "seed": case.seed if case.mb_seed is None else case.mb_seed,
         "max_train_samples": case.max_samples,
         "truncation_method": case.truncation_method,
+        "truncation_field": case.truncation_field,
+        "prompt_key": case.prompt_key,
     }
     fields.update(over)
     return sft.SFTRequest(root, load_tokenizer(case.distinct_eod), case.seq, **fields)

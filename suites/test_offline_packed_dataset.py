@@ -176,9 +176,35 @@ def test_deterministic_and_rng_independent(golden, kind):
     golden.check({"rows": first})
 
 
-# overlong prompts (80 words, a 64-token pack) cut on either side; no literal EOS (0.6.2's known EOS bug)
+# overlong prompts (80 words, a 64-token pack) cut on either side; no literal EOS (0.6.2's known EOS bug);
+# truncation_field: the user's own "{text} {output}" template cutting its text, and the answer named
+# as the field to cut (overlong answers)
 TRUNCATION_CASES = [
     _oracle.CleanCase("prompt-left-truncation", seed=61, long_rate=0.4, truncation_method="left"),
+    _oracle.CleanCase(
+        "text-field-right-truncation",
+        seed=64,
+        long_rate=0.4,
+        truncation_method="right",
+        prompt_key="text",
+        truncation_field="text",
+    ),
+    _oracle.CleanCase(
+        "answer-field-right-truncation",
+        seed=67,
+        long_rate=0.0,
+        long_answer_rate=0.4,
+        truncation_method="right",
+        truncation_field="output",
+    ),
+    _oracle.CleanCase(
+        "answer-field-left-truncation",
+        seed=67,
+        long_rate=0.0,
+        long_answer_rate=0.4,
+        truncation_method="left",
+        truncation_field="output",
+    ),
     _oracle.CleanCase(
         "completion-left-truncation", seed=62, kind="completion", long_rate=0.4, truncation_method="left"
     ),
@@ -190,15 +216,17 @@ TRUNCATION_CASES = [
 
 @pytest.mark.parametrize("case", TRUNCATION_CASES, ids=[c.id for c in TRUNCATION_CASES])
 def test_truncation_keeps_the_side_asked_for(golden, case):
-    """``truncation_method``: packed rows equal MB's unpacked path (oracle), and every overlong example
-    kept the side of its prompt the user asked for, with its whole answer."""
+    """``truncation_method`` and ``truncation_field``: packed rows equal MB's unpacked path (oracle),
+    and every overlong example kept the side of its prompt the user asked for, with its whole
+    answer; with the answer as the field to cut, its whole prompt and the answer's side asked for."""
     b = _oracle.built(case)
     b.report.assert_ok()
     full = _oracle.reference(dataclasses.replace(case, id=case.id + "-whole", seq=1024, truncation_method=None))
     assert len(full) == len(b.examples), f"{len(b.examples)} examples truncated, {len(full)} whole"
     cut = 0
     for k, (ex, whole) in enumerate(zip(b.examples, full)):
-        cut += truncation.check_kept_side(
+        check = truncation.check_cut_answer if case.truncation_field == "output" else truncation.check_kept_side
+        cut += check(
             f"example {k}", (whole.tokens, whole.loss_mask), (ex.tokens, ex.loss_mask), str(case.truncation_method)
         )
     if not cut:  # the input's fault, not MB's: the case would test nothing

@@ -162,6 +162,11 @@ CHECKS = {
         "test_truncation and prompt-left",
         "truncation_method='left'",
     ),
+    "truncation_field_remapped_to_the_prompt": (
+        "offline_packed_dataset",
+        "test_truncation and answer-field-right",
+        "truncation_field names the answer",
+    ),
     "pp_static_shapes_with_in_batch_packing": ("config_validation", "test_pipeline_shapes", "variable_seq_lengths is"),
     "sequence_tensor_not_packed": ("in_batch_packing", "eos_as_pad", "mm_token_type_ids packed to"),
     # knobs at values no other case sets (issue 25): the preparation's packing_algorithm, the prompt-completion
@@ -198,6 +203,7 @@ LAYERS = {
     "text_collate_pad_to_max_length_ignored": "collate",
     "prompt_truncation_side_swapped": "preparation",
     "legacy_truncation_side_swapped": "preparation",
+    "truncation_field_remapped_to_the_prompt": "preparation",
     "sequence_tensor_not_packed": "in_batch",
     "sampler_drop_last_ignored": "sampler",
     "named_packed_train_path_ignored": "preparation",

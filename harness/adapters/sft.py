@@ -72,12 +72,17 @@ class SFTRequest:
     max_train_samples: int | None = None
     truncation_method: str | None = None  # "left" / "right" for an overlong prompt; None: MB's default
     validation: bool = False  # build the validation split too (do_validation)
+    # the prompt template's prompt field (legacy prompt path): a user's rows name it, "{<key>} {output}"
+    prompt_key: str = "input"
+    truncation_field: str | None = None  # the template fields cut first ("input" is MB's builder default)
 
     def __post_init__(self) -> None:
         if self.kind not in KINDS:
             raise ValueError(f"unknown SFT kind {self.kind!r}; known: {KINDS}")
         if self.truncation_method is not None and self.kind == "chat":
             raise ValueError("chat preprocessing has no truncation_method")
+        if (self.truncation_field is not None or self.prompt_key != "input") and self.kind != "prompt":
+            raise ValueError("prompt_key and truncation_field belong to the legacy prompt-template path")
 
 
 @dataclass
@@ -150,6 +155,10 @@ def _legacy_kwargs(req: SFTRequest) -> dict[str, Any]:
         kwargs["pad_to_max_length"] = True
     if req.truncation_method is not None:  # GPTSFTDataset's truncation of its truncation_field ("input")
         kwargs["truncation_method"] = req.truncation_method
+    if req.prompt_key != "input":  # the user's own template over their rows' fields
+        kwargs["prompt_template"] = f"{{{req.prompt_key}}} {{output}}"
+    if req.truncation_field is not None:
+        kwargs["truncation_field"] = req.truncation_field
     return kwargs
 
 

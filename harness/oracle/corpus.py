@@ -2,7 +2,8 @@
 
 Two layouts, the ones MB's SFT datasets take from a local ``dataset_root``:
 
-* ``prompt``: ``{"input": ..., "output": ...}`` rows (prompt template / prompt-completion paths);
+* ``prompt``: ``{"input": ..., "output": ...}`` rows (prompt template / prompt-completion paths;
+  the prompt's key is ``prompt_key``: a user's own template names its own fields);
 * ``chat``: ``{"messages": [...]}`` multi-turn conversations (chat-template path).
 
 What real data has and a packing bug trips over: a genuine EOS inside an answer and as the last
@@ -41,6 +42,8 @@ class CorpusSpec:
     turn_end_rate: float = 0.2  # an assistant turn holds a literal end-of-turn token (chat)
     long_rate: float = 0.0  # an example longer than ``long_words`` words (truncated by MB)
     long_words: int = 80
+    long_answer_rate: float = 0.0  # an answer longer than ``long_words`` words (prompt layout)
+    prompt_key: str = "input"  # the prompt's field in a prompt-layout row
     max_turns: int = 3  # user/assistant pairs per conversation (chat)
     system_rate: float = 0.5  # a conversation starts with a system turn (chat)
 
@@ -56,7 +59,9 @@ def _words(rng: random.Random, lo: int, hi: int) -> list[str]:
 
 
 def _answer(rng: random.Random, spec: CorpusSpec, extra: str | None = None) -> str:
-    words = _words(rng, max(1, spec.min_words - 1), spec.max_words)
+    # drawn only when asked for: every corpus written before the rate existed stays what it was
+    long = bool(spec.long_answer_rate) and rng.random() < spec.long_answer_rate
+    words = _words(rng, max(1, spec.min_words - 1), spec.long_words if long else spec.max_words)
     if rng.random() < spec.eos_inside_rate and len(words) > 1:
         words.insert(rng.randrange(1, len(words)), EOS)
     if rng.random() < spec.pad_rate:
@@ -82,7 +87,7 @@ def examples(spec: CorpusSpec) -> list[dict[str, Any]]:
     out: list[dict[str, Any]] = []
     for k in range(spec.n):
         if spec.layout == "prompt":
-            out.append({"input": _prompt(rng, spec, k), "output": _answer(rng, spec)})
+            out.append({spec.prompt_key: _prompt(rng, spec, k), "output": _answer(rng, spec)})
             continue
         messages = []
         if rng.random() < spec.system_rate:
