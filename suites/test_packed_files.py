@@ -16,11 +16,13 @@ import functools
 import shutil
 import tempfile
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from harness.adapters import batch as batch_ops
-from harness.adapters import rules, sft
+from harness.adapters import packed_artifact, rules, sft
+from harness.eras import features
 from harness.oracle import corpus
 from harness.oracle.impact import Impact, fail
 from suites import _oracle, _shards
@@ -134,3 +136,69 @@ def test_packed_shards_the_user_names(golden, tmp_path, named):
     first, single = _prepacked(case)
     examples = batch_ops.unpacked_examples(first.prep_reference)
     golden.check(_shards.check(case, first.train, single.train, examples, tmp_path, SHARD_SIZES, named))
+
+
+# what a row's fields mean, for a field that differs between the two loaders
+_FIELD_IMPACT = {"tokens": Impact.WRONG_TARGETS, "labels": Impact.WRONG_TARGETS, "position_ids": Impact.WRONG_LOGITS}
+
+
+def _user_loader(case: _oracle.SFTCase, layout: str, tmp_path: Path, return_cu_seqlen: bool | None) -> Any:
+    """MB's packed dataset class over MB's packed training file of ``case``, as a user's own loader
+    constructs it: the Parquet file MB wrote, or the same rows as a legacy ``.npy`` file."""
+    _first, named = _prepacked(case)
+    opener = packed_artifact.packed_parquet_dataset if layout == "parquet" else packed_artifact.packed_dataset
+    path = named.train
+    if layout == "npy" and path.suffix != ".npy":
+        path = packed_artifact.write_rows_npy(packed_artifact.read_rows(path), tmp_path / "training.npy")
+    elif layout == "parquet" and path.suffix == ".npy":
+        raise features.missing("packed-parquet", "MB packed into one .npy file")
+    return opener(
+        path,
+        max_seq_length=case.seq,
+        metadata=named.metadata if path.suffix == ".npy" else None,
+        pad_to_max_length=False,
+        pad_cu_seqlens=False,
+        tokenizer=_oracle.load_tokenizer(case.distinct_eod),
+        pad_seq_to_mult=case.mult,
+        return_cu_seqlen=return_cu_seqlen,
+    )
+
+
+@pytest.mark.parametrize("layout", ["parquet", "npy"])
+def test_a_loader_without_boundaries_keeps_every_other_field(golden, tmp_path, layout):
+    """``return_cu_seqlen=False`` (``GPTSFTPackedDataset`` and its Parquet subclass, documented: "should be
+    True unless you have a specific use case"): a user's loader of MB's packed file gets batches with
+    no THD boundaries, so the model attends over the whole pack as the user chose; every other field
+    of every row (tokens, labels, loss mask, position ids) is what the default loader gives, which is
+    MB's builder's row, and the rows hold to MB's unpacked path by the oracle. Boundaries returned
+    anyway train nothing wrong: the golden shows that as a change."""
+    case = PREPACKED[1]
+    first, _named = _prepacked(case)
+    _, built = _oracle.collated_rows(first.train)
+    batches_on, on = _oracle.collated_rows(_user_loader(case, layout, tmp_path, None))
+    if _oracle.canonical_rows(on) != _oracle.canonical_rows(built):
+        raise fail(
+            Impact.WRONG_TARGETS,
+            f"MB's {layout} dataset over MB's own packed file does not give the builder's rows: "
+            + first_difference(_oracle.canonical_rows(built), _oracle.canonical_rows(on), "packed row"),
+        )
+    batches_off, off = _oracle.collated_rows(_user_loader(case, layout, tmp_path, False))
+    for r, (want, got) in enumerate(zip(on, off, strict=True)):
+        for name in ("tokens", "labels", "loss_mask", "position_ids"):
+            w, g = getattr(want, name), getattr(got, name)
+            if w == g:
+                continue
+            impact = _FIELD_IMPACT.get(name)
+            if impact is None:  # the loss mask: which way it moved is the defect
+                extra = any(b and not a for a, b in zip(w, g))
+                impact = Impact.TRAINS_MASKED_TOKEN if extra else Impact.DROPS_TRAINED_TOKEN
+            raise fail(
+                impact,
+                f"row {r}: {name} with return_cu_seqlen=False differs from the default loader's: "
+                + first_difference(list(w), list(g), "position"),
+            )
+    examples = batch_ops.unpacked_examples(first.prep_reference)
+    _oracle.compare(case, examples, off, _oracle.special_ids(case)).assert_ok()
+    keys = sorted({k for b in batches_off for k in b})
+    boundary = sorted(k for k in keys if k.startswith(("cu_seqlens", "max_seqlen")))
+    golden.check({"keys": keys, "boundaries": boundary, "rows": len(off), "default_keys": sorted(batches_on[0])})

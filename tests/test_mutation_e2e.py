@@ -167,6 +167,11 @@ CHECKS = {
         "test_truncation and answer-field-right",
         "truncation_field names the answer",
     ),
+    "packed_eos_mask_only_with_boundaries": (
+        "packed_files",
+        "test_a_loader_without_boundaries and parquet",
+        "with return_cu_seqlen=False differs",
+    ),
     "pp_static_shapes_with_in_batch_packing": ("config_validation", "test_pipeline_shapes", "variable_seq_lengths is"),
     "sequence_tensor_not_packed": ("in_batch_packing", "eos_as_pad", "mm_token_type_ids packed to"),
     # knobs at values no other case sets (issue 25): the preparation's packing_algorithm, the prompt-completion
@@ -204,6 +209,7 @@ LAYERS = {
     "prompt_truncation_side_swapped": "preparation",
     "legacy_truncation_side_swapped": "preparation",
     "truncation_field_remapped_to_the_prompt": "preparation",
+    "packed_eos_mask_only_with_boundaries": "collate",
     "sequence_tensor_not_packed": "in_batch",
     "sampler_drop_last_ignored": "sampler",
     "named_packed_train_path_ignored": "preparation",

@@ -44,23 +44,31 @@ def write_rows_npy(rows: list[dict[str, list[int]]], path: Path) -> Path:
     return path
 
 
-def _probe(module: str) -> Callable[[], Callable[..., Any]]:
+def _probe(module: str, name: str = "GPTSFTPackedDataset") -> Callable[[], Callable[..., Any]]:
     def probe() -> Callable[..., Any]:
-        cls = symbol(module, "GPTSFTPackedDataset")
+        cls = symbol(module, name)
         if not accepts(cls.__init__, "pad_cu_seqlens"):
-            raise NotHere(f"{module}.GPTSFTPackedDataset has no pad_cu_seqlens")
+            raise NotHere(f"{module}.{name} has no pad_cu_seqlens")
+        takes_mult = accepts(cls.__init__, "pad_seq_to_mult")
 
         def make(
-            npy: Path,
+            path: Path,
             *,
             max_seq_length: int,
             metadata: Path | None,
             pad_to_max_length: bool,
             pad_cu_seqlens: bool,
             tokenizer: Any = None,
+            pad_seq_to_mult: int | None = None,  # None: MB's default (and an era without the keyword)
+            return_cu_seqlen: bool | None = None,  # None: MB's default, boundaries in every batch
         ) -> Any:
+            extra: dict[str, Any] = {}
+            if pad_seq_to_mult is not None and takes_mult:
+                extra["pad_seq_to_mult"] = pad_seq_to_mult
+            if return_cu_seqlen is not None:
+                extra["return_cu_seqlen"] = return_cu_seqlen
             return cls(
-                str(npy),
+                str(path),
                 tokenizer if tokenizer is not None else SpecialIdsTokenizer(),
                 max_seq_length=max_seq_length,
                 pad_to_max_length=pad_to_max_length,
@@ -70,6 +78,7 @@ def _probe(module: str) -> Callable[[], Callable[..., Any]]:
                 label_key="output",
                 truncation_field="input",
                 pack_metadata_file_path=str(metadata) if metadata is not None else None,
+                **extra,
             )
 
         return make
@@ -85,6 +94,22 @@ packed_dataset = Operation(
         Candidate("data/datasets/gpt_sft", _probe("megatron.bridge.data.datasets.gpt_sft")),
     ],
 )
+
+
+packed_parquet_dataset = Operation(
+    "packed_parquet_dataset",
+    [
+        Candidate("data/packing/parquet", _probe("megatron.bridge.data.packing.parquet", "GPTSFTPackedParquetDataset")),
+        Candidate(
+            "data/datasets/packed_parquet",
+            _probe("megatron.bridge.data.datasets.packed_parquet", "GPTSFTPackedParquetDataset"),
+        ),
+    ],
+    before="packed sets were one .npy file",
+    feature="packed-parquet",
+)
+"""MB's runtime dataset over packed Parquet file(s), as a user's own loader constructs it (the same
+keywords as :data:`packed_dataset`)."""
 
 
 def read_rows(path: Path) -> list[dict[str, list[int]]]:
