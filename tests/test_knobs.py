@@ -172,6 +172,45 @@ def test_a_factory_default_is_what_mb_gave_and_small_mappings_stay_distinct():
     assert [r.status for r in table.rows(ex)] == [table.Status.MET]
 
 
+def test_a_field_mb_finalises_counts_as_the_value_the_run_used():
+    """A field MB's ``finalize`` derives (``variable_seq_lengths`` on for in-batch packing with PP) is
+    recorded as finalised: set when it left its default; a factory field is not judged there; and a
+    field left to its ``default_factory`` shows as ``<factory>``, not the signature's marker."""
+    import dataclasses
+
+    from harness.knobs import spy
+
+    @dataclasses.dataclass
+    class Cfg:
+        variable_seq_lengths: bool = False
+        pipeline_model_parallel_size: int = 1
+        encoder_seq_lengths: dict = dataclasses.field(default_factory=dict)
+
+        def finalize(self) -> None:
+            if self.pipeline_model_parallel_size > 1:
+                self.variable_seq_lengths = True
+
+    knobs = [Knob("m", "Cfg", f.name, "x", None) for f in dataclasses.fields(Cfg)]
+    saved, suite = set(spy._VALUES), spy.CURRENT["suite"]
+    spy._VALUES.clear()
+    spy.CURRENT["suite"] = "s"
+    try:
+        finalize = spy._after_finalize(
+            Cfg.finalize, knobs, {"variable_seq_lengths": False, "pipeline_model_parallel_size": 1}
+        )
+        finalize(Cfg(pipeline_model_parallel_size=2))
+        finalize(Cfg())
+        got = set(spy._VALUES)
+    finally:
+        spy._VALUES.clear()
+        spy._VALUES.update(saved)
+        spy.CURRENT["suite"] = suite
+    assert ("m:Cfg.variable_seq_lengths", "True", "s", True) in got
+    assert ("m:Cfg.variable_seq_lengths", "False", "s", False) in got
+    assert not any(k.endswith("encoder_seq_lengths") for k, *_ in got)
+    assert spy.show(dataclasses._HAS_DEFAULT_FACTORY) == "<factory>"
+
+
 def test_a_corrupt_log_is_a_one_line_error(tmp_path):
     log = tmp_path / "knobs.jsonl"
     log.write_text('{"kind": "value", "key": "k", "value": "1", "suite": "s"}\nnot json\n')

@@ -42,10 +42,13 @@ _KNOBS: dict[str, Knob] = {}
 _VALUES: set[tuple[str, str, str, bool]] = set()  # (knob key, shown value, suite, passed by the caller)
 _PATCHED: set[tuple[str, str]] = set()
 CURRENT = {"suite": ""}
+_FACTORY_SENTINEL = getattr(dataclasses, "_HAS_DEFAULT_FACTORY", object())
 
 
 def show(value: Any) -> str:
     """A value as the table shows it (scalars and small containers of scalars as repr, the rest by type)."""
+    if value is _FACTORY_SENTINEL:  # a dataclass field left to its default_factory (the signature's marker)
+        return FACTORY
     if isinstance(value, enum.Enum):
         return str(value.value)
     if value is None or isinstance(value, (bool, int, float)):
@@ -116,6 +119,36 @@ def _wrap(fn: Callable[..., Any], knobs: list[Knob], defaults: dict[str, Any] | 
     return spied
 
 
+def _after_finalize(fn: Callable[..., Any], knobs: list[Knob], defaults: dict[str, Any]) -> Callable[..., Any]:
+    """``finalize`` recording the knob fields as MB finalised them: what the run then used. A field
+    MB's finalisation derives (``variable_seq_lengths`` turned on for in-batch packing with PP, the
+    way recipes assign fields after construction) counts as set when it is not the field's default."""
+    if getattr(fn, "__harness_spied__", False):
+        return fn
+
+    @functools.wraps(fn)
+    def spied(self: Any, *args: Any, **kwargs: Any) -> Any:
+        out = fn(self, *args, **kwargs)
+        try:
+            # fields with a plain default only: a factory's or a required field's value says nothing here
+            values = {k.name: getattr(self, k.name) for k in knobs if k.name in defaults and hasattr(self, k.name)}
+            changed = {name for name, v in values.items() if _differs(v, defaults[name])}
+            _record(knobs, values, changed)
+        except Exception:  # recording must never change what MB does
+            pass
+        return out
+
+    spied.__harness_spied__ = True  # type: ignore[attr-defined]
+    return spied
+
+
+def _differs(value: Any, default: Any) -> bool:
+    try:
+        return bool(value != default)
+    except Exception:  # a value that cannot be compared (a tensor) is not a default
+        return True
+
+
 def _patch(module: ModuleType) -> None:
     name = module.__name__
     for owner in sorted({k.owner for k in _BY_MODULE.get(name, ())}):
@@ -137,6 +170,8 @@ def _patch(module: ModuleType) -> None:
                 else None
             )
             obj.__init__ = _wrap(obj.__init__, knobs, defaults)  # type: ignore[misc]
+            if dataclasses.is_dataclass(obj) and callable(getattr(obj, "finalize", None)):
+                obj.finalize = _after_finalize(obj.finalize, knobs, defaults or {})  # type: ignore[attr-defined]
         elif callable(obj) and not getattr(obj, "__harness_spied__", False):
             setattr(module, top, _wrap(obj, scanned))
 
