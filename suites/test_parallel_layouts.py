@@ -1,6 +1,7 @@
 """Parallel layouts on CPU: MB's CP partition and PP stage batches of packed data, on real ranks.
 
-Context parallelism (CP 2 and 4) below; pipeline parallelism (PP 3 and 4) at the end of the file.
+Context parallelism (CP 2 and 4) below; pipeline parallelism (PP 3 and 4), then data and context
+parallelism at once (DP 2 x CP 2, suites/_dpcp.py) at the end of the file.
 
 Documented contract (docs/training/packed-sequences.md; MB's ``ConfigContainer.validate``):
 with THD and context parallelism every sequence is padded to a multiple of ``2*CP``
@@ -24,7 +25,7 @@ from __future__ import annotations
 
 import pytest
 
-from suites import _layouts, _oracle
+from suites import _dpcp, _layouts, _oracle
 
 pytestmark = pytest.mark.import_group("full")
 
@@ -64,4 +65,23 @@ def test_pp_stages_get_what_they_need(golden, case_id, pp):
     MB's PP = 1 step hands them to the model."""
     result = _layouts.run_pp(_BY_ID[case_id], pp)
     _layouts.assert_ok(result.violations, f"PP {pp} stages != MB's PP 1 inputs")
+    golden.check(result.golden)
+
+
+# (case, DP, CP, global batch size): DP x CP processes; the case packs with pad_seq_to_mult = 2*CP
+DP_CP_CASES = [("prompt-mult4", 2, 2, 2), ("chat-mult4-pad-to-max", 2, 2, 4)]
+
+
+@pytest.mark.parametrize(
+    ("case_id", "dp", "cp", "gbs"), DP_CP_CASES, ids=[f"{c}-dp{dp}-cp{cp}-gbs{g}" for c, dp, cp, g in DP_CP_CASES]
+)
+def test_dp_cp_world_trains_each_data_parallel_rank_its_rows(golden, case_id, dp, cp, gbs):
+    """Data and context parallelism at once (suites/_dpcp.py): on every rank MB's loader builder with
+    the data-parallel group, MB's micro-batch split and MB's step with its CP partition; the CP ranks
+    of each data-parallel rank hold, together, exactly the micro-batches MB's sampler gives that rank,
+    as MB's CP = 1 step sees them (slices, logits, loss sum and token count)."""
+    case = _BY_ID[case_id]
+    assert case.mult == 2 * cp, "a CP case packs with pad_seq_to_mult = 2*CP"
+    result = _dpcp.run_dp_cp(case, _dpcp.DPCP(dp=dp, cp=cp, global_batch_size=gbs))
+    _layouts.assert_ok(result.violations, f"DP {dp} x CP {cp} != MB's CP 1 path per data-parallel rank")
     golden.check(result.golden)

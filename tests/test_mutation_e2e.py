@@ -172,6 +172,13 @@ CHECKS = {
         "test_a_loader_without_boundaries and parquet",
         "with return_cu_seqlen=False differs",
     ),
+    # a DP x CP world: a rank read from the wrong group is right by accident in a world of one dimension
+    "cp_partition_over_the_data_and_context_group": (
+        "parallel_layouts",
+        "test_dp_cp_world and prompt-mult4",
+        "not divisible by",
+    ),
+    "loader_dp_rank_from_the_world": ("parallel_layouts", "test_dp_cp_world and prompt-mult4", "data_parallel_rank"),
     "pp_static_shapes_with_in_batch_packing": ("config_validation", "test_pipeline_shapes", "variable_seq_lengths is"),
     "sequence_tensor_not_packed": ("in_batch_packing", "eos_as_pad", "mm_token_type_ids packed to"),
     # knobs at values no other case sets (issue 25): the preparation's packing_algorithm, the prompt-completion
@@ -210,6 +217,8 @@ LAYERS = {
     "legacy_truncation_side_swapped": "preparation",
     "truncation_field_remapped_to_the_prompt": "preparation",
     "packed_eos_mask_only_with_boundaries": "collate",
+    "cp_partition_over_the_data_and_context_group": "gpt_step",
+    "loader_dp_rank_from_the_world": "sampler",
     "sequence_tensor_not_packed": "in_batch",
     "sampler_drop_last_ignored": "sampler",
     "named_packed_train_path_ignored": "preparation",

@@ -3,6 +3,8 @@
 ``Tensor.cuda()``: MB's step functions move batches to the GPU; without CUDA we return the
 tensor itself, but only inside :func:`cpu_cuda_calls`, so nothing outside a suite's call is
 affected. ``torch.cuda.current_device``: MCore's global memory buffer and RoPE ask for it.
+``torch.tensor(..., device="cuda")`` (:func:`cpu_cuda_tensors`): MB's loader builder makes its
+do-train flags on the GPU to broadcast them.
 
 ``pin=True`` (:func:`pinned_to_cpu`) applies them whatever the machine has. The CPU forward suite
 needs that: its tiny model's weights live on the CPU, so on a CUDA machine MB's ``.cuda()`` and
@@ -50,6 +52,32 @@ def cpu_cuda_calls(*, pin: bool = False) -> Iterator[None]:
 
 
 STANDIN_CAUSAL_MASK = "MCore get_default_causal_mask built on CPU (it hard-codes device='cuda')"
+STANDIN_CUDA_TENSOR = "torch.tensor(device='cuda') made on CPU"
+
+
+@contextlib.contextmanager
+def cpu_cuda_tensors(*, pin: bool = False) -> Iterator[None]:
+    """``torch.tensor(data, device="cuda")`` made on the CPU, for this block only (the values are the
+    same; a gloo collective then takes them). Applied when CUDA is absent, or always with ``pin``."""
+    import torch
+
+    if torch.cuda.is_available() and not pin:
+        yield
+        return
+    original = torch.tensor
+
+    def _tensor(*args: Any, **kwargs: Any) -> Any:
+        device = kwargs.get("device")
+        if device is not None and str(device).startswith("cuda"):
+            standins.record(STANDIN_CUDA_TENSOR)
+            kwargs["device"] = "cpu"
+        return original(*args, **kwargs)
+
+    torch.tensor = _tensor
+    try:
+        yield
+    finally:
+        torch.tensor = original
 
 
 @contextlib.contextmanager
