@@ -19,9 +19,10 @@ Answers hold no literal EOS by default (``eos=False``): MB 0.6.2's known EOS mas
 (:data:`AXES`): MB's CPU forward against its unpacked path, data parallelism (DP 2/4, micro and
 global batch sizes) through MB's batch sampler, in-batch packing with the multiple MB chooses for
 a (CP, TP, SP) layout, context parallelism (CP 2/4, with MB's documented ``pad_seq_to_mult`` of
-``2*CP``) and pipeline parallelism (PP 3/4) in gloo worlds of CPU processes. Each is held to the
-checks of its hand-written suite (suites/_forward.py, _dataparallel.py, _inbatch.py,
-_layouts.py), so a drawn layout is judged exactly as a listed one.
+``2*CP``; CP 2 also on two data-parallel ranks, through MB's own loader) and pipeline parallelism
+(PP 3/4) in gloo worlds of CPU processes. Each is held to the checks of its hand-written suite
+(suites/_forward.py, _dataparallel.py, _inbatch.py, _layouts.py, _dpcp.py), so a drawn layout is
+judged exactly as a listed one.
 
 A drawn case prints as one JSON object (:func:`to_spec`): ``harness explore --replay SPEC``
 runs it again, ``--save`` keeps it as a regression case (``<fixtures>/explored/<id>.json``) that
@@ -64,7 +65,9 @@ class ExploredCase(_oracle.SFTCase):
     eos: bool = False  # literal EOS inside answers (MB 0.6.2's known bug)
     # one layout or packing path on top of the data (layout_cases); the defaults: none
     forward: bool = False  # MB's gpt_step forward of each pack == each example's unpacked forward
-    dp: int = 1  # data-parallel ranks sampling the packed rows (MB's batch sampler, drop_last=False)
+    # data-parallel ranks sampling the packed rows (MB's batch sampler, drop_last=False); with cp > 1 a DP x CP
+    # world training through MB's own loader (its default drop_last)
+    dp: int = 1
     mbs: int = 1  # micro-batch size (data parallelism; rows per in-batch packed micro-batch)
     gbs: int = 0  # global batch size (data parallelism; a multiple of mbs * dp)
     in_batch: bool = False  # MB's unpacked examples packed in batch instead of offline
@@ -95,6 +98,8 @@ class ExploredCase(_oracle.SFTCase):
             return "pretrain"
         if self.in_batch:
             return "in_batch"
+        if self.dp > 1 and self.cp > 1:
+            return "dp_cp"
         for name, on in (("forward", self.forward), ("dp", self.dp > 1), ("cp", self.cp > 1), ("pp", self.pp > 1)):
             if on:
                 return name
@@ -181,7 +186,12 @@ def _layout(d: Any, axis: str) -> dict[str, Any]:
         }
     if axis == "cp":
         cp = d(st.sampled_from((2, 4)))
-        return {"cp": cp, "mult": 2 * cp}  # MB documents pad_seq_to_mult = 2*CP for THD with CP
+        out: dict[str, Any] = {"cp": cp, "mult": 2 * cp}  # MB documents pad_seq_to_mult = 2*CP for THD with CP
+        # CP 2 on two data-parallel ranks too (a world of four: suites/_dpcp.py); drawn last, so a case
+        # drawn before this draw existed is drawn the same, and shrunk toward a world of CP alone
+        if cp == 2 and d(st.booleans()):
+            out.update(dp=2, gbs=2)
+        return out
     return {"pp": d(st.sampled_from((3, 4)))}
 
 
@@ -221,6 +231,9 @@ def layout_cases(eos: bool = False) -> Any:
 _LATER: dict[str, Any] = {
     "truncation_method": None,
     "packing_algorithm": None,
+    "truncation_field": None,
+    "prompt_key": "input",
+    "long_answer_rate": 0.0,
     "shards": 1,
     "eod_mask_loss": False,
     "reset_position_ids": False,
@@ -327,6 +340,14 @@ def check_any(case: ExploredCase) -> dict[str, Any]:
         if case.shards > 1:
             golden["shards"] = _check_shards(case, b)
         return golden
+    if case.dp > 1 and case.cp > 1:
+        from suites import _dpcp, _layouts
+
+        if len(b.rows) < case.gbs:
+            return {"refused": f"{len(b.rows)} packed rows make no global batch of {case.gbs}"}
+        world = _dpcp.run_dp_cp(case, _dpcp.DPCP(dp=case.dp, cp=case.cp, global_batch_size=case.gbs))
+        _layouts.assert_ok(world.violations, f"DP {case.dp} x CP {case.cp} != MB's CP 1 path per data-parallel rank")
+        return world.golden
     if case.dp > 1:
         from suites import _dataparallel
 

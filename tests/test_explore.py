@@ -77,7 +77,7 @@ def test_layout_cases_follow_mbs_rules_and_name_their_space():
     the forward stays within the tiny model's positions; the spec names its space, round-trips,
     and a data case's id is what it was before layouts existed."""
     drawn = _draw(_explore.layout_cases(), 60)
-    assert {c.axis for c in drawn} == set(_explore.AXES)
+    assert set(_explore.AXES) <= {c.axis for c in drawn} <= {*_explore.AXES, "dp_cp"}
     for case in drawn:
         spec = json.loads(_explore.to_spec(case))
         assert explored.space(spec) == "layouts" and _explore.from_spec(spec) == case
@@ -90,6 +90,14 @@ def test_layout_cases_follow_mbs_rules_and_name_their_space():
             assert case.sp is False or case.tp > 1
         if case.axis == "forward":
             assert case.seq in _explore.FORWARD_SEQS
+        if case.axis == "dp_cp":  # CP 2 on two data-parallel ranks, one row per rank and step
+            assert (case.dp, case.cp, case.mult, case.gbs) == (2, 2, 4, 2)
+    from hypothesis import find, settings
+
+    both = find(_explore.layout_cases(), lambda c: c.axis == "dp_cp", settings=settings(database=None))
+    assert (
+        json.loads(_explore.to_spec(both))["dp"] == 2 and _explore.from_spec(json.loads(_explore.to_spec(both))) == both
+    )
     for case in _draw(_explore.cases(), 10):
         spec = json.loads(_explore.to_spec(case))
         assert case.axis is None and explored.space(spec) == "data"
