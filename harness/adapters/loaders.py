@@ -26,11 +26,15 @@ from harness.adapters import config as config_ops
 from harness.standins.cuda import cpu_cuda_tensors
 
 
-def _probe() -> Callable[..., list[dict[str, Any]]]:
+def _probe(split_module: str) -> Callable[[], Callable[..., list[dict[str, Any]]]]:
+    return lambda: _resolve(split_module)
+
+
+def _resolve(split_module: str) -> Callable[..., list[dict[str, Any]]]:
     build = symbol("megatron.bridge.data.loaders", "build_train_valid_test_data_loaders")
     if not accepts(build, "dp_group"):
         raise NotHere("build_train_valid_test_data_loaders takes no dp_group")
-    split = symbol("megatron.bridge.data.batch_utils", "prepare_finetuning_batch")
+    split = symbol(split_module, "prepare_finetuning_batch")
     state_cls = symbol("megatron.bridge.training.state", "TrainState")
     cfg = load_module("megatron.bridge.training.config")
     config_cls = _sft_config_cls()
@@ -92,6 +96,11 @@ def _sft_config_cls() -> Any:
 
 train_micro_batches = Operation(
     "train_micro_batches",
-    [Candidate("data/loaders.build_train_valid_test_data_loaders(dp_group)", _probe)],
+    [
+        Candidate(
+            "data/loaders + data/batch_utils.prepare_finetuning_batch", _probe("megatron.bridge.data.batch_utils")
+        ),
+        Candidate("data/loaders + data/finetuning", _probe("megatron.bridge.data.finetuning")),
+    ],
 )
 """The micro-batches one rank's training steps get, ``steps`` steps of MB's loader and split."""
