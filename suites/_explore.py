@@ -187,8 +187,8 @@ def _layout(d: Any, axis: str) -> dict[str, Any]:
     if axis == "cp":
         cp = d(st.sampled_from((2, 4)))
         out: dict[str, Any] = {"cp": cp, "mult": 2 * cp}  # MB documents pad_seq_to_mult = 2*CP for THD with CP
-        # CP 2 on two data-parallel ranks too (a world of four: suites/_dpcp.py); drawn last, so a case
-        # drawn before this draw existed is drawn the same, and shrunk toward a world of CP alone
+        # CP 2 on two data-parallel ranks too (a world of four: suites/_dpcp.py), shrunk toward a world of
+        # CP alone; like any new draw it changes which cases a seed draws after it
         if cp == 2 and d(st.booleans()):
             out.update(dp=2, gbs=2)
         return out
