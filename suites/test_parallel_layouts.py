@@ -1,7 +1,8 @@
 """Parallel layouts on CPU: MB's CP partition and PP stage batches of packed data, on real ranks.
 
 Context parallelism (CP 2 and 4) below; pipeline parallelism (PP 3 and 4), then data and context
-parallelism at once (DP 2 x CP 2, suites/_dpcp.py) at the end of the file.
+parallelism at once (DP 2 x CP 2, suites/_dpcp.py) and context and pipeline parallelism at once
+(CP 2 x PP 3, suites/_cppp.py) at the end of the file.
 
 Documented contract (docs/training/packed-sequences.md; MB's ``ConfigContainer.validate``):
 with THD and context parallelism every sequence is padded to a multiple of ``2*CP``
@@ -25,7 +26,7 @@ from __future__ import annotations
 
 import pytest
 
-from suites import _dpcp, _layouts, _oracle
+from suites import _cppp, _dpcp, _layouts, _oracle
 
 pytestmark = pytest.mark.import_group("full")
 
@@ -84,4 +85,20 @@ def test_dp_cp_world_trains_each_data_parallel_rank_its_rows(golden, case_id, dp
     assert case.mult == 2 * cp, "a CP case packs with pad_seq_to_mult = 2*CP"
     result = _dpcp.run_dp_cp(case, _dpcp.DPCP(dp=dp, cp=cp, global_batch_size=gbs))
     _layouts.assert_ok(result.violations, f"DP {dp} x CP {cp} != MB's CP 1 path per data-parallel rank")
+    golden.check(result.golden)
+
+
+# (case, CP, PP): CP x PP processes, with a middle stage; the case packs with pad_seq_to_mult = 2*CP
+CP_PP_CASES = [("chat-mult4", 2, 3)]
+
+
+@pytest.mark.parametrize(("case_id", "cp", "pp"), CP_PP_CASES, ids=[f"{c}-cp{cp}-pp{pp}" for c, cp, pp in CP_PP_CASES])
+def test_cp_pp_world_gives_every_stage_its_cp_slice(golden, case_id, cp, pp):
+    """Context and pipeline parallelism at once (suites/_cppp.py): MB's ``get_batch`` on every stage of
+    every CP rank gives the whole stream's boundaries and ``max_seqlen`` to every stage, and each
+    field a stage needs as exactly its CP rank's slice of what MB's CP 1, PP 1 step hands the model."""
+    case = _BY_ID[case_id]
+    assert case.mult == 2 * cp, "a CP case packs with pad_seq_to_mult = 2*CP"
+    result = _cppp.run_cp_pp(case, cp, pp)
+    _layouts.assert_ok(result.violations, f"CP {cp} x PP {pp} stage inputs != MB's CP 1, PP 1 inputs")
     golden.check(result.golden)
