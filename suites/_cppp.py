@@ -66,24 +66,13 @@ def compare(
         want = _layouts._received(run)
         want["tokens"] = want.pop("input_ids")
         params = step.params_fields(run.kwargs["packed_seq_params"])
-        bounds = {k: None if params.get(k) is None else params[k].reshape(-1).tolist() for k in ppbatch.BOUNDARIES}
         physical = _layouts.physical_boundaries(run)
         total = int(want["tokens"].reshape(-1).numel())
         for s, c, per_batch in ranks:
             got = per_batch[b]
             role = "first" if s == 0 else "last" if s == layout.pp - 1 else "middle"
             where = f"{role} stage {s} of PP {layout.pp}, CP rank {c} of {layout.cp}"
-            if got.boundaries != bounds:
-                out.append(
-                    Violation(
-                        Invariant.PP_STAGE_INPUTS,
-                        b,
-                        None,
-                        bounds,
-                        got.boundaries if got.has_params else "no packed metadata",
-                        f"{where}: the boundaries its attention gets",
-                    )
-                )
+            out += _layouts.boundary_violations(b, params, got, where)
             idx = thd_partition.thd_partitioned_indices(torch.tensor(physical), total, layout.cp, c)
             for name in _layouts.STAGE_NEEDS.get(role, ()):
                 out += _field_violations(b, where, name, got.tensors.get(name), want[name], idx)

@@ -258,6 +258,33 @@ def _stage_runs(batches: list[dict[str, Any]], pack_size: int) -> Any:
     return on_rank
 
 
+def boundary_violations(b: int, params: dict[str, Any], got: ppbatch.StageBatch, where: str) -> list[Violation]:
+    """A stage's boundaries and ``max_seqlen`` against the whole stream's in the reference step's
+    ``params`` (every stage attends, over the global offsets)."""
+    out: list[Violation] = []
+    bounds = {k: None if params.get(k) is None else params[k].reshape(-1).tolist() for k in ppbatch.BOUNDARIES}
+    if got.boundaries != bounds:
+        shown = got.boundaries if got.has_params else "no packed metadata"
+        out.append(
+            Violation(Invariant.PP_STAGE_INPUTS, b, None, bounds, shown, f"{where}: the boundaries its attention gets")
+        )
+    want_max = params.get("max_seqlen_q")
+    want_max = None if want_max is None else int(torch.as_tensor(want_max).reshape(-1)[0])
+    if got.has_params and got.max_seqlen != want_max:
+        out.append(
+            Violation(
+                Invariant.PP_STAGE_INPUTS,
+                b,
+                None,
+                want_max,
+                got.max_seqlen,
+                f"max_seqlen on {where}",
+                impact=Impact.WRONG_LOGITS,
+            )
+        )
+    return out
+
+
 def compare_pp(layout: Layout, ref: list[step.StepRun], stages: list[list[ppbatch.StageBatch]]) -> list[Violation]:
     """Every stage's batch against the PP = 1 step's model inputs (see :func:`run_pp`)."""
     out: list[Violation] = []
@@ -265,35 +292,10 @@ def compare_pp(layout: Layout, ref: list[step.StepRun], stages: list[list[ppbatc
         want = _received(run)
         want["tokens"] = want.pop("input_ids")
         params = step.params_fields(run.kwargs["packed_seq_params"])
-        bounds = {k: None if params.get(k) is None else params[k].reshape(-1).tolist() for k in ppbatch.BOUNDARIES}
         for s, per_batch in enumerate(stages):
             got = per_batch[b]
             role = "first" if s == 0 else "last" if s == layout.pp - 1 else "middle"
-            if got.boundaries != bounds:
-                out.append(
-                    Violation(
-                        Invariant.PP_STAGE_INPUTS,
-                        b,
-                        None,
-                        bounds,
-                        got.boundaries if got.has_params else "no packed metadata",
-                        f"{role} stage {s} of PP {layout.pp}: the boundaries its attention gets",
-                    )
-                )
-            want_max = params.get("max_seqlen_q")
-            want_max = None if want_max is None else int(torch.as_tensor(want_max).reshape(-1)[0])
-            if got.has_params and got.max_seqlen != want_max:
-                out.append(
-                    Violation(
-                        Invariant.PP_STAGE_INPUTS,
-                        b,
-                        None,
-                        want_max,
-                        got.max_seqlen,
-                        f"max_seqlen on {role} stage {s} of PP {layout.pp}",
-                        impact=Impact.WRONG_LOGITS,
-                    )
-                )
+            out += boundary_violations(b, params, got, f"{role} stage {s} of PP {layout.pp}")
             for name in STAGE_NEEDS.get(role, ()):
                 mine = got.tensors.get(name)
                 if (
