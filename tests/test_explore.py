@@ -92,12 +92,10 @@ def test_layout_cases_follow_mbs_rules_and_name_their_space():
             assert case.seq in _explore.FORWARD_SEQS
         if case.axis == "dp_cp":  # CP 2 on two data-parallel ranks, one row per rank and step
             assert (case.dp, case.cp, case.mult, case.gbs) == (2, 2, 4, 2)
-    from hypothesis import find, settings
-
-    both = find(_explore.layout_cases(), lambda c: c.axis == "dp_cp", settings=settings(database=None))
-    assert (
-        json.loads(_explore.to_spec(both))["dp"] == 2 and _explore.from_spec(json.loads(_explore.to_spec(both))) == both
-    )
+    # seed 4's 12 draws hold a DP x CP world (a fixed seed: such a world is a rare draw)
+    both = next(c for c in _draw(_explore.layout_cases(), 12, s=4) if c.axis == "dp_cp")
+    spec = json.loads(_explore.to_spec(both))
+    assert spec["dp"] == 2 and spec["cp"] == 2 and _explore.from_spec(spec) == both
     for case in _draw(_explore.cases(), 10):
         spec = json.loads(_explore.to_spec(case))
         assert case.axis is None and explored.space(spec) == "data"
