@@ -63,9 +63,7 @@ def compare(
 ) -> list[Violation]:
     out: list[Violation] = []
     for b, run in enumerate(ref):
-        want = _layouts._received(run)
-        want["tokens"] = want.pop("input_ids")
-        params = step.params_fields(run.kwargs["packed_seq_params"])
+        want, params = _layouts.stage_reference(run)
         physical = _layouts.physical_boundaries(run)
         total = int(want["tokens"].reshape(-1).numel())
         for s, c, per_batch in ranks:

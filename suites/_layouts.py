@@ -258,6 +258,13 @@ def _stage_runs(batches: list[dict[str, Any]], pack_size: int) -> Any:
     return on_rank
 
 
+def stage_reference(run: step.StepRun) -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
+    """What MB's PP = 1 step handed the model: its fields by ``get_batch``'s names, and its packed params."""
+    want = _received(run)
+    want["tokens"] = want.pop("input_ids")
+    return want, step.params_fields(run.kwargs["packed_seq_params"])
+
+
 def boundary_violations(b: int, params: dict[str, Any], got: ppbatch.StageBatch, where: str) -> list[Violation]:
     """A stage's boundaries and ``max_seqlen`` against the whole stream's in the reference step's
     ``params`` (every stage attends, over the global offsets)."""
@@ -289,9 +296,7 @@ def compare_pp(layout: Layout, ref: list[step.StepRun], stages: list[list[ppbatc
     """Every stage's batch against the PP = 1 step's model inputs (see :func:`run_pp`)."""
     out: list[Violation] = []
     for b, run in enumerate(ref):
-        want = _received(run)
-        want["tokens"] = want.pop("input_ids")
-        params = step.params_fields(run.kwargs["packed_seq_params"])
+        want, params = stage_reference(run)
         for s, per_batch in enumerate(stages):
             got = per_batch[b]
             role = "first" if s == 0 else "last" if s == layout.pp - 1 else "middle"
