@@ -164,41 +164,51 @@ def _user_loader(case: _oracle.SFTCase, layout: str, tmp_path: Path, return_cu_s
     )
 
 
-@pytest.mark.parametrize("layout", ["parquet", "npy"])
-def test_a_loader_without_boundaries_keeps_every_other_field(golden, tmp_path, layout):
-    """``return_cu_seqlen=False`` (``GPTSFTPackedDataset`` and its Parquet subclass, documented: "should be
-    True unless you have a specific use case"): a user's loader of MB's packed file gets batches with
-    no THD boundaries, so the model attends over the whole pack as the user chose; every other field
-    of every row (tokens, labels, loss mask, position ids) is what the default loader gives, which is
-    MB's builder's row, and the rows hold to MB's unpacked path by the oracle. Boundaries returned
-    anyway train nothing wrong: the golden shows that as a change."""
-    case = PREPACKED[1]
-    first, _named = _prepacked(case)
-    _, built = _oracle.collated_rows(first.train)
-    batches_on, on = _oracle.collated_rows(_user_loader(case, layout, tmp_path, None))
-    if _oracle.canonical_rows(on) != _oracle.canonical_rows(built):
-        raise fail(
-            Impact.WRONG_TARGETS,
-            f"MB's {layout} dataset over MB's own packed file does not give the builder's rows: "
-            + first_difference(_oracle.canonical_rows(built), _oracle.canonical_rows(on), "packed row"),
-        )
-    batches_off, off = _oracle.collated_rows(_user_loader(case, layout, tmp_path, False))
-    for r, (want, got) in enumerate(zip(on, off, strict=True)):
+def _trained_difference(want: list[Any], got: list[Any], what: str) -> None:
+    """Fail on the first field that trains (tokens, labels, loss mask, position ids) where the rows
+    ``got`` differ from ``want``, with what that field's difference does to training."""
+    for r, (w_row, g_row) in enumerate(zip(want, got, strict=True)):
         for name in ("tokens", "labels", "loss_mask", "position_ids"):
-            w, g = getattr(want, name), getattr(got, name)
+            w, g = getattr(w_row, name), getattr(g_row, name)
             if w == g:
                 continue
             impact = _FIELD_IMPACT.get(name)
             if impact is None:  # the loss mask: which way it moved is the defect
                 extra = any(b and not a for a, b in zip(w, g))
                 impact = Impact.TRAINS_MASKED_TOKEN if extra else Impact.DROPS_TRAINED_TOKEN
-            raise fail(
-                impact,
-                f"row {r}: {name} with return_cu_seqlen=False differs from the default loader's: "
-                + first_difference(list(w), list(g), "position"),
-            )
+            raise fail(impact, f"row {r}: {name} {what}: " + first_difference(list(w), list(g), "position"))
+
+
+@pytest.mark.parametrize("layout", ["parquet", "npy"])
+def test_a_loader_without_boundaries_keeps_every_other_field(golden, tmp_path, layout):
+    """``return_cu_seqlen=False`` (``GPTSFTPackedDataset`` and its Parquet subclass, documented: "should be
+    True unless you have a specific use case"): a user's loader of MB's packed file gets batches with
+    no THD boundaries, so the model attends over the whole pack as the user chose; every other field
+    of every row (tokens, labels, loss mask, position ids) is what the default loader gives, which is
+    what MB's builder's loader gives, and the rows hold to MB's unpacked path by the oracle. Boundaries
+    returned anyway train nothing wrong: the golden shows that as a change. So does a default loader
+    whose boundaries differ from the builder's loader's (MB 0.4.0's builder did not hand
+    ``pad_seq_to_mult`` to its Parquet dataset, so it returned no ``cu_seqlens_unpadded``): the
+    padded boundaries only add loss-masked padding at each sequence's causal tail."""
+    case = PREPACKED[1]
+    first, _named = _prepacked(case)
     examples = batch_ops.unpacked_examples(first.prep_reference)
-    _oracle.compare(case, examples, off, _oracle.special_ids(case)).assert_ok()
+    ids = _oracle.special_ids(case)
+    _, built = _oracle.collated_rows(first.train)
+    batches_on, on = _oracle.collated_rows(_user_loader(case, layout, tmp_path, None))
+    _trained_difference(built, on, f"of MB's {layout} dataset over MB's own packed file differs from the builder's")
+    _oracle.compare(case, examples, on, ids).assert_ok()
+    batches_off, off = _oracle.collated_rows(_user_loader(case, layout, tmp_path, False))
+    _trained_difference(on, off, "with return_cu_seqlen=False differs from the default loader's")
+    _oracle.compare(case, examples, off, ids).assert_ok()
     keys = sorted({k for b in batches_off for k in b})
     boundary = sorted(k for k in keys if k.startswith(("cu_seqlens", "max_seqlen")))
-    golden.check({"keys": keys, "boundaries": boundary, "rows": len(off), "default_keys": sorted(batches_on[0])})
+    golden.check(
+        {
+            "keys": keys,
+            "boundaries": boundary,
+            "rows": len(off),
+            "default_keys": sorted(batches_on[0]),
+            "default_boundaries_as_builder": _oracle.canonical_rows(on) == _oracle.canonical_rows(built),
+        }
+    )

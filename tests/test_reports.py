@@ -792,6 +792,15 @@ def test_explain_helpers_name_position_and_both_values() -> None:
     assert _explain.multiset_difference([3, 3, 4], [3, 4, 7], "length") == "lengths: missing 1 x 3; extra 1 x 7"
     assert _explain.first_offender([2, 4, 5, 6], lambda x: x % 2 == 0, "boundary") == "boundary 2: 5"
     assert len(_explain.show(list(range(1000)))) == _explain.MAX_CHARS
+    # whole packed rows (dicts): the field and the position in it, not the row cut at 240 characters
+    row = {"tokens": list(range(300)), "cu_seqlens_q": [0, 20, 40, 64]}
+    other = {"tokens": list(range(300)), "cu_seqlens_q": [0, 18, 64]}
+    assert _explain.first_difference([row], [other], "packed row") == (
+        "packed row 0, field 'cu_seqlens_q' position 1: expected 20, got 18 (lengths 4 and 3)"
+    )
+    assert "field 'max_seqlen': expected 40, got no such field" in _explain.first_difference(
+        [{"max_seqlen": 40}], [{}], "row"
+    )
 
 
 def test_packing_suite_messages_name_bin_row_position_and_values() -> None:
