@@ -47,7 +47,9 @@ class RankRun:
     num_tokens: float
 
 
-def _received(run: step.StepRun) -> dict[str, torch.Tensor]:
+def received(run: step.StepRun) -> dict[str, torch.Tensor]:
+    """What MB's step handed the model (input ids, labels, position ids) and the loss mask its loss
+    function multiplies by: the per-rank fields every layout compares with its world of one."""
     out = {name: run.kwargs[name] for name, _ in FIELDS}
     out["loss_mask"] = _forward._loss_mask(run)
     return out
@@ -66,7 +68,7 @@ def rank_steps(groups: Any, model: step.RecordingModel, batches: list[dict[str, 
     with thd_partition.installed():
         for batch in batches:
             run = step.run_step(forward_step, step.minimal_state(), batch, model, groups)
-            out.append(RankRun(_received(run), run.logits, run.loss_sum, run.num_tokens))
+            out.append(RankRun(received(run), run.logits, run.loss_sum, run.num_tokens))
     return out
 
 
@@ -156,7 +158,7 @@ def compare(
     """Every rank's part against the CP = 1 run of the same micro-batch (see the module docstring)."""
     violations: list[Violation] = []
     for b, ref in enumerate(cp1):
-        want = _received(ref)
+        want = received(ref)
         total = int(want["input_ids"].shape[-1])
         bounds = physical_boundaries(ref)
         trained = want["loss_mask"].reshape(-1) > 0
@@ -260,7 +262,7 @@ def _stage_runs(batches: list[dict[str, Any]], pack_size: int) -> Any:
 
 def stage_reference(run: step.StepRun) -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
     """What MB's PP = 1 step handed the model: its fields by ``get_batch``'s names, and its packed params."""
-    want = _received(run)
+    want = received(run)
     want["tokens"] = want.pop("input_ids")
     return want, step.params_fields(run.kwargs["packed_seq_params"])
 

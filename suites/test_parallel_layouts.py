@@ -2,7 +2,8 @@
 
 Context parallelism (CP 2 and 4) below; pipeline parallelism (PP 3 and 4), then data and context
 parallelism at once (DP 2 x CP 2, suites/_dpcp.py) and context and pipeline parallelism at once
-(CP 2 x PP 3, suites/_cppp.py) at the end of the file.
+(CP 2 x PP 3, suites/_cppp.py), and tensor parallelism with sequence parallelism (TP 2 and 4,
+suites/_tpsp.py) at the end of the file.
 
 Documented contract (docs/training/packed-sequences.md; MB's ``ConfigContainer.validate``):
 with THD and context parallelism every sequence is padded to a multiple of ``2*CP``
@@ -26,7 +27,7 @@ from __future__ import annotations
 
 import pytest
 
-from suites import _cppp, _dpcp, _layouts, _oracle
+from suites import _cppp, _dpcp, _layouts, _oracle, _tpsp
 
 pytestmark = pytest.mark.import_group("full")
 
@@ -101,4 +102,20 @@ def test_cp_pp_world_gives_every_stage_its_cp_slice(golden, case_id, cp, pp):
     assert case.mult == 2 * cp, "a CP case packs with pad_seq_to_mult = 2*CP"
     result = _cppp.run_cp_pp(case, cp, pp)
     _layouts.assert_ok(result.violations, f"CP {cp} x PP {pp} stage inputs != MB's CP 1, PP 1 inputs")
+    golden.check(result.golden)
+
+
+# (case, TP): TP processes with sequence parallelism; packs narrower than the pack size (MB rounds
+# each micro-batch's width, see suites/_tpsp.py), one case with one-token-multiple packing
+TP_SP_CASES = [("chat-mult1", 2), ("completion-mult1-full-loss", 2), ("chat-mult1-full-loss", 4)]
+
+
+@pytest.mark.parametrize(("case_id", "tp"), TP_SP_CASES, ids=[f"{c}-tp{tp}-sp" for c, tp in TP_SP_CASES])
+def test_tp_sp_world_trains_what_tp1_trains(golden, case_id, tp):
+    """Tensor parallelism with sequence parallelism (suites/_tpsp.py): MB's step on every TP rank of a
+    gloo world, the model split over the ranks and the packed row scattered over them; every rank
+    gets the TP 1 inputs, the row's width divides by TP, and the logits (the ranks' vocabulary parts
+    put together), loss sum and token count are MB's TP 1 ones."""
+    result = _tpsp.run_tp_sp(_BY_ID[case_id], tp)
+    _layouts.assert_ok(result.violations, f"TP {tp} with SP != MB's TP 1 path")
     golden.check(result.golden)

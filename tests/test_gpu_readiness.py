@@ -31,6 +31,7 @@ from harness.records.verdict import Verdict
 from harness.suiterun.target import Target
 from harness.suiterun.versions import mb_location
 from suites._forward import BF16, CONTROL_MARGIN, FP32
+from tests import suite_child
 
 SIMULATE_CUDA = textwrap.dedent(
     """
@@ -215,12 +216,7 @@ def test_the_negative_control_sees_a_moved_boundary_on_mbs_batches(tmp_path: Pat
         print("RESULT=" + json.dumps(got))
         """
     )
-    proc = subprocess.run(
-        [sys.executable, "-c", script], cwd=ROOT, env=Target().env(), capture_output=True, text=True, timeout=900
-    )
-    line = [ln for ln in proc.stdout.splitlines() if ln.startswith("RESULT=")]
-    assert line, proc.stderr[-3000:]
-    got = json.loads(line[-1][len("RESULT=") :])
+    got = suite_child.run(script)
     assert got["noise"] < FP32.logits
     assert got["control"] > 100 * FP32.logits and got["control"] > CONTROL_MARGIN * BF16.logits, got
     assert "one boundary moved by a token" in got["note"] and f"{got['control']:.3g}" in got["note"]

@@ -16,6 +16,7 @@ import multiprocessing
 import os
 import random
 import signal
+import textwrap
 import time
 
 import pytest
@@ -24,6 +25,8 @@ import torch
 from harness.adapters.world import Layout, run_world
 from harness.errors import Broken
 from harness.standins.thd_partition import PartitionRefused, thd_partitioned_indices
+from harness.suiterun.versions import mb_location
+from tests import suite_child
 
 
 def _chunks(bounds: list[int], cp: int, rank: int) -> list[int]:
@@ -143,3 +146,94 @@ def test_a_hung_or_killed_rank_fails_the_case_and_leaves_nothing_running():
     with pytest.raises(Broken, match="rank 1 of TP1 CP2 PP1 DP1 was killed by signal 11"):
         run_world(Layout(cp=2), dies, timeout=60)
     assert not multiprocessing.active_children(), "the ranks waiting on the dead one are killed"
+
+
+def test_tp_weights_split_as_mcore_holds_them_and_put_back_are_the_whole() -> None:
+    """The TP world's weights: every part has the TP model's shape, the parts put back along the
+    split dimension are the TP 1 tensor, and a shape that does not split in TP parts is refused."""
+    from suites import _tpsp
+
+    class Model(torch.nn.Module):
+        def __init__(self, rows: int, cols: int) -> None:
+            super().__init__()
+            self.column = torch.nn.Parameter(torch.zeros(rows, 4))
+            self.row = torch.nn.Parameter(torch.zeros(4, cols))
+            self.norm = torch.nn.Parameter(torch.zeros(4))
+
+    whole = {k: torch.randn(v.shape) for k, v in Model(8, 6).state_dict().items()}
+    parts = [_tpsp.split_like(whole, Model(4, 3), 2, r) for r in range(2)]
+    assert torch.equal(torch.cat([p["column"] for p in parts], 0), whole["column"])
+    assert torch.equal(torch.cat([p["row"] for p in parts], 1), whole["row"])
+    assert all(torch.equal(p["norm"], whole["norm"]) for p in parts)
+    with pytest.raises(AssertionError, match="does not split into TP 2"):
+        _tpsp.split_like(whole, Model(3, 3), 2, 0)
+
+
+def test_the_tp_world_turns_red_on_a_wrong_split_and_on_an_odd_width() -> None:
+    """Negative controls of the TP with SP world (suites/_tpsp.py) on MB's real micro-batches, in a
+    child with the suite process's stand-ins: with the ranks' weight parts swapped the logits put
+    together are not the TP 1 ones; a packed width TP does not divide is refused before any rank
+    runs (SP's scatter would crash on it)."""
+    if mb_location() is None:
+        pytest.skip("megatron.bridge is not installed here")
+    script = textwrap.dedent(
+        """
+        import dataclasses, json
+        from harness.adapters import step
+        from harness.adapters.world import Layout
+        from suites import _forward, _oracle, _tpsp
+
+        case = next(c for c in _oracle.CASES if c.id == "chat-mult1")
+        got = {"clean": [v.invariant.value for v in _tpsp.run_tp_sp(case, 2).violations]}
+        split = _tpsp.split_like
+        _tpsp.split_like = lambda full, model, tp, rank: split(full, model, tp, tp - 1 - rank)
+        got["swapped"] = sorted({v.invariant.value for v in _tpsp.run_tp_sp(case, 2).violations})
+        _tpsp.split_like = split
+        runs = [step.gpt_step(_forward.models()[0], b) for b in _oracle.built(case).batches[:2]]
+        ids = runs[0].kwargs["input_ids"]
+        odd = dataclasses.replace(runs[0], kwargs={**runs[0].kwargs, "input_ids": ids[:, :-1]})
+        refused = _tpsp.misaligned(Layout(tp=2), [runs[1], odd])
+        got["odd"] = [[v.invariant.value, v.row, v.got, v.training_impact.value] for v in refused]
+        got["width"] = int(ids.shape[-1])
+        print("RESULT=" + json.dumps(got))
+        """
+    )
+    got = suite_child.run(script)
+    assert got["clean"] == [], got
+    assert "logits-equal-unpacked" in got["swapped"], got  # (the loss totals move with them)
+    assert got["odd"] == [["alignment", 1, got["width"] - 1, "crash"]], got
+
+
+def test_a_gloo_connection_failing_at_setup_starts_the_world_again(monkeypatch: pytest.MonkeyPatch, tmp_path) -> None:
+    """Gloo's localhost mesh now and then fails to connect while MCore creates its groups (before
+    any MB code runs): the world starts again; a failure that persists is the harness's error after
+    the last attempt, and any other setup error is not retried."""
+    from harness.adapters import world
+
+    real_init = world._init_rank
+    tries = tmp_path / "tries"
+
+    def flaky(layout: Layout, rank: int, store: str, seed: int) -> None:
+        with open(tries, "a") as f:
+            f.write(f"{rank}\n")
+        if rank == 1 and tries.read_text().count("1\n") == 1:
+            raise RuntimeError("Gloo connectFullMesh failed with [...] Connection closed by peer")
+        real_init(layout, rank, store, seed)
+
+    monkeypatch.setattr(world, "_init_rank", flaky)
+    assert run_world(Layout(cp=2), lambda rank: rank * 10) == [0, 10]
+    assert tries.read_text().count("1\n") == 2, "rank 1 set up twice: the world started again"
+
+    def always(layout: Layout, rank: int, store: str, seed: int) -> None:
+        raise RuntimeError("Gloo connectFullMesh failed with [...]")
+
+    monkeypatch.setattr(world, "_init_rank", always)
+    with pytest.raises(RuntimeError, match="could not connect the ranks in 3 attempts"):
+        run_world(Layout(cp=2), lambda rank: rank)
+
+    def broken(layout: Layout, rank: int, store: str, seed: int) -> None:
+        raise RuntimeError("something else")
+
+    monkeypatch.setattr(world, "_init_rank", broken)
+    with pytest.raises(RuntimeError, match="something else"):
+        run_world(Layout(cp=2), lambda rank: rank)

@@ -180,6 +180,8 @@ CHECKS = {
     ),
     "loader_dp_rank_from_the_world": ("parallel_layouts", "test_dp_cp_world and prompt-mult4", "data_parallel_rank"),
     "cp_packed_detection_needs_tokens": ("parallel_layouts", "test_cp_pp_world", "in get_batch"),
+    # a width harmless at TP 1 (forward_cpu and the dataset suites see only a golden change)
+    "packed_collate_width_not_rounded": ("parallel_layouts", "test_tp_sp_world and chat-mult1-tp2", "alignment"),
     "pp_static_shapes_with_in_batch_packing": ("config_validation", "test_pipeline_shapes", "variable_seq_lengths is"),
     "sequence_tensor_not_packed": ("in_batch_packing", "eos_as_pad", "mm_token_type_ids packed to"),
     # knobs at values no other case sets (issue 25): the preparation's packing_algorithm, the prompt-completion
@@ -221,6 +223,7 @@ LAYERS = {
     "cp_partition_over_the_data_and_context_group": "gpt_step",
     "loader_dp_rank_from_the_world": "sampler",
     "cp_packed_detection_needs_tokens": "gpt_step",
+    "packed_collate_width_not_rounded": "collate",
     "sequence_tensor_not_packed": "in_batch",
     "sampler_drop_last_ignored": "sampler",
     "named_packed_train_path_ignored": "preparation",

@@ -19,9 +19,11 @@ MB's step functions driving this model (what the forward suites run) are in
 
 from __future__ import annotations
 
+import contextlib
+import copy
 import os
 import tempfile
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -158,13 +160,42 @@ def tiny_config(**overrides: Any) -> Any:
     return cfg_cls(**kwargs)
 
 
-def tiny_gpt(seed: int = 1234, vocab_size: int = VOCAB) -> Any:
+def tiny_gpt(seed: int = 1234, vocab_size: int = VOCAB, **config: Any) -> Any:
     """The tiny GPTModel with :class:`SegmentedSDPAttention` (eval mode, fp32, CPU).
 
     ``vocab_size`` must cover every token id fed in (MB-built SFT batches use the offline
-    tokenizer's ids, see :mod:`harness.oracle.tokenizer`).
+    tokenizer's ids, see :mod:`harness.oracle.tokenizer`). ``config``: TransformerConfig fields
+    over :func:`tiny_config`'s (the TP world's ``tensor_model_parallel_size``, ``sequence_parallel``).
     """
     init_cpu_parallel(seed)
+    if config.get("sequence_parallel"):
+        with _torch_norm_under_sequence_parallel():
+            return _tiny_gpt(seed, vocab_size, config)
+    return _tiny_gpt(seed, vocab_size, config)
+
+
+@contextlib.contextmanager
+def _torch_norm_under_sequence_parallel() -> Iterator[None]:
+    """MCore's torch LayerNorm (its local spec without Apex) refuses ``sequence_parallel``; its
+    forward is per token, so on a sequence shard it computes what it computes on the whole
+    sequence (SP matters for its gradients only). While the model is built, it gets the config
+    without the flag; every other module sees the flag as given."""
+    norm = symbol("megatron.core.transformer.torch_norm", "WrappedTorchNorm")
+    original = norm.__new__
+
+    def new(cls: Any, config: Any, *args: Any, **kwargs: Any) -> Any:
+        plain = copy.copy(config)
+        plain.sequence_parallel = False
+        return original(cls, plain, *args, **kwargs)
+
+    norm.__new__ = new
+    try:
+        yield
+    finally:
+        norm.__new__ = original
+
+
+def _tiny_gpt(seed: int, vocab_size: int, config: dict[str, Any]) -> Any:
     spec_fn = symbol("megatron.core.models.gpt.gpt_layer_specs", "get_gpt_layer_local_spec")
     gpt_cls = symbol("megatron.core.models.gpt", "GPTModel")
     spec = spec_fn()
@@ -172,7 +203,7 @@ def tiny_gpt(seed: int = 1234, vocab_size: int = VOCAB) -> Any:
     torch.manual_seed(seed)
     with pinned_to_cpu():
         model = gpt_cls(
-            config=tiny_config(),
+            config=tiny_config(**config),
             transformer_layer_spec=spec,
             vocab_size=vocab_size,
             max_sequence_length=MAX_POS,
