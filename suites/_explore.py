@@ -88,12 +88,21 @@ class ExploredCase(_oracle.SFTCase):
     reset_attention_mask: bool = False
     keep_partial_validation: bool = False  # drop_last_partial_validation_sequence=False
     step: str = ""  # with reset_attention_mask: MB's gpt_step variant whose model input is checked (_pretrain.STEP)
+    # MB's Energon VLM data path instead (suites/_explore_energon.py): n image/chat samples with answers of up to
+    # max_words words through Energon's loader and a task encoder; in_batch, mult, pad_to_max_length, mbs, seq and
+    # shards are its loader knobs
+    energon: bool = False
+    encoder: str = "hf"  # the task encoder: MB's HF encoder or the model-owned "qwen-vl" one
+    defer: bool = False  # with in_batch: defer_in_batch_packing_to_step
+    multi_turn_rate: float = 0.3  # the share of samples with a second turn
 
     @property
     def axis(self) -> str | None:
         """The layout or packing path this case runs on top of its data (None: offline, world of one)."""
         if self.direct:
             return "direct"
+        if self.energon:
+            return "energon"
         if self.pretrain:
             return "pretrain"
         if self.in_batch:
@@ -240,6 +249,9 @@ _LATER: dict[str, Any] = {
     "reset_attention_mask": False,
     "keep_partial_validation": False,
     "step": "",
+    "encoder": "hf",
+    "defer": False,
+    "multi_turn_rate": 0.3,
     **explored.LAYOUT_DEFAULTS,
     "mbs": 1,
     "gbs": 0,
@@ -319,6 +331,10 @@ def check_any(case: ExploredCase) -> dict[str, Any]:
         from suites import _directsft, _explore_direct
 
         return _directsft.check(_explore_direct.direct_request(case))
+    if case.energon:
+        from suites import _explore_energon
+
+        return _explore_energon.check(case)
     if case.pretrain:
         from suites import _explore_pretrain
 

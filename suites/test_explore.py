@@ -1,18 +1,20 @@
 """Property-based exploration of packing through MB's own code (Hypothesis).
 
-Four spaces: offline packed SFT in a world of one (data shapes and packing knobs, the packed
+Five spaces: offline packed SFT in a world of one (data shapes and packing knobs, the packed
 set read back from one file or several shards; ``test_explore_offline_packing``), the same data
 under one drawn parallel layout or packing path (``test_explore_layouts``: MB's forward, DP,
 in-batch packing for a (CP, TP, SP) layout, CP and PP worlds), the same data through MB's direct
-HF SFT path with its collate knobs (``test_explore_direct_sft``), and documents packed into
-pretraining samples with their lengths and knobs drawn (``test_explore_pretraining``). Every
-``harness run`` draws a small fixed-seed sample of each (:data:`DEFAULT_BUDGET`,
-:data:`DEFAULT_LAYOUT_BUDGET`, :data:`DEFAULT_DIRECT_BUDGET` and :data:`DEFAULT_PRETRAIN_BUDGET`
-examples, seed 0), so every commit sees some of it; ``harness explore --budget N --seed S`` draws
-more. A drawn case that breaks an invariant is shrunk by Hypothesis to a minimal one, and the
-failure message ends with the command that replays it; ``harness explore --replay SPEC --save``
-keeps it as a regression case, checked here from then on (``test_saved_explored_case``). What is
-drawn and checked: suites/_explore.py (and _explore_direct.py, _explore_pretrain.py).
+HF SFT path with its collate knobs (``test_explore_direct_sft``), documents packed into
+pretraining samples with their lengths and knobs drawn (``test_explore_pretraining``), and
+image/chat samples through MB's Energon VLM data path with its loader knobs
+(``test_explore_energon``). Every ``harness run`` draws a small fixed-seed sample of each
+(:data:`DEFAULT_BUDGET`, :data:`DEFAULT_LAYOUT_BUDGET`, :data:`DEFAULT_DIRECT_BUDGET`,
+:data:`DEFAULT_PRETRAIN_BUDGET` and :data:`DEFAULT_ENERGON_BUDGET` examples, seed 0), so every
+commit sees some of it; ``harness explore --budget N --seed S`` draws more. A drawn case that
+breaks an invariant is shrunk by Hypothesis to a minimal one, and the failure message ends with
+the command that replays it; ``harness explore --replay SPEC --save`` keeps it as a regression
+case, checked here from then on (``test_saved_explored_case``). What is drawn and checked:
+suites/_explore.py (and _explore_direct.py, _explore_pretrain.py, _explore_energon.py).
 """
 
 from __future__ import annotations
@@ -28,7 +30,7 @@ from harness.oracle.impact import ImpactFailure
 from harness.oracle.records import InvariantFailure
 from harness.records import explored
 from harness.suiterun.contract import Env
-from suites import _explore, _explore_direct, _explore_pretrain
+from suites import _explore, _explore_direct, _explore_energon, _explore_pretrain
 
 pytestmark = pytest.mark.import_group("light")
 
@@ -36,6 +38,7 @@ DEFAULT_BUDGET = 4
 DEFAULT_LAYOUT_BUDGET = 3
 DEFAULT_DIRECT_BUDGET = 3
 DEFAULT_PRETRAIN_BUDGET = 3
+DEFAULT_ENERGON_BUDGET = 3
 
 
 def _replayable(case: _explore.ExploredCase) -> None:
@@ -155,6 +158,17 @@ def test_explore_pretraining(known_bug):
 
     pretraining_splits.resolved  # noqa: B018 - an era without MB's provider: untestable before drawing anything
     _explore_space(_explore_pretrain.pretrain_cases(), DEFAULT_PRETRAIN_BUDGET, known_bug)
+
+
+@pytest.mark.drawn
+@pytest.mark.import_group("full")  # Energon's builder imports MB's HF model helpers
+def test_explore_energon(known_bug):
+    """Drawn image/chat samples and loader knobs through MB's Energon VLM data path hold the checks of
+    the ``energon_dataset`` suite."""
+    from harness.adapters.energon import energon_batches
+
+    energon_batches.resolved  # noqa: B018 - an era without MB's Energon builder: untestable before drawing
+    _explore_space(_explore_energon.energon_cases(), DEFAULT_ENERGON_BUDGET, known_bug)
 
 
 SAVED = _explore.saved(paths.fixtures_dir() / explored.DIRNAME)

@@ -175,6 +175,39 @@ def test_pretrain_cases_are_gpt_dataset_configs_with_edge_lengths():
         assert case.step == "" or (case.reset_attention_mask and case.step in _explore_pretrain.step_variants())
 
 
+def test_energon_cases_are_energon_loader_configs():
+    """A drawn Energon case names its space and round-trips; its knobs are ``EnergonDatasetConfig``
+    fields of the drawn mode (the loader's packing multiple only when it packs, a padding multiple
+    and ``pad_to_max_length`` otherwise, deferral only with packing); each mode, both task encoders
+    and one or two shards are drawn; lengths reach past ``seq_length`` (answers of up to 40 words);
+    a spec saved before the Energon space existed keeps its id."""
+    from suites import _explore_energon
+
+    drawn = _draw(_explore_energon.energon_cases(), 40)
+    modes = {(c.in_batch, c.defer) for c in drawn}
+    assert modes == {(False, False), (True, False), (True, True)}
+    assert {c.encoder for c in drawn} == set(_explore_energon.ENCODERS) and {c.shards for c in drawn} == {1, 2}
+    assert max(c.max_words for c in drawn) > 20
+    for case in drawn:
+        spec = json.loads(_explore.to_spec(case))
+        assert case.axis == "energon" and explored.space(spec) == "energon" and _explore.from_spec(spec) == case
+        assert case.seq in _explore_energon.ENERGON_SEQS and case.shards <= case.n
+        ecase = _explore_energon.energon_case(case)
+        assert (ecase.mbs, ecase.seq, ecase.n, ecase.max_answer) == (case.mbs, case.seq, case.n, case.max_words)
+        assert len(ecase.samples) == case.n
+        knobs = ecase.knobs
+        if case.in_batch and not case.defer:
+            assert knobs == {"enable_in_batch_packing": True, "in_batch_packing_pad_to_multiple_of": case.mult}
+        else:
+            assert knobs["pad_to_multiple_of"] == case.mult
+            assert knobs.get("pad_to_max_length", False) is case.pad_to_max_length
+            assert knobs.get("defer_in_batch_packing_to_step", False) is case.defer
+    # a case of the data space keeps the spec (and id) it had before the Energon fields existed
+    old = {"seed": 3, "kind": "chat", "mult": 4, "seq": 32, "n": 2}
+    assert _explore.from_spec(old).id == "explored-99abd75737"
+    assert not set(json.loads(_explore.to_spec(_explore.from_spec(old)))) & {"energon", "encoder", "defer"}
+
+
 def test_a_known_bug_does_not_end_the_search(monkeypatch):
     """Exploration sets aside a drawn case that fails only by a known MB bug and keeps drawing: a
     new failure later in the budget is still found (naming the known bugs met); with none, the
@@ -338,6 +371,19 @@ def test_pretrain_exploration_finds_a_dataset_fault_and_shrinks_it(tmp_path, mon
     )
     assert spec["reset_attention_mask"] and spec["n"] == 5 and spec["max_words"] == 1, spec
     assert explored.space(spec) == "pretrain", spec
+
+
+@pytest.mark.slow
+def test_energon_exploration_finds_a_loader_fault_and_shrinks_it(tmp_path, monkeypatch):
+    """Negative control of the Energon space: on a copy of MB whose Energon builder hands the task
+    encoder multiple 1 whatever ``in_batch_packing_pad_to_multiple_of`` says (catalogue fault
+    ``energon_in_batch_multiple_not_forwarded``), 12 drawn examples (seed 0) turn red by the
+    alignment invariant and shrink to a one-sample loader that packs on a multiple over 1."""
+    spec = _shrunk_on_fault(
+        tmp_path, monkeypatch, "energon_in_batch_multiple_not_forwarded", "test_explore_energon", "alignment"
+    )
+    assert spec["energon"] and spec["in_batch"] and spec["mult"] > 1 and spec["n"] == 1, spec
+    assert explored.space(spec) == "energon", spec
 
 
 @pytest.mark.slow

@@ -15,6 +15,11 @@ of the training iterator come back as MB yields them (``input_ids``, ``labels``,
 Energon's loader runs in this process (``num_workers=0``): the batches are what its workers
 would hand the training step, without worker processes on a 2-core machine.
 
+What Energon's error handling drops is recorded (``EnergonBuild.skipped``): a stage of its loader
+that raises (the task encoder's ``batch``, a sample's encoding) is logged by Energon's default
+handler and its samples never reach the step, and the loader goes on with the next. Without the
+record such a drop is invisible in the batches: every batch that does arrive is well formed.
+
 Era: ``data/builders/energon.EnergonDatasetConfig`` with declarative task-encoder configs
 (8896e9027, 2026-07-14, which also added ``prepare_webdataset``); before it: untestable.
 """
@@ -23,11 +28,13 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import importlib
 import io
 import json
+import re
 import tarfile
 import tempfile
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -77,10 +84,59 @@ class EnergonRequest:
     encoder: str = "hf"  # "hf": HFEnergonTaskEncoderConfig; "qwen-vl": QwenVLEnergonTaskEncoderConfig
 
 
+@dataclass(frozen=True)
+class Skipped:
+    """One loader stage Energon's error handling skipped: its name, the error, the samples it dropped."""
+
+    stage: str  # Energon's name of the stage, e.g. the task encoder's batch method
+    error: str  # ``Type: message``
+    keys: tuple[str, ...]  # the dropped samples' keys (empty when the failing input carries none)
+
+
 @dataclass
 class EnergonBuild:
     batches: list[dict[str, Any]]
     config: Any  # the dataset config after MB's finalisation
+    skipped: list[Skipped] = field(default_factory=list)  # what Energon's error handling dropped on the way
+
+
+def _stage(name: str) -> str:
+    """Energon's name of a stage without the object address it embeds (``BatchDataset.HFTaskEncoder.batch``)."""
+    return re.sub(r"<bound method (\S+) of <.*>>", r"\1", name)
+
+
+def _keys(sample: Any) -> tuple[str, ...]:
+    items = sample if isinstance(sample, (list, tuple)) else [sample]
+    return tuple(str(k) for k in (getattr(s, "__key__", None) for s in items) if k is not None)
+
+
+@contextlib.contextmanager
+def _recording_skips(out: list[Skipped]) -> Iterator[None]:
+    """Every error an Energon ``ErrorContext`` hands its handler (the sample then skipped) into ``out``.
+
+    Energon without ``ErrorContext`` (older releases): nothing recorded, the batches are still checked.
+    """
+    try:
+        errors = importlib.import_module("megatron.energon.errors")
+        context_cls = errors.ErrorContext
+    except (ImportError, AttributeError):
+        yield
+        return
+    original = context_cls.__init__
+
+    def init(self: Any, name: str, handler: Any, *args: Any, **kwargs: Any) -> None:
+        def record(exc: Exception, sample: Any, sources: Any) -> None:
+            out.append(Skipped(_stage(str(name)), f"{type(exc).__name__}: {exc}", _keys(sample)))
+            if handler is not None:
+                handler(exc, sample, sources)
+
+        original(self, name, record, *args, **kwargs)
+
+    context_cls.__init__ = init
+    try:
+        yield
+    finally:
+        context_cls.__init__ = original
 
 
 def _png(width: int, height: int, shade: int) -> bytes:
@@ -141,9 +197,20 @@ def _probe() -> Callable[[EnergonRequest], EnergonBuild]:
         )
         config.finalize()
         context = context_cls(train_samples=len(req.samples), valid_samples=0, test_samples=0)
-        train, _valid, _test = builder_cls(config).build(context)
-        # no iterator is MB's missing output: the suite fails it, it is no era gap
-        return EnergonBuild([next(train) for _ in range(req.batches)] if train is not None else [], config)
+        skipped: list[Skipped] = []
+        with _recording_skips(skipped):
+            train, _valid, _test = builder_cls(config).build(context)
+            try:
+                # no iterator is MB's missing output: the suite fails it, it is no era gap
+                batches = [next(train) for _ in range(req.batches)] if train is not None else []
+            except Exception as exc:  # Energon giving up after many skips names none of their causes
+                if skipped:
+                    exc.add_note(
+                        f"cause: Energon's error handling skipped {len(skipped)} loader step(s) first; the first: "
+                        f"{skipped[0].stage} raised {skipped[0].error}"
+                    )
+                raise
+        return EnergonBuild(batches, config, skipped)
 
     return call
 

@@ -4,7 +4,8 @@
 packing knobs in a world of one; ``layouts``, the same data under one drawn parallel layout or
 packing path; ``direct``, the same data through MB's direct HF SFT path and its collate knobs;
 ``pretrain``, documents packed into pretraining samples with their lengths and knobs drawn;
-default all four; suites/_explore.py) with a seed:
+``energon``, image/chat samples through MB's Energon VLM data path with its loader knobs;
+default all five; suites/_explore.py) with a seed:
 the same seed draws the same examples, so a nightly's exploration is reproducible. A failing
 example is shrunk to a minimal one and printed with ``replay: harness explore --replay SPEC``.
 ``--replay SPEC`` runs that one case; with ``--save`` it is kept as a regression case under
@@ -31,12 +32,14 @@ TESTS = {
     "layouts": "test_explore_layouts",
     "direct": "test_explore_direct_sft",
     "pretrain": "test_explore_pretraining",
+    "energon": "test_explore_energon",
 }
 SAVED_TESTS = {
     "data": "test_saved_explored_case",
     "layouts": "test_saved_explored_layout_case",
     "direct": "test_saved_explored_layout_case",  # a path on top of the data, like a layout
     "pretrain": "test_saved_explored_layout_case",  # another data path, saved like a layout
+    "energon": "test_saved_explored_layout_case",  # another data path, saved like a layout
 }
 
 
@@ -53,7 +56,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         choices=(*TESTS, "all"),
         default="all",
         help="what to draw: data shapes and offline knobs, those under a parallel layout or packing path, those "
-        "through MB's direct HF SFT path, documents packed into pretraining samples, or all four (default all)",
+        "through MB's direct HF SFT path, documents packed into pretraining samples, image/chat samples through MB's "
+        "Energon data path, or all five (default all)",
     )
     p.add_argument("--seed", type=int, default=0, metavar="S", help="the exploration's seed (default 0)")
     p.add_argument("--eos", action="store_true", help="let answers hold literal EOS tokens (MB 0.6.2's known bug)")

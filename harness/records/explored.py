@@ -41,15 +41,18 @@ LAYOUT_DEFAULTS: dict[str, Any] = {
     "pp": 1,
     "direct": False,
     "pretrain": False,
+    "energon": False,
 }
 
 
 def space(spec: dict[str, Any]) -> str:
     """The exploration space a spec belongs to: ``direct`` (MB's direct HF SFT path), ``pretrain``
-    (documents packed into pretraining samples), ``layouts`` when it names a layout or packing path,
-    else ``data``."""
+    (documents packed into pretraining samples), ``energon`` (MB's Energon VLM data path),
+    ``layouts`` when it names a layout or packing path, else ``data``."""
     if spec.get("direct"):
         return "direct"
+    if spec.get("energon"):
+        return "energon"
     if spec.get("pretrain"):
         return "pretrain"
     return "layouts" if any(spec.get(k, v) != v for k, v in LAYOUT_DEFAULTS.items()) else "data"

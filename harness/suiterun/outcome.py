@@ -74,8 +74,8 @@ def classify(excinfo: pytest.ExceptionInfo | None, skipped: bool, longrepr: Any)
                 return Verdict.UNTESTABLE, f"untestable: {decided}", None
             return Verdict.FAIL, f"broken: {decided}", None
         where = mb_frame(excinfo.tb)
-        # a suite's replay command, added to MB's exception as a note (harness explore)
-        notes = "".join(f"\n  {n}" for n in getattr(exc, "__notes__", ()) if str(n).startswith("replay: "))
+        # a suite's replay command (harness explore) or the cause an adapter saw, added to MB's exception as a note
+        notes = "".join(f"\n  {n}" for n in getattr(exc, "__notes__", ()) if str(n).startswith(("replay: ", "cause: ")))
         text = f"Megatron raised {type(exc).__name__}: {exc}" + (f" [at {where}]" if where else "")
         return Verdict.FAIL, text + notes, None
     return Verdict.ERROR, f"harness error {type(exc).__name__}: {exc}", None

@@ -1,0 +1,58 @@
+"""What Energon's error handling drops is visible: the adapter records it, and its cause reaches the verdict.
+
+Energon's default handler logs an exception raised by a loader stage (a task encoder's ``batch``)
+and skips the stage's samples; the batches that do arrive look well formed. The adapter records
+each skip (stage, error, sample keys) so the suites can fail it, and names the first skip's error
+when Energon gives up, since Energon's own message does not.
+"""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import pytest
+
+from harness.adapters import energon
+from harness.records.verdict import Verdict
+from harness.suiterun import outcome, ownership
+
+
+def test_a_stage_name_loses_its_object_address():
+    name = "BatchDataset.<bound method HFTaskEncoder.batch of <megatron.bridge.x.HFTaskEncoder object at 0x7f3>>"
+    assert energon._stage(name) == "BatchDataset.HFTaskEncoder.batch"
+    assert energon._stage("MapDataset.encode_sample") == "MapDataset.encode_sample"
+
+
+def test_every_skip_energon_handles_is_recorded_and_the_handler_still_runs():
+    errors = pytest.importorskip("megatron.energon.errors")
+    handled: list[str] = []
+    skipped: list[energon.Skipped] = []
+    original = errors.ErrorContext.__init__
+    with energon._recording_skips(skipped):
+        ctx = errors.ErrorContext("BatchDataset.batch", lambda exc, sample, sources: handled.append(str(exc)))
+        batch = [SimpleNamespace(__key__="s-0"), SimpleNamespace(__key__="s-1")]
+        with ctx.handle_errors(batch):
+            raise ValueError("row too long")
+        with ctx.handle_errors(batch):
+            pass  # a stage that succeeds records nothing
+    assert skipped == [energon.Skipped("BatchDataset.batch", "ValueError: row too long", ("s-0", "s-1"))]
+    assert handled == ["row too long"]  # Energon's own handling goes on as before
+    assert errors.ErrorContext.__init__ is original  # nothing left patched
+
+
+def test_the_cause_note_reaches_the_verdict_of_an_mb_exception(tmp_path, monkeypatch):
+    mb = tmp_path / "megatron" / "bridge"
+    mb.mkdir(parents=True)
+    monkeypatch.setenv(ownership.ENV_ROOTS, str(tmp_path / "megatron"))
+    source = mb / "loader.py"
+    source.write_text("raise RuntimeError('failed 100 times in a row')\n")
+    try:
+        exec(compile(source.read_text(), str(source), "exec"), {})
+    except RuntimeError as exc:
+        exc.add_note("cause: the first: BatchDataset.batch raised ValueError: row too long")
+        exc.add_note("not for the verdict")
+        info = pytest.ExceptionInfo.from_exception(exc)
+    verdict, message, _ = outcome.classify(info, False, None)
+    assert verdict is Verdict.FAIL and message.startswith("Megatron raised RuntimeError: failed 100 times")
+    assert "cause: the first: BatchDataset.batch raised ValueError: row too long" in message
+    assert "not for the verdict" not in message
