@@ -22,7 +22,8 @@ a (CP, TP, SP) layout, context parallelism (CP 2/4, with MB's documented ``pad_s
 ``2*CP``; CP 2 also on two data-parallel ranks, through MB's own loader) and pipeline parallelism
 (PP 3/4) in gloo worlds of CPU processes. Each is held to the checks of its hand-written suite
 (suites/_forward.py, _dataparallel.py, _inbatch.py, _layouts.py, _dpcp.py), so a drawn layout is
-judged exactly as a listed one.
+judged exactly as a listed one; suites/_explore_check.py dispatches a drawn case of any space to
+its checks.
 
 A drawn case prints as one JSON object (:func:`to_spec`): ``harness explore --replay SPEC``
 runs it again, ``--save`` keeps it as a regression case (``<fixtures>/explored/<id>.json``) that
@@ -32,16 +33,12 @@ runs it again, ``--save`` keeps it as a regression case (``<fixtures>/explored/<
 from __future__ import annotations
 
 import dataclasses
-import shutil
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from harness.adapters import rules, sft
-from harness.errors import Untestable
+from harness.adapters import sft
 from harness.oracle import corpus
-from harness.oracle.impact import Impact, fail
 from harness.records import explored
 from suites import _oracle, _shards
 
@@ -281,120 +278,6 @@ def from_spec(text: str | dict[str, Any]) -> ExploredCase:
         return named(ExploredCase(id="", **doc))
     except TypeError as exc:
         raise ValueError(f"not an explored case spec ({exc})") from exc
-
-
-def _built(case: ExploredCase) -> _oracle.Built | None:
-    """MB's build of ``case``; None when MB refused it by an explicit check because no example fits.
-
-    MB documents that offline packing skips an example longer than the pack. When that leaves
-    nothing (every example of MB's unpacked split is longer than the pack: a small split of long
-    conversations), there is nothing to pack: an explicit refusal by a check of MB's is the right
-    answer, any other exception is a crash of data preparation with no cause the user can read.
-    """
-    try:
-        return _oracle.built(case)
-    except Untestable:
-        raise  # a feature this era lacks: never a verdict
-    except Exception as exc:
-        lengths = [ex.length for ex in _oracle.reference(case)]
-        if any(n <= case.seq for n in lengths):
-            raise
-        if rules.raising_check(exc) is not None:
-            return None
-        raise fail(
-            Impact.CRASH,
-            f"every example is longer than the {case.seq}-token pack (lengths {lengths}), so MB's packing skips "
-            f"each (documented) and has nothing to pack; it crashed instead of refusing the dataset by a check: "
-            f"{type(exc).__name__}: {exc}",
-        ) from exc
-
-
-def check(case: ExploredCase) -> _oracle.Built | None:
-    """Build ``case`` through MB and hold it to the oracle and the documented shape rule (None: MB
-    refused a dataset with no example that fits the pack, by an explicit check)."""
-    b = _built(case)
-    if b is None:
-        return None
-    if case.pad_to_max_length:
-        widths = [len(r.tokens) for r in b.rows]
-        if any(w != case.seq for w in widths):
-            # a fixed shape is what pipeline parallelism and CUDA graphs rely on: a ragged row crashes them
-            raise fail(Impact.CRASH, f"pad_to_max_length pads every packed row to {case.seq}: row widths {widths}")
-    b.report.assert_ok()
-    return b
-
-
-def check_any(case: ExploredCase) -> dict[str, Any]:
-    """Hold ``case`` to every check its layout or packing path has (raises on a violation); returns
-    what it trains in golden form (change detection only)."""
-    if case.direct:
-        from suites import _directsft, _explore_direct
-
-        return _directsft.check(_explore_direct.direct_request(case))
-    if case.energon:
-        from suites import _explore_energon
-
-        return _explore_energon.check(case)
-    if case.pretrain:
-        from suites import _explore_pretrain
-
-        return _explore_pretrain.check(case)
-    if case.in_batch:
-        from suites import _inbatch
-
-        examples = list(_oracle.reference(case))
-        packed = [
-            _inbatch.pack_micro_batch(case, examples[i : i + case.mbs], (case.cp, case.tp, case.sp))
-            for i in range(0, len(examples), case.mbs)
-        ]
-        return {"multiple": packed[0].multiple, "rows": _oracle.canonical_rows([p.row for p in packed])}
-    b = check(case)
-    if b is None:
-        return {"refused": "no example fits the pack"}
-    if case.axis is None:
-        golden: dict[str, Any] = {"rows": _oracle.canonical_rows(b.rows)}
-        if case.shards > 1:
-            golden["shards"] = _check_shards(case, b)
-        return golden
-    if case.dp > 1 and case.cp > 1:
-        from suites import _dpcp, _layouts
-
-        if len(b.rows) < case.gbs:
-            return {"refused": f"{len(b.rows)} packed rows make no global batch of {case.gbs}"}
-        world = _dpcp.run_dp_cp(case, _dpcp.DPCP(dp=case.dp, cp=case.cp, global_batch_size=case.gbs))
-        _layouts.assert_ok(world.violations, f"DP {case.dp} x CP {case.cp} != MB's CP 1 path per data-parallel rank")
-        return world.golden
-    if case.dp > 1:
-        from suites import _dataparallel
-
-        return {"per_rank": _dataparallel.check_padding_per_rank(case, case.dp, case.mbs, case.gbs)}
-    from suites import _forward, _layouts
-
-    if case.forward:
-        result = _forward.cpu_offline(case)
-        result.assert_ok()
-        return result.golden
-    if case.cp > 1:
-        layout = _layouts.run_cp(case, case.cp)
-        _layouts.assert_ok(layout.violations, f"CP {case.cp} != MB's CP 1 path")
-    else:
-        layout = _layouts.run_pp(case, case.pp)
-        _layouts.assert_ok(layout.violations, f"PP {case.pp} stages != MB's PP 1 inputs")
-    return layout.golden
-
-
-def _check_shards(case: ExploredCase, b: _oracle.Built) -> dict[str, Any]:
-    """MB's packed set of ``case`` read back from ``case.shards`` Parquet shards (suites/_shards.py)."""
-    files = b.build.packed_files
-    if "train" not in files:
-        raise AssertionError(f"MB's builder names no packed training file to shard: {files}")
-    metadata = files.get("metadata") if case.pad_cu_seqlens else None
-    work = Path(tempfile.mkdtemp(prefix="harness-explore-shards-"))
-    try:
-        sizes = _shards.even_sizes(len(b.rows), case.shards)
-        return _shards.check(case, b.build.train, files["train"], b.examples, work, sizes, metadata=metadata)
-    finally:
-        shutil.rmtree(work, ignore_errors=True)
 
 
 def saved(directory: Path) -> list[ExploredCase]:

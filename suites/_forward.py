@@ -18,15 +18,13 @@ per-token loss, loss totals), the largest errors measured, and change-detector v
 
 Both take the models (default: the CPU tiny model, fp32) and the tolerances, so the GPU suite
 runs the same path with MCore's Transformer Engine spec in bf16 (harness/adapters/gpu.py,
-:data:`BF16`). :func:`inputs_golden` is what no device can change (boundaries, which positions
-train); :func:`wrong_boundary_error` is the negative control of a tolerance on real batches.
+:data:`BF16`). What no device can change and the negative control of a tolerance on real
+batches are in suites/_forward_control.py.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import functools
-import itertools
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
@@ -167,7 +165,7 @@ def params_view(params: Any) -> stepcheck.ParamsView | None:
     )
 
 
-def _loss_mask(run: step.StepRun) -> torch.Tensor:
+def loss_mask_of(run: step.StepRun) -> torch.Tensor:
     mask = run.loss_mask if run.loss_mask is not None else run.kwargs.get("loss_mask")
     if mask is None:
         raise AssertionError("cannot see the loss mask MB's loss function uses")
@@ -178,7 +176,7 @@ def model_rows(run: step.StepRun) -> list[differential.PackedRow]:
     """What the model received, one packed row per batch row (boundaries from the PackedSeqParams)."""
     k = run.kwargs
     view = params_view(k.get("packed_seq_params"))
-    cols = [_rows(k["input_ids"]), _rows(k["labels"]), _rows(_loss_mask(run)), _rows(k["position_ids"])]
+    cols = [_rows(k["input_ids"]), _rows(k["labels"]), _rows(loss_mask_of(run)), _rows(k["position_ids"])]
     return [stepcheck.model_row(stepcheck.ModelInputs(*row), view) for row in zip(*cols)]
 
 
@@ -400,94 +398,3 @@ def cpu_offline(case: _oracle.SFTCase) -> ForwardResult:
 def cpu_vlm(case: VLMCase) -> ForwardResult:
     """:func:`run_vlm` on the CPU model, once per process."""
     return run_vlm(case)
-
-
-def inputs_golden(result: ForwardResult) -> dict[str, Any]:
-    """What MB handed the model per packed micro-batch that no device changes: the boundaries,
-    ``max_seqlen``, the positions that train and how many (the GPU suite's golden, recorded on
-    the CPU and compared with what the GPU run's model received)."""
-    rows = []
-    for run in result.runs:
-        view = params_view(run.kwargs.get("packed_seq_params"))
-        bounds = view.boundaries if view else {}
-        mask = _loss_mask(run).reshape(-1).tolist()
-        rows.append(
-            {
-                "cu_seqlens_q": bounds.get("cu_seqlens_q"),
-                "cu_seqlens_q_padded": bounds.get("cu_seqlens_q_padded"),
-                "max_seqlen_q": view.max_seqlen_q if view else None,
-                "trained_positions": [i for i, m in enumerate(mask) if m],
-                "num_tokens": run.num_tokens,
-            }
-        )
-    return {"micro_batches": rows}
-
-
-def _moved(params: Any, k: int) -> Any:
-    """``params`` with interior boundary ``k`` one token earlier in every boundary field (the
-    previous segment's last slot now starts the next one), ``max_seqlen`` still covering all."""
-    changed: dict[str, Any] = {}
-    longest = 0
-    for name in stepcheck.BOUNDARY_FIELDS:
-        value = getattr(params, name, None)
-        if value is None:
-            continue
-        moved = value.clone()
-        moved.reshape(-1)[k] -= 1
-        changed[name] = moved
-        flat = moved.reshape(-1).tolist()
-        longest = max(longest, max(b - a for a, b in itertools.pairwise(flat)))
-    for name in ("max_seqlen_q", "max_seqlen_kv"):
-        value = getattr(params, name, None)
-        if value is not None:
-            changed[name] = torch.as_tensor(longest).to(value) if isinstance(value, torch.Tensor) else longest
-    return dataclasses.replace(params, **changed)
-
-
-def wrong_boundary_error(result: ForwardResult, model: step.RecordingModel) -> float | None:
-    """Negative control on real batches: the largest real-token logit error against the unpacked
-    runs when one boundary of a packed micro-batch is moved by a token (None: no micro-batch
-    holds two examples with a real token to spare). A tolerance below this sees a wrong boundary."""
-    for r, (run, row) in enumerate(zip(result.runs, result.report.rows)):
-        params = run.kwargs.get("packed_seq_params")
-        segs = row.segments
-        k = next((i for i in range(1, len(segs)) if segs[i - 1].real >= 2), None)
-        if params is None or k is None:
-            continue
-        logits, token_loss = step.call_model(model, {**run.kwargs, "packed_seq_params": _moved(params, k)})
-        outputs = stepcheck.TokenOutputs(logits[0].tolist(), token_loss.reshape(logits.shape[0], -1)[0].tolist())
-        _, errs = stepcheck.check_outputs(
-            r, [], segs, outputs, result.refs, logit_atol=float("inf"), loss_atol=float("inf")
-        )
-        return errs.logits
-    return None
-
-
-def check_control(result: ForwardResult, control: float | None, tol: Tolerances) -> str:
-    """The sentence a reader needs to trust the tolerance (both numbers); raises when the
-    tolerance could not see a wrong boundary (the harness's problem: an ERROR, not MB's)."""
-    note = (
-        f"{tol.name}: packed vs unpacked, largest real-token logit error {result.errors.logits:.3g} "
-        f"(tolerance {tol.logits:g}); one boundary moved by a token: "
-        + ("no micro-batch to move a boundary in" if control is None else f"{control:.3g}")
-    )
-    if control is not None and control <= CONTROL_MARGIN * tol.logits:
-        raise ToleranceBlind(f"the {tol.name} tolerance cannot see a wrong boundary: {note}")
-    return note
-
-
-class ToleranceBlind(RuntimeError):
-    """The negative control moved less than the tolerance allows: the check cannot judge MB."""
-
-
-def same_inputs(cpu: ForwardResult, device: ForwardResult, device_name: str) -> None:
-    """The model received the same boundaries and trained positions on ``device`` as on the CPU
-    (what the golden, recorded on the CPU, pins)."""
-    want, got = inputs_golden(cpu)["micro_batches"], inputs_golden(device)["micro_batches"]
-    if want != got:
-        from suites._explain import first_difference
-
-        raise AssertionError(
-            f"MB handed the model different inputs on {device_name} than on the CPU: "
-            + first_difference(want, got, "micro-batch")
-        )

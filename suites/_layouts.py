@@ -51,7 +51,7 @@ def received(run: step.StepRun) -> dict[str, torch.Tensor]:
     """What MB's step handed the model (input ids, labels, position ids) and the loss mask its loss
     function multiplies by: the per-rank fields every layout compares with its world of one."""
     out = {name: run.kwargs[name] for name, _ in FIELDS}
-    out["loss_mask"] = _forward._loss_mask(run)
+    out["loss_mask"] = _forward.loss_mask_of(run)
     return out
 
 

@@ -30,7 +30,7 @@ from harness.oracle.impact import ImpactFailure
 from harness.oracle.records import InvariantFailure
 from harness.records import explored
 from harness.suiterun.contract import Env
-from suites import _explore, _explore_direct, _explore_energon, _explore_pretrain
+from suites import _explore, _explore_check, _explore_direct, _explore_energon, _explore_pretrain
 
 pytestmark = pytest.mark.import_group("light")
 
@@ -46,7 +46,7 @@ def _replayable(case: _explore.ExploredCase) -> None:
     note, so they stay MB's, with its frame)."""
     replay = f"replay: harness explore --replay '{_explore.to_spec(case)}'"
     try:
-        _explore.check_any(case)
+        _explore_check.check_any(case)
     except (InvariantFailure, AssertionError) as exc:
         violations = getattr(exc, "violations", [])
         text = f"{exc}\n  {replay}"
@@ -178,7 +178,7 @@ SAVED_LAYOUTS = [c for c in SAVED if c.axis is not None]
 
 def _check_saved(golden: Any, case: _explore.ExploredCase) -> None:
     """An explored case kept as a regression case: invariants, then its golden (change only)."""
-    golden.check(_explore.check_any(case))
+    golden.check(_explore_check.check_any(case))
 
 
 # no saved case: no test (an empty parametrisation would read as an untestable case)

@@ -14,7 +14,7 @@ Each case, in this order:
    never a verdict on MB.
 2. Device-independent half, on the CPU: the case through the CPU forward (fp32, every invariant),
    and the golden of what MB handed the model: boundaries, ``max_seqlen``, which positions train
-   (suites/_forward.py ``inputs_golden``). Recorded on any machine (``harness fixtures record
+   (suites/_forward_control.py ``inputs_golden``). Recorded on any machine (``harness fixtures record
    --suite forward_gpu --yes``), so a first GPU run has its goldens.
 3. Without CUDA and TE: UNTESTABLE with the reason, before anything else runs: a GPU verdict
    without a GPU is no verdict, in any era and with any stand-in (``harness run --require-gpu``
@@ -37,7 +37,7 @@ import pytest
 
 from harness.adapters import gpu
 from harness.errors import Untestable
-from suites import _forward, _oracle
+from suites import _forward, _forward_control, _oracle
 
 pytestmark = [pytest.mark.import_group("full"), pytest.mark.gpu]
 
@@ -63,18 +63,18 @@ def _require_gpu(golden) -> str | None:
 def _on_gpu(cpu: _forward.ForwardResult, run_on_gpu, golden, why_not: str | None) -> _forward.ForwardResult:
     """Steps 2 to 4 of the module docstring, once the CPU half has run."""
     cpu.assert_ok()
-    golden.check(_forward.inputs_golden(cpu))
+    golden.check(_forward_control.inputs_golden(cpu))
     if why_not is not None:
         raise Untestable(why_not)
     models = gpu.te_models(_forward.SEED, _forward.MODEL_VOCAB)
     result = run_on_gpu(models)
-    _forward.same_inputs(cpu, result, "CUDA (TE, bf16)")
+    _forward_control.same_inputs(cpu, result, "CUDA (TE, bf16)")
     result.assert_ok()
     return result
 
 
 def _note(result: _forward.ForwardResult, model, record_property) -> None:
-    note = _forward.check_control(result, _forward.wrong_boundary_error(result, model), _forward.BF16)
+    note = _forward_control.check_control(result, _forward_control.wrong_boundary_error(result, model), _forward.BF16)
     print(note)
     record_property("harness_note", note)
 

@@ -201,16 +201,16 @@ def test_the_negative_control_sees_a_moved_boundary_on_mbs_batches(tmp_path: Pat
     script = textwrap.dedent(
         """
         import json
-        from suites import _forward, test_forward_gpu as g
+        from suites import _forward, _forward_control, test_forward_gpu as g
         case = next(c for c in g.OFFLINE if c.id == "clean-prompt-mult4")
         res = _forward.cpu_offline(case)
-        control = _forward.wrong_boundary_error(res, _forward.models()[0])
-        note = _forward.check_control(res, control, _forward.FP32)
+        control = _forward_control.wrong_boundary_error(res, _forward.models()[0])
+        note = _forward_control.check_control(res, control, _forward.FP32)
         blind = _forward.Tolerances("blind", control, 1.0, 1.0, 1.0)
         try:
-            _forward.check_control(res, control, blind)
+            _forward_control.check_control(res, control, blind)
             refused = ""
-        except _forward.ToleranceBlind as exc:
+        except _forward_control.ToleranceBlind as exc:
             refused = str(exc)
         got = {"noise": res.errors.logits, "control": control, "note": note, "refused": refused}
         print("RESULT=" + json.dumps(got))
