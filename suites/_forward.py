@@ -1,4 +1,4 @@
-"""Forward cases through MB's step functions, and the oracle's view of what the model received.
+"""Forward cases through MB's step functions, held to MB's unpacked path (views: suites/_model_view.py).
 
 Offline (:func:`run_offline`): each collated packed micro-batch of an :class:`~suites._oracle.SFTCase`
 (``Built.batches``, as the training loop feeds them) goes through MB's ``gpt_step.forward_step``
@@ -37,6 +37,7 @@ from harness.adapters import forward as fwd
 from harness.adapters import sft, step, vlmstep
 from harness.oracle import corpus, differential, stepcheck, tokenizer
 from suites import _oracle
+from suites._model_view import model_rows, params_view, token_outputs
 
 # fp32 on CPU: packed (per-segment SDPA) and unpacked (MCore's local attention) runs differ only
 # by summation order: measured <= 2.4e-7 on logits (5e-7 on per-token loss) over MB's batches
@@ -127,62 +128,6 @@ def models() -> Models:
     """One tiny GPTModel per process (CPU, fp32), seen through the GPT-shaped and the VLM-shaped double."""
     gpt = fwd.tiny_gpt(seed=SEED, vocab_size=MODEL_VOCAB)
     return step.RecordingModel(gpt), step.VLMRecordingModel(gpt)
-
-
-def _rows(t: torch.Tensor | None) -> list[list[Any]]:
-    if t is None:
-        return []
-    return t.reshape(t.shape[0], -1).tolist() if t.dim() > 1 else [t.tolist()]
-
-
-def _int(value: Any) -> int | None:
-    if value is None:
-        return None
-    return int(value.reshape(-1)[0].item()) if isinstance(value, torch.Tensor) else int(value)
-
-
-def params_view(params: Any) -> stepcheck.ParamsView | None:
-    if params is None:
-        return None
-    f = step.params_fields(params)
-    bounds: dict[str, list[int] | None] = {}
-    dtypes: dict[str, str] = {}
-    ndims: dict[str, int] = {}
-    for name in stepcheck.BOUNDARY_FIELDS:
-        v = f.get(name)
-        bounds[name] = None if v is None else [int(x) for x in torch.as_tensor(v).reshape(-1).tolist()]
-        if isinstance(v, torch.Tensor):
-            dtypes[name] = batch_ops.dtype_name(v) or "?"
-            ndims[name] = v.dim()
-    return stepcheck.ParamsView(
-        f.get("qkv_format"),
-        bounds,
-        dtypes,
-        ndims,
-        _int(f.get("max_seqlen_q")),
-        _int(f.get("max_seqlen_kv")),
-        step.extra_fields(params),
-    )
-
-
-def loss_mask_of(run: step.StepRun) -> torch.Tensor:
-    mask = run.loss_mask if run.loss_mask is not None else run.kwargs.get("loss_mask")
-    if mask is None:
-        raise AssertionError("cannot see the loss mask MB's loss function uses")
-    return mask
-
-
-def model_rows(run: step.StepRun) -> list[differential.PackedRow]:
-    """What the model received, one packed row per batch row (boundaries from the PackedSeqParams)."""
-    k = run.kwargs
-    view = params_view(k.get("packed_seq_params"))
-    cols = [_rows(k["input_ids"]), _rows(k["labels"]), _rows(loss_mask_of(run)), _rows(k["position_ids"])]
-    return [stepcheck.model_row(stepcheck.ModelInputs(*row), view) for row in zip(*cols)]
-
-
-def token_outputs(run: step.StepRun, r: int, n: int | None = None) -> stepcheck.TokenOutputs:
-    logits, loss = run.logits[r], run.token_loss.reshape(run.logits.shape[0], -1)[r]
-    return stepcheck.TokenOutputs(logits[:n].tolist(), loss[:n].tolist())
 
 
 def _totals(run: step.StepRun) -> stepcheck.LossTotals:

@@ -17,7 +17,8 @@ import torch
 
 from harness.adapters import step
 from harness.oracle import stepcheck
-from suites._forward import CONTROL_MARGIN, ForwardResult, Tolerances, loss_mask_of, params_view
+from suites._forward import CONTROL_MARGIN, ForwardResult, Tolerances
+from suites._model_view import loss_mask_of, params_view
 
 
 def inputs_golden(result: ForwardResult) -> dict[str, Any]:

@@ -31,7 +31,7 @@ from harness.adapters.world import Layout, run_world
 from harness.oracle.impact import Impact, fail
 from harness.oracle.records import Invariant, InvariantFailure, Violation
 from harness.standins import thd_partition
-from suites import _forward, _oracle
+from suites import _forward, _model_view, _oracle
 
 FIELDS = (("input_ids", Invariant.TOKENS), ("labels", Invariant.LABELS), ("position_ids", Invariant.POSITION_IDS))
 MAX_SHOWN = 8
@@ -51,7 +51,7 @@ def received(run: step.StepRun) -> dict[str, torch.Tensor]:
     """What MB's step handed the model (input ids, labels, position ids) and the loss mask its loss
     function multiplies by: the per-rank fields every layout compares with its world of one."""
     out = {name: run.kwargs[name] for name, _ in FIELDS}
-    out["loss_mask"] = _forward.loss_mask_of(run)
+    out["loss_mask"] = _model_view.loss_mask_of(run)
     return out
 
 
