@@ -31,7 +31,7 @@ from harness.oracle import corpus, differential, tokenizer, truncation, vlproces
 from harness.oracle.impact import Impact, require
 from harness.oracle.padded import require_row_equals_example, require_same_real_tokens
 from harness.oracle.records import Example
-from suites import _directsft
+from suites import _directsft, _loader_epoch
 from suites._inputs import IGNORE_INDEX
 
 pytestmark = pytest.mark.import_group("full")  # the builder imports MB's HF model helpers
@@ -257,3 +257,13 @@ def test_mock_vlm_conversations(golden, seq, knobs):
     for r, ex in enumerate(ref):
         require_row_equals_example("", got, r, ex, IGNORE_INDEX)
     golden.check({"width": width, "token_count": counts})
+
+
+@pytest.mark.parametrize("drop_last", [False, True], ids=["keep-last-refused", "drop-last-accepted"])
+def test_keep_last_batch_needs_sft_padding_rows(golden, drop_last):
+    """``drop_last`` on the direct config with a "batch" loader (suites/_loader_epoch.py), 7 rows in
+    global batches of 4 on 2 data-parallel ranks: keeping the incomplete last batch needs padding
+    rows only the GPT SFT datasets make, so MB's loader must refuse it by that rule; dropping it
+    trains the complete global batch on both ranks alike."""
+    req = Case("completion-loader", 141, "completion", n=7).request()
+    golden.check(_loader_epoch.check_keep_last_rule(req, dp=2, mbs=2, gbs=4, drop_last=drop_last))

@@ -3,7 +3,7 @@
 The contract and the reference (MB's own unpadded path, rows matched to samples by marker
 token) are in suites/_energon.py, which the Energon space of exploration shares. Here the
 hand-written cases: unpacked rows at MB's default multiple, a user's multiple and
-``pad_to_max_length``, two shards, both task encoders; in-batch packing at its default and
+``pad_to_max_length``, two shards, both task encoders, ``drop_last`` off; in-batch packing at its default and
 chosen multiples; deferred packing; and the loader settings ``validate`` refuses.
 """
 
@@ -32,6 +32,9 @@ PADDED = [
         knobs={"pad_to_max_length": True, "pad_to_multiple_of": 8},
         encoder="qwen-vl",
     ),
+    # DataloaderConfig's drop_last, which a user may set on any dataset config: Energon's loader is
+    # its own ("external" to MB's samplers), so keeping the incomplete last batch changes nothing
+    Case("mbs3-keep-last-n5", 207, n=5, knobs={"drop_last": False, "pad_to_multiple_of": 8}),
 ]
 PACKED = [
     Case("mbs3-seq4096", 211, seq=4096, knobs={"enable_in_batch_packing": True}),  # the task encoder's default
@@ -49,10 +52,6 @@ PACKED = [
         encoder="qwen-vl",
     ),
 ]
-
-
-def _ids(cases: list[Case]) -> list[str]:
-    return [c.id for c in cases]
 
 
 def _ids(cases: list[Case]) -> list[str]:

@@ -16,9 +16,9 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
-from harness.adapters import packed_artifact, rules, sampler
+from harness.adapters import loaders, packed_artifact, rules, sampler
 from harness.oracle.impact import Impact, fail, require
-from suites import _dataparallel, _oracle
+from suites import _dataparallel, _loader_epoch, _oracle
 from suites._explain import first_offender, multiset_difference
 
 pytestmark = pytest.mark.import_group("light")
@@ -95,10 +95,9 @@ def test_drop_last_per_data_parallel_rank(golden, case, dp, mbs, gbs):
         try:
             sampler.padded_global_batches(len(ds), gbs, mbs, case.seed, 0, dp, drop_last=True, pad=False)
         except (AssertionError, ValueError, RuntimeError) as exc:
-            if rules.raising_check(exc) is None:
-                raise fail(
-                    Impact.CRASH, f"{len(ds)} rows < global batch {gbs}: not refused by a check of MB's"
-                ) from exc
+            rules.require_refused_by(
+                exc, rules.Rule.DROP_LAST_NEEDS_A_GLOBAL_BATCH, f"drop_last with {len(ds)} rows < global batch {gbs}"
+            )
             golden.check({"refused": type(exc).__name__})
             return
         raise fail(Impact.ACCEPTS_INVALID_CONFIG, f"{len(ds)} rows < global batch {gbs} with drop_last: accepted")
@@ -233,3 +232,33 @@ def test_samples_mapping_negative_indices(golden):
     golden.check(
         {"mapped_rows": [[s.key for s in r.segments] for r in report.rows], "pad_widths": [len(p.tokens) for p in pads]}
     )
+
+
+# (case, data-parallel size, global batch size): offline packed rows (one per micro-batch) that
+# leave an incomplete last global batch, and one with fewer rows than one global batch
+LOADER_CASES = [
+    (_oracle.CleanCase("loader-prompt-mult4", seed=81, mult=4, n=20), 2, 4),
+    (_oracle.CleanCase("loader-chat-mult2", seed=82, kind="chat", mult=2, n=18, pad_to_max_length=True), 2, 6),
+    (_oracle.CleanCase("loader-completion-short", seed=83, kind="completion", n=6), 2, 64),
+]
+
+
+@pytest.mark.import_group("full")  # MB's loader builder reads the training config
+@pytest.mark.parametrize("drop_last", [False, True], ids=["keep-last", "drop-last"])
+@pytest.mark.parametrize(
+    "case,dp,gbs", [_oracle.case_param(c, dp, g, id=f"{c.id}-dp{dp}-gbs{g}") for c, dp, g in LOADER_CASES]
+)
+def test_dataset_drop_last_through_mb_loader(golden, case, dp, gbs, drop_last):
+    """The dataset config's ``drop_last`` as a user sets it, through MB's loader builder on every
+    rank of a data-parallel world (suites/_loader_epoch.py): kept, every packed row trains once per
+    epoch and the padding of the last global batch trains nothing; dropped, the complete global
+    batches train and nothing else. With fewer rows than one global batch, dropping it leaves
+    nothing to train: MB's loader must refuse that by its own check."""
+    ds = _oracle.built(case).build.train
+    if drop_last and len(ds) < gbs:
+        config = loaders.make_dataset_config("gpt_sft", seq_length=case.seq, seed=case.seed, drop_last=True)
+        ranks = _loader_epoch.epoch(case.seq, case.seed, dp, 1, gbs, config, dataset=ds)
+        what = f"drop_last=True with {len(ds)} rows < global batch {gbs}"
+        golden.check(_loader_epoch.require_refused_by(ranks, rules.Rule.DROP_LAST_NEEDS_A_GLOBAL_BATCH, what))
+        return
+    golden.check(_loader_epoch.check_epoch(case, dp, 1, gbs, drop_last))

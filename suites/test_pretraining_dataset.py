@@ -26,10 +26,10 @@ from typing import Any
 
 import pytest
 
-from harness.adapters import pretrain, rules, sft
+from harness.adapters import loaders, pretrain, rules, sft
 from harness.oracle import corpus, tokenizer
 from harness.oracle.impact import Impact, fail, require
-from suites import _oracle, _pretrain
+from suites import _loader_epoch, _oracle, _pretrain
 
 pytestmark = pytest.mark.import_group("light")
 
@@ -177,3 +177,19 @@ def test_step_keeps_documents_apart(golden, name):
     if not crossing:  # the input's fault: the case would test nothing
         raise RuntimeError("no sample holds two documents")
     golden.check({"samples_with_two_documents": crossing, "seen": seen})
+
+
+@pytest.mark.import_group("full")  # MB's loader builder reads the training config
+@pytest.mark.parametrize("drop_last", [False, True], ids=["keep-last", "drop-last"])
+def test_drop_last_through_mb_loader(golden, drop_last):
+    """``drop_last`` on the pretraining config (``DataloaderConfig``'s, documented as whether to drop
+    the last incomplete batch), through MB's loader builder with a "single" loader on 2
+    data-parallel ranks (micro-batch 2, global batch 4, 3 steps; suites/_loader_epoch.py): MB
+    builds the split for those 3 steps, so both ranks take 3 micro-batches and, between them,
+    read samples 0..11 exactly once, whichever ``drop_last``."""
+    texts = tuple(f"{e['input']} {e['output']}" for e in corpus.examples(CORPUS))
+    knobs = {"eod_mask_loss": False, "dataloader_type": "single", "drop_last": drop_last, **loaders.WORKERS_OFF}
+    build = pretrain.pretraining_splits(
+        pretrain.PretrainRequest(texts, _oracle.load_tokenizer(), 32, samples=(12, 1, 0), knobs=knobs)
+    )
+    golden.check(_loader_epoch.check_sampled(build.train, build.config, seq=32, dp=2, mbs=2, gbs=4, steps=3))

@@ -85,8 +85,30 @@ def _case(result: RunResult, case_id: str):
             "packed_seq_params::test_offline_sentinel_stripped[3seq-2sentinels-argmin]",
             "perf-contract",
         ),
+        (
+            "loader_ignores_dataset_drop_last",
+            "padding_loss_masks",
+            "mb_loader and prompt-mult4 and keep-last",
+            "padding_loss_masks::test_dataset_drop_last_through_mb_loader[loader-prompt-mult4-dp2-gbs4-keep-last]",
+            "drops-trained-token",
+        ),
+        (
+            "loader_keep_last_rule_dropped",
+            "direct_sft",
+            "keep_last_batch and refused",
+            "direct_sft::test_keep_last_batch_needs_sft_padding_rows[keep-last-refused]",
+            "accepts-invalid-config",
+        ),
     ],
-    ids=["exclusivity", "cp-divisibility", "in-batch-multiple", "padded-variant", "host-sync"],
+    ids=[
+        "exclusivity",
+        "cp-divisibility",
+        "in-batch-multiple",
+        "padded-variant",
+        "host-sync",
+        "dataset-drop-last",
+        "keep-last-rule",
+    ],
 )
 def test_a_real_break_turns_red_with_its_impact(tmp_path, fault_id, suite, keyword, case_id, impact):
     result = _run(fault_id, tmp_path, [suite], keyword)
@@ -100,9 +122,10 @@ def test_the_unbroken_copy_is_green_where_those_faults_were_caught(tmp_path):
     result = _run(
         None,
         tmp_path,
-        ["config_validation", "in_batch_packing", "packed_seq_params"],
+        ["config_validation", "in_batch_packing", "packed_seq_params", "padding_loss_masks", "direct_sft"],
         "offline_and_in_batch or in_batch_mbs4 or cp2_seq51 or mult12 or sentinel"
-        " or (test_params_from_mb_batches and prompt-mult1 and not pad)",
+        " or (test_params_from_mb_batches and prompt-mult1 and not pad)"
+        " or (mb_loader and prompt-mult4 and keep-last) or (keep_last_batch and refused)",
     )
     assert result.cases
     bad = [(c.case_id, c.message[:200]) for c in result.cases if c.verdict in (Verdict.FAIL, Verdict.ERROR)]

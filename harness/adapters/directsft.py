@@ -58,6 +58,36 @@ def preprocessing(kind: str, truncation_method: str | None = None) -> Any:
     return sft.PromptCompletionSFTPreprocessingConfig(prompt_column="input", completion_column="output", **extra)
 
 
+def _config(cfg_cls: Any, source_cls: Any, req: DirectSFTRequest) -> Any:
+    """The config a user declares for ``req``: its rows in a local JSONL file, the request's knobs."""
+    where = Path(tempfile.mkdtemp(prefix="harness-direct-sft-"))
+    data = where / "train.jsonl"
+    data.write_text("".join(json.dumps(r) + "\n" for r in req.rows), encoding="utf-8")
+    source = source_cls(
+        path_or_dataset="json",
+        split="train",
+        load_kwargs={"data_files": str(data), "cache_dir": str(where / "hf-cache")},
+    )
+    return cfg_cls(
+        seq_length=req.seq_length,
+        source=source,
+        preprocessing=preprocessing(req.kind, req.truncation_method),
+        hf_processor_path=str(req.processor_dir),
+        do_validation=False,
+        do_test=False,
+        **req.knobs,
+    )
+
+
+def user_config(req: DirectSFTRequest) -> tuple[Any, Callable[..., Any]]:
+    """``req``'s ``DirectHFSFTDatasetConfig`` and MB's provider for it (what a recipe hands MB's
+    loader builder), for cases that run MB's loader over the direct path's datasets."""
+    _ = direct_sft.resolved  # the era gap, as the operation names it
+    cfg_cls = symbol(MODULE, "DirectHFSFTDatasetConfig")
+    source_cls = symbol("megatron.bridge.data.sources.hf", "HFDatasetSourceConfig")
+    return _config(cfg_cls, source_cls, req), symbol(MODULE, "direct_hf_sft_train_valid_test_datasets_provider")
+
+
 def _probe() -> Callable[[DirectSFTRequest], DirectSFTBuild]:
     cfg_cls = symbol(MODULE, "DirectHFSFTDatasetConfig")
     provider = symbol(MODULE, "direct_hf_sft_train_valid_test_datasets_provider")
@@ -67,23 +97,7 @@ def _probe() -> Callable[[DirectSFTRequest], DirectSFTBuild]:
     training = load_module("megatron.bridge.training.config")
 
     def call(req: DirectSFTRequest) -> DirectSFTBuild:
-        where = Path(tempfile.mkdtemp(prefix="harness-direct-sft-"))
-        data = where / "train.jsonl"
-        data.write_text("".join(json.dumps(r) + "\n" for r in req.rows), encoding="utf-8")
-        source = source_cls(
-            path_or_dataset="json",
-            split="train",
-            load_kwargs={"data_files": str(data), "cache_dir": str(where / "hf-cache")},
-        )
-        config = cfg_cls(
-            seq_length=req.seq_length,
-            source=source,
-            preprocessing=preprocessing(req.kind, req.truncation_method),
-            hf_processor_path=str(req.processor_dir),
-            do_validation=False,
-            do_test=False,
-            **req.knobs,
-        )
+        config = _config(cfg_cls, source_cls, req)
         outcome = None
         if req.layout is not None:
             cp, tp, sp = req.layout

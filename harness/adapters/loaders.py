@@ -6,7 +6,8 @@ MB's setup calls it (``dp_group=pg_collection.dp``; the data-parallel rank and s
 reads from that group, the sampler what the config's ``dataloader_type`` selects, over a provider
 that hands back ``dataset`` as the training split), then, step by step, MB's
 ``prepare_finetuning_batch`` (``data/batch_utils.py``) splitting the loader's per-rank global
-batch into the micro-batches the forward step gets, as ``train.py`` does. Why not the sampler
+batch into the micro-batches the forward step gets, as ``train.py`` does for a "batch" loader
+(any other loader yields the micro-batches themselves). Why not the sampler
 alone (:mod:`harness.adapters.sampler` takes the rank as an argument): in a world where the
 data-parallel group is not the whole world (DP x CP), which group MB reads its rank from is the
 behaviour under test.
@@ -14,6 +15,13 @@ behaviour under test.
 The container is the minimal one :func:`harness.adapters.config.build_container` builds, with
 validation and test off (``eval_iters = 0``) and the loader's workers off (``num_workers = 0``,
 the documented setting for a loader without worker processes).
+
+The dataset config is the user's knob: :func:`dataset_config` builds the one a user's finetuning
+has (the SFT config, or the direct Hugging Face SFT config where the era has it) with the knobs a
+case sets (``drop_last``: documented since 0.4.0 as "whether to drop the last incomplete
+batch"), in the suite process, so the knob recorder sees what MB was called with; the world's
+ranks read it from there. ``steps=None`` runs one epoch: the micro-batches of every global batch
+the loader yields before it is exhausted.
 """
 
 from __future__ import annotations
@@ -21,8 +29,9 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from harness.adapters import Candidate, NotHere, Operation, accepts, load_module, symbol
+from harness.adapters import Candidate, NotHere, Operation, accepts, field_names, load_module, symbol
 from harness.adapters import config as config_ops
+from harness.eras import features
 from harness.standins.cuda import cpu_cuda_tensors
 
 
@@ -37,7 +46,6 @@ def _resolve(split_module: str) -> Callable[..., list[dict[str, Any]]]:
     split = symbol(split_module, "prepare_finetuning_batch")
     state_cls = symbol("megatron.bridge.training.state", "TrainState")
     cfg = load_module("megatron.bridge.training.config")
-    config_cls = _sft_config_cls()
 
     def call(
         dataset: Any,
@@ -48,35 +56,48 @@ def _resolve(split_module: str) -> Callable[..., list[dict[str, Any]]]:
         global_batch_size: int,
         micro_batch_size: int,
         data_parallel_size: int,
-        steps: int,
+        steps: int | None,
         dp_group: Any,
+        dataset_config: Any = None,
     ) -> list[dict[str, Any]]:
-        # the SFT dataset config a user's finetuning has (the loader reads its dataloader_type, seed,
-        # drop_last and worker settings; the dataset itself comes from the provider below)
-        dataset_config = config_cls(seq_length=seq_length, dataset_root="unused", seed=seed)
-        for name, value in (("num_workers", 0), ("persistent_workers", False), ("pin_memory", False)):
-            if hasattr(dataset_config, name):
-                setattr(dataset_config, name, value)
+        # the loader reads the dataset config's dataloader_type, seed, drop_last and worker
+        # settings; the dataset itself comes from the provider below
+        if dataset_config is None:
+            dataset_config = make_dataset_config("gpt_sft", seq_length=seq_length, seed=seed)
         container = config_ops.build_container(
             cfg, model, dataset_config, global_batch_size=global_batch_size, micro_batch_size=micro_batch_size
         )
-        container.train.train_iters = steps
+        if steps is not None:  # one epoch: the container's default covers it
+            container.train.train_iters = steps
         if getattr(container, "validation", None) is not None:
             container.validation.eval_iters = 0
 
-        def provider(_num_samples: Any, _config: Any) -> tuple[Any, None, None]:
+        def given(_num_samples: Any, _config: Any) -> tuple[Any, None, None]:
             return dataset, None, None
 
         with cpu_cuda_tensors(pin=True):  # the model and batches of these worlds live on the CPU
-            train, _valid, _test = build(container, state_cls(), provider, dp_group=dp_group)
+            train, _valid, _test = build(container, state_cls(), given, dp_group=dp_group)
         if train is None:
             return []
         loader = iter(train)
         per_step = global_batch_size // (micro_batch_size * data_parallel_size)
         out: list[dict[str, Any]] = []
-        for _ in range(steps):
-            micro, _seq = split(loader, num_microbatches=per_step, default_seq_length=0)
-            out += list(micro)
+        step = 0
+        # as train.py consumes it: a "batch" loader yields a rank's whole global batch, which MB
+        # splits into micro-batches; any other yields the micro-batches themselves
+        batched = getattr(container.dataset, "dataloader_type", None) == "batch"
+        while steps is None or step < steps:
+            try:
+                if batched:
+                    micro, _seq = split(loader, num_microbatches=per_step, default_seq_length=0)
+                    out += list(micro)
+                else:
+                    out += [next(loader) for _ in range(per_step)]
+            except StopIteration:
+                if steps is None:
+                    break  # one epoch: the loader is exhausted
+                raise
+            step += 1
         return out
 
     return call
@@ -92,6 +113,37 @@ def _sft_config_cls() -> Any:
         except NotHere:
             continue
     raise NotHere("no SFT dataset config (GPTSFTDatasetConfig, FinetuningDatasetConfig)")
+
+
+WORKERS_OFF = {"num_workers": 0, "persistent_workers": False, "pin_memory": False}
+
+
+def make_dataset_config(kind: str, *, seq_length: int, seed: int, **knobs: Any) -> Any:
+    """The dataset config of ``kind`` a user's finetuning passes, built with ``knobs`` (e.g.
+    ``drop_last``, ``dataloader_type``) and the loader's workers off: "gpt_sft" (the SFT config of
+    every era) or "direct_hf_sft" (the direct Hugging Face SFT config of the 2026 eras, around a
+    custom source the provider replaces), finalised as MB's validation finalises it. A knob the
+    era's config lacks is an era gap."""
+    if kind == "direct_hf_sft":
+        config_cls = symbol("megatron.bridge.data.builders.direct_hf_sft", "DirectHFSFTDatasetConfig")
+        source = symbol("megatron.bridge.data.sources.hf", "HFDatasetSourceConfig")(path_or_dataset="unused")
+        base: dict[str, Any] = {"seq_length": seq_length, "source": source}
+    else:
+        config_cls = _sft_config_cls()
+        base = {"seq_length": seq_length, "dataset_root": "unused", "seed": seed}
+    fields = field_names(config_cls)
+    features.require_fields(config_cls, knobs, fields)
+    workers = {k: v for k, v in WORKERS_OFF.items() if k in fields}
+    return finalized(config_cls(**base, **workers, **knobs))
+
+
+def finalized(dataset_config: Any) -> Any:
+    """``dataset_config`` as MB's ``ConfigContainer.validate`` leaves it before setup builds the
+    loaders: finalised (its ``finalize()``, where the era's config has one)."""
+    finalize = getattr(dataset_config, "finalize", None)
+    if callable(finalize):
+        finalize()
+    return dataset_config
 
 
 train_micro_batches = Operation(

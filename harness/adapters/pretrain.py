@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from harness.adapters import Candidate, NotHere, Operation, field_names, symbol
+from harness.eras import features
 
 
 @dataclass(frozen=True)
@@ -65,6 +66,7 @@ def _probe() -> Callable[[PretrainRequest], PretrainBuild]:
         for doc in docs:
             builder.add_document(torch.tensor(doc, dtype=torch.int32), [len(doc)])
         builder.finalize(str(prefix) + ".idx")
+        features.require_fields(config_cls, req.knobs, field_names(config_cls))
         config = config_cls(
             seq_length=req.seq_length,
             random_seed=req.seed,

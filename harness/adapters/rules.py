@@ -40,6 +40,9 @@ class Rule(enum.StrEnum):
     PACK_SIZE_POSITIVE = "offline-pack-size-positive"  # offline packing specs that pack nothing (2026 configs)
     OFFLINE_FLAG_NEEDS_SPECS = "offline-flag-needs-specs"  # enable_offline_packing without PackedSequenceSpecs
     OFFLINE_SPECS_NEED_FLAG = "offline-specs-need-flag"  # PackedSequenceSpecs with enable_offline_packing off
+    # MB's loader builder (data/loaders.py) and its global-batch sampler, not ConfigContainer.validate
+    DROP_LAST_NEEDS_A_GLOBAL_BATCH = "drop-last-needs-one-global-batch"
+    KEEP_LAST_NEEDS_SFT_PADDING = "keep-last-batch-needs-sft-padding-rows"
 
 
 SIGNATURES: dict[Rule, re.Pattern[str]] = {
@@ -63,6 +66,12 @@ SIGNATURES: dict[Rule, re.Pattern[str]] = {
     Rule.PACK_SIZE_POSITIVE: re.compile(r"packed_sequence_size must be greater than 0"),
     Rule.OFFLINE_FLAG_NEEDS_SPECS: re.compile(r"offline_packing_specs must be set when enable_offline_packing"),
     Rule.OFFLINE_SPECS_NEED_FLAG: re.compile(r"enable_offline_packing must be true when offline_packing_specs is set"),
+    # the loader's "not enough train samples for a single global batch", or its sampler's own
+    # "drop_last=true requires at least one full global batch"
+    Rule.DROP_LAST_NEEDS_A_GLOBAL_BATCH: re.compile(
+        r"not enough train samples for a single global batch|drop_last=true requires at least one full global batch"
+    ),
+    Rule.KEEP_LAST_NEEDS_SFT_PADDING: re.compile(r"drop_last=false requires gptsftdatasetconfig"),
 }
 
 

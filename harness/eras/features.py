@@ -17,6 +17,7 @@ MB's real history when a mirror is at hand.
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 from harness.errors import Untestable
@@ -155,8 +156,19 @@ FEATURES: dict[str, Feature] = {
             "src/megatron/bridge/data/sft_processing.py",
             r"class PromptCompletionSFTPreprocessingConfig",
         ),
+        Feature(
+            "dataset-drop-last",
+            "the dataset config's drop_last (training/config.DataloaderConfig.drop_last, later data/base)",
+            "877779a05",
+            "2026-03-20",
+            "src/megatron/bridge/training/config.py",
+            r"drop_last: bool = True",
+        ),
     )
 }
+
+# config fields a case sets that came with a ledger feature: a config without one is an era gap
+FIELD_FEATURES = {"drop_last": "dataset-drop-last"}
 
 _TAG = re.compile(r"\[missing feature ([a-z0-9-]+):")
 
@@ -170,6 +182,15 @@ def tag(key: str) -> str:
 def missing(key: str, detail: str) -> Untestable:
     """Untestable because ledger feature ``key`` does not exist in this MB; ``detail`` says how it showed."""
     return Untestable(f"{detail} {tag(key)}")
+
+
+def require_fields(cls: type, names: Iterable[str], fields: set[str]) -> None:
+    """A field among ``names`` that came with a ledger feature (:data:`FIELD_FEATURES`) and that
+    config class ``cls`` (whose ``fields`` are given) lacks is that feature missing; any other
+    field is left for MB's constructor to take or refuse."""
+    for name in sorted(set(names) - fields):
+        if name in FIELD_FEATURES:
+            raise missing(FIELD_FEATURES[name], f"{cls.__name__} has no {name} in this era")
 
 
 def named(reason: str) -> list[str]:
