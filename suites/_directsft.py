@@ -19,11 +19,44 @@ from harness.adapters import batch as batch_ops
 from harness.adapters import vlmstep
 from harness.adapters.chatcollate import collated_examples
 from harness.adapters.directsft import DirectSFTBuild, DirectSFTRequest, direct_sft
-from harness.oracle import differential, tokenizer
+from harness.oracle import corpus, differential, tokenizer
 from harness.oracle.impact import Impact, fail, require
 from harness.oracle.padded import require_documented_width, require_same_real_tokens
 from suites import _oracle
 from suites._inputs import IGNORE_INDEX
+
+
+def corpus_request(
+    kind: str,
+    seed: int,
+    *,
+    n: int = 5,
+    seq: int = 64,
+    layout: tuple[int, int, bool] | None = None,
+    knobs: dict[str, Any] | None = None,
+    long_rate: float = 0.3,
+    truncation_method: str | None = None,
+) -> DirectSFTRequest:
+    """A user's own corpus for the direct path: ``n`` seeded rows of ``kind`` ("chat" or
+    "completion"), some past ``seq`` (``long_rate``), the offline tokenizer, the config knobs."""
+    spec = corpus.CorpusSpec(
+        seed=seed,
+        n=n,
+        layout="chat" if kind == "chat" else "prompt",
+        eos_inside_rate=0.0,
+        eos_last_rate=0.0,
+        pad_rate=0.0 if truncation_method else 0.2,
+        long_rate=long_rate,
+    )
+    return DirectSFTRequest(
+        tuple(corpus.examples(spec)),
+        tokenizer.write_tokenizer_dir(),
+        seq,
+        kind=kind,
+        layout=layout,
+        truncation_method=truncation_method,
+        knobs=dict(knobs or {}),
+    )
 
 
 def need(layout: tuple[int, int, bool] | None) -> int:

@@ -83,7 +83,7 @@ def _on_rank(
         model = config_ops.tiny_gpt_provider(seq, 1, 1, False, True)
         try:
             batches = loaders.train_micro_batches(
-                None if dataset is None else _Fetched(dataset, fetched),
+                _Fetched(dataset, fetched),
                 model,
                 seq_length=seq,
                 seed=seed,

@@ -8,7 +8,9 @@ dimension of the packed row over the TP ranks (it must divide by TP), all-gather
 column-parallel layer, and each rank computes its part of the heads and of the vocabulary.
 
 What runs: a gloo world of TP CPU processes (:mod:`harness.adapters.world`), each calling MB's
-``gpt_step.forward_step`` on MB's offline packed micro-batches with the tiny ``GPTModel`` built
+``gpt_step.forward_step`` on MB's packed micro-batches (offline packed rows, or the THD row of the
+direct SFT collate's in-batch packing on the multiple MB's ``ConfigContainer.validate`` chose for
+the layout, never one the suite picked) with the tiny ``GPTModel`` built
 for that TP size with ``sequence_parallel=True`` and the TP 1 model's weights split as MCore
 splits them (so TP 1 and TP are the same model). The reference is MB's TP 1 step on the same
 batch, which ``forward_cpu`` holds against MB's unpacked path. Checks, per micro-batch:
@@ -171,16 +173,23 @@ def compare(
 
 
 def run_tp_sp(case: _oracle.SFTCase, tp: int, tol: _forward.Tolerances = _forward.FP32) -> _layouts.LayoutResult:
-    """``case``'s packed micro-batches at TP = ``tp`` with SP against TP 1 (no violations when MB holds)."""
-    built = _oracle.built(case)
+    """``case``'s offline packed micro-batches at TP = ``tp`` with SP against TP 1 (no violations when MB holds)."""
+    return run_tp_sp_batches(list(_oracle.built(case).batches), tp, tol)
+
+
+def run_tp_sp_batches(
+    batches: list[dict[str, Any]], tp: int, tol: _forward.Tolerances = _forward.FP32
+) -> _layouts.LayoutResult:
+    """MB's packed micro-batches ``batches`` (offline rows, or an in-batch packed collate's THD row)
+    at TP = ``tp`` with SP against MB's TP 1 step on the same batches."""
     gpt, _ = _forward.models()
-    tp1 = [step.gpt_step(gpt, batch) for batch in built.batches]
+    tp1 = [step.gpt_step(gpt, batch) for batch in batches]
     full = {k: v.detach().clone() for k, v in gpt.gpt.state_dict().items() if isinstance(v, torch.Tensor)}
     layout = Layout(tp=tp)
     widths = [int(ref.kwargs["input_ids"].shape[-1]) for ref in tp1]
     refused = misaligned(layout, tp1)
     if refused:
         return _layouts.LayoutResult(refused, {"widths": widths})
-    ranks = run_world(layout, _rank_runs(full, list(built.batches)))
+    ranks = run_world(layout, _rank_runs(full, batches))
     golden = {"micro_batches": [{"width": w, "trained": ranks[0][b].num_tokens} for b, w in enumerate(widths)]}
     return _layouts.LayoutResult(compare(layout, tp1, ranks, tol), golden)

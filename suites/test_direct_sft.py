@@ -27,7 +27,7 @@ from harness.adapters import batch as batch_ops
 from harness.adapters.chatcollate import prompt_completion_collate
 from harness.adapters.directsft import DirectSFTRequest, direct_sft, preprocessing
 from harness.adapters.mockvlm import MockVLMRequest, mock_vlm_sft
-from harness.oracle import corpus, differential, tokenizer, truncation, vlprocessor
+from harness.oracle import differential, tokenizer, truncation, vlprocessor
 from harness.oracle.impact import Impact, require
 from harness.oracle.padded import require_row_equals_example, require_same_real_tokens
 from harness.oracle.records import Example
@@ -50,24 +50,15 @@ class Case:
     truncation_method: str | None = None
 
     def request(self, **overrides: Any) -> DirectSFTRequest:
-        layout = "chat" if self.kind == "chat" else "prompt"
-        spec = corpus.CorpusSpec(
-            seed=self.seed,
+        req = _directsft.corpus_request(
+            self.kind,
+            self.seed,
             n=self.n,
-            layout=layout,
-            eos_inside_rate=0.0,
-            eos_last_rate=0.0,
-            pad_rate=0.0 if self.truncation_method else 0.2,
-            long_rate=self.long_rate,
-        )
-        req = DirectSFTRequest(
-            tuple(corpus.examples(spec)),
-            tokenizer.write_tokenizer_dir(),
-            self.seq,
-            kind=self.kind,
+            seq=self.seq,
             layout=self.layout,
+            knobs=self.knobs,
+            long_rate=self.long_rate,
             truncation_method=self.truncation_method,
-            knobs=dict(self.knobs),
         )
         return replace(req, **overrides)
 

@@ -27,7 +27,8 @@ from __future__ import annotations
 
 import pytest
 
-from suites import _cppp, _dpcp, _layouts, _oracle, _tpsp
+from harness.adapters.directsft import direct_sft
+from suites import _cppp, _directsft, _dpcp, _layouts, _oracle, _tpsp
 
 pytestmark = pytest.mark.import_group("full")
 
@@ -119,3 +120,26 @@ def test_tp_sp_world_trains_what_tp1_trains(golden, case_id, tp):
     result = _tpsp.run_tp_sp(_BY_ID[case_id], tp)
     _layouts.assert_ok(result.violations, f"TP {tp} with SP != MB's TP 1 path")
     golden.check(result.golden)
+
+
+# (kind, seed, TP): in-batch packing in the direct SFT collate, the multiple MB's validation chooses
+# for TP with SP (the suite sets none), 6 rows of a user's corpus in one THD micro-batch; corpora
+# whose real lengths sum to a width TP does not divide (307 and 143 tokens), so the row scatters
+# only because MB rounds every sequence to its multiple
+TP_SP_IN_BATCH = [("chat", 154, 2), ("completion", 154, 4)]
+
+
+@pytest.mark.parametrize(
+    ("kind", "seed", "tp"), TP_SP_IN_BATCH, ids=[f"in-batch-{k}-tp{tp}-sp" for k, _s, tp in TP_SP_IN_BATCH]
+)
+def test_tp_sp_world_trains_in_batch_packed_rows(golden, kind, seed, tp):
+    """The same TP world on an in-batch packed micro-batch (suites/_tpsp.py): MB's direct SFT config
+    with ``enable_in_batch_packing`` for a TP x SP layout, finalised by MB's ``ConfigContainer.validate``
+    (which raises ``in_batch_packing_pad_to_multiple_of`` to what SP's scatter needs), collated by
+    MB: the THD row's width divides by TP, and every TP rank's step is MB's TP 1 step."""
+    knobs = {"enable_in_batch_packing": True}
+    build = direct_sft(_directsft.corpus_request(kind, seed, n=6, layout=(1, tp, True), knobs=knobs))
+    _directsft.accepted(build)
+    result = _tpsp.run_tp_sp_batches([build.batch], tp)
+    _layouts.assert_ok(result.violations, f"in-batch packed TP {tp} with SP != MB's TP 1 path")
+    golden.check({**result.golden, "multiple": int(build.config.in_batch_packing_pad_to_multiple_of)})
