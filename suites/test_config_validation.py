@@ -7,7 +7,10 @@ Documented rules (MB's config docs and docs/training/packed-sequences.md):
 * offline and in-batch packing are mutually exclusive;
 * ``enable_offline_packing`` and ``offline_packing_specs`` come together (either alone is refused;
   eras before the flag: untestable through the feature ledger);
-* ``pad_cu_seqlens`` needs ``pad_to_max_length``.
+* ``pad_cu_seqlens`` needs ``pad_to_max_length``;
+* offline packing under CUDA graphs needs static shapes: ``pad_to_max_length``, and
+  ``pad_cu_seqlens`` when the capture includes attention (since e4cb868dc; earlier eras:
+  untestable through the feature ledger).
 
 Each invalid case breaks one rule (offline with in-batch packing also breaks one of the two
 opposite micro-batch rules, whatever the micro-batch size: there the exclusivity rule must be the
@@ -29,6 +32,8 @@ from harness.adapters.rules import Rule
 from harness.oracle.impact import Impact, fail
 
 pytestmark = pytest.mark.import_group("full")
+
+_TE_GRAPHS = "transformer_engine"  # the model's cuda_graph_impl for Transformer Engine's scoped capture
 
 # (case id, spec, the rule it breaks (None: valid), its valid neighbour's case id)
 CASES: list[tuple[str, Spec, Rule | None, str | None]] = [
@@ -99,6 +104,25 @@ CASES: list[tuple[str, Spec, Rule | None, str | None]] = [
         Spec(offline_packing_size=512, pad_cu_seqlens=True, pad_to_max_length=True),
         None,
         None,
+    ),  # offline packing under Transformer Engine's CUDA graphs (scoped capture, attention included): a
+    # captured graph replays fixed shapes, so the packed width and the boundaries must be static
+    (
+        "offline_cuda_graphs_static_shapes",
+        Spec(offline_packing_size=512, pad_cu_seqlens=True, pad_to_max_length=True, cuda_graph_impl=_TE_GRAPHS),
+        None,
+        None,
+    ),
+    (
+        "offline_cuda_graphs_without_pad_to_max_length",
+        Spec(offline_packing_size=512, cuda_graph_impl=_TE_GRAPHS),
+        Rule.CUDA_GRAPHS_NEED_PAD_TO_MAX,
+        "offline_cuda_graphs_static_shapes",
+    ),
+    (
+        "offline_cuda_graphs_without_pad_cu_seqlens",
+        Spec(offline_packing_size=512, pad_to_max_length=True, cuda_graph_impl=_TE_GRAPHS),
+        Rule.CUDA_GRAPHS_NEED_PAD_CU_SEQLENS,
+        "offline_cuda_graphs_static_shapes",
     ),
 ]
 _SPECS = {c[0]: c[1] for c in CASES}

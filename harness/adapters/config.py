@@ -15,7 +15,9 @@ from ``validate()`` is a failed case, never an untestable one.
 Where a rule lived outside ``validate()`` in an era, the outcome follows MB to the stage that
 enforced it: ``pad_cu_seqlens`` without ``pad_to_max_length`` was refused by the packed dataset's
 constructor until ``validate()`` took the rule over (e4cb868dc, 2026-08-06), so specs with
-``pad_cu_seqlens`` also build MB's packed dataset with those settings.
+``pad_cu_seqlens`` also build MB's packed dataset with those settings. The CUDA graph rules for
+offline packing came with ``PackedSequenceSpecs.max_single_sequence_length`` (e4cb868dc), which
+is their era signal.
 
 The outcome is ``accepted`` plus, when rejected, the exception class and message.
 """
@@ -51,6 +53,7 @@ class PackingConfigSpec:
     average_in_collective: bool = False
     pipeline_parallel: int = 1
     variable_seq_lengths: bool | None = None  # the model's, as the user sets it (None: MB's default)
+    cuda_graph_impl: str | None = None  # the model's CUDA graph capture ("full_iteration", ...; None: MB's default)
 
 
 def _first(*candidates: tuple[str, str]) -> Any:
@@ -135,6 +138,11 @@ def _apply_packing(spec: PackingConfigSpec, dataset: Any) -> Any:
             )
             if spec.pad_cu_seqlens and not hasattr(specs, "pad_cu_seqlens"):
                 raise features.missing("pad-cu-seqlens", "PackedSequenceSpecs has no pad_cu_seqlens in this era")
+            if spec.cuda_graph_impl is not None and "max_single_sequence_length" not in field_names(specs_cls):
+                # the era signal is the field that came with the rules (never validate()'s text)
+                raise features.missing(
+                    "packed-cuda-graph-rules", "validate() has no CUDA graph rules for offline packing in this era"
+                )
         enabled = spec.offline_enabled if spec.offline_enabled is not None else specs is not None
         setattr(dataset, field, specs)
         if "enable_offline_packing" in field_names(type(dataset)):
@@ -298,7 +306,8 @@ def validate_packing_config(spec: PackingConfigSpec) -> dict[str, Any]:
     constructor (see :func:`_packed_dataset_stage`).
     """
     cfg = load_module("megatron.bridge.training.config")
-    extra = {"variable_seq_lengths": spec.variable_seq_lengths} if spec.variable_seq_lengths is not None else {}
+    model_fields = {"variable_seq_lengths": spec.variable_seq_lengths, "cuda_graph_impl": spec.cuda_graph_impl}
+    extra = {name: value for name, value in model_fields.items() if value is not None}
     model = tiny_gpt_provider(
         spec.seq_length,
         spec.context_parallel,

@@ -40,6 +40,9 @@ class Rule(enum.StrEnum):
     PACK_SIZE_POSITIVE = "offline-pack-size-positive"  # offline packing specs that pack nothing (2026 configs)
     OFFLINE_FLAG_NEEDS_SPECS = "offline-flag-needs-specs"  # enable_offline_packing without PackedSequenceSpecs
     OFFLINE_SPECS_NEED_FLAG = "offline-specs-need-flag"  # PackedSequenceSpecs with enable_offline_packing off
+    # offline packing under CUDA graphs: captured graphs need static shapes (e4cb868dc, 2026-08-06)
+    CUDA_GRAPHS_NEED_PAD_TO_MAX = "offline-cuda-graphs-need-pad-to-max-length"
+    CUDA_GRAPHS_NEED_PAD_CU_SEQLENS = "packed-attention-cuda-graphs-need-pad-cu-seqlens"
     # MB's loader builder (data/loaders.py) and its global-batch sampler, not ConfigContainer.validate
     DROP_LAST_NEEDS_A_GLOBAL_BATCH = "drop-last-needs-one-global-batch"
     KEEP_LAST_NEEDS_SFT_PADDING = "keep-last-batch-needs-sft-padding-rows"
@@ -66,6 +69,12 @@ SIGNATURES: dict[Rule, re.Pattern[str]] = {
     Rule.PACK_SIZE_POSITIVE: re.compile(r"packed_sequence_size must be greater than 0"),
     Rule.OFFLINE_FLAG_NEEDS_SPECS: re.compile(r"offline_packing_specs must be set when enable_offline_packing"),
     Rule.OFFLINE_SPECS_NEED_FLAG: re.compile(r"enable_offline_packing must be true when offline_packing_specs is set"),
+    Rule.CUDA_GRAPHS_NEED_PAD_TO_MAX: re.compile(
+        r"offline packing with cuda graphs requires dataset pad_to_max_length"
+    ),
+    Rule.CUDA_GRAPHS_NEED_PAD_CU_SEQLENS: re.compile(
+        r"packed attention cuda graphs require offline_packing_specs\.pad_cu_seqlens"
+    ),
     # the loader's "not enough train samples for a single global batch", or its sampler's own
     # "drop_last=true requires at least one full global batch"
     Rule.DROP_LAST_NEEDS_A_GLOBAL_BATCH: re.compile(

@@ -164,6 +164,15 @@ FEATURES: dict[str, Feature] = {
             "src/megatron/bridge/training/config.py",
             r"drop_last: bool = True",
         ),
+        Feature(
+            "packed-cuda-graph-rules",
+            "ConfigContainer.validate's static-shape rules for offline packing under CUDA graphs "
+            "(pad_to_max_length, pad_cu_seqlens; with PackedSequenceSpecs.max_single_sequence_length)",
+            "e4cb868dc",
+            "2026-08-06",
+            "src/megatron/bridge/training/config.py",
+            r"Offline packing with CUDA graphs requires",
+        ),
     )
 }
 
