@@ -8,6 +8,7 @@ Documented rules (MB's config docs and docs/training/packed-sequences.md):
 * ``enable_offline_packing`` and ``offline_packing_specs`` come together (either alone is refused;
   eras before the flag: untestable through the feature ledger);
 * ``pad_cu_seqlens`` needs ``pad_to_max_length``;
+* the model's ``seq_length`` is the dataset config's (the width packed rows are built to);
 * offline packing under CUDA graphs needs static shapes: ``pad_to_max_length``, and
   ``pad_cu_seqlens`` when the capture includes attention (since e4cb868dc; earlier eras:
   untestable through the feature ledger).
@@ -104,7 +105,21 @@ CASES: list[tuple[str, Spec, Rule | None, str | None]] = [
         Spec(offline_packing_size=512, pad_cu_seqlens=True, pad_to_max_length=True),
         None,
         None,
-    ),  # offline packing under Transformer Engine's CUDA graphs (scoped capture, attention included): a
+    ),
+    # the packed rows are as wide as the dataset's seq_length: the model must be built for that length
+    (
+        "sft_dataset_seq1024_model_seq512",
+        Spec(dataset_seq_length=1024),
+        Rule.MODEL_DATASET_SEQ_LENGTH_MATCH,
+        "baseline_sft",
+    ),
+    (
+        "offline_dataset_seq1024_model_seq512",
+        Spec(offline_packing_size=512, dataset_seq_length=1024),
+        Rule.MODEL_DATASET_SEQ_LENGTH_MATCH,
+        "offline_mbs1",
+    ),
+    # offline packing under Transformer Engine's CUDA graphs (scoped capture, attention included): a
     # captured graph replays fixed shapes, so the packed width and the boundaries must be static
     (
         "offline_cuda_graphs_static_shapes",

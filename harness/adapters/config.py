@@ -54,6 +54,7 @@ class PackingConfigSpec:
     pipeline_parallel: int = 1
     variable_seq_lengths: bool | None = None  # the model's, as the user sets it (None: MB's default)
     cuda_graph_impl: str | None = None  # the model's CUDA graph capture ("full_iteration", ...; None: MB's default)
+    dataset_seq_length: int | None = None  # the dataset config's seq_length (None: the model's)
 
 
 def _first(*candidates: tuple[str, str]) -> Any:
@@ -81,13 +82,14 @@ def _dataset(spec: PackingConfigSpec, cfg: Any) -> Any:
             reset_position_ids=False,
             reset_attention_mask=False,
             eod_mask_loss=False,
-            **{length_field: spec.seq_length},
+            **{length_field: spec.dataset_seq_length or spec.seq_length},
         )
     cls = _first(
         ("megatron.bridge.data.builders", "GPTSFTDatasetConfig"),
         ("megatron.bridge.training.config", "FinetuningDatasetConfig"),
     )
-    return cls(**_kwargs_for(cls, {"seq_length": spec.seq_length, "dataset_root": "/nonexistent/harness-dataset"}))
+    length = spec.dataset_seq_length or spec.seq_length
+    return cls(**_kwargs_for(cls, {"seq_length": length, "dataset_root": "/nonexistent/harness-dataset"}))
 
 
 def _offline_field(dataset: Any) -> str:

@@ -40,6 +40,7 @@ class Rule(enum.StrEnum):
     PACK_SIZE_POSITIVE = "offline-pack-size-positive"  # offline packing specs that pack nothing (2026 configs)
     OFFLINE_FLAG_NEEDS_SPECS = "offline-flag-needs-specs"  # enable_offline_packing without PackedSequenceSpecs
     OFFLINE_SPECS_NEED_FLAG = "offline-specs-need-flag"  # PackedSequenceSpecs with enable_offline_packing off
+    MODEL_DATASET_SEQ_LENGTH_MATCH = "model-and-dataset-seq-length-match"
     # offline packing under CUDA graphs: captured graphs need static shapes (e4cb868dc, 2026-08-06)
     CUDA_GRAPHS_NEED_PAD_TO_MAX = "offline-cuda-graphs-need-pad-to-max-length"
     CUDA_GRAPHS_NEED_PAD_CU_SEQLENS = "packed-attention-cuda-graphs-need-pad-cu-seqlens"
@@ -69,6 +70,9 @@ SIGNATURES: dict[Rule, re.Pattern[str]] = {
     Rule.PACK_SIZE_POSITIVE: re.compile(r"packed_sequence_size must be greater than 0"),
     Rule.OFFLINE_FLAG_NEEDS_SPECS: re.compile(r"offline_packing_specs must be set when enable_offline_packing"),
     Rule.OFFLINE_SPECS_NEED_FLAG: re.compile(r"enable_offline_packing must be true when offline_packing_specs is set"),
+    Rule.MODEL_DATASET_SEQ_LENGTH_MATCH: re.compile(
+        r"ensure sequence length configuration in model config and\s+dataset config match"
+    ),
     Rule.CUDA_GRAPHS_NEED_PAD_TO_MAX: re.compile(
         r"offline packing with cuda graphs requires dataset pad_to_max_length"
     ),
