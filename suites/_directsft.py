@@ -36,6 +36,7 @@ def corpus_request(
     knobs: dict[str, Any] | None = None,
     long_rate: float = 0.3,
     truncation_method: str | None = None,
+    pipeline: int = 1,
 ) -> DirectSFTRequest:
     """A user's own corpus for the direct path: ``n`` seeded rows of ``kind`` ("chat" or
     "completion"), some past ``seq`` (``long_rate``), the offline tokenizer, the config knobs."""
@@ -56,6 +57,7 @@ def corpus_request(
         layout=layout,
         truncation_method=truncation_method,
         knobs=dict(knobs or {}),
+        pipeline=pipeline,
     )
 
 
@@ -74,7 +76,9 @@ def accepted(build: DirectSFTBuild) -> None:
 
 def reference(req: DirectSFTRequest, seq: int | None = None) -> dict[str, Any]:
     """MB's own unpadded, unpacked batch of the same rows (no layout, multiple 1)."""
-    plain = replace(req, layout=None, knobs={"pad_to_multiple_of": 1}, **({"seq_length": seq} if seq else {}))
+    plain = replace(
+        req, layout=None, pipeline=1, knobs={"pad_to_multiple_of": 1}, **({"seq_length": seq} if seq else {})
+    )
     return direct_sft(plain).batch
 
 
@@ -90,8 +94,12 @@ def check_padded(req: DirectSFTRequest) -> dict[str, Any]:
     require(
         width % split == 0, Impact.CRASH, f"rows {width} wide: CP/SP split {req.layout} needs a multiple of {split}"
     )
-    to_max = bool(req.knobs.get("pad_to_max_length"))
-    require_documented_width("", width, longest, multiple, req.seq_length, to_max)
+    # pipeline stages exchange activations of one fixed shape: with PP > 1 every row is seq_length
+    # wide whatever the user set (MB's validation turns pad_to_max_length on)
+    to_max = bool(req.knobs.get("pad_to_max_length")) or req.pipeline > 1
+    require_documented_width(
+        f"PP {req.pipeline}: " if req.pipeline > 1 else "", width, longest, multiple, req.seq_length, to_max
+    )
     require_same_real_tokens(got, ref, IGNORE_INDEX)
     return {"multiple": multiple, "width": width, "token_count": list(ref["token_count"])}
 

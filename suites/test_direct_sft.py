@@ -48,6 +48,7 @@ class Case:
     n: int = 5
     long_rate: float = 0.3
     truncation_method: str | None = None
+    pipeline: int = 1
 
     def request(self, **overrides: Any) -> DirectSFTRequest:
         req = _directsft.corpus_request(
@@ -59,6 +60,7 @@ class Case:
             knobs=self.knobs,
             long_rate=self.long_rate,
             truncation_method=self.truncation_method,
+            pipeline=self.pipeline,
         )
         return replace(req, **overrides)
 
@@ -75,6 +77,9 @@ PADDED = [
     Case("chat-cp2-pad-to-max", 103, "chat", layout=(2, 1, False), knobs=_TO_MAX, long_rate=0.0),
     Case("completion-cp4", 104, "completion", layout=(4, 1, False), knobs={"pad_to_multiple_of": 1}),
     Case("completion-tp2-sp-pad-to-max", 105, "completion", layout=(1, 2, True), knobs=_TO_MAX, long_rate=0.0),
+    # PP 2: no row reaches seq_length and the user left pad_to_max_length off, yet pipeline stages
+    # exchange one fixed shape, so MB's validation pads every row to seq_length
+    Case("chat-pp2-fixed-width", 107, "chat", seq=128, pipeline=2, knobs={"pad_to_multiple_of": 8}, long_rate=0.0),
 ]
 IN_BATCH = [
     Case("chat-cp2", 111, "chat", layout=(2, 1, False), knobs={"enable_in_batch_packing": True}, n=4),

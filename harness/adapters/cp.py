@@ -59,9 +59,19 @@ COLLATE_CONFIGS = (
 
 
 def validate_layout(
-    cfg: Any, dataset: Any, cp: int, tp: int, sp: bool, seq_length: int, in_batch: bool, eval_cp: int | None
+    cfg: Any,
+    dataset: Any,
+    cp: int,
+    tp: int,
+    sp: bool,
+    seq_length: int,
+    in_batch: bool,
+    eval_cp: int | None,
+    pp: int = 1,
 ) -> dict[str, Any]:
-    model = tiny_gpt_provider(seq_length, cp, tp, sp, per_token_loss=True)
+    """MB's ``ConfigContainer.validate`` of ``dataset`` in a CP x TP (SP) x PP layout (its outcome;
+    the dataset config is finalised in place: the collate multiples and widths MB chooses)."""
+    model = tiny_gpt_provider(seq_length, cp, tp, sp, per_token_loss=True, pp=pp)
     container = build_container(
         cfg,
         model,
@@ -70,7 +80,7 @@ def validate_layout(
         micro_batch_size=4 if in_batch else 1,
         dist_extra={"eval_context_parallel_size": eval_cp} if eval_cp is not None else None,
     )
-    return run_validate(cfg, container, cp * tp * 4)  # DP 4 keeps the global batch divisible
+    return run_validate(cfg, container, cp * tp * pp * 4)  # DP 4 keeps the global batch divisible
 
 
 def _declared_source(ds_cls: Any) -> dict[str, Any]:

@@ -4,9 +4,10 @@ Operation ``direct_sft(request)``: a ``DirectHFSFTDatasetConfig`` over a local J
 ``json`` loader of Hugging Face ``datasets``, as a user's own data is declared:
 ``HFDatasetSourceConfig(path_or_dataset="json", load_kwargs={"data_files": ...})``), with chat or
 prompt-completion preprocessing and the collate knobs of the request; when the request names a
-parallel layout, the config first goes through MB's ``ConfigContainer.validate``, which writes
-the collate padding multiples MB chooses for it (``pad_to_multiple_of`` raised to the CP/SP
-multiple, or ``in_batch_packing_pad_to_multiple_of``), never one the suite picked. Then MB's
+parallel layout (CP, TP, SP, PP), the config first goes through MB's ``ConfigContainer.validate``,
+which writes what MB chooses for it (``pad_to_multiple_of`` raised to the CP/SP multiple, or
+``in_batch_packing_pad_to_multiple_of``; ``pad_to_max_length`` with PP > 1), never what the suite
+picked. Then MB's
 ``direct_hf_sft_train_valid_test_datasets_provider`` builds the training split (a
 ``DirectSFTDataset``) and its ``collate_fn`` makes one micro-batch of every row.
 
@@ -38,6 +39,7 @@ class DirectSFTRequest:
     seq_length: int
     kind: str = "chat"  # "chat" (messages) or "completion" (prompt-completion columns input/output)
     layout: tuple[int, int, bool] | None = None  # (CP, TP, SP) finalised by ConfigContainer.validate
+    pipeline: int = 1  # PP of the layout (PP > 1 with no layout: CP 1, TP 1)
     truncation_method: str | None = None  # prompt-completion only; None: MB's default
     knobs: dict[str, Any] = field(default_factory=dict)  # DirectHFSFTDatasetConfig fields
 
@@ -99,10 +101,10 @@ def _probe() -> Callable[[DirectSFTRequest], DirectSFTBuild]:
     def call(req: DirectSFTRequest) -> DirectSFTBuild:
         config = _config(cfg_cls, source_cls, req)
         outcome = None
-        if req.layout is not None:
-            cp, tp, sp = req.layout
+        if req.layout is not None or req.pipeline > 1:
+            cp, tp, sp = req.layout or (1, 1, False)
             in_batch = bool(req.knobs.get("enable_in_batch_packing"))
-            outcome = validate_layout(training, config, cp, tp, sp, req.seq_length, in_batch, None)
+            outcome = validate_layout(training, config, cp, tp, sp, req.seq_length, in_batch, None, pp=req.pipeline)
             if not outcome["accepted"]:
                 return DirectSFTBuild({}, config, outcome)
         train, _valid, _test = provider([len(req.rows), 0, 0], config)
