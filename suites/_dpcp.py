@@ -11,7 +11,11 @@ its named stand-in where TE is absent).
 
 The reference, per data-parallel rank: MB's batch sampler for that rank (the rank given as an
 argument, the sampler the ``padding_loss_masks`` and ``data_loaders`` suites hold to the
-every-row-once contract), its rows collated alone and run through MB's CP = 1 step. Checked: every
+every-row-once contract), each of its global batches collated at once and split by MB's
+``prepare_finetuning_batch`` (as the loader hands them: rows share their batch's width), and run
+through MB's CP = 1 step. With the
+dataset config's ``drop_last=False`` the last global batch is padded (MB's negative indices, rows
+that train nothing), and those padding rows go through the CP partition like any other. Checked: every
 rank takes as many micro-batches (a rank short of one hangs the step's collectives), and the CP
 ranks of each data-parallel rank hold, together, exactly that rank's micro-batches: every slice
 the right one, the logits of every trained token the CP = 1 logits, the loss sum and token count
@@ -39,13 +43,14 @@ class DPCP:
     cp: int
     global_batch_size: int
     micro_batch_size: int = 1  # offline packed rows train one per micro-batch
+    drop_last: bool = True  # the dataset config's (MB's default); False: the last global batch padded
 
     @property
     def layout(self) -> Layout:
         return Layout(cp=self.cp, dp=self.dp)
 
 
-def _on_rank(case: _oracle.SFTCase, world: DPCP, dataset: Any, steps: int) -> Any:
+def _on_rank(case: _oracle.SFTCase, world: DPCP, dataset: Any, dataset_config: Any, steps: int) -> Any:
     def on_rank(_rank: int) -> tuple[int, int, list[_layouts.RankRun]]:
         groups, model = _layouts.rank_model()
         # the model config MB's loader builder is handed (finetuning with CP counts loss per token)
@@ -60,6 +65,7 @@ def _on_rank(case: _oracle.SFTCase, world: DPCP, dataset: Any, steps: int) -> An
             data_parallel_size=world.dp,
             steps=steps,
             dp_group=groups.dp,
+            dataset_config=dataset_config,
         )
         return groups.dp.rank(), groups.cp.rank(), _layouts.rank_steps(groups, model, batches)
 
@@ -71,25 +77,43 @@ def run_dp_cp(case: _oracle.SFTCase, world: DPCP) -> _layouts.LayoutResult:
     thd_partition.require_reachable()
     built = _oracle.built(case)
     ds = built.build.train
-    steps = len(ds) // world.global_batch_size  # MB's default drop_last: complete global batches only
+    gbs = world.global_batch_size
+    # drop_last (MB's default): complete global batches only; else the last one too, padded
+    steps = len(ds) // gbs if world.drop_last else -(-len(ds) // gbs)
     if steps < 1:
-        raise RuntimeError(f"{case.id}: {len(ds)} packed rows make no global batch of {world.global_batch_size}")
+        raise RuntimeError(f"{case.id}: {len(ds)} packed rows make no global batch of {gbs}")
+    # the user's dataset config, built here where the knob recorder sees it
+    config = loaders.make_dataset_config("gpt_sft", seq_length=case.seq, seed=case.seed, drop_last=world.drop_last)
     gpt, _ = _forward.models()
-    ranks = run_world(world.layout, _on_rank(case, world, ds, steps))
+    ranks = run_world(world.layout, _on_rank(case, world, ds, config, steps))
     violations: list[Violation] = []
     golden: dict[str, Any] = {"dp_ranks": []}
     counts = {len(runs) for _, _, runs in ranks}
     require(len(counts) == 1, Impact.CRASH, f"every rank takes as many micro-batches: {[len(r) for *_, r in ranks]}")
     for d in range(world.dp):
         per_step = sampler.padded_global_batches(
-            len(ds), world.global_batch_size, world.micro_batch_size, case.seed, d, world.dp, drop_last=True, pad=False
+            len(ds),
+            gbs,
+            world.micro_batch_size,
+            case.seed,
+            d,
+            world.dp,
+            drop_last=world.drop_last,
+            pad=not world.drop_last,
         )
         micro = [
             batch[k : k + world.micro_batch_size]
             for batch in per_step[:steps]
             for k in range(0, len(batch), world.micro_batch_size)
         ]
-        cp1 = [step.gpt_step(gpt, ds.collate_fn([ds[i] for i in idx])) for idx in micro]
+        # the rank's global batch collated at once (its rows share its width), split as MB splits it
+        per_micro = len(per_step[0]) // world.micro_batch_size
+        batches = [
+            m
+            for batch in per_step[:steps]
+            for m in loaders.split_global_batch(ds.collate_fn([ds[i] for i in batch]), per_micro)
+        ]
+        cp1 = [step.gpt_step(gpt, m) for m in batches]
         mine = {c: runs for dd, c, runs in ranks if dd == d}
         require(
             sorted(mine) == list(range(world.cp)),

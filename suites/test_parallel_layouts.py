@@ -71,21 +71,30 @@ def test_pp_stages_get_what_they_need(golden, case_id, pp):
     golden.check(result.golden)
 
 
-# (case, DP, CP, global batch size): DP x CP processes; the case packs with pad_seq_to_mult = 2*CP
-DP_CP_CASES = [("prompt-mult4", 2, 2, 2), ("chat-mult4-pad-to-max", 2, 2, 4)]
+# (case, DP, CP, global batch size, drop_last): DP x CP processes; the case packs with pad_seq_to_mult = 2*CP
+DP_CP_CASES = [
+    ("prompt-mult4", 2, 2, 2, True),
+    ("chat-mult4-pad-to-max", 2, 2, 4, True),
+    # the dataset config's drop_last off: the last global batch padded with rows that train nothing
+    ("prompt-mult4", 2, 2, 4, False),
+]
+
+
+def _dp_cp_id(c: str, dp: int, cp: int, g: int, drop_last: bool) -> str:
+    return f"{c}-dp{dp}-cp{cp}-gbs{g}" + ("" if drop_last else "-keep-last")
 
 
 @pytest.mark.parametrize(
-    ("case_id", "dp", "cp", "gbs"), DP_CP_CASES, ids=[f"{c}-dp{dp}-cp{cp}-gbs{g}" for c, dp, cp, g in DP_CP_CASES]
+    ("case_id", "dp", "cp", "gbs", "drop_last"), DP_CP_CASES, ids=[_dp_cp_id(*c) for c in DP_CP_CASES]
 )
-def test_dp_cp_world_trains_each_data_parallel_rank_its_rows(golden, case_id, dp, cp, gbs):
+def test_dp_cp_world_trains_each_data_parallel_rank_its_rows(golden, case_id, dp, cp, gbs, drop_last):
     """Data and context parallelism at once (suites/_dpcp.py): on every rank MB's loader builder with
     the data-parallel group, MB's micro-batch split and MB's step with its CP partition; the CP ranks
     of each data-parallel rank hold, together, exactly the micro-batches MB's sampler gives that rank,
     as MB's CP = 1 step sees them (slices, logits, loss sum and token count)."""
     case = _BY_ID[case_id]
     assert case.mult == 2 * cp, "a CP case packs with pad_seq_to_mult = 2*CP"
-    result = _dpcp.run_dp_cp(case, _dpcp.DPCP(dp=dp, cp=cp, global_batch_size=gbs))
+    result = _dpcp.run_dp_cp(case, _dpcp.DPCP(dp=dp, cp=cp, global_batch_size=gbs, drop_last=drop_last))
     _layouts.assert_ok(result.violations, f"DP {dp} x CP {cp} != MB's CP 1 path per data-parallel rank")
     golden.check(result.golden)
 

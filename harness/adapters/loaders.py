@@ -103,6 +103,19 @@ def _resolve(split_module: str) -> Callable[..., list[dict[str, Any]]]:
     return call
 
 
+def split_global_batch(batch: dict[str, Any], num_microbatches: int) -> list[dict[str, Any]]:
+    """A rank's collated global batch split into its micro-batches by MB's own split, as ``train.py``
+    does for a "batch" loader (rows collated together share the batch's width)."""
+    for module in ("megatron.bridge.data.batch_utils", "megatron.bridge.data.finetuning"):
+        try:
+            split = symbol(module, "prepare_finetuning_batch")
+        except NotHere:
+            continue
+        micro, _seq = split(iter([batch]), num_microbatches=num_microbatches, default_seq_length=0)
+        return list(micro)
+    raise NotHere("no prepare_finetuning_batch (data/batch_utils, data/finetuning)")
+
+
 def _sft_config_cls() -> Any:
     for module, name in (
         ("megatron.bridge.data.builders.gpt_sft", "GPTSFTDatasetConfig"),
