@@ -99,6 +99,27 @@ def _case(result: RunResult, case_id: str):
             "direct_sft::test_keep_last_batch_needs_sft_padding_rows[keep-last-refused]",
             "accepts-invalid-config",
         ),
+        (
+            "cuda_graph_static_boundaries_rule_dropped",
+            "config_validation",
+            "offline_cuda_graphs_without_pad_cu_seqlens",
+            "config_validation::test_packing_rule[offline_cuda_graphs_without_pad_cu_seqlens]",
+            "accepts-invalid-config",
+        ),
+        (
+            "pp_fixed_width_dropped",
+            "direct_sft",
+            "padded_rows and pp2",
+            "direct_sft::test_padded_rows[chat-pp2-fixed-width]",
+            "crash",
+        ),
+        (
+            "sp_multiple_dropped",
+            "parallel_layouts",
+            "in_batch_packed_rows and tp2",
+            "parallel_layouts::test_tp_sp_world_trains_in_batch_packed_rows[in-batch-chat-tp2-sp]",
+            "crash",
+        ),
     ],
     ids=[
         "exclusivity",
@@ -108,6 +129,9 @@ def _case(result: RunResult, case_id: str):
         "host-sync",
         "dataset-drop-last",
         "keep-last-rule",
+        "cuda-graph-rule",
+        "pp-fixed-width",
+        "tp-sp-in-batch",
     ],
 )
 def test_a_real_break_turns_red_with_its_impact(tmp_path, fault_id, suite, keyword, case_id, impact):
@@ -122,10 +146,19 @@ def test_the_unbroken_copy_is_green_where_those_faults_were_caught(tmp_path):
     result = _run(
         None,
         tmp_path,
-        ["config_validation", "in_batch_packing", "packed_seq_params", "padding_loss_masks", "direct_sft"],
+        [
+            "config_validation",
+            "in_batch_packing",
+            "packed_seq_params",
+            "padding_loss_masks",
+            "direct_sft",
+            "parallel_layouts",
+        ],
         "offline_and_in_batch or in_batch_mbs4 or cp2_seq51 or mult12 or sentinel"
         " or (test_params_from_mb_batches and prompt-mult1 and not pad)"
-        " or (mb_loader and prompt-mult4 and keep-last) or (keep_last_batch and refused)",
+        " or (mb_loader and prompt-mult4 and keep-last) or (keep_last_batch and refused)"
+        " or offline_cuda_graphs_without_pad_cu_seqlens or (padded_rows and pp2)"
+        " or (in_batch_packed_rows and tp2)",
     )
     assert result.cases
     bad = [(c.case_id, c.message[:200]) for c in result.cases if c.verdict in (Verdict.FAIL, Verdict.ERROR)]
