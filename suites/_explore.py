@@ -63,10 +63,11 @@ class ExploredCase(_oracle.SFTCase):
     # one layout or packing path on top of the data (layout_cases); the defaults: none
     forward: bool = False  # MB's gpt_step forward of each pack == each example's unpacked forward
     # data-parallel ranks sampling the packed rows (MB's batch sampler, drop_last=False); with cp > 1 a DP x CP
-    # world training through MB's own loader (its default drop_last)
+    # world training through MB's own loader (the dataset config's drop_last: MB's default, or off)
     dp: int = 1
     mbs: int = 1  # micro-batch size (data parallelism; rows per in-batch packed micro-batch)
     gbs: int = 0  # global batch size (data parallelism; a multiple of mbs * dp)
+    keep_last: bool = False  # DP x CP world: the dataset config's drop_last off (the last global batch padded)
     in_batch: bool = False  # MB's unpacked examples packed in batch instead of offline
     cp: int = 1  # context parallelism (offline: a gloo world; in batch: the multiple MB chooses)
     tp: int = 1  # tensor parallelism (in batch: the multiple MB chooses with sequence parallelism)
@@ -196,7 +197,7 @@ def _layout(d: Any, axis: str) -> dict[str, Any]:
         # CP 2 on two data-parallel ranks too (a world of four: suites/_dpcp.py), shrunk toward a world of
         # CP alone; like any new draw it changes which cases a seed draws after it
         if cp == 2 and d(st.booleans()):
-            out.update(dp=2, gbs=2)
+            out.update(dp=2, gbs=2, keep_last=d(st.booleans()))
         return out
     return {"pp": d(st.sampled_from((3, 4)))}
 
@@ -254,6 +255,7 @@ _LATER: dict[str, Any] = {
     "gbs": 0,
     "tp": 1,
     "sp": False,
+    "keep_last": False,
 }
 
 

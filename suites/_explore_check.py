@@ -99,9 +99,10 @@ def check_any(case: ExploredCase) -> dict[str, Any]:
     if case.dp > 1 and case.cp > 1:
         from suites import _dpcp, _layouts
 
-        if len(b.rows) < case.gbs:
+        if len(b.rows) < case.gbs and not case.keep_last:
             return {"refused": f"{len(b.rows)} packed rows make no global batch of {case.gbs}"}
-        world = _dpcp.run_dp_cp(case, _dpcp.DPCP(dp=case.dp, cp=case.cp, global_batch_size=case.gbs))
+        layout = _dpcp.DPCP(dp=case.dp, cp=case.cp, global_batch_size=case.gbs, drop_last=not case.keep_last)
+        world = _dpcp.run_dp_cp(case, layout)
         _layouts.assert_ok(world.violations, f"DP {case.dp} x CP {case.cp} != MB's CP 1 path per data-parallel rank")
         return world.golden
     if case.dp > 1:

@@ -56,3 +56,19 @@ def test_the_cause_note_reaches_the_verdict_of_an_mb_exception(tmp_path, monkeyp
     assert verdict is Verdict.FAIL and message.startswith("Megatron raised RuntimeError: failed 100 times")
     assert "cause: the first: BatchDataset.batch raised ValueError: row too long" in message
     assert "not for the verdict" not in message
+
+
+def test_a_broken_world_keeps_its_replay_note():
+    """A rank that crashed in a drawn case's world is ``broken:``; the replay command the
+    exploration added stays in the verdict, so the shrunk case can be run again."""
+    from harness.errors import Broken
+
+    try:
+        raise Broken("rank 2 of TP1 CP2 PP1 DP2: Megatron raised IndexError")
+    except Broken as exc:
+        exc.add_note("replay: harness explore --replay '{\"cp\": 2}'")
+        exc.add_note("not for the verdict")
+        info = pytest.ExceptionInfo.from_exception(exc)
+    verdict, message, _ = outcome.classify(info, False, None)
+    assert verdict is Verdict.FAIL and message.startswith("broken: rank 2 of TP1 CP2 PP1 DP2")
+    assert message.endswith("\n  replay: harness explore --replay '{\"cp\": 2}'")

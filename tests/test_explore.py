@@ -327,6 +327,19 @@ def test_layout_exploration_finds_a_layout_fault_and_shrinks_it(tmp_path, monkey
 
 
 @pytest.mark.slow
+def test_layout_exploration_draws_the_loaders_drop_last(tmp_path, monkeypatch):
+    """Negative control of the DP x CP world's drawn ``drop_last``: on a copy of MB whose loader keeps
+    the incomplete last global batch without padding it (catalogue fault
+    ``loader_keep_last_without_padding``), 12 examples turn red (a rank of the world gets no row and
+    MB's collate raises) and shrink to a DP x CP case with ``drop_last`` off, its replay kept. Seed
+    7: its eighth draw is such a world."""
+    spec = _shrunk_on_fault(
+        tmp_path, monkeypatch, "loader_keep_last_without_padding", "test_explore_layouts", "DP2", seed=7
+    )
+    assert spec["keep_last"] and spec["dp"] == 2 and spec["cp"] == 2 and explored.space(spec) == "layouts", spec
+
+
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "fault_id,says",
     [("direct_sft_in_batch_multiple_not_forwarded", "alignment"), ("sp_multiple_dropped", "misses CP/SP")],

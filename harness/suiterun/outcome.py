@@ -52,8 +52,8 @@ def classify(excinfo: pytest.ExceptionInfo | None, skipped: bool, longrepr: Any)
     exc = excinfo.value
     if isinstance(exc, Untestable):
         return Verdict.UNTESTABLE, f"untestable: {exc}", None
-    if isinstance(exc, Broken):
-        return Verdict.FAIL, f"broken: {exc}", None
+    if isinstance(exc, Broken):  # a rank that crashed or hung in a world of a drawn case: its replay too
+        return Verdict.FAIL, f"broken: {exc}" + _kept_notes(exc), None
     if isinstance(exc, EnvironmentProblem):
         return Verdict.ERROR, f"environment: {exc}", None
     if isinstance(exc, GoldenMismatch):
@@ -74,11 +74,15 @@ def classify(excinfo: pytest.ExceptionInfo | None, skipped: bool, longrepr: Any)
                 return Verdict.UNTESTABLE, f"untestable: {decided}", None
             return Verdict.FAIL, f"broken: {decided}", None
         where = mb_frame(excinfo.tb)
-        # a suite's replay command (harness explore) or the cause an adapter saw, added to MB's exception as a note
-        notes = "".join(f"\n  {n}" for n in getattr(exc, "__notes__", ()) if str(n).startswith(("replay: ", "cause: ")))
         text = f"Megatron raised {type(exc).__name__}: {exc}" + (f" [at {where}]" if where else "")
-        return Verdict.FAIL, text + notes, None
+        return Verdict.FAIL, text + _kept_notes(exc), None
     return Verdict.ERROR, f"harness error {type(exc).__name__}: {exc}", None
+
+
+def _kept_notes(exc: BaseException) -> str:
+    """A suite's replay command (harness explore) or the cause an adapter saw, added to the
+    exception as a note: kept in the verdict's message (other notes are not the verdict's)."""
+    return "".join(f"\n  {n}" for n in getattr(exc, "__notes__", ()) if str(n).startswith(("replay: ", "cause: ")))
 
 
 def _harness_object_lacks(exc: BaseException) -> bool:
