@@ -83,7 +83,7 @@ def run_dp_cp(case: _oracle.SFTCase, world: DPCP) -> _layouts.LayoutResult:
     if steps < 1:
         raise RuntimeError(f"{case.id}: {len(ds)} packed rows make no global batch of {gbs}")
     # the user's dataset config, built here where the knob recorder sees it
-    config = loaders.make_dataset_config("gpt_sft", seq_length=case.seq, seed=case.seed, drop_last=world.drop_last)
+    config = loaders.make_dataset_config(seq_length=case.seq, seed=case.seed, drop_last=world.drop_last)
     gpt, _ = _forward.models()
     ranks = run_world(world.layout, _on_rank(case, world, ds, config, steps))
     violations: list[Violation] = []

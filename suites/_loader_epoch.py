@@ -127,12 +127,8 @@ def require_refused_by(ranks: list[RankEpoch], rule: rules.Rule, what: str) -> d
     out = refusal(ranks)
     if out is None:
         raise fail(Impact.ACCEPTS_INVALID_CONFIG, f"{what}: MB's loader accepted it")
-    if rule.value not in out["rules"] or out["raised_at"] is None:
-        raise fail(
-            Impact.CRASH,
-            f"{what} must be refused by MB's check naming it ({rule.value}); got {out['error_class']}: "
-            f"{out['message'][:300]} (rules {out['rules']}, frame {out['raised_at']})",
-        )
+    error = f"{out['error_class']}: {out['message'][:300]}"
+    rules.require_named(rule, what, error, out["rules"], out["raised_at"])
     return {"refused": out["error_class"], "rules": out["rules"]}
 
 
@@ -172,7 +168,7 @@ def check_epoch(case: _oracle.SFTCase, dp: int, mbs: int, gbs: int, drop_last: b
     held to the contract of the module docstring (raises on a violation); what each rank trained."""
     b = _oracle.built(case)
     ds = b.build.train
-    config = loaders.make_dataset_config("gpt_sft", seq_length=case.seq, seed=case.seed, drop_last=drop_last)
+    config = loaders.make_dataset_config(seq_length=case.seq, seed=case.seed, drop_last=drop_last)
     ranks = epoch(case.seq, case.seed, dp, mbs, gbs, config, ds)
     refused = refusal(ranks)
     if refused is not None:

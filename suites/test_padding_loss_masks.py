@@ -256,7 +256,7 @@ def test_dataset_drop_last_through_mb_loader(golden, case, dp, gbs, drop_last):
     nothing to train: MB's loader must refuse that by its own check."""
     ds = _oracle.built(case).build.train
     if drop_last and len(ds) < gbs:
-        config = loaders.make_dataset_config("gpt_sft", seq_length=case.seq, seed=case.seed, drop_last=True)
+        config = loaders.make_dataset_config(seq_length=case.seq, seed=case.seed, drop_last=True)
         ranks = _loader_epoch.epoch(case.seq, case.seed, dp, 1, gbs, config, dataset=ds)
         what = f"drop_last=True with {len(ds)} rows < global batch {gbs}"
         golden.check(_loader_epoch.require_refused_by(ranks, rules.Rule.DROP_LAST_NEEDS_A_GLOBAL_BATCH, what))

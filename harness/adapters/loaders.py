@@ -16,9 +16,8 @@ The container is the minimal one :func:`harness.adapters.config.build_container`
 validation and test off (``eval_iters = 0``) and the loader's workers off (``num_workers = 0``,
 the documented setting for a loader without worker processes).
 
-The dataset config is the user's knob: :func:`dataset_config` builds the one a user's finetuning
-has (the SFT config, or the direct Hugging Face SFT config where the era has it) with the knobs a
-case sets (``drop_last``: documented since 0.4.0 as "whether to drop the last incomplete
+The dataset config is the user's knob: :func:`make_dataset_config` builds the SFT config a user's
+finetuning has with the knobs a case sets (``drop_last``: documented since 0.4.0 as "whether to drop the last incomplete
 batch"), in the suite process, so the knob recorder sees what MB was called with; the world's
 ranks read it from there. ``steps=None`` runs one epoch: the micro-batches of every global batch
 the loader yields before it is exhausted.
@@ -33,6 +32,9 @@ from harness.adapters import Candidate, NotHere, Operation, accepts, field_names
 from harness.adapters import config as config_ops
 from harness.eras import features
 from harness.standins.cuda import cpu_cuda_tensors
+
+# where the era's prepare_finetuning_batch lives, newest first
+SPLIT_MODULES = ("megatron.bridge.data.batch_utils", "megatron.bridge.data.finetuning")
 
 
 def _probe(split_module: str) -> Callable[[], Callable[..., list[dict[str, Any]]]]:
@@ -63,7 +65,7 @@ def _resolve(split_module: str) -> Callable[..., list[dict[str, Any]]]:
         # the loader reads the dataset config's dataloader_type, seed, drop_last and worker
         # settings; the dataset itself comes from the provider below
         if dataset_config is None:
-            dataset_config = make_dataset_config("gpt_sft", seq_length=seq_length, seed=seed)
+            dataset_config = make_dataset_config(seq_length=seq_length, seed=seed)
         container = config_ops.build_container(
             cfg, model, dataset_config, global_batch_size=global_batch_size, micro_batch_size=micro_batch_size
         )
@@ -106,14 +108,14 @@ def _resolve(split_module: str) -> Callable[..., list[dict[str, Any]]]:
 def split_global_batch(batch: dict[str, Any], num_microbatches: int) -> list[dict[str, Any]]:
     """A rank's collated global batch split into its micro-batches by MB's own split, as ``train.py``
     does for a "batch" loader (rows collated together share the batch's width)."""
-    for module in ("megatron.bridge.data.batch_utils", "megatron.bridge.data.finetuning"):
+    for module in SPLIT_MODULES:
         try:
             split = symbol(module, "prepare_finetuning_batch")
         except NotHere:
             continue
         micro, _seq = split(iter([batch]), num_microbatches=num_microbatches, default_seq_length=0)
         return list(micro)
-    raise NotHere("no prepare_finetuning_batch (data/batch_utils, data/finetuning)")
+    raise NotHere(f"no prepare_finetuning_batch in {', '.join(SPLIT_MODULES)}")
 
 
 def _sft_config_cls() -> Any:
@@ -131,23 +133,15 @@ def _sft_config_cls() -> Any:
 WORKERS_OFF = {"num_workers": 0, "persistent_workers": False, "pin_memory": False}
 
 
-def make_dataset_config(kind: str, *, seq_length: int, seed: int, **knobs: Any) -> Any:
-    """The dataset config of ``kind`` a user's finetuning passes, built with ``knobs`` (e.g.
-    ``drop_last``, ``dataloader_type``) and the loader's workers off: "gpt_sft" (the SFT config of
-    every era) or "direct_hf_sft" (the direct Hugging Face SFT config of the 2026 eras, around a
-    custom source the provider replaces), finalised as MB's validation finalises it. A knob the
-    era's config lacks is an era gap."""
-    if kind == "direct_hf_sft":
-        config_cls = symbol("megatron.bridge.data.builders.direct_hf_sft", "DirectHFSFTDatasetConfig")
-        source = symbol("megatron.bridge.data.sources.hf", "HFDatasetSourceConfig")(path_or_dataset="unused")
-        base: dict[str, Any] = {"seq_length": seq_length, "source": source}
-    else:
-        config_cls = _sft_config_cls()
-        base = {"seq_length": seq_length, "dataset_root": "unused", "seed": seed}
+def make_dataset_config(*, seq_length: int, seed: int, **knobs: Any) -> Any:
+    """The SFT dataset config a user's finetuning passes (``GPTSFTDatasetConfig``, or the era's
+    ``FinetuningDatasetConfig``), built with ``knobs`` (e.g. ``drop_last``) and the loader's workers
+    off, finalised as MB's validation finalises it. A knob the era's config lacks is an era gap."""
+    config_cls = _sft_config_cls()
     fields = field_names(config_cls)
     features.require_fields(config_cls, knobs, fields)
     workers = {k: v for k, v in WORKERS_OFF.items() if k in fields}
-    return finalized(config_cls(**base, **workers, **knobs))
+    return finalized(config_cls(seq_length=seq_length, dataset_root="unused", seed=seed, **workers, **knobs))
 
 
 def finalized(dataset_config: Any) -> Any:
@@ -162,10 +156,8 @@ def finalized(dataset_config: Any) -> Any:
 train_micro_batches = Operation(
     "train_micro_batches",
     [
-        Candidate(
-            "data/loaders + data/batch_utils.prepare_finetuning_batch", _probe("megatron.bridge.data.batch_utils")
-        ),
-        Candidate("data/loaders + data/finetuning", _probe("megatron.bridge.data.finetuning")),
+        Candidate("data/loaders + data/batch_utils.prepare_finetuning_batch", _probe(SPLIT_MODULES[0])),
+        Candidate("data/loaders + data/finetuning", _probe(SPLIT_MODULES[1])),
     ],
 )
 """The micro-batches one rank's training steps get, ``steps`` steps of MB's loader and split."""

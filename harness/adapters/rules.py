@@ -113,15 +113,26 @@ def attribute(exc: BaseException, mb_roots: tuple[Path, ...] = ()) -> Attributio
 def require_refused_by(exc: BaseException, rule: Rule, what: str) -> None:
     """``exc`` must be MB refusing ``what`` by ``rule``, in an explicit check of its own; any other
     exception is a crash of MB's (raised chained to ``exc``), never counted as the rule's work."""
-    from harness.oracle.impact import Impact, fail
+    from harness.oracle.impact import ImpactFailure
 
     who = attribute(exc)
-    if rule not in who.rules or not who.by_check:
+    try:
+        require_named(rule, what, f"{type(exc).__name__}: {str(exc)[:300]}", who.names(), who.frame)
+    except ImpactFailure as failure:
+        raise failure from exc
+
+
+def require_named(rule: Rule, what: str, error: str, names: list[str], frame: str | None) -> None:
+    """A refusal (``error``, attributed to rules ``names`` and MB's raising statement ``frame``,
+    as :func:`attribute` finds them) must be ``rule``'s own, else it is MB crashing."""
+    from harness.oracle.impact import Impact, fail
+
+    if rule.value not in names or frame is None:
         raise fail(
             Impact.CRASH,
-            f"{what} must be refused by MB's check naming it ({rule.value}); got {type(exc).__name__}: "
-            f"{str(exc)[:300]} (rules {who.names()}, frame {who.frame})",
-        ) from exc
+            f"{what} must be refused by MB's check naming it ({rule.value}); got {error} "
+            f"(rules {names}, frame {frame})",
+        )
 
 
 def raising_check(exc: BaseException, mb_roots: tuple[Path, ...] = ()) -> str | None:
@@ -160,4 +171,4 @@ def _is_mb(filename: str, roots: tuple[Path, ...]) -> bool:
     return "/megatron/bridge/" in name
 
 
-__all__ = ["SIGNATURES", "Attribution", "Rule", "attribute", "raising_check"]
+__all__ = ["SIGNATURES", "Attribution", "Rule", "attribute", "raising_check", "require_named", "require_refused_by"]
