@@ -24,9 +24,10 @@ from typing import Any
 import pytest
 
 from harness.adapters import batch as batch_ops
+from harness.adapters import loaders
 from harness.adapters.chatcollate import prompt_completion_collate
 from harness.adapters.directsft import DirectSFTRequest, direct_sft, preprocessing
-from harness.adapters.mockvlm import MockVLMRequest, mock_vlm_sft
+from harness.adapters.mockvlm import MockVLMRequest, mock_vlm_sft, user_config
 from harness.oracle import differential, tokenizer, truncation, vlprocessor
 from harness.oracle.impact import Impact, require
 from harness.oracle.padded import require_row_equals_example, require_same_real_tokens
@@ -253,6 +254,19 @@ def test_mock_vlm_conversations(golden, seq, knobs):
     for r, ex in enumerate(ref):
         require_row_equals_example("", got, r, ex, IGNORE_INDEX)
     golden.check({"width": width, "token_count": counts})
+
+
+@pytest.mark.parametrize("drop_last", [False, True], ids=["keep-last", "drop-last"])
+def test_mock_vlm_drop_last_through_mb_loader(golden, drop_last):
+    """``drop_last`` on the mock VLM config as a user sets it, through MB's loader builder (its
+    "single" sampler) on 2 data-parallel ranks, each collating with the Qwen2.5-VL processor: over
+    the split MB sizes to 3 steps of global batch 4, each rank takes its 3 micro-batches of 2 and,
+    between them, every conversation trains once, whichever ``drop_last``."""
+    req = MockVLMRequest(
+        vlprocessor.write_processor_dir(), 512, 12, knobs={"drop_last": drop_last, **loaders.WORKERS_OFF}
+    )
+    train = mock_vlm_sft(req)
+    golden.check(_loader_epoch.check_sampled(train, user_config(req), seq=512, dp=2, mbs=2, gbs=4, steps=3))
 
 
 @pytest.mark.parametrize("drop_last", [False, True], ids=["keep-last-refused", "drop-last-accepted"])

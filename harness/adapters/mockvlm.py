@@ -31,20 +31,29 @@ class MockVLMRequest:
     knobs: dict[str, Any] = field(default_factory=dict)  # further MockVLMSFTDatasetConfig fields
 
 
+def user_config(req: MockVLMRequest) -> Any:
+    """``req``'s ``MockVLMSFTDatasetConfig``, finalised: what a recipe hands MB's loader builder
+    (its ``drop_last``, ``dataloader_type`` and worker settings), for cases that run MB's loader
+    over the dataset the operation builds."""
+    _ = mock_vlm_sft.resolved  # the era gap, as the operation names it
+    config = symbol(MODULE, "MockVLMSFTDatasetConfig")(
+        seq_length=req.seq_length,
+        hf_processor_path=str(req.processor_dir),
+        image_size=req.image_size,
+        num_base_examples=req.samples,
+        **req.knobs,
+    )
+    config.finalize()
+    return config
+
+
 def _probe() -> Callable[[MockVLMRequest], Any]:
-    cfg_cls = symbol(MODULE, "MockVLMSFTDatasetConfig")
+    symbol(MODULE, "MockVLMSFTDatasetConfig")
     builder_cls = symbol(MODULE, "MockVLMSFTDatasetBuilder")
     context_cls = symbol("megatron.bridge.data.base", "DatasetBuildContext")
 
     def call(req: MockVLMRequest) -> Any:
-        config = cfg_cls(
-            seq_length=req.seq_length,
-            hf_processor_path=str(req.processor_dir),
-            image_size=req.image_size,
-            num_base_examples=req.samples,
-            **req.knobs,
-        )
-        config.finalize()
+        config = user_config(req)
         train, _valid, _test = builder_cls(config).build(
             context_cls(train_samples=req.samples, valid_samples=0, test_samples=0)
         )

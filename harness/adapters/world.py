@@ -19,6 +19,11 @@ stays untestable; anything else is a harness error. A rank that dies by a signal
 finish within ``timeout`` (a hang: a collective one rank never joins) is MB's failure too.
 A gloo connection that fails while MCore creates the groups, before anything of MB runs, starts
 the world again (:data:`INIT_ATTEMPTS`).
+
+What a fork cannot inherit: thread pools. A rank runs torch on one thread, and Hugging Face's
+fast tokenizers without their Rust thread pool (``TOKENIZERS_PARALLELISM=false``): once the suite
+process has tokenized in parallel (a VLM processor's collate does), a forked rank that tokenizes
+waits forever on pool threads the fork did not copy. Both change speed only, never a token.
 """
 
 from __future__ import annotations
@@ -110,6 +115,7 @@ def _rank_main(layout: Layout, rank: int, store: str, seed: int, fn: Callable[[i
     try:
         _KEPT.append(_forget_inherited_world())
         torch.set_num_threads(1)
+        os.environ["TOKENIZERS_PARALLELISM"] = "false"  # read at every call: no pool threads in a fork
         try:
             _init_rank(layout, rank, store, seed)
         except RuntimeError as exc:
