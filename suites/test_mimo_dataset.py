@@ -20,14 +20,16 @@ encoding of the sample's text:
 from __future__ import annotations
 
 import functools
+import hashlib
 from typing import Any
 
 import pytest
 
-from harness.adapters import mimo, rules
+from harness.adapters import loaders, mimo, mimoloader, rules
 from harness.eras import features
 from harness.oracle import tokenizer
 from harness.oracle.impact import Impact, fail, require
+from suites._explain import multiset_difference
 
 pytestmark = pytest.mark.import_group("light")
 
@@ -148,7 +150,7 @@ def test_hf_provider_over_a_local_image_folder(golden, seq, enc):
     # the marker first, so a truncated sample still names its row; lengths 3 to 11 words
     texts = tuple(f"{tokenizer.MARKERS[i]} {' '.join(tokenizer.WORDS[5 * i : 5 * i + 3 + 2 * i])}" for i in range(5))
     req = mimo.MimoHFRequest(tokenizer.write_tokenizer_dir(), seq, tokenizer.vocab()[PLACEHOLDER], enc, texts)
-    samples = mimo.mimo_hf_samples(req)
+    samples = mimo.mimo_hf_samples(req).samples
     require(len(samples) == len(texts), Impact.CRASH, f"MB built {len(samples)} samples of {len(texts)} rows")
     tok = AutoTokenizer.from_pretrained(str(tokenizer.write_tokenizer_dir()))
     by_marker = {tokenizer.vocab()[tokenizer.MARKERS[i]]: i for i in range(len(texts))}
@@ -164,3 +166,82 @@ def test_hf_provider_over_a_local_image_folder(golden, seq, enc):
         seen.append(_check_sample(i, s, seq, enc, list(tok(texts[row])["input_ids"])))
     _same_default_count(seen, enc)
     golden.check({"samples": seen})
+
+
+def _pixels(fields: dict[str, Any], row: int | None = None) -> str:
+    """A digest of a sample's image (``row``: of a collated batch), '' without one."""
+    pixels = (fields.get("modality_inputs") or {}).get("vision", {}).get("pixel_values")
+    if pixels is None:
+        return ""
+    pixels = pixels if row is None else pixels[row]
+    return hashlib.sha1(pixels.detach().contiguous().numpy().tobytes()).hexdigest()
+
+
+def _loader_epoch(built: mimo.MimoSamples, *, mbs: int, gbs: int, steps: int) -> dict[str, Any]:
+    """``steps`` steps of MB's MIMO loader over ``built.provider`` (sized by MB to ``steps x gbs``
+    samples, as ``built`` was): every micro-batch ``mbs`` rows wide, every row one of the
+    provider's samples as built (tokens with their own image, labels, loss mask), every sample once."""
+    batches = mimoloader.mimo_train_micro_batches(
+        built.provider, seq_length=LOADER_SEQ, micro_batch_size=mbs, global_batch_size=gbs, steps=steps
+    )
+    index = {(tuple(s["input_ids"].tolist()), _pixels(s)): i for i, s in enumerate(built.samples)}
+    texts = {key[0] for key in index}
+    if len(index) < len(built.samples) or len(built.samples) != steps * gbs:  # the case's data, not MB's
+        raise RuntimeError(f"{len(built.samples)} samples, {len(index)} distinct: rows cannot be told apart")
+    widths = [int(b["input_ids"].shape[0]) for b in batches]
+    require(
+        widths == [mbs] * (steps * gbs // mbs),
+        Impact.CRASH,
+        f"{steps} steps of global batch {gbs}: {steps * gbs // mbs} micro-batches of {mbs}, got {widths}",
+    )
+    seen = []
+    for b, batch in enumerate(batches):
+        for r in range(mbs):
+            ids = tuple(batch["input_ids"][r].tolist())
+            i = index.get((ids, _pixels(batch, r)))
+            if i is None:
+                raise fail(
+                    Impact.WRONG_LOGITS if ids in texts else Impact.WRONG_TARGETS,
+                    f"micro-batch {b} row {r}: "
+                    + ("a sample's text with another image" if ids in texts else "none of the provider's samples"),
+                )
+            for name, impact in (("labels", Impact.WRONG_TARGETS), ("loss_mask", Impact.TRAINS_PADDING)):
+                require(
+                    batch[name][r].tolist() == built.samples[i][name].tolist(),
+                    impact,
+                    f"micro-batch {b} row {r} (sample {i}): {name} differ from the sample MB built",
+                )
+            seen.append(i)
+    whole = list(range(len(built.samples)))
+    require(
+        sorted(seen) == whole,
+        Impact.DROPS_TRAINED_TOKEN if set(seen) != set(whole) else Impact.WRONG_LOSS_NORMALISATION,
+        f"{steps} steps train every sample once: " + multiset_difference(whole, seen, "sample"),
+    )
+    return {"micro_batches": len(batches), "order": seen}
+
+
+LOADER_SEQ = 24
+
+
+@pytest.mark.import_group("full")  # MB's loader builder reads the training config
+@pytest.mark.parametrize("provider", ["mock", "hf"])
+@pytest.mark.parametrize("drop_last", [False, True], ids=["keep-last", "drop-last"])
+def test_drop_last_through_mb_mimo_loader(golden, provider, drop_last):
+    """A MIMO provider's ``drop_last`` as a user sets it, through MB's loader builder on its MIMO
+    path (the model's grids, the provider's datasets and MB's sampler; a world of one): 3 steps of
+    global batch 4 in micro-batches of 2 take every sample of the split MB sizes once, each as the
+    provider built it, whichever ``drop_last`` (a split of whole global batches has nothing to drop)."""
+    knobs = {"drop_last": drop_last, **loaders.WORKERS_OFF}
+    placeholder = tokenizer.vocab()[PLACEHOLDER]
+    if provider == "mock":
+        req = mimo.MimoRequest(
+            tokenizer.write_tokenizer_dir(), LOADER_SEQ, placeholder, 8, PROMPT, samples=12, presence=1.0, knobs=knobs
+        )
+        built = mimo.mimo_samples(req)
+    else:
+        texts = tuple(f"{tokenizer.MARKERS[i]} {' '.join(tokenizer.WORDS[i : i + 4])}" for i in range(12))
+        built = mimo.mimo_hf_samples(
+            mimo.MimoHFRequest(tokenizer.write_tokenizer_dir(), LOADER_SEQ, placeholder, 8, texts, knobs=knobs)
+        )
+    golden.check(_loader_epoch(built, mbs=2, gbs=4, steps=3))

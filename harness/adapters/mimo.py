@@ -20,7 +20,7 @@ from __future__ import annotations
 import functools
 import tempfile
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -36,6 +36,7 @@ class MimoRequest:
     text_prompt: str
     samples: int = 6
     presence: float = 0.5  # probability that a sample holds an image
+    knobs: dict[str, Any] = field(default_factory=dict)  # further provider fields (drop_last, workers)
 
 
 @functools.cache
@@ -52,6 +53,7 @@ def image_processor_dir() -> Path:
 class MimoSamples:
     samples: list[dict[str, Any]]
     mixed: bool  # the era samples the image's presence (modality_presence_prob); else every sample has it
+    provider: Any = None  # the provider they were built from: what a user's config hands MB's loader
 
 
 def _encoder_lengths(length: int | None) -> dict[str, Any]:
@@ -86,11 +88,12 @@ def _probe(module: str, name: str) -> Callable[[], Callable[[MimoRequest], MimoS
                 modality_configs={"vision": {"type": "image", "width": 40, "height": 40}},
                 text_prompt=req.text_prompt,
                 **({"modality_presence_prob": {"vision": req.presence}} if mixed else {}),
+                **req.knobs,
             )
             train, _valid, _test = provider.build_datasets(
                 context_cls(train_samples=req.samples, valid_samples=0, test_samples=0)
             )
-            return MimoSamples([train[i] for i in range(len(train))], mixed)
+            return MimoSamples([train[i] for i in range(len(train))], mixed, provider)
 
         return call
 
@@ -121,6 +124,7 @@ class MimoHFRequest:
     placeholder_id: int
     encoder_seq_length: int | None  # None: MB's default (no entry for the modality)
     texts: tuple[str, ...]  # one image and one text per sample
+    knobs: dict[str, Any] = field(default_factory=dict)  # further provider fields (drop_last, workers)
 
 
 def _image_folder(texts: tuple[str, ...]) -> Path:
@@ -139,14 +143,14 @@ def _image_folder(texts: tuple[str, ...]) -> Path:
     return root
 
 
-def _hf_probe(module: str, name: str) -> Callable[[], Callable[[MimoHFRequest], list[dict[str, Any]]]]:
-    def probe() -> Callable[[MimoHFRequest], list[dict[str, Any]]]:
+def _hf_probe(module: str, name: str) -> Callable[[], Callable[[MimoHFRequest], MimoSamples]]:
+    def probe() -> Callable[[MimoHFRequest], MimoSamples]:
         provider_cls = symbol(module, name)
         if "hf_data_files" not in field_names(provider_cls):
             raise NotHere(f"{name} has no hf_data_files: a local dataset cannot be named")
         context_cls = _context_cls()
 
-        def call(req: MimoHFRequest) -> list[dict[str, Any]]:
+        def call(req: MimoHFRequest) -> MimoSamples:
             folder = _image_folder(req.texts)
             provider = provider_cls(
                 seq_length=req.seq_length,
@@ -158,11 +162,12 @@ def _hf_probe(module: str, name: str) -> Callable[[], Callable[[MimoHFRequest], 
                 **_encoder_lengths(req.encoder_seq_length),
                 modality_columns={"vision": "image"},
                 trust_remote_code=False,
+                **req.knobs,
             )
             train, _valid, _test = provider.build_datasets(
                 context_cls(train_samples=len(req.texts), valid_samples=0, test_samples=0)
             )
-            return [train[i] for i in range(len(train))] if train is not None else []
+            return MimoSamples([train[i] for i in range(len(train))] if train is not None else [], False, provider)
 
         return call
 
