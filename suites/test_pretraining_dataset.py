@@ -45,6 +45,10 @@ CASES = {
     ),
     "seq32-drop-partial-validation": (32, {"drop_last_partial_validation_sequence": True}),
     "seq32-keep-partial-validation": (32, {"drop_last_partial_validation_sequence": False}),
+    # a CP = 2 run declaring its CP size on the dataset config (megatron-core documents it as "needed
+    # for padding in packed sequences"): the samples stay windows of the documents, the golden pins
+    # them (padding for CP that megatron-core starts to add shows as a change)
+    "seq32-cp2-declared": (32, {"eod_mask_loss": False, "context_parallel_size": 2}),
 }
 
 
