@@ -3,7 +3,8 @@
 Another dataset class (``DirectSFTDataset`` over a user's JSONL, ``DirectHFSFTDatasetConfig``)
 and MB's text collates, with their knobs drawn: ``pad_to_multiple_of`` (MB's default 128
 included), ``pad_to_max_length``, in-batch packing in the collate and its multiple, and an
-optional (CP, TP, SP) layout whose multiples MB's config finalisation chooses. A drawn case is an
+optional (CP, TP, SP) layout whose multiples MB's config finalisation chooses, with 1 or 2
+pipeline stages on top (rows then ``seq_length`` wide: the fixed shape stages exchange). A drawn case is an
 :class:`~suites._explore.ExploredCase` with ``direct=True``, judged by the checks of the
 ``direct_sft`` suite (suites/_directsft.py).
 """
@@ -52,6 +53,9 @@ def direct_cases(eos: bool = False) -> Any:
             tp=tp,
             sp=sp,
             seq=-(-fields["seq"] // split) * split,
+            # pipeline stages on top of a drawn layout (MB's finalisation then forces every row to
+            # seq_length); drawn last, so the draws before it are what they were
+            pp=d(st.sampled_from((1, 2))) if layout else 1,
         )
         return named(ExploredCase(id="", **fields))
 
@@ -76,4 +80,5 @@ def direct_request(case: ExploredCase) -> Any:
         layout=layout,
         truncation_method=case.truncation_method,
         knobs=knobs,
+        pipeline=case.pp,
     )

@@ -108,19 +108,20 @@ def test_layout_cases_follow_mbs_rules_and_name_their_space():
 def test_direct_cases_are_direct_sft_configs_mb_documents():
     """A drawn direct case is a config of MB's direct HF SFT path: a preprocessing that path has
     (no prompt template), no truncation side for chat, no pad_to_max_length with in-batch packing,
-    no offline knob, a pack size every drawn layout's CP/SP split divides; its spec names the
-    direct space and round-trips, and the request carries the knobs as ``DirectHFSFTDatasetConfig``
-    fields."""
+    no offline knob, a pack size every drawn layout's CP/SP split divides, one or two pipeline
+    stages; its spec names the direct space and round-trips, and the request carries the knobs as
+    ``DirectHFSFTDatasetConfig`` fields and the stages as its pipeline."""
     from suites import _directsft, _explore_direct
 
     drawn = _draw(_explore_direct.direct_cases(), 40)
     assert {c.in_batch for c in drawn} == {True, False} and {c.kind for c in drawn} == set(_explore_direct.DIRECT_KINDS)
+    assert {c.pp for c in drawn} == {1, 2}
     for case in drawn:
         spec = json.loads(_explore.to_spec(case))
         assert case.axis == "direct" and explored.space(spec) == "direct" and _explore.from_spec(spec) == case
         assert not (case.kind == "chat" and case.truncation_method) and not case.full_loss and not case.pad_cu_seqlens
         req = _explore_direct.direct_request(case)
-        assert case.seq % _directsft.need(req.layout) == 0
+        assert case.seq % _directsft.need(req.layout) == 0 and req.pipeline == case.pp
         if case.in_batch:
             assert not case.pad_to_max_length
             assert req.knobs == {"enable_in_batch_packing": True, "in_batch_packing_pad_to_multiple_of": case.mult}
@@ -341,16 +342,34 @@ def test_layout_exploration_draws_the_loaders_drop_last(tmp_path, monkeypatch):
 
 @pytest.mark.slow
 @pytest.mark.parametrize(
-    "fault_id,says",
-    [("direct_sft_in_batch_multiple_not_forwarded", "alignment"), ("sp_multiple_dropped", "misses CP/SP")],
+    "fault_id,says,shape",
+    [
+        ("direct_sft_in_batch_multiple_not_forwarded", "alignment", {"in_batch": True}),
+        ("sp_multiple_dropped", "CP/SP split (1, 2, True) needs a multiple of 2", {"tp": 2, "sp": True}),
+    ],
 )
-def test_direct_exploration_finds_a_collate_fault_and_shrinks_it(tmp_path, monkeypatch, fault_id, says):
+def test_direct_exploration_finds_a_collate_fault_and_shrinks_it(tmp_path, monkeypatch, fault_id, says, shape):
     """Negative controls of the direct space: on a copy of MB whose direct SFT dataset does not hand
     its collate the in-batch multiple, or whose config finalisation drops sequence parallelism's
     term of the multiple (the hand-written layouts catch it; the layouts space did not in 12
-    examples), 12 drawn examples (seed 0) turn red and shrink to a one-example in-batch case."""
+    examples), 12 drawn examples (seed 0) turn red and shrink to a one-example case of the path the
+    fault breaks: in-batch packing, or rows padded for TP 2 with SP."""
     spec = _shrunk_on_fault(tmp_path, monkeypatch, fault_id, "test_explore_direct_sft", says)
-    assert spec["direct"] and spec["in_batch"] and spec["n"] == 1 and explored.space(spec) == "direct", spec
+    assert spec["direct"] and spec["n"] == 1 and explored.space(spec) == "direct", spec
+    assert {k: spec.get(k) for k in shape} == shape, spec
+
+
+@pytest.mark.slow
+def test_direct_exploration_draws_pipeline_stages(tmp_path, monkeypatch):
+    """Negative control of the direct space's drawn pipeline stages: on a copy of MB whose config
+    validation no longer forces ``pad_to_max_length`` for PP (catalogue fault
+    ``pp_fixed_width_dropped``), 12 examples turn red (rows narrower than ``seq_length`` where
+    stages exchange one shape) and shrink to a one-example PP 2 case. Seed 2: its 12 draws hold a
+    PP 2 case (seeds 0, 1, 3 and 4 do not; seed 0 finds it within 40)."""
+    spec = _shrunk_on_fault(
+        tmp_path, monkeypatch, "pp_fixed_width_dropped", "test_explore_direct_sft", "PP 2: pad_to_max_length", seed=2
+    )
+    assert spec["direct"] and spec.get("pp") == 2 and spec["n"] == 1 and explored.space(spec) == "direct", spec
 
 
 @pytest.mark.slow
