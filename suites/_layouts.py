@@ -61,13 +61,16 @@ def rank_model() -> tuple[Any, step.RecordingModel]:
     return groups, step.RecordingModel(fwd.tiny_gpt(seed=_forward.SEED, vocab_size=_forward.MODEL_VOCAB))
 
 
-def rank_steps(groups: Any, model: step.RecordingModel, batches: list[dict[str, Any]]) -> list[RankRun]:
-    """MB's ``forward_step`` on every micro-batch on this rank, TE's THD partition by its stand-in."""
+def rank_steps(
+    groups: Any, model: step.RecordingModel, batches: list[dict[str, Any]], state: Any = None
+) -> list[RankRun]:
+    """MB's ``forward_step`` on every micro-batch on this rank, TE's THD partition by its stand-in
+    (``state``: MB's global state as the step reads it; by default an SFT run's)."""
     forward_step = symbol("megatron.bridge.training.gpt_step", "forward_step")
     out = []
     with thd_partition.installed():
         for batch in batches:
-            run = step.run_step(forward_step, step.minimal_state(), batch, model, groups)
+            run = step.run_step(forward_step, state or step.minimal_state(), batch, model, groups)
             out.append(RankRun(received(run), run.logits, run.loss_sum, run.num_tokens))
     return out
 

@@ -29,7 +29,7 @@ import pytest
 from harness.adapters import loaders, pretrain, rules, sft
 from harness.oracle import corpus, tokenizer
 from harness.oracle.impact import Impact, fail, require
-from suites import _loader_epoch, _oracle, _pretrain
+from suites import _layouts, _loader_epoch, _oracle, _pretrain, _pretrain_cp
 
 pytestmark = pytest.mark.import_group("light")
 
@@ -197,3 +197,27 @@ def test_drop_last_through_mb_loader(golden, drop_last):
         pretrain.PretrainRequest(texts, _oracle.load_tokenizer(), 32, samples=(12, 1, 0), knobs=knobs)
     )
     golden.check(_loader_epoch.check_sampled(build.train, build.config, seq=32, dp=2, mbs=2, gbs=4, steps=3))
+
+
+@pytest.mark.import_group("full")  # MB's config validation, gpt_step and MCore's parallel state
+def test_inter_document_masking_under_cp(golden):
+    """Pretraining with megatron-core's inter-document masking at CP = 2, the CP size declared on the
+    dataset config (suites/_pretrain_cp.py): MB refuses the combination naming
+    ``inter_document_masking``, or every CP rank of a gloo world gets TE's slice of each sample
+    that holds two documents, the CP = 1 logits and loss totals."""
+    seq, knobs = CASES["seq64-reset-positions-and-attention"]
+    knobs = {**knobs, **_pretrain.step_knobs("inter-document-masking"), "context_parallel_size": 2}
+    texts = tuple(f"{e['input']} {e['output']}" for e in corpus.examples(CORPUS))
+    build = pretrain.pretraining_splits(pretrain.PretrainRequest(texts, _oracle.load_tokenizer(), seq, knobs=knobs))
+    outcome = _pretrain_cp.validate(build.config, seq, 2)
+    if not outcome["accepted"]:
+        if "inter_document_masking" not in outcome["message"]:  # the case's config, not the combination
+            raise RuntimeError(f"MB refused the CP 2 pretraining config for another reason: {outcome['message']}")
+        return
+    eod = int(_oracle.load_tokenizer().eod)
+    crossing = [r for r in range(len(build.train)) if eod in build.train[r]["tokens"][:-1].tolist()]
+    if not crossing:  # the input's fault: the case would test nothing
+        raise RuntimeError("no sample holds two documents")
+    result = _pretrain_cp.run(build, crossing, 2)
+    _layouts.assert_ok(result.violations, "CP 2 over inter-document masked pretraining samples")
+    golden.check(result.golden)
