@@ -11,9 +11,8 @@ builder (``build_train_valid_test_data_loaders``, which sends a MIMO model to
 sampler with the provider's ``dataloader_type`` and ``drop_last``). The micro-batches of
 ``steps`` steps come back as the training loop takes them.
 
-The named stand-in: MB builds every grid with ``backend="nccl"``; on CPU the grids are made with
-gloo (:func:`gloo_grids`). A backend moves tensors; which ranks form which group, what the
-sampler reads, is the grid's shape and offset, unchanged.
+The named stand-in: MB builds every grid with ``backend="nccl"``; in the harness's gloo world the
+grids are made with gloo (:mod:`harness.standins.grids`, recorded with the run's stand-ins).
 
 Era: ``data/megatron_mimo`` with ``MegatronMIMOProvider.build_infra`` and the loader builder's
 MIMO dispatch (994b7f2e4, 2026-04-23, the MegatronMIMO rename). The MIMO loaders before it
@@ -23,31 +22,16 @@ over the provider) are not adapted: untestable with that reason.
 
 from __future__ import annotations
 
-import contextlib
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
-from unittest import mock
 
 from harness.adapters import Candidate, NotHere, Operation, symbol
 from harness.adapters.forward import init_cpu_parallel
 from harness.adapters.loaders import train_micro_batches
+from harness.standins.grids import gloo_grids
 
 PROVIDER = "megatron.bridge.models.megatron_mimo.megatron_mimo_provider"
 CONFIG = "megatron.bridge.models.megatron_mimo.megatron_mimo_config"
-
-
-@contextlib.contextmanager
-def gloo_grids() -> Iterator[None]:
-    """megatron-core's ``HyperCommGrid`` made with gloo whatever backend MB names (see the module docstring)."""
-    grid_cls = symbol("megatron.core.hyper_comm_grid", "HyperCommGrid")
-    real = grid_cls.__init__
-
-    def on_gloo(self: Any, *args: Any, **kwargs: Any) -> None:
-        kwargs["backend"] = "gloo"
-        real(self, *args, **kwargs)
-
-    with mock.patch.object(grid_cls, "__init__", on_gloo):
-        yield
 
 
 def _probe() -> Callable[..., list[dict[str, Any]]]:

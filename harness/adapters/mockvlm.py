@@ -48,7 +48,7 @@ def user_config(req: MockVLMRequest) -> Any:
 
 
 def _probe() -> Callable[[MockVLMRequest], Any]:
-    symbol(MODULE, "MockVLMSFTDatasetConfig")
+    symbol(MODULE, "MockVLMSFTDatasetConfig")  # the era's config (user_config builds it)
     builder_cls = symbol(MODULE, "MockVLMSFTDatasetBuilder")
     context_cls = symbol("megatron.bridge.data.base", "DatasetBuildContext")
 
