@@ -262,6 +262,7 @@ def test_mock_vlm_drop_last_through_mb_loader(golden, drop_last):
     "single" sampler) on 2 data-parallel ranks, each collating with the Qwen2.5-VL processor: over
     the split MB sizes to 3 steps of global batch 4, each rank takes its 3 micro-batches of 2 and,
     between them, every conversation trains once, whichever ``drop_last``."""
+    mock_vlm_sft.resolved  # noqa: B018  (the era gap first: older eras' processors need more than MB pins)
     req = MockVLMRequest(
         vlprocessor.write_processor_dir(), 512, 12, knobs={"drop_last": drop_last, **loaders.WORKERS_OFF}
     )
