@@ -25,8 +25,8 @@ from typing import Any
 import torch
 from torch.utils.data import default_collate
 
-from harness.adapters import config as config_ops
 from harness.adapters import load_module, step, symbol
+from harness.adapters.cp import validate_layout
 from harness.adapters.forward import init_cpu_parallel
 from harness.adapters.world import Layout, run_world
 from harness.oracle.records import Invariant, Violation
@@ -35,12 +35,10 @@ from suites import _forward, _layouts
 
 
 def validate(dataset_config: Any, seq: int, cp: int) -> dict[str, Any]:
-    """MB's validation of a pretraining container: a GPT model at ``cp`` (per-token loss, as CP
-    training asks) over ``dataset_config``; the outcome (:func:`harness.adapters.config.rejected`)."""
+    """MB's validation of a pretraining container over ``dataset_config`` at ``cp`` (the layout
+    validation every CP case uses: :func:`harness.adapters.cp.validate_layout`); its outcome."""
     cfg = load_module("megatron.bridge.training.config")
-    model = config_ops.tiny_gpt_provider(seq, cp, 1, False, True)
-    container = config_ops.build_container(cfg, model, dataset_config, global_batch_size=1, micro_batch_size=1)
-    return config_ops.run_validate(cfg, container, cp)
+    return validate_layout(cfg, dataset_config, cp, 1, False, seq, False, None)
 
 
 def _state(dataset_config: Any) -> Any:

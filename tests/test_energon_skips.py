@@ -40,6 +40,14 @@ def test_every_skip_energon_handles_is_recorded_and_the_handler_still_runs():
     assert errors.ErrorContext.__init__ is original  # nothing left patched
 
 
+def _classified(exc: BaseException, kept: str) -> tuple[Verdict, str]:
+    """``exc``'s verdict and message once the note ``kept`` and a note not for the verdict are added."""
+    exc.add_note(kept)
+    exc.add_note("not for the verdict")
+    verdict, message, _ = outcome.classify(pytest.ExceptionInfo.from_exception(exc), False, None)
+    return verdict, message
+
+
 def test_the_cause_note_reaches_the_verdict_of_an_mb_exception(tmp_path, monkeypatch):
     mb = tmp_path / "megatron" / "bridge"
     mb.mkdir(parents=True)
@@ -49,10 +57,7 @@ def test_the_cause_note_reaches_the_verdict_of_an_mb_exception(tmp_path, monkeyp
     try:
         exec(compile(source.read_text(), str(source), "exec"), {})
     except RuntimeError as exc:
-        exc.add_note("cause: the first: BatchDataset.batch raised ValueError: row too long")
-        exc.add_note("not for the verdict")
-        info = pytest.ExceptionInfo.from_exception(exc)
-    verdict, message, _ = outcome.classify(info, False, None)
+        verdict, message = _classified(exc, "cause: the first: BatchDataset.batch raised ValueError: row too long")
     assert verdict is Verdict.FAIL and message.startswith("Megatron raised RuntimeError: failed 100 times")
     assert "cause: the first: BatchDataset.batch raised ValueError: row too long" in message
     assert "not for the verdict" not in message
@@ -66,9 +71,6 @@ def test_a_broken_world_keeps_its_replay_note():
     try:
         raise Broken("rank 2 of TP1 CP2 PP1 DP2: Megatron raised IndexError")
     except Broken as exc:
-        exc.add_note("replay: harness explore --replay '{\"cp\": 2}'")
-        exc.add_note("not for the verdict")
-        info = pytest.ExceptionInfo.from_exception(exc)
-    verdict, message, _ = outcome.classify(info, False, None)
+        verdict, message = _classified(exc, "replay: harness explore --replay '{\"cp\": 2}'")
     assert verdict is Verdict.FAIL and message.startswith("broken: rank 2 of TP1 CP2 PP1 DP2")
     assert message.endswith("\n  replay: harness explore --replay '{\"cp\": 2}'")
