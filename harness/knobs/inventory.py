@@ -57,6 +57,7 @@ class Knob:
     annotation: str = ""
     default: str | None = None  # None: required
     read: bool = True  # False: a parameter MB stores and never reads (see the module docstring)
+    why: str = ""  # with read=False, when the reason is not the parameter's own: which code alone reads it
 
     @property
     def key(self) -> str:
@@ -70,6 +71,7 @@ class Knob:
             "annotation": self.annotation,
             "default": self.default,
             **({"read": False} if not self.read else {}),
+            **({"why": self.why} if self.why else {}),
         }
 
     @classmethod
@@ -81,6 +83,7 @@ class Knob:
             str(d.get("annotation") or ""),
             None if d.get("default") is None else str(d.get("default")),
             d.get("read", True) is not False,
+            str(d.get("why") or ""),
         )
 
 

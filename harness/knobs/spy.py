@@ -33,6 +33,7 @@ from pathlib import Path, PurePath
 from types import ModuleType
 from typing import Any
 
+from harness.knobs import reach, unread
 from harness.knobs.inventory import FACTORY, Knob, relevant, scan
 from harness.knobs.records import KnobLine
 from harness.suiterun.contract import Env
@@ -41,6 +42,8 @@ _BY_MODULE: dict[str, list[Knob]] = {}
 _KNOBS: dict[str, Knob] = {}
 _VALUES: set[tuple[str, str, str, bool]] = set()  # (knob key, shown value, suite, passed by the caller)
 _PATCHED: set[tuple[str, str]] = set()
+_INHERITED: set[str] = set()  # knob keys of fields a class of MB inherits from outside MB (megatron-core)
+_PACKAGE: dict[str, Path] = {}  # "bridge": the megatron/bridge directory this process imports
 CURRENT = {"suite": ""}
 _FACTORY_SENTINEL = getattr(dataclasses, "_HAS_DEFAULT_FACTORY", object())
 
@@ -75,6 +78,14 @@ def _record(knobs: list[Knob], arguments: dict[str, Any], passed: set[str]) -> N
             _VALUES.add((knob.key, show(arguments[knob.name]), CURRENT["suite"], knob.name in passed))
 
 
+def _declared_in(cls: type, name: str) -> str:
+    """The module of the class in ``cls``'s MRO that declares field ``name``."""
+    for klass in cls.__mro__:
+        if name in inspect.get_annotations(klass):
+            return klass.__module__
+    return cls.__module__
+
+
 def _field_knobs(module: str, owner: str, cls: type) -> list[Knob]:
     out = []
     for f in dataclasses.fields(cls):
@@ -82,8 +93,35 @@ def _field_knobs(module: str, owner: str, cls: type) -> list[Knob]:
         if relevant(f.name, annotation):
             has = f.default is not dataclasses.MISSING
             default = show(f.default) if has else FACTORY if f.default_factory is not dataclasses.MISSING else None
-            out.append(Knob(module, owner, f.name, annotation, default))
+            knob = Knob(module, owner, f.name, annotation, default)
+            if not _declared_in(cls, f.name).startswith(reach.BRIDGE):
+                _INHERITED.add(knob.key)
+            out.append(knob)
     return out
+
+
+def _mark_off_path(knobs: dict[str, Knob]) -> dict[str, Knob]:
+    """``knobs`` with each inherited field that no code MB reaches reads marked unread, with why
+    (:mod:`harness.knobs.reach`). Asked here, once per process at the end, not on import: the
+    closure parses part of megatron-core, a second or two."""
+    inherited = {k.name for key, k in knobs.items() if key in _INHERITED and k.read}
+    bridge = _PACKAGE.get("bridge")
+    if not inherited or bridge is None:
+        return knobs
+    candidates = inherited - unread.accessed(bridge, inherited)  # MB reading it itself settles it
+    if not candidates:
+        return knobs
+    namespace = reach.Namespace(_megatron_portions())
+    why = {name: found.why() for name in sorted(candidates) if (found := reach.off_path(namespace, name))}
+    return {
+        key: dataclasses.replace(k, read=False, why=why[k.name]) if key in _INHERITED and k.name in why else k
+        for key, k in knobs.items()
+    }
+
+
+def _megatron_portions() -> list[Path]:
+    spec = importlib.util.find_spec("megatron")
+    return [Path(p) for p in (spec.submodule_search_locations or [])] if spec is not None else []
 
 
 def _wrap(fn: Callable[..., Any], knobs: list[Knob], defaults: dict[str, Any] | None = None) -> Callable[..., Any]:
@@ -206,7 +244,8 @@ def install() -> bool:
         return False
     if spec is None or not spec.submodule_search_locations:
         return False
-    for knob in scan(Path(next(iter(spec.submodule_search_locations)))):
+    _PACKAGE["bridge"] = Path(next(iter(spec.submodule_search_locations)))
+    for knob in scan(_PACKAGE["bridge"]):
         _BY_MODULE.setdefault(knob.module, []).append(knob)
         _KNOBS.setdefault(knob.key, knob)
     for name in list(_BY_MODULE):
@@ -221,7 +260,7 @@ def write(path: Path | None = None) -> None:
     target = path or (Path(os.environ[Env.KNOBS_LOG]) if os.environ.get(Env.KNOBS_LOG) else None)
     if target is None or not _KNOBS:
         return
-    lines = [KnobLine.of_knob(k) for k in _KNOBS.values()]
+    lines = [KnobLine.of_knob(k) for k in _mark_off_path(_KNOBS).values()]
     lines += [KnobLine.of_value(key, value, suite, passed) for key, value, suite, passed in sorted(_VALUES)]
     with target.open("a", encoding="utf-8") as fh:
         fh.write("".join(line.dumps() + "\n" for line in lines))

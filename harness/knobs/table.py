@@ -5,8 +5,10 @@ required knob (no default) needs two distinct values. A knob whose class or func
 called is *not exercised*; one that was reached but that no caller ever passed (MB's default
 applied each time) is *never set*: a field MB adds to a class the cases use shows up so in the
 next nightly, one of a class they never use as not exercised. A parameter MB takes and never
-reads (:mod:`harness.knobs.unread`) short of the goal is *never read by MB*: no value a case
-passes can change what MB does, so it is no gap a case could close, and still not counted as met.
+reads (:mod:`harness.knobs.unread`), or a field it inherits that only code MB never calls reads
+(:mod:`harness.knobs.reach`, the line says which), short of the goal is *never read by MB*: no
+value a case passes can change what MB does, so it is no gap a case could close, and still not
+counted as met.
 """
 
 from __future__ import annotations
@@ -110,4 +112,6 @@ def lines(table: list[Row], *, only_gaps: bool = False, width: int = 120) -> lis
         if r.suites:
             tail += "  [" + ", ".join(r.suites) + "]"
         out.append(head + _cut(tail, max(20, width - len(head))))
+        if r.status is Status.NEVER_READ and r.knob.why:
+            out.append(f"      {r.knob.why}")  # the proof's finding, whole: it names the code that reads it
     return out
