@@ -20,15 +20,15 @@ encoding of the sample's text:
 from __future__ import annotations
 
 import functools
-import hashlib
 from typing import Any
 
 import pytest
 
-from harness.adapters import loaders, mimo, mimoloader, rules
+from harness.adapters import loaders, mimo, mimoloader, mimostep, rules
 from harness.eras import features
 from harness.oracle import tokenizer
 from harness.oracle.impact import Impact, fail, require
+from suites import _mimo_dp
 from suites._explain import multiset_difference
 
 pytestmark = pytest.mark.import_group("light")
@@ -168,23 +168,14 @@ def test_hf_provider_over_a_local_image_folder(golden, seq, enc):
     golden.check({"samples": seen})
 
 
-def _pixels(fields: dict[str, Any], row: int | None = None) -> str:
-    """A digest of a sample's image (``row``: of a collated batch), '' without one."""
-    pixels = (fields.get("modality_inputs") or {}).get("vision", {}).get("pixel_values")
-    if pixels is None:
-        return ""
-    pixels = pixels if row is None else pixels[row]
-    return hashlib.sha1(pixels.detach().contiguous().numpy().tobytes()).hexdigest()
-
-
 def _loader_epoch(built: mimo.MimoSamples, *, mbs: int, gbs: int, steps: int) -> dict[str, Any]:
     """``steps`` steps of MB's MIMO loader over ``built.provider`` (sized by MB to ``steps x gbs``
     samples, as ``built`` was): every micro-batch ``mbs`` rows wide, every row one of the
     provider's samples as built (tokens with their own image, labels, loss mask), every sample once."""
     batches = mimoloader.mimo_train_micro_batches(
         built.provider, seq_length=LOADER_SEQ, micro_batch_size=mbs, global_batch_size=gbs, steps=steps
-    )
-    index = {(tuple(s["input_ids"].tolist()), _pixels(s)): i for i, s in enumerate(built.samples)}
+    ).micro_batches
+    index = {(tuple(s["input_ids"].tolist()), _mimo_dp.pixels(s)): i for i, s in enumerate(built.samples)}
     texts = {key[0] for key in index}
     if len(index) < len(built.samples) or len(built.samples) != steps * gbs:  # the case's data, not MB's
         raise RuntimeError(f"{len(built.samples)} samples, {len(index)} distinct: rows cannot be told apart")
@@ -198,7 +189,7 @@ def _loader_epoch(built: mimo.MimoSamples, *, mbs: int, gbs: int, steps: int) ->
     for b, batch in enumerate(batches):
         for r in range(mbs):
             ids = tuple(batch["input_ids"][r].tolist())
-            i = index.get((ids, _pixels(batch, r)))
+            i = index.get((ids, _mimo_dp.pixels(batch, r)))
             if i is None:
                 raise fail(
                     Impact.WRONG_LOGITS if ids in texts else Impact.WRONG_TARGETS,
@@ -240,8 +231,52 @@ def test_drop_last_through_mb_mimo_loader(golden, provider, drop_last):
         )
         built = mimo.mimo_samples(req)
     else:
-        texts = tuple(f"{tokenizer.MARKERS[i]} {' '.join(tokenizer.WORDS[i : i + 4])}" for i in range(12))
-        built = mimo.mimo_hf_samples(
-            mimo.MimoHFRequest(tokenizer.write_tokenizer_dir(), LOADER_SEQ, placeholder, 8, texts, knobs=knobs)
-        )
+        built = _hf_built(12, drop_last=drop_last)
     golden.check(_loader_epoch(built, mbs=2, gbs=4, steps=3))
+
+
+def _hf_built(n: int, **knobs: Any) -> mimo.MimoSamples:
+    """``n`` samples of a user's image folder through MB's Hugging Face MIMO provider, each text and
+    image distinct (a row names its sample), the loader's workers off, the provider's ``knobs`` set."""
+    texts = tuple(f"{tokenizer.MARKERS[i]} {' '.join(tokenizer.WORDS[i : i + 4])}" for i in range(n))
+    placeholder = tokenizer.vocab()[PLACEHOLDER]
+    return mimo.mimo_hf_samples(
+        mimo.MimoHFRequest(
+            tokenizer.write_tokenizer_dir(), LOADER_SEQ, placeholder, 8, texts, knobs={**loaders.WORKERS_OFF, **knobs}
+        )
+    )
+
+
+# (id, data-parallel size per module: the encoder's ranks first, then the language module's)
+MODULE_LAYOUTS = [
+    ("fan-out-vision-dp1-language-dp2", {_mimo_dp.ENCODER: 1, _mimo_dp.LANGUAGE: 2}),
+    ("fan-in-vision-dp2-language-dp1", {_mimo_dp.ENCODER: 2, _mimo_dp.LANGUAGE: 1}),
+]
+
+
+@pytest.mark.import_group("full")  # MB's loader builder reads the training config
+@pytest.mark.parametrize("modules", [c[1] for c in MODULE_LAYOUTS], ids=[c[0] for c in MODULE_LAYOUTS])
+def test_module_data_parallel_keeps_text_and_image_together(golden, modules):
+    """A heterogeneous MIMO world (the encoder on its ranks, the language module on the next, each with
+    its own data-parallel size): 3 steps of global batch 4 in micro-batches of 2 through MB's loader
+    and MB's MIMO forward step; every module's ranks hold whole samples, the encoder's rows are the
+    images of the language's texts position by position, and the language ranks train every sample
+    once (suites/_mimo_dp.py)."""
+    built = _hf_built(12)
+    ranks = _mimo_dp.world(built, modules, seq=LOADER_SEQ, mbs=2, gbs=4, steps=3)
+    refused = [r for r in ranks if not isinstance(r, mimostep.ModuleRank)]
+    if refused:
+        raise fail(
+            Impact.REFUSES_VALID_CONFIG, f"MB refused micro-batches of 2 for module DP sizes {modules}: {refused[0]}"
+        )
+    golden.check(_mimo_dp.check(built, [r for r in ranks if isinstance(r, mimostep.ModuleRank)], mbs=2, gbs=4, steps=3))
+
+
+@pytest.mark.import_group("full")
+def test_micro_batch_must_divide_among_module_ranks(golden):
+    """Micro-batches of 3 with the language module on 2 data-parallel ranks: the forward step could
+    not slice them evenly, and MB's MIMO loader builder refuses the layout by its own check (only that
+    rule broken: the encoder's DP 1 and the global batch 6 divide)."""
+    built = _hf_built(6)
+    ranks = _mimo_dp.world(built, {_mimo_dp.ENCODER: 1, _mimo_dp.LANGUAGE: 2}, seq=LOADER_SEQ, mbs=3, gbs=6, steps=1)
+    golden.check(_mimo_dp.require_refused(ranks, "micro-batches of 3 over 2 language data-parallel ranks"))

@@ -127,6 +127,20 @@ def _case(result: RunResult, case_id: str):
             "mimo_dataset::test_drop_last_through_mb_mimo_loader[keep-last-hf]",
             "wrong-logits",
         ),
+        (
+            "mimo_dp_slice_reversed",
+            "mimo_dataset",
+            "module_data_parallel and fan-out",
+            "mimo_dataset::test_module_data_parallel_keeps_text_and_image_together[fan-out-vision-dp1-language-dp2]",
+            "wrong-logits",
+        ),
+        (
+            "mimo_sampler_shards_by_module_dp",
+            "mimo_dataset",
+            "module_data_parallel and fan-in",
+            "mimo_dataset::test_module_data_parallel_keeps_text_and_image_together[fan-in-vision-dp2-language-dp1]",
+            "crash",
+        ),
     ],
     ids=[
         "exclusivity",
@@ -140,6 +154,8 @@ def _case(result: RunResult, case_id: str):
         "pp-fixed-width",
         "tp-sp-in-batch",
         "mimo-loader-images",
+        "mimo-dp-slices",
+        "mimo-sampler-sharded-twice",
     ],
 )
 def test_a_real_break_turns_red_with_its_impact(tmp_path, fault_id, suite, keyword, case_id, impact):
@@ -167,7 +183,8 @@ def test_the_unbroken_copy_is_green_where_those_faults_were_caught(tmp_path):
         " or (test_params_from_mb_batches and prompt-mult1 and not pad)"
         " or (mb_loader and prompt-mult4 and keep-last) or (keep_last_batch and refused)"
         " or offline_cuda_graphs_without_pad_cu_seqlens or (padded_rows and pp2)"
-        " or (in_batch_packed_rows and tp2) or (mb_mimo_loader and keep-last-hf)",
+        " or (in_batch_packed_rows and tp2) or (mb_mimo_loader and keep-last-hf)"
+        " or module_data_parallel",
     )
     assert result.cases
     bad = [(c.case_id, c.message[:200]) for c in result.cases if c.verdict in (Verdict.FAIL, Verdict.ERROR)]

@@ -24,6 +24,7 @@ import torch
 
 from harness.adapters.world import Layout, run_world
 from harness.errors import Broken
+from harness.oracle.impact import Impact, ImpactFailure, fail
 from harness.standins.thd_partition import PartitionRefused, thd_partitioned_indices
 from harness.suiterun.versions import mb_location
 from tests import suite_child
@@ -126,6 +127,20 @@ def test_a_harness_exception_stays_the_harness_s():
 
     with pytest.raises(RuntimeError, match="KeyError: 'a harness bug'"):
         run_world(Layout(cp=2), on_rank)
+
+
+def test_a_contract_a_rank_checks_stays_a_failure_with_its_impact():
+    """A rank that checks a contract itself (MB's loader running out inside a rank's step) reports a
+    failure with the impact it named, not a harness error; other ranks' results are not mistaken."""
+
+    def on_rank(rank: int) -> int:
+        if rank == 1:
+            raise fail(Impact.CRASH, "MB's loader ran out in step 2 of 3")
+        return rank
+
+    with pytest.raises(ImpactFailure, match=r"rank 1 of TP1 CP2 PP1 DP1: MB's loader ran out") as caught:
+        run_world(Layout(cp=2), on_rank)
+    assert caught.value.impact is Impact.CRASH
 
 
 def test_a_hung_or_killed_rank_fails_the_case_and_leaves_nothing_running():

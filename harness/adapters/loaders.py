@@ -31,6 +31,7 @@ from typing import Any
 from harness.adapters import Candidate, NotHere, Operation, accepts, field_names, load_module, symbol
 from harness.adapters import config as config_ops
 from harness.eras import features
+from harness.oracle.impact import Impact, fail
 from harness.standins.cuda import cpu_cuda_tensors
 
 # where the era's prepare_finetuning_batch lives, newest first
@@ -98,7 +99,11 @@ def _resolve(split_module: str) -> Callable[..., list[dict[str, Any]]]:
             except StopIteration:
                 if steps is None:
                     break  # one epoch: the loader is exhausted
-                raise
+                raise fail(  # MB's training loop meets the same StopIteration and stops
+                    Impact.CRASH,
+                    f"MB's loader ran out in step {step + 1} of {steps}, after {len(out)} micro-batches "
+                    f"of a training sized for {steps} x global batch {global_batch_size}",
+                ) from None
             step += 1
         return out
 

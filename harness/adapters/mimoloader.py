@@ -1,15 +1,18 @@
 """MB's MegatronMIMO training data path: its loader builder over a user's MIMO dataset provider.
 
 Operation ``mimo_train_micro_batches(provider, *, seq_length, micro_batch_size,
-global_batch_size, steps)``: what MB's setup does before the first forward step of a MIMO
-training. The model config is MB's ``MegatronMIMOProvider`` with the language module's
-parallelism (a world of one: TP, CP, PP, DP 1), its ``build_infra()`` builds and caches the
-per-module ``HyperCommGrid``s (as ``build_model`` does before the loaders), then MB's loader
+global_batch_size, steps, modules)``: what MB's setup does before the first forward step of a MIMO
+training, on one rank. The model config is MB's ``MegatronMIMOProvider`` with a data-parallel size
+per module (``modules``, default the language module alone with DP 1: a world of one; several tile
+the world side by side, as MB's heterogeneous deployment requires), ``finalize()`` checks the
+tiling and ``build_infra()`` builds and caches the per-module ``HyperCommGrid``s (as
+``build_model`` does before the loaders), then MB's loader
 builder (``build_train_valid_test_data_loaders``, which sends a MIMO model to
 ``build_megatron_mimo_data_loaders``: the grids' sampling info, the provider's
 ``build_datasets`` over the sample counts MB derives from ``train_iters x global batch``, MB's
 sampler with the provider's ``dataloader_type`` and ``drop_last``). The micro-batches of
-``steps`` steps come back as the training loop takes them.
+``steps`` steps come back as the training loop takes them, with the grids
+(:class:`MimoLoad`); :mod:`harness.adapters.mimostep` hands them to MB's MIMO forward step.
 
 The named stand-in: MB builds every grid with ``backend="nccl"``; in the harness's gloo world the
 grids are made with gloo (:mod:`harness.standins.grids`, recorded with the run's stand-ins).
@@ -23,6 +26,7 @@ over the provider) are not adapted: untestable with that reason.
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 from harness.adapters import Candidate, NotHere, Operation, symbol
@@ -34,7 +38,7 @@ PROVIDER = "megatron.bridge.models.megatron_mimo.megatron_mimo_provider"
 CONFIG = "megatron.bridge.models.megatron_mimo.megatron_mimo_config"
 
 
-def _probe() -> Callable[..., list[dict[str, Any]]]:
+def _probe() -> Callable[..., MimoLoad]:
     provider_cls = symbol(PROVIDER, "MegatronMIMOProvider")
     if not hasattr(provider_cls, "build_infra"):
         raise NotHere("MegatronMIMOProvider has no build_infra")
@@ -44,31 +48,60 @@ def _probe() -> Callable[..., list[dict[str, Any]]]:
     language = symbol("megatron.core.models.mimo.config.role", "MIMO_LANGUAGE_MODULE_KEY")
 
     def call(
-        provider: Any, *, seq_length: int, micro_batch_size: int, global_batch_size: int, steps: int
-    ) -> list[dict[str, Any]]:
+        provider: Any,
+        *,
+        seq_length: int,
+        micro_batch_size: int,
+        global_batch_size: int,
+        steps: int,
+        modules: dict[str, int] | None = None,
+    ) -> MimoLoad:
         init_cpu_parallel()
         model = provider_cls(
             megatron_mimo_parallelism_config=parallelism_cls(
-                module_parallelisms={language: module_cls(data_parallel_size=1)}
+                module_parallelisms={
+                    name: module_cls(data_parallel_size=dp, rank_offset=offset)
+                    for name, dp, offset in _tiled(modules or {language: 1})
+                }
             )
         )
+        model.finalize()  # MB's check that the modules tile the world, as build_model runs it
         with gloo_grids():
-            model.build_infra()  # caches the grids the loader builder reads, as build_model does
+            infra = model.build_infra()  # caches the grids the loader builder reads, as build_model does
         groups = symbol("megatron.core.process_groups_config", "ProcessGroupCollection").use_mpu_process_groups()
-        return train_micro_batches(
+        batches = train_micro_batches(
             None,  # the MIMO path builds the datasets from the provider itself
             model,
             seq_length=seq_length,
             seed=0,
             global_batch_size=global_batch_size,
             micro_batch_size=micro_batch_size,
-            data_parallel_size=1,
+            data_parallel_size=1,  # MB's MIMO runtime update: every loading rank takes the global micro-batches
             steps=steps,
             dp_group=groups.dp,
             dataset_config=provider,
         )
+        return MimoLoad(batches, infra.module_to_grid_map)
 
     return call
+
+
+def _tiled(modules: dict[str, int]) -> list[tuple[str, int, int]]:
+    """Each module with its data-parallel size and the rank it starts at: the modules side by side
+    in the order given (TP, CP, PP 1), as a heterogeneous MIMO deployment tiles the world."""
+    out, offset = [], 0
+    for name, dp in modules.items():
+        out.append((name, dp, offset))
+        offset += dp
+    return out
+
+
+@dataclass
+class MimoLoad:
+    """One rank's MIMO training data: the loader's micro-batches and the model's per-module grids."""
+
+    micro_batches: list[dict[str, Any]]
+    grids: dict[str, Any]  # module name -> megatron-core HyperCommGrid (as build_infra made them)
 
 
 mimo_train_micro_batches = Operation(

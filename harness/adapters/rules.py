@@ -47,6 +47,8 @@ class Rule(enum.StrEnum):
     # MB's loader builder (data/loaders.py) and its global-batch sampler, not ConfigContainer.validate
     DROP_LAST_NEEDS_A_GLOBAL_BATCH = "drop-last-needs-one-global-batch"
     KEEP_LAST_NEEDS_SFT_PADDING = "keep-last-batch-needs-sft-padding-rows"
+    # MB's MIMO loader builder: the forward step slices each micro-batch among a module's DP ranks
+    MIMO_MICRO_BATCH_DIVISIBLE_BY_MODULE_DP = "mimo-micro-batch-divisible-by-module-dp"
 
 
 SIGNATURES: dict[Rule, re.Pattern[str]] = {
@@ -85,6 +87,12 @@ SIGNATURES: dict[Rule, re.Pattern[str]] = {
         r"not enough train samples for a single global batch|drop_last=true requires at least one full global batch"
     ),
     Rule.KEEP_LAST_NEEDS_SFT_PADDING: re.compile(r"drop_last=false requires gptsftdatasetconfig"),
+    # the loader builder's "micro_batch_size (3) must be divisible by data_parallel_size (2) of module
+    # 'language'", or the training contract's "micro batch size 3 not divisible by language dp size 2"
+    Rule.MIMO_MICRO_BATCH_DIVISIBLE_BY_MODULE_DP: re.compile(
+        r"micro_batch_size \(\d+\) must be divisible by data_parallel_size"
+        r"|micro batch size \d+ not divisible by \w+ dp size"
+    ),
 }
 
 

@@ -15,7 +15,8 @@ fresh ``c10d._World``, the old objects kept referenced, never destroyed) and lea
 :func:`run_world` runs ``fn(rank)`` on every rank of a :class:`Layout` and returns the ranks'
 results in rank order. A rank that raises: MB's exception (innermost project frame in MB) is
 MB's failure (:class:`~harness.errors.Broken`, impact crash, with the MB frame); ``Untestable``
-stays untestable; anything else is a harness error. A rank that dies by a signal or does not
+stays untestable; a contract the rank checks itself (:class:`~harness.oracle.impact.ImpactFailure`)
+is that failure, with its impact; anything else is a harness error. A rank that dies by a signal or does not
 finish within ``timeout`` (a hang: a collective one rank never joins) is MB's failure too.
 A gloo connection that fails while MCore creates the groups, before anything of MB runs, starts
 the world again (:data:`INIT_ATTEMPTS`).
@@ -43,6 +44,7 @@ from typing import Any, TypeVar
 import torch
 
 from harness.errors import Broken, Untestable
+from harness.oracle.impact import Impact, ImpactFailure
 from harness.standins.cuda import cpu_cuda_calls
 
 T = TypeVar("T")
@@ -126,6 +128,8 @@ def _rank_main(layout: Layout, rank: int, store: str, seed: int, fn: Callable[[i
             reply = ("ok", fn(rank))
     except Untestable as exc:
         reply = ("untestable", str(exc))
+    except ImpactFailure as exc:  # a contract a rank checks itself: a failure with its impact, not an error
+        reply = ("fail", str(exc), exc.impact.value)
     except BaseException as exc:
         tb = exc.__traceback__
         owner = "megatron" if blame(tb) is Owner.MEGATRON else "harness"
@@ -143,6 +147,8 @@ def _raise_for(layout: Layout, rank: int, reply: tuple[Any, ...]) -> None:
         raise Untestable(reply[1])
     if kind == "init-flake":
         raise _InitFlake(f"rank {rank} of {layout}: {reply[1]}")
+    if kind == "fail":
+        raise ImpactFailure(f"rank {rank} of {layout}: {reply[1]}", Impact(reply[2]))
     _, owner, name, message, where, text = reply
     if owner == "megatron":
         at = f" [at {where}]" if where else ""

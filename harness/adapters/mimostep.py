@@ -1,0 +1,124 @@
+"""MB's MegatronMIMO forward step on one rank of a heterogeneous world: what each module's model gets.
+
+Operation ``mimo_step_inputs(provider, *, modules, seq_length, micro_batch_size,
+global_batch_size, steps)``, run on every rank of a world of ``sum(modules.values())`` processes:
+MB's MIMO training data path (:mod:`harness.adapters.mimoloader`, the modules tiling the world
+side by side) yields this rank's micro-batches, and MB's ``megatron_mimo_step.forward_step`` takes
+each as the training loop does: its ``get_batch``, then the slice of the global micro-batch for
+this rank's place in its module's data-parallel group (``slice_batch_for_megatron_mimo``, MB's
+"contiguous to match the BridgeCommunicator's batch-dimension split / concatenate logic"), and the
+inputs a stage does not use dropped (raw modality inputs on a language-only rank; text on a
+language stage other than the first, labels and loss mask on one other than the last).
+
+Why a recording model: the unit under test is what MB hands each module, not the module's maths.
+``forward_step`` reads the model's ``role`` (megatron-core's ``RankRole.build`` over the grids, as
+``MimoModel.__init__`` makes it) and its ``mimo_config.module_to_grid_map``; the model here has
+exactly those, records the keyword arguments it is called with, and returns what the step expects
+back (a per-token loss on the language module's last stage, activations elsewhere). No weights, no
+encoder, no communicator run: which rows reach which rank is decided before the model is called.
+
+The rank's place in its module's data-parallel group comes from megatron-core's grid (its ``dp``
+process group), not from MB: it is the order the communicator concatenates shards in.
+
+Era: the MegatronMIMO rename (994b7f2e4, 2026-04-23), as :mod:`harness.adapters.mimoloader`.
+"""
+
+from __future__ import annotations
+
+import types
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from harness.adapters import Candidate, Operation, symbol
+from harness.adapters.mimoloader import mimo_train_micro_batches
+from harness.adapters.step import minimal_state
+from harness.standins.cuda import cpu_cuda_calls
+
+STEP = "megatron.bridge.training.megatron_mimo_step"
+
+
+@dataclass
+class ModuleRank:
+    """What one rank's module model received from MB's MIMO forward step, micro-batch by micro-batch."""
+
+    modules: tuple[str, ...]  # the modules this rank runs (megatron-core's role over the grids)
+    dp_rank: int  # the rank's place in its module's data-parallel group (the grid's dp group)
+    dp_size: int
+    inputs: list[dict[str, Any]]  # the model's keyword arguments per micro-batch (tensors cloned)
+
+
+def _snapshot(value: Any) -> Any:
+    if isinstance(value, torch.Tensor):
+        return value.detach().clone()
+    if isinstance(value, dict):
+        return {k: _snapshot(v) for k, v in value.items()}
+    return value
+
+
+def _recording_model(mimo_cls: type, role: Any, grids: dict[str, Any], language: str) -> Any:
+    class RecordingMimo(mimo_cls):
+        """A ``MimoModel`` to ``forward_step``'s checks (see the module docstring), recording its inputs."""
+
+        def __init__(self) -> None:
+            torch.nn.Module.__init__(self)  # no submodules: nothing of MimoModel's own __init__ is needed
+            self.role = role
+            self.mimo_config = types.SimpleNamespace(module_to_grid_map=grids)
+            self.calls: list[dict[str, Any]] = []
+
+        def forward(self, **kwargs: Any) -> Any:
+            self.calls.append({k: _snapshot(v) for k, v in kwargs.items()})
+            labels = kwargs.get("labels")
+            if role.has_language_module and role.is_last_stage(language) and labels is not None:
+                return torch.zeros(labels.shape)  # the per-token loss the step's loss function takes
+            return {name: torch.zeros(1) for name in role.modules}
+
+    return RecordingMimo()
+
+
+def _probe() -> Callable[..., ModuleRank]:
+    forward_step = symbol(STEP, "forward_step")
+    symbol("megatron.bridge.data.megatron_mimo.dp_utils", "slice_batch_for_megatron_mimo")
+    mimo_cls = symbol("megatron.core.models.mimo", "MimoModel")
+    role_cls = symbol("megatron.core.models.mimo.config.role", "RankRole")
+    language = symbol("megatron.core.models.mimo.config.role", "MIMO_LANGUAGE_MODULE_KEY")
+
+    def call(
+        provider: Any,
+        *,
+        modules: dict[str, int],
+        seq_length: int,
+        micro_batch_size: int,
+        global_batch_size: int,
+        steps: int,
+    ) -> ModuleRank:
+        import torch.distributed as dist
+
+        load = mimo_train_micro_batches(
+            provider,
+            seq_length=seq_length,
+            micro_batch_size=micro_batch_size,
+            global_batch_size=global_batch_size,
+            steps=steps,
+            modules=modules,
+        )
+        role = role_cls.build([m for m in modules if m != language], load.grids)
+        model = _recording_model(mimo_cls, role, load.grids, language)
+        with cpu_cuda_calls(pin=True):  # get_batch moves the batch with .cuda()
+            for batch in load.micro_batches:
+                forward_step(minimal_state(), iter([batch]), model)
+        rank = dist.get_rank()
+        mine = [g for g in load.grids.values() if g.rank_offset <= rank < g.rank_offset + g.size]
+        dp = mine[0].get_pg(["dp"])
+        return ModuleRank(tuple(role.modules), dp.rank(), dp.size(), model.calls)
+
+    return call
+
+
+mimo_step_inputs = Operation(
+    "mimo_step_inputs",
+    [Candidate("training/megatron_mimo_step.forward_step + data/megatron_mimo", _probe)],
+    before="the MIMO step before the MegatronMIMO rename (training/mimo_step, 877779a05) is not adapted",
+)

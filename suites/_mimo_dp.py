@@ -1,0 +1,185 @@
+"""MegatronMIMO under data parallelism: each module's ranks, and the text and image of a sample kept together.
+
+MB's MIMO training gives every data-loading rank the same global micro-batches (its sampler runs
+with data-parallel size 1) and slices each, in the forward step, for the rank's place in its own
+module's data-parallel group (``slice_batch_for_megatron_mimo``: contiguous, "to match the
+BridgeCommunicator's batch-dimension split / concatenate logic"). Modules may have different
+data-parallel sizes (one divides the other); the communicator concatenates the encoder ranks'
+outputs in their group's order and splits the result the same way among the language ranks. So a
+sample's image embeddings reach the language rank holding its text only when both modules slice
+the same global rows in the same order.
+
+The contract, over ``steps`` steps of a heterogeneous world (the encoder's ranks, then the
+language module's; :mod:`harness.adapters.mimostep`), each checked per micro-batch:
+
+* every rank of every module takes the same number of micro-batches (one short hangs the pipeline);
+* a module's ranks, concatenated in their data-parallel order, hold whole samples as the provider
+  built them: the language ranks the text with its labels and loss mask (``wrong-targets``,
+  ``trains-padding``), the encoder ranks the image;
+* position by position, the encoder's concatenation is the images of the language's texts
+  (``wrong-logits``: another sample's image embeddings fill a text's placeholders);
+* over the steps the language ranks train every sample exactly once (``drops-trained-token``,
+  ``wrong-loss-normalisation``).
+
+MB's own rule, proved by one case breaking only it: the micro-batch size must be divisible by
+every module's data-parallel size (:attr:`Rule.MIMO_MICRO_BATCH_DIVISIBLE_BY_MODULE_DP`).
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from harness.adapters import config as config_ops
+from harness.adapters import mimo, mimostep, rules
+from harness.adapters.world import Layout, run_world
+from harness.oracle.impact import Impact, ImpactFailure, fail, require
+from suites._explain import multiset_difference
+
+LANGUAGE = "language"  # megatron-core's MIMO_LANGUAGE_MODULE_KEY in every era the step exists
+ENCODER = "vision"  # the modality name MB's MIMO providers are configured with here
+
+
+def pixels(fields: dict[str, Any], row: int | None = None) -> str:
+    """A digest of a sample's image (``row``: of a collated batch), '' without one."""
+    values = (fields.get("modality_inputs") or {}).get(ENCODER, {}).get("pixel_values")
+    if values is None:
+        return ""
+    values = values if row is None else values[row]
+    return hashlib.sha1(values.detach().contiguous().numpy().tobytes()).hexdigest()
+
+
+@dataclass
+class _Refused:
+    """A rank where MB's MIMO path refused the layout (picklable): its attributed outcome."""
+
+    outcome: dict[str, Any]
+
+
+def _on_rank(built: mimo.MimoSamples, modules: dict[str, int], seq: int, mbs: int, gbs: int, steps: int) -> Any:
+    def on_rank(_rank: int) -> mimostep.ModuleRank | _Refused:
+        try:
+            return mimostep.mimo_step_inputs(
+                built.provider,
+                modules=modules,
+                seq_length=seq,
+                micro_batch_size=mbs,
+                global_batch_size=gbs,
+                steps=steps,
+            )
+        except ImpactFailure:
+            raise  # a contract broken on the rank: the world reports it with its impact
+        except (ValueError, AssertionError) as exc:
+            return _Refused(config_ops.rejected(exc))  # attributed here, where the traceback is
+
+    return on_rank
+
+
+def world(
+    built: mimo.MimoSamples, modules: dict[str, int], *, seq: int, mbs: int, gbs: int, steps: int
+) -> list[mimostep.ModuleRank | _Refused]:
+    """Every rank's record of MB's MIMO forward steps, the modules tiling a world in ``modules``' order."""
+    _ = mimostep.mimo_step_inputs.era  # untestable here, before a world starts, where MB has no such step
+    return run_world(Layout(dp=sum(modules.values())), _on_rank(built, modules, seq, mbs, gbs, steps))
+
+
+def require_refused(ranks: list[mimostep.ModuleRank | _Refused], what: str) -> dict[str, Any]:
+    """Every rank refused ``what`` by MB's check of the micro-batch against the modules' DP sizes."""
+    refused = [r.outcome for r in ranks if isinstance(r, _Refused)]
+    if not refused:
+        raise fail(Impact.ACCEPTS_INVALID_CONFIG, f"{what}: MB's MIMO path accepted it")
+    require(len(refused) == len(ranks), Impact.CRASH, f"{what}: refused on {len(refused)} of {len(ranks)} ranks only")
+    out = refused[0]
+    error = f"{out['error_class']}: {out['message'][:300]}"
+    rules.require_named(rules.Rule.MIMO_MICRO_BATCH_DIVISIBLE_BY_MODULE_DP, what, error, out["rules"], out["raised_at"])
+    return {"refused": out["error_class"], "rules": out["rules"]}
+
+
+def _views(
+    ranks: list[mimostep.ModuleRank], module: str, per_batch: int, row: Callable[[dict[str, Any], int], Any]
+) -> list[list[Any]]:
+    """Per micro-batch, ``row`` of every row of ``module``'s ranks, concatenated in data-parallel order."""
+    mine = sorted((r for r in ranks if module in r.modules), key=lambda r: r.dp_rank)
+    counts = [len(r.inputs) for r in mine]
+    require(
+        counts == [per_batch] * len(mine),
+        Impact.CRASH,
+        f"{module} ranks take {per_batch} micro-batches each, got {counts}",
+    )
+    require(
+        [r.dp_rank for r in mine] == list(range(len(mine))),
+        Impact.CRASH,
+        f"{module}: data-parallel ranks {[r.dp_rank for r in mine]}",
+    )
+    out = []
+    for b in range(per_batch):
+        rows = []
+        for r in mine:
+            kwargs = r.inputs[b]
+            own = kwargs.get("input_ids") if module == LANGUAGE else (kwargs.get("modality_inputs") or {}).get(module)
+            if own is None:
+                raise fail(Impact.CRASH, f"micro-batch {b}: {module} rank {r.dp_rank} got no input of its module")
+            width = int((own if module == LANGUAGE else own["pixel_values"]).shape[0])
+            rows += [row(kwargs, k) for k in range(width)]
+        out.append(rows)
+    return out
+
+
+def check(
+    built: mimo.MimoSamples, ranks: list[mimostep.ModuleRank], *, mbs: int, gbs: int, steps: int
+) -> dict[str, Any]:
+    """The contract of the module docstring over ``ranks`` (raises on a violation); what trained where."""
+    samples = built.samples
+    by_text = {tuple(s["input_ids"].tolist()): i for i, s in enumerate(samples)}
+    by_image = {pixels(s): i for i, s in enumerate(samples)}
+    if len(by_text) < len(samples) or len(by_image) < len(samples):  # the case's data, not MB's
+        raise RuntimeError(
+            f"{len(samples)} samples, {len(by_text)} texts, {len(by_image)} images: rows cannot be told apart"
+        )
+    per_batch = steps * gbs // mbs
+
+    def text_row(kwargs: dict[str, Any], k: int) -> int:
+        ids = tuple(kwargs["input_ids"][k].tolist())
+        i = by_text.get(ids)
+        if i is None:
+            raise fail(Impact.WRONG_TARGETS, f"a language row that is none of the provider's texts ({ids[:8]}...)")
+        for name, impact in (("labels", Impact.WRONG_TARGETS), ("loss_mask", Impact.TRAINS_PADDING)):
+            got = kwargs.get(name)
+            require(got is not None, Impact.CRASH, f"sample {i}: the language module's last stage got no {name}")
+            require(
+                got[k].tolist() == samples[i][name].tolist(),
+                impact,
+                f"sample {i} on a language rank: {name} differ from the sample MB built",
+            )
+        return i
+
+    def image_row(kwargs: dict[str, Any], k: int) -> int:
+        i = by_image.get(pixels(kwargs, k))
+        if i is None:
+            raise fail(Impact.WRONG_LOGITS, "an encoder row that is none of the provider's images")
+        return i
+
+    texts = _views(ranks, LANGUAGE, per_batch, text_row)
+    images = _views(ranks, ENCODER, per_batch, image_row)
+    for b, (t, v) in enumerate(zip(texts, images, strict=True)):
+        require(len(t) == mbs, Impact.CRASH, f"micro-batch {b}: the language ranks hold {len(t)} rows, not {mbs}")
+        require(len(v) == mbs, Impact.CRASH, f"micro-batch {b}: the encoder ranks hold {len(v)} rows, not {mbs}")
+        for j, (a, c) in enumerate(zip(t, v, strict=True)):
+            require(
+                a == c,
+                Impact.WRONG_LOGITS,
+                f"micro-batch {b} row {j}: the text of sample {a} gets the image embeddings of sample {c}",
+            )
+    seen = [i for rows in texts for i in rows]
+    whole = list(range(len(samples)))
+    require(
+        sorted(seen) == whole,
+        Impact.DROPS_TRAINED_TOKEN if set(seen) != set(whole) else Impact.WRONG_LOSS_NORMALISATION,
+        f"{steps} steps over the language ranks train every sample once: " + multiset_difference(whole, seen, "sample"),
+    )
+    return {
+        "micro_batches": per_batch,
+        "order": texts,
+    }
