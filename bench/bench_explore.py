@@ -5,8 +5,9 @@ Not a test (about 4 minutes on 2 cores). Two figures:
 * **examples per minute** of ``harness explore``, per space: the light path (``--space data``),
   the drawn layouts (``--space layouts``, ``--layout-small``/``--layout-large``), the direct HF
   SFT path (``--space direct``, ``--direct-small``/``--direct-large``), pretraining samples
-  (``--space pretrain``, ``--pretrain-small``/``--pretrain-large``) and Energon VLM samples
-  (``--space energon``, ``--energon-small``/``--energon-large``): two runs
+  (``--space pretrain``, ``--pretrain-small``/``--pretrain-large``), Energon VLM samples
+  (``--space energon``, ``--energon-small``/``--energon-large``) and MIMO samples
+  (``--space mimo``, ``--mimo-small``/``--mimo-large``): two runs
   of the explore suite per space with a small and a large budget (same seed), so the suite
   process's start-up cancels out: ``(large - small) / (wall_large - wall_small)`` examples a
   second, times 60;
@@ -117,6 +118,7 @@ SPACES = {
     "direct": ("direct-", 3, 203, "direct", "direct_examples_per_minute"),
     "pretrain": ("pretrain-", 3, 103, "pretrain", "pretrain_examples_per_minute"),
     "energon": ("energon-", 3, 23, "energon", "energon_examples_per_minute"),
+    "mimo": ("mimo-", 3, 43, "mimo", "mimo_examples_per_minute"),
 }
 
 

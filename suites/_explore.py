@@ -93,12 +93,19 @@ class ExploredCase(_oracle.SFTCase):
     encoder: str = "hf"  # the task encoder: MB's HF encoder or the model-owned "qwen-vl" one
     defer: bool = False  # with in_batch: defer_in_batch_packing_to_step
     multi_turn_rate: float = 0.3  # the share of samples with a second turn
+    # MB's MegatronMIMO path instead (suites/_explore_mimo.py): n marked texts with one image each through MB's
+    # Hugging Face MIMO provider, its loader and its MIMO forward step; mbs, gbs and seq are its training's
+    mimo: bool = False
+    encoder_length: int = 0  # placeholders per image (encoder_seq_lengths); 0: MB's default, no length named
+    module_dps: str = ""  # "E-L": the encoder's and the language module's data-parallel sizes; "": the loader alone
 
     @property
     def axis(self) -> str | None:
         """The layout or packing path this case runs on top of its data (None: offline, world of one)."""
         if self.direct:
             return "direct"
+        if self.mimo:
+            return "mimo"
         if self.energon:
             return "energon"
         if self.pretrain:
@@ -250,6 +257,8 @@ _LATER: dict[str, Any] = {
     "encoder": "hf",
     "defer": False,
     "multi_turn_rate": 0.3,
+    "encoder_length": 0,
+    "module_dps": "",
     **explored.LAYOUT_DEFAULTS,
     "mbs": 1,
     "gbs": 0,

@@ -4,7 +4,7 @@ The strategies and the case model are in suites/_explore.py (and the spaces' own
 the dispatch from an :class:`~suites._explore.ExploredCase` to the checks of the suite that owns
 its path: the offline oracle and the documented shape rule (a world of one, with shards the
 ``packed_files`` checks), the layouts (``forward_cpu``, ``padding_loss_masks``,
-``in_batch_packing``, ``parallel_layouts``), the direct HF SFT path, pretraining and Energon.
+``in_batch_packing``, ``parallel_layouts``), the direct HF SFT path, pretraining, Energon and MIMO.
 Why apart: what is drawn and how it is named (specs, ids) changes for other reasons than what
 judges it.
 """
@@ -75,6 +75,10 @@ def check_any(case: ExploredCase) -> dict[str, Any]:
         from suites import _explore_energon
 
         return _explore_energon.check(case)
+    if case.mimo:
+        from suites import _explore_mimo
+
+        return _explore_mimo.check(case)
     if case.pretrain:
         from suites import _explore_pretrain
 

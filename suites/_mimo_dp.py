@@ -27,7 +27,6 @@ every module's data-parallel size (:attr:`Rule.MIMO_MICRO_BATCH_DIVISIBLE_BY_MOD
 
 from __future__ import annotations
 
-import hashlib
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -37,18 +36,9 @@ from harness.adapters import mimo, mimostep, rules
 from harness.adapters.world import Layout, run_world
 from harness.oracle.impact import Impact, ImpactFailure, fail, require
 from suites._explain import multiset_difference
+from suites._mimo import ENCODER, pixels
 
 LANGUAGE = "language"  # megatron-core's MIMO_LANGUAGE_MODULE_KEY in every era the step exists
-ENCODER = "vision"  # the modality name MB's MIMO providers are configured with here
-
-
-def pixels(fields: dict[str, Any], row: int | None = None) -> str:
-    """A digest of a sample's image (``row``: of a collated batch), '' without one."""
-    values = (fields.get("modality_inputs") or {}).get(ENCODER, {}).get("pixel_values")
-    if values is None:
-        return ""
-    values = values if row is None else values[row]
-    return hashlib.sha1(values.detach().contiguous().numpy().tobytes()).hexdigest()
 
 
 @dataclass
@@ -125,6 +115,16 @@ def _views(
             rows += [row(kwargs, k) for k in range(width)]
         out.append(rows)
     return out
+
+
+def check_world(
+    built: mimo.MimoSamples, ranks: list[mimostep.ModuleRank | _Refused], *, mbs: int, gbs: int, steps: int
+) -> dict[str, Any]:
+    """A layout whose micro-batch divides among every module's ranks: MB takes it, and :func:`check` holds."""
+    refused = [r.outcome for r in ranks if isinstance(r, _Refused)]
+    if refused:
+        raise fail(Impact.REFUSES_VALID_CONFIG, f"MB refused micro-batches of {mbs}: {refused[0]['message'][:300]}")
+    return check(built, [r for r in ranks if isinstance(r, mimostep.ModuleRank)], mbs=mbs, gbs=gbs, steps=steps)
 
 
 def check(

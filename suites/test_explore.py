@@ -1,20 +1,22 @@
 """Property-based exploration of packing through MB's own code (Hypothesis).
 
-Five spaces: offline packed SFT in a world of one (data shapes and packing knobs, the packed
+Six spaces: offline packed SFT in a world of one (data shapes and packing knobs, the packed
 set read back from one file or several shards; ``test_explore_offline_packing``), the same data
 under one drawn parallel layout or packing path (``test_explore_layouts``: MB's forward, DP,
 in-batch packing for a (CP, TP, SP) layout, CP and PP worlds), the same data through MB's direct
 HF SFT path with its collate knobs (``test_explore_direct_sft``), documents packed into
 pretraining samples with their lengths and knobs drawn (``test_explore_pretraining``), and
 image/chat samples through MB's Energon VLM data path with its loader knobs
-(``test_explore_energon``). Every ``harness run`` draws a small fixed-seed sample of each
-(:data:`DEFAULT_BUDGET`, :data:`DEFAULT_LAYOUT_BUDGET`, :data:`DEFAULT_DIRECT_BUDGET`,
-:data:`DEFAULT_PRETRAIN_BUDGET` and :data:`DEFAULT_ENERGON_BUDGET` examples, seed 0), so every
+(``test_explore_energon``), and a user's image folder through MB's MegatronMIMO data and step path
+with its lengths and module layouts (``test_explore_mimo``). Every ``harness run`` draws a small
+fixed-seed sample of each (:data:`DEFAULT_BUDGET`, :data:`DEFAULT_LAYOUT_BUDGET`,
+:data:`DEFAULT_DIRECT_BUDGET`, :data:`DEFAULT_PRETRAIN_BUDGET`, :data:`DEFAULT_ENERGON_BUDGET` and
+:data:`DEFAULT_MIMO_BUDGET` examples, seed 0), so every
 commit sees some of it; ``harness explore --budget N --seed S`` draws more. A drawn case that
 breaks an invariant is shrunk by Hypothesis to a minimal one, and the failure message ends with
 the command that replays it; ``harness explore --replay SPEC --save`` keeps it as a regression
 case, checked here from then on (``test_saved_explored_case``). What is drawn and checked:
-suites/_explore.py (and _explore_direct.py, _explore_pretrain.py, _explore_energon.py).
+suites/_explore.py (and _explore_direct.py, _explore_pretrain.py, _explore_energon.py, _explore_mimo.py).
 """
 
 from __future__ import annotations
@@ -30,7 +32,7 @@ from harness.oracle.impact import ImpactFailure
 from harness.oracle.records import InvariantFailure
 from harness.records import explored
 from harness.suiterun.contract import Env
-from suites import _explore, _explore_check, _explore_direct, _explore_energon, _explore_pretrain
+from suites import _explore, _explore_check, _explore_direct, _explore_energon, _explore_mimo, _explore_pretrain
 
 pytestmark = pytest.mark.import_group("light")
 
@@ -39,6 +41,7 @@ DEFAULT_LAYOUT_BUDGET = 3
 DEFAULT_DIRECT_BUDGET = 3
 DEFAULT_PRETRAIN_BUDGET = 3
 DEFAULT_ENERGON_BUDGET = 3
+DEFAULT_MIMO_BUDGET = 3
 
 
 def _replayable(case: _explore.ExploredCase) -> None:
@@ -169,6 +172,19 @@ def test_explore_energon(known_bug):
 
     energon_batches.resolved  # noqa: B018 - an era without MB's Energon builder: untestable before drawing
     _explore_space(_explore_energon.energon_cases(), DEFAULT_ENERGON_BUDGET, known_bug)
+
+
+@pytest.mark.drawn
+@pytest.mark.import_group("full")  # MB's loader builder reads the training config; the step's worlds
+def test_explore_mimo(known_bug):
+    """Drawn lengths, batch sizes and module layouts through MB's MegatronMIMO data and step path hold the
+    checks of the ``mimo_dataset`` suite."""
+    from harness.adapters.mimo import mimo_hf_samples
+    from harness.adapters.mimoloader import mimo_train_micro_batches
+
+    mimo_hf_samples.resolved  # noqa: B018 - an era without MB's MIMO providers: untestable before drawing
+    mimo_train_micro_batches.resolved  # noqa: B018 - nor its MIMO loader path
+    _explore_space(_explore_mimo.mimo_cases(), DEFAULT_MIMO_BUDGET, known_bug)
 
 
 SAVED = _explore.saved(paths.fixtures_dir() / explored.DIRNAME)

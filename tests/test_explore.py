@@ -209,6 +209,33 @@ def test_energon_cases_are_energon_loader_configs():
     assert not set(json.loads(_explore.to_spec(_explore.from_spec(old)))) & {"energon", "encoder", "defer"}
 
 
+def test_mimo_cases_are_mimo_trainings_with_edge_lengths():
+    """A drawn MIMO case names its space and round-trips; every module layout, MB's default encoder
+    length and the edges (one text token left, none: MB must refuse) are drawn; its samples fill
+    whole global batches (``n`` a multiple of ``gbs``, ``gbs`` of ``mbs``), one marked text each, of
+    lengths that end one short of, at and one past the room the placeholders leave; a spec saved
+    before the MIMO space existed keeps its id."""
+    from suites import _explore_mimo, _mimo
+
+    drawn = _draw(_explore_mimo.mimo_cases(), 60)
+    assert {c.module_dps for c in drawn} == set(_explore_mimo.MODULE_LAYOUTS)
+    assert {0, 1} <= {c.encoder_length for c in drawn}
+    assert any(c.encoder_length == c.seq for c in drawn) and any(c.encoder_length == c.seq - 1 for c in drawn)
+    for case in drawn:
+        spec = json.loads(_explore.to_spec(case))
+        assert case.axis == "mimo" and explored.space(spec) == "mimo" and _explore.from_spec(spec) == case
+        assert case.n % case.gbs == 0 and case.gbs % case.mbs == 0 and case.seq in _explore_mimo.MIMO_SEQS
+        texts = _explore_mimo.texts(case)
+        assert len(texts) == case.n and len(set(texts)) == case.n
+        room = case.seq - (case.encoder_length or 1)
+        assert case.long_words in {max(room + k, 0) for k in (-2, -1, 0)}
+        assert all(t.split()[0] in _mimo.tokenizer.MARKERS for t in texts)
+        assert set(_explore_mimo.modules(case).values()) <= {1, 2}
+    old = {"seed": 3, "kind": "chat", "mult": 4, "seq": 32, "n": 2}
+    assert _explore.from_spec(old).id == "explored-99abd75737"
+    assert not set(json.loads(_explore.to_spec(_explore.from_spec(old)))) & {"mimo", "encoder_length", "module_dps"}
+
+
 def test_a_known_bug_does_not_end_the_search(monkeypatch):
     """Exploration sets aside a drawn case that fails only by a known MB bug and keeps drawing: a
     new failure later in the budget is still found (naming the known bugs met); with none, the
@@ -416,6 +443,21 @@ def test_energon_exploration_finds_a_loader_fault_and_shrinks_it(tmp_path, monke
     )
     assert spec["energon"] and spec["in_batch"] and spec["mult"] > 1 and spec["n"] == 1, spec
     assert explored.space(spec) == "energon", spec
+
+
+@pytest.mark.slow
+def test_mimo_exploration_finds_a_step_fault_and_shrinks_it(tmp_path, monkeypatch):
+    """Negative control of the MIMO space: on a copy of MB whose MIMO forward step hands a module's
+    data-parallel ranks their slices of the global micro-batch in reverse (catalogue fault
+    ``mimo_dp_slice_reversed``: each sample still trains once, but the communicator routes the
+    encoder's rows by rank order, so a text gets another sample's image), 12 drawn examples (seed 0)
+    turn red and shrink to the smallest world that shows it: the language module on 2 ranks, one
+    micro-batch of 2."""
+    spec = _shrunk_on_fault(
+        tmp_path, monkeypatch, "mimo_dp_slice_reversed", "test_explore_mimo", "gets the image embeddings of sample"
+    )
+    assert spec["mimo"] and spec["module_dps"] == "1-2" and spec["mbs"] == 2 and spec["n"] == 2, spec
+    assert explored.space(spec) == "mimo", spec
 
 
 @pytest.mark.slow

@@ -5,7 +5,8 @@ packing knobs in a world of one; ``layouts``, the same data under one drawn para
 packing path; ``direct``, the same data through MB's direct HF SFT path and its collate knobs;
 ``pretrain``, documents packed into pretraining samples with their lengths and knobs drawn;
 ``energon``, image/chat samples through MB's Energon VLM data path with its loader knobs;
-default all five; suites/_explore.py) with a seed:
+``mimo``, a user's image folder through MB's MegatronMIMO data and step path with its lengths and
+module layouts; default all six; suites/_explore.py) with a seed:
 the same seed draws the same examples, so a nightly's exploration is reproducible. A failing
 example is shrunk to a minimal one and printed with ``replay: harness explore --replay SPEC``.
 ``--replay SPEC`` runs that one case; with ``--save`` it is kept as a regression case under
@@ -33,6 +34,7 @@ TESTS = {
     "direct": "test_explore_direct_sft",
     "pretrain": "test_explore_pretraining",
     "energon": "test_explore_energon",
+    "mimo": "test_explore_mimo",
 }
 SAVED_TESTS = {
     "data": "test_saved_explored_case",
@@ -40,6 +42,7 @@ SAVED_TESTS = {
     "direct": "test_saved_explored_layout_case",  # a path on top of the data, like a layout
     "pretrain": "test_saved_explored_layout_case",  # another data path, saved like a layout
     "energon": "test_saved_explored_layout_case",  # another data path, saved like a layout
+    "mimo": "test_saved_explored_layout_case",  # another data path, saved like a layout
 }
 
 
@@ -57,7 +60,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         default="all",
         help="what to draw: data shapes and offline knobs, those under a parallel layout or packing path, those "
         "through MB's direct HF SFT path, documents packed into pretraining samples, image/chat samples through MB's "
-        "Energon data path, or all five (default all)",
+        "Energon data path, a user's image folder through MB's MIMO path, or all six (default all)",
     )
     p.add_argument("--seed", type=int, default=0, metavar="S", help="the exploration's seed (default 0)")
     p.add_argument("--eos", action="store_true", help="let answers hold literal EOS tokens (MB 0.6.2's known bug)")

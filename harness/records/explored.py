@@ -42,17 +42,21 @@ LAYOUT_DEFAULTS: dict[str, Any] = {
     "direct": False,
     "pretrain": False,
     "energon": False,
+    "mimo": False,
 }
 
 
 def space(spec: dict[str, Any]) -> str:
     """The exploration space a spec belongs to: ``direct`` (MB's direct HF SFT path), ``pretrain``
-    (documents packed into pretraining samples), ``energon`` (MB's Energon VLM data path),
+    (documents packed into pretraining samples), ``energon`` (MB's Energon VLM data path), ``mimo``
+    (MB's MegatronMIMO data and step path),
     ``layouts`` when it names a layout or packing path, else ``data``."""
     if spec.get("direct"):
         return "direct"
     if spec.get("energon"):
         return "energon"
+    if spec.get("mimo"):
+        return "mimo"
     if spec.get("pretrain"):
         return "pretrain"
     return "layouts" if any(spec.get(k, v) != v for k, v in LAYOUT_DEFAULTS.items()) else "data"
