@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from harness.adapters import Candidate, NotHere, Operation, field_names, symbol
+from harness.eras import features
 
 
 @dataclass(frozen=True)
@@ -146,8 +147,9 @@ def _image_folder(texts: tuple[str, ...]) -> Path:
 def _hf_probe(module: str, name: str) -> Callable[[], Callable[[MimoHFRequest], MimoSamples]]:
     def probe() -> Callable[[MimoHFRequest], MimoSamples]:
         provider_cls = symbol(module, name)
-        if "hf_data_files" not in field_names(provider_cls):
-            raise NotHere(f"{name} has no hf_data_files: a local dataset cannot be named")
+        if "hf_data_files" not in field_names(provider_cls):  # the provider is here, its knob came later
+            reason = f"{name} has no hf_data_files: a local dataset cannot be named"
+            raise features.missing("mimo-hf-data-files", reason)
         context_cls = _context_cls()
 
         def call(req: MimoHFRequest) -> MimoSamples:

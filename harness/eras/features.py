@@ -132,6 +132,15 @@ FEATURES: dict[str, Feature] = {
             r"class MockMimoProvider",
         ),
         Feature(
+            "mimo-hf-data-files",
+            "a user's own local dataset (an image folder) named by files through the Hugging Face MIMO provider "
+            "(HFMimoDatasetProvider.hf_data_files)",
+            "0bf1333ce",
+            "2026-04-10",
+            "src/megatron/bridge/data/mimo/hf_provider.py",
+            r"hf_data_files",
+        ),
+        Feature(
             "mimo-dataset-loss-mask",
             "the MIMO dataset's own shifted labels and loss mask (no loss on placeholder or padding targets)",
             "0bf1333ce",
