@@ -23,9 +23,7 @@ from __future__ import annotations
 import random
 from typing import Any
 
-from harness.adapters import rules
 from harness.oracle import tokenizer
-from harness.oracle.impact import Impact, fail
 from suites import _mimo, _mimo_dp
 from suites._explore import ExploredCase, named
 
@@ -86,17 +84,12 @@ def check(case: ExploredCase) -> dict[str, Any]:
     """Hold ``case`` to the ``mimo_dataset`` suite's checks (raises on a violation); what trained where."""
     rows = texts(case)
     enc = case.encoder_length or None
-    no_room = enc is not None and enc >= case.seq
-    try:
-        built = _mimo.hf_built(rows, case.seq, enc)
-    except (ValueError, AssertionError) as exc:
-        if not no_room:
-            raise
-        if rules.raising_check(exc) is None or "seq_length" not in str(exc):
-            raise fail(Impact.CRASH, f"refused, but not by MB's check on seq_length: {exc}") from exc
+    if enc is not None and enc >= case.seq:
+        _mimo.require_no_room_refused(
+            lambda: _mimo.hf_built(rows, case.seq, enc), f"{enc} encoder tokens in seq_length {case.seq}"
+        )
         return {"refused": f"{enc} encoder tokens leave no text in seq_length {case.seq}"}
-    if no_room:
-        raise fail(Impact.ACCEPTS_INVALID_CONFIG, f"{enc} encoder tokens in seq_length {case.seq} accepted: no text")
+    built = _mimo.hf_built(rows, case.seq, enc)
     golden: dict[str, Any] = {"samples": _mimo.check_hf_samples(built.samples, rows, case.seq, enc)}
     steps = case.n // case.gbs
     layout = modules(case)

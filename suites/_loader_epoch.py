@@ -34,7 +34,7 @@ from harness.adapters import directsft, loaders, rules, symbol
 from harness.adapters.directsft import DirectSFTRequest
 from harness.adapters.world import Layout, run_world
 from harness.oracle import differential
-from harness.oracle.impact import Impact, fail, require
+from harness.oracle.impact import Impact, ImpactFailure, fail, require
 from suites import _dataparallel, _oracle
 from suites._explain import multiset_difference
 
@@ -94,6 +94,8 @@ def _on_rank(
                 dp_group=groups.dp,
                 dataset_config=dataset_config,
             )
+        except ImpactFailure:
+            raise  # a contract broken on the rank (MB's loader ran out): reported with its impact, not a refusal
         except (ValueError, RuntimeError, AssertionError) as exc:
             return RankEpoch(refused=config_ops.rejected(exc))  # attributed here: the traceback stays
         rows = [batch_ops.packed_rows(b) for b in batches if "cu_seqlens" in b or "cu_seqlens_q" in b]
@@ -111,25 +113,12 @@ def epoch(
 
 def refusal(ranks: list[RankEpoch]) -> dict[str, Any] | None:
     """The builder's refusal, when every rank refused alike (one refusing alone is a hang)."""
-    refused = [r.refused for r in ranks]
-    if all(r is None for r in refused):
-        return None
-    require(
-        all(r is not None for r in refused),
-        Impact.CRASH,
-        f"the loader refused on some data-parallel ranks only: {[r is not None for r in refused]}",
-    )
-    return refused[0]
+    return rules.world_refusal([r.refused for r in ranks], "the loader")
 
 
 def require_refused_by(ranks: list[RankEpoch], rule: rules.Rule, what: str) -> dict[str, Any]:
     """Every rank's builder refused ``what`` by ``rule``'s own check (message and raising statement)."""
-    out = refusal(ranks)
-    if out is None:
-        raise fail(Impact.ACCEPTS_INVALID_CONFIG, f"{what}: MB's loader accepted it")
-    error = f"{out['error_class']}: {out['message'][:300]}"
-    rules.require_named(rule, what, error, out["rules"], out["raised_at"])
-    return {"refused": out["error_class"], "rules": out["rules"]}
+    return rules.require_world_refused_by([r.refused for r in ranks], rule, what, "MB's loader")
 
 
 @dataclass(frozen=True)

@@ -11,9 +11,10 @@ data here: an image folder with one distinct image and one marked text per row
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Callable
 from typing import Any
 
-from harness.adapters import loaders, mimo, mimoloader
+from harness.adapters import loaders, mimo, mimoloader, rules
 from harness.eras import features
 from harness.oracle import tokenizer
 from harness.oracle.impact import Impact, fail, require
@@ -170,3 +171,15 @@ def loader_epoch(built: mimo.MimoSamples, *, seq: int, mbs: int, gbs: int, steps
         f"{steps} steps train every sample once: " + multiset_difference(whole, seen, "sample"),
     )
     return {"micro_batches": len(batches), "order": seen}
+
+
+def require_no_room_refused(build: Callable[[], Any], what: str) -> None:
+    """``build`` (MB building samples whose encoder tokens fill ``seq_length``) must be refused by MB's
+    own check naming ``seq_length``: accepted, no text would train; refused another way, MB crashed."""
+    try:
+        build()
+    except (ValueError, AssertionError) as exc:
+        if rules.raising_check(exc) is None or "seq_length" not in str(exc):
+            raise fail(Impact.CRASH, f"refused, but not by MB's check on seq_length: {exc}") from exc
+        return
+    raise fail(Impact.ACCEPTS_INVALID_CONFIG, f"{what} accepted: no room for text")

@@ -77,14 +77,9 @@ def world(
 
 def require_refused(ranks: list[mimostep.ModuleRank | _Refused], what: str) -> dict[str, Any]:
     """Every rank refused ``what`` by MB's check of the micro-batch against the modules' DP sizes."""
-    refused = [r.outcome for r in ranks if isinstance(r, _Refused)]
-    if not refused:
-        raise fail(Impact.ACCEPTS_INVALID_CONFIG, f"{what}: MB's MIMO path accepted it")
-    require(len(refused) == len(ranks), Impact.CRASH, f"{what}: refused on {len(refused)} of {len(ranks)} ranks only")
-    out = refused[0]
-    error = f"{out['error_class']}: {out['message'][:300]}"
-    rules.require_named(rules.Rule.MIMO_MICRO_BATCH_DIVISIBLE_BY_MODULE_DP, what, error, out["rules"], out["raised_at"])
-    return {"refused": out["error_class"], "rules": out["rules"]}
+    outcomes = [r.outcome if isinstance(r, _Refused) else None for r in ranks]
+    rule = rules.Rule.MIMO_MICRO_BATCH_DIVISIBLE_BY_MODULE_DP
+    return rules.require_world_refused_by(outcomes, rule, what, "MB's MIMO path")
 
 
 def _views(

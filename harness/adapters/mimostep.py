@@ -34,7 +34,7 @@ import torch
 
 from harness.adapters import Candidate, Operation, symbol
 from harness.adapters.mimoloader import mimo_train_micro_batches
-from harness.adapters.step import minimal_state
+from harness.adapters.step import minimal_state, snapshot
 from harness.standins.cuda import cpu_cuda_calls
 
 STEP = "megatron.bridge.training.megatron_mimo_step"
@@ -50,14 +50,6 @@ class ModuleRank:
     inputs: list[dict[str, Any]]  # the model's keyword arguments per micro-batch (tensors cloned)
 
 
-def _snapshot(value: Any) -> Any:
-    if isinstance(value, torch.Tensor):
-        return value.detach().clone()
-    if isinstance(value, dict):
-        return {k: _snapshot(v) for k, v in value.items()}
-    return value
-
-
 def _recording_model(mimo_cls: type, role: Any, grids: dict[str, Any], language: str) -> Any:
     class RecordingMimo(mimo_cls):
         """A ``MimoModel`` to ``forward_step``'s checks (see the module docstring), recording its inputs."""
@@ -69,7 +61,7 @@ def _recording_model(mimo_cls: type, role: Any, grids: dict[str, Any], language:
             self.calls: list[dict[str, Any]] = []
 
         def forward(self, **kwargs: Any) -> Any:
-            self.calls.append({k: _snapshot(v) for k, v in kwargs.items()})
+            self.calls.append({k: snapshot(v) for k, v in kwargs.items()})
             labels = kwargs.get("labels")
             if role.has_language_module and role.is_last_stage(language) and labels is not None:
                 return torch.zeros(labels.shape)  # the per-token loss the step's loss function takes

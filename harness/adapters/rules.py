@@ -22,6 +22,7 @@ import re
 import traceback
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 
 class Rule(enum.StrEnum):
@@ -128,6 +129,35 @@ def require_refused_by(exc: BaseException, rule: Rule, what: str) -> None:
         require_named(rule, what, f"{type(exc).__name__}: {str(exc)[:300]}", who.names(), who.frame)
     except ImpactFailure as failure:
         raise failure from exc
+
+
+def world_refusal(outcomes: list[dict[str, Any] | None], what: str) -> dict[str, Any] | None:
+    """The refusal every rank of a world gave alike (each outcome as ``config.rejected`` makes it, None
+    where the rank went on); None when no rank refused. Some ranks refusing and the others going on is
+    a crash: the others wait in a collective the refusing ranks never join."""
+    from harness.oracle.impact import Impact, require
+
+    if all(o is None for o in outcomes):
+        return None
+    require(
+        all(o is not None for o in outcomes),
+        Impact.CRASH,
+        f"{what} refused on some ranks only: {[o is not None for o in outcomes]}",
+    )
+    return outcomes[0]
+
+
+def require_world_refused_by(outcomes: list[dict[str, Any] | None], rule: Rule, what: str, by: str) -> dict[str, Any]:
+    """Every rank refused ``what`` by ``rule``'s own check (message and raising statement); ``by``
+    names the MB path that must refuse. Returns the refusal in golden form."""
+    from harness.oracle.impact import Impact, fail
+
+    out = world_refusal(outcomes, by)
+    if out is None:
+        raise fail(Impact.ACCEPTS_INVALID_CONFIG, f"{what}: {by} accepted it")
+    error = f"{out['error_class']}: {out['message'][:300]}"
+    require_named(rule, what, error, out["rules"], out["raised_at"])
+    return {"refused": out["error_class"], "rules": out["rules"]}
 
 
 def require_named(rule: Rule, what: str, error: str, names: list[str], frame: str | None) -> None:

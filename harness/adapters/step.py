@@ -72,8 +72,13 @@ class StepRun:
     num_tokens: float
 
 
-def _snapshot(value: Any) -> Any:
-    return value.detach().clone() if isinstance(value, torch.Tensor) else value
+def snapshot(value: Any) -> Any:
+    """A model argument as it was at the call: tensors cloned, nested dicts of them too."""
+    if isinstance(value, torch.Tensor):
+        return value.detach().clone()
+    if isinstance(value, dict):
+        return {k: snapshot(v) for k, v in value.items()}
+    return value
 
 
 class RecordingModel(torch.nn.Module):
@@ -107,7 +112,7 @@ class RecordingModel(torch.nn.Module):
         return next(self.gpt.parameters()).device
 
     def forward(self, **kwargs: Any) -> Any:
-        self.calls.append({k: _snapshot(v) for k, v in kwargs.items()})
+        self.calls.append({k: snapshot(v) for k, v in kwargs.items()})
         inner = getattr(self.gpt, "module", self.gpt)  # a bf16 model is wrapped in MCore's Float16Module
         output_layer: Any = inner.output_layer
         hook = output_layer.register_forward_hook(self._record_logits)

@@ -16,8 +16,9 @@ fresh ``c10d._World``, the old objects kept referenced, never destroyed) and lea
 results in rank order. A rank that raises: MB's exception (innermost project frame in MB) is
 MB's failure (:class:`~harness.errors.Broken`, impact crash, with the MB frame); ``Untestable``
 stays untestable; a contract the rank checks itself (:class:`~harness.oracle.impact.ImpactFailure`)
-is that failure, with its impact; anything else is a harness error. A rank that dies by a signal or does not
-finish within ``timeout`` (a hang: a collective one rank never joins) is MB's failure too.
+is that failure, with its impact; anything else is a harness error. A rank that dies by a signal
+or does not finish within ``timeout`` (a hang: a collective one rank never joins) is MB's
+failure too.
 A gloo connection that fails while MCore creates the groups, before anything of MB runs, starts
 the world again (:data:`INIT_ATTEMPTS`).
 
