@@ -27,6 +27,8 @@ from pathlib import Path
 BINARIES = ("munged", "slurmctld", "slurmd", "sbatch", "squeue", "srun", "scancel", "sinfo")
 SBIN = ("/usr/sbin", "/usr/local/sbin")
 
+_ACTIVE = frozenset({"PENDING", "CONFIGURING", "RUNNING", "COMPLETING"})
+
 
 def _which(name: str) -> str | None:
     path = os.pathsep.join([os.environ.get("PATH", ""), *SBIN])
@@ -75,6 +77,19 @@ class Cluster:
         out = self.run("squeue", "--states=all", "--noheader", "--format=%i|%T", check=False).stdout
         return dict(line.split("|", 1) for line in out.split() if "|" in line)
 
+    def settled(self, job_ids: list[str], timeout_s: float = 60.0) -> dict[str, str]:
+        """The states of every job, once those named have left SLURM's active states.
+
+        The executor reads a job's result file as soon as the job writes it, and the job's
+        process exits after that: slurmctld may still say RUNNING, then COMPLETING, for a while.
+        """
+        deadline = time.monotonic() + timeout_s
+        known = self.jobs()
+        while time.monotonic() < deadline and any(known.get(j) in _ACTIVE for j in job_ids):
+            time.sleep(0.5)
+            known = self.jobs()
+        return known
+
     def logs(self) -> str:
         parts = []
         for name in ("slurmctld.log", "slurmd.log", "munged.log"):
@@ -88,9 +103,7 @@ class Cluster:
         if "slurmctld" in self.pids:
             self.run("scancel", "--full", "--partition=debug", check=False)
             deadline = time.monotonic() + 30
-            while time.monotonic() < deadline and any(
-                s in ("RUNNING", "COMPLETING", "PENDING", "CONFIGURING") for s in self.jobs().values()
-            ):
+            while time.monotonic() < deadline and any(s in _ACTIVE for s in self.jobs().values()):
                 time.sleep(0.5)
         for name in ("slurmd", "slurmctld", "munged"):
             pid_file = self.pids.pop(name, None)

@@ -9,13 +9,12 @@ daemons cannot start (packages missing, not root) every test here skips with the
 from __future__ import annotations
 
 import io
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from harness.executors.local import LocalExecutor
+from harness.executors.local import JobLog, LocalExecutor
 from harness.executors.options import SlurmOptions
 from harness.executors.slurm import SlurmExecutor
 from tests import slurm_cluster
@@ -51,6 +50,10 @@ def sbatch_jobs(cache: Path, terminal: io.StringIO, **kw: object) -> SlurmExecut
     return SlurmExecutor(cache, 2, opts, progress=terminal)
 
 
+def _job_ids(cluster_jobs: dict[str, list[JobLog]]) -> list[str]:
+    return [job.job_id for jobs in cluster_jobs.values() for job in jobs]
+
+
 def test_bisect_through_sbatch_names_the_local_pool_culprits(on_cluster: slurm_cluster.Cluster, tmp_path: Path) -> None:
     repo, shas = _fake_history(tmp_path, 24, {"s::a": 9, "s::b": 17}, broken={7, 18})
     with LocalExecutor(2) as pool:
@@ -62,11 +65,7 @@ def test_bisect_through_sbatch_names_the_local_pool_culprits(on_cluster: slurm_c
     assert outcomes(remote.doc) == outcomes(local.doc)
     assert culprits(remote.doc) == {"s::a": shas[9], "s::b": shas[17]} and remote.exit_code == 0
     assert len(cache_rows(cache)) == remote.doc.new_evaluations == ex.stats["submitted"] - ex.stats["cancelled"]
-    known = on_cluster.jobs()
-    deadline = time.monotonic() + 30  # the result file is read before slurmd leaves COMPLETING
-    while any(state == "COMPLETING" for state in known.values()) and time.monotonic() < deadline:
-        time.sleep(0.5)
-        known = on_cluster.jobs()
+    known = on_cluster.settled(_job_ids(remote.doc.cluster_jobs))
     for jobs in remote.doc.cluster_jobs.values():
         (job,) = jobs
         assert job.cluster == "slurm" and known.get(job.job_id) == "COMPLETED", (job, known)
