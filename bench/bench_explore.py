@@ -7,7 +7,8 @@ Not a test (about 4 minutes on 2 cores). Two figures:
   SFT path (``--space direct``, ``--direct-small``/``--direct-large``), pretraining samples
   (``--space pretrain``, ``--pretrain-small``/``--pretrain-large``), Energon VLM samples
   (``--space energon``, ``--energon-small``/``--energon-large``) and MIMO samples
-  (``--space mimo``, ``--mimo-small``/``--mimo-large``): two runs
+  (``--space mimo``, ``--mimo-small``/``--mimo-large``) and whole packing configurations
+  (``--space config``, ``--config-small``/``--config-large``): two runs
   of the explore suite per space with a small and a large budget (same seed), so the suite
   process's start-up cancels out: ``(large - small) / (wall_large - wall_small)`` examples a
   second, times 60;
@@ -119,6 +120,7 @@ SPACES = {
     "pretrain": ("pretrain-", 3, 103, "pretrain", "pretrain_examples_per_minute"),
     "energon": ("energon-", 3, 23, "energon", "energon_examples_per_minute"),
     "mimo": ("mimo-", 3, 43, "mimo", "mimo_examples_per_minute"),
+    "config": ("config-", 100, 1100, "config", "config_examples_per_minute"),
 }
 
 

@@ -33,7 +33,7 @@ runs it again, ``--save`` keeps it as a regression case (``<fixtures>/explored/<
 from __future__ import annotations
 
 import dataclasses
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -98,10 +98,15 @@ class ExploredCase(_oracle.SFTCase):
     mimo: bool = False
     encoder_length: int = 0  # placeholders per image (encoder_seq_lengths); 0: MB's default, no length named
     module_dps: str = ""  # "E-L": the encoder's and the language module's data-parallel sizes; "": the loader alone
+    # a whole packing configuration for MB's validate() instead (suites/_explore_config.py): the fields of
+    # harness.adapters.config.PackingConfigSpec that differ from its defaults; no data
+    config: dict[str, Any] = field(default_factory=dict, hash=False)  # compared, but a dict has no hash
 
     @property
     def axis(self) -> str | None:
         """The layout or packing path this case runs on top of its data (None: offline, world of one)."""
+        if self.config:
+            return "config"
         if self.direct:
             return "direct"
         if self.mimo:
@@ -259,6 +264,7 @@ _LATER: dict[str, Any] = {
     "multi_turn_rate": 0.3,
     "encoder_length": 0,
     "module_dps": "",
+    "config": {},
     **explored.LAYOUT_DEFAULTS,
     "mbs": 1,
     "gbs": 0,
@@ -269,6 +275,8 @@ _LATER: dict[str, Any] = {
 
 
 def _fields(case: ExploredCase) -> dict[str, Any]:
+    if case.config:  # a configuration has no data: its spec is the config (and the seed every case has)
+        return {"config": dict(case.config), "seed": case.seed}
     return {k: v for k, v in dataclasses.asdict(case).items() if k != "id" and not (k in _LATER and v == _LATER[k])}
 
 

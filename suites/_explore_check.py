@@ -4,7 +4,8 @@ The strategies and the case model are in suites/_explore.py (and the spaces' own
 the dispatch from an :class:`~suites._explore.ExploredCase` to the checks of the suite that owns
 its path: the offline oracle and the documented shape rule (a world of one, with shards the
 ``packed_files`` checks), the layouts (``forward_cpu``, ``padding_loss_masks``,
-``in_batch_packing``, ``parallel_layouts``), the direct HF SFT path, pretraining, Energon and MIMO.
+``in_batch_packing``, ``parallel_layouts``), the direct HF SFT path, pretraining, Energon, MIMO and
+whole configurations (``config_validation``).
 Why apart: what is drawn and how it is named (specs, ids) changes for other reasons than what
 judges it.
 """
@@ -67,6 +68,10 @@ def check(case: ExploredCase) -> _oracle.Built | None:
 def check_any(case: ExploredCase) -> dict[str, Any]:
     """Hold ``case`` to every check its layout or packing path has (raises on a violation); returns
     what it trains in golden form (change detection only)."""
+    if case.config:
+        from suites import _explore_config
+
+        return _explore_config.check(case)
     if case.direct:
         from suites import _directsft, _explore_direct
 

@@ -28,7 +28,7 @@ from __future__ import annotations
 import pytest
 
 from harness.adapters.config import PackingConfigSpec as Spec
-from harness.adapters.config import in_batch_flag, validate_packing_config
+from harness.adapters.config import in_batch_flag, refusal, validate_packing_config
 from harness.adapters.rules import Rule
 from harness.oracle.impact import Impact, fail
 
@@ -143,34 +143,26 @@ CASES: list[tuple[str, Spec, Rule | None, str | None]] = [
 _SPECS = {c[0]: c[1] for c in CASES}
 
 
-def _refused_by(outcome: dict) -> str:
-    if outcome["accepted"]:
-        return "accepted"
-    who = ", ".join(outcome["rules"]) or "no documented rule"
-    where = outcome["raised_at"] or "not an explicit check in MB's code"
-    return f"refused by {who} ({outcome['error_class']} at {where}: {outcome['message'][:200]})"
-
-
 @pytest.mark.parametrize("spec,rule,neighbour", [c[1:] for c in CASES], ids=[c[0] for c in CASES])
 def test_packing_rule(golden, spec, rule, neighbour):
     outcome = validate_packing_config(spec)
     if rule is None:
         if not outcome["accepted"]:
-            raise fail(Impact.REFUSES_VALID_CONFIG, f"a valid config was {_refused_by(outcome)}")
+            raise fail(Impact.REFUSES_VALID_CONFIG, f"a valid config was {refusal(outcome)}")
         golden.check({"accepted": True, "error_class": None})
         return
     near = validate_packing_config(_SPECS[neighbour])
     if not near.get("accepted"):
         raise fail(
             Impact.REFUSES_VALID_CONFIG,
-            f"the valid neighbour {neighbour} (only {rule.value} differs) was {_refused_by(near)}",
+            f"the valid neighbour {neighbour} (only {rule.value} differs) was {refusal(near)}",
         )
     if outcome["accepted"]:
         raise fail(Impact.ACCEPTS_INVALID_CONFIG, f"{rule.value} does not hold: the config was accepted")
     if rule.value not in outcome["rules"] or not outcome["raised_at"]:
         raise fail(
             Impact.ACCEPTS_INVALID_CONFIG,
-            f"{rule.value} does not hold: the config was {_refused_by(outcome)}, not by {rule.value}",
+            f"{rule.value} does not hold: the config was {refusal(outcome)}, not by {rule.value}",
         )
     golden.check({"accepted": False, "error_class": outcome["error_class"], "rule": rule.value})
 
@@ -200,7 +192,7 @@ def test_pipeline_shapes_follow_in_batch_packing(golden, spec, expected):
     in_batch_flag()  # untestable in an era without in-batch packing
     outcome = validate_packing_config(spec)
     if not outcome["accepted"]:
-        raise fail(Impact.REFUSES_VALID_CONFIG, f"a valid config was {_refused_by(outcome)}")
+        raise fail(Impact.REFUSES_VALID_CONFIG, f"a valid config was {refusal(outcome)}")
     got = outcome["variable_seq_lengths"]
     if got is not expected:
         impact = Impact.CRASH if expected else Impact.PERF_CONTRACT  # static buffers of one shape vs varying rows

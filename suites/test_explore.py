@@ -1,6 +1,6 @@
 """Property-based exploration of packing through MB's own code (Hypothesis).
 
-Six spaces: offline packed SFT in a world of one (data shapes and packing knobs, the packed
+Seven spaces: offline packed SFT in a world of one (data shapes and packing knobs, the packed
 set read back from one file or several shards; ``test_explore_offline_packing``), the same data
 under one drawn parallel layout or packing path (``test_explore_layouts``: MB's forward, DP,
 in-batch packing for a (CP, TP, SP) layout, CP and PP worlds), the same data through MB's direct
@@ -8,15 +8,17 @@ HF SFT path with its collate knobs (``test_explore_direct_sft``), documents pack
 pretraining samples with their lengths and knobs drawn (``test_explore_pretraining``), and
 image/chat samples through MB's Energon VLM data path with its loader knobs
 (``test_explore_energon``), and a user's image folder through MB's MegatronMIMO data and step path
-with its lengths and module layouts (``test_explore_mimo``). Every ``harness run`` draws a small
+with its lengths and module layouts (``test_explore_mimo``), and whole packing configurations
+held to MB's documented rules in combination (``test_explore_config``). Every ``harness run`` draws a small
 fixed-seed sample of each (:data:`DEFAULT_BUDGET`, :data:`DEFAULT_LAYOUT_BUDGET`,
 :data:`DEFAULT_DIRECT_BUDGET`, :data:`DEFAULT_PRETRAIN_BUDGET`, :data:`DEFAULT_ENERGON_BUDGET` and
-:data:`DEFAULT_MIMO_BUDGET` examples, seed 0), so every
+:data:`DEFAULT_MIMO_BUDGET` and :data:`DEFAULT_CONFIG_BUDGET` examples, seed 0), so every
 commit sees some of it; ``harness explore --budget N --seed S`` draws more. A drawn case that
 breaks an invariant is shrunk by Hypothesis to a minimal one, and the failure message ends with
 the command that replays it; ``harness explore --replay SPEC --save`` keeps it as a regression
 case, checked here from then on (``test_saved_explored_case``). What is drawn and checked:
-suites/_explore.py (and _explore_direct.py, _explore_pretrain.py, _explore_energon.py, _explore_mimo.py).
+suites/_explore.py (and _explore_direct.py, _explore_pretrain.py, _explore_energon.py, _explore_mimo.py,
+_explore_config.py).
 """
 
 from __future__ import annotations
@@ -32,7 +34,15 @@ from harness.oracle.impact import ImpactFailure
 from harness.oracle.records import InvariantFailure
 from harness.records import explored
 from harness.suiterun.contract import Env
-from suites import _explore, _explore_check, _explore_direct, _explore_energon, _explore_mimo, _explore_pretrain
+from suites import (
+    _explore,
+    _explore_check,
+    _explore_config,
+    _explore_direct,
+    _explore_energon,
+    _explore_mimo,
+    _explore_pretrain,
+)
 
 pytestmark = pytest.mark.import_group("light")
 
@@ -42,6 +52,8 @@ DEFAULT_DIRECT_BUDGET = 3
 DEFAULT_PRETRAIN_BUDGET = 3
 DEFAULT_ENERGON_BUDGET = 3
 DEFAULT_MIMO_BUDGET = 3
+# a validate() is a few milliseconds, and twelve rules each meet every context: a large sample (about 3 s)
+DEFAULT_CONFIG_BUDGET = 1000
 
 
 def _replayable(case: _explore.ExploredCase) -> None:
@@ -185,6 +197,15 @@ def test_explore_mimo(known_bug):
     mimo_hf_samples.resolved  # noqa: B018 - an era without MB's MIMO providers: untestable before drawing
     mimo_train_micro_batches.resolved  # noqa: B018 - nor its MIMO loader path
     _explore_space(_explore_mimo.mimo_cases(), DEFAULT_MIMO_BUDGET, known_bug)
+
+
+@pytest.mark.drawn
+@pytest.mark.import_group("full")  # MB's ConfigContainer and the model's finalisation
+def test_explore_config(known_bug):
+    """Drawn whole packing configurations: MB's ``validate()`` accepts exactly those that break no documented
+    rule, and refuses the others by one of the rules they break (the ``config_validation`` rules in
+    combination)."""
+    _explore_space(_explore_config.config_cases(), DEFAULT_CONFIG_BUDGET, known_bug)
 
 
 SAVED = _explore.saved(paths.fixtures_dir() / explored.DIRNAME)

@@ -10,6 +10,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import re
@@ -21,6 +22,7 @@ from pathlib import Path
 
 import pytest
 
+from harness.adapters.rules import Rule
 from harness.records import explored
 from suites import _explore
 
@@ -236,6 +238,69 @@ def test_mimo_cases_are_mimo_trainings_with_edge_lengths():
     assert not set(json.loads(_explore.to_spec(_explore.from_spec(old)))) & {"mimo", "encoder_length", "module_dps"}
 
 
+def _reach(rule: Rule, tied: dict[Rule, set[Rule]]) -> set[Rule]:
+    out, todo = {rule}, [rule]
+    while todo:
+        for t in tied.get(todo.pop(), set()) - out:
+            out.add(t)
+            todo.append(t)
+    return out
+
+
+def test_config_cases_break_at_most_one_rule_in_a_drawn_context(tmp_path):
+    """A drawn configuration names its space and round-trips as its config alone (and as a saved case);
+    valid configs and every rule broken are drawn, each rule in more than one context (dataset, CP, packing path); a
+    broken config breaks its rule alone or with those tied to it (offline with in-batch packing
+    breaks a micro-batch rule too, the offline flag without specs whatever the path's micro-batch rule
+    says, CUDA graphs without ``pad_to_max_length`` a ``pad_cu_seqlens`` rule); the drawn layouts are
+    ones megatron-core builds (SP only with TP, whole micro-batches)."""
+    from suites import _explore_config
+
+    tied = {
+        Rule.OFFLINE_IN_BATCH_EXCLUSIVE: {Rule.OFFLINE_MICRO_BATCH_1, Rule.IN_BATCH_MICRO_BATCH_OVER_1},
+        Rule.OFFLINE_FLAG_NEEDS_SPECS: {Rule.OFFLINE_IN_BATCH_EXCLUSIVE, Rule.OFFLINE_MICRO_BATCH_1},
+        Rule.CUDA_GRAPHS_NEED_PAD_TO_MAX: {Rule.CUDA_GRAPHS_NEED_PAD_CU_SEQLENS, Rule.PAD_CU_SEQLENS_NEEDS_PAD_TO_MAX},
+    }
+    drawn = _draw(_explore_config.config_cases(), 400)
+    contexts: dict[Rule | None, set[tuple]] = {}
+    for case in drawn:
+        spec = json.loads(_explore.to_spec(case))
+        assert set(spec) == {"config", "seed"} and explored.space(spec) == "config", spec
+        assert case.axis == "config" and _explore.from_spec(spec) == case
+        cfg = _explore_config.config_spec(case)
+        assert cfg.global_batch_size % cfg.micro_batch_size == 0 and (
+            cfg.tensor_parallel > 1 or not cfg.sequence_parallel
+        )
+        broken = _explore_config.broken_rules(cfg)
+        # the rule the draw broke: one whose ties (and theirs) account for every rule broken
+        meant = [r for r in _explore_config.RULES if r in broken and broken <= _reach(r, tied)]
+        assert meant or not broken, broken
+        first = meant[0] if meant else None
+        packing = "offline" if cfg.offline_packing_size else "in_batch" if cfg.in_batch_packing else "none"
+        contexts.setdefault(first, set()).add((cfg.dataset, cfg.context_parallel > 1, packing))
+    assert set(contexts) == {None, *_explore_config.RULES}
+    assert all(len(seen) > 1 for seen in contexts.values()), contexts
+    # kept with --save, a configuration comes back as the same case, one pytest can parametrize (hashable)
+    explored.save(tmp_path, json.loads(_explore.to_spec(drawn[-1])))
+    (back,) = _explore.saved(tmp_path)
+    assert back.config == drawn[-1].config and hash(back) == hash(dataclasses.replace(drawn[-1], id=back.id))
+
+
+def test_the_rule_model_agrees_with_every_listed_rule_case():
+    """The configuration space's judge (``broken_rules``) and the hand-written ``config_validation`` cases
+    say the same: a valid case breaks no rule, an invalid one breaks its own rule (offline with in-batch
+    packing also breaks the offline micro-batch rule, as the suite says)."""
+    from suites import _explore_config
+    from suites.test_config_validation import CASES
+
+    for name, spec, rule, _ in CASES:
+        broken = _explore_config.broken_rules(spec)
+        if rule is None:
+            assert not broken, (name, broken)
+        else:
+            assert rule in broken and len(broken) <= 2, (name, broken)
+
+
 def test_a_known_bug_does_not_end_the_search(monkeypatch):
     """Exploration sets aside a drawn case that fails only by a known MB bug and keeps drawing: a
     new failure later in the budget is still found (naming the known bugs met); with none, the
@@ -315,15 +380,17 @@ def test_exploration_finds_a_real_mb_bug_shrinks_replays_and_saves(tmp_path):
     assert f"explore::test_saved_explored_case[{saved[0].stem}]" in run.stdout, run.stdout
 
 
-def _shrunk_on_fault(tmp_path, monkeypatch, fault_id: str, test: str, says: str, seed: int = 0) -> dict:
-    """Run exploration test ``test`` (12 examples, ``seed``) on a copy of MB with catalogue fault
+def _shrunk_on_fault(
+    tmp_path, monkeypatch, fault_id: str, test: str, says: str, seed: int = 0, budget: int = 12
+) -> dict:
+    """Run exploration test ``test`` (``budget`` examples, ``seed``) on a copy of MB with catalogue fault
     ``fault_id``: it must fail saying ``says``; returns the spec of the shrunk example it replays."""
     from harness.commands import mutate
     from harness.mutations import installed_package_dir, load_catalogue
     from harness.records.verdict import Verdict
 
     fault = {f.id: f for f in load_catalogue()}[fault_id]
-    monkeypatch.setenv("HARNESS_EXPLORE_BUDGET", "12")
+    monkeypatch.setenv("HARNESS_EXPLORE_BUDGET", str(budget))
     monkeypatch.setenv("HARNESS_EXPLORE_SEED", str(seed))
     result = mutate.run_copy(
         fault, tmp_path / "run", ["explore"], timeout=900, pkg=installed_package_dir(), keyword=test
@@ -458,6 +525,27 @@ def test_mimo_exploration_finds_a_step_fault_and_shrinks_it(tmp_path, monkeypatc
     )
     assert spec["mimo"] and spec["module_dps"] == "1-2" and spec["mbs"] == 2 and spec["n"] == 2, spec
     assert explored.space(spec) == "mimo", spec
+
+
+@pytest.mark.slow
+def test_config_exploration_finds_a_rule_lost_in_a_context_and_shrinks_it(tmp_path, monkeypatch):
+    """Negative control of the configuration space: on a copy of MB whose ``validate()`` waives per-token
+    loss under CP > 1 when packing offline (catalogue fault ``cp_per_token_loss_waived_for_offline_packing``;
+    the ``config_validation`` case of the rule has no packing and stays green), the space's default
+    budget (seed 0) turns red and shrinks to CP 2 with offline packing and no per-token loss."""
+    from suites.test_explore import DEFAULT_CONFIG_BUDGET
+
+    spec = _shrunk_on_fault(
+        tmp_path,
+        monkeypatch,
+        "cp_per_token_loss_waived_for_offline_packing",
+        "test_explore_config",
+        "breaks cp-finetune-per-token-loss and was accepted",
+        budget=DEFAULT_CONFIG_BUDGET,
+    )
+    config = spec["config"]
+    assert config["context_parallel"] == 2 and config["per_token_loss"] is False, spec
+    assert config.get("offline_packing_size") and explored.space(spec) == "config", spec
 
 
 @pytest.mark.slow

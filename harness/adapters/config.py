@@ -270,6 +270,15 @@ def rejected(exc: BaseException) -> dict[str, Any]:
     }
 
 
+def refusal(outcome: dict[str, Any]) -> str:
+    """An outcome in words: "accepted", or who refused it, where and with what message."""
+    if outcome["accepted"]:
+        return "accepted"
+    who = ", ".join(outcome["rules"]) or "no documented rule"
+    where = outcome["raised_at"] or "not an explicit check in MB's code"
+    return f"refused by {who} ({outcome['error_class']} at {where}: {outcome['message'][:200]})"
+
+
 def _packed_dataset_stage(spec: PackingConfigSpec) -> dict[str, Any]:
     """MB's packed dataset built with the spec's ``pad_cu_seqlens`` / ``pad_to_max_length``.
 

@@ -6,7 +6,8 @@ packing path; ``direct``, the same data through MB's direct HF SFT path and its 
 ``pretrain``, documents packed into pretraining samples with their lengths and knobs drawn;
 ``energon``, image/chat samples through MB's Energon VLM data path with its loader knobs;
 ``mimo``, a user's image folder through MB's MegatronMIMO data and step path with its lengths and
-module layouts; default all six; suites/_explore.py) with a seed:
+module layouts; ``config``, whole packing configurations held to MB's documented rules in combination;
+default all seven; suites/_explore.py) with a seed:
 the same seed draws the same examples, so a nightly's exploration is reproducible. A failing
 example is shrunk to a minimal one and printed with ``replay: harness explore --replay SPEC``.
 ``--replay SPEC`` runs that one case; with ``--save`` it is kept as a regression case under
@@ -35,6 +36,7 @@ TESTS = {
     "pretrain": "test_explore_pretraining",
     "energon": "test_explore_energon",
     "mimo": "test_explore_mimo",
+    "config": "test_explore_config",
 }
 SAVED_TESTS = {
     "data": "test_saved_explored_case",
@@ -43,6 +45,7 @@ SAVED_TESTS = {
     "pretrain": "test_saved_explored_layout_case",  # another data path, saved like a layout
     "energon": "test_saved_explored_layout_case",  # another data path, saved like a layout
     "mimo": "test_saved_explored_layout_case",  # another data path, saved like a layout
+    "config": "test_saved_explored_layout_case",  # no data: saved apart from the data cases
 }
 
 
@@ -60,7 +63,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         default="all",
         help="what to draw: data shapes and offline knobs, those under a parallel layout or packing path, those "
         "through MB's direct HF SFT path, documents packed into pretraining samples, image/chat samples through MB's "
-        "Energon data path, a user's image folder through MB's MIMO path, or all six (default all)",
+        "Energon data path, a user's image folder through MB's MIMO path, whole packing configurations against MB's "
+        "rules, or all seven (default all)",
     )
     p.add_argument("--seed", type=int, default=0, metavar="S", help="the exploration's seed (default 0)")
     p.add_argument("--eos", action="store_true", help="let answers hold literal EOS tokens (MB 0.6.2's known bug)")

@@ -49,8 +49,10 @@ LAYOUT_DEFAULTS: dict[str, Any] = {
 def space(spec: dict[str, Any]) -> str:
     """The exploration space a spec belongs to: ``direct`` (MB's direct HF SFT path), ``pretrain``
     (documents packed into pretraining samples), ``energon`` (MB's Energon VLM data path), ``mimo``
-    (MB's MegatronMIMO data and step path),
+    (MB's MegatronMIMO data and step path), ``config`` (a whole packing configuration for MB's ``validate()``),
     ``layouts`` when it names a layout or packing path, else ``data``."""
+    if spec.get("config"):
+        return "config"
     if spec.get("direct"):
         return "direct"
     if spec.get("energon"):
