@@ -18,7 +18,12 @@ accepted (else ``refuses-valid-config``); one that breaks some must be refused, 
 attributed to one of them, by its message and an explicit check in MB's code (else
 ``accepts-invalid-config``: a rejection by another rule, or any other exception, is not the rule
 holding). Which of several broken rules refuses first is MB's order, not a rule, so any of them
-may. A knob the era lacks makes the case untestable (the adapter's era signals), never a verdict.
+may, with one documented exception: offline with in-batch packing also breaks a micro-batch rule
+(they ask for opposite sizes), and the exclusivity rule must be the one that refuses it, as in
+``config_validation``. One rule cannot be seen alone here: CUDA graphs without
+``pad_to_max_length`` always break a ``pad_cu_seqlens`` rule too, so a lost static-width rule is
+covered by its listed case only. A knob the era lacks makes the case untestable (the adapter's era
+signals), never a verdict.
 
 A drawn case is an :class:`~suites._explore.ExploredCase` whose ``config`` holds the fields of
 :class:`~harness.adapters.config.PackingConfigSpec` that differ from its defaults.
@@ -183,6 +188,21 @@ def broken_rules(spec: PackingConfigSpec) -> frozenset[Rule]:
     return frozenset(rule for rule, broken in rules.items() if broken)
 
 
+# offline with in-batch packing breaks a micro-batch rule whatever the micro-batch size (the two ask for
+# opposite sizes): the user's error is the combination, so the exclusivity rule must be the one that
+# refuses it, as config_validation's case holds it; a micro-batch rule refusing means exclusivity was lost
+_SHADOWED_BY: dict[Rule, frozenset[Rule]] = {
+    Rule.OFFLINE_IN_BATCH_EXCLUSIVE: frozenset({Rule.OFFLINE_MICRO_BATCH_1, Rule.IN_BATCH_MICRO_BATCH_OVER_1}),
+}
+
+
+def may_refuse(broken: frozenset[Rule]) -> frozenset[Rule]:
+    """The broken rules whose refusal is the right answer: any of them (which refuses first is MB's
+    order, not a rule), except those a broken rule shadows (:data:`_SHADOWED_BY`)."""
+    shadowed = {r for rule in broken for r in _SHADOWED_BY.get(rule, ())}
+    return broken - shadowed
+
+
 def check(case: ExploredCase) -> dict[str, Any]:
     """MB's ``validate()`` of the drawn config against the rules it breaks (raises on a violation);
     the golden form: accepted, or the broken rules that refused it (change detection only)."""
@@ -196,10 +216,11 @@ def check(case: ExploredCase) -> dict[str, Any]:
         return {"accepted": True}
     if outcome["accepted"]:
         raise fail(Impact.ACCEPTS_INVALID_CONFIG, f"the config breaks {', '.join(names)} and was accepted")
-    by = sorted(set(outcome["rules"]) & set(names))
+    right = sorted(r.value for r in may_refuse(broken))
+    by = sorted(set(outcome["rules"]) & set(right))
     if not by or not outcome["raised_at"]:
         raise fail(
             Impact.ACCEPTS_INVALID_CONFIG,
-            f"the config breaks {', '.join(names)} and was {refusal(outcome)}, by none of them",
+            f"the config breaks {', '.join(names)} and was {refusal(outcome)}, not by {' or '.join(right)}",
         )
     return {"accepted": False, "broken": names, "refused_by": by}

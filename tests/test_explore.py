@@ -289,7 +289,9 @@ def test_config_cases_break_at_most_one_rule_in_a_drawn_context(tmp_path):
 def test_the_rule_model_agrees_with_every_listed_rule_case():
     """The configuration space's judge (``broken_rules``) and the hand-written ``config_validation`` cases
     say the same: a valid case breaks no rule, an invalid one breaks its own rule (offline with in-batch
-    packing also breaks the offline micro-batch rule, as the suite says)."""
+    packing also breaks the offline micro-batch rule, as the suite says, and only the exclusivity rule
+    may refuse it)."""
+    from harness.adapters.config import PackingConfigSpec as Spec
     from suites import _explore_config
     from suites.test_config_validation import CASES
 
@@ -297,8 +299,11 @@ def test_the_rule_model_agrees_with_every_listed_rule_case():
         broken = _explore_config.broken_rules(spec)
         if rule is None:
             assert not broken, (name, broken)
-        else:
+        else:  # and the space takes the listed rule's refusal, the only one the suite takes
             assert rule in broken and len(broken) <= 2, (name, broken)
+            assert rule in _explore_config.may_refuse(broken), (name, broken)
+    both = _explore_config.broken_rules(Spec(offline_packing_size=512, in_batch_packing=True, micro_batch_size=4))
+    assert _explore_config.may_refuse(both) == {Rule.OFFLINE_IN_BATCH_EXCLUSIVE}, both
 
 
 def test_a_known_bug_does_not_end_the_search(monkeypatch):
