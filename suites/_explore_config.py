@@ -34,12 +34,12 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
+from harness.adapters.config import TE_CUDA_GRAPHS as _TE_GRAPHS
 from harness.adapters.config import PackingConfigSpec, refusal, validate_packing_config
 from harness.adapters.rules import Rule
 from harness.oracle.impact import Impact, fail
 from suites._explore import ExploredCase, named
 
-_TE_GRAPHS = "transformer_engine"  # Transformer Engine's scoped capture; no modules named: attention included
 # around the multiples of 2*CP (2, 4, 6, 8 for CP 1-4): 256 and 512 divide by 8, not 6; 258 and 510 by 6, not 4;
 # 516 by 4 and 6, not 8
 SEQS = (256, 258, 510, 512, 516)

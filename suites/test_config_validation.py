@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import pytest
 
+from harness.adapters.config import TE_CUDA_GRAPHS as _TE_GRAPHS
 from harness.adapters.config import PackingConfigSpec as Spec
 from harness.adapters.config import in_batch_flag, refusal, validate_packing_config
 from harness.adapters.rules import Rule
@@ -34,7 +35,6 @@ from harness.oracle.impact import Impact, fail
 
 pytestmark = pytest.mark.import_group("full")
 
-_TE_GRAPHS = "transformer_engine"  # the model's cuda_graph_impl for Transformer Engine's scoped capture
 
 # (case id, spec, the rule it breaks (None: valid), its valid neighbour's case id)
 CASES: list[tuple[str, Spec, Rule | None, str | None]] = [

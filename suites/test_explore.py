@@ -11,7 +11,7 @@ image/chat samples through MB's Energon VLM data path with its loader knobs
 with its lengths and module layouts (``test_explore_mimo``), and whole packing configurations
 held to MB's documented rules in combination (``test_explore_config``). Every ``harness run`` draws a small
 fixed-seed sample of each (:data:`DEFAULT_BUDGET`, :data:`DEFAULT_LAYOUT_BUDGET`,
-:data:`DEFAULT_DIRECT_BUDGET`, :data:`DEFAULT_PRETRAIN_BUDGET`, :data:`DEFAULT_ENERGON_BUDGET` and
+:data:`DEFAULT_DIRECT_BUDGET`, :data:`DEFAULT_PRETRAIN_BUDGET`, :data:`DEFAULT_ENERGON_BUDGET`,
 :data:`DEFAULT_MIMO_BUDGET` and :data:`DEFAULT_CONFIG_BUDGET` examples, seed 0), so every
 commit sees some of it; ``harness explore --budget N --seed S`` draws more. A drawn case that
 breaks an invariant is shrunk by Hypothesis to a minimal one, and the failure message ends with

@@ -34,6 +34,9 @@ from harness.adapters import field_names, load_module, module_source, rules, sym
 from harness.eras import features
 from harness.errors import NotHere, Untestable
 
+# the model's cuda_graph_impl for Transformer Engine's scoped capture; no modules named: attention included
+TE_CUDA_GRAPHS = "transformer_engine"
+
 
 @dataclass(frozen=True)
 class PackingConfigSpec:
