@@ -35,6 +35,7 @@ from harness.adapters.directsft import DirectSFTRequest
 from harness.adapters.world import Layout, run_world
 from harness.oracle import differential
 from harness.oracle.impact import Impact, ImpactFailure, fail, require
+from harness.suiterun.refusal import said
 from suites import _dataparallel, _oracle
 from suites._explain import multiset_difference
 
@@ -114,6 +115,16 @@ def epoch(
 def refusal(ranks: list[RankEpoch]) -> dict[str, Any] | None:
     """The builder's refusal, when every rank refused alike (one refusing alone is a hang)."""
     return rules.world_refusal([r.refused for r in ranks], "the loader")
+
+
+def refused_failure(refused: dict[str, Any], what: str) -> ImpactFailure:
+    """A valid configuration the loader refused: MB's up-front check deciding (a finding,
+    ``refuses-valid-config``, see :mod:`harness.suiterun.refusal`), or a crash anywhere else."""
+    if refused.get("up_front"):
+        return fail(
+            Impact.REFUSES_VALID_CONFIG, said(refused["error_class"], refused["message"][:300], refused["up_front"])
+        )
+    return fail(Impact.CRASH, f"{what} {refused['error_class']}: {refused['message'][:300]}")
 
 
 def require_refused_by(ranks: list[RankEpoch], rule: rules.Rule, what: str) -> dict[str, Any]:
@@ -230,10 +241,7 @@ def check_keep_last_rule(req: DirectSFTRequest, dp: int, mbs: int, gbs: int, dro
         )
     refused = refusal(ranks)
     if refused is not None:
-        raise fail(
-            Impact.CRASH,
-            f"drop_last=True over {n} rows: the loader refused ({refused['error_class']}: {refused['message'][:300]})",
-        )
+        raise refused_failure(refused, f"drop_last=True over {n} rows: the loader refused")
     counts = [len(r.fetched) for r in ranks]
     want = n // gbs * gbs // dp
     require(
@@ -255,7 +263,7 @@ def check_sampled(
     ranks = epoch(seq, 0, dp, mbs, gbs, dataset_config, dataset, steps)
     refused = refusal(ranks)
     if refused is not None:
-        raise fail(Impact.CRASH, f"MB's loader raised {refused['error_class']}: {refused['message'][:300]}")
+        raise refused_failure(refused, "MB's loader raised")
     counts = [r.micro_batches for r in ranks]
     want = steps * gbs // (dp * mbs)
     require(counts == [want] * dp, Impact.CRASH, f"every DP rank takes {want} micro-batches in {steps} steps: {counts}")

@@ -13,7 +13,7 @@ import pytest
 from harness.errors import CorruptFile
 from harness.paths import ROOT
 from harness.records.verdict import Verdict
-from harness.suiterun import known
+from harness.suiterun import known, knownscope
 
 EOS_MASKED = {"invariant": "loss-mask-equals-unpacked", "tags": ["input:eos", "label:eos"]}
 OTHER_MASK = {"invariant": "loss-mask-equals-unpacked", "tags": ["input:pad"]}
@@ -119,7 +119,7 @@ def test_the_repository_decides_commit_ranges(tmp_path):
         subprocess.run(git + ["add", "f"], check=True)
         subprocess.run(git + ["commit", "-qm", f"c{i}"], check=True)
         shas.append(subprocess.run(git + ["rev-parse", "HEAD"], capture_output=True, text=True).stdout.strip())
-    in_range = known.git_in_range(repo)
+    in_range = knownscope.git_in_range(repo)
     assert [in_range(s, shas[1], shas[3]) for s in shas] == [False, True, True, False]
     assert in_range(shas[3], shas[1], None) is True
     assert in_range("f" * 40, shas[1], None) is None  # unknown commit: cannot tell
@@ -272,7 +272,7 @@ def test_commit_ranges_resolve_through_the_targets_repository(tmp_path):
     first, second = run("rev-list", "--reverse", "HEAD").stdout.split()
     tgt = Target.from_args(str(repo))
     assert tgt.repo == repo.resolve() and tgt.env()["HARNESS_MB_REPO"] == str(repo.resolve())
-    in_range = known.git_in_range(tgt.repo)
+    in_range = knownscope.git_in_range(tgt.repo)
     e = entry(mb_versions=None, commits=f"{second}..")
     assert e.applies(None, second, in_range) and not e.applies(None, first, in_range)
     assert "HARNESS_MB_REPO" not in Target().env()

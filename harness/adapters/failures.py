@@ -13,6 +13,12 @@ so a break can never hide as an era gap:
   megatron-core older than the commit needs); an ``ImportError`` raised by hand (MB's "X is
   required"); anything raised inside third-party code while MB imports it.
 
+* **environment** (an error, the harness's): a module of the code under test that is a build
+  artifact of its tree (named by a ``Makefile`` in its package directory, as megatron-core's
+  ``datasets/helpers_cpp``), missing because this environment did not build it. MB's entry point
+  builds it before the data path (:mod:`harness.repository.corebuild`); a tree where that build
+  failed is the harness's environment, never MB's break.
+
 * **untestable, mismatched** (second level of a bisection only, MB held fixed while Megatron-LM
   commits vary): what would be broken only because of the Megatron-LM tree (a ``SyntaxError``
   in it, a megatron-core module or name MB imports that this commit lacks, its module body
@@ -28,8 +34,10 @@ from __future__ import annotations
 
 import enum
 import sys
+from pathlib import Path
 
-from harness.errors import Broken, Untestable
+from harness.errors import Broken, EnvironmentProblem, Untestable
+from harness.suiterun.contract import CORE_BUILD_LOG
 from harness.suiterun.ownership import Owner, frames, megatron_roots, owner_of, varying_roots
 
 
@@ -39,9 +47,11 @@ class _Cause(enum.Enum):
     ENVIRONMENT = "environment"
 
 
-def import_failure(module: str, exc: BaseException) -> Broken | Untestable:
+def import_failure(module: str, exc: BaseException) -> Broken | Untestable | EnvironmentProblem:
     """The exception a case raises for ``module`` failing to import with ``exc``."""
     roots = megatron_roots()
+    if (unbuilt := _unbuilt_artifact(exc)) is not None:
+        return unbuilt
     varying = varying_roots()
     fixed = tuple(r for r in roots if r not in varying)  # the code under test that does not vary
 
@@ -75,6 +85,39 @@ def import_failure(module: str, exc: BaseException) -> Broken | Untestable:
     return Untestable(
         f"import of {module} failed in this environment (raised outside the code under test): {_describe(exc)}"
     )
+
+
+def _unbuilt_artifact(exc: BaseException) -> EnvironmentProblem | None:
+    """A missing module that its package's ``Makefile`` builds (anywhere in the chain)."""
+    seen: set[int] = set()
+    link: BaseException | None = exc
+    while link is not None and id(link) not in seen:
+        seen.add(id(link))
+        name = getattr(link, "name", None) if isinstance(link, ModuleNotFoundError) else None
+        if name and "." in name:
+            parent, _, leaf = name.rpartition(".")
+            for place in getattr(sys.modules.get(parent), "__path__", None) or []:
+                makefile = Path(place) / "Makefile"
+                try:
+                    builds = leaf in makefile.read_text(encoding="utf-8", errors="replace")
+                except OSError:
+                    continue
+                if builds:
+                    why = _build_failure(Path(place)) or "not built in this environment"
+                    return EnvironmentProblem(
+                        f"{name} is a build artifact of {place} (its Makefile), missing here: {why}"
+                    )
+        link = link.__cause__ or link.__context__
+    return None
+
+
+def _build_failure(package_dir: Path) -> str | None:
+    """The reason the driver recorded when building the artifacts of ``package_dir`` failed."""
+    try:
+        text = (package_dir / CORE_BUILD_LOG).read_text(encoding="utf-8", errors="replace").strip()
+    except OSError:
+        return None
+    return text.splitlines()[-1][:300] if text else None
 
 
 def _describe(exc: BaseException) -> str:

@@ -62,6 +62,7 @@ def _resolve(split_module: str) -> Callable[..., list[dict[str, Any]]]:
         steps: int | None,
         dp_group: Any,
         dataset_config: Any = None,
+        runtime_update: Callable[[Any, Any], None] | None = None,
     ) -> list[dict[str, Any]]:
         # the loader reads the dataset config's dataloader_type, seed, drop_last and worker
         # settings; the dataset itself comes from the provider below
@@ -74,6 +75,8 @@ def _resolve(split_module: str) -> Callable[..., list[dict[str, Any]]]:
             container.train.train_iters = steps
         if getattr(container, "validation", None) is not None:
             container.validation.eval_iters = 0
+        if runtime_update is not None:  # what the path's entry point updates before building loaders
+            runtime_update(cfg, container)
 
         def given(_num_samples: Any, _config: Any) -> tuple[Any, None, None]:
             return dataset, None, None

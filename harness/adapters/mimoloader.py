@@ -80,10 +80,21 @@ def _probe() -> Callable[..., MimoLoad]:
             steps=steps,
             dp_group=groups.dp,
             dataset_config=provider,
+            runtime_update=_entry_point_update,
         )
         return MimoLoad(batches, infra.module_to_grid_map)
 
     return call
+
+
+def _entry_point_update(cfg: Any, container: Any) -> None:
+    """What MB's MIMO entry point (``pretrain_megatron_mimo``) runs on the config before setup
+    builds the loaders: ``megatron_mimo_runtime_config_update`` where the era has it (it fills the
+    validation batch sizes the MIMO loader builder divides by). Before it, the loader builder read
+    no such field and the entry point had no update to mirror."""
+    update = getattr(cfg, "megatron_mimo_runtime_config_update", None)
+    if update is not None:
+        update(container)
 
 
 def _tiled(modules: dict[str, int]) -> list[tuple[str, int, int]]:

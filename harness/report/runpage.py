@@ -17,7 +17,7 @@ from harness.records.results import CaseResult, RunResult
 from harness.records.verdict import Verdict
 from harness.report.diffview import diff_view
 from harness.report.formatting import VERDICT_ORDER, anchor, case_name, format_value, render_template
-from harness.suiterun import known as known_bugs
+from harness.report.knowngroups import groups as known_groups
 
 FOLD_CHARS = 240
 
@@ -113,7 +113,7 @@ def run_context(run: RunResult) -> dict[str, Any]:
         for c in run.cases
         if c.verdict == Verdict.CHANGED
     ]
-    known = known_bugs.groups(run.documented)
+    known = known_groups(run.documented)
     untestable = [c for c in run.cases if c.verdict == Verdict.UNTESTABLE]
     return {
         "run": run,

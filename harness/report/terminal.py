@@ -110,10 +110,10 @@ def print_run_summary(result: RunResult, out: TextIO) -> None:
             print(f"  accept:    {accept_command(result, c.case_id)}", file=out)
     known = [c for c in documented if c.verdict is Verdict.KNOWN_FAIL]
     if known:
-        from harness.suiterun import known as known_bugs
+        from harness.report.knowngroups import groups as known_groups
 
         print(f"\nknown MB bugs ({len(known)} case(s), fixtures/known_failures.json), by bug:", file=out)
-        for g in known_bugs.groups(known):
+        for g in known_groups(known):
             first = g["upstream"].split(" (")[0].split(" and ")[0]
             where = f" ({first if len(first) <= 100 else first[:99] + '…'})" if first else ""
             print(f"  {g['id']} [{g['impact']}] x{len(g['cases'])}{where}", file=out)

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from harness.errors import GitError, UsageError
+from harness.repository.corebuild import ensure_helpers
 from harness.repository.gitrepo import GitRepo, open_repo
 from harness.repository.workspaces import WorkspaceCache
 
@@ -100,4 +101,5 @@ def core_at(mlm_repo: GitRepo | Path, sha: str, cache_dir: Path) -> PinnedCore:
     tree = mlm_workspace(cache_dir, repo).materialize(full)
     if not (tree / "megatron" / "core").is_dir():
         raise GitError(f"Megatron-LM commit {full[:12]} has no megatron/core")
+    ensure_helpers(tree)  # what MB's initialize builds before any dataset (a failure is recorded, not raised)
     return PinnedCore(full, tree)

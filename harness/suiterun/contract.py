@@ -38,6 +38,12 @@ if TYPE_CHECKING:  # imported where used: sitecustomize reads Env before anythin
 __all__ = ["INI_SUITES", "CasesFile", "Commit", "Env", "Flag", "case_id", "clean_sha", "split_case_id", "target_commit"]
 
 
+#: Written by the driver into a pinned Megatron-LM tree's ``megatron/core/datasets`` when building
+#: its helpers failed (:mod:`harness.repository.corebuild`); read by the suite process to say why
+#: a build artifact is missing (:mod:`harness.adapters.failures`).
+CORE_BUILD_LOG = ".harness-helpers-build.log"
+
+
 class Env(enum.StrEnum):
     """Environment variables of the suite process (the driver sets them, the child reads them)."""
 

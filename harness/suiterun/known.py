@@ -9,8 +9,13 @@ that release would be red and a new regression in the same cases would drown in 
   invariant is listed and it carries every listed tag, e.g. ``input:eos``); or, for a documented
   rule or MB raising (a FAIL without oracle violations), ``message``: text the FAIL message
   must contain (``invariants: ["rule"]``);
+* ``code`` (a list of :class:`~harness.suiterun.knowncode.CodeSignature`): the offending MB code.
+  Where MB's source can be read, the entry applies exactly where that code is, release or not;
+  where the code is gone, a listed case that holds every invariant is FIXED and one that still
+  fails like it is a FAIL (the bug moved), said in its message;
 * ``mb_versions`` (a PEP 440 specifier set, or a list of them meaning any; for installed
-  packages and checkouts alike) and/or
+  packages and checkouts alike; what decides for an entry without ``code``, or where no MB
+  source can be read) and/or
   ``commits`` (``FIRST_BAD..FIRST_FIXED``; resolved against the repository when one is known):
   where the bug exists;
 * ``reason`` and ``upstream`` (file and line, issue or PR): why, for the person reading it;
@@ -42,6 +47,8 @@ from typing import Any
 
 from harness.errors import CorruptFile
 from harness.records.verdict import Verdict
+from harness.suiterun.knowncode import CodeSignature
+from harness.suiterun.refusal import is_refusal
 
 KIND = "harness-known-failures"
 SCHEMA = 2  # 2: impact, fix_mutant / fixed_in
@@ -64,6 +71,7 @@ class KnownFailure:
     impact: str = ""  # harness.oracle.impact.Impact value
     fix_mutant: str | None = None  # a fix entry of harness/mutations/catalogue.json
     fixed_in: str | None = None  # the release or commit where MB fixed it
+    code: tuple[CodeSignature, ...] = ()  # the offending code (harness.suiterun.knowncode)
 
     @classmethod
     def from_json(cls, doc: Mapping[str, Any]) -> KnownFailure:
@@ -81,6 +89,7 @@ class KnownFailure:
                 impact=str(doc["impact"]),
                 fix_mutant=doc.get("fix_mutant"),
                 fixed_in=doc.get("fixed_in"),
+                code=tuple(CodeSignature.from_json(c) for c in doc.get("code", ())),
             )
         except (KeyError, TypeError) as exc:
             raise ValueError(f"known failure entry {doc.get('id', '?')!r}: missing or bad field {exc}") from exc
@@ -125,7 +134,17 @@ class KnownFailure:
             doc["fix_mutant"] = self.fix_mutant
         if self.fixed_in is not None:
             doc["fixed_in"] = self.fixed_in
+        if self.code:
+            doc["code"] = [c.to_json() for c in self.code]
         return doc
+
+    def code_here(self, roots: Mapping[str, Path] | None) -> bool | None:
+        """Is all of the bug's code in the target (``roots``, see :mod:`~harness.suiterun.knowncode`)?
+        None: no code named, or no source to look in."""
+        if not self.code or not roots:
+            return None
+        found = [sig.present_in(roots) for sig in self.code]
+        return None if None in found else all(found)
 
     def lists(self, case_id: str) -> bool:
         return any(_pattern(p).fullmatch(case_id) for p in self.cases)
@@ -143,12 +162,17 @@ class KnownFailure:
         mb_version: str | None,
         commit: str | None,
         in_range: Callable[[str, str, str | None], bool | None] | None = None,
+        roots: Mapping[str, Path] | None = None,
     ) -> bool:
-        """Does the bug exist in this target? In its commit range (resolved by the target's
-        repository), or in one of its versions: either is enough. A release tag sits on a branch
+        """Does the bug exist in this target? Where its code can be looked for (``roots``: the
+        target's ``megatron/bridge`` and megatron-core), exactly where the code is. Else in its commit range (resolved
+        by the target's repository), or in one of its versions: either is enough. A release tag sits on a branch
         the main-line range may not reach, and a commit between releases carries a version no
         release specifier names; a bug fixed where both miss shows as FIXED, asking for the entry
         to be closed."""
+        here = self.code_here(roots)
+        if here is not None:
+            return here
         if self.commits is not None and commit and in_range is not None:
             first_bad, _, first_fixed = self.commits.partition("..")
             if in_range(commit, first_bad, first_fixed or None):
@@ -245,17 +269,28 @@ def classify(
     message: str = "",
     *,
     drawn: bool = False,
+    others: Sequence[KnownFailure] = (),
+    roots: Mapping[str, Path] | None = None,
 ) -> Classified | None:
-    """KNOWN_FAIL / FIXED for one case, or None when the verdict stands as it is.
+    """KNOWN_FAIL / FIXED for one case (or a FAIL with a hint), or None when the verdict stands.
 
-    ``entries`` are the ones that apply to the target. Oracle violations must each be covered;
-    a FAIL without violations (a documented rule, MB raised) is known only through an entry's
-    ``message``. ``drawn``: the case's inputs are drawn (exploration), so its pass may only mean
-    the bug's input was not drawn this time: never FIXED.
+    ``entries`` are the ones that apply to the target, ``others`` the rest of the file. Oracle
+    violations must each be covered; a FAIL without violations (a documented rule, MB raised) is
+    known only through an entry's ``message``. ``drawn``: the case's inputs are drawn
+    (exploration), so its pass may only mean the bug's input was not drawn this time: never FIXED.
+
+    Any entry listing the case, applying or not, decides two more things: MB refusing the case up
+    front by a check (:mod:`harness.suiterun.refusal`) where the entry records it misbehaving later
+    is FIXED, the check named; and an entry whose code is gone from this MB (``roots``) makes a
+    passing case FIXED, a failing one a FAIL that says the bug moved.
     """
     listed = [e for e in entries if e.lists(case_id)]
+    elsewhere = [e for e in others if e.lists(case_id)]
+    if verdict is Verdict.FAIL and is_refusal(message) and (listed or elsewhere):
+        ids = tuple(sorted({e.id for e in listed + elsewhere}))
+        return Classified(Verdict.FIXED, ids, f"known MB bug(s) {', '.join(ids)} refused up front now, not run into")
     if not listed:
-        return None
+        return _code_gone(elsewhere, verdict, violations, message, drawn, roots)
     if verdict is Verdict.FAIL and not violations:
         rule_ids = tuple(sorted(e.id for e in listed if e.explains(message)))
         return Classified(Verdict.KNOWN_FAIL, rule_ids, f"known MB bug(s) {', '.join(rule_ids)}") if rule_ids else None
@@ -272,65 +307,49 @@ def classify(
         )
     if verdict in (Verdict.PASS, Verdict.CHANGED) and not drawn:  # every invariant holds (a golden may differ)
         ids = tuple(sorted(e.id for e in listed))
+        still = [c.describe() for e in listed if e.code_here(roots) for c in e.code]
+        advice = (
+            f"its code is still in this MB ({'; '.join(still)}), so the case no longer reaches it: "
+            "drop the case from the entry"
+            if still
+            else "remove the entry (fixtures/known_failures.json)"
+        )
         return Classified(
-            Verdict.FIXED,
-            ids,
-            f"listed as known MB bug(s) {', '.join(ids)} but every invariant "
-            "holds now: remove the entry (fixtures/known_failures.json)",
+            Verdict.FIXED, ids, f"listed as known MB bug(s) {', '.join(ids)} but every invariant holds now: {advice}"
         )
     return None
 
 
-def git_in_range(repo: Path) -> Callable[[str, str, str | None], bool | None]:
-    """``in_range(commit, first_bad, first_fixed)`` answered by ``repo``'s history (read-only).
-
-    None when the repository cannot tell (a commit it does not have): then versions decide.
-    """
-    import subprocess
-
-    def ancestor(a: str, b: str) -> bool | None:
-        proc = subprocess.run(
-            ["git", "-C", str(repo), "merge-base", "--is-ancestor", a, b], capture_output=True, timeout=60
+def _code_gone(
+    elsewhere: Sequence[KnownFailure],
+    verdict: Verdict,
+    violations: Sequence[Mapping[str, Any]],
+    message: str,
+    drawn: bool,
+    roots: Mapping[str, Path] | None,
+) -> Classified | None:
+    """A case listed only by entries whose code this MB no longer has."""
+    gone = [e for e in elsewhere if e.code_here(roots) is False]
+    if not gone:
+        return None
+    ids = tuple(sorted(e.id for e in gone))
+    if verdict in (Verdict.PASS, Verdict.CHANGED) and not drawn:
+        return Classified(
+            Verdict.FIXED,
+            ids,
+            f"known MB bug(s) {', '.join(ids)}: the code is gone from this MB and every invariant holds: fixed here "
+            "(remove the entry once no MB you test has the code)",
         )
-        return {0: True, 1: False}.get(proc.returncode)
-
-    def in_range(commit: str, first_bad: str, first_fixed: str | None) -> bool | None:
-        after_bad = ancestor(first_bad, commit)
-        if after_bad is None or not after_bad:
-            return after_bad
-        if first_fixed is None:
-            return True
-        fixed = ancestor(first_fixed, commit)
-        return None if fixed is None else not fixed
-
-    return in_range
-
-
-def groups(cases: Sequence[Any], path: Path | None = None) -> list[dict[str, Any]]:
-    """Known-fail ``cases`` (CaseResult) grouped by bug, most cases first: each group's entry id,
-    impact, reason and MB file:line (from ``path``, default the run's fixtures), and its case ids.
-    A report never fails for want of the entries' prose: unreadable entries give bare groups."""
-    from harness import paths
-
-    try:
-        entries = {e.id: e for e in load(path or paths.fixtures_dir() / FILENAME)}
-    except CorruptFile:
-        entries = {}
-    found: dict[str, dict[str, Any]] = {}
-    for c in cases:
-        if c.verdict is not Verdict.KNOWN_FAIL:
-            continue
-        for entry_id in c.known or ["?"]:
-            e = entries.get(entry_id)
-            group = found.setdefault(
-                entry_id,
-                {
-                    "id": entry_id,
-                    "impact": e.impact if e else ", ".join(c.impacts),
-                    "reason": e.reason if e else "",
-                    "upstream": e.upstream if e else "",
-                    "cases": [],
-                },
-            )
-            group["cases"].append(c.case_id)
-    return sorted(found.values(), key=lambda g: (-len(g["cases"]), g["id"]))
+    like = [
+        e.id
+        for e in gone
+        if (violations and all(e.covers(v) for v in violations)) or (not violations and e.explains(message))
+    ]
+    if verdict is Verdict.FAIL and like:
+        return Classified(
+            Verdict.FAIL,
+            (),
+            f"the code of known MB bug(s) {', '.join(sorted(like))} is gone from this MB, yet the case fails "
+            "as it did: the bug moved (a regression until the entry names the new code)",
+        )
+    return None

@@ -12,6 +12,8 @@ Classification of a failing case (suites check invariants first, the golden last
 * :class:`harness.errors.Untestable` or a pytest skip: UNTESTABLE (with the reason);
 * :class:`Broken` (an MB module that exists and cannot be imported, an operation that no longer
   produces its output): FAIL with a reason starting ``broken:``, bisectable like any failure;
+* MB refusing up front, by an explicit check before any batch (:mod:`harness.suiterun.refusal`):
+  FAIL ``refuses-valid-config`` with the check named, unless a known-bug entry makes it FIXED;
 * any other exception whose innermost project frame is the commit under test's code (see
   :mod:`harness.suiterun.ownership`; torch or Python raising inside a call from MB counts): FAIL;
 * :class:`harness.errors.EnvironmentProblem` (the machine cannot run the case and should: a
@@ -32,6 +34,9 @@ from harness.errors import Broken, EnvironmentProblem, Untestable
 from harness.oracle.impact import Impact
 from harness.records.verdict import Verdict
 from harness.suiterun.ownership import Owner, blame, mb_frame
+from harness.suiterun.refusal import PREFIX as REFUSED
+from harness.suiterun.refusal import describe as describe_refusal
+from harness.suiterun.refusal import up_front_check
 
 
 class GoldenMismatch(AssertionError):
@@ -58,6 +63,9 @@ def classify(excinfo: pytest.ExceptionInfo | None, skipped: bool, longrepr: Any)
         return Verdict.ERROR, f"environment: {exc}", None
     if isinstance(exc, GoldenMismatch):
         return Verdict.CHANGED, f"changed: {exc}", exc.diff_data
+    mb_raised = not isinstance(exc, (ImportError, SyntaxError)) and blame(excinfo.tb) is Owner.MEGATRON
+    if mb_raised and (check := up_front_check(exc)) is not None:  # MB said no before any batch: a decision
+        return Verdict.FAIL, describe_refusal(exc, check) + _kept_notes(exc), None
     if isinstance(exc, (AssertionError, pytest.fail.Exception)):
         return Verdict.FAIL, f"assertion failed: {exc}", None
     if isinstance(exc, pytest.skip.Exception):
@@ -70,6 +78,8 @@ def classify(excinfo: pytest.ExceptionInfo | None, skipped: bool, longrepr: Any)
 
             what = getattr(exc, "name", None) or getattr(exc, "filename", None) or "an MB module"
             decided = import_failure(str(what), exc)
+            if isinstance(decided, EnvironmentProblem):  # a build artifact the environment lacks
+                return Verdict.ERROR, f"environment: {decided}", None
             if isinstance(decided, Untestable):  # a missing third-party dependency, not a break
                 return Verdict.UNTESTABLE, f"untestable: {decided}", None
             return Verdict.FAIL, f"broken: {decided}", None
@@ -134,6 +144,8 @@ def case_impacts(
     impact = getattr(excinfo.value, "impact", None) if excinfo is not None else None
     if impact is not None:
         return [str(getattr(impact, "value", impact))]
+    if message.startswith(REFUSED):  # a valid configuration refused (a listed known bug made it FIXED)
+        return [Impact.REFUSES_VALID_CONFIG.value]
     if message.startswith(("Megatron raised", "broken:")):
         return [Impact.CRASH.value]
     return []

@@ -207,13 +207,16 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo) -> Any:
         from harness.suiterun import known
 
         drawn = item.get_closest_marker("drawn") is not None
-        found = known.classify(case_id, verdict, violations, _known_entries(item.config), message, drawn=drawn)
+        book = _known_book(item.config)
+        found = known.classify(
+            case_id, verdict, violations, book.applying, message, drawn=drawn, others=book.others, roots=book.roots
+        )
         if found is not None:
             verdict, known_ids = found.verdict, list(found.entries)
             message = f"{found.message}\n{message}".rstrip()
     impacts = case_impacts(Verdict.FAIL if verdict is Verdict.KNOWN_FAIL else verdict, message, excinfo, violations)
     if verdict is Verdict.KNOWN_FAIL and not impacts:  # a known rule or MB raise: the entry names its cost
-        by_id = {e.id: e for e in _known_entries(item.config)}
+        by_id = {e.id: e for e in _known_book(item.config).applying}
         impacts = sorted({by_id[k].impact for k in known_ids if k in by_id and by_id[k].impact})
     notes = [str(v) for k, v in report.user_properties if k == NOTE]
     if notes:
@@ -252,31 +255,45 @@ def known_bug(request: pytest.FixtureRequest) -> Any:
         verdict, message, _ = classify(info, False, None)
         if verdict is not Verdict.FAIL:
             return ()
-        entries = _known_entries(request.config)
-        found = known.classify(item_case_id(request.node), verdict, structured_violations(info), entries, message)
+        book = _known_book(request.config)
+        found = known.classify(
+            item_case_id(request.node),
+            verdict,
+            structured_violations(info),
+            book.applying,
+            message,
+            others=book.others,
+            roots=book.roots,
+        )
         return found.entries if found is not None and found.verdict is Verdict.KNOWN_FAIL else ()
 
     return explain
 
 
-def _known_entries(config: pytest.Config) -> list[Any]:
-    """Known MB bugs that apply to the MB this process imports (loaded once per process)."""
+def _known_book(config: pytest.Config) -> Any:
+    """The known-bug file split for the MB this process imports (loaded once per process): the
+    entries that apply (their code is here, else their versions or commits say so), the others,
+    and the MB package their code was looked for in."""
     cached = getattr(config, "_harness_known", None)
     if cached is not None:
         return cached
-    from harness.suiterun import known
-    from harness.suiterun.versions import mb_location, mb_version
+    from harness.suiterun import known, knownscope
+    from harness.suiterun.versions import mb_location, mb_version, package_dir
 
     path = config.getoption(Flag.KNOWN_FAILURES)
     path = Path(path) if path else fixtures_root(config) / known.FILENAME
-    version = mb_version(mb_location())
+    package = mb_location()
+    version = mb_version(package)
+    roots = {"bridge": package} if package else {}
+    if (core := package_dir("megatron.core")) is not None:
+        roots["core"] = core
     found = contract.target_commit()
     commit = found.sha if found else None
     repo = os.environ.get(Env.MB_REPO)
-    in_range = known.git_in_range(Path(repo)) if repo else None
-    entries = [e for e in known.load(path) if e.applies(version, commit, in_range)]
-    config._harness_known = entries  # type: ignore[attr-defined]
-    return entries
+    in_range = knownscope.git_in_range(Path(repo)) if repo else None
+    book = knownscope.Book.split(known.load(path), version, commit, in_range, roots)
+    config._harness_known = book  # type: ignore[attr-defined]
+    return book
 
 
 def pytest_runtest_logreport(report: pytest.TestReport) -> None:

@@ -31,8 +31,13 @@ def _dist_version(name: str) -> str:
 
 def mb_location() -> Path | None:
     """Directory of the ``megatron.bridge`` package this interpreter would import."""
+    return package_dir("megatron.bridge")
+
+
+def package_dir(name: str) -> Path | None:
+    """Directory of the package ``name`` this interpreter would import (without importing it)."""
     try:
-        spec = importlib.util.find_spec("megatron.bridge")
+        spec = importlib.util.find_spec(name)
     except (ImportError, ValueError):
         return None
     if spec is None or not spec.submodule_search_locations:

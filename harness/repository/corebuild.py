@@ -1,0 +1,119 @@
+"""Build what a Megatron-LM source tree needs built before MB's data path runs, once per pin.
+
+A pinned Megatron-LM tree is source: ``megatron/core/datasets/helpers_cpp`` (the sample-index
+builder of ``GPTDataset``, ``BlendedDataset`` ...) is a C++ extension made by that directory's
+``Makefile``. The PyPI wheel of megatron-core ships it built; a tree extracted from git does not.
+MB's own entry point builds it: ``training/initialize.py`` calls megatron-core's
+``compile_helpers()`` on local rank 0 before any dataset is built. The harness does the same,
+through that very function of the pinned tree, so a case never meets a missing build artifact
+that a user's training would have built (issue: the environment is ours, never MB's fail).
+
+The artifact lands in the cached tree (one build per pin); a build that fails leaves its output
+in :data:`LOG`, which the verdict of a case that then misses the module cites as an environment
+error (:mod:`harness.adapters.failures`), never as MB's ``broken:``.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import stat
+import subprocess
+import sys
+import sysconfig
+import tempfile
+from pathlib import Path
+
+from harness.suiterun.contract import CORE_BUILD_LOG
+
+DATASETS = Path("megatron") / "core" / "datasets"
+LOG = CORE_BUILD_LOG  # in the datasets directory: why the last build failed
+_TIMEOUT_S = 600
+
+# Run in the suite's interpreter with the tree first on sys.path: MB's own call.
+_CALL = (
+    "import sys; sys.path.insert(0, sys.argv[1]);"
+    "from megatron.core.datasets.utils import compile_helpers; compile_helpers()"
+)
+
+
+def helpers_built(tree: Path) -> bool:
+    """True when the tree's ``helpers_cpp`` extension for this interpreter exists (or the tree
+    has none to build: no Makefile in its datasets directory)."""
+    datasets = Path(tree) / DATASETS
+    if not (datasets / "Makefile").is_file():
+        return True
+    return (datasets / f"helpers_cpp{_ext_suffix()}").is_file()
+
+
+def ensure_helpers(tree: Path, python: str | None = None) -> str | None:
+    """Build the tree's dataset helpers with megatron-core's ``compile_helpers()`` unless built.
+
+    Returns None when the extension is there afterwards, else the reason (also written to
+    :data:`LOG`). Concurrent callers (parallel probes on one pin) wait on a lock in the tree.
+    ``python``: the interpreter the suites run in (default this one), whose headers and
+    extension suffix the build must match.
+    """
+    tree = Path(tree)
+    datasets = tree / DATASETS
+    if helpers_built(tree):
+        return None
+    python = python or sys.executable
+    with open(datasets / ".harness-build.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if helpers_built(tree):
+            return None
+        with tempfile.TemporaryDirectory(prefix="harness-build-") as shims:
+            env = {**os.environ, "PATH": f"{_shims(Path(shims), python)}{os.pathsep}{os.environ.get('PATH', '')}"}
+            try:
+                proc = subprocess.run(
+                    [python, "-c", _CALL, str(tree)],
+                    cwd=datasets,
+                    env=env,
+                    capture_output=True,
+                    text=True,
+                    timeout=_TIMEOUT_S,
+                    stdin=subprocess.DEVNULL,
+                )
+                output = (proc.stdout + proc.stderr).strip()
+                ok = proc.returncode == 0 and helpers_built(tree)
+            except (OSError, subprocess.TimeoutExpired) as exc:
+                output, ok = f"{type(exc).__name__}: {exc}", False
+        log = datasets / LOG
+        if ok:
+            log.unlink(missing_ok=True)
+            return None
+        reason = (
+            "megatron-core's compile_helpers() did not build helpers_cpp in the pinned tree "
+            f"({python}): {(output.splitlines() or ['no output'])[-1][:240]}"
+        )
+        log.write_text(f"{output}\n{reason}\n", encoding="utf-8")
+        return reason
+
+
+def _ext_suffix() -> str:
+    return str(sysconfig.get_config_var("EXT_SUFFIX") or ".so")
+
+
+def _shims(folder: Path, python: str) -> Path:
+    """``python3`` and ``python3-config`` as the Makefile calls them, answering for ``python``.
+
+    The Makefile asks ``python3 -m pybind11 --includes`` and ``python3-config
+    --extension-suffix``; on PATH those would be whatever interpreter the machine has first, not
+    the one that imports the extension, and a wrong suffix builds a module nobody finds.
+    """
+    # scripts, not symlinks: a venv's interpreter finds its site-packages (pybind11) by the path
+    # it is started from
+    scripts = {
+        "python3": f'exec "{python}" "$@"\n',
+        "python3-config": (
+            f'exec "{python}" -c "import sys, sysconfig; '
+            "sys.argv[1:] == ['--extension-suffix'] or sys.exit('only --extension-suffix'); "
+            'print(sysconfig.get_config_var(\'EXT_SUFFIX\'))" "$@"\n'
+        ),
+    }
+    for name, body in scripts.items():
+        script = folder / name
+        script.write_text(f"#!/bin/sh\n{body}", encoding="utf-8")
+        script.chmod(script.stat().st_mode | stat.S_IXUSR | stat.S_IXGRP | stat.S_IXOTH)
+    return folder
