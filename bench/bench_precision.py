@@ -179,6 +179,17 @@ def main(argv: list[str] | None = None) -> int:
         line, more = _row(label, result)
         print(line)
         details += more
+    print("\nper suite (fail / error / known-fail / fixed, documented tier; suites with none left out):")
+    for label, result in rows:
+        if isinstance(result, str):
+            continue
+        parts = []
+        for suite in sorted({c.suite for c in result.documented}):
+            count = Counter(c.verdict for c in result.documented if c.suite == suite)
+            cells = [count[v] for v in (Verdict.FAIL, Verdict.ERROR, Verdict.KNOWN_FAIL, Verdict.FIXED)]
+            if any(cells):
+                parts.append(f"{suite} {'/'.join(map(str, cells))}")
+        print(f"  {label}: {'; '.join(parts) or 'none'}")
     if details:
         print("\nremaining failures and errors:")
         print("\n".join(details))

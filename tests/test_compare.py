@@ -66,8 +66,10 @@ def test_the_compare_command_prints_and_writes_markdown(tmp_path: Path, capsys, 
     out = capsys.readouterr().out
     assert "new failures (1):" in out and "s::broke  pass -> fail [trains-padding]" in out
     assert "gone (1):" in out and "s::lost  pass -> not run" in out
+    assert "new defects (1):" in out and "environment: the same" in out
     text = md.read_text()
-    assert "### harness compare: night1 → night2" in text and "`s::broke` (trains-padding)" in text
+    assert "### harness compare: MB 0.6.2 → MB 0.6.2" in text and "`s::broke`: pass → fail" in text
+    assert "1 new defect(s), 1 gone, 0 still there." in text
     assert summary.read_text() == text
     assert cli.main(["compare", str(tmp_path / "a"), str(tmp_path / "a")]) == 0
 
@@ -82,8 +84,10 @@ def test_the_run_summary_gives_the_answer_first(verdict: Verdict):
     run = _run("r", ("s::a", verdict), ("s::k", Verdict.KNOWN_FAIL), impacts={"s::a": ["crash"]})
     run.cases[1].known = ["eos-masked@0.6.2"]
     run.cases[1].impacts = ["drops-trained-token"]
-    text = run_summary(run)
-    assert text.startswith("### harness run: " + ("❌ needs a look" if verdict is Verdict.FAIL else "✅ nothing"))
-    assert "| `eos-masked@0.6.2` | drops-trained-token | 1 |" in text
-    assert ("| `s::a` | crash |" in text) == (verdict is Verdict.FAIL)
+    text = run_summary(run, "https://ci/report.html")
+    head = "❌ 1 defect(s) to act on" if verdict is Verdict.FAIL else "✅ nothing"
+    assert text.startswith("### harness run: " + head) and "[report](https://ci/report.html)" in text
+    assert "1 known MB bug(s) (1 cases)" in text
+    assert ("| crash | `fail here` | 1 |" in text) == (verdict is Verdict.FAIL)  # one row per defect
     assert ("harness run --suite s -k 'a'" in text) == (verdict is Verdict.FAIL)
+    assert len(text.encode()) < 2048

@@ -25,7 +25,7 @@ from pathlib import Path
 import pytest
 
 from harness.records.verdict import Verdict
-from harness.suiterun import known, knowncode
+from harness.suiterun import known, knowncode, knownscope
 from harness.suiterun.refusal import PREFIX, is_refusal, up_front_check
 
 EOS = {"invariant": "loss-mask-equals-unpacked", "tags": ["input:eos"], "impact": "drops-trained-token"}
@@ -83,10 +83,13 @@ def test_a_known_bug_applies_where_its_code_is_whatever_the_version(tmp_path):
     sig = {"file": "bridge/data/collate.py", "contains": "loss_mask[tokens == self.tokenizer.eos_id] = 0"}
     entry = _entry([sig])
     buggy, rewrapped, fixed = (_package(tmp_path, n, b) for n, b in (("a", BUGGY), ("b", REWRAPPED), ("c", FIXED)))
-    # main's version is no release the entry names: the code decides
+    # main's version is past the releases the entry names: the code decides
     assert entry.applies("0.7.0", None, None, buggy) and entry.applies("0.7.0", None, None, rewrapped)
-    assert not entry.applies("0.6.2", None, None, fixed)  # the version says yes, the code is gone
-    assert entry.applies("0.6.2", None, None, {})  # no source to read: the version decides, as before
+    assert not entry.applies("0.7.0", None, None, fixed)
+    assert entry.applies("0.6.2", None, None, fixed)  # a release it names: reviewed there, as before
+    assert not entry.applies("0.5.1", None, None, buggy)  # before its releases: the versions decide
+    assert entry.era("0.5.1") == "before" and entry.era("0.6.2") == "in" and entry.era("0.7.0rc0") == "after"
+    assert not entry.applies("0.7.0", None, None, {})  # no source to read: the versions decide, as before
     moved = _package(tmp_path, "d", FIXED)
     (moved["bridge"] / "data" / "elsewhere.py").write_text(textwrap.dedent(BUGGY), encoding="utf-8")
     assert entry.applies("0.7.0", None, None, moved)  # moved to another file: still found
@@ -95,11 +98,16 @@ def test_a_known_bug_applies_where_its_code_is_whatever_the_version(tmp_path):
     got = known.classify(CASE, Verdict.FAIL, [EOS], [entry], roots=buggy)
     assert got is not None and got.verdict is Verdict.KNOWN_FAIL
     # code gone, invariants hold: fixed here, and the advice does not ask to drop an entry other MBs need
-    got = known.classify(CASE, Verdict.PASS, [], [], others=[entry], roots=fixed)
+    book = knownscope.Book.split([entry], "0.7.0", None, None, fixed)
+    assert book.gone == {"eos-masked"} and not book.applying
+    got = known.classify(CASE, Verdict.PASS, [], [], others=book.others, gone=book.gone)
     assert got is not None and got.verdict is Verdict.FIXED and "code is gone" in got.message
     # code gone, the case fails as the bug made it fail: the bug moved, a regression
-    got = known.classify(CASE, Verdict.FAIL, [EOS], [], others=[entry], roots=fixed)
+    got = known.classify(CASE, Verdict.FAIL, [EOS], [], others=book.others, gone=book.gone)
     assert got is not None and got.verdict is Verdict.FAIL and "bug moved" in got.message and not got.entries
+    # an older release without the code: not "gone", nothing is said
+    older = knownscope.Book.split([entry], "0.5.1", None, None, fixed)
+    assert not older.gone and known.classify(CASE, Verdict.PASS, [], [], others=older.others, gone=older.gone) is None
     # code still here while a listed case passes: the case goes, not the entry
     got = known.classify(CASE, Verdict.PASS, [], [entry], roots=buggy)
     assert got is not None and got.verdict is Verdict.FIXED and "drop the case" in got.message

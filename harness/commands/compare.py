@@ -42,6 +42,13 @@ def _load(path: Path) -> RunResult:
     return RunResult.load(file)
 
 
+def _label(result: RunResult, given: object) -> str:
+    """A run as a reader knows it: MB's version and commit (the run id when neither is known)."""
+    version = result.versions.get("megatron-bridge")
+    commit = (result.provenance.mb_commit or result.provenance.mb_ref or "")[:9]
+    return " ".join(p for p in (f"MB {version}" if version else "", commit) if p) or result.run_id or str(given)
+
+
 def run(args: argparse.Namespace, out: TextIO = sys.stdout) -> int:
     from harness.report import markdown
 
@@ -50,6 +57,6 @@ def run(args: argparse.Namespace, out: TextIO = sys.stdout) -> int:
     print(f"compare {args.a} -> {args.b}", file=out)
     for line in markdown.compare_lines(diff):
         print(line, file=out)
-    text = markdown.compare_markdown(diff, a.run_id or str(args.a), b.run_id or str(args.b))
+    text = markdown.compare_markdown(diff, _label(a, args.a), _label(b, args.b))
     markdown.write_summary(text, args.markdown)
     return 1 if diff.worse else 0

@@ -38,6 +38,12 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     _args.add_cache_dir(rec)
     _args.add_suites(rec)
     rec.add_argument("--yes", action="store_true", help="write the new and changed goldens without asking")
+    rec.add_argument(
+        "--accept-training-change",
+        action="store_true",
+        help="also write changes that alter what trains (more or fewer trained tokens, moved boundaries, "
+        "padding rows, loss totals); without it such changes are listed and left out",
+    )
     _args.add_roots(rec)
     _args.add_timeout(rec, "the suite process")
     _args.add_jobs(rec, "pytest-xdist workers")
@@ -75,7 +81,18 @@ def record(args: argparse.Namespace, out: TextIO = sys.stdout) -> int:
         broken = [c for c in result.cases if c.verdict.value in ("fail", "error")]
         for c in broken:
             print(f"not recordable: {c.case_id}: {c.message.splitlines()[0] if c.message else ''}", file=out)
-        changes = _changes(staging / "obtained", fixtures, out)
+        changes, training = _changes(staging / "obtained", fixtures, out)
+        if training and not args.accept_training_change:
+            held = {dest for _src, dest in training}
+            changes = [c for c in changes if c[1] not in held]
+            print(
+                f"left out {len(training)} change(s) that alter what trains (listed above as TRAINING): "
+                "a defect accepted into the goldens is never seen again; rerun with --accept-training-change "
+                "once each is known to be right",
+                file=out,
+            )
+            if not changes:
+                return 1
         stale = [] if args.keyword else _stale(fixtures, result, out)
         changes += [(None, path) for path in stale]
         if not changes:
@@ -99,12 +116,17 @@ def record(args: argparse.Namespace, out: TextIO = sys.stdout) -> int:
         shutil.rmtree(staging, ignore_errors=True)
 
 
-def _changes(obtained_root: Path, fixtures_root: Path, out: TextIO) -> list[tuple[Path | None, Path]]:
-    """Compare staged values with goldens; print new/changed ones; return what to write."""
+def _changes(
+    obtained_root: Path, fixtures_root: Path, out: TextIO
+) -> tuple[list[tuple[Path | None, Path]], list[tuple[Path, Path]]]:
+    """Compare staged values with goldens; print new/changed ones; return what to write, and the
+    changes among them that alter what trains (:mod:`harness.golden.training`)."""
+    from harness.golden import training as training_terms
     from harness.golden.compare import Comparator
     from harness.golden.storage import golden_path, read_golden
 
     changes: list[tuple[Path | None, Path]] = []
+    training: list[tuple[Path, Path]] = []
     for src in sorted(obtained_root.rglob("*.json")):
         new = read_golden(src)
         dest = golden_path(fixtures_root, new.suite, new.case)
@@ -122,7 +144,14 @@ def _changes(obtained_root: Path, fixtures_root: Path, out: TextIO) -> list[tupl
         if not cmp.ok:
             print(f"CHANGED  {new.suite}::{new.case}\n  " + cmp.text().replace("\n", "\n  "), file=out)
             changes.append((src, dest))
-    return changes
+            means = training_terms.between(
+                {**old.value, **old.sidecar} if isinstance(old.value, dict) else old.value,
+                {**new.value, **new.sidecar} if isinstance(new.value, dict) else new.value,
+            )
+            if means:
+                print(f"TRAINING {new.suite}::{new.case}: {'; '.join(means)}", file=out)
+                training.append((src, dest))
+    return changes, training
 
 
 def _stale(fixtures_root: Path, result: RunResult, out: TextIO) -> list[Path]:

@@ -181,7 +181,7 @@ def run(args: argparse.Namespace, out: TextIO = sys.stdout) -> int:
     if args.summary_md or os.environ.get("GITHUB_STEP_SUMMARY"):
         from harness.report.markdown import nightly_section, run_summary, write_summary
 
-        write_summary(run_summary(result) + nightly_section(tr), args.summary_md)
+        write_summary(run_summary(result, args.report_url) + nightly_section(tr), args.summary_md)
     if args.require_gpu:  # before any bisection: a night without its GPU cases is no regression to hunt
         gpucheck.check_result(result, gpu_suites)
 

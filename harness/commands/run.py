@@ -55,7 +55,12 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     _args.add_allow_changed(p)
     gpucheck.add_option(p)
     provenance.add_repo_url_option(p)
-    _args.add_summary_md(p, "counts, failures with their impact, known MB bugs")
+    _args.add_summary_md(p, "a headline and one row per defect, with a link to the report (--report-url)")
+    p.add_argument(
+        "--report-url",
+        metavar="URL",
+        help="where the report can be read (e.g. the CI job's artifact page): linked from the Markdown summary",
+    )
     _jobargs.add_executor(p, "the suites (one job per suite)")
     p.set_defaults(func=run)
 
@@ -102,7 +107,7 @@ def run(args: argparse.Namespace, out: TextIO = sys.stdout) -> int:
     if args.summary_md or os.environ.get("GITHUB_STEP_SUMMARY"):
         from harness.report.markdown import run_summary, write_summary
 
-        write_summary(run_summary(result), args.summary_md)
+        write_summary(run_summary(result, args.report_url), args.summary_md)
     if result.partial:
         print("harness: interrupted; the partial results of what finished are written above", file=sys.stderr)
         return 130

@@ -13,6 +13,7 @@ from collections import OrderedDict
 from pathlib import Path
 from typing import Any
 
+import harness.report.defects as defect_groups
 from harness.records.atomicio import atomic_write_text
 from harness.records.results import CaseResult, RunResult
 from harness.records.verdict import Verdict
@@ -31,7 +32,7 @@ def _is_flaky(case: CaseResult) -> bool:
     return "flaky" in (case.message or "").lower()
 
 
-def _testcase(case: CaseResult) -> ET.Element:
+def _testcase(case: CaseResult, defect: str | None = None) -> ET.Element:
     el = ET.Element(
         "testcase",
         {
@@ -47,6 +48,8 @@ def _testcase(case: CaseResult) -> ET.Element:
         ET.SubElement(props, "property", {"name": "flaky", "value": "true"})
     if case.impacts:
         ET.SubElement(props, "property", {"name": "impacts", "value": _xml_text(",".join(case.impacts))})
+    if defect:  # the defect the case belongs to (harness.report.defects): one row per defect elsewhere
+        ET.SubElement(props, "property", {"name": "defect", "value": defect})
     message = _xml_text(case.message)
     if case.hypothetical:
         ET.SubElement(props, "property", {"name": "tier", "value": "hypothetical"})
@@ -101,6 +104,7 @@ def _junit_root(run: RunResult) -> ET.Element:
     groups: OrderedDict[str, list[CaseResult]] = OrderedDict()
     for c in run.cases:
         groups.setdefault(c.suite, []).append(c)
+    defect_of = defect_groups.of_case(defect_groups.defects(run))
     for suite, members in groups.items():
         suite_el = ET.SubElement(root, "testsuite", _suite_attrs(suite, members))
         if run.started:
@@ -110,7 +114,7 @@ def _junit_root(run: RunResult) -> ET.Element:
         ET.SubElement(props, "property", {"name": "harness.schema_version", "value": str(REPORT_SCHEMA)})
         ET.SubElement(props, "property", {"name": "harness.run_id", "value": _xml_text(run.run_id)})
         for c in members:
-            suite_el.append(_testcase(c))
+            suite_el.append(_testcase(c, defect_of.get(c.case_id)))
     ET.indent(root)
     return root
 

@@ -12,6 +12,8 @@ from collections import OrderedDict
 from pathlib import Path
 from typing import Any
 
+import harness.report.defects as defect_groups
+from harness.golden import training as training_terms
 from harness.records.provenance import commit_url, ref_url
 from harness.records.results import CaseResult, RunResult
 from harness.records.verdict import Verdict
@@ -96,7 +98,7 @@ def _untestable_groups(cases: list[CaseResult]) -> list[dict[str, Any]]:
     ]
 
 
-def run_context(run: RunResult) -> dict[str, Any]:
+def run_context(run: RunResult, base: RunResult | None = None) -> dict[str, Any]:
     """Everything the run template shows, computed once; what needs a person comes first."""
     from harness.report.terminal import accept_command, reproduce_command
 
@@ -109,9 +111,25 @@ def run_context(run: RunResult) -> dict[str, Any]:
     ]
     hypothetical = [_case_view(c) for c in run.cases if c.hypothetical]
     changed = [
-        {**_case_view(c), "diff": diff_view(c), "accept": accept_command(run, c.case_id)}
-        for c in run.cases
+        {
+            **_case_view(c),
+            "diff": diff_view(c),
+            "accept": accept_command(run, c.case_id),
+            "training": training_terms.from_mismatches(c.diff_data),
+        }
+        for c in run.documented
         if c.verdict == Verdict.CHANGED
+    ]
+    found = defect_groups.defects(run, base)
+    by_id = {c.case_id: c for c in run.cases}
+    defect_rows = [
+        {
+            "defect": d,
+            "line": d.line(),
+            "cases": [_case_view(by_id[cid]) for cid in d.cases],
+            "reproduce": reproduce_command(run, d.smallest),
+        }
+        for d in found
     ]
     known = known_groups(run.documented)
     untestable = [c for c in run.cases if c.verdict == Verdict.UNTESTABLE]
@@ -127,10 +145,11 @@ def run_context(run: RunResult) -> dict[str, Any]:
         "failures": failures,
         "errors": [
             {**_case_view(c), "reproduce": reproduce_command(run, c.case_id)}
-            for c in run.cases
+            for c in run.documented
             if c.verdict == Verdict.ERROR
         ],
-        "fixed": [_case_view(c) for c in run.cases if c.verdict == Verdict.FIXED],
+        "fixed": [_case_view(c) for c in run.documented if c.verdict == Verdict.FIXED],
+        "defects": defect_rows,
         "changed": changed,
         "known": known,
         "known_cases": sum(1 for c in run.documented if c.verdict == Verdict.KNOWN_FAIL),
@@ -140,6 +159,7 @@ def run_context(run: RunResult) -> dict[str, Any]:
     }
 
 
-def render_run_report(run: RunResult, out_path: Path) -> Path:
-    """Write the HTML report of one run to ``out_path`` (atomically) and return the path."""
-    return render_template("run.html.j2", run_context(run), out_path)
+def render_run_report(run: RunResult, out_path: Path, base: RunResult | None = None) -> Path:
+    """Write the HTML report of one run to ``out_path`` (atomically) and return the path; with
+    ``base`` (the previous night), each defect says whether it is new."""
+    return render_template("run.html.j2", run_context(run, base), out_path)

@@ -12,8 +12,10 @@ import re
 import shlex
 from typing import TextIO
 
+import harness.report.defects as defect_groups
 from harness.bisect.algorithm import CaseStatus
 from harness.bisect.document import BisectDoc, Descent
+from harness.golden import training as training_terms
 from harness.records.results import RunResult
 from harness.records.verdict import Verdict
 from harness.report.bisectanswer import culprit_lines
@@ -92,22 +94,34 @@ def print_run_summary(result: RunResult, out: TextIO) -> None:
             row("hypothetical tier", hypothetical) + "   (inputs no MB producer emits: reported, never failing)",
             file=out,
         )
+    found = defect_groups.defects(result)
+    defect_of = defect_groups.of_case(found)
     for c in documented:
         if c.verdict in (Verdict.FAIL, Verdict.ERROR):
             impact = f" [impact: {', '.join(c.impacts) or 'unclassified'}]" if c.verdict is Verdict.FAIL else ""
-            print(f"\n{c.verdict.value.upper()} {c.case_id}{impact}\n  " + c.message.replace("\n", "\n  "), file=out)
+            tag = f" ({defect_of[c.case_id]})" if c.case_id in defect_of else ""
+            print(f"\n{c.verdict.value.upper()} {c.case_id}{impact}{tag}\n  " + _capped(c.message), file=out)
             print(f"  reproduce: {reproduce_command(result, c.case_id)}", file=out)
     for c in documented:
         if c.verdict is Verdict.FIXED:
             print(f"\nFIXED {c.case_id}\n  {c.message.splitlines()[0]}", file=out)
     for c in documented:
         if c.verdict is Verdict.CHANGED:
+            means = training_terms.from_mismatches(c.diff_data)
+            why = f"every invariant holds, but it {'; '.join(means)}" if means else "every invariant holds"
             print(
-                f"\nCHANGED {c.case_id} (every invariant holds; the output differs from its golden)\n  "
-                + c.message.removeprefix("changed: ").replace("\n", "\n  "),
+                f"\nCHANGED {c.case_id} ({why}; the output differs from its golden)\n  "
+                + _capped(c.message.removeprefix("changed: ")),
                 file=out,
             )
-            print(f"  accept:    {accept_command(result, c.case_id)}", file=out)
+            if means:  # what trains changed: never offered as a plain accept
+                print(
+                    "  not offered for accept (a change in what trains); once known right: "
+                    f"{accept_command(result, c.case_id)} --accept-training-change",
+                    file=out,
+                )
+            else:
+                print(f"  accept:    {accept_command(result, c.case_id)}", file=out)
     known = [c for c in documented if c.verdict is Verdict.KNOWN_FAIL]
     if known:
         from harness.report.knowngroups import groups as known_groups
@@ -129,6 +143,21 @@ def print_run_summary(result: RunResult, out: TextIO) -> None:
         print(f"note: {note}", file=out)
     if result.standins:
         print("stand-ins used: " + "; ".join(result.standins), file=out)
+    if found or any(c.verdict in (Verdict.CHANGED, Verdict.FIXED) for c in documented):
+        # the answer last, where a CI log's tail shows it (pytest's -r block does the same)
+        print("\n" + "=" * 30 + " defects " + "=" * 30, file=out)
+        print("\n".join(defect_groups.summary_lines(found, result, reproduce_command)), file=out)
+
+
+MESSAGE_LINES = 6  # a case's message in the terminal: its first lines, then how many more
+
+
+def _capped(message: str) -> str:
+    """A case's message, its first :data:`MESSAGE_LINES` lines, then "... and N more lines"."""
+    lines = message.splitlines()
+    if len(lines) > MESSAGE_LINES + 1:
+        lines = [*lines[:MESSAGE_LINES], f"... and {len(lines) - MESSAGE_LINES} more lines (results.json, report.html)"]
+    return "\n  ".join(lines)
 
 
 def print_nothing_ran(result: RunResult, err: TextIO) -> None:

@@ -164,28 +164,41 @@ class KnownFailure:
         in_range: Callable[[str, str, str | None], bool | None] | None = None,
         roots: Mapping[str, Path] | None = None,
     ) -> bool:
-        """Does the bug exist in this target? Where its code can be looked for (``roots``: the
-        target's ``megatron/bridge`` and megatron-core), exactly where the code is. Else in its commit range (resolved
-        by the target's repository), or in one of its versions: either is enough. A release tag sits on a branch
-        the main-line range may not reach, and a commit between releases carries a version no
-        release specifier names; a bug fixed where both miss shows as FIXED, asking for the entry
-        to be closed."""
-        here = self.code_here(roots)
-        if here is not None:
-            return here
+        """Does the bug exist in this target? In a release its versions name, yes. Past them (a
+        source checkout of main, a later release), where its code is, when it names code (``roots``:
+        the target's ``megatron/bridge`` and megatron-core). Else in its commit range (resolved by the
+        target's repository). A release tag sits on a branch the main-line range may not reach, and a
+        commit between releases carries a version no release specifier names: the code answers there."""
+        era = self.era(mb_version)
+        if era == "in":
+            return True  # a release the entry names: reviewed there
+        if era == "after":  # past the releases it names (a source checkout of main): where its code is
+            here = self.code_here(roots)
+            if here is not None:
+                return here
         if self.commits is not None and commit and in_range is not None:
             first_bad, _, first_fixed = self.commits.partition("..")
             if in_range(commit, first_bad, first_fixed or None):
                 return True
-        if self.mb_versions is not None and mb_version:
-            from packaging.version import InvalidVersion, Version
-
-            try:
-                version = Version(mb_version)
-            except InvalidVersion:
-                return False
-            return any(version in _specifier(spec, self.id) for spec in _as_tuple(self.mb_versions))
         return False
+
+    def era(self, mb_version: str | None) -> str:
+        """Where ``mb_version`` sits against the entry's versions: "in" one of them, "before" all
+        of them (the code may not exist yet: its absence says nothing), or "after" (the code
+        decides). "after" too for an entry without versions or a version that does not parse."""
+        if self.mb_versions is None or not mb_version:
+            return "after"
+        from packaging.version import InvalidVersion, Version
+
+        try:
+            version = Version(mb_version)
+        except InvalidVersion:
+            return "after"
+        specs = [_specifier(spec, self.id) for spec in _as_tuple(self.mb_versions)]
+        if any(version in spec for spec in specs):
+            return "in"
+        floors = [Version(s.version) for spec in specs for s in spec if s.operator in ("==", ">=", ">", "~=", "===")]
+        return "before" if floors and all(version < f for f in floors) else "after"
 
 
 def _versions_field(value: Any) -> str | tuple[str, ...] | None:
@@ -271,6 +284,7 @@ def classify(
     drawn: bool = False,
     others: Sequence[KnownFailure] = (),
     roots: Mapping[str, Path] | None = None,
+    gone: frozenset[str] = frozenset(),
 ) -> Classified | None:
     """KNOWN_FAIL / FIXED for one case (or a FAIL with a hint), or None when the verdict stands.
 
@@ -281,8 +295,9 @@ def classify(
 
     Any entry listing the case, applying or not, decides two more things: MB refusing the case up
     front by a check (:mod:`harness.suiterun.refusal`) where the entry records it misbehaving later
-    is FIXED, the check named; and an entry whose code is gone from this MB (``roots``) makes a
-    passing case FIXED, a failing one a FAIL that says the bug moved.
+    is FIXED, the check named; and an entry whose code is gone from this MB (``gone``: ids of
+    entries past their versions whose code is not in ``roots``) makes a passing case FIXED, a
+    failing one a FAIL that says the bug moved.
     """
     listed = [e for e in entries if e.lists(case_id)]
     elsewhere = [e for e in others if e.lists(case_id)]
@@ -290,7 +305,7 @@ def classify(
         ids = tuple(sorted({e.id for e in listed + elsewhere}))
         return Classified(Verdict.FIXED, ids, f"known MB bug(s) {', '.join(ids)} refused up front now, not run into")
     if not listed:
-        return _code_gone(elsewhere, verdict, violations, message, drawn, roots)
+        return _code_gone([e for e in elsewhere if e.id in gone], verdict, violations, message, drawn)
     if verdict is Verdict.FAIL and not violations:
         rule_ids = tuple(sorted(e.id for e in listed if e.explains(message)))
         return Classified(Verdict.KNOWN_FAIL, rule_ids, f"known MB bug(s) {', '.join(rule_ids)}") if rule_ids else None
@@ -321,15 +336,13 @@ def classify(
 
 
 def _code_gone(
-    elsewhere: Sequence[KnownFailure],
+    gone: Sequence[KnownFailure],
     verdict: Verdict,
     violations: Sequence[Mapping[str, Any]],
     message: str,
     drawn: bool,
-    roots: Mapping[str, Path] | None,
 ) -> Classified | None:
     """A case listed only by entries whose code this MB no longer has."""
-    gone = [e for e in elsewhere if e.code_here(roots) is False]
     if not gone:
         return None
     ids = tuple(sorted(e.id for e in gone))

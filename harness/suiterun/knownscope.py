@@ -21,6 +21,7 @@ class Book:
     applying: tuple[KnownFailure, ...]
     others: tuple[KnownFailure, ...]
     roots: dict[str, Path]  # "bridge"/"core" -> the target's packages, where entries' code is looked for
+    gone: frozenset[str] = frozenset()  # entries past their versions whose code is not in this target
 
     @classmethod
     def split(
@@ -35,7 +36,8 @@ class Book:
         others: list[KnownFailure] = []
         for e in entries:
             (applying if e.applies(version, commit, in_range, roots) else others).append(e)
-        return cls(tuple(applying), tuple(others), roots)
+        gone = frozenset(e.id for e in others if e.era(version) == "after" and e.code_here(roots) is False)
+        return cls(tuple(applying), tuple(others), roots, gone)
 
 
 def git_in_range(repo: Path) -> Callable[[str, str, str | None], bool | None]:

@@ -209,7 +209,15 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo) -> Any:
         drawn = item.get_closest_marker("drawn") is not None
         book = _known_book(item.config)
         found = known.classify(
-            case_id, verdict, violations, book.applying, message, drawn=drawn, others=book.others, roots=book.roots
+            case_id,
+            verdict,
+            violations,
+            book.applying,
+            message,
+            drawn=drawn,
+            others=book.others,
+            roots=book.roots,
+            gone=book.gone,
         )
         if found is not None:
             verdict, known_ids = found.verdict, list(found.entries)
@@ -264,6 +272,7 @@ def known_bug(request: pytest.FixtureRequest) -> Any:
             message,
             others=book.others,
             roots=book.roots,
+            gone=book.gone,
         )
         return found.entries if found is not None and found.verdict is Verdict.KNOWN_FAIL else ()
 

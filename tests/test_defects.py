@@ -1,0 +1,170 @@
+"""One row per defect (issue 45): a red night reads as the few MB defects behind it, in every output.
+
+The runs here are records as the suite process writes them (the violations of a real padding
+regression: ``padding-never-trains`` with its consequences on the step's loss totals, in three
+suites; a second, unrelated fault: MB raising in a function of its own), so each output is
+checked on the same input: the terminal's last block, the page's defect table, the Markdown
+summary, ``compare`` and JUnit.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import xml.etree.ElementTree as ET
+from pathlib import Path
+
+from harness.golden import training
+from harness.records.machine import Machine
+from harness.records.results import CaseResult, RunResult
+from harness.records.verdict import Verdict
+from harness.report import defects
+from harness.report.junit import write_junit
+from harness.report.markdown import compare, compare_lines, compare_markdown, run_summary
+from harness.report.terminal import print_run_summary
+
+
+def _violation(invariant: str, impact: str, row: int = 0) -> dict[str, object]:
+    return {"invariant": invariant, "row": row, "position": 3, "expected": "0", "got": "1", "detail": "", "tags": []}
+
+
+def _padding_case(cid: str, seconds: float, consequence: bool = False) -> CaseResult:
+    violations = [_violation("padding-never-trains", "trains-padding", r) for r in range(12)]
+    violations = [{**v, "impact": "trains-padding"} for v in violations]
+    if consequence:  # the step's totals follow the padding that trains: not a second defect
+        violations.append({**_violation("loss-totals-equal-unpacked", ""), "impact": "wrong-loss-normalisation"})
+    lines = [f"padding-never-trains [trains-padding]: row {r}, position 3" for r in range(12)]
+    return CaseResult(
+        cid,
+        cid.split("::")[0],
+        Verdict.FAIL,
+        duration_s=seconds,
+        message="assertion failed: packed != MB's own unpacked path: padding-never-trains x12\n" + "\n".join(lines),
+        violations=violations,
+        impacts=sorted({str(v["impact"]) for v in violations}),
+    )
+
+
+def _raised(cid: str) -> CaseResult:
+    return CaseResult(
+        cid,
+        cid.split("::")[0],
+        Verdict.FAIL,
+        message="Megatron raised IndexError: list index out of range [at megatron/bridge/data/x.py:42 in pack]",
+        impacts=["crash"],
+    )
+
+
+def _run(run_id: str, cases: list[CaseResult]) -> RunResult:
+    return RunResult(run_id, {"kind": "source"}, {"megatron-bridge": "0.7.0"}, Machine(), "full", cases=cases)
+
+
+ONE_FAULT = [
+    _padding_case("offline_packed_dataset::test_packed_equals_unpacked[prompt-mult4]", 2.0),
+    _padding_case("packed_files::test_packed_files_the_user_names[plain]", 1.0),
+    _padding_case("forward_cpu::test_offline_gpt_step[prompt-mult4]", 9.0, consequence=True),
+    CaseResult("chat_collate::test_ok", "chat_collate", Verdict.PASS),
+]
+
+
+def test_one_fault_in_three_suites_is_one_defect_everywhere(tmp_path: Path):
+    run = _run("night2", ONE_FAULT)
+    (found,) = defects.defects(run)
+    assert found.kind == "fail" and found.what == "padding-never-trains" and len(found.cases) == 3
+    assert found.suites == ["offline_packed_dataset", "packed_files", "forward_cpu"]
+    assert found.smallest == "packed_files::test_packed_files_the_user_names[plain]"  # the quickest
+
+    out = io.StringIO()
+    print_run_summary(run, out)
+    text = out.getvalue()
+    last = text.rstrip().splitlines()[-4:]  # the answer closes the output, where a CI log's tail is
+    assert last[0] == "defects: 1 (3 case(s)); known MB bugs: 0"
+    assert last[1].startswith(f"DEFECT {found.id} trains-padding,wrong-loss-normalisation padding-never-trains")
+    assert "3 case(s), 3 suites" in last[1] and "--suite packed_files" in last[3]
+    assert "... and 7 more lines" in text  # the per-case detail above is capped
+
+    summary = run_summary(run, "https://ci/report")
+    assert summary.count("| `D-") == 1 and len(summary.encode()) < 2048
+
+    from harness.report.runpage import render_run_report
+
+    page = render_run_report(run, tmp_path / "report.html").read_text()
+    assert page.count('data-defect-id="') == 1 and page.index('id="defects"') < page.index('id="target"')
+
+    junit = ET.parse(write_junit(run, tmp_path / "junit.xml"))
+    tagged = {p.get("value") for p in junit.iter("property") if p.get("name") == "defect"}
+    assert tagged == {found.id}
+
+
+def test_a_second_unrelated_fault_is_a_second_defect_and_new_against_the_base():
+    base = _run("night1", ONE_FAULT)
+    now = _run("night2", [*ONE_FAULT, _raised("data_loaders::test_rows[a]"), _raised("in_batch_packing::test_b")])
+    found = defects.defects(now, base)
+    assert [len(d.cases) for d in found] == [3, 2]
+    assert [d.new for d in found] == [False, True]  # ids are stable from one night to the next
+    assert found[1].where == "megatron/bridge/data/x.py:42" and found[1].impacts == ["crash"]
+
+    diff = compare(base, now)
+    assert [d.id for d in diff.defects_new] == [found[1].id] and [d.id for d in diff.defects_still] == [found[0].id]
+    lines = compare_lines(diff)
+    assert lines[0] == "new defects (1):" and "environment: the same" in lines
+    md = compare_markdown(diff, "MB 0.7.0 aaa", "MB 0.7.0 bbb")
+    assert "1 new defect(s), 0 gone, 1 still there." in md
+
+
+def test_compare_names_every_environment_difference():
+    a = _run("a", ONE_FAULT)
+    b = _run("b", ONE_FAULT)
+    b.versions = {**a.versions, "megatron-core": "Megatron-LM 2a75ac12c54b (pinned by the MB commit)"}
+    b.standins = ["te-thd-partition"]
+    lines = compare_lines(compare(a, b))
+    assert "environment differs:" in lines
+    assert any(line.strip().startswith("megatron-core: - -> Megatron-LM 2a75ac") for line in lines)
+    assert any("stand-ins: + te-thd-partition" in line for line in lines)
+
+
+def test_a_known_bug_is_one_row_per_piece_of_code():
+    cases = [
+        CaseResult("s::a", "s", Verdict.KNOWN_FAIL, known=["packed-collate-masks-eos-inputs@0.6.2"]),
+        CaseResult("s::b", "s", Verdict.KNOWN_FAIL, known=["packed-collate-masks-eos-inputs-loss-totals@0.6.2"]),
+    ]
+    (found,) = defects.defects(_run("r", cases))  # the loss totals of the same line of MB
+    assert found.kind == "known" and found.where.startswith("data/packing/gpt_sft.py:269")
+
+
+def test_a_golden_change_is_read_in_training_terms():
+    mismatches = {
+        "mismatches": [
+            {"path": "$.micro_batches[0].trained", "expected_row": [7.0, 23.0], "obtained_row": [16.0, 25.0]},
+            {"path": "$.value.cu_seqlens_q_padded", "expected_row": [0, 8], "obtained_row": [0, 16]},
+        ]
+    }
+    assert training.from_mismatches(mismatches) == ["trains 11 more token(s)", "boundaries move (1 field(s))"]
+    assert training.between(
+        {"micro_batches": [{"trained": [3.0], "width": 32}]}, {"micro_batches": [{"trained": [1.0], "width": 64}]}
+    ) == ["trains 2 fewer token(s)"]
+    assert training.between({"refused": "ValueError", "width": 8}, {"refused": "TypeError", "width": 16}) == []
+
+
+def test_fixtures_record_holds_back_a_change_in_what_trains(tmp_path: Path):
+    from harness.commands.fixtures import _changes
+    from harness.golden.storage import Golden, golden_path, write_golden
+
+    def golden(value: dict[str, object], case: str) -> Golden:
+        return Golden(suite="parallel_layouts", case=case, value=value, tolerances={}, provenance={})
+
+    fixtures, obtained = tmp_path / "fixtures", tmp_path / "obtained"
+    for case, old, new in (
+        ("trains", {"trained": [7.0, 23.0]}, {"trained": [16.0, 25.0]}),
+        ("wording", {"refused": "ValueError"}, {"refused": "TypeError"}),
+    ):
+        write_golden(golden_path(fixtures, "parallel_layouts", case), golden(old, case))
+        write_golden(golden_path(obtained, "parallel_layouts", case), golden(new, case))
+    out = io.StringIO()
+    changes, held = _changes(obtained, fixtures, out)
+    assert len(changes) == 2 and [dest.stem for _src, dest in held] == ["trains"]
+    assert "TRAINING parallel_layouts::trains: trains 11 more token(s)" in out.getvalue()
+    assert json.loads(golden_path(fixtures, "parallel_layouts", "trains").read_text())["value"]["trained"] == [
+        7.0,
+        23.0,
+    ]
