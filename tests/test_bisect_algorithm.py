@@ -364,3 +364,36 @@ def test_culprit_inside_an_untestable_run_is_ambiguous_over_the_run() -> None:
     o = b.outcome("c")
     assert o.status is CaseStatus.AMBIGUOUS
     assert o.candidates == tuple(commits[10:26]), "the run plus the first bad commit after it"
+
+
+def _three_culprits(n: int, seed: int, k: int) -> tuple[Bisection, int, dict[str, int]]:
+    import random
+
+    rnd = random.Random(seed)
+    commits = [f"c{i}" for i in range(n)]
+    where = sorted(rnd.sample(range(1, n), 3))
+    cases = {f"k{j}": where[j % 3] for j in range(12)}
+    b = Bisection(commits, cases)
+    rounds = 0
+    while not b.done:
+        rounds += 1
+        for sha in b.next_probes(k):
+            i = int(sha[1:])
+            b.record(sha, {c: Verdict.FAIL if i >= at else Verdict.PASS for c, at in cases.items()})
+    return b, rounds, cases
+
+
+@pytest.mark.parametrize("n", [100, 1000, 2086])
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_three_faults_breaking_twelve_cases_cost_three_bisections_not_twelve(n: int, seed: int) -> None:
+    """Issue 47: cases that flip at one commit share every probe (one target), so 3 culprits cost
+    about 3 * ceil(log2 N) evaluations plus the endpoints, whatever the number of cases; and two
+    probes at a time halve the rounds."""
+    import math
+
+    b, rounds, cases = _three_culprits(n, seed, 1)
+    assert all(b.outcome(c).culprit == f"c{at}" for c, at in cases.items())
+    assert b.evaluations <= 3 * math.ceil(math.log2(n)) + 3
+    assert len(b.targets()) == 3 and sorted(len(t) for t in b.targets()) == [4, 4, 4]
+    _b2, rounds2, _ = _three_culprits(n, seed, 2)
+    assert rounds2 <= math.ceil(rounds / 2) + 1

@@ -279,6 +279,11 @@ def _bisect(driver: LevelDriver, ws: WorkspaceCache, good: str, bad: str, t0: fl
     )
     driver.progress.update(status=left)
     driver.run(driver.picker(bisection))
+    targets = bisection.targets()
+    driver.say(
+        f"{len(cases)} case(s) bisected as {len(targets)} target(s) (cases whose verdicts agreed at every probe "
+        f"shared every probe): {bisection.evaluations} evaluation(s) in all"
+    )
     if opts.confirm:
         blamed: dict[str, list[str]] = {}
         for outcome in bisection.outcomes().values():

@@ -11,6 +11,13 @@ nothing to bisect and the record says so; with ``--strict-good`` nothing is bise
 record names the commit to use as GOOD. Every outcome is said in the terminal and kept in the
 record (:class:`~harness.bisect.document.LateStart`).
 
+Eras from the ledger first: a case that GOOD cannot run because a feature did not exist yet says
+so (``[missing feature KEY: ...]``, :mod:`harness.eras.features`), and the ledger records the MB
+commit that introduced it. Where that commit is in the range, the search first probes it and its
+parent there: two evaluations verify the start (running there, not running before) instead of a
+search over the whole range; a case whose ledger start does not verify (or that names no
+feature) is searched as before.
+
 Like ``git bisect``, the search finds *a* transition: if a case runs, stops running and runs
 again inside the range, the start found is one of those transitions, not necessarily the oldest.
 """
@@ -40,11 +47,52 @@ def find_starts(driver: Level, good: str, late: dict[str, str]) -> list[LateStar
         for sha in driver.commits:
             for evaluation in driver.evidence.attempts.get(sha, []):
                 driver.feed(sha, evaluation)
+        ledger = ledger_probes(driver, good, late)
+        if ledger:
+            driver.say(
+                f"the feature ledger names where {sum(len(c) for c in ledger.values())} of them start: "
+                f"verifying {len(ledger)} start(s) with a probe there and one at its parent"
+            )
+            wanted = [sha for idx in sorted(ledger) for sha in (driver.commits[idx - 1], driver.commits[idx])]
+            given: set[str] = set()  # each once: a cached one is replayed, never picked again
+
+            def verify(n: int) -> list[str]:
+                picks = [sha for sha in dict.fromkeys(wanted) if sha not in given and search.needs(sha)][:n]
+                given.update(picks)
+                return picks
+
+            driver.run(verify)
         driver.run(driver.picker(search))
     finally:
         driver.view.finding_starts = set()
         driver.bisection = None
     return [_start(driver, good, case, at_good, search) for case, at_good in sorted(late.items())]
+
+
+def ledger_probes(driver: Level, good: str, late: dict[str, str]) -> dict[int, list[str]]:
+    """Index in the range of each ledger start the late cases name (index -> cases), from the
+    untestable messages GOOD gave them; only starts strictly inside the range."""
+    from harness.eras.features import FEATURES, named
+    from harness.errors import HarnessError
+
+    messages: dict[str, str] = {}
+    for evaluation in driver.evidence.attempts.get(good, []):
+        for case in late:
+            messages.setdefault(case, evaluation.messages.get(case, ""))
+    found: dict[int, list[str]] = {}
+    for case, message in messages.items():
+        starts = []
+        for key in named(message):
+            try:
+                sha = driver.repo.resolve(FEATURES[key].since)
+            except (HarnessError, KeyError):
+                continue
+            idx = driver.index.get(sha)
+            if idx is not None and idx > 0:
+                starts.append(idx)
+        if starts:  # several features missing: the case runs once the last of them came
+            found.setdefault(max(starts), []).append(case)
+    return found
 
 
 def _start(driver: Level, good: str, case: str, at_good: str, search: Bisection) -> LateStart:

@@ -26,6 +26,7 @@ class Level(Protocol):
     opts: BisectOptions
     repo: GitRepo
     commits: list[str]
+    index: dict[str, int]  # commit -> its position in ``commits``
     evaluator: Evaluator
     evidence: Evidence
     view: CaseView
@@ -38,3 +39,5 @@ class Level(Protocol):
     def run(self, pick: Callable[[int], list[str]]) -> None: ...
 
     def picker(self, bisection: Bisection) -> Callable[[int], list[str]]: ...
+
+    def in_progress(self) -> set[str]: ...
