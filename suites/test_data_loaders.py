@@ -24,7 +24,7 @@ import pytest
 from harness.adapters import batch as batch_ops
 from harness.adapters import sampler
 from harness.oracle.impact import Impact, require
-from suites import _oracle
+from suites import _dataparallel, _oracle
 from suites._explain import multiset_difference
 
 pytestmark = pytest.mark.import_group("light")
@@ -113,3 +113,176 @@ def test_rows_per_data_parallel_rank(golden, case, kind, drop_last, dp, mbs):
         pads = [row for row in rows if row.padding_row]
         _oracle.compare(case, [], pads, b.special_ids, expect_all_packed=False).assert_ok()
     golden.check({"rows": total, "per_rank": per_rank})
+
+
+# (case, dataloader_type, drop_last, data-parallel size, micro-batch size, global batch size): a run's
+# life past its first epoch: several epochs of one loader, and a loader resumed from a checkpoint
+LIFE = [
+    (PROMPT, "batch", False, 2, 1, 4),
+    (PROMPT, "batch", True, 2, 1, 4),
+    (SHORT, "batch", False, 2, 2, 4),
+    (PROMPT, "cyclic", True, 2, 1, 2),
+    (PROMPT, "single", True, 2, 1, 2),
+]
+EPOCHS = 3
+STEP_BUDGET = 200  # global batches one epoch may take before it counts as never ending
+
+
+def _life_id(case: _oracle.SFTCase, kind: str, drop_last: bool, dp: int, mbs: int, gbs: int) -> str:
+    return f"{case.id}-{kind}-{'drop' if drop_last else 'keep'}-last-dp{dp}-mbs{mbs}-gbs{gbs}"
+
+
+def _epoch(sampler_obj, what: str) -> list[list[int]]:
+    """One pass of MB's sampler (a loader re-iterating it is its next epoch), bounded: a sampler
+    that never stops is a failure, never a hung suite."""
+    import itertools
+
+    out = [[int(i) for i in b] for b in itertools.islice(iter(sampler_obj), STEP_BUDGET + 1)]
+    require(len(out) <= STEP_BUDGET, Impact.CRASH, f"{what}: the sampler did not end within {STEP_BUDGET} batches")
+    return out
+
+
+@pytest.mark.parametrize("case,kind,drop_last,dp,mbs,gbs", [_oracle.case_param(*c, id=_life_id(*c)) for c in LIFE])
+def test_every_epoch_and_a_resumed_run_train_every_row_once(case, kind, drop_last, dp, mbs, gbs):
+    """Past the first epoch and across a restart, as a user's run lives: MB's loader for each
+    data-parallel rank is read for several epochs (its sampler re-iterated, as ``cyclic_iter``
+    does for multi-epoch finetuning; a "single" loader has one epoch), and again built from a
+    checkpoint's ``consumed_samples`` (after 1 step, mid-epoch, and past the first epoch).
+
+    Each epoch, over the ranks: every rank takes as many steps; with ``drop_last=False`` every row
+    trains exactly once and the padding (negative indices) fills only the last global batch, as
+    many rows as it lacks; with ``drop_last=True`` only complete global batches, each row at most
+    once; every epoch takes as many global batches. A resumed loader hands every rank exactly
+    what the uninterrupted loader hands it after the same number of samples. Padding rows of every
+    epoch train nothing."""
+    b = _oracle.built(case)
+    ds = b.build.train
+    total = len(ds)
+    step_samples = gbs if kind == "batch" else mbs * dp  # what one sampler batch consumes, all ranks
+
+    def loader(rank: int, consumed: int):
+        built = sampler.pretraining_loader(
+            ds,
+            kind,
+            mbs,
+            rank,
+            dp,
+            drop_last=drop_last,
+            global_batch_size=gbs,
+            seed=case.seed,
+            consumed_samples=consumed,
+        )
+        return built.loader.batch_sampler
+
+    epochs = EPOCHS if kind != "single" else 1
+    fresh = [loader(r, 0) for r in range(dp)]
+    runs = [[_epoch(fresh[r], f"rank {r} epoch {e}") for e in range(epochs)] for r in range(dp)]
+    per_epoch = []
+    for e in range(epochs):
+        batches = [runs[r][e] for r in range(dp)]
+        require(
+            len({len(x) for x in batches}) == 1,
+            Impact.CRASH,
+            f"epoch {e}: every DP rank takes as many steps: {[len(x) for x in batches]}",
+        )
+        per_epoch.append(len(batches[0]))
+        flat = [i for x in batches for batch in x for i in batch]
+        real, pads = [i for i in flat if i >= 0], [i for i in flat if i < 0]
+        require(
+            len(set(real)) == len(real),
+            Impact.WRONG_LOSS_NORMALISATION,
+            f"epoch {e}: a row trained twice: " + multiset_difference(sorted(set(real)), sorted(real), "row index"),
+        )
+        require(all(i < total for i in real), Impact.CRASH, f"epoch {e}: an index outside the {total} rows")
+        if not drop_last:
+            require(
+                sorted(real) == list(range(total)),
+                Impact.DROPS_TRAINED_TOKEN,
+                f"epoch {e} with drop_last=False trains every row once: "
+                + multiset_difference(list(range(total)), sorted(real), "row index"),
+            )
+            lacking = (-total) % gbs if kind == "batch" else 0
+            require(
+                len(pads) in (0, lacking),
+                Impact.WRONG_LOSS_NORMALISATION,
+                f"epoch {e}: {len(pads)} padding rows, the last global batch lacks {lacking}",
+            )
+        else:
+            complete = total - total % (gbs if kind == "batch" else step_samples)
+            require(
+                len(real) == complete and not pads,
+                Impact.DROPS_TRAINED_TOKEN if len(real) < complete else Impact.WRONG_LOSS_NORMALISATION,
+                f"epoch {e} with drop_last=True trains the {complete} rows of the complete global batches once "
+                f"each and no padding: {len(real)} rows, {len(pads)} padding",
+            )
+        if pads:
+            for r in range(dp):
+                for indices in batches[r]:
+                    padding = _dataparallel.rows_of(ds, indices)
+                    _oracle.compare(
+                        case, [], [p for p in padding if p.padding_row], b.special_ids, expect_all_packed=False
+                    ).assert_ok()
+    require(len(set(per_epoch)) == 1, Impact.DROPS_TRAINED_TOKEN, f"global batches per epoch: {per_epoch}")
+    # a restart: the loader built from the checkpoint's consumed_samples hands each rank what the
+    # uninterrupted one does from there
+    steps = per_epoch[0]
+    for k in sorted({1, max(steps // 2, 1), steps + 1} if epochs > 1 else {1, max(steps // 2, 1)}):
+        if k >= steps * epochs:
+            continue
+        for r in range(dp):
+            after = [batch for epoch in runs[r] for batch in epoch][k:]
+            resumed_sampler = loader(r, k * step_samples)
+            resumed: list[list[int]] = []
+            while len(resumed) < len(after):
+                more = _epoch(resumed_sampler, f"rank {r} resumed after {k} steps")
+                if not more:
+                    break
+                resumed += more
+            got = resumed[: len(after)]
+            same_rows = sorted(i for x in got for i in x) == sorted(i for x in after for i in x)
+            require(
+                got == after,
+                Impact.IRREPRODUCIBLE if same_rows else Impact.DROPS_TRAINED_TOKEN,
+                f"rank {r} resumed after {k} step(s) ({k * step_samples} consumed samples): "
+                f"{_first_difference(after, got)}",
+            )
+
+
+def _first_difference(want: list[list[int]], got: list[list[int]]) -> str:
+    for step, (a, b) in enumerate(zip(want, got)):
+        if a != b:
+            return f"step {step} after the restart reads rows {b}, the uninterrupted run reads {a}"
+    return f"{len(got)} batches after the restart, the uninterrupted run has {len(want)}"
+
+
+def test_mapped_epochs_hold_every_row_once():
+    """``max_train_samples`` beyond the dataset (MB's samples mapping: the packed rows repeated over
+    epochs, shuffled within each epoch, as the packed dataset documents it) is a run's later epochs:
+    every complete epoch of the mapping holds every packed row exactly once, the partial last one
+    distinct rows of the dataset, and a padding index through the mapping is a row that trains
+    nothing. (One build: the packed rows are the distinct rows the mapping hands out.)"""
+    rows = len(_oracle.built(_oracle.CleanCase("mapped-epochs", seed=95, mult=2, n=12)).build.train)
+    mapped = _oracle.CleanCase("mapped-epochs", seed=95, mult=2, n=12, max_samples=3 * rows - 1)
+    b = _oracle.built(mapped)
+    ds = b.build.train
+    require(len(ds) == 3 * rows - 1, Impact.CRASH, f"the mapping has {len(ds)} rows, asked {3 * rows - 1}")
+    keys = [tuple(int(t) for t in ds[i]["input_ids"]) for i in range(len(ds))]  # what the collate gets
+    packs = sorted(set(keys))
+    per_epoch = len(packs)
+    require(
+        per_epoch <= len(keys) // 2,
+        Impact.WRONG_LOSS_NORMALISATION,
+        f"{len(keys)} mapped rows over {per_epoch} distinct packed rows: the mapping does not repeat the dataset",
+    )
+    for e, start in enumerate(range(0, len(keys), per_epoch)):
+        block = keys[start : start + per_epoch]
+        complete = len(block) == per_epoch
+        require(
+            len(set(block)) == len(block) and (sorted(block) == packs if complete else set(block) <= set(packs)),
+            Impact.WRONG_LOSS_NORMALISATION,
+            f"mapped epoch {e} ({len(block)} rows{'' if complete else ', partial'}) holds each packed row at most "
+            f"once{' and every one of them' if complete else ''}: {len(block) - len(set(block))} repeated, "
+            f"{len(set(packs) - set(block))} missing",
+        )
+    pads = _dataparallel.rows_of(ds, [-1, -2])
+    _oracle.compare(mapped, [], pads, b.special_ids, expect_all_packed=False).assert_ok()

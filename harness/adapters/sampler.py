@@ -13,7 +13,8 @@ the incomplete last global batch is dropped instead.
 loader factory ``build_pretraining_data_loader`` as its data loader builder calls it for a
 ``dataloader_type`` ("single": ``MegatronPretrainingSampler``, "cyclic":
 ``MegatronPretrainingRandomSampler``, "batch": the batch sampler above) on one data-parallel rank,
-with the dataset's own ``collate_fn``: the index batches of one epoch and a fresh, unread loader.
+with the dataset's own ``collate_fn``: the index batches of one epoch and a fresh, unread loader;
+``consumed_samples`` is where a run resumed from a checkpoint starts (MB's train state's count).
 """
 
 from __future__ import annotations
@@ -88,10 +89,11 @@ def _loader_factory() -> Callable[..., LoaderEpoch]:
         global_batch_size: int | None = None,
         data_sharding: bool = True,
         seed: int = 0,
+        consumed_samples: int = 0,
     ) -> LoaderEpoch:
         wanted: dict[str, Any] = {
             "dataset": dataset,
-            "consumed_samples": 0,
+            "consumed_samples": consumed_samples,
             "dataloader_type": dataloader_type,
             "micro_batch_size": micro_batch_size,
             "num_workers": 0,
