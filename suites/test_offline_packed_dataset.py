@@ -271,3 +271,96 @@ def test_deprecated_constructor_builds_what_the_config_builds(golden, tmp_path):
             )
         counts[str(seq)] = max(len(t) for t, _, _ in unpacked["config"])
     golden.check({"rows": got, "longest_unpacked": counts})
+
+
+# --- the dataset's life past one preparation (issue 48): every split of one root, a re-prepared root
+
+# clean answers (no literal EOS): MB 0.6.2's EOS masking, a known bug of its own, cannot hide these
+LIFE_CASE = _oracle.CleanCase("life-prompt-mult2-pad-cu-seqlens", seed=301, mult=2, pad_cu_seqlens=True, n=20)
+
+
+def _split_root(work: Path, train: _oracle.SFTCase, validation: _oracle.SFTCase) -> Path:
+    """A user's dataset root whose splits hold different examples (lengths, counts)."""
+    root = corpus.write_dataset_root(work, train.corpus)
+    valid_rows = corpus.examples(validation.corpus)
+    (root / "validation.jsonl").write_text("".join(json.dumps(r) + "\n" for r in valid_rows), encoding="utf-8")
+    return root
+
+
+def _held(case: _oracle.SFTCase, ds, what: str):
+    """``ds``'s packed rows held to MB's own unpacked path of ``case``'s examples; the report."""
+    _, rows = _oracle.collated_rows(ds)
+    examples = list(_oracle.reference(case))
+    report = _oracle.compare(case, examples, rows, _oracle.special_ids(case))
+    if not report.ok:
+        from harness.oracle.records import InvariantFailure
+
+        raise InvariantFailure(f"{what}: {report.summary()}", report.violations)
+    return report, rows
+
+
+def test_every_split_is_packed_from_its_own_rows_with_its_own_metadata(tmp_path):
+    """Training and validation prepared into one dataset root, as MB's builder does for a user (one
+    metadata file, one packed file per split): each split's packed rows hold exactly that split's
+    examples by MB's own unpacked path, the metadata has one entry per split whose
+    ``max_samples_per_bin`` and ``pack_size`` are that split's own, and with ``pad_cu_seqlens`` every
+    row of every split has the static boundary shape the metadata gives."""
+    train = LIFE_CASE
+    valid = dataclasses.replace(LIFE_CASE, seed=LIFE_CASE.seed + 500, n=9)
+    root = _split_root(tmp_path / "root", train, valid)
+    build = sft.build_sft(_oracle.request(train, root, validation=True))
+    if build.valid is None:
+        raise fail(Impact.DROPS_TRAINED_TOKEN, "do_validation: MB's builder built no validation split")
+    reports = {}
+    for split, case, ds in (("training", train, build.train), ("validation", valid, build.valid)):
+        reports[split] = _held(case, ds, split)
+    meta_path = build.metadata_path or build.packed_files.get("metadata")
+    if meta_path is None or not Path(meta_path).is_file():
+        raise fail(Impact.CRASH, f"no packing metadata where MB's builder says: {meta_path}")
+    entries = json.loads(Path(meta_path).read_text())
+    if not isinstance(entries, list) or len(entries) != 2:
+        raise fail(Impact.CRASH, f"one metadata entry per split prepared (2), got {entries!r}"[:400])
+    widest = max(int(e["max_samples_per_bin"]) for e in entries)
+    for entry, split in zip(entries, ("training", "validation")):
+        report, rows = reports[split]
+        most = max(len(r.segments) for r in report.rows)
+        if int(entry["max_samples_per_bin"]) != most or int(entry.get("pack_size", train.seq)) != train.seq:
+            raise fail(
+                Impact.CRASH,
+                f"{split}: its metadata says {entry['max_samples_per_bin']} sequences at most in a pack of "
+                f"{entry.get('pack_size')}, its packed rows hold up to {most} in packs of {train.seq}",
+            )
+        shapes = {len(r.cu_seqlens_q) for r in rows if r.cu_seqlens_q is not None}
+        if len(shapes) > 1:  # CUDA graphs need one shape
+            raise fail(
+                Impact.CRASH, f"{split}: cu_seqlens_q: boundary shapes vary between micro-batches: {sorted(shapes)}"
+            )
+        if shapes != {widest + 2}:
+            raise fail(
+                Impact.CRASH,
+                f"{split}: pad_cu_seqlens boundary shape {sorted(shapes)}, the metadata's static one is {widest + 2}",
+            )
+
+
+# (id, the knob a user changes between two preparations into one dataset root)
+REPREPARED = [
+    ("pack-size", {"seq": 48}),
+    ("pad-seq-to-mult", {"mult": 4}),
+    ("full-loss", {"full_loss": True}),
+    ("truncation-left", {"truncation_method": "left", "long_rate": 0.4}),
+]
+
+
+@pytest.mark.parametrize("knob", [k for _, k in REPREPARED], ids=[i for i, _ in REPREPARED])
+def test_a_reprepared_root_never_trains_packs_made_for_other_knobs(tmp_path, knob):
+    """Prepare, change one knob that decides the packs, prepare again into the same dataset root (a
+    user's second run): MB must pack again (or refuse), never train the packs it made for the old
+    knob: the second build's rows hold the second configuration's examples by MB's own unpacked
+    path."""
+    long_rate = 0.4 if "truncation_method" in knob else LIFE_CASE.long_rate  # prompts to cut
+    first = dataclasses.replace(LIFE_CASE, pad_cu_seqlens=False, mult=1, long_rate=long_rate)
+    second = dataclasses.replace(first, **knob)
+    root = corpus.write_dataset_root(tmp_path / "root", first.corpus)
+    sft.build_sft(_oracle.request(first, root))
+    again = sft.build_sft(_oracle.request(second, root))
+    _held(second, again.train, f"prepared again with {knob}")
