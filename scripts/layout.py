@@ -1,9 +1,9 @@
-"""Print the Layout section of the README from the package itself: every folder of ``harness/``
+"""Print the Layout section of docs/architecture.md from the package itself: every folder of ``harness/``
 with the first sentence of its docstring, and its modules. ``tests/test_architecture.py``
-checks the README holds exactly this, so the section cannot drift from the code.
+checks docs/architecture.md holds exactly this, so the section cannot drift from the code.
 
     .venv/bin/python scripts/layout.py            # print
-    .venv/bin/python scripts/layout.py --write    # replace the section in README.md
+    .venv/bin/python scripts/layout.py --write    # replace the section in docs/architecture.md
 """
 
 from __future__ import annotations
@@ -41,7 +41,7 @@ def section() -> str:
 def main() -> int:
     text = section()
     if "--write" in sys.argv:
-        readme = ROOT / "README.md"
+        readme = ROOT / "docs" / "architecture.md"
         body = readme.read_text(encoding="utf-8")
         a, b = body.index(START) + len(START), body.index(END)
         readme.write_text(body[:a] + "\n" + text + "\n" + body[b:], encoding="utf-8")

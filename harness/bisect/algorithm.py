@@ -272,25 +272,9 @@ class Bisection:
     def outcomes(self) -> dict[str, CaseOutcome]:
         return {c: self.outcome(c) for c in self._cases}
 
-    def targets(self) -> list[tuple[str, ...]]:
-        """The cases grouped by their evidence: cases whose marks agree at every commit both saw
-        are one target (one defect, as far as the probes can tell), bisected by the same probes:
-        a pick inside their shared interval splits them all. A target splits when a probe
-        separates its cases. Largest first."""
-        groups: list[list[str]] = []
-        for case in self._cases:
-            marks = self._marks(case)
-            for group in groups:
-                other = self._marks(group[0])
-                if all(marks[i] is other[i] for i in marks.keys() & other.keys()):
-                    group.append(case)
-                    break
-            else:
-                groups.append([case])
-        return sorted((tuple(g) for g in groups), key=lambda g: (-len(g), g))
-
-    def _marks(self, case: str) -> dict[int, _Mark]:
-        return {i: _mark_of(v) for i, v in self._cases[case].seen.items()}
+    def marks(self, case: str) -> dict[int, str]:
+        """Commit index -> what the records there say of ``case`` (good, bad, skip, flaky)."""
+        return {i: _mark_of(v).value for i, v in self._cases[case].seen.items()}
 
     @property
     def done(self) -> bool:
