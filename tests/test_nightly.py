@@ -328,6 +328,8 @@ def test_auto_bisect_runs_harness_bisect_and_links_it(
             "1",
             "--suite",
             "packing_algorithms",
+            "--case",
+            BROKEN,
             "--confirm",
         ]
     ], "culprits are confirmed by default in a nightly"
@@ -338,20 +340,43 @@ def test_auto_bisect_runs_harness_bisect_and_links_it(
     assert (out_dir / page.links()[BROKEN]).is_file()
 
 
-def test_auto_bisect_gives_every_regressed_suite(
+def test_auto_bisect_gives_one_case_per_defect(
     tmp_path: Path, fake_runner: FakeRunner, fake_bisect: FakeBisect, mb_repo
 ) -> None:
+    """Two cases broken alike (one defect, in two suites) are one bisection target: its quickest
+    case; the trend links both to the bisection."""
     repo, (c0, c1, _) = mb_repo
     out_dir = tmp_path / "o"
-    fake_runner.queue += [night(), night(broken=("packed_seq_params::cu_seqlens", BROKEN))]
+    tonight = night(broken=("packed_seq_params::cu_seqlens", BROKEN))
+    tonight.cases[2].duration_s = 0.1  # packed_seq_params::cu_seqlens: the quickest of the defect
+    fake_runner.queue += [night(), tonight]
     common = auto_bisect_args(tmp_path, repo, out_dir)
     go(common + ["--commit", c0])
-    rc, _ = go(common + ["--commit", f"{c1}-dirty"])  # a modified tree is bisected at its commit
+    rc, text = go(common + ["--commit", f"{c1}-dirty"])  # a modified tree is bisected at its commit
     assert rc == 1
     (cmd,) = fake_bisect.commands
     assert cmd[4] == f"{c0}..{c1}"
-    assert cmd[-5:] == ["--suite", "packed_seq_params", "--suite", "packing_algorithms", "--confirm"]
+    assert cmd[-5:] == ["--suite", "packed_seq_params", "--case", "packed_seq_params::cu_seqlens", "--confirm"]
+    assert "2 regression(s) of 1 defect(s), one case bisected each" in text
     assert set(trend_page(out_dir).links()) == {"packed_seq_params::cu_seqlens", BROKEN}
+
+
+def test_auto_bisect_gives_every_defect_its_case(
+    tmp_path: Path, fake_runner: FakeRunner, fake_bisect: FakeBisect, mb_repo
+) -> None:
+    """A second, unrelated defect is a second target of the same bisection."""
+    repo, (c0, c1, _) = mb_repo
+    out_dir = tmp_path / "o"
+    tonight = night(broken=("packed_seq_params::cu_seqlens", BROKEN))
+    tonight.cases[2].message = "Megatron raised IndexError: list index out of range [at megatron/bridge/x.py:4 in f]"
+    fake_runner.queue += [night(), tonight]
+    common = auto_bisect_args(tmp_path, repo, out_dir)
+    go(common + ["--commit", c0])
+    go(common + ["--commit", c1])
+    (cmd,) = fake_bisect.commands
+    cases = [cmd[i + 1] for i, a in enumerate(cmd) if a == "--case"]
+    assert sorted(cases) == sorted(["packed_seq_params::cu_seqlens", BROKEN])
+    assert [cmd[i + 1] for i, a in enumerate(cmd) if a == "--suite"] == ["packed_seq_params", "packing_algorithms"]
 
 
 def test_auto_bisect_links_commits_like_the_night_and_trend_links_each_night_to_its_kept_report(
@@ -464,7 +489,7 @@ def test_no_confirm_leaves_the_culprits_unchecked(
     go(common + ["--commit", c0])
     go(common + ["--commit", c2])
     (cmd,) = fake_bisect.commands
-    assert "--confirm" not in cmd and cmd[-2:] == ["--suite", "packing_algorithms"]
+    assert "--confirm" not in cmd and cmd[-4:] == ["--suite", "packing_algorithms", "--case", BROKEN]
 
 
 def test_auto_bisect_runs_in_the_nightlys_environment(
@@ -596,5 +621,5 @@ def test_summary_md_gives_the_night_and_what_changed(tmp_path: Path, fake_runner
     assert "First run in this history" in md.read_text()
     go(common + ["--commit", "c1"])
     text = md.read_text()
-    assert text.startswith("### harness run: ❌ needs a look")
+    assert text.startswith("### harness run: ❌ 1 defect(s) to act on")
     assert f"- newly failing: `{BROKEN}` (pass → fail)" in text

@@ -139,6 +139,13 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         "(to use as GOOD) instead of bisecting the case from there",
     )
     p.add_argument(
+        "--case",
+        action="append",
+        metavar="ID",
+        help="bisect only this case (SUITE::NAME, repeatable; its suite is run): what a nightly passes, one "
+        "case per defect",
+    )
+    p.add_argument(
         "--probe-all-cases",
         action="store_true",
         help="run the whole selection at every probed commit, not only the cases still open there "
@@ -213,6 +220,7 @@ def run(args: argparse.Namespace, out: TextIO = sys.stdout) -> int:
         mb_repo=args.mb_repo,
         mb_src=args.mb_src,
         probe_open_cases=not args.probe_all_cases,
+        cases=tuple(args.case) if args.case else None,
     )
     executor = _jobargs.executor_from_args(args, args.jobs, args.timeout)
     try:  # Ctrl-C or SIGTERM (or any error) cancels the jobs in flight

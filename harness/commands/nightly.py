@@ -186,7 +186,7 @@ def run(args: argparse.Namespace, out: TextIO = sys.stdout) -> int:
         gpucheck.check_result(result, gpu_suites)
 
     if args.auto_bisect:
-        plan = plan_bisect(tr, repo, out_dir / BISECT_DIR, bisect_env(args), confirm=args.confirm)
+        plan = plan_bisect(tr, repo, out_dir / BISECT_DIR, bisect_env(args), confirm=args.confirm, tonight=result)
         links = execute(plan, out_dir / BISECT_DIR, out)
         why = f"no bisect: {plan.reason}" if plan.command is None else "the bisection named no report for this case"
         render_trend_report(store, trend_page, bisect_links=links, bisect_note=why)

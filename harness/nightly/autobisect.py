@@ -9,6 +9,8 @@ environment (:class:`BisectEnv`), so a crash there cannot lose the night's resul
 
 from __future__ import annotations
 
+import dataclasses
+import math
 import os
 import shlex
 import subprocess
@@ -36,6 +38,8 @@ class BisectPlan:
     cases: list[dict[str, Any]]
     command: list[str] | None = None
     reason: str = ""
+    # defect id -> its regressed cases, the first the one the bisection probes (its quickest)
+    defects: dict[str, list[str]] = dataclasses.field(default_factory=dict)
 
 
 # what ``harness bisect`` counts as good (Verdict.bisect_view): every invariant held
@@ -86,6 +90,7 @@ def bisect_command(
     env: BisectEnv = BisectEnv(),
     untestable: bool = False,
     confirm: bool = True,
+    cases: list[str] | None = None,
 ) -> list[str]:
     """The ``harness bisect`` command line (through this interpreter, not an installed script),
     in the nightly's environment (``env``);
@@ -95,7 +100,20 @@ def bisect_command(
     cmd += env.flags()
     for suite in suites:
         cmd += ["--suite", suite]
+    for case in cases or ():
+        cmd += ["--case", case]
     return cmd + (["--bisect-untestable"] if untestable else []) + (["--confirm"] if confirm else [])
+
+
+def by_defect(
+    cases: list[dict[str, Any]], defect_of: dict[str, str], seconds: dict[str, float]
+) -> dict[str, list[str]]:
+    """The regressed cases grouped by tonight's defects (:mod:`harness.report.defects`; a case in
+    none is its own), each group led by its quickest case: the one its bisection probes."""
+    groups: dict[str, list[str]] = {}
+    for c in cases:
+        groups.setdefault(defect_of.get(c["case_id"], c["case_id"]), []).append(c["case_id"])
+    return {d: sorted(ids, key=lambda i: (seconds.get(i, math.inf), i)) for d, ids in groups.items()}
 
 
 def _clean_commit(commit: str) -> tuple[str, bool]:
@@ -109,8 +127,10 @@ def plan_bisect(
     out_dir: Path,
     env: BisectEnv = BisectEnv(),
     confirm: bool = True,
+    tonight: Any = None,
 ) -> BisectPlan:
-    """Decide whether the two latest nightlies give a range to bisect the regressions in."""
+    """Decide whether the two latest nightlies give a range to bisect the regressions in; with
+    ``tonight`` (the night's RunResult), one bisection target per defect: its quickest case."""
     cases = regressions(tr)
     if len(tr["runs"]) < 2:
         return BisectPlan(cases, reason="no previous nightly in the history")
@@ -140,12 +160,23 @@ def plan_bisect(
         )
     if not repo.is_ancestor(good, bad):
         return BisectPlan(cases, reason=f"the previous nightly's commit {good[:12]} is not an ancestor of {bad[:12]}")
-    suites = sorted({c["suite"] for c in cases})
     untestable = any(c["current"] == Verdict.UNTESTABLE.value for c in cases)
+    defects: dict[str, list[str]] = {}
+    probe: list[str] | None = None
+    if tonight is not None:
+        from harness.report.defects import defects as group_defects
+        from harness.report.defects import of_case
+
+        seconds = {c.case_id: c.duration_s for c in tonight.cases}
+        defects = by_defect(cases, of_case(group_defects(tonight)), seconds)
+        probe = [ids[0] for ids in defects.values()]
+    chosen = set(probe) if probe is not None else {c["case_id"] for c in cases}
+    suites = sorted({c["suite"] for c in cases if c["case_id"] in chosen})
     return BisectPlan(
         cases,
-        command=bisect_command(prev, this, repo.path, out_dir, suites, env, untestable, confirm),
+        command=bisect_command(prev, this, repo.path, out_dir, suites, env, untestable, confirm, probe),
         reason="this nightly's tree had local changes; bisecting its commit" if dirty else "",
+        defects=defects,
     )
 
 
@@ -156,6 +187,12 @@ def execute(plan: BisectPlan, out_dir: Path, out: TextIO) -> dict[str, str]:
         return {}
     if plan.reason:
         print(f"auto-bisect: note: {plan.reason}", file=out)
+    if plan.defects:
+        print(
+            f"auto-bisect: {len(plan.cases)} regression(s) of {len(plan.defects)} defect(s), one case bisected each: "
+            + "; ".join(f"{d}: {ids[0]} (+{len(ids) - 1})" for d, ids in plan.defects.items()),
+            file=out,
+        )
     print(f"auto-bisect: {len(plan.cases)} regression(s): {shlex.join(plan.command)}", file=out, flush=True)
     report = out_dir / "report.html"
     if report.exists():
