@@ -27,9 +27,11 @@ from __future__ import annotations
 
 import pytest
 
+from harness.adapters import kindrules
 from harness.adapters.config import TE_CUDA_GRAPHS as _TE_GRAPHS
 from harness.adapters.config import PackingConfigSpec as Spec
 from harness.adapters.config import in_batch_flag, refusal, validate_packing_config
+from harness.adapters.kindrules import kind_validation
 from harness.adapters.rules import Rule
 from harness.oracle.impact import Impact, fail
 
@@ -198,3 +200,31 @@ def test_pipeline_shapes_follow_in_batch_packing(golden, spec, expected):
         impact = Impact.CRASH if expected else Impact.PERF_CONTRACT  # static buffers of one shape vs varying rows
         raise fail(impact, f"variable_seq_lengths is {got} after finalisation, documented {expected}")
     golden.check({"variable_seq_lengths": got})
+
+
+# the CP finetuning rules, broken alone, with each SFT dataset config kind ConfigContainer.validate names
+KIND_RULES = [
+    (Rule.CP_FINETUNE_PER_TOKEN_LOSS, {"per_token_loss": False, "average_in_collective": False}),
+    (Rule.CP_FINETUNE_NO_AVERAGE_IN_COLLECTIVE, {"per_token_loss": True, "average_in_collective": True}),
+]
+
+
+@pytest.mark.parametrize("kind", kindrules.KINDS)
+def test_cp_finetuning_rules_hold_for_every_sft_dataset_kind(kind):
+    """CP > 1 finetuning needs the per-token loss and no averaging in the collective, whatever the
+    SFT dataset config (GPT SFT, direct HF, mock VLM, Energon): a rank of a CP group whose tokens are
+    all masked makes a per-rank mean NaN. Each rule is broken alone next to its valid neighbour and
+    must refuse it by its own check; a rule that holds for one kind and not another is a failure."""
+    kind_validation.resolved  # noqa: B018 - an era without the config API: untestable before anything is built
+    valid = kind_validation(kind, cp=2, per_token_loss=True, average_in_collective=False)
+    if not valid["accepted"]:
+        raise fail(Impact.REFUSES_VALID_CONFIG, f"{kind}: the valid CP 2 finetuning config was {refusal(valid)}")
+    for rule, knobs in KIND_RULES:
+        outcome = kind_validation(kind, cp=2, **knobs)
+        if outcome["accepted"]:
+            raise fail(Impact.ACCEPTS_INVALID_CONFIG, f"{kind}: {rule.value} does not hold: {knobs} was accepted")
+        if rule.value not in outcome["rules"] or not outcome["raised_at"]:
+            raise fail(
+                Impact.ACCEPTS_INVALID_CONFIG,
+                f"{kind}: {rule.value} does not hold: {knobs} was {refusal(outcome)}, not by {rule.value}",
+            )
