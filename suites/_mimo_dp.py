@@ -122,6 +122,29 @@ def check_world(
     return check(built, [r for r in ranks if isinstance(r, mimostep.ModuleRank)], mbs=mbs, gbs=gbs, steps=steps)
 
 
+def check_loss_totals(ranks: list[mimostep.ModuleRank]) -> None:
+    """On every rank of the language module's last stage, each micro-batch's loss totals are MB's
+    own sum of the per-token loss over the loss mask the model was handed, and that mask's tokens:
+    the loss is normalised by the tokens this rank trains (``wrong-loss-normalisation``)."""
+    for r in ranks:
+        if LANGUAGE not in r.modules:
+            continue
+        for b, (kwargs, totals) in enumerate(zip(r.inputs, r.totals, strict=False)):
+            mask = kwargs.get("loss_mask")
+            if totals is None or mask is None:
+                continue
+            per_token = mimostep.per_token_loss(tuple(kwargs["labels"].shape)).view(-1)
+            flat = mask.reshape(-1).float()
+            want = (float((per_token * flat).sum()), int(flat.sum()))
+            loss, tokens = totals
+            require(
+                tokens == want[1] and abs(loss - want[0]) <= 1e-4 * max(1.0, abs(want[0])),
+                Impact.WRONG_LOSS_NORMALISATION,
+                f"micro-batch {b} on language rank {r.dp_rank}: MB's loss function gives (loss {loss:g}, "
+                f"{tokens} tokens), the rank's {want[1]} trained tokens give (loss {want[0]:g}, {want[1]} tokens)",
+            )
+
+
 def check(
     built: mimo.MimoSamples, ranks: list[mimostep.ModuleRank], *, mbs: int, gbs: int, steps: int
 ) -> dict[str, Any]:
@@ -158,6 +181,7 @@ def check(
 
     texts = _views(ranks, LANGUAGE, per_batch, text_row)
     images = _views(ranks, ENCODER, per_batch, image_row)
+    check_loss_totals(ranks)
     for b, (t, v) in enumerate(zip(texts, images, strict=True)):
         require(len(t) == mbs, Impact.CRASH, f"micro-batch {b}: the language ranks hold {len(t)} rows, not {mbs}")
         require(len(v) == mbs, Impact.CRASH, f"micro-batch {b}: the encoder ranks hold {len(v)} rows, not {mbs}")

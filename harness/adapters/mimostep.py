@@ -25,6 +25,7 @@ Era: the MegatronMIMO rename (994b7f2e4, 2026-04-23), as :mod:`harness.adapters.
 
 from __future__ import annotations
 
+import dataclasses
 import types
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -48,6 +49,18 @@ class ModuleRank:
     dp_rank: int  # the rank's place in its module's data-parallel group (the grid's dp group)
     dp_size: int
     inputs: list[dict[str, Any]]  # the model's keyword arguments per micro-batch (tensors cloned)
+    # per micro-batch, what MB's loss function made of the model's per-token loss (loss sum, tokens
+    # counted) on the language module's last stage; None on a stage with no loss
+    totals: list[tuple[float, int] | None] = dataclasses.field(default_factory=list)
+
+
+def per_token_loss(shape: Any) -> torch.Tensor:
+    """The recording model's per-token loss: deterministic, non-zero and different per position, so
+    a loss function that sums the wrong positions or counts the wrong tokens shows in its totals."""
+    n = 1
+    for d in shape:
+        n *= int(d)
+    return (torch.arange(n, dtype=torch.float32) % 7 + 1).view(*shape)
 
 
 def _recording_model(mimo_cls: type, role: Any, grids: dict[str, Any], language: str) -> Any:
@@ -64,7 +77,7 @@ def _recording_model(mimo_cls: type, role: Any, grids: dict[str, Any], language:
             self.calls.append({k: snapshot(v) for k, v in kwargs.items()})
             labels = kwargs.get("labels")
             if role.has_language_module and role.is_last_stage(language) and labels is not None:
-                return torch.zeros(labels.shape)  # the per-token loss the step's loss function takes
+                return per_token_loss(labels.shape)  # what the step's loss function takes
             return {name: torch.zeros(1) for name in role.modules}
 
     return RecordingMimo()
@@ -98,13 +111,19 @@ def _probe() -> Callable[..., ModuleRank]:
         )
         role = role_cls.build([m for m in modules if m != language], load.grids)
         model = _recording_model(mimo_cls, role, load.grids, language)
+        totals: list[tuple[float, int] | None] = []
         with cpu_cuda_calls(pin=True):  # get_batch moves the batch with .cuda()
             for batch in load.micro_batches:
-                forward_step(minimal_state(), iter([batch]), model)
+                output, loss_fn = forward_step(minimal_state(), iter([batch]), model)
+                if loss_fn is None:
+                    totals.append(None)
+                    continue
+                loss, tokens, *_ = loss_fn(output)  # as the training loop's schedule calls it
+                totals.append((float(loss), int(tokens)))
         rank = dist.get_rank()
         mine = [g for g in load.grids.values() if g.rank_offset <= rank < g.rank_offset + g.size]
         dp = mine[0].get_pg(["dp"])
-        return ModuleRank(tuple(role.modules), dp.rank(), dp.size(), model.calls)
+        return ModuleRank(tuple(role.modules), dp.rank(), dp.size(), model.calls, totals)
 
     return call
 
