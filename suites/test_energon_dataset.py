@@ -128,3 +128,46 @@ def test_energon_sample_packing_needs_an_encoder_that_packs():
             raise
         return
     check_padded(case, build)
+
+
+def test_dp_cp_ranks_of_one_replica_read_the_same_samples():
+    """Energon under context parallelism, as MB's setup builds its loaders (the builder handed each
+    rank's process groups): in a DP 2 x CP 2 world the CP ranks of one data-parallel replica split
+    one sequence, so they must read the same samples, batch by batch; the two replicas read
+    different samples (else each sample trains twice a step). Checked on the rows' tokens."""
+    from harness.adapters.world import Layout, run_world
+
+    energon_batches.resolved  # noqa: B018 - an era without the builder: untestable before a world starts
+    from harness.adapters.energon import write_dataset
+
+    case = Case("dp2-cp2", 251, mbs=1, n=8, shards=2)
+    # indexed once, here: MB's preparation starts processes, which a forked rank may not
+    req = case.request(batches=2, data_parallel=True, prepared=write_dataset(case.samples, 2))
+
+    def on_rank(_rank: int) -> tuple[int, list[list[tuple[int, ...]]]]:
+        from megatron.core import parallel_state
+
+        build = energon_batches(req)
+        rows = [[tuple(int(t) for t in r.tolist()) for r in b["input_ids"]] for b in build.batches]
+        return parallel_state.get_data_parallel_rank(), rows
+
+    ranks = run_world(Layout(dp=2, cp=2), on_rank)
+    replicas: dict[int, list[list[list[tuple[int, ...]]]]] = {}
+    for dp_rank, rows in ranks:
+        replicas.setdefault(dp_rank, []).append(rows)
+    if sorted(replicas) != [0, 1] or any(len(v) != 2 for v in replicas.values()):
+        raise fail(Impact.CRASH, f"a DP 2 x CP 2 world has two replicas of two CP ranks: {sorted(replicas)}")
+    for dp_rank, cp_ranks in replicas.items():
+        if cp_ranks[0] != cp_ranks[1]:
+            raise fail(
+                Impact.WRONG_LOGITS,
+                f"data-parallel replica {dp_rank}: its two CP ranks read different samples, so each CP rank "
+                "computes its part of another sequence",
+            )
+    first = {row for batch in replicas[0][0] for row in batch}
+    second = {row for batch in replicas[1][0] for row in batch}
+    if first & second:
+        raise fail(
+            Impact.WRONG_LOSS_NORMALISATION,
+            f"the two data-parallel replicas read {len(first & second)} sample(s) alike: they train twice a step",
+        )

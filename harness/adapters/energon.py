@@ -82,6 +82,10 @@ class EnergonRequest:
     pixels: tuple[int | None, int | None] = (None, None)  # the task encoder's min_pixels, max_pixels
     knobs: dict[str, Any] = field(default_factory=dict)  # further EnergonDatasetConfig fields
     encoder: str = "hf"  # "hf": HFEnergonTaskEncoderConfig; "qwen-vl": QwenVLEnergonTaskEncoderConfig
+    # the rank's process groups handed to the builder as MB's setup hands them (pg_collection, from
+    # megatron-core's initialised groups): in a world, which samples this rank's loader reads
+    data_parallel: bool = False
+    prepared: Path | None = None  # a dataset root write_dataset already wrote and indexed (reused as is)
 
 
 @dataclass(frozen=True)
@@ -180,7 +184,7 @@ def _probe() -> Callable[[EnergonRequest], EnergonBuild]:
     load_module("megatron.bridge.data.energon.hf_task_encoder")  # the encoder MB builds (its knobs are spied)
 
     def call(req: EnergonRequest) -> EnergonBuild:
-        root = write_dataset(req.samples, req.shards)
+        root = req.prepared or write_dataset(req.samples, req.shards)
         if req.encoder not in encoders:
             raise NotHere(f"no {req.encoder} Energon task-encoder config in {MODULE}")
         pixels = {k: v for k, v in zip(("min_pixels", "max_pixels"), req.pixels) if v is not None}
@@ -196,7 +200,11 @@ def _probe() -> Callable[[EnergonRequest], EnergonBuild]:
             **req.knobs,
         )
         config.finalize()
-        context = context_cls(train_samples=len(req.samples), valid_samples=0, test_samples=0)
+        groups = {}
+        if req.data_parallel:
+            collection = symbol("megatron.core.process_groups_config", "ProcessGroupCollection")
+            groups = {"pg_collection": collection.use_mpu_process_groups()}
+        context = context_cls(train_samples=len(req.samples), valid_samples=0, test_samples=0, **groups)
         skipped: list[Skipped] = []
         with _recording_skips(skipped):
             train, _valid, _test = builder_cls(config).build(context)
