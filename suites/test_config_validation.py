@@ -159,14 +159,19 @@ def test_packing_rule(golden, spec, rule, neighbour):
             Impact.REFUSES_VALID_CONFIG,
             f"the valid neighbour {neighbour} (only {rule.value} differs) was {refusal(near)}",
         )
+    _refused_by(rule, outcome, "the config")
+    golden.check({"accepted": False, "error_class": outcome["error_class"], "rule": rule.value})
+
+
+def _refused_by(rule: Rule, outcome: dict, what: str) -> None:
+    """``outcome`` must be ``what`` refused by ``rule``'s own check (its message and MB's raising statement)."""
     if outcome["accepted"]:
-        raise fail(Impact.ACCEPTS_INVALID_CONFIG, f"{rule.value} does not hold: the config was accepted")
+        raise fail(Impact.ACCEPTS_INVALID_CONFIG, f"{rule.value} does not hold: {what} was accepted")
     if rule.value not in outcome["rules"] or not outcome["raised_at"]:
         raise fail(
             Impact.ACCEPTS_INVALID_CONFIG,
-            f"{rule.value} does not hold: the config was {refusal(outcome)}, not by {rule.value}",
+            f"{rule.value} does not hold: {what} was {refusal(outcome)}, not by {rule.value}",
         )
-    golden.check({"accepted": False, "error_class": outcome["error_class"], "rule": rule.value})
 
 
 # (case id, spec, variable_seq_lengths the model must have after finalisation)
@@ -220,11 +225,4 @@ def test_cp_finetuning_rules_hold_for_every_sft_dataset_kind(kind):
     if not valid["accepted"]:
         raise fail(Impact.REFUSES_VALID_CONFIG, f"{kind}: the valid CP 2 finetuning config was {refusal(valid)}")
     for rule, knobs in KIND_RULES:
-        outcome = kind_validation(kind, cp=2, **knobs)
-        if outcome["accepted"]:
-            raise fail(Impact.ACCEPTS_INVALID_CONFIG, f"{kind}: {rule.value} does not hold: {knobs} was accepted")
-        if rule.value not in outcome["rules"] or not outcome["raised_at"]:
-            raise fail(
-                Impact.ACCEPTS_INVALID_CONFIG,
-                f"{kind}: {rule.value} does not hold: {knobs} was {refusal(outcome)}, not by {rule.value}",
-            )
+        _refused_by(rule, kind_validation(kind, cp=2, **knobs), f"{kind} with {knobs}")
