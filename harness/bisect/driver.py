@@ -63,7 +63,6 @@ from harness.bisect.document import (
 from harness.bisect.evaluator import Evaluator, MBEvaluator
 from harness.bisect.leveldriver import LevelDriver
 from harness.bisect.options import BisectOptions, check_options
-from harness.bisect.targets import targets as bisect_targets
 from harness.errors import UsageError
 from harness.executors.local import Executor, LocalExecutor
 from harness.repository.gitrepo import open_repo
@@ -280,11 +279,6 @@ def _bisect(driver: LevelDriver, ws: WorkspaceCache, good: str, bad: str, t0: fl
     )
     driver.progress.update(status=left)
     driver.run(driver.picker(bisection))
-    targets = bisect_targets(bisection)
-    driver.say(
-        f"{len(cases)} case(s) bisected as {len(targets)} target(s) (cases whose verdicts agreed at every probe "
-        f"shared every probe): {bisection.evaluations} evaluation(s) in all"
-    )
     if opts.confirm:
         blamed: dict[str, list[str]] = {}
         for outcome in bisection.outcomes().values():
