@@ -351,3 +351,20 @@ def test_a_known_bug_follows_its_code_past_its_versions(tmp_path):
     gone = _copy_run(tmp_path, "version_070_fixed", [VERSION_070, *fix["edits"]], "offline_packed_dataset", keyword)
     case = gone["offline_packed_dataset::test_packed_equals_unpacked[prompt-mult1]"]
     assert case.verdict is Verdict.FIXED and "code is gone" in case.message, (case.verdict, case.message[:400])
+
+
+def test_only_a_module_its_makefile_builds_is_a_build_artifact(tmp_path, monkeypatch):
+    """``pkg.ext_cpp`` (the Makefile's LIBNAME) missing is the environment's; ``pkg.ext`` (a prefix
+    of the Makefile's ``ext.cpp`` source, a Python module that should exist) missing is not."""
+    import types
+
+    from harness.adapters.failures import _unbuilt_artifact
+    from harness.errors import EnvironmentProblem
+
+    (tmp_path / "Makefile").write_text("LIBNAME = ext_cpp\nSRC = ext.cpp\n", encoding="utf-8")
+    package = types.ModuleType("harnesstestpkg")
+    package.__path__ = [str(tmp_path)]
+    monkeypatch.setitem(sys.modules, "harnesstestpkg", package)
+    built = _unbuilt_artifact(ModuleNotFoundError("no ext_cpp", name="harnesstestpkg.ext_cpp"))
+    assert isinstance(built, EnvironmentProblem) and "build artifact" in str(built)
+    assert _unbuilt_artifact(ModuleNotFoundError("no ext", name="harnesstestpkg.ext")) is None

@@ -33,6 +33,7 @@ decided by location (:mod:`harness.suiterun.ownership`), so it includes the pinn
 from __future__ import annotations
 
 import enum
+import re
 import sys
 from pathlib import Path
 
@@ -98,8 +99,8 @@ def _unbuilt_artifact(exc: BaseException) -> EnvironmentProblem | None:
             parent, _, leaf = name.rpartition(".")
             for place in getattr(sys.modules.get(parent), "__path__", None) or []:
                 makefile = Path(place) / "Makefile"
-                try:
-                    builds = leaf in makefile.read_text(encoding="utf-8", errors="replace")
+                try:  # the module's own name as a word, not a prefix of a source file (helpers.cpp)
+                    builds = re.search(rf"(?<![\w.]){re.escape(leaf)}(?![\w.])", makefile.read_text(errors="replace"))
                 except OSError:
                     continue
                 if builds:
