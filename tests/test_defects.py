@@ -168,3 +168,21 @@ def test_fixtures_record_holds_back_a_change_in_what_trains(tmp_path: Path):
         7.0,
         23.0,
     ]
+
+
+def test_a_change_that_trains_more_tokens_is_named_with_the_open_padding_defect():
+    (found,) = defects.defects(_run("night", ONE_FAULT))
+    assert defects.matching(["trains 11 more token(s)"], [found]) == [found.id]
+    assert defects.matching(["trains 2 fewer token(s)"], [found]) == []  # the other direction
+    assert defects.matching([], [found]) == []
+    out = io.StringIO()
+    changed = CaseResult(
+        "parallel_layouts::test_cp[x]",
+        "parallel_layouts",
+        Verdict.CHANGED,
+        message="changed: golden mismatch",
+        diff_data={"mismatches": [{"path": "$.trained", "expected_row": [7.0], "obtained_row": [16.0]}]},
+    )
+    print_run_summary(_run("night", [*ONE_FAULT, changed]), out)
+    assert f"trains 9 more token(s), the way of open defect {found.id}" in out.getvalue()
+    assert "not offered for accept" in out.getvalue()

@@ -91,6 +91,19 @@ def defects(result: RunResult, base: RunResult | None = None, known_path: Path |
     return sorted(found.values(), key=lambda d: (order[d.kind], -len(d.cases), d.id))
 
 
+def matching(means: Sequence[str], found: Iterable[Defect]) -> list[str]:
+    """The open defects a golden change's training consequence (:mod:`harness.golden.training`)
+    goes the way of: more trained tokens with a defect that trains padding or masked tokens,
+    fewer with one that drops trained tokens. A change that matches one is that defect showing
+    where no invariant could see it, not a change to accept."""
+    more = any("more token" in m for m in means)
+    fewer = any("fewer token" in m for m in means)
+    wanted = ({"trains-padding", "trains-masked-token"} if more else set()) | (
+        {"drops-trained-token"} if fewer else set()
+    )
+    return [d.id for d in found if d.kind == "fail" and wanted & set(d.impacts)]
+
+
 def of_case(found: Iterable[Defect]) -> dict[str, str]:
     """case id -> defect id."""
     return {c: d.id for d in found for c in d.cases}

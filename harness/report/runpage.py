@@ -121,6 +121,8 @@ def run_context(run: RunResult, base: RunResult | None = None) -> dict[str, Any]
         if c.verdict == Verdict.CHANGED
     ]
     found = defect_groups.defects(run, base)
+    for c in changed:
+        c["training"] += [f"the way of open defect {d}" for d in defect_groups.matching(c["training"], found)]
     by_id = {c.case_id: c for c in run.cases}
     defect_rows = [
         {

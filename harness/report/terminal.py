@@ -109,6 +109,8 @@ def print_run_summary(result: RunResult, out: TextIO) -> None:
         if c.verdict is Verdict.CHANGED:
             means = training_terms.from_mismatches(c.diff_data)
             why = f"every invariant holds, but it {'; '.join(means)}" if means else "every invariant holds"
+            if like := defect_groups.matching(means, found):
+                why += f", the way of open defect {', '.join(like)}"
             print(
                 f"\nCHANGED {c.case_id} ({why}; the output differs from its golden)\n  "
                 + _capped(c.message.removeprefix("changed: ")),
