@@ -25,8 +25,10 @@ import functools
 import linecache
 import re
 import traceback
+from pathlib import Path
 from types import TracebackType
 
+from harness.adapters.rules import raising_check
 from harness.suiterun.ownership import Owner, megatron_roots, owner_of
 
 PREFIX = "MB refused up front"  # the verdict message of a refusal (outcome.classify)
@@ -41,7 +43,7 @@ def up_front_check(exc: BaseException, roots: tuple[str, ...] | None = None) -> 
         return None
     last = frames[-1]
     lineno = last.lineno or 0
-    if not _explicit(last.filename, lineno):
+    if raising_check(exc, tuple(Path(r) for r in roots)) is None:  # torch or Python failing, not MB's check
         return None
     if not (_GATE.match(last.name) or _before_first_yield(exc.__traceback__, last.filename, lineno)):
         return None
@@ -63,17 +65,6 @@ def said(error_class: str, message: str, check: str) -> str:
 def is_refusal(message: str) -> bool:
     """Is this verdict message MB's up-front refusal (raised as is, or as a suite's finding)?"""
     return message.removeprefix("assertion failed: ").startswith(PREFIX)
-
-
-def _explicit(filename: str, lineno: int) -> bool:
-    """The statement at ``lineno`` (or the few lines above, for a multi-line one) is a raise/assert."""
-    for back in range(0, 6):
-        text = linecache.getline(filename, lineno - back).strip()
-        if text.startswith(("raise", "assert")):
-            return True
-        if back and (not text or text.endswith(":")):
-            return False
-    return False
 
 
 def _before_first_yield(tb: TracebackType | None, filename: str, lineno: int) -> bool:
