@@ -186,3 +186,44 @@ def test_a_change_that_trains_more_tokens_is_named_with_the_open_padding_defect(
     print_run_summary(_run("night", [*ONE_FAULT, changed]), out)
     assert f"trains 9 more token(s), the way of open defect {found.id}" in out.getvalue()
     assert "not offered for accept" in out.getvalue()
+
+
+def _bisect_record(path: Path, found: dict[str, str]) -> Path:
+    """A bisect.json whose cases were each blamed on the commit ``found`` names (``c`` + parent ``p``)."""
+    from harness.bisect.caserecords import CaseDoc, CaseStatus, Culprit
+    from harness.bisect.document import BisectDoc, RangeDoc
+
+    cases = [
+        CaseDoc(cid, CaseStatus.FOUND, Culprit(sha, f"subject of {sha}"), last_good="p" + sha[1:])
+        for cid, sha in found.items()
+    ]
+    path.mkdir(parents=True, exist_ok=True)
+    doc = BisectDoc(RangeDoc("g" * 40, "b" * 40), cases=cases)
+    (path / "bisect.json").write_text(json.dumps(doc.to_json()))
+    return path / "bisect.json"
+
+
+def test_the_culprit_refines_a_defect_its_other_cases_checked_there(tmp_path: Path) -> None:
+    """One defect's lead case is blamed on commit C; of its two other cases, the one that flips at
+    C (fails there, passes at its parent) stays in the defect, the one that does not is split off."""
+    from harness.nightly import refine
+
+    culprit = "c" * 40
+    record = _bisect_record(tmp_path / "main", {"s::lead": culprit})
+    calls: list[tuple[str, str, list[str]]] = []
+
+    def check(parent: str, bad: str, cases: list[str], where: Path):
+        calls.append((parent, bad, cases))
+        _bisect_record(where, {"s::twin": bad})  # only the twin flips at the culprit
+        return None
+
+    out = io.StringIO()
+    got = refine.refine({"D-1": ["s::lead", "s::twin", "s::other"]}, record, check, tmp_path, out)
+    assert calls == [("p" + culprit[1:], culprit, ["s::twin", "s::other"])], "checked at the culprit and its parent"
+    (row,) = got.defects
+    assert row.culprit == culprit and row.same == ["s::lead", "s::twin"] and row.split == ["s::other"]
+    assert "1 split off" in out.getvalue()
+    assert refine.DefectCulprits.read(tmp_path / refine.FILENAME) == got, "written as a typed record"
+    # a lead without a single culprit names no culprit and checks nothing
+    got = refine.refine({"D-2": ["s::x", "s::y"]}, record, check, tmp_path, io.StringIO())
+    assert got.defects[0].culprit == "" and len(calls) == 1

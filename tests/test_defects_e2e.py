@@ -62,7 +62,12 @@ def test_one_injected_fault_is_one_defect_and_one_bisection(tmp_path: Path) -> N
     # the bisection probed one case and named the injecting commit
     doc = json.loads((tmp_path / "night" / "bisect" / "bisect.json").read_text())
     found = {c["case_id"]: (c.get("culprit") or {}).get("sha") for c in doc["cases"]}
-    assert len(found) == 1 and set(found.values()) == {mb.shas[mb.culprit[faults.ALIGNMENT_PAD_LOSS_MASK_ONE.name]]}
+    culprit = mb.shas[mb.culprit[faults.ALIGNMENT_PAD_LOSS_MASK_ONE.name]]
+    assert len(found) == 1 and set(found.values()) == {culprit}
+    # the defect's other cases, checked at that culprit and its parent, flip there: one defect still
+    (row,) = json.loads((tmp_path / "night" / "bisect" / "defects.json").read_text())["defects"]
+    assert row["culprit"] == culprit and len(row["same"]) > 2 and row["split"] == [], row
+    assert f"-> {culprit[:12]}" in out and 'id="defect-culprits"' in (tmp_path / "night" / "trend.html").read_text()
     # compare: the two nights' runs, one new defect
     runs = sorted((tmp_path / "night" / "runs").glob("*/results.json"))
     assert len(runs) == 2

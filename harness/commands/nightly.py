@@ -51,6 +51,7 @@ from typing import TYPE_CHECKING, Any, TextIO
 from harness import gpucheck, paths
 from harness.commands import _args, _jobargs
 from harness.errors import UsageError
+from harness.nightly import refine
 from harness.nightly.autobisect import BISECT_DIR, BisectEnv, execute, plan_bisect
 from harness.records import provenance
 from harness.records.results import RunResult
@@ -189,7 +190,9 @@ def run(args: argparse.Namespace, out: TextIO = sys.stdout) -> int:
         plan = plan_bisect(tr, repo, out_dir / BISECT_DIR, bisect_env(args), confirm=args.confirm, tonight=result)
         links = execute(plan, out_dir / BISECT_DIR, out)
         why = f"no bisect: {plan.reason}" if plan.command is None else "the bisection named no report for this case"
-        render_trend_report(store, trend_page, bisect_links=links, bisect_note=why)
+        found = out_dir / BISECT_DIR / refine.FILENAME
+        rows = [vars(d) for d in refine.DefectCulprits.read(found).defects] if links and found.exists() else None
+        render_trend_report(store, trend_page, bisect_links=links, bisect_note=why, defect_culprits=rows)
 
     print(
         f"\ntrend:   {trend_page}\nreport:  {report}\njunit:   {junit}\nresults: {run_dir / 'results.json'}", file=out

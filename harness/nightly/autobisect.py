@@ -40,6 +40,8 @@ class BisectPlan:
     reason: str = ""
     # defect id -> its regressed cases, the first the one the bisection probes (its quickest)
     defects: dict[str, list[str]] = dataclasses.field(default_factory=dict)
+    repo: Path | None = None  # where the bisection runs, for the checks at each culprit
+    env: BisectEnv | None = None
 
 
 # what ``harness bisect`` counts as good (Verdict.bisect_view): every invariant held
@@ -177,6 +179,8 @@ def plan_bisect(
         command=bisect_command(prev, this, repo.path, out_dir, suites, env, untestable, confirm, probe),
         reason="this nightly's tree had local changes; bisecting its commit" if dirty else "",
         defects=defects,
+        repo=repo.path,
+        env=env,
     )
 
 
@@ -210,4 +214,22 @@ def execute(plan: BisectPlan, out_dir: Path, out: TextIO) -> dict[str, str]:
     )
     if not report.exists():
         return {}
+    if any(len(ids) > 1 for ids in plan.defects.values()):
+        check_at_culprits(plan, out_dir, out)
     return {c["case_id"]: BISECT_LINK for c in plan.cases}
+
+
+def check_at_culprits(plan: BisectPlan, out_dir: Path, out: TextIO) -> None:
+    """Each defect's other cases at its lead's culprit (:mod:`harness.nightly.refine`)."""
+    from harness.bisect.scope import suite_of
+    from harness.nightly.refine import refine
+
+    repo, env = plan.repo, plan.env or BisectEnv()
+    assert repo is not None
+
+    def check(parent: str, culprit: str, cases: list[str], where: Path) -> subprocess.CompletedProcess[str]:
+        suites = sorted({suite_of(c) for c in cases})
+        cmd = bisect_command(parent, culprit, repo, where, suites, env, confirm=False, cases=cases)
+        return subprocess.run(cmd + ["-q"], stdin=subprocess.DEVNULL, capture_output=True, text=True, check=False)
+
+    refine(plan.defects, out_dir / "bisect.json", check, out_dir, out)

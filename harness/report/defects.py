@@ -15,9 +15,11 @@ same impact and kind of violation made by the same MB code:
 * a harness or environment error: by its message with numbers and paths taken out.
 
 The id (``D-`` and 8 hex digits) is a hash of that key, so the same defect keeps its id from one
-night to the next and a new one is told by an id the base run does not have. What is not done:
-naming the MB function that produced a violating field (an invariant defect names its invariants,
-not a line of MB), and refining groups by a bisection's culprits.
+night to the next and a new one is told by an id the base run does not have. After the nightly's
+bisection, the culprit refines the grouping (:mod:`harness.nightly.refine`: a defect's other cases
+checked at its lead's culprit, those that do not flip there split off). What is not done: naming
+the MB function that produced a violating field (an invariant defect names its invariants, not a
+line of MB).
 """
 
 from __future__ import annotations

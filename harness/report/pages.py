@@ -9,6 +9,7 @@ template reads out, rendered by :func:`~harness.report.formatting.render_templat
 from __future__ import annotations
 
 import math
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
@@ -219,6 +220,7 @@ def _level_context(bisect: BisectDoc, prefix: str = "") -> dict[str, Any]:
             for c in costs
         ],
         "cases": list(views.values()),
+        "case_counts": sorted(Counter(c.status.value for c in bisect.cases).items(), key=lambda kv: -kv[1]),
         "culprit_groups": [
             {
                 "culprit": g.culprit,
@@ -226,6 +228,7 @@ def _level_context(bisect: BisectDoc, prefix: str = "") -> dict[str, Any]:
                 "anchor": prefix + anchor("culprit-" + g.culprit.sha),
                 "cases": [views[id(c)] for c in g.cases],
                 "sources": g.sources,
+                "suites": sorted({c.case_id.split("::")[0] for c in g.cases}),
                 "blamed_by": g.blamed_by,
                 "confirmation": _confirmation_view(bisect.confirmation(g.culprit.sha)),
                 "answer": answer(bisect, g),

@@ -152,11 +152,16 @@ def _from_page(link: str, store: Path, page: Path) -> str:
 
 
 def render_trend_report(
-    store: Path, out_path: Path, bisect_links: dict[str, str] | None = None, bisect_note: str = ""
+    store: Path,
+    out_path: Path,
+    bisect_links: dict[str, str] | None = None,
+    bisect_note: str = "",
+    defect_culprits: list[dict[str, Any]] | None = None,
 ) -> Path:
     """Write the trend page of the history in ``store``; ``bisect_links`` maps a case id to
     the (relative) address of the bisect report that hunted it, shown next to the case;
-    ``bisect_note`` says why a newly failing case has none (auto-bisect off, or its plan's reason)."""
+    ``bisect_note`` says why a newly failing case has none (auto-bisect off, or its plan's reason);
+    ``defect_culprits`` (``defects.json``'s rows) lead the page: defect -> bisection -> culprit."""
     tr = history.trend(history.load(Path(store)))
     reports = _checked_links({r["run_id"]: r.get("report", "") for r in tr["runs"] if r.get("report")})
     reports = {k: _from_page(v, Path(store), Path(out_path)) for k, v in reports.items()}
@@ -172,5 +177,7 @@ def render_trend_report(
         "links": _checked_links(bisect_links),
         "bisect_note": bisect_note or "no automatic bisection this night (nightly --auto-bisect)",
         "store_name": Path(store).name,
+        "defect_culprits": defect_culprits or [],
+        "bisect_page": next(iter(_checked_links(bisect_links).values()), ""),
     }
     return render_template("trend.html.j2", context, Path(out_path))
