@@ -231,6 +231,18 @@ def built(case: SFTCase, constructor: bool = False) -> Built:
     return Built(case, result, examples, rows, batches, compare(case, examples, rows, ids), ids)
 
 
+def cut_at(example: differential.Example, n: int) -> differential.Example:
+    """``example``'s first ``n`` runtime positions: what a packed segment keeps under a cap of ``n``."""
+    return replace(
+        example,
+        tokens=example.tokens[:n],
+        labels=example.labels[:n],
+        loss_mask=example.loss_mask[:n],
+        position_ids=example.position_ids[:n],
+        length=min(example.length, n),
+    )
+
+
 def unpacked_case(case: SFTCase) -> SFTCase:
     return replace(case, id=case.id + "-unpacked")
 

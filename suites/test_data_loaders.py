@@ -24,7 +24,7 @@ import pytest
 from harness.adapters import batch as batch_ops
 from harness.adapters import sampler
 from harness.oracle.impact import Impact, require
-from suites import _dataparallel, _oracle
+from suites import _dataparallel, _mapping, _oracle
 from suites._explain import multiset_difference
 
 pytestmark = pytest.mark.import_group("light")
@@ -264,25 +264,4 @@ def test_mapped_epochs_hold_every_row_once():
     rows = len(_oracle.built(_oracle.CleanCase("mapped-epochs", seed=95, mult=2, n=12)).build.train)
     mapped = _oracle.CleanCase("mapped-epochs", seed=95, mult=2, n=12, max_samples=3 * rows - 1)
     b = _oracle.built(mapped)
-    ds = b.build.train
-    require(len(ds) == 3 * rows - 1, Impact.CRASH, f"the mapping has {len(ds)} rows, asked {3 * rows - 1}")
-    keys = [tuple(int(t) for t in ds[i]["input_ids"]) for i in range(len(ds))]  # what the collate gets
-    packs = sorted(set(keys))
-    per_epoch = len(packs)
-    require(
-        per_epoch <= len(keys) // 2,
-        Impact.WRONG_LOSS_NORMALISATION,
-        f"{len(keys)} mapped rows over {per_epoch} distinct packed rows: the mapping does not repeat the dataset",
-    )
-    for e, start in enumerate(range(0, len(keys), per_epoch)):
-        block = keys[start : start + per_epoch]
-        complete = len(block) == per_epoch
-        require(
-            len(set(block)) == len(block) and (sorted(block) == packs if complete else set(block) <= set(packs)),
-            Impact.WRONG_LOSS_NORMALISATION,
-            f"mapped epoch {e} ({len(block)} rows{'' if complete else ', partial'}) holds each packed row at most "
-            f"once{' and every one of them' if complete else ''}: {len(block) - len(set(block))} repeated, "
-            f"{len(set(packs) - set(block))} missing",
-        )
-    pads = _dataparallel.rows_of(ds, [-1, -2])
-    _oracle.compare(mapped, [], pads, b.special_ids, expect_all_packed=False).assert_ok()
+    _mapping.check_mapped_epochs(b.build.train, 3 * rows - 1, mapped, b.special_ids)

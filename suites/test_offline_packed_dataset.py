@@ -364,3 +364,38 @@ def test_a_reprepared_root_never_trains_packs_made_for_other_knobs(tmp_path, kno
     sft.build_sft(_oracle.request(first, root))
     again = sft.build_sft(_oracle.request(second, root))
     _held(second, again.train, f"prepared again with {knob}")
+
+
+# The length caps: a pack size that is not a multiple of pad_seq_to_mult (2 * CP for THD context
+# parallelism) with many overlong prompts. MB's packing preparation caps a runtime segment at the
+# largest multiple of pad_seq_to_mult that fits the pack (64 of 66 with 4, 56 of 62 with 8) and
+# keeps the first tokens of an example past it; the seeds give examples at, just below and past
+# the cap.
+CAP_CASES = [
+    _oracle.CleanCase("cap-66-mult4", seed=401, mult=4, seq=66, long_rate=0.5, n=16),
+    _oracle.CleanCase("cap-62-mult8", seed=401, mult=8, seq=62, long_rate=0.5, n=16),
+    _oracle.CleanCase("cap-62-mult8-left", seed=403, mult=8, seq=62, long_rate=0.5, n=16, truncation_method="left"),
+    _oracle.CleanCase("cap-66-mult4-chat", seed=405, kind="chat", mult=4, seq=66, long_rate=0.5, n=16),
+]
+
+
+@pytest.mark.parametrize("case", CAP_CASES, ids=[c.id for c in CAP_CASES])
+def test_length_caps_keep_the_multiple_and_cut_only_past_the_cap(golden, case):
+    """Every packed segment keeps the multiple and fits the pack, and the packed rows equal MB's own
+    unpacked examples cut at the documented cap, per real token: an example up to the cap trains
+    whole, one past it trains its first ``cap`` tokens, nothing past the cap trains and padding
+    never does. The golden pins how many examples and trained tokens the cap cuts, so a change in
+    what the cap cuts is a change in what trains."""
+    b = _oracle.built(case)
+    cap = case.seq // case.mult * case.mult
+    capped = [_oracle.cut_at(ex, cap) for ex in b.examples]
+    report = _oracle.compare(case, capped, b.rows, b.special_ids)
+    if not report.ok:
+        from harness.oracle.records import InvariantFailure
+
+        raise InvariantFailure(f"held to MB's unpacked examples cut at {cap}: {report.summary()}", report.violations)
+    cut = [(ex.key, len(ex.tokens)) for ex in b.examples if len(ex.tokens) > cap]
+    if not cut or len(cut) == len(b.examples):  # the input's fault: the case would test nothing
+        raise RuntimeError(f"{case.id}: {len(cut)} of {len(b.examples)} examples past the cap {cap}")
+    lost = sum(sum(ex.loss_mask) - sum(c.loss_mask) for ex, c in zip(b.examples, capped))
+    golden.check({"cap": cap, "cut": len(cut), "trained_tokens_cut": lost, "rows": _oracle.canonical_rows(b.rows)})

@@ -25,7 +25,7 @@ from harness.adapters import packed_artifact, rules, sft
 from harness.eras import features
 from harness.oracle import corpus
 from harness.oracle.impact import Impact, fail
-from suites import _oracle, _shards
+from suites import _mapping, _oracle, _shards
 from suites._explain import first_difference
 
 pytestmark = pytest.mark.import_group("light")
@@ -142,16 +142,20 @@ def test_packed_shards_the_user_names(golden, tmp_path, named):
 _FIELD_IMPACT = {"tokens": Impact.WRONG_TARGETS, "labels": Impact.WRONG_TARGETS, "position_ids": Impact.WRONG_LOGITS}
 
 
-def _user_loader(case: _oracle.SFTCase, layout: str, tmp_path: Path, return_cu_seqlen: bool | None) -> Any:
+def _user_loader(case: _oracle.SFTCase, layout: str, tmp_path: Path, return_cu_seqlen: bool | None, **more: Any) -> Any:
     """MB's packed dataset class over MB's packed training file of ``case``, as a user's own loader
-    constructs it: the Parquet file MB wrote, or the same rows as a legacy ``.npy`` file."""
+    constructs it: the Parquet file MB wrote, the same rows as Parquet shards (``shards``: their
+    directory) or as a legacy ``.npy`` file."""
     _first, named = _prepacked(case)
-    opener = packed_artifact.packed_parquet_dataset if layout == "parquet" else packed_artifact.packed_dataset
+    opener = packed_artifact.packed_dataset if layout == "npy" else packed_artifact.packed_parquet_dataset
     path = named.train
     if layout == "npy" and path.suffix != ".npy":
         path = packed_artifact.write_rows_npy(packed_artifact.read_rows(path), tmp_path / "training.npy")
-    elif layout == "parquet" and path.suffix == ".npy":
+    elif layout != "npy" and path.suffix == ".npy":
         raise features.missing("packed-parquet", "MB packed into one .npy file")
+    elif layout == "shards":
+        rows = packed_artifact.read_rows(path)
+        path = packed_artifact.write_shards(rows, tmp_path / "shards", SHARD_SIZES, row_group_size=2)[0].parent
     return opener(
         path,
         max_seq_length=case.seq,
@@ -161,7 +165,21 @@ def _user_loader(case: _oracle.SFTCase, layout: str, tmp_path: Path, return_cu_s
         tokenizer=_oracle.load_tokenizer(case.distinct_eod),
         pad_seq_to_mult=case.mult,
         return_cu_seqlen=return_cu_seqlen,
+        **more,
     )
+
+
+@pytest.mark.parametrize("layout", ["npy", "parquet", "shards"])
+def test_mapped_epochs_of_every_packed_format(golden, tmp_path, layout):
+    """``max_train_samples`` beyond the packed rows (MB's samples mapping) in each packed format a
+    user's loader reads, the legacy ``.npy`` file, the Parquet file and Parquet shards: every
+    complete epoch of the mapping trains every packed row once, the partial last one distinct rows,
+    and a padding index through the mapping trains nothing (suites/_mapping.py)."""
+    case = PREPACKED[-1]
+    rows = len(packed_artifact.read_rows(_prepacked(case)[1].train))
+    asked = 3 * rows - 1
+    ds = _user_loader(case, layout, tmp_path, None, max_num_samples=asked)
+    golden.check(_mapping.check_mapped_epochs(ds, asked, case, _oracle.special_ids(case)))
 
 
 def _trained_difference(want: list[Any], got: list[Any], what: str) -> None:

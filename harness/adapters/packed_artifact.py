@@ -61,8 +61,11 @@ def _probe(module: str, name: str = "GPTSFTPackedDataset") -> Callable[[], Calla
             tokenizer: Any = None,
             pad_seq_to_mult: int | None = None,  # None: MB's default (and an era without the keyword)
             return_cu_seqlen: bool | None = None,  # None: MB's default, boundaries in every batch
+            max_num_samples: int | None = None,  # None: no samples mapping (max_train_samples)
         ) -> Any:
             extra: dict[str, Any] = {}
+            if max_num_samples is not None:
+                extra["max_num_samples"] = max_num_samples
             if pad_seq_to_mult is not None and takes_mult:
                 extra["pad_seq_to_mult"] = pad_seq_to_mult
             if return_cu_seqlen is not None:
