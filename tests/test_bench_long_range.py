@@ -40,3 +40,24 @@ def test_sparse_clone_materialises_src_and_tests_only(tmp_path):
     assert not (clone / "docs").exists()
     status = subprocess.run(["git", "-C", str(repo), "status", "--porcelain"], capture_output=True, text=True)
     assert status.stdout == "", "the source repository is only read"
+
+
+def test_real_bisect_information_limit_counts_one_search_per_target():
+    """bench_real_bisect's limit: the two endpoints, then ceil(log2) of each target's range, a target
+    being the found cases with one culprit and one start (GOOD, or a late start's commit)."""
+    spec = importlib.util.spec_from_file_location("bench_real_bisect", ROOT / "bench" / "bench_real_bisect.py")
+    assert spec and spec.loader
+    brb = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(brb)
+    commits = [{"sha": f"{i:040d}"} for i in range(1024)]
+
+    def found(case: str, at: int) -> dict:
+        return {"case_id": case, "status": "found", "culprit": {"sha": commits[at]["sha"]}}
+
+    doc = {
+        "commits": commits,
+        "cases": [found("a", 10), found("b", 10), found("c", 700), found("d", 900), {"case_id": "e"}],
+        "late_starts": [{"case_id": "d", "runs_from": commits[767]["sha"]}],  # 256 commits after it
+    }
+    # targets: (10, GOOD), (700, GOOD), (900, from 767): 10 + 10 + 8 bits, plus the two endpoints
+    assert brb.information_limit(doc) == (3, 2 + 10 + 10 + 8)
