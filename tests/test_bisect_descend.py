@@ -278,10 +278,11 @@ def test_report_shows_both_levels(tmp_path: Path) -> None:
         (["--no-descend"], "--no-descend only applies with --megatron-lm"),
         (["--mb-at", "HEAD"], "--mb-at needs --mb-repo"),
         (["--mb-repo", "."], "give --mb-at too"),
-        (["--mb-at", "HEAD", "--mb-repo", ".", "--mb-src", "."], "not both"),
+        (["--mb-at", "HEAD", "--mb-repo", ".", "--mb-held-src", "."], "not both"),
         (["--mb-at", "HEAD", "--mb-repo", ".", "--megatron-lm", "."], "--megatron-lm is for bisecting"),
         (["--mb-at", "HEAD", "--mb-repo", ".", "--confirm"], "--confirm reverts Megatron-Bridge culprits"),
         (["--mlm-ancestry-path"], "--mlm-ancestry-path walks Megatron-LM's history"),
+        (["--mb-src", "."], "holds Megatron-Bridge fixed with --mb-held-src PATH"),  # one name, one meaning
     ],
 )
 def test_cli_refuses_what_cannot_work_in_one_line(tmp_path: Path, capsys, args: list[str], words: str) -> None:
@@ -317,7 +318,7 @@ def test_the_mb_held_is_a_commit_of_mb_repo_or_a_source_tree_named_by_its_conten
     release()
     assert not src.exists(), "the private tree of the MB held is removed afterwards"
 
-    tree = BisectOptions(repo=repos.mlm, good="x", bad="y", mb_src=repos.mb)  # a checkout: its src/ is taken
+    tree = BisectOptions(repo=repos.mlm, good="x", bad="y", mb_held_src=repos.mb)  # a checkout: its src/ is taken
     first, src, _ = hold_mb(tree, tmp_path / "cache")
     assert src == (repos.mb / "src").resolve() and first.sha.startswith("tree-") and first.src == str(src)
     (repos.mb / "src" / "megatron" / "bridge" / "extra.py").write_text("X = 1\n")
@@ -326,4 +327,4 @@ def test_the_mb_held_is_a_commit_of_mb_repo_or_a_source_tree_named_by_its_conten
     (repos.mb / "src" / "megatron" / "bridge" / "extra.py").unlink()
     assert repos.digests() == before
     with pytest.raises(UsageError, match="no megatron/bridge"):
-        hold_mb(BisectOptions(repo=repos.mlm, good="x", bad="y", mb_src=tmp_path), tmp_path / "cache")
+        hold_mb(BisectOptions(repo=repos.mlm, good="x", bad="y", mb_held_src=tmp_path), tmp_path / "cache")

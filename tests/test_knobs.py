@@ -7,7 +7,9 @@
 * end to end: a copy of MB with a knob added to ``PackedSequenceSpecs`` runs one case; the run's
   ``harness coverage`` lists the new knob as *never set* (reached, only MB's default) and ``pad_seq_to_mult`` with the
   value MB's builder was called with (a nightly sees a new knob the day it lands);
-* a corrupt log is a one-line error, a run without a log a usage error.
+* a corrupt log is a one-line error, a run without a log a usage error;
+* the training paths' step and loss functions are listed from MB's sources and their calls recorded
+  per suite (``harness coverage``'s last block).
 """
 
 from __future__ import annotations
@@ -262,3 +264,39 @@ def test_coverage_without_a_log_is_a_usage_error(tmp_path):
     assert proc.returncode == 2
     assert proc.stderr.strip().count("\n") == 0 and "no knobs.jsonl there" in proc.stderr
     assert Path(tmp_path).is_dir()
+
+
+def test_step_and_loss_functions_are_listed_and_their_calls_recorded(tmp_path):
+    """Every training path's step and loss functions MB defines are listed (read from its sources);
+    a call through the module records the function with the running suite; the log merges them and
+    ``harness coverage`` prints each as exercised by its suites, or not exercised."""
+    import types
+
+    from harness.knobs import steps
+
+    training = tmp_path / "bridge" / "training"
+    training.mkdir(parents=True)
+    (training / "vlm_step.py").write_text("def forward_step(x):\n    return x\n\ndef helper():\n    pass\n")
+    (training / "losses.py").write_text("def masked_next_token_loss(m):\n    return m\n")
+    (training / "config.py").write_text("def forward_step():\n    pass\n")  # not a step module
+    inv = steps.inventory(tmp_path / "bridge")
+    assert inv == {
+        "megatron.bridge.training.losses": ["masked_next_token_loss"],
+        "megatron.bridge.training.vlm_step": ["forward_step"],
+    }
+    module = types.ModuleType("megatron.bridge.training.vlm_step")
+    exec((training / "vlm_step.py").read_text(), module.__dict__)
+    calls: list[str] = []
+    steps.wrap(module, calls.append)
+    steps.wrap(module, calls.append)  # wrapped once
+    assert module.forward_step(3) == 3 and calls == ["training/vlm_step.py:forward_step"]
+    log = tmp_path / "knobs.jsonl"
+    lines = [records.KnobLine("step", key=steps.key(m, f)) for m, fns in inv.items() for f in fns]
+    lines.append(records.KnobLine("called", key=calls[0], suite="energon_dataset"))
+    log.write_text("".join(ln.dumps() + "\n" for ln in lines))
+    got = records.read(log).steps
+    loss, step = "training/losses.py:masked_next_token_loss", "training/vlm_step.py:forward_step"
+    assert got == {loss: set(), step: {"energon_dataset"}}
+    text = "\n".join(table.step_lines(got))
+    assert f"{loss}  not exercised" in text and f"{step}          energon_dataset" in text
+    assert "1 of 2 exercised" in text

@@ -1,7 +1,7 @@
 """The second level's evaluator: MB held at one tree, the megatron-core of one Megatron-LM commit after another.
 
 The MB tree is the culprit's (``--mb-at SHA`` of ``--mb-repo``, materialised privately like any
-bisected commit) or a source tree (``--mb-src``); each Megatron-LM commit's ``megatron/`` tree
+bisected commit) or a source tree (``--mb-held-src``); each Megatron-LM commit's ``megatron/`` tree
 comes from the same private mirror the pinned trees of the first level use
 (:func:`harness.repository.pins.core_at`), so the pins both levels share are extracted once. Each
 evaluation is :meth:`MBEvaluator.evaluate` with that core marked as varying: a megatron-core
@@ -69,12 +69,12 @@ class CoreEvaluator:
 
 def hold_mb(opts: BisectOptions, cache_dir: Path) -> tuple[HeldMB, Path, Callable[[], None]]:
     """(the MB held, its src/ directory, how to remove what was materialised for it)."""
-    if opts.mb_src is not None:
-        src = Target.from_args(str(opts.mb_src)).src
+    if opts.mb_held_src is not None:
+        src = Target.from_args(str(opts.mb_held_src)).src
         assert src is not None  # from_args raises a UsageError for a tree without megatron/bridge
         return HeldMB(f"tree-{suite_hash([src])[:40]}", src=str(src)), src, lambda: None
     if opts.mb_at is None or opts.mb_repo is None:
-        raise UsageError("the second level needs --mb-at SHA with --mb-repo PATH, or --mb-src PATH")
+        raise UsageError("the second level needs --mb-at SHA with --mb-repo PATH, or --mb-held-src PATH")
     repo = open_repo(opts.mb_repo)
     sha = repo.resolve(opts.mb_at)
     ws = WorkspaceCache(workspace_dir_for(cache_dir, repo), repo)

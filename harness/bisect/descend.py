@@ -98,7 +98,7 @@ def _run(
         megatron_lm=None,
         mb_at=descent.mb_culprit,
         mb_repo=opts.repo,
-        mb_src=None,
+        mb_held_src=None,
         suites=tuple(sorted({suite_of(c) for c in descent.cases})),
         keyword=None,  # the cases are named exactly
         cases=tuple(descent.cases),

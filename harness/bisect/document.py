@@ -80,9 +80,9 @@ BISECT_SCHEMA = 4  # 2: late_starts, confirmations; 3: held, pin_change, descent
 class HeldMB:
     """The Megatron-Bridge held fixed while Megatron-LM commits vary (the second level)."""
 
-    sha: str  # the MB commit, or "tree-<content hash>" for a source tree given with --mb-src
+    sha: str  # the MB commit, or "tree-<content hash>" for a source tree given with --mb-held-src
     repo: str = ""  # the MB repository holding ``sha`` ('' for a source tree)
-    src: str = ""  # the source tree given with --mb-src ('' for a commit)
+    src: str = ""  # the source tree given with --mb-held-src ('' for a commit)
     subject: str = ""  # the MB commit's subject
 
     @property

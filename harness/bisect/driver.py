@@ -20,7 +20,7 @@ Flow:
 5. With ``--megatron-lm``, follow every culprit that moved the pinned Megatron-LM into
    Megatron-LM (:mod:`harness.bisect.descend`): another pass of steps 1-4 whose commits are
    Megatron-LM commits, MB held at the culprit (:mod:`harness.bisect.axis`,
-   :mod:`harness.bisect.coreeval`). ``--mb-at``/``--mb-src`` run that second level directly.
+   :mod:`harness.bisect.coreeval`). ``--mb-at``/``--mb-held-src`` run that second level directly.
 
 Retries (``retries=N``): each probed commit is evaluated 1+N times (attempts run in parallel
 when slots allow), each attempt recorded separately so the bisection sees disagreement (FLAKY).

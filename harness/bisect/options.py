@@ -2,7 +2,7 @@
 
 One record for both levels of a bisection: MB's history (``repo`` a Megatron-Bridge repository,
 optionally with ``megatron_lm``), or Megatron-LM's with MB held fixed (``mb_at`` of ``mb_repo``,
-or ``mb_src``; ``repo`` then a Megatron-LM repository). The descent from the first level to the
+or ``mb_held_src``; ``repo`` then a Megatron-LM repository). The descent from the first level to the
 second (:mod:`harness.bisect.descend`) derives the second level's options from the first's.
 """
 
@@ -41,10 +41,10 @@ class BisectOptions:
     # with megatron_lm: bisect Megatron-LM between the pins behind each culprit that moved the pin
     descend: bool = True
     mlm_first_parent: bool = True  # that second level walks Megatron-LM's first-parent chain
-    # the second level directly: ``repo`` is Megatron-LM, MB held at ``mb_at`` of ``mb_repo`` or at ``mb_src``
+    # the second level directly: ``repo`` is Megatron-LM, MB held at ``mb_at`` of ``mb_repo`` or at ``mb_held_src``
     mb_at: str | None = None
     mb_repo: Path | None = None
-    mb_src: Path | None = None
+    mb_held_src: Path | None = None
     cases: tuple[str, ...] | None = None  # re-run only these cases (what the second level re-runs)
     # intermediate probes run only the cases still open (the endpoints run the whole selection)
     probe_open_cases: bool = True
@@ -52,7 +52,7 @@ class BisectOptions:
     @property
     def second_level(self) -> bool:
         """MB held fixed and ``repo`` a Megatron-LM repository."""
-        return self.mb_at is not None or self.mb_src is not None
+        return self.mb_at is not None or self.mb_held_src is not None
 
 
 def check_options(opts: BisectOptions) -> None:
@@ -63,16 +63,16 @@ def check_options(opts: BisectOptions) -> None:
         raise UsageError("--retries must be 0 or more")
     if opts.find_fix and opts.bisect_untestable:
         raise UsageError("--bisect-untestable looks for a regression; it cannot be combined with --find-fix")
-    if opts.mb_at is not None and opts.mb_src is not None:
-        raise UsageError("hold Megatron-Bridge at --mb-at SHA (with --mb-repo) or at --mb-src PATH, not both")
+    if opts.mb_at is not None and opts.mb_held_src is not None:
+        raise UsageError("hold Megatron-Bridge at --mb-at SHA (with --mb-repo) or at --mb-held-src PATH, not both")
     if opts.mb_at is not None and opts.mb_repo is None:
         raise UsageError("--mb-at needs --mb-repo PATH (the Megatron-Bridge repository holding that commit)")
     if opts.mb_repo is not None and opts.mb_at is None:
         raise UsageError("--mb-repo names the repository of --mb-at SHA; give --mb-at too")
     if opts.second_level and opts.megatron_lm is not None:
         raise UsageError(
-            "--mb-at/--mb-src bisect --repo as Megatron-LM with Megatron-Bridge held; "
+            "--mb-at/--mb-held-src bisect --repo as Megatron-LM with Megatron-Bridge held; "
             "--megatron-lm is for bisecting Megatron-Bridge"
         )
     if opts.second_level and opts.confirm:
-        raise UsageError("--confirm reverts Megatron-Bridge culprits; it does not apply with --mb-at/--mb-src")
+        raise UsageError("--confirm reverts Megatron-Bridge culprits; it does not apply with --mb-at/--mb-held-src")

@@ -10,7 +10,7 @@ what this design allows.
 
 With ``--megatron-lm``, a culprit that moved the pinned Megatron-LM is followed into Megatron-LM:
 its history between the two pins is bisected with MB held at the culprit (``--no-descend``
-stops at the bump). ``--mb-at SHA --mb-repo MB`` (or ``--mb-src TREE``) runs that second level
+stops at the bump). ``--mb-at SHA --mb-repo MB`` (or ``--mb-held-src TREE``) runs that second level
 directly: ``--repo`` is then the Megatron-LM repository and GOOD..BAD Megatron-LM commits.
 
 Exit codes: 0 every bisected case has a single first-bad commit; 1 some case is ambiguous,
@@ -58,7 +58,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         required=True,
         type=Path,
         metavar="PATH",
-        help="the Megatron-Bridge git repository (with --mb-at or --mb-src: the Megatron-LM repository)",
+        help="the Megatron-Bridge git repository (with --mb-at or --mb-held-src: the Megatron-LM repository)",
     )
     p.add_argument(
         "--first-parent", action="store_true", help="follow only the first parent of merges (bisect merges as units)"
@@ -93,7 +93,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         "--mlm-ancestry-path",
         action="store_true",
         help="walk Megatron-LM's history with --ancestry-path instead of its first-parent chain (the default "
-        "on Megatron-LM, at the second level and with --mb-at/--mb-src)",
+        "on Megatron-LM, at the second level and with --mb-at/--mb-held-src)",
     )
     held = p.add_argument_group(
         "second level directly",
@@ -103,8 +103,13 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     held.add_argument("--mb-at", metavar="SHA", help="hold Megatron-Bridge at this commit of --mb-repo")
     held.add_argument("--mb-repo", type=Path, metavar="PATH", help="the Megatron-Bridge repository holding --mb-at")
     held.add_argument(
-        "--mb-src", type=Path, metavar="PATH", help="hold Megatron-Bridge at this source tree (a checkout or its src/)"
+        "--mb-held-src",
+        type=Path,
+        metavar="PATH",
+        help="hold Megatron-Bridge at this source tree (a checkout or its src/); --mb-src names the MB under test "
+        "in run and nightly, never the one a bisection holds",
     )
+    held.add_argument("--mb-src", dest="mb_src_given", type=Path, help=argparse.SUPPRESS)
     p.add_argument(
         "--changed",
         action="store_true",
@@ -185,11 +190,18 @@ def run(args: argparse.Namespace, out: TextIO = sys.stdout) -> int:
     repo_url = provenance.checked_repo_url(args.repo_url)
     _args.use_roots(args)
     runner.suite_files(args.suite)  # no suites, unknown suite names: one-line error before any git work
-    second = args.mb_at is not None or args.mb_src is not None
+    if args.mb_src_given is not None:
+        raise UsageError(
+            "bisect holds Megatron-Bridge fixed with --mb-held-src PATH (--mb-src names the MB under test in run "
+            "and nightly)"
+        )
+    second = args.mb_at is not None or args.mb_held_src is not None
     if args.no_descend and args.megatron_lm is None:
         raise UsageError("--no-descend only applies with --megatron-lm (it stops at a Megatron-LM pin bump)")
     if args.mlm_ancestry_path and args.megatron_lm is None and not second:
-        raise UsageError("--mlm-ancestry-path walks Megatron-LM's history: give --megatron-lm, --mb-at or --mb-src")
+        raise UsageError(
+            "--mlm-ancestry-path walks Megatron-LM's history: give --megatron-lm, --mb-at or --mb-held-src"
+        )
     # both directories are proven writable before the first evaluation, not after the last one
     out_dir = _args.writable_dir(_args.out_dir(args, f"bisect-{_dt.datetime.now().strftime('%Y%m%d-%H%M%S')}"), "--out")
     cache_dir = _args.writable_dir(_args.cache_dir(args), "--cache-dir")
@@ -218,7 +230,7 @@ def run(args: argparse.Namespace, out: TextIO = sys.stdout) -> int:
         mlm_first_parent=not args.mlm_ancestry_path,
         mb_at=args.mb_at,
         mb_repo=args.mb_repo,
-        mb_src=args.mb_src,
+        mb_held_src=args.mb_held_src,
         probe_open_cases=not args.probe_all_cases,
         cases=tuple(args.case) if args.case else None,
     )
@@ -228,10 +240,7 @@ def run(args: argparse.Namespace, out: TextIO = sys.stdout) -> int:
             result = run_bisection(opts, executor=executor, progress=None if args.quiet else sys.stderr)
     except BisectInterrupted as stopped:  # what finished, marked partial, open cases with their range left
         result = stopped.run
-    flags = _args.verdict_flags(args)
-    if "--mb-src" in flags:  # bisect's --mb-src is the MB held at a second level, not a run's target
-        del flags[flags.index("--mb-src") : flags.index("--mb-src") + 2]
-    result.doc.hint_flags = flags
+    result.doc.hint_flags = _args.verdict_flags(args)
     result.doc.repo_url = repo_url or origin.remote_url(args.repo)
     mlm_url = origin.remote_url(args.megatron_lm)  # a descent's commits are Megatron-LM's
     for descent in result.doc.descents:

@@ -51,14 +51,23 @@ def run(args: argparse.Namespace, out: TextIO = sys.stdout) -> int:
     from harness.suiterun.contract import KNOBS_LOG
 
     where = _run_dir(args.run_dir)
-    rows = table.rows(records.read(where / KNOBS_LOG))
+    exercised = records.read(where / KNOBS_LOG)
+    rows = table.rows(exercised)
     if not rows:
         raise UsageError(f"{where / KNOBS_LOG}: no knob recorded (the run imported no MB)")
     print(f"coverage of {where}", file=out)
     for line in table.lines(rows, only_gaps=args.gaps):
         print(line, file=out)
     print(table.summary_line(rows), file=out)
+    for line in table.step_lines(exercised.steps):
+        print(line, file=out)
     if args.json_out:
-        doc = {"kind": "harness-knob-coverage", "schema": 1, "run": str(where), "knobs": [r.to_json() for r in rows]}
+        doc = {
+            "kind": "harness-knob-coverage",
+            "schema": 1,
+            "run": str(where),
+            "knobs": [r.to_json() for r in rows],
+            "steps": {k: sorted(v) for k, v in sorted(exercised.steps.items())},
+        }
         args.json_out.write_text(json.dumps(doc, indent=1) + "\n")
     return 0

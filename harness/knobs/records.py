@@ -1,7 +1,9 @@
 """The knobs log: one JSON object per line, appended by every suite process of a run.
 
 Two kinds of line: ``knob`` (the inventory entry of a knob the process saw in MB's code) and
-``value`` (a value a case called MB with, and the suite of that case). Lines, not one document:
+``value`` (a value a case called MB with, and the suite of that case); and for the training paths
+(:mod:`harness.knobs.steps`) ``step`` (a step or loss function MB defines) and ``called`` (one a
+case called, and the suite of that case). Lines, not one document:
 the light and full import groups, xdist workers and fork-server children all append to the
 same file, none of them knowing about the others; :func:`read` merges them.
 """
@@ -20,7 +22,7 @@ SCHEMA = 1
 
 @dataclass(frozen=True)
 class KnobLine:
-    kind: str  # "knob" or "value"
+    kind: str  # "knob", "value", "step" or "called"
     knob: Knob | None = None
     key: str = ""
     value: str = ""
@@ -41,6 +43,8 @@ class KnobLine:
             doc["knob"] = self.knob.to_json()
         if self.kind == "value":
             doc.update(value=self.value, suite=self.suite, passed=self.passed)
+        elif self.kind == "called":
+            doc.update(suite=self.suite)
         return json.dumps(doc, sort_keys=True)
 
     @classmethod
@@ -65,6 +69,7 @@ class Exercised:
     values: dict[str, dict[str, set[str]]]  # knob key -> value -> suites
     passed: dict[str, set[str]] = field(default_factory=dict)  # knob key -> values a caller passed
     defaulted: dict[str, set[str]] = field(default_factory=dict)  # knob key -> values MB's default gave
+    steps: dict[str, set[str]] = field(default_factory=dict)  # step or loss function -> suites that called it
 
 
 def read(path: Path) -> Exercised:
@@ -73,8 +78,9 @@ def read(path: Path) -> Exercised:
     values: dict[str, dict[str, set[str]]] = {}
     passed: dict[str, set[str]] = {}
     defaulted: dict[str, set[str]] = {}
+    step_calls: dict[str, set[str]] = {}
     if not path.is_file():
-        return Exercised(knobs, values, passed, defaulted)
+        return Exercised(knobs, values, passed, defaulted, step_calls)
     for n, text in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
         if not text.strip():
             continue
@@ -89,4 +95,8 @@ def read(path: Path) -> Exercised:
         elif line.kind == "value":
             values.setdefault(line.key, {}).setdefault(line.value, set()).add(line.suite)
             (passed if line.passed else defaulted).setdefault(line.key, set()).add(line.value)
-    return Exercised(knobs, values, passed, defaulted)
+        elif line.kind == "step":
+            step_calls.setdefault(line.key, set())
+        elif line.kind == "called":
+            step_calls.setdefault(line.key, set()).add(line.suite)
+    return Exercised(knobs, values, passed, defaulted, step_calls)

@@ -33,7 +33,7 @@ from pathlib import Path, PurePath
 from types import ModuleType
 from typing import Any
 
-from harness.knobs import reach, unread
+from harness.knobs import reach, steps, unread
 from harness.knobs.inventory import FACTORY, Knob, relevant, scan
 from harness.knobs.records import KnobLine
 from harness.suiterun.contract import Env
@@ -45,6 +45,8 @@ _PATCHED: set[tuple[str, str]] = set()
 _INHERITED: set[str] = set()  # knob keys of fields a class of MB inherits from outside MB (megatron-core)
 _PACKAGE: dict[str, Path] = {}  # "bridge": the megatron/bridge directory this process imports
 CURRENT = {"suite": ""}
+_STEPS: dict[str, list[str]] = {}  # step module -> its step and loss functions (harness.knobs.steps)
+_CALLED: set[tuple[str, str]] = set()  # (step function key, suite) of every call
 _FACTORY_SENTINEL = getattr(dataclasses, "_HAS_DEFAULT_FACTORY", object())
 
 
@@ -187,8 +189,14 @@ def _differs(value: Any, default: Any) -> bool:
         return True
 
 
+def _called(where: str) -> None:
+    _CALLED.add((where, CURRENT["suite"]))
+
+
 def _patch(module: ModuleType) -> None:
     name = module.__name__
+    if name in _STEPS:
+        steps.wrap(module, _called)
     for owner in sorted({k.owner for k in _BY_MODULE.get(name, ())}):
         if (name, owner) in _PATCHED:
             continue
@@ -218,7 +226,7 @@ class _AfterImport(importlib.abc.MetaPathFinder):
     """Wraps the knob owners of a watched module as soon as its body has run."""
 
     def find_spec(self, fullname: str, path: Any, target: Any = None) -> Any:
-        if fullname not in _BY_MODULE:
+        if fullname not in _BY_MODULE and fullname not in _STEPS:
             return None
         for finder in sys.meta_path:
             if finder is self or not hasattr(finder, "find_spec"):
@@ -248,7 +256,8 @@ def install() -> bool:
     for knob in scan(_PACKAGE["bridge"]):
         _BY_MODULE.setdefault(knob.module, []).append(knob)
         _KNOBS.setdefault(knob.key, knob)
-    for name in list(_BY_MODULE):
+    _STEPS.update(steps.inventory(_PACKAGE["bridge"]))
+    for name in {*_BY_MODULE, *_STEPS}:
         if name in sys.modules:
             _patch(sys.modules[name])
     sys.meta_path.insert(0, _AfterImport())
@@ -262,5 +271,7 @@ def write(path: Path | None = None) -> None:
         return
     lines = [KnobLine.of_knob(k) for k in _mark_off_path(_KNOBS).values()]
     lines += [KnobLine.of_value(key, value, suite, passed) for key, value, suite, passed in sorted(_VALUES)]
+    lines += [KnobLine("step", key=steps.key(m, fn)) for m, names in sorted(_STEPS.items()) for fn in names]
+    lines += [KnobLine("called", key=where, suite=suite) for where, suite in sorted(_CALLED)]
     with target.open("a", encoding="utf-8") as fh:
         fh.write("".join(line.dumps() + "\n" for line in lines))

@@ -115,3 +115,18 @@ def lines(table: list[Row], *, only_gaps: bool = False, width: int = 120) -> lis
         if r.status is Status.NEVER_READ and r.knob.why:
             out.append(f"      {r.knob.why}")  # the proof's finding, whole: it names the code that reads it
     return out
+
+
+def step_lines(called: dict[str, set[str]]) -> list[str]:
+    """The training paths' step and loss functions (:mod:`harness.knobs.steps`): each with the suites
+    whose cases called it, or *not exercised* (that path is checked at the batch at most)."""
+    if not called:
+        return []
+    out = ["", "step and loss functions (every path to the loss):"]
+    width = max(len(k) for k in called)
+    for key in sorted(called):
+        suites = called[key]
+        out.append(f"  {key:<{width}}  {', '.join(sorted(suites)) if suites else 'not exercised'}")
+    n = sum(bool(v) for v in called.values())
+    out.append(f"  {n} of {len(called)} exercised")
+    return out
