@@ -44,7 +44,7 @@ def _classified(exc: BaseException, kept: str) -> tuple[Verdict, str]:
     """``exc``'s verdict and message once the note ``kept`` and a note not for the verdict are added."""
     exc.add_note(kept)
     exc.add_note("not for the verdict")
-    verdict, message, _ = outcome.classify(pytest.ExceptionInfo.from_exception(exc), False, None)
+    verdict, message, _ = outcome.verdict_of(pytest.ExceptionInfo.from_exception(exc), False, None)
     return verdict, message
 
 

@@ -38,27 +38,27 @@ def entry(**over) -> known.KnownFailure:
 
 def test_a_failure_is_known_only_when_every_violation_is_explained():
     e = entry()
-    got = known.classify("offline::test[prompt-mult1]", Verdict.FAIL, [EOS_MASKED, EOS_MASKED], [e])
+    got = known.against_known_bugs("offline::test[prompt-mult1]", Verdict.FAIL, [EOS_MASKED, EOS_MASKED], [e])
     assert got is not None and got.verdict is Verdict.KNOWN_FAIL and got.entries == ("eos-masked",)
-    assert known.classify("offline::test[prompt-mult1]", Verdict.FAIL, [EOS_MASKED, OTHER_MASK], [e]) is None
-    assert known.classify("offline::test[prompt-mult1]", Verdict.FAIL, [EOS_MASKED, PADDING], [e]) is None
-    assert known.classify("offline::test[chat-mult1]", Verdict.FAIL, [EOS_MASKED], [e]) is None  # not listed
-    assert known.classify("offline::test[prompt-mult1]", Verdict.FAIL, [], [e]) is None  # MB raised: stands
+    assert known.against_known_bugs("offline::test[prompt-mult1]", Verdict.FAIL, [EOS_MASKED, OTHER_MASK], [e]) is None
+    assert known.against_known_bugs("offline::test[prompt-mult1]", Verdict.FAIL, [EOS_MASKED, PADDING], [e]) is None
+    assert known.against_known_bugs("offline::test[chat-mult1]", Verdict.FAIL, [EOS_MASKED], [e]) is None  # not listed
+    assert known.against_known_bugs("offline::test[prompt-mult1]", Verdict.FAIL, [], [e]) is None  # MB raised: stands
 
 
 def test_two_entries_can_explain_one_case_together():
     pad = entry(id="eod-padding-trains", invariants=["padding-never-trains"], tags=["padding:eod"])
-    got = known.classify("offline::test[prompt-mult4]", Verdict.FAIL, [EOS_MASKED, PADDING], [entry(), pad])
+    got = known.against_known_bugs("offline::test[prompt-mult4]", Verdict.FAIL, [EOS_MASKED, PADDING], [entry(), pad])
     assert got is not None and got.entries == ("eod-padding-trains", "eos-masked")
 
 
 def test_a_listed_case_that_passes_is_fixed_and_others_stand():
-    got = known.classify("offline::test[prompt-mult1]", Verdict.PASS, [], [entry()])
+    got = known.against_known_bugs("offline::test[prompt-mult1]", Verdict.PASS, [], [entry()])
     assert got is not None and got.verdict is Verdict.FIXED and "remove the entry" in got.message
-    changed = known.classify("offline::test[prompt-mult1]", Verdict.CHANGED, [], [entry()])
+    changed = known.against_known_bugs("offline::test[prompt-mult1]", Verdict.CHANGED, [], [entry()])
     assert changed is not None and changed.verdict is Verdict.FIXED  # invariants hold, only the golden is new
     for verdict in (Verdict.UNTESTABLE, Verdict.ERROR):
-        assert known.classify("offline::test[prompt-mult1]", verdict, [], [entry()]) is None
+        assert known.against_known_bugs("offline::test[prompt-mult1]", verdict, [], [entry()]) is None
 
 
 def test_a_drawn_case_that_passes_is_never_fixed():
@@ -66,11 +66,11 @@ def test_a_drawn_case_that_passes_is_never_fixed():
     stands as a pass; a failure the entry explains is still known."""
     listed = entry(cases=["explore::test_explore_layouts"], invariants=["rule"], tags=[], message="ZeroDivisionError")
     case = "explore::test_explore_layouts"
-    assert known.classify(case, Verdict.PASS, [], [listed], drawn=True) is None
-    assert known.classify(case, Verdict.CHANGED, [], [listed], drawn=True) is None
-    failed = known.classify(case, Verdict.FAIL, [], [listed], "crashed: ZeroDivisionError", drawn=True)
+    assert known.against_known_bugs(case, Verdict.PASS, [], [listed], drawn=True) is None
+    assert known.against_known_bugs(case, Verdict.CHANGED, [], [listed], drawn=True) is None
+    failed = known.against_known_bugs(case, Verdict.FAIL, [], [listed], "crashed: ZeroDivisionError", drawn=True)
     assert failed is not None and failed.verdict is Verdict.KNOWN_FAIL
-    assert known.classify(case, Verdict.PASS, [], [listed]).verdict is Verdict.FIXED  # type: ignore[union-attr]
+    assert known.against_known_bugs(case, Verdict.PASS, [], [listed]).verdict is Verdict.FIXED  # type: ignore[union-attr]
 
 
 def test_where_the_bug_exists_versions_and_commit_ranges():
@@ -203,7 +203,7 @@ def test_a_rule_failure_is_known_only_through_its_message():
         tags=[],
         message="DID NOT RAISE",
     )
-    got = known.classify(
+    got = known.against_known_bugs(
         "in_batch::test_left_padding_is_refused",
         Verdict.FAIL,
         [],
@@ -212,7 +212,7 @@ def test_a_rule_failure_is_known_only_through_its_message():
     )
     assert got is not None and got.verdict is Verdict.KNOWN_FAIL
     assert (
-        known.classify(
+        known.against_known_bugs(
             "in_batch::test_left_padding_is_refused", Verdict.FAIL, [], [rule], "Megatron raised TypeError: boom"
         )
         is None

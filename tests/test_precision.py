@@ -95,21 +95,22 @@ def test_a_known_bug_applies_where_its_code_is_whatever_the_version(tmp_path):
     assert entry.applies("0.7.0", None, None, moved)  # moved to another file: still found
 
     # applying: the failure is known
-    got = known.classify(CASE, Verdict.FAIL, [EOS], [entry], roots=buggy)
+    got = known.against_known_bugs(CASE, Verdict.FAIL, [EOS], [entry], roots=buggy)
     assert got is not None and got.verdict is Verdict.KNOWN_FAIL
     # code gone, invariants hold: fixed here, and the advice does not ask to drop an entry other MBs need
     book = knownscope.Book.split([entry], "0.7.0", None, None, fixed)
     assert book.gone == {"eos-masked"} and not book.applying
-    got = known.classify(CASE, Verdict.PASS, [], [], others=book.others, gone=book.gone)
+    got = known.against_known_bugs(CASE, Verdict.PASS, [], [], others=book.others, gone=book.gone)
     assert got is not None and got.verdict is Verdict.FIXED and "code is gone" in got.message
     # code gone, the case fails as the bug made it fail: the bug moved, a regression
-    got = known.classify(CASE, Verdict.FAIL, [EOS], [], others=book.others, gone=book.gone)
+    got = known.against_known_bugs(CASE, Verdict.FAIL, [EOS], [], others=book.others, gone=book.gone)
     assert got is not None and got.verdict is Verdict.FAIL and "bug moved" in got.message and not got.entries
     # an older release without the code: not "gone", nothing is said
     older = knownscope.Book.split([entry], "0.5.1", None, None, fixed)
-    assert not older.gone and known.classify(CASE, Verdict.PASS, [], [], others=older.others, gone=older.gone) is None
+    assert not older.gone
+    assert known.against_known_bugs(CASE, Verdict.PASS, [], [], others=older.others, gone=older.gone) is None
     # code still here while a listed case passes: the case goes, not the entry
-    got = known.classify(CASE, Verdict.PASS, [], [entry], roots=buggy)
+    got = known.against_known_bugs(CASE, Verdict.PASS, [], [entry], roots=buggy)
     assert got is not None and got.verdict is Verdict.FIXED and "drop the case" in got.message
 
 
@@ -179,18 +180,18 @@ def test_an_up_front_refusal_is_told_from_a_crash(tmp_path, monkeypatch):
     assert up_front_check(_raised(lambda: gates.finalize(SimpleNamespace(seq_length=1)))) is None  # not a check
 
     info = pytest.ExceptionInfo.from_exception(refused)
-    verdict, refusal, _ = outcome.classify(info, False, None)
+    verdict, refusal, _ = outcome.verdict_of(info, False, None)
     assert verdict is Verdict.FAIL and refusal.startswith(PREFIX) and "gates.py" in refusal
     assert outcome.case_impacts(verdict, refusal, info, []) == ["refuses-valid-config"]
     crash = pytest.ExceptionInfo.from_exception(_raised(lambda: gates.collate([[1, 2, 3]], 2)))
-    verdict, message, _ = outcome.classify(crash, False, None)
+    verdict, message, _ = outcome.verdict_of(crash, False, None)
     assert message.startswith("Megatron raised") and outcome.case_impacts(verdict, message, crash, []) == ["crash"]
 
     # a known bug recorded the configuration misbehaving later: refused up front now is FIXED
     entry = _entry([], message="a micro-batch of 0 rows", invariants=["rule"], tags=[])
-    got = known.classify(CASE, Verdict.FAIL, [], [], refusal, others=[entry])
+    got = known.against_known_bugs(CASE, Verdict.FAIL, [], [], refusal, others=[entry])
     assert got is not None and got.verdict is Verdict.FIXED and "refused up front" in got.message
-    assert known.classify(CASE, Verdict.FAIL, [], [], message, others=[entry]) is None  # a crash stays a fail
+    assert known.against_known_bugs(CASE, Verdict.FAIL, [], [], message, others=[entry]) is None  # a crash stays a fail
     assert is_refusal(f"assertion failed: {refusal}") and not is_refusal(message)
 
 
@@ -217,12 +218,12 @@ def _core_tree(tmp_path: Path) -> Path:
 
 CLASSIFY = """
 import pytest
-from harness.suiterun.outcome import classify
+from harness.suiterun.outcome import verdict_of
 try:
     from megatron.core.datasets import helpers
     print("IMPORTED", helpers.build_sample_idx_int32 is not None)
 except Exception:
-    verdict, message, _ = classify(pytest.ExceptionInfo.from_current(), False, None)
+    verdict, message, _ = verdict_of(pytest.ExceptionInfo.from_current(), False, None)
     print(verdict.value, message)
 """
 

@@ -28,7 +28,7 @@ that release would be red and a new regression in the same cases would drown in 
 Schema 1 files (before impacts) still load: their entries get the impact of their first
 invariant and no fix.
 
-Classification (:func:`classify`): a failing case whose violations are *all* covered by
+Classification (:func:`against_known_bugs`): a failing case whose violations are *all* covered by
 applicable entries is KNOWN_FAIL (listed and counted, not failing the run); anything else stays
 FAIL, so a new break in a known-bad case is still a regression. A case an applicable entry
 lists that now passes is FIXED, like pytest's strict xfail: the run says so until the entry is
@@ -274,7 +274,7 @@ class Classified:
     message: str
 
 
-def classify(
+def against_known_bugs(
     case_id: str,
     verdict: Verdict,
     violations: Sequence[Mapping[str, Any]],

@@ -15,7 +15,7 @@ diff, and passes on the next run. ``harness fixtures record`` is the reviewed pa
 every change first and also removes goldens of deleted cases).
 
 Classification of a failing case (suites check invariants first, the golden last) is
-:func:`harness.suiterun.outcome.classify`; a case may leave a note (``record_property("harness_note", text)``),
+:func:`harness.suiterun.outcome.verdict_of`; a case may leave a note (``record_property("harness_note", text)``),
 kept as the message of a passing case and appended to any other.
 Then known MB bugs (:mod:`harness.suiterun.known`): a FAIL whose violations are all explained by
 applicable reviewed entries becomes KNOWN_FAIL; a listed case that passes becomes FIXED.
@@ -47,7 +47,7 @@ from harness.records.verdict import Verdict
 from harness.suiterun import caselog, contract
 from harness.suiterun.contract import INI_SUITES, CasesFile, Env, Flag
 from harness.suiterun.items import DOCUMENTED, HYPOTHETICAL, case_of, item_case_id, suite_of, tier_of
-from harness.suiterun.outcome import GoldenMismatch, case_impacts, classify, structured_violations
+from harness.suiterun.outcome import GoldenMismatch, case_impacts, structured_violations, verdict_of
 from harness.suiterun.ownership import add_harness_root
 
 PROP = "harness_case"
@@ -189,7 +189,7 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo) -> Any:
     if not decisive or any(k == PROP for k, _ in report.user_properties):
         return
     excinfo = call.excinfo if report.failed or (call.excinfo and call.excinfo.errisinstance(Untestable)) else None
-    verdict, message, diff_data = classify(excinfo, report.skipped, report.longrepr)
+    verdict, message, diff_data = verdict_of(excinfo, report.skipped, report.longrepr)
     if excinfo is not None and excinfo.errisinstance(Untestable):
         report.outcome = "skipped"
         report.longrepr = (str(item.fspath), item.location[1] or 0, f"untestable: {excinfo.value}")
@@ -208,7 +208,7 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo) -> Any:
 
         drawn = item.get_closest_marker("drawn") is not None
         book = _known_book(item.config)
-        found = known.classify(
+        found = known.against_known_bugs(
             case_id,
             verdict,
             violations,
@@ -260,11 +260,11 @@ def known_bug(request: pytest.FixtureRequest) -> Any:
         from harness.suiterun import known
 
         info = pytest.ExceptionInfo.from_exception(exc)
-        verdict, message, _ = classify(info, False, None)
+        verdict, message, _ = verdict_of(info, False, None)
         if verdict is not Verdict.FAIL:
             return ()
         book = _known_book(request.config)
-        found = known.classify(
+        found = known.against_known_bugs(
             item_case_id(request.node),
             verdict,
             structured_violations(info),
@@ -357,8 +357,8 @@ __all__ = [
     "GoldenMismatch",
     "Untestable",
     "case_of",
-    "classify",
     "golden",  # the fixture: registered by being in this plugin's namespace
     "suite_of",
     "tier_of",
+    "verdict_of",
 ]

@@ -31,7 +31,7 @@ from types import TracebackType
 from harness.adapters.rules import raising_check
 from harness.suiterun.ownership import Owner, megatron_roots, owner_of
 
-PREFIX = "MB refused up front"  # the verdict message of a refusal (outcome.classify)
+PREFIX = "MB refused up front"  # the verdict message of a refusal (outcome.verdict_of)
 _GATE = re.compile(r"^_*(validate|finalize|post_init|init|check|verify|ensure|assert)", re.I)
 
 
