@@ -208,6 +208,7 @@ def _check(
                 full = seg.real >= len(refs[seg.key].token_loss)
                 want = want.plus(ref_totals[seg.key] if full else _cut_totals(by_key[seg.key], refs[seg.key], seg.real))
         violations += stepcheck.check_totals(r, _totals(run), want, rtol=tol.totals_rtol, atol=tol.totals_atol)
+        violations += stepcheck.check_host_reads(r, run.host_reads)
     golden = {"micro_batches": [_golden_row(run) for run in runs]}
     return ForwardResult(violations, errors, golden, report, list(runs), refs)
 

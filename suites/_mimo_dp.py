@@ -145,6 +145,18 @@ def check_loss_totals(ranks: list[mimostep.ModuleRank]) -> None:
             )
 
 
+def check_host_reads(ranks: list[mimostep.ModuleRank]) -> None:
+    """MB's MIMO step and loss function read no device tensor back on the host on any rank: each
+    read stalls every micro-batch (``perf-contract``; harness.adapters.hostsync counts them)."""
+    for r in ranks:
+        require(
+            not r.host_reads,
+            Impact.PERF_CONTRACT,
+            f"the MIMO step on the rank of {', '.join(r.modules)} (dp rank {r.dp_rank}) reads device tensors "
+            f"back on the host every micro-batch: {'; '.join(sorted(set(r.host_reads)))[:300]}",
+        )
+
+
 def check(
     built: mimo.MimoSamples, ranks: list[mimostep.ModuleRank], *, mbs: int, gbs: int, steps: int
 ) -> dict[str, Any]:
@@ -182,6 +194,7 @@ def check(
     texts = _views(ranks, LANGUAGE, per_batch, text_row)
     images = _views(ranks, ENCODER, per_batch, image_row)
     check_loss_totals(ranks)
+    check_host_reads(ranks)
     for b, (t, v) in enumerate(zip(texts, images, strict=True)):
         require(len(t) == mbs, Impact.CRASH, f"micro-batch {b}: the language ranks hold {len(t)} rows, not {mbs}")
         require(len(v) == mbs, Impact.CRASH, f"micro-batch {b}: the encoder ranks hold {len(v)} rows, not {mbs}")

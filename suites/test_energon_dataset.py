@@ -201,6 +201,8 @@ def test_energon_step_trains_what_the_unpacked_step_trains(case):
     off = step.minimal_state(enable_in_batch_packing=False)
     for b, (pb, ub) in enumerate(zip(packed.batches, plain.batches, strict=True)):
         p, u = step.run_step(forward, on, pb, model), step.run_step(forward, off, ub, model)
+        if p.host_reads:  # MB's step reads a device tensor back on the host: every micro-batch waits
+            raise fail(Impact.PERF_CONTRACT, f"micro-batch {b}: {'; '.join(sorted(set(p.host_reads)))[:300]}")
 
         def trained(run: step.StepRun) -> list[float]:
             mask = run.loss_mask if run.loss_mask is not None else torch.ones_like(run.token_loss)

@@ -20,11 +20,17 @@ device), plain tensors are host tensors. On a GPU the same contract is what
 from __future__ import annotations
 
 import contextlib
+import inspect
+import os
+import sys
 import threading
 from collections.abc import Iterator, Mapping
+from types import CodeType
 from typing import Any
 
 import torch
+
+from harness.standins.cuda import cuda_results
 
 _HOST_READS = frozenset({"item", "tolist", "numpy", "cpu", "__bool__", "__int__", "__float__", "__index__"})
 _DATA_DEPENDENT = frozenset({"nonzero", "masked_select", "unique", "unique_consecutive", "argwhere"})
@@ -32,9 +38,50 @@ _DATA_DEPENDENT = frozenset({"nonzero", "masked_select", "unique", "unique_conse
 _local = threading.local()
 
 
+_TORCH = os.path.dirname(torch.__file__)
+_HERE = os.path.abspath(__file__)
+_BRIDGE = os.sep + os.path.join("megatron", "bridge") + os.sep
+_DEVICE_AWARE = ('device.type == "cuda"', "device.type == 'cuda'", ".is_cuda")
+_aware: dict[CodeType, bool] = {}
+
+
+def _device_aware(code: CodeType) -> bool:
+    """Whether a function tests for CUDA itself: its read is then its CPU branch, which a GPU never
+    takes (``flop_utils._scalar_sum_for_accumulator`` keeps the sum on the device under CUDA and
+    reads it back only for a host tensor)."""
+    if code not in _aware:
+        try:
+            text = inspect.getsource(code)
+        except (OSError, TypeError):
+            text = ""
+        _aware[code] = any(token in text for token in _DEVICE_AWARE)
+    return _aware[code]
+
+
+def _reader() -> str | None:
+    """Where a host read happens: ``file:line in function`` of MB's frame that made it, or None
+    when the frame is the harness's or megatron-core's (a reference model, the harness's own
+    bookkeeping: not MB's step), or the CPU branch of a function that tests for CUDA itself."""
+    frame = sys._getframe(2)
+    while frame is not None:
+        name = os.path.abspath(frame.f_code.co_filename)
+        if name != _HERE and not name.startswith(_TORCH):
+            break
+        frame = frame.f_back  # type: ignore[assignment]
+    if frame is None or _BRIDGE not in name or _device_aware(frame.f_code):
+        return None
+    return f"{name.split(_BRIDGE)[-1]}:{frame.f_lineno} in {frame.f_code.co_name}"
+
+
 def _record(what: str) -> None:
     reads = getattr(_local, "reads", None)
-    if reads is not None:
+    if reads is None:
+        return
+    if getattr(_local, "attributed", False):
+        where = _reader()
+        if where is not None:
+            reads.append(f"{what} at {where}")
+    else:
         reads.append(what)
 
 
@@ -66,7 +113,11 @@ class DeviceResident(torch.Tensor):
                 _record(why)
         elif name == "to" and any(str(a) == "cpu" for a in (*args[1:], *(kwargs or {}).values())):
             _record("to('cpu')")
-        return super().__torch_function__(func, types, args, kwargs or {})
+            name = "cpu"
+        out = super().__torch_function__(func, types, args, kwargs or {})
+        if name == "cpu" and isinstance(out, DeviceResident):  # back on the host: a plain tensor
+            return out.as_subclass(torch.Tensor)
+        return out
 
 
 def on_device(value: Any) -> Any:
@@ -104,4 +155,18 @@ DEVICE_KEYS = (
 )
 
 
-__all__ = ["DEVICE_KEYS", "DeviceResident", "count_host_reads", "on_device", "place"]
+@contextlib.contextmanager
+def count_step_reads() -> Iterator[list[str]]:
+    """The host reads MB's own code makes inside the block, each with MB's frame: what MB moves to
+    the device with ``.cuda()`` is device-resident from then on, as on a GPU (the batch a data
+    iterator yields is on the host until then); reads by the harness (a reference model) or
+    megatron-core are not counted, nor the CPU branch of a function that tests for CUDA."""
+    with cuda_results(on_device), count_host_reads() as reads:
+        _local.attributed = True
+        try:
+            yield reads
+        finally:
+            _local.attributed = False
+
+
+__all__ = ["DEVICE_KEYS", "DeviceResident", "count_host_reads", "count_step_reads", "on_device", "place"]

@@ -33,7 +33,7 @@ from typing import Any
 
 import torch
 
-from harness.adapters import Candidate, Operation, symbol
+from harness.adapters import Candidate, Operation, hostsync, symbol
 from harness.adapters.mimoloader import mimo_train_micro_batches
 from harness.adapters.step import minimal_state, snapshot
 from harness.standins.cuda import cpu_cuda_calls
@@ -52,6 +52,8 @@ class ModuleRank:
     # per micro-batch, what MB's loss function made of the model's per-token loss (loss sum, tokens
     # counted) on the language module's last stage; None on a stage with no loss
     totals: list[tuple[float, int] | None] = dataclasses.field(default_factory=list)
+    # host reads of device tensors by MB's step and loss function (harness.adapters.hostsync)
+    host_reads: list[str] = dataclasses.field(default_factory=list)
 
 
 def per_token_loss(shape: Any) -> torch.Tensor:
@@ -112,7 +114,8 @@ def _probe() -> Callable[..., ModuleRank]:
         role = role_cls.build([m for m in modules if m != language], load.grids)
         model = _recording_model(mimo_cls, role, load.grids, language)
         totals: list[tuple[float, int] | None] = []
-        with cpu_cuda_calls(pin=True):  # get_batch moves the batch with .cuda()
+        # get_batch moves the batch with .cuda(): device-resident from there, its host reads counted
+        with cpu_cuda_calls(pin=True), hostsync.count_step_reads() as reads:
             for batch in load.micro_batches:
                 output, loss_fn = forward_step(minimal_state(), iter([batch]), model)
                 if loss_fn is None:
@@ -123,7 +126,7 @@ def _probe() -> Callable[..., ModuleRank]:
         rank = dist.get_rank()
         mine = [g for g in load.grids.values() if g.rank_offset <= rank < g.rank_offset + g.size]
         dp = mine[0].get_pg(["dp"])
-        return ModuleRank(tuple(role.modules), dp.rank(), dp.size(), model.calls, totals)
+        return ModuleRank(tuple(role.modules), dp.rank(), dp.size(), model.calls, totals, list(reads))
 
     return call
 

@@ -35,13 +35,13 @@ import contextlib
 import copy
 import inspect
 from collections.abc import Callable
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, fields, is_dataclass
 from types import SimpleNamespace
 from typing import Any
 
 import torch
 
-from harness.adapters import Candidate, Operation, Untestable, load_module, source_text, symbol
+from harness.adapters import Candidate, Operation, Untestable, hostsync, load_module, source_text, symbol
 from harness.adapters.forward import MAX_POS
 from harness.standins.cuda import pinned_to_cpu
 
@@ -70,14 +70,33 @@ class StepRun:
     loss_mask: torch.Tensor | None  # the mask MB's loss function multiplies by
     loss_sum: float
     num_tokens: float
+    # host reads of device tensors by MB's code in the step and its loss function (CPU model only:
+    # harness.adapters.hostsync.count_step_reads), each "what at file:line in function"
+    host_reads: tuple[str, ...] = ()
 
 
 def snapshot(value: Any) -> Any:
-    """A model argument as it was at the call: tensors cloned, nested dicts of them too."""
+    """A model argument as it was at the call: tensors cloned (plain, off the device), nested dicts too."""
     if isinstance(value, torch.Tensor):
-        return value.detach().clone()
+        return value.detach().clone().as_subclass(torch.Tensor)
     if isinstance(value, dict):
         return {k: snapshot(v) for k, v in value.items()}
+    return value
+
+
+def plain(value: Any) -> Any:
+    """``value`` with its device-resident tensors as plain ones (nested dicts and dataclasses such as
+    ``PackedSeqParams`` too): the step's host reads are counted up to the model call, not in it."""
+    if isinstance(value, hostsync.DeviceResident):
+        return value.as_subclass(torch.Tensor)
+    if isinstance(value, dict):
+        return {k: plain(v) for k, v in value.items()}
+    if is_dataclass(value) and not isinstance(value, type):
+        out = copy.copy(value)
+        for f in fields(value):
+            if isinstance(getattr(value, f.name, None), torch.Tensor):
+                setattr(out, f.name, plain(getattr(value, f.name)))
+        return out
     return value
 
 
@@ -117,7 +136,7 @@ class RecordingModel(torch.nn.Module):
         output_layer: Any = inner.output_layer
         hook = output_layer.register_forward_hook(self._record_logits)
         try:
-            return self.gpt(**self.model_kwargs(kwargs))
+            return self.gpt(**plain(self.model_kwargs(kwargs)))
         finally:
             hook.remove()
 
@@ -244,9 +263,9 @@ def run_step(
     threads = torch.get_num_threads()
     torch.set_num_threads(1)  # tiny matrices: one thread is faster, and sums never depend on the core count
     try:
-        with on_model_device(model):
+        with on_model_device(model), hostsync.count_step_reads() as reads:
             output, loss_fn = step(state, iter([dict(batch)]), model)
-            totals = loss_fn(output)
+            totals = plain(loss_fn(output))
     finally:
         torch.set_num_threads(threads)
         model.__dict__.pop("pg_collection", None)
@@ -256,10 +275,11 @@ def run_step(
     return StepRun(
         model.calls[0],
         model.logits[0],
-        output.detach().float(),
-        _loss_mask_of(loss_fn),
+        plain(output.detach().float()),
+        plain(_loss_mask_of(loss_fn)),
         float(totals[0]),
         float(totals[1]),
+        tuple(reads),
     )
 
 

@@ -250,6 +250,24 @@ class LossTotals:
         return LossTotals(self.loss_sum + other.loss_sum, self.num_tokens + other.num_tokens)
 
 
+def check_host_reads(row: int, reads: Sequence[str]) -> list[Violation]:
+    """MB's step and loss function read no device tensor back on the host for a micro-batch (what
+    the host needs is precomputed by the data path): each read stalls every micro-batch on a GPU."""
+    if not reads:
+        return []
+    return [
+        Violation(
+            Invariant.FAST_PATH,
+            row,
+            None,
+            "no host read of a device tensor in the step",
+            "; ".join(sorted(set(reads)))[:400],
+            "the step synchronises the device every micro-batch",
+            ("host-sync",),
+        )
+    ]
+
+
 def check_totals(row: int, packed: LossTotals, unpacked: LossTotals, *, rtol: float, atol: float) -> list[Violation]:
     """The packed micro-batch trains the same tokens with the same summed loss as the unpacked runs."""
     out = []

@@ -21,6 +21,20 @@ from typing import Any
 
 from harness import standins
 
+#: What ``Tensor.cuda()`` hands back on the CPU: the tensor itself, or, while a step's host reads
+#: are counted (:func:`harness.adapters.hostsync.count_step_reads`), a device-resident view of it.
+_ON_CUDA: list[Any] = []
+
+
+@contextlib.contextmanager
+def cuda_results(mark: Any) -> Iterator[None]:
+    """Inside the block, what MB moves to the device with ``.cuda()`` comes back as ``mark(tensor)``."""
+    _ON_CUDA.append(mark)
+    try:
+        yield
+    finally:
+        _ON_CUDA.pop()
+
 
 @contextlib.contextmanager
 def cpu_cuda_calls(*, pin: bool = False) -> Iterator[None]:
@@ -36,7 +50,7 @@ def cpu_cuda_calls(*, pin: bool = False) -> Iterator[None]:
 
     def _cuda(self: Any, *args: Any, **kwargs: Any) -> Any:  # torch's signature
         standins.record("Tensor.cuda() no-op on CPU")
-        return self
+        return _ON_CUDA[-1](self) if _ON_CUDA else self
 
     def _current_device() -> str:
         standins.record("torch.cuda.current_device() -> 'cpu'")
