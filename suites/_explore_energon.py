@@ -10,7 +10,9 @@ with ``in_batch_packing_pad_to_multiple_of``, ``defer_in_batch_packing_to_step``
 encoder: MB's HF encoder or the model-owned Qwen-VL one). A drawn case is an
 :class:`~suites._explore.ExploredCase` with ``energon=True``: ``n`` samples with answers of 1 to
 ``max_words`` words, ``mult`` the padding multiple of its mode; it is judged by the checks of the
-``energon_dataset`` suite (suites/_energon.py) against MB's own unpadded path.
+``energon_dataset`` suite (suites/_energon.py) against MB's own unpadded path, and a case the
+loader packs in batch also to the loss (suites/_energon_step.py: MB's VLM step and loss function
+into a small real model, packed against unpacked).
 """
 
 from __future__ import annotations
@@ -95,4 +97,8 @@ def check(case: ExploredCase) -> dict[str, Any]:
         return {"widths": _energon.check_padded(ecase, build), "token_count": tokens}
     if case.defer:
         return {**_energon.check_deferred(ecase, build), "token_count": tokens}
-    return {**_energon.check_packed(ecase, build), "token_count": tokens}
+    packed = _energon.check_packed(ecase, build)
+    from suites._energon_step import check_step
+
+    check_step(ecase, build)  # to the loss: MB's VLM step and loss function, packed against unpacked
+    return {**packed, "token_count": tokens}
