@@ -61,7 +61,8 @@ def check(case: ExploredCase) -> _oracle.Built | None:
         if any(w != case.seq for w in widths):
             # a fixed shape is what pipeline parallelism and CUDA graphs rely on: a ragged row crashes them
             raise fail(Impact.CRASH, f"pad_to_max_length pads every packed row to {case.seq}: row widths {widths}")
-    b.report.assert_ok()
+    _how, report, _held = _oracle.at_the_cap(b)  # a pack size off the multiple: MB's cap (suites/_oracle.py)
+    report.assert_ok()
     return b
 
 
@@ -142,6 +143,7 @@ def _check_shards(case: ExploredCase, b: _oracle.Built) -> dict[str, Any]:
     work = Path(tempfile.mkdtemp(prefix="harness-explore-shards-"))
     try:
         sizes = _shards.even_sizes(len(b.rows), case.shards)
-        return _shards.check(case, b.build.train, files["train"], b.examples, work, sizes, metadata=metadata)
+        _how, _report, examples = _oracle.at_the_cap(b)  # the examples the rows hold, MB's cap applied
+        return _shards.check(case, b.build.train, files["train"], examples, work, sizes, metadata=metadata)
     finally:
         shutil.rmtree(work, ignore_errors=True)

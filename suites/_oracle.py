@@ -243,6 +243,24 @@ def cut_at(example: differential.Example, n: int) -> differential.Example:
     )
 
 
+def at_the_cap(b: Built) -> tuple[str, differential.Report, list[differential.Example]]:
+    """How ``b``'s packed rows are held when its pack size is not a multiple of ``pad_seq_to_mult``:
+    the reading, its report and the examples it holds the rows to. MB's preparation caps a runtime
+    segment at the largest multiple that fits and keeps an example's first ``cap`` tokens (0.6);
+    earlier releases kept an example whole up to the pack size. The rows are held to the reading
+    that explains them best, and the alignment invariant judges it either way. A pack size that is
+    a multiple: the plain report."""
+    case = b.case
+    cap = case.seq // case.mult * case.mult
+    if cap == case.seq:
+        return "whole", b.report, b.examples
+    capped = [cut_at(ex, cap) for ex in b.examples]
+    cut = compare(case, capped, b.rows, b.special_ids)
+    if len(cut.violations) <= len(b.report.violations):
+        return f"cut at {cap}", cut, capped
+    return f"whole up to {case.seq}", b.report, b.examples
+
+
 def unpacked_case(case: SFTCase) -> SFTCase:
     return replace(case, id=case.id + "-unpacked")
 
