@@ -43,7 +43,7 @@ from harness.repository.workspaces import WorkspaceCache
 
 if TYPE_CHECKING:
     from harness.bisect.evaluator import EvalOutcome
-    from harness.bisect.level import Level
+    from harness.bisect.levelprotocol import Level
 
 
 def confirm_culprits(driver: Level, ws: WorkspaceCache, bad: str, blamed: dict[str, list[str]]) -> list[Confirmation]:

@@ -31,7 +31,7 @@ from harness.bisect.document import LateStart
 from harness.records.verdict import Verdict, settle
 
 if TYPE_CHECKING:
-    from harness.bisect.level import Level
+    from harness.bisect.levelprotocol import Level
 
 
 def find_starts(driver: Level, good: str, late: dict[str, str]) -> list[LateStart]:
