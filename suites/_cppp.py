@@ -21,7 +21,7 @@ from typing import Any
 
 import torch
 
-from harness.adapters import ppbatch, step
+from harness.adapters import needs, ppbatch, step
 from harness.adapters.world import Layout, run_world
 from harness.oracle.records import Invariant, Violation
 from harness.standins import thd_partition
@@ -80,7 +80,7 @@ def compare(
 def run_cp_pp(case: _oracle.SFTCase, cp: int, pp: int) -> _layouts.LayoutResult:
     """``case``'s packed micro-batches through MB's ``get_batch`` on every rank of CP ``cp`` x PP ``pp``."""
     thd_partition.require_reachable()
-    ppbatch.stage_batch.resolved  # noqa: B018  (an era without it is untestable before anything is built)
+    needs(ppbatch.stage_batch)  # an era without it is untestable before anything is built
     built = _oracle.built(case)
     gpt, _ = _forward.models()
     ref = [step.gpt_step(gpt, batch) for batch in built.batches]

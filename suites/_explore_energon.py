@@ -19,6 +19,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from harness.adapters import needs
 from suites import _energon
 from suites._explore import ExploredCase, named
 
@@ -88,7 +89,7 @@ def check(case: ExploredCase) -> dict[str, Any]:
     """Hold the drawn case to the Energon checks; returns what it trains in golden form."""
     from harness.adapters.energon import energon_batches
 
-    energon_batches.resolved  # noqa: B018 - an era without MB's Energon builder: untestable before building anything
+    needs(energon_batches)  # an era without MB's Energon builder: untestable before building anything
     ecase = energon_case(case)
     ref = _energon.check_reference(ecase)
     build = energon_batches(ecase.request())

@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from harness.adapters import batch as batch_ops
-from harness.adapters import thd, vlmstep
+from harness.adapters import needs, thd, vlmstep
 from harness.oracle import differential
 from suites import _oracle
 from suites._explain import first_difference, first_offender
@@ -31,7 +31,7 @@ class Packed:
 def pack_micro_batch(case: _oracle.SFTCase, examples: list[differential.Example], layout: Layout) -> Packed:
     """``examples`` right-padded as a VLM collate hands them over, packed in batch by MB with the
     multiple MB chooses for ``layout``, and held to the differential oracle (raises on a violation)."""
-    thd.pack_in_batch.era  # noqa: B018 - an era without in-batch packing is untestable before anything is built
+    needs(thd.pack_in_batch)  # an era without in-batch packing is untestable before anything is built
     ids = _oracle.special_ids(case)
     pad_id = ids["pad_id"]
     assert pad_id is not None, "the offline tokenizer has a pad token"

@@ -26,7 +26,7 @@ from typing import Any
 import torch
 
 from harness.adapters import forward as fwd
-from harness.adapters import ppbatch, step, symbol
+from harness.adapters import needs, ppbatch, step, symbol
 from harness.adapters.world import Layout, run_world
 from harness.oracle.impact import Impact, fail
 from harness.oracle.records import Invariant, InvariantFailure, Violation
@@ -336,7 +336,7 @@ def run_pp(case: _oracle.SFTCase, pp: int) -> LayoutResult:
     every stage's attention needs the packed boundaries and ``max_seqlen`` (a middle stage
     without them attends across documents). The reference is MB's PP = 1 step on the same batch.
     """
-    ppbatch.stage_batch.resolved  # noqa: B018  (an era without it is untestable before anything is built)
+    needs(ppbatch.stage_batch)  # an era without it is untestable before anything is built
     built = _oracle.built(case)
     gpt, _ = _forward.models()
     ref = [step.gpt_step(gpt, batch) for batch in built.batches]

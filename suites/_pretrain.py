@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from harness.adapters import needs
 from harness.errors import Untestable
 from harness.oracle.impact import Impact, fail, require
 
@@ -136,7 +137,7 @@ def step_knobs(name: str) -> dict[str, Any]:
     and where MB's step cannot be reached (:mod:`harness.adapters.pretrainstep`)."""
     from harness.adapters.pretrainstep import pretrain_step_attention
 
-    pretrain_step_attention.resolved  # noqa: B018
+    needs(pretrain_step_attention)
     if "inter_document_masking" in STEP[name] and "inter_document_masking" not in core_dataset_fields():
         raise Untestable("megatron-core's GPTDatasetConfig has no inter_document_masking (Megatron-LM 2026-06-28)")
     return STEP[name]

@@ -14,7 +14,7 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
-from harness.adapters import packed_artifact, sampler, sft
+from harness.adapters import needs, packed_artifact, sampler, sft
 from harness.errors import Untestable
 from harness.oracle import corpus, differential
 from harness.oracle.impact import Impact, fail
@@ -30,7 +30,7 @@ def available() -> bool:
     """Whether this MB has packed Parquet shards (ledger feature ``packed-parquet``); a module of it
     that exists and does not import is a break, raised, never "not available"."""
     try:
-        packed_artifact.parquet_writer.resolved  # noqa: B018 (resolving is the probe)
+        needs(packed_artifact.parquet_writer)  # resolving is the probe
     except Untestable:
         return False
     return True

@@ -20,6 +20,7 @@ import pytest
 
 from harness.adapters import batch as batch_ops
 from harness.adapters import cp as cp_ops
+from harness.adapters import needs
 from harness.adapters.chatcollate import chat_collate, collated_examples
 from harness.oracle import corpus, differential, tokenizer
 from harness.oracle.impact import Impact, require
@@ -53,7 +54,7 @@ def _processor():
 @pytest.mark.parametrize("seed,n,layout", [c[1:] for c in CASES], ids=[c[0] for c in CASES])
 def test_padded_rows_keep_the_multiple(golden, seed, n, layout):
     """Unpacked: rows right-padded to MB's collate multiple, equal to multiple 1 per real token, padding untrained."""
-    chat_collate.resolved  # noqa: B018 - untestable in an era without the collate, before anything is built
+    needs(chat_collate)  # untestable in an era without the collate, before anything is built
     multiple = cp_ops.collate_padding_multiple(*layout, in_batch=False, pad_to_multiple_of=1)["multiple"]
     rows, proc = _rows(seed, n), _processor()
     ref = chat_collate(rows, proc)
@@ -67,7 +68,7 @@ def test_padded_rows_keep_the_multiple(golden, seed, n, layout):
 @pytest.mark.parametrize("seed,n,layout", [c[1:] for c in CASES], ids=[c[0] for c in CASES])
 def test_in_batch_packed_rows(golden, seed, n, layout):
     """In-batch packing in the collate: one THD row, each sequence on MB's multiple, held to the oracle."""
-    chat_collate.resolved  # noqa: B018
+    needs(chat_collate)
     multiple = cp_ops.collate_padding_multiple(*layout, in_batch=True)["multiple"]
     rows, proc = _rows(seed, n), _processor()
     examples = collated_examples(chat_collate(rows, proc))
@@ -90,7 +91,7 @@ def test_max_length_rows(golden, seed, n, max_length, pad_to_max_length):
     """``max_length`` truncates each conversation to its first ``max_length`` tokens; with
     ``pad_to_max_length`` every unpacked row is exactly ``max_length`` wide (the fixed shape
     pipeline parallelism and CUDA graphs rely on), else as wide as the longest row."""
-    chat_collate.resolved  # noqa: B018
+    needs(chat_collate)
     rows, proc = _rows(seed, n), _processor()
     full = chat_collate(rows, proc)
     got = chat_collate(rows, proc, max_length=max_length, pad_to_max_length=pad_to_max_length)

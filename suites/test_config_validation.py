@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import pytest
 
-from harness.adapters import kindrules
+from harness.adapters import kindrules, needs
 from harness.adapters.config import TE_CUDA_GRAPHS as _TE_GRAPHS
 from harness.adapters.config import PackingConfigSpec as Spec
 from harness.adapters.config import in_batch_flag, refusal, validate_packing_config
@@ -220,7 +220,7 @@ def test_cp_finetuning_rules_hold_for_every_sft_dataset_kind(kind):
     SFT dataset config (GPT SFT, direct HF, mock VLM, Energon): a rank of a CP group whose tokens are
     all masked makes a per-rank mean NaN. Each rule is broken alone next to its valid neighbour and
     must refuse it by its own check; a rule that holds for one kind and not another is a failure."""
-    kind_validation.resolved  # noqa: B018 - an era without the config API: untestable before anything is built
+    needs(kind_validation)  # an era without the config API: untestable before anything is built
     valid = kind_validation(kind, cp=2, per_token_loss=True, average_in_collective=False)
     if not valid["accepted"]:
         raise fail(Impact.REFUSES_VALID_CONFIG, f"{kind}: the valid CP 2 finetuning config was {refusal(valid)}")

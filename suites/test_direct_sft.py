@@ -24,7 +24,7 @@ from typing import Any
 import pytest
 
 from harness.adapters import batch as batch_ops
-from harness.adapters import loaders
+from harness.adapters import loaders, needs
 from harness.adapters.chatcollate import prompt_completion_collate
 from harness.adapters.directsft import DirectSFTRequest, direct_sft, preprocessing
 from harness.adapters.mockvlm import MockVLMRequest, mock_vlm_sft, user_config
@@ -116,21 +116,21 @@ def _ids(cases: list[Case]) -> list[str]:
 @pytest.mark.parametrize("case", PADDED, ids=_ids(PADDED))
 def test_padded_rows(golden, case):
     """Unpacked rows: the documented width, equal to the unpadded path per real token, padding untrained."""
-    direct_sft.resolved  # noqa: B018 - untestable before the builder, before anything is built
+    needs(direct_sft)  # untestable before the builder, before anything is built
     golden.check(_directsft.check_padded(case.request()))
 
 
 @pytest.mark.parametrize("case", IN_BATCH, ids=_ids(IN_BATCH))
 def test_in_batch_packed_rows(golden, case):
     """In-batch packing in the collate: one THD row, each sequence on MB's multiple, held to the oracle."""
-    direct_sft.resolved  # noqa: B018
+    needs(direct_sft)
     golden.check(_directsft.check_in_batch(case.request()))
 
 
 @pytest.mark.parametrize("case", DEFERRED, ids=_ids(DEFERRED))
 def test_deferred_packing_leaves_rows_unpacked(golden, case):
     """``defer_in_batch_packing_to_step``: the collate hands the step right-padded rows, not a THD row."""
-    direct_sft.resolved  # noqa: B018
+    needs(direct_sft)
     deferred = replace(case, knobs={**case.knobs, "defer_in_batch_packing_to_step": True})
     build = direct_sft(deferred.request())
     _directsft.accepted(build)
@@ -155,7 +155,7 @@ def _row(batch: dict[str, Any], r: int) -> tuple[list[int], list[float]]:
 @pytest.mark.parametrize("case", TRUNCATED, ids=_ids(TRUNCATED))
 def test_truncation_keeps_the_side_asked_for(golden, case):
     """An overlong row is cut to ``seq_length``, its prompt first, on the side ``truncation_method`` names."""
-    direct_sft.resolved  # noqa: B018
+    needs(direct_sft)
     got = direct_sft(case.request(knobs={"pad_to_multiple_of": 1})).batch
     full = case.reference(seq=4096)
     cut = 0
@@ -181,7 +181,7 @@ def test_prompt_completion_max_length(golden, seed, n, max_length, pad_to_max_le
     ``pad_to_max_length`` exactly ``M`` wide."""
     from transformers import AutoTokenizer
 
-    prompt_completion_collate.resolved  # noqa: B018
+    needs(prompt_completion_collate)
     case = Case(f"max{max_length}", seed, "completion", n=n, long_rate=0.5)
     rows, prep = list(case.request().rows), preprocessing("completion")
     proc = AutoTokenizer.from_pretrained(str(tokenizer.write_tokenizer_dir()))
@@ -234,7 +234,7 @@ def _mock_vlm_reference(seq: int, knobs: dict[str, Any]) -> list[Example]:
 @pytest.mark.parametrize("seq,knobs", [c[1:] for c in MOCK_VLM], ids=[c[0] for c in MOCK_VLM])
 def test_mock_vlm_conversations(golden, seq, knobs):
     """Synthetic VLM data: the documented width, packed rows held to the oracle, deferral honoured."""
-    mock_vlm_sft.resolved  # noqa: B018
+    needs(mock_vlm_sft)
     train = mock_vlm_sft(MockVLMRequest(vlprocessor.write_processor_dir(), seq, 4, knobs=dict(knobs)))
     got = train.collate_fn([train[i] for i in range(len(train))])
     ref = _mock_vlm_reference(seq, knobs)
@@ -262,7 +262,7 @@ def test_mock_vlm_drop_last_through_mb_loader(golden, drop_last):
     "single" sampler) on 2 data-parallel ranks, each collating with the Qwen2.5-VL processor: over
     the split MB sizes to 3 steps of global batch 4, each rank takes its 3 micro-batches of 2 and,
     between them, every conversation trains once, whichever ``drop_last``."""
-    mock_vlm_sft.resolved  # noqa: B018  (the era gap first: older eras' processors need more than MB pins)
+    needs(mock_vlm_sft)  # the era gap first: older eras' processors need more than MB pins
     req = MockVLMRequest(
         vlprocessor.write_processor_dir(), 512, 12, knobs={"drop_last": drop_last, **loaders.WORKERS_OFF}
     )

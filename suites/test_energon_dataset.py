@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import pytest
 
-from harness.adapters import rules
+from harness.adapters import needs, rules
 from harness.adapters.energon import energon_batches
 from harness.oracle.impact import Impact, fail
 from harness.suiterun.refusal import up_front_check
@@ -63,7 +63,7 @@ def _ids(cases: list[Case]) -> list[str]:
 @pytest.mark.parametrize("case", PADDED, ids=_ids(PADDED))
 def test_padded_rows(golden, case):
     """Unpacked rows: the documented width, equal to the unpadded path per real token, padding untrained."""
-    energon_batches.resolved  # noqa: B018 - untestable before the builder, before anything is built
+    needs(energon_batches)  # untestable before the builder, before anything is built
     ref = check_reference(case)
     widths = check_padded(case, energon_batches(case.request()))
     golden.check({"widths": widths, "token_count": {k: len(e.tokens) for k, e in sorted(ref.items())}})
@@ -72,14 +72,14 @@ def test_padded_rows(golden, case):
 @pytest.mark.parametrize("case", PACKED, ids=_ids(PACKED))
 def test_in_batch_packed_rows(golden, case):
     """In-batch packing in the task encoder: one THD row per micro-batch, held to the oracle."""
-    energon_batches.resolved  # noqa: B018
+    needs(energon_batches)
     golden.check(check_packed(case, energon_batches(case.request())))
 
 
 @pytest.mark.parametrize("encoder", ["hf", "qwen-vl"])
 def test_deferred_packing_leaves_rows_unpacked(golden, encoder):
     """``defer_in_batch_packing_to_step``: the loader hands the step right-padded rows, not a THD row."""
-    energon_batches.resolved  # noqa: B018
+    needs(energon_batches)
     deferred = {"enable_in_batch_packing": True, "defer_in_batch_packing_to_step": True}
     case = Case(f"mbs3-deferred-{encoder}", 221, knobs=deferred, encoder=encoder)
     golden.check(check_deferred(case, energon_batches(case.request())))
@@ -96,7 +96,7 @@ REFUSED = [
 @pytest.mark.parametrize("knob,value,named", REFUSED, ids=[r[0] for r in REFUSED])
 def test_invalid_setting_is_refused(knob, value, named):
     """A multiple or buffer of 0 divides nothing: ``EnergonDatasetConfig.validate`` refuses it by name."""
-    energon_batches.resolved  # noqa: B018
+    needs(energon_batches)
     case = Case(f"refused-{knob}", 231, knobs={knob: value})
     try:
         energon_batches(case.request(batches=1))
@@ -114,7 +114,7 @@ def test_energon_sample_packing_needs_an_encoder_that_packs():
     Energon's native packing needs micro-batches of 1, checked in the builder's ``validate``), the
     setting is safe; a loader
         that accepts it must still hand the step rows that hold every invariant of the unpacked path."""
-    energon_batches.resolved  # noqa: B018
+    needs(energon_batches)
     case = Case("packing-buffer-4", 241, mbs=2, knobs={"packing_buffer_size": 4, "pad_to_multiple_of": 8})
     try:
         build = energon_batches(case.request())
@@ -138,7 +138,7 @@ def test_dp_cp_ranks_of_one_replica_read_the_same_samples():
     different samples (else each sample trains twice a step). Checked on the rows' tokens."""
     from harness.adapters.world import Layout, run_world
 
-    energon_batches.resolved  # noqa: B018 - an era without the builder: untestable before a world starts
+    needs(energon_batches)  # an era without the builder: untestable before a world starts
     from harness.adapters.energon import write_dataset
 
     case = Case("dp2-cp2", 251, mbs=1, n=8, shards=2)
@@ -183,7 +183,7 @@ def test_energon_step_trains_what_the_unpacked_step_trains(case):
     same samples through the loader without packing (MB's own unpacked path): the same trained
     tokens with the same per-token losses (``wrong-logits``), and the same loss sum and token count
     (``wrong-loss-normalisation``)."""
-    energon_batches.resolved  # noqa: B018
+    needs(energon_batches)
     packed = energon_batches(case.request())
     check_packed(case, packed)  # the batch first: a defect there is named by the oracle's invariants
     check_step(case, packed)

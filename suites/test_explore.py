@@ -29,6 +29,7 @@ from typing import Any
 import pytest
 
 from harness import paths
+from harness.adapters import needs
 from harness.errors import Untestable
 from harness.oracle.impact import ImpactFailure
 from harness.oracle.records import InvariantFailure
@@ -160,7 +161,7 @@ def test_explore_direct_sft(known_bug):
     """The same drawn data through MB's direct HF SFT path holds that path's invariants."""
     from harness.adapters.directsft import direct_sft
 
-    direct_sft.resolved  # noqa: B018 - an era without the direct builder: untestable before drawing anything
+    needs(direct_sft)  # an era without the direct builder: untestable before drawing anything
     _explore_space(_explore_direct.direct_cases(eos=_eos()), DEFAULT_DIRECT_BUDGET, known_bug)
 
 
@@ -171,7 +172,7 @@ def test_explore_pretraining(known_bug):
     hold the pretraining checks."""
     from harness.adapters.pretrain import pretraining_splits
 
-    pretraining_splits.resolved  # noqa: B018 - an era without MB's provider: untestable before drawing anything
+    needs(pretraining_splits)  # an era without MB's provider: untestable before drawing anything
     _explore_space(_explore_pretrain.pretrain_cases(), DEFAULT_PRETRAIN_BUDGET, known_bug)
 
 
@@ -182,7 +183,7 @@ def test_explore_energon(known_bug):
     the ``energon_dataset`` suite."""
     from harness.adapters.energon import energon_batches
 
-    energon_batches.resolved  # noqa: B018 - an era without MB's Energon builder: untestable before drawing
+    needs(energon_batches)  # an era without MB's Energon builder: untestable before drawing
     _explore_space(_explore_energon.energon_cases(), DEFAULT_ENERGON_BUDGET, known_bug)
 
 
@@ -194,8 +195,8 @@ def test_explore_mimo(known_bug):
     from harness.adapters.mimo import mimo_hf_samples
     from harness.adapters.mimoloader import mimo_train_micro_batches
 
-    mimo_hf_samples.resolved  # noqa: B018 - an era without MB's MIMO providers: untestable before drawing
-    mimo_train_micro_batches.resolved  # noqa: B018 - nor its MIMO loader path
+    needs(mimo_hf_samples)  # an era without MB's MIMO providers: untestable before drawing
+    needs(mimo_train_micro_batches)  # nor its MIMO loader path
     _explore_space(_explore_mimo.mimo_cases(), DEFAULT_MIMO_BUDGET, known_bug)
 
 

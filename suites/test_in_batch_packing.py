@@ -24,7 +24,7 @@ import pytest
 import torch
 
 from harness.adapters import batch as batch_ops
-from harness.adapters import rules, seqpadding, thd, vlmstep
+from harness.adapters import needs, rules, seqpadding, thd, vlmstep
 from harness.oracle.impact import Impact, fail
 from harness.oracle.padded import require_same_real_tokens
 from suites import _inbatch, _oracle
@@ -48,7 +48,7 @@ CASES = [
 
 
 def _micro_batch(case: _oracle.SFTCase, first: int, rows: int):
-    thd.pack_in_batch.era  # noqa: B018 - an era without in-batch packing is untestable before inputs are built
+    needs(thd.pack_in_batch)  # an era without in-batch packing is untestable before inputs are built
     examples = list(_oracle.reference(case))[first : first + rows]
     assert len(examples) == rows, (
         f"{case.id}: {rows} examples from {first} wanted, MB's reference has {len(_oracle.reference(case))} examples"
@@ -180,7 +180,7 @@ def test_padded_without_packing(golden, ref, first, rows, knobs):
     ``pad_to_multiple_of``, capped at ``sequence_length``), per real token equal to the right-padded
     batch, padding (and a further sequence tensor's, with its own pad value) untrained; a truncation
     that would leave a row without any supervised token is refused by MB's check."""
-    seqpadding.sequence_batch.era  # noqa: B018 - untestable before its era, before inputs are built
+    needs(seqpadding.sequence_batch)  # untestable before its era, before inputs are built
     examples, batch, pad_id = _micro_batch(ref, first, rows)
     knobs = dict(knobs)
     extra = first == 10  # the eos-pad-and-type-ids case
@@ -248,7 +248,7 @@ def test_omni_collate_packs_as_its_unpacked_path(golden, seed, n, layout, seq_le
     from harness.adapters.omni import omni_collate
     from harness.oracle import corpus, differential, tokenizer, vlprocessor
 
-    omni_collate.resolved  # noqa: B018 - an era without the encoder's packing: untestable before anything is built
+    needs(omni_collate)  # an era without the encoder's packing: untestable before anything is built
     multiple = cp_ops.collate_padding_multiple(*layout, in_batch=True)["multiple"]
     spec = corpus.CorpusSpec(seed=seed, n=n, layout="chat", eos_inside_rate=0.0, eos_last_rate=0.0)
     chats = [{"conversation": row["messages"]} for row in corpus.examples(spec)]

@@ -165,3 +165,11 @@ class Operation:
     @property
     def era(self) -> str:
         return self.resolved[0]
+
+
+def needs(*ops: Operation) -> None:
+    """What a case needs of MB, stated before it builds anything: each operation resolved for the MB
+    under test, so that an era without one makes the case untestable with that era's reason (not a
+    failure halfway through the case, and not a bare attribute access a linter must be told about)."""
+    for op in ops:
+        op.resolved  # noqa: B018 - resolving is the point: it raises Untestable for an era without it
