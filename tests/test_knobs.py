@@ -300,3 +300,23 @@ def test_step_and_loss_functions_are_listed_and_their_calls_recorded(tmp_path):
     text = "\n".join(table.step_lines(got))
     assert f"{loss}  not exercised" in text and f"{step}          energon_dataset" in text
     assert "1 of 2 exercised" in text
+
+
+def test_a_forked_rank_appends_only_what_it_recorded(tmp_path):
+    """A rank of a gloo world is a fork of the suite process: it appends the values and step calls it
+    recorded after the fork (its parent writes the inventory and its own), so coverage counts what
+    MB's step did on the ranks (the MIMO step runs there only)."""
+    from harness.knobs import spy
+
+    log = tmp_path / "knobs.jsonl"
+    spy._CALLED.add(("training/gpt_step.py:forward_step", "parent_suite"))
+    since = spy.seen()
+    spy._CALLED.add(("training/megatron_mimo_step.py:forward_step", "mimo_dataset"))
+    try:
+        spy.write_new(since, log)
+        spy.write_new(spy.seen(), log)  # nothing new: nothing written
+    finally:
+        spy._CALLED.discard(("training/gpt_step.py:forward_step", "parent_suite"))
+        spy._CALLED.discard(("training/megatron_mimo_step.py:forward_step", "mimo_dataset"))
+    assert records.read(log).steps == {"training/megatron_mimo_step.py:forward_step": {"mimo_dataset"}}
+    assert len(log.read_text().splitlines()) == 1

@@ -30,6 +30,7 @@ waits forever on pool threads the fork did not copy. Both change speed only, nev
 
 from __future__ import annotations
 
+import contextlib
 import inspect
 import os
 import pickle
@@ -112,9 +113,11 @@ def _init_rank(layout: Layout, rank: int, store: str, seed: int) -> None:
 
 
 def _rank_main(layout: Layout, rank: int, store: str, seed: int, fn: Callable[[int], Any], conn: Connection) -> None:
+    from harness.knobs import spy
     from harness.suiterun.ownership import Owner, blame, mb_frame
 
     reply: tuple[Any, ...]
+    since = spy.seen()  # what the rank calls MB with is the run's too (harness coverage)
     try:
         _KEPT.append(_forget_inherited_world())
         torch.set_num_threads(1)
@@ -136,6 +139,10 @@ def _rank_main(layout: Layout, rank: int, store: str, seed: int, fn: Callable[[i
         owner = "megatron" if blame(tb) is Owner.MEGATRON else "harness"
         reply = ("error", owner, type(exc).__name__, str(exc), mb_frame(tb), traceback.format_exc())
     try:
+        # before the reply: the parent goes on (and may end the session) once it has it; recording
+        # must never change what the rank reports
+        with contextlib.suppress(Exception):
+            spy.write_new(since)
         conn.send_bytes(pickle.dumps(reply))  # plain pickle: tensors by value, not shared memory the exit frees
         conn.close()
     finally:

@@ -264,6 +264,31 @@ def install() -> bool:
     return True
 
 
+def seen() -> tuple[frozenset[tuple[str, str, str, bool]], frozenset[tuple[str, str]]]:
+    """What this process has recorded so far: where a forked rank starts (:func:`write_new`)."""
+    return frozenset(_VALUES), frozenset(_CALLED)
+
+
+def write_new(
+    since: tuple[frozenset[tuple[str, str, str, bool]], frozenset[tuple[str, str]]], path: Path | None = None
+) -> None:
+    """Append what this process recorded after ``since`` (a forked rank of a gloo world: its values
+    and step calls; the parent writes the inventory). One ``os.write`` of an ``O_APPEND`` file, so
+    the ranks of a world appending at once do not interleave their lines."""
+    target = path or (Path(os.environ[Env.KNOBS_LOG]) if os.environ.get(Env.KNOBS_LOG) else None)
+    if target is None:
+        return
+    lines = [KnobLine.of_value(k, v, suite, passed) for k, v, suite, passed in sorted(_VALUES - since[0])]
+    lines += [KnobLine("called", key=where, suite=suite) for where, suite in sorted(_CALLED - since[1])]
+    if not lines:
+        return
+    fd = os.open(target, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    try:
+        os.write(fd, "".join(line.dumps() + "\n" for line in lines).encode("utf-8"))
+    finally:
+        os.close(fd)
+
+
 def write(path: Path | None = None) -> None:
     """Append this process's inventory and exercised values to the knobs log."""
     target = path or (Path(os.environ[Env.KNOBS_LOG]) if os.environ.get(Env.KNOBS_LOG) else None)
