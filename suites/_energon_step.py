@@ -23,7 +23,7 @@ def check_step(case: Case, packed: EnergonBuild) -> None:
     count (``wrong-loss-normalisation``), and no host read of a device tensor in the step."""
     import torch
 
-    from harness.adapters import step, vlmstep
+    from harness.adapters import hostsync, step, vlmstep
     from suites import _forward
 
     knobs = {k: v for k, v in case.knobs.items() if "in_batch" not in k}
@@ -37,7 +37,7 @@ def check_step(case: Case, packed: EnergonBuild) -> None:
     for b, (pb, ub) in enumerate(zip(packed.batches, plain.batches, strict=True)):
         p, u = step.run_step(forward, on, pb, model), step.run_step(forward, off, ub, model)
         if p.host_reads:  # MB's step reads a device tensor back on the host: every micro-batch waits
-            raise fail(Impact.PERF_CONTRACT, f"micro-batch {b}: {'; '.join(sorted(set(p.host_reads)))[:300]}")
+            raise fail(Impact.PERF_CONTRACT, f"micro-batch {b}: {hostsync.describe(p.host_reads)}")
 
         def trained(run: step.StepRun) -> list[float]:
             mask = run.loss_mask if run.loss_mask is not None else torch.ones_like(run.token_loss)

@@ -32,7 +32,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from harness.adapters import config as config_ops
-from harness.adapters import mimo, mimostep, rules
+from harness.adapters import hostsync, mimo, mimostep, rules
 from harness.adapters.world import Layout, run_world
 from harness.oracle.impact import Impact, ImpactFailure, fail, require
 from suites._explain import multiset_difference
@@ -153,7 +153,7 @@ def check_host_reads(ranks: list[mimostep.ModuleRank]) -> None:
             not r.host_reads,
             Impact.PERF_CONTRACT,
             f"the MIMO step on the rank of {', '.join(r.modules)} (dp rank {r.dp_rank}) reads device tensors "
-            f"back on the host every micro-batch: {'; '.join(sorted(set(r.host_reads)))[:300]}",
+            f"back on the host every micro-batch: {hostsync.describe(r.host_reads)}",
         )
 
 

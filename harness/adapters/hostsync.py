@@ -155,6 +155,11 @@ DEVICE_KEYS = (
 )
 
 
+def describe(reads: list[str] | tuple[str, ...], limit: int = 300) -> str:
+    """The distinct host reads of a step, one line (what a violation or a failure message shows)."""
+    return "; ".join(sorted(set(reads)))[:limit]
+
+
 @contextlib.contextmanager
 def count_step_reads() -> Iterator[list[str]]:
     """The host reads MB's own code makes inside the block, each with MB's frame: what MB moves to
@@ -169,4 +174,4 @@ def count_step_reads() -> Iterator[list[str]]:
             _local.attributed = False
 
 
-__all__ = ["DEVICE_KEYS", "DeviceResident", "count_host_reads", "count_step_reads", "on_device", "place"]
+__all__ = ["DEVICE_KEYS", "DeviceResident", "count_host_reads", "count_step_reads", "describe", "on_device", "place"]

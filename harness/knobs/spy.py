@@ -264,6 +264,11 @@ def install() -> bool:
     return True
 
 
+def _log() -> Path | None:
+    """The run's knobs log, as the driver names it to the suite process (None: no log asked for)."""
+    return Path(os.environ[Env.KNOBS_LOG]) if os.environ.get(Env.KNOBS_LOG) else None
+
+
 def seen() -> tuple[frozenset[tuple[str, str, str, bool]], frozenset[tuple[str, str]]]:
     """What this process has recorded so far: where a forked rank starts (:func:`write_new`)."""
     return frozenset(_VALUES), frozenset(_CALLED)
@@ -275,7 +280,7 @@ def write_new(
     """Append what this process recorded after ``since`` (a forked rank of a gloo world: its values
     and step calls; the parent writes the inventory). One ``os.write`` of an ``O_APPEND`` file, so
     the ranks of a world appending at once do not interleave their lines."""
-    target = path or (Path(os.environ[Env.KNOBS_LOG]) if os.environ.get(Env.KNOBS_LOG) else None)
+    target = path or _log()
     if target is None:
         return
     lines = [KnobLine.of_value(k, v, suite, passed) for k, v, suite, passed in sorted(_VALUES - since[0])]
@@ -291,7 +296,7 @@ def write_new(
 
 def write(path: Path | None = None) -> None:
     """Append this process's inventory and exercised values to the knobs log."""
-    target = path or (Path(os.environ[Env.KNOBS_LOG]) if os.environ.get(Env.KNOBS_LOG) else None)
+    target = path or _log()
     if target is None or not _KNOBS:
         return
     lines = [KnobLine.of_knob(k) for k in _mark_off_path(_KNOBS).values()]
