@@ -42,6 +42,9 @@ class SFTCase:
     truncation_field: str | None = None  # the template field cut first (None: MB's builder default, the prompt)
     prompt_key: str = "input"  # the rows' prompt field (a user's own template "{<key>} {output}")
     long_answer_rate: float = 0.0  # answers longer than the pack (for a cut answer field)
+    max_single: int | None = None  # max_single_sequence_length (None: MB's default, the sequence length)
+    other_tokenizer: bool = False  # a second tokenizer: the same text under other ids (tokenizer.vocab)
+    chat_template: str | None = None  # the user's own TokenizerConfig.chat_template (None: the shipped one)
 
     @property
     def corpus(self) -> corpus.CorpusSpec:
@@ -63,6 +66,7 @@ class SFTCase:
             self.pad_cu_seqlens,
             self.pad_to_max_length or self.pad_cu_seqlens,
             algorithm=self.packing_algorithm,
+            max_single=self.max_single,
         )
 
 
@@ -148,10 +152,17 @@ def case_param(case: SFTCase, *values: Any, id: str | None = None) -> Any:
 
 
 @functools.cache
-def load_tokenizer(distinct_eod: bool = False) -> Any:
-    """MB's tokenizer over the offline tokenizer directory (the eod wrapper when asked)."""
-    tok = sft.load_tokenizer(tokenizer.write_tokenizer_dir())
+def load_tokenizer(distinct_eod: bool = False, other_ids: bool = False, chat_template: str | None = None) -> Any:
+    """MB's tokenizer over the offline tokenizer directory (the eod wrapper when asked; the second
+    tokenizer with ``other_ids``; the user's own ``chat_template``)."""
+    directory = tokenizer.write_tokenizer_dir(other_ids=other_ids)
+    tok = sft.load_tokenizer(directory, chat_template) if chat_template else sft.load_tokenizer(directory)
     return tokenizer.with_distinct_eod(tok) if distinct_eod else tok
+
+
+def case_tokenizer(case: SFTCase) -> Any:
+    """The tokenizer ``case`` configures MB with."""
+    return load_tokenizer(case.distinct_eod, case.other_tokenizer, case.chat_template)
 
 
 @dataclass
@@ -208,7 +219,7 @@ def request(case: SFTCase, root: Path, **over: Any) -> sft.SFTRequest:
         "prompt_key": case.prompt_key,
     }
     fields.update(over)
-    return sft.SFTRequest(root, load_tokenizer(case.distinct_eod), case.seq, **fields)
+    return sft.SFTRequest(root, case_tokenizer(case), case.seq, **fields)
 
 
 def collated_rows(ds: Any) -> tuple[list[dict[str, Any]], list[differential.PackedRow]]:
@@ -227,7 +238,7 @@ def built(case: SFTCase, constructor: bool = False) -> Built:
         raise AssertionError("MB's packing preparation built no unpacked dataset the oracle could read")
     examples = batch_ops.unpacked_examples(result.prep_reference)
     batches, rows = collated_rows(result.train)
-    ids = tokenizer.special_ids(load_tokenizer(case.distinct_eod))
+    ids = tokenizer.special_ids(case_tokenizer(case))
     return Built(case, result, examples, rows, batches, compare(case, examples, rows, ids), ids)
 
 
@@ -287,9 +298,14 @@ def canonical_rows(rows: list[differential.PackedRow]) -> list[dict[str, Any]]:
 
 @functools.cache
 def reference(case: SFTCase) -> tuple[differential.Example, ...]:
-    """MB's unpacked split for ``case`` (what a user without packing trains on), as examples."""
+    """MB's unpacked split for ``case`` (what a user without packing trains on), as examples. With
+    ``max_single``, the user's sequence length is that cap, as MB's packing preparation reads it: a
+    cap on the stored example (runtime one token shorter) without alignment, on the runtime
+    sequence after the next-token shift with ``pad_seq_to_mult > 1`` (its preparation stores one
+    token more); the tail past the aligned cap is :func:`cut_at`'s to take."""
     root = corpus.write_dataset_root(_workdir(case.id + "-unpacked"), case.corpus)
-    result = sft.build_sft(request(case, root, packing=None, max_train_samples=None, seed=case.seed))
+    at = replace(case, seq=case.max_single + (1 if case.mult > 1 else 0)) if case.max_single else case
+    result = sft.build_sft(request(at, root, packing=None, max_train_samples=None, seed=case.seed))
     return tuple(batch_ops.unpacked_examples(result.unpacked))
 
 
@@ -319,4 +335,4 @@ def right_padded(examples: list[differential.Example], pad_id: int, ignore_index
 
 
 def special_ids(case: SFTCase) -> dict[str, int | None]:
-    return tokenizer.special_ids(load_tokenizer(case.distinct_eod))
+    return tokenizer.special_ids(case_tokenizer(case))

@@ -31,7 +31,7 @@ import pytest
 
 from harness.adapters import batch as batch_ops
 from harness.adapters import rules, sft
-from harness.oracle import corpus, truncation
+from harness.oracle import corpus, tokenizer, truncation
 from harness.oracle.impact import Impact, fail
 from suites import _oracle
 from suites._explain import first_difference, first_offender
@@ -342,28 +342,31 @@ def test_every_split_is_packed_from_its_own_rows_with_its_own_metadata(tmp_path)
             )
 
 
-# (id, the knob a user changes between two preparations into one dataset root)
+# (id, the first preparation's configuration over LIFE_CASE, the knob a user changes before the second)
 REPREPARED = [
-    ("pack-size", {"seq": 48}),
-    ("pad-seq-to-mult", {"mult": 4}),
-    ("full-loss", {"full_loss": True}),
-    ("truncation-left", {"truncation_method": "left", "long_rate": 0.4}),
+    ("pack-size", {}, {"seq": 48}),
+    ("pad-seq-to-mult", {}, {"mult": 4}),
+    ("full-loss", {}, {"full_loss": True}),
+    ("truncation-left", {"long_rate": 0.4}, {"truncation_method": "left"}),
+    ("max-single", {"long_rate": 0.4}, {"max_single": 40}),
+    ("tokenizer", {}, {"other_tokenizer": True}),
+    ("chat-template", {"kind": "chat", "long_rate": 0.0, "seq": 128}, {"chat_template": tokenizer.OTHER_CHAT_TEMPLATE}),
 ]
 
 
-@pytest.mark.parametrize("knob", [k for _, k in REPREPARED], ids=[i for i, _ in REPREPARED])
-def test_a_reprepared_root_never_trains_packs_made_for_other_knobs(tmp_path, knob):
-    """Prepare, change one knob that decides the packs, prepare again into the same dataset root (a
-    user's second run): MB must pack again (or refuse), never train the packs it made for the old
-    knob: the second build's rows hold the second configuration's examples by MB's own unpacked
-    path."""
-    long_rate = 0.4 if "truncation_method" in knob else LIFE_CASE.long_rate  # prompts to cut
-    first = dataclasses.replace(LIFE_CASE, pad_cu_seqlens=False, mult=1, long_rate=long_rate)
-    second = dataclasses.replace(first, **knob)
-    root = corpus.write_dataset_root(tmp_path / "root", first.corpus)
-    sft.build_sft(_oracle.request(first, root))
+@pytest.mark.parametrize(("first", "knob"), [r[1:] for r in REPREPARED], ids=[r[0] for r in REPREPARED])
+def test_a_reprepared_root_never_trains_packs_made_for_other_knobs(tmp_path, first, knob):
+    """Prepare, change one knob that decides the packs (the pack size, the multiple, the loss, the
+    truncation, one example's cap, the tokenizer, the chat template), prepare again into the same
+    dataset root (a user's second run): MB must pack again (or refuse), never train the packs it
+    made for the old knob: the second build's rows hold the second configuration's examples by MB's
+    own unpacked path."""
+    first_case = dataclasses.replace(LIFE_CASE, pad_cu_seqlens=False, mult=1, **first)
+    second = dataclasses.replace(first_case, **knob)
+    root = corpus.write_dataset_root(tmp_path / "root", first_case.corpus)
+    sft.build_sft(_oracle.request(first_case, root))
     again = sft.build_sft(_oracle.request(second, root))
-    _held(second, again.train, f"prepared again with {knob}")
+    _held(second, again.train, f"prepared again with {sorted(knob)}")
 
 
 # The length caps: a pack size that is not a multiple of pad_seq_to_mult (2 * CP for THD context
@@ -401,3 +404,36 @@ def test_length_caps_keep_the_multiple_and_cut_only_past_the_cap(golden, case):
         raise RuntimeError(f"{case.id}: {len(cut)} of {len(b.examples)} examples past the cap {cap}")
     lost = sum(sum(ex.loss_mask) - sum(c.loss_mask) for ex, c in zip(b.examples, capped))
     golden.check({"cap": cap, "cut": len(cut), "trained_tokens_cut": lost, "rows": _oracle.canonical_rows(b.rows)})
+
+
+# One example's cap below the pack size (max_single_sequence_length; MB's GLM recipes set it to the
+# sequence length less the alignment): prompts long enough that some examples pass the cap.
+MAX_SINGLE_CASES = [
+    _oracle.CleanCase("max-single-40-mult4", seed=411, mult=4, long_rate=0.5, n=16, max_single=40),
+    _oracle.CleanCase("max-single-60-mult4-chat", seed=413, kind="chat", mult=4, long_rate=0.5, n=16, max_single=60),
+]
+
+
+@pytest.mark.parametrize("case", MAX_SINGLE_CASES, ids=[c.id for c in MAX_SINGLE_CASES])
+def test_one_examples_cap_cuts_it_as_unpacked_training_at_that_length_does(golden, case):
+    """With ``max_single_sequence_length`` below the pack size, the packed rows equal, per real
+    token, MB's own unpacked examples of a user training at that length (the runtime length, after
+    the next-token shift, when segments are aligned: MB's preparation says so), cut at the largest
+    multiple that fits: an example past the cap is cut there as that user's is, nothing past it
+    trains, every segment keeps the multiple and padding never trains. The golden pins how many
+    examples the cap cuts and the rows."""
+    b = _oracle.built(case)
+    cap = case.max_single // case.mult * case.mult if case.max_single and case.mult > 1 else case.max_single
+    examples = [_oracle.cut_at(ex, cap) for ex in _oracle.reference(case)] if cap else []
+    report = _oracle.compare(case, examples, b.rows, b.special_ids)
+    if not report.ok:
+        from harness.oracle.records import InvariantFailure
+
+        raise InvariantFailure(
+            f"held to MB's unpacked examples at {case.max_single}: {report.summary()}", report.violations
+        )
+    whole = _oracle.reference(dataclasses.replace(case, id=case.id + "-whole", max_single=None))
+    cut = sum(1 for ex in whole if len(ex.tokens) > (case.max_single or case.seq))
+    if not cut or cut == len(whole):  # the input's fault: the case would test nothing
+        raise RuntimeError(f"{case.id}: {cut} of {len(whole)} examples past the cap {case.max_single}")
+    golden.check({"max_single": case.max_single, "cut": cut, "rows": _oracle.canonical_rows(b.rows)})

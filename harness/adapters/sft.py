@@ -58,6 +58,7 @@ class OfflinePacking:
     pad_to_max_length: bool = False
     paths: PackedPaths | None = None
     algorithm: str | None = None  # packing_algorithm handed to MB's preparation (None: MB's default)
+    max_single: int | None = None  # max_single_sequence_length: one example's cap below the pack size
 
 
 @dataclass(frozen=True)
@@ -116,16 +117,27 @@ def _tokenizer_probe(config_module: str) -> Callable[[], Callable[..., Any]]:
             if accepts(build, k)
         }
 
-        def call(directory: Path) -> Any:
+        def call(directory: Path, chat_template: str | None = None) -> Any:
+            """MB's tokenizer over ``directory``; ``chat_template``: the user's own template, set
+            where the era's ``TokenizerConfig`` takes one (``chat_template``, else the Hugging Face
+            kwargs), instead of the one the directory ships."""
             kwargs: dict[str, Any] = {"tokenizer_type": "HuggingFaceTokenizer", "tokenizer_model": str(directory)}
             template = Path(directory) / "chat_template.jinja"
-            if template.is_file() and accepts(cfg_cls, "hf_tokenizer_kwargs"):
+            if chat_template is None and template.is_file():
+                shipped: str | None = template.read_text()
+            else:
+                shipped = chat_template
+            if chat_template is not None and accepts(cfg_cls, "chat_template"):
+                kwargs["chat_template"] = chat_template
+            elif shipped is not None and accepts(cfg_cls, "hf_tokenizer_kwargs"):
                 # Late-2025 eras build MCore's tokenizer, whose Hugging Face wrapper calls
                 # AutoTokenizer.from_pretrained(chat_template=None) unless the template is named,
                 # dropping the one the directory ships: every chat case raised there, so a chat fix
                 # of that era could not show. The same template, named where both the legacy and
                 # MCore tokenizers read it.
-                kwargs["hf_tokenizer_kwargs"] = {"chat_template": template.read_text()}
+                kwargs["hf_tokenizer_kwargs"] = {"chat_template": shipped}
+            elif chat_template is not None:
+                raise Untestable("TokenizerConfig takes no chat template of the user's own in this era")
             return build(cfg_cls(**kwargs), **extra)
 
         return call
@@ -162,7 +174,11 @@ def _legacy_kwargs(req: SFTRequest) -> dict[str, Any]:
     return kwargs
 
 
-_SPEC_FEATURES = {"pad_seq_to_mult": "aligned-offline-packing", "pad_cu_seqlens": "pad-cu-seqlens"}
+_SPEC_FEATURES = {
+    "pad_seq_to_mult": "aligned-offline-packing",
+    "pad_cu_seqlens": "pad-cu-seqlens",
+    "max_single_sequence_length": "max-single-sequence-length",
+}
 """The ledger feature (:mod:`harness.eras.features`) a PackedSequenceSpecs field is."""
 
 
@@ -173,6 +189,7 @@ def _specs(cls: Any, packing: OfflinePacking) -> Any:
         "packed_sequence_size": packing.pack_size,
         "pad_seq_to_mult": packing.pad_seq_to_mult,
         "pad_cu_seqlens": packing.pad_cu_seqlens,
+        "max_single_sequence_length": packing.max_single,
         "packed_train_data_path": str(paths.train) if paths else None,
         "packed_val_data_path": str(paths.validation) if paths and paths.validation else None,
         "packed_metadata_path": str(paths.metadata) if paths and paths.metadata else None,

@@ -79,6 +79,14 @@ FEATURES: dict[str, Feature] = {
             r"def write_packed_parquet",
         ),
         Feature(
+            "max-single-sequence-length",
+            "a cap on one example's length below the pack size (PackedSequenceSpecs.max_single_sequence_length)",
+            "e4cb868dc",
+            "2026-08-06",
+            "src/megatron/bridge/data/packing/config.py",
+            r"max_single_sequence_length",
+        ),
+        Feature(
             "offline-packing-flag",
             "an enable_offline_packing flag apart from the packing specs",
             "814ad79af",

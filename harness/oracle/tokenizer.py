@@ -39,21 +39,33 @@ CHAT_TEMPLATE = (
     "{% if add_generation_prompt %}" + TURN_START + " assistant {% endif %}"
 )
 
+# The same conversation under another template (a user's own ``TokenizerConfig.chat_template``):
+# each role name is followed by "Q:", so every turn renders to other tokens.
+OTHER_CHAT_TEMPLATE = CHAT_TEMPLATE.replace("{{ m['role'] }} ", "{{ m['role'] }} Q: ")
+
 _WRITTEN: dict[str, Path] = {}
 
 
-def vocab() -> dict[str, int]:
-    return {tok: i for i, tok in enumerate(SPECIALS + WORDS + MARKERS)}
+def vocab(other_ids: bool = False) -> dict[str, int]:
+    """Token -> id. ``other_ids``: a second tokenizer over the same text, its content tokens under
+    other ids (the specials keep theirs), as when a user switches to another model's tokenizer."""
+    content = WORDS + MARKERS
+    return {tok: i for i, tok in enumerate(SPECIALS + (content[::-1] if other_ids else content))}
 
 
-def write_tokenizer_dir(path: Path | None = None, *, pad_is_eos: bool = False) -> Path:
+def write_tokenizer_dir(path: Path | None = None, *, pad_is_eos: bool = False, other_ids: bool = False) -> Path:
     """Write the tokenizer (``tokenizer.json``, ``tokenizer_config.json``...) and return its directory.
 
     Written once per process unless ``path`` is given; the files depend on nothing but this module.
     ``pad_is_eos``: the tokenizer pads with its EOS (Qwen2's base tokenizers, GPT-2 style recipes
-    that set ``pad_token = eos_token``), so the pad id collides with EOD.
+    that set ``pad_token = eos_token``), so the pad id collides with EOD. ``other_ids``: see
+    :func:`vocab` (written to a directory of its own, as another model's tokenizer is).
     """
-    key = (str(path) if path is not None else "") + ("#pad-is-eos" if pad_is_eos else "")
+    key = (
+        (str(path) if path is not None else "")
+        + ("#pad-is-eos" if pad_is_eos else "")
+        + ("#other-ids" if other_ids else "")
+    )
     if key in _WRITTEN and (_WRITTEN[key] / "tokenizer.json").is_file():
         return _WRITTEN[key]
     from tokenizers import Tokenizer, models, pre_tokenizers
@@ -61,7 +73,7 @@ def write_tokenizer_dir(path: Path | None = None, *, pad_is_eos: bool = False) -
 
     out = Path(path) if path is not None else Path(tempfile.mkdtemp(prefix="harness-tokenizer-"))
     out.mkdir(parents=True, exist_ok=True)
-    model = Tokenizer(models.WordLevel(vocab=vocab(), unk_token=UNK))
+    model = Tokenizer(models.WordLevel(vocab=vocab(other_ids), unk_token=UNK))
     model.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
     fast = PreTrainedTokenizerFast(
         tokenizer_object=model,
