@@ -369,6 +369,63 @@ def test_a_reprepared_root_never_trains_packs_made_for_other_knobs(tmp_path, fir
     _held(second, again.train, f"prepared again with {sorted(knob)}")
 
 
+# What a preparation killed part way leaves behind (MB's writer writes the packed file in place,
+# then the metadata): the packed file cut short, or the packed file whole and no metadata.
+# Or, with a validation split, killed after the training file and before its metadata entry: the
+# restart prepares the validation split only, and the metadata then holds its entry alone.
+INTERRUPTED = ["packed-file-cut-short", "metadata-never-written", "killed-after-the-training-file"]
+
+
+def _raised_in_mb(exc: BaseException) -> bool:
+    """Did ``exc`` come out of MB's code (a frame of megatron/bridge on its way), not the harness's?"""
+    tb = exc.__traceback__
+    while tb is not None:
+        if "/megatron/bridge/" in tb.tb_frame.f_code.co_filename.replace(os.sep, "/"):
+            return True
+        tb = tb.tb_next
+    return False
+
+
+@pytest.mark.parametrize("state", INTERRUPTED)
+def test_an_interrupted_preparation_is_prepared_again_or_refused(tmp_path, record_property, state):
+    """Prepare, leave the dataset root as a preparation killed part way leaves it, build again (the
+    user's restart): MB must prepare again (the rows then hold the examples by MB's own unpacked
+    path, with one static boundary shape) or stop with an error of its own; it must never train
+    from what was left."""
+    case = LIFE_CASE
+    validation = state == "killed-after-the-training-file"
+    root = (
+        _split_root(tmp_path / "root", case, dataclasses.replace(case, seed=case.seed + 500, n=9))
+        if validation
+        else corpus.write_dataset_root(tmp_path / "root", case.corpus)
+    )
+    first = sft.build_sft(_oracle.request(case, root, validation=validation))
+    packed, meta = first.packed_files.get("train"), first.packed_files.get("metadata")
+    if packed is None or meta is None or not packed.is_file() or not meta.is_file():
+        raise RuntimeError(f"the first preparation left no packed file and metadata: {first.packed_files}")
+    if state == "packed-file-cut-short":
+        data = packed.read_bytes()
+        packed.write_bytes(data[: len(data) // 2])
+    elif validation:
+        first.packed_files["validation"].unlink()
+        meta.unlink()
+    else:
+        meta.unlink()
+    try:
+        again = sft.build_sft(_oracle.request(case, root, validation=validation))
+        _, rows = _held(case, again.train, f"built again after an interrupted preparation ({state})")
+    except (Exception, SystemExit) as exc:  # 0.3.1 logs the unreadable file and exits
+        if not _raised_in_mb(exc) or type(exc).__name__ == "InvariantFailure":
+            raise
+        record_property("harness_note", f"MB refused what was left ({state}): {type(exc).__name__}: {exc}"[:400])
+        return
+    shapes = {len(r.cu_seqlens_q) for r in rows if r.cu_seqlens_q is not None}
+    if len(shapes) > 1:
+        raise fail(
+            Impact.CRASH, f"{state}: pad_cu_seqlens boundary shapes vary between micro-batches: {sorted(shapes)}"
+        )
+
+
 # The length caps: a pack size that is not a multiple of pad_seq_to_mult (2 * CP for THD context
 # parallelism) with many overlong prompts. MB's packing preparation caps a runtime segment at the
 # largest multiple of pad_seq_to_mult that fits the pack (64 of 66 with 4, 56 of 62 with 8) and
