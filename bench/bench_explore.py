@@ -61,10 +61,10 @@ def _cp_ratio(case_id: str, repeats: int) -> dict[str, float]:
     from harness.adapters import forward as fwd
     from harness.adapters import step
     from harness.adapters.world import Layout, run_world
-    from suites import _forward, _layouts, _oracle
+    from suites import _forward, _layouts, _sftcases
 
-    case = {c.id: c for c in _oracle.CASES}[case_id]
-    built = _oracle.built(case)
+    case = {c.id: c for c in _sftcases.CASES}[case_id]
+    built = _sftcases.built(case)
     batches = list(built.batches)
     gpt, _ = _forward.models()
     [step.gpt_step(gpt, b) for b in batches]  # warm

@@ -25,7 +25,7 @@ from harness.adapters import needs, ppbatch, step
 from harness.adapters.world import Layout, run_world
 from harness.oracle.records import Invariant, Violation
 from harness.standins import thd_partition
-from suites import _forward, _layouts, _oracle
+from suites import _forward, _layouts, _sftcases
 
 
 def _on_rank(batches: list[dict[str, Any]], pack_size: int) -> Any:
@@ -77,11 +77,11 @@ def compare(
     return out
 
 
-def run_cp_pp(case: _oracle.SFTCase, cp: int, pp: int) -> _layouts.LayoutResult:
+def run_cp_pp(case: _sftcases.SFTCase, cp: int, pp: int) -> _layouts.LayoutResult:
     """``case``'s packed micro-batches through MB's ``get_batch`` on every rank of CP ``cp`` x PP ``pp``."""
     thd_partition.require_reachable()
     needs(ppbatch.stage_batch)  # an era without it is untestable before anything is built
-    built = _oracle.built(case)
+    built = _sftcases.built(case)
     gpt, _ = _forward.models()
     ref = [step.gpt_step(gpt, batch) for batch in built.batches]
     layout = Layout(cp=cp, pp=pp)

@@ -17,7 +17,7 @@ from harness.adapters import batch as batch_ops
 from harness.adapters import sampler
 from harness.oracle import differential
 from harness.oracle.impact import Impact, require
-from suites import _oracle
+from suites import _sftcases
 from suites._explain import multiset_difference
 
 
@@ -27,10 +27,10 @@ def rows_of(ds: Any, indices: list[int]) -> list[differential.PackedRow]:
     return batch_ops.packed_rows(ds.collate_fn([ds[i] for i in indices]), padding_rows=padding)
 
 
-def check_padding_per_rank(case: _oracle.SFTCase, dp: int, mbs: int, gbs: int) -> list[list[list[int]]]:
+def check_padding_per_rank(case: _sftcases.SFTCase, dp: int, mbs: int, gbs: int) -> list[list[list[int]]]:
     """Every rank's padded global batches of ``case``'s packed rows, held to the contract above
     (raises on a violation); returns the indices each rank sampled, step by step."""
-    b = _oracle.built(case)
+    b = _sftcases.built(case)
     ds = b.build.train
     per_rank = [sampler.padded_global_batches(len(ds), gbs, mbs, case.seed, r, dp) for r in range(dp)]
     steps = {len(batches) for batches in per_rank}
@@ -60,7 +60,7 @@ def check_padding_per_rank(case: _oracle.SFTCase, dp: int, mbs: int, gbs: int) -
     for batches in per_rank:
         rows = [row for batch in batches for row in rows_of(ds, batch)]
         pads = [row for row in rows if row.padding_row]
-        _oracle.compare(case, [], pads, b.special_ids, expect_all_packed=False).assert_ok()
+        _sftcases.compare(case, [], pads, b.special_ids, expect_all_packed=False).assert_ok()
         real = [row for row in rows if not row.padding_row]
-        _oracle.compare(case, b.examples, real, b.special_ids, expect_all_packed=False).assert_ok()
+        _sftcases.compare(case, b.examples, real, b.special_ids, expect_all_packed=False).assert_ok()
     return per_rank

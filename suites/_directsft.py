@@ -22,7 +22,7 @@ from harness.adapters.directsft import DirectSFTBuild, DirectSFTRequest, direct_
 from harness.oracle import corpus, differential, tokenizer
 from harness.oracle.impact import Impact, fail, require
 from harness.oracle.padded import require_documented_width, require_same_real_tokens
-from suites import _oracle
+from suites import _sftcases
 from suites._inputs import IGNORE_INDEX
 
 
@@ -113,7 +113,7 @@ def check_in_batch(req: DirectSFTRequest) -> dict[str, Any]:
     require(multiple % split == 0, Impact.CRASH, f"MB's in-batch multiple {multiple} misses CP/SP's {split}")
     examples = collated_examples(reference(req))
     (row,) = batch_ops.packed_rows(build.batch)
-    ids = tokenizer.special_ids(_oracle.load_tokenizer())
+    ids = tokenizer.special_ids(_sftcases.load_tokenizer())
     differential.compare([row], examples, pad_seq_to_mult=multiple, special_ids=ids).assert_ok()
     return {"multiple": multiple, "cu_seqlens_q_padded": list(row.cu_seqlens_q_padded or ())}
 

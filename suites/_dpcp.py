@@ -34,7 +34,7 @@ from harness.adapters.world import Layout, run_world
 from harness.oracle.impact import Impact, require
 from harness.oracle.records import Violation
 from harness.standins import thd_partition
-from suites import _forward, _layouts, _oracle
+from suites import _forward, _layouts, _sftcases
 
 
 @dataclass(frozen=True)
@@ -50,7 +50,7 @@ class DPCP:
         return Layout(cp=self.cp, dp=self.dp)
 
 
-def _on_rank(case: _oracle.SFTCase, world: DPCP, dataset: Any, dataset_config: Any, steps: int) -> Any:
+def _on_rank(case: _sftcases.SFTCase, world: DPCP, dataset: Any, dataset_config: Any, steps: int) -> Any:
     def on_rank(_rank: int) -> tuple[int, int, list[_layouts.RankRun]]:
         groups, model = _layouts.rank_model()
         # the model config MB's loader builder is handed (finetuning with CP counts loss per token)
@@ -72,10 +72,10 @@ def _on_rank(case: _oracle.SFTCase, world: DPCP, dataset: Any, dataset_config: A
     return on_rank
 
 
-def run_dp_cp(case: _oracle.SFTCase, world: DPCP) -> _layouts.LayoutResult:
+def run_dp_cp(case: _sftcases.SFTCase, world: DPCP) -> _layouts.LayoutResult:
     """``case``'s packed rows trained on a DP x CP world, against MB's CP = 1 step per data-parallel rank."""
     thd_partition.require_reachable()
-    built = _oracle.built(case)
+    built = _sftcases.built(case)
     ds = built.build.train
     gbs = world.global_batch_size
     # drop_last (MB's default): complete global batches only; else the last one too, padded

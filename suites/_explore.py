@@ -40,7 +40,7 @@ from typing import Any
 from harness.adapters import sft
 from harness.oracle import corpus
 from harness.records import explored
-from suites import _oracle, _shards
+from suites import _sftcases, _shards
 
 KINDS = tuple(sft.KINDS)
 # the layouts and packing paths a layout case draws one of, cheapest first (Hypothesis shrinks
@@ -49,8 +49,8 @@ AXES = ("forward", "dp", "in_batch", "cp", "pp")
 
 
 @dataclass(frozen=True)
-class ExploredCase(_oracle.SFTCase):
-    """An :class:`~suites._oracle.SFTCase` whose corpus shape is drawn too."""
+class ExploredCase(_sftcases.SFTCase):
+    """An :class:`~suites._sftcases.SFTCase` whose corpus shape is drawn too."""
 
     min_words: int = 2
     max_words: int = 12

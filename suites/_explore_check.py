@@ -20,11 +20,11 @@ from typing import Any
 from harness.adapters import rules
 from harness.errors import Untestable
 from harness.oracle.impact import Impact, fail
-from suites import _oracle, _shards
+from suites import _sftcases, _shards
 from suites._explore import ExploredCase
 
 
-def _built(case: ExploredCase) -> _oracle.Built | None:
+def _built(case: ExploredCase) -> _sftcases.Built | None:
     """MB's build of ``case``; None when MB refused it by an explicit check because no example fits.
 
     MB documents that offline packing skips an example longer than the pack. When that leaves
@@ -33,11 +33,11 @@ def _built(case: ExploredCase) -> _oracle.Built | None:
     answer, any other exception is a crash of data preparation with no cause the user can read.
     """
     try:
-        return _oracle.built(case)
+        return _sftcases.built(case)
     except Untestable:
         raise  # a feature this era lacks: never a verdict
     except Exception as exc:
-        lengths = [ex.length for ex in _oracle.reference(case)]
+        lengths = [ex.length for ex in _sftcases.reference(case)]
         if any(n <= case.seq for n in lengths):
             raise
         if rules.raising_check(exc) is not None:
@@ -50,7 +50,7 @@ def _built(case: ExploredCase) -> _oracle.Built | None:
         ) from exc
 
 
-def check(case: ExploredCase) -> _oracle.Built | None:
+def check(case: ExploredCase) -> _sftcases.Built | None:
     """Build ``case`` through MB and hold it to the oracle and the documented shape rule (None: MB
     refused a dataset with no example that fits the pack, by an explicit check)."""
     b = _built(case)
@@ -61,7 +61,7 @@ def check(case: ExploredCase) -> _oracle.Built | None:
         if any(w != case.seq for w in widths):
             # a fixed shape is what pipeline parallelism and CUDA graphs rely on: a ragged row crashes them
             raise fail(Impact.CRASH, f"pad_to_max_length pads every packed row to {case.seq}: row widths {widths}")
-    _how, report, _held = _oracle.at_the_cap(b)  # a pack size off the multiple: MB's cap (suites/_oracle.py)
+    _how, report, _held = _sftcases.at_the_cap(b)  # a pack size off the multiple: MB's cap (suites/_sftcases.py)
     report.assert_ok()
     return b
 
@@ -92,17 +92,17 @@ def check_any(case: ExploredCase) -> dict[str, Any]:
     if case.in_batch:
         from suites import _inbatch
 
-        examples = list(_oracle.reference(case))
+        examples = list(_sftcases.reference(case))
         packed = [
             _inbatch.pack_micro_batch(case, examples[i : i + case.mbs], (case.cp, case.tp, case.sp))
             for i in range(0, len(examples), case.mbs)
         ]
-        return {"multiple": packed[0].multiple, "rows": _oracle.canonical_rows([p.row for p in packed])}
+        return {"multiple": packed[0].multiple, "rows": _sftcases.canonical_rows([p.row for p in packed])}
     b = check(case)
     if b is None:
         return {"refused": "no example fits the pack"}
     if case.axis is None:
-        golden: dict[str, Any] = {"rows": _oracle.canonical_rows(b.rows)}
+        golden: dict[str, Any] = {"rows": _sftcases.canonical_rows(b.rows)}
         if case.shards > 1:
             golden["shards"] = _check_shards(case, b)
         return golden
@@ -134,7 +134,7 @@ def check_any(case: ExploredCase) -> dict[str, Any]:
     return layout.golden
 
 
-def _check_shards(case: ExploredCase, b: _oracle.Built) -> dict[str, Any]:
+def _check_shards(case: ExploredCase, b: _sftcases.Built) -> dict[str, Any]:
     """MB's packed set of ``case`` read back from ``case.shards`` Parquet shards (suites/_shards.py)."""
     files = b.build.packed_files
     if "train" not in files:
@@ -143,7 +143,7 @@ def _check_shards(case: ExploredCase, b: _oracle.Built) -> dict[str, Any]:
     work = Path(tempfile.mkdtemp(prefix="harness-explore-shards-"))
     try:
         sizes = _shards.even_sizes(len(b.rows), case.shards)
-        _how, _report, examples = _oracle.at_the_cap(b)  # the examples the rows hold, MB's cap applied
+        _how, _report, examples = _sftcases.at_the_cap(b)  # the examples the rows hold, MB's cap applied
         return _shards.check(case, b.build.train, files["train"], examples, work, sizes, metadata=metadata)
     finally:
         shutil.rmtree(work, ignore_errors=True)

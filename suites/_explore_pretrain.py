@@ -104,9 +104,9 @@ def check(case: ExploredCase) -> dict[str, Any]:
     """Build the case's splits through MB and hold every sample to the pretraining checks (raises on
     a violation); returns the sample counts and training tokens in golden form (change only)."""
     from harness.adapters import pretrain
-    from suites import _oracle, _pretrain
+    from suites import _pretrain, _sftcases
 
-    tok = _oracle.load_tokenizer()
+    tok = _sftcases.load_tokenizer()
     eod, pad = int(tok.eod), int(tok.pad)
     build = pretrain.pretraining_splits(pretrain.PretrainRequest(documents(case), tok, case.seq, knobs=knobs(case)))
     padded: dict[str, list[int]] = {}

@@ -1,6 +1,6 @@
 """Forward cases through MB's step functions, held to MB's unpacked path (views: suites/_model_view.py).
 
-Offline (:func:`run_offline`): each collated packed micro-batch of an :class:`~suites._oracle.SFTCase`
+Offline (:func:`run_offline`): each collated packed micro-batch of an :class:`~suites._sftcases.SFTCase`
 (``Built.batches``, as the training loop feeds them) goes through MB's ``gpt_step.forward_step``
 with a recording model double around MCore's real tiny ``GPTModel``; the reference is every
 example of MB's own unpacked dataset (the one its packing preparation built), collated alone
@@ -36,7 +36,7 @@ from harness.adapters import batch as batch_ops
 from harness.adapters import forward as fwd
 from harness.adapters import sft, step, vlmstep
 from harness.oracle import corpus, differential, stepcheck, tokenizer
-from suites import _oracle
+from suites import _sftcases
 from suites._model_view import model_rows, params_view, token_outputs
 
 # fp32 on CPU: packed (per-segment SDPA) and unpacked (MCore's local attention) runs differ only
@@ -79,13 +79,13 @@ SEED = 1234
 IGNORE_INDEX = -100  # the label MB's VLM collates put on padding
 
 
-CleanCase = _oracle.CleanCase  # where the forward suites have always found it
+CleanCase = _sftcases.CleanCase  # where the forward suites have always found it
 
 
 @dataclass(frozen=True)
 class VLMCase:
     id: str
-    source: _oracle.SFTCase  # corpus and tokenizer of the chat examples that fill the micro-batches
+    source: _sftcases.SFTCase  # corpus and tokenizer of the chat examples that fill the micro-batches
     cp: int = 1
     tp: int = 1
     sp: bool = False
@@ -213,10 +213,10 @@ def _check(
     return ForwardResult(violations, errors, golden, report, list(runs), refs)
 
 
-def run_offline(case: _oracle.SFTCase, on: Models | None = None, tol: Tolerances = FP32) -> ForwardResult:
+def run_offline(case: _sftcases.SFTCase, on: Models | None = None, tol: Tolerances = FP32) -> ForwardResult:
     """Every packed micro-batch of ``case`` through ``gpt_step``, against each example's unpacked
     run, on the given models (default: the CPU tiny model)."""
-    b = _oracle.built(case)
+    b = _sftcases.built(case)
     gpt, _ = on or models()
     ds = b.build.prep_reference
     refs: dict[str, stepcheck.TokenOutputs] = {}
@@ -280,15 +280,15 @@ class Unpacked:
 
 
 @functools.cache
-def unpacked(case: _oracle.SFTCase) -> Unpacked:
+def unpacked(case: _sftcases.SFTCase) -> Unpacked:
     """MB's unpacked SFT split of ``case``'s corpus (what a user without packing trains on), per example.
 
     Built without offline packing: in-batch packing never runs MB's packing preparation.
     """
-    tok = _oracle.load_tokenizer(case.distinct_eod)
+    tok = _sftcases.load_tokenizer(case.distinct_eod)
     root = corpus.write_dataset_root(Path(tempfile.mkdtemp(prefix=f"harness-vlm-{case.id}-")), case.corpus)
     build = sft.build_sft(
-        sft.SFTRequest(root, tok, _oracle.SEQ, kind=case.kind, full_loss=case.full_loss, seed=case.seed)
+        sft.SFTRequest(root, tok, _sftcases.SEQ, kind=case.kind, full_loss=case.full_loss, seed=case.seed)
     )
     return Unpacked(batch_ops.unpacked_examples(build.train), tokenizer.special_ids(tok))
 
@@ -334,7 +334,7 @@ def run_vlm(case: VLMCase, on: Models | None = None, tol: Tolerances = FP32) -> 
 
 
 @functools.cache
-def cpu_offline(case: _oracle.SFTCase) -> ForwardResult:
+def cpu_offline(case: _sftcases.SFTCase) -> ForwardResult:
     """:func:`run_offline` on the CPU model, once per process (the CPU suite and the GPU suite's
     device-independent half share it)."""
     return run_offline(case)

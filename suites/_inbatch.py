@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from harness.adapters import batch as batch_ops
 from harness.adapters import needs, thd, vlmstep
 from harness.oracle import differential
-from suites import _oracle
+from suites import _sftcases
 from suites._explain import first_difference, first_offender
 from suites._inputs import IGNORE_INDEX
 
@@ -28,14 +28,14 @@ class Packed:
     report: differential.Report
 
 
-def pack_micro_batch(case: _oracle.SFTCase, examples: list[differential.Example], layout: Layout) -> Packed:
+def pack_micro_batch(case: _sftcases.SFTCase, examples: list[differential.Example], layout: Layout) -> Packed:
     """``examples`` right-padded as a VLM collate hands them over, packed in batch by MB with the
     multiple MB chooses for ``layout``, and held to the differential oracle (raises on a violation)."""
     needs(thd.pack_in_batch)  # an era without in-batch packing is untestable before anything is built
-    ids = _oracle.special_ids(case)
+    ids = _sftcases.special_ids(case)
     pad_id = ids["pad_id"]
     assert pad_id is not None, "the offline tokenizer has a pad token"
-    batch = _oracle.right_padded(examples, pad_id, IGNORE_INDEX)
+    batch = _sftcases.right_padded(examples, pad_id, IGNORE_INDEX)
     multiple = vlmstep.mb_in_batch_multiple(*layout)
     packed = thd.pack_in_batch(
         batch["tokens"],

@@ -1,7 +1,7 @@
 """Packed batches under real parallel layouts on CPU: every rank runs MB's own code with its own rank.
 
 Context parallelism (:func:`run_cp`): each offline packed micro-batch of an
-:class:`~suites._oracle.SFTCase` goes through MB's ``gpt_step.forward_step`` once in a world of
+:class:`~suites._sftcases.SFTCase` goes through MB's ``gpt_step.forward_step`` once in a world of
 one (the CP = 1 run, which the ``forward_cpu`` suite holds against MB's unpacked path) and once
 on every rank of a gloo world of ``CP`` processes (:mod:`harness.adapters.world`), where MB's
 ``get_batch`` partitions it (``_partition_packed_batch_for_cp`` -> MCore's
@@ -31,7 +31,7 @@ from harness.adapters.world import Layout, run_world
 from harness.oracle.impact import Impact, fail
 from harness.oracle.records import Invariant, InvariantFailure, Violation
 from harness.standins import thd_partition
-from suites import _forward, _model_view, _oracle
+from suites import _forward, _model_view, _sftcases
 
 FIELDS = (("input_ids", Invariant.TOKENS), ("labels", Invariant.LABELS), ("position_ids", Invariant.POSITION_IDS))
 MAX_SHOWN = 8
@@ -219,10 +219,10 @@ class LayoutResult:
     golden: dict[str, Any]  # what each rank trains: change detection only
 
 
-def run_cp(case: _oracle.SFTCase, cp: int, tol: _forward.Tolerances = _forward.FP32) -> LayoutResult:
+def run_cp(case: _sftcases.SFTCase, cp: int, tol: _forward.Tolerances = _forward.FP32) -> LayoutResult:
     """``case``'s packed micro-batches at CP = ``cp`` against CP = 1 (no violations when MB holds)."""
     thd_partition.require_reachable()
-    built = _oracle.built(case)
+    built = _sftcases.built(case)
     gpt, _ = _forward.models()
     cp1 = [step.gpt_step(gpt, batch) for batch in built.batches]
     layout = Layout(cp=cp)
@@ -328,7 +328,7 @@ def compare_pp(layout: Layout, ref: list[step.StepRun], stages: list[list[ppbatc
     return out
 
 
-def run_pp(case: _oracle.SFTCase, pp: int) -> LayoutResult:
+def run_pp(case: _sftcases.SFTCase, pp: int) -> LayoutResult:
     """``case``'s packed micro-batches through MB's ``get_batch`` on every stage of PP = ``pp``.
 
     Documented behaviour (MB's ``get_batch``; MCore's pipeline schedules): the first stage embeds
@@ -337,7 +337,7 @@ def run_pp(case: _oracle.SFTCase, pp: int) -> LayoutResult:
     without them attends across documents). The reference is MB's PP = 1 step on the same batch.
     """
     needs(ppbatch.stage_batch)  # an era without it is untestable before anything is built
-    built = _oracle.built(case)
+    built = _sftcases.built(case)
     gpt, _ = _forward.models()
     ref = [step.gpt_step(gpt, batch) for batch in built.batches]
     layout = Layout(pp=pp)

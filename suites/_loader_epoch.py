@@ -36,7 +36,7 @@ from harness.adapters.world import Layout, run_world
 from harness.oracle import differential
 from harness.oracle.impact import Impact, ImpactFailure, fail, require
 from harness.suiterun.refusal import said
-from suites import _dataparallel, _oracle
+from suites import _dataparallel, _sftcases
 from suites._explain import multiset_difference
 
 
@@ -163,10 +163,10 @@ def _content(row: differential.PackedRow) -> RowKey:
     return RowKey(starts, row.tokens[:end], row.labels[:end], row.loss_mask[:end], row.position_ids[:end])
 
 
-def check_epoch(case: _oracle.SFTCase, dp: int, mbs: int, gbs: int, drop_last: bool) -> dict[str, Any]:
+def check_epoch(case: _sftcases.SFTCase, dp: int, mbs: int, gbs: int, drop_last: bool) -> dict[str, Any]:
     """One epoch of ``case``'s packed rows through MB's loader with the SFT config's ``drop_last``,
     held to the contract of the module docstring (raises on a violation); what each rank trained."""
-    b = _oracle.built(case)
+    b = _sftcases.built(case)
     ds = b.build.train
     config = loaders.make_dataset_config(seq_length=case.seq, seed=case.seed, drop_last=drop_last)
     ranks = epoch(case.seq, case.seed, dp, mbs, gbs, config, ds)

@@ -12,10 +12,10 @@ from __future__ import annotations
 from typing import Any
 
 from harness.oracle.impact import Impact, require
-from suites import _dataparallel, _oracle
+from suites import _dataparallel, _sftcases
 
 
-def check_mapped_epochs(ds: Any, asked: int, case: _oracle.SFTCase, special_ids: dict[str, int | None]) -> dict:
+def check_mapped_epochs(ds: Any, asked: int, case: _sftcases.SFTCase, special_ids: dict[str, int | None]) -> dict:
     """Every complete epoch of ``ds``'s mapping (``asked`` samples) holds every packed row exactly once,
     the partial last one distinct rows, and a padding index through the mapping is a row that trains
     nothing. Raises on a violation; returns what the golden pins (rows per epoch, epochs)."""
@@ -39,5 +39,5 @@ def check_mapped_epochs(ds: Any, asked: int, case: _oracle.SFTCase, special_ids:
             f"{len(set(packs) - set(block))} missing",
         )
     pads = _dataparallel.rows_of(ds, [-1, -2])
-    _oracle.compare(case, [], pads, special_ids, expect_all_packed=False).assert_ok()
+    _sftcases.compare(case, [], pads, special_ids, expect_all_packed=False).assert_ok()
     return {"rows_per_epoch": per_epoch, "mapped": len(keys)}

@@ -18,7 +18,7 @@ from harness.adapters import needs, packed_artifact, sampler, sft
 from harness.errors import Untestable
 from harness.oracle import corpus, differential
 from harness.oracle.impact import Impact, fail
-from suites import _dataparallel, _oracle
+from suites import _dataparallel, _sftcases
 from suites._explain import first_difference, multiset_difference
 
 # rows per Parquet row group (MB's writer makes 500): a shard of a few rows holds several, so the first
@@ -42,7 +42,7 @@ def even_sizes(total: int, shards: int) -> list[int]:
 
 
 def check(
-    case: _oracle.SFTCase,
+    case: _sftcases.SFTCase,
     one: Any,
     train_file: Path,
     examples: list[differential.Example],
@@ -66,9 +66,9 @@ def check(
     # files that exist are read, not packed: no packing algorithm is handed to a preparation that never runs
     packing = dataclasses.replace(case.packing, paths=sft.PackedPaths(spec, metadata=metadata), algorithm=None)
     root = corpus.write_dataset_root(work / "data", other.corpus)
-    many = sft.build_sft(_oracle.request(case, root, packing=packing)).train
-    want = _oracle.canonical_rows(_dataparallel.rows_of(one, list(range(len(one)))))
-    got = _oracle.canonical_rows(_dataparallel.rows_of(many, list(range(len(many)))))
+    many = sft.build_sft(_sftcases.request(case, root, packing=packing)).train
+    want = _sftcases.canonical_rows(_dataparallel.rows_of(one, list(range(len(one)))))
+    got = _sftcases.canonical_rows(_dataparallel.rows_of(many, list(range(len(many)))))
     cut = packed_artifact.shard_sizes(len(rows), sizes)
     if Counter(map(repr, got)) != Counter(map(repr, want)):
         raise fail(
@@ -81,14 +81,14 @@ def check(
     # as the ascending read did (the order of the shards is in the golden: a change, not breakage)
     drawn = [i for batch in sampler.padded_global_batches(len(many), gbs, seed=case.seed) for i in batch]
     real = [i for i in drawn if i >= 0]
-    located = _oracle.canonical_rows(_dataparallel.rows_of(many, real))
+    located = _sftcases.canonical_rows(_dataparallel.rows_of(many, real))
     if located != [got[i] for i in real]:
         raise fail(
             Impact.WRONG_TARGETS,
             f"rows read in the order MB's sampler draws them ({real}) are not the rows at those indices: "
             + first_difference([got[i] for i in real], located, "drawn row"),
         )
-    _oracle.compare(case, examples, _dataparallel.rows_of(many, drawn), _oracle.special_ids(case)).assert_ok()
+    _sftcases.compare(case, examples, _dataparallel.rows_of(many, drawn), _sftcases.special_ids(case)).assert_ok()
     changed = [p.name for p, data in before.items() if p.read_bytes() != data]
     if changed:
         raise fail(Impact.WRONG_TARGETS, f"MB rewrote the packed shards the user named: {changed}")

@@ -34,7 +34,7 @@ from harness.adapters import step, symbol
 from harness.adapters.world import Layout, run_world
 from harness.oracle.impact import Impact
 from harness.oracle.records import Invariant, Violation
-from suites import _forward, _layouts, _oracle
+from suites import _forward, _layouts, _sftcases
 
 
 @dataclass
@@ -172,9 +172,9 @@ def compare(
     return out
 
 
-def run_tp_sp(case: _oracle.SFTCase, tp: int, tol: _forward.Tolerances = _forward.FP32) -> _layouts.LayoutResult:
+def run_tp_sp(case: _sftcases.SFTCase, tp: int, tol: _forward.Tolerances = _forward.FP32) -> _layouts.LayoutResult:
     """``case``'s offline packed micro-batches at TP = ``tp`` with SP against TP 1 (no violations when MB holds)."""
-    return run_tp_sp_batches(list(_oracle.built(case).batches), tp, tol)
+    return run_tp_sp_batches(list(_sftcases.built(case).batches), tp, tol)
 
 
 def run_tp_sp_batches(

@@ -25,7 +25,7 @@ from harness.adapters.chatcollate import chat_collate, collated_examples
 from harness.oracle import corpus, differential, tokenizer
 from harness.oracle.impact import Impact, require
 from harness.oracle.padded import require_same_real_tokens
-from suites import _oracle
+from suites import _sftcases
 from suites._inputs import IGNORE_INDEX
 
 pytestmark = pytest.mark.import_group("full")  # MB's config finalisation chooses the multiples
@@ -74,7 +74,7 @@ def test_in_batch_packed_rows(golden, seed, n, layout):
     examples = collated_examples(chat_collate(rows, proc))
     packed = chat_collate(rows, proc, enable_in_batch_packing=True, in_batch_packing_pad_to_multiple_of=multiple)
     (row,) = batch_ops.packed_rows(packed)
-    ids = tokenizer.special_ids(_oracle.load_tokenizer())
+    ids = tokenizer.special_ids(_sftcases.load_tokenizer())
     report = differential.compare([row], examples, pad_seq_to_mult=multiple, special_ids=ids)
     report.assert_ok()
     golden.check({"multiple": multiple, "cu_seqlens_q_padded": list(row.cu_seqlens_q_padded or ())})

@@ -24,15 +24,15 @@ import pytest
 from harness.adapters import batch as batch_ops
 from harness.adapters import sampler
 from harness.oracle.impact import Impact, require
-from suites import _dataparallel, _mapping, _oracle
+from suites import _dataparallel, _mapping, _sftcases
 from suites._explain import multiset_difference
 
 pytestmark = pytest.mark.import_group("light")
 
 # an odd number of rows (max_train_samples: MB's samples mapping over the packs), so the last stride is
 # incomplete whatever the era's packing makes of the examples
-PROMPT = _oracle.CleanCase("loader-prompt-mult4", seed=91, mult=4, n=20, max_samples=7)
-SHORT = _oracle.CleanCase("loader-prompt-mult1", seed=93, n=16, max_samples=5)
+PROMPT = _sftcases.CleanCase("loader-prompt-mult4", seed=91, mult=4, n=20, max_samples=7)
+SHORT = _sftcases.CleanCase("loader-prompt-mult1", seed=93, n=16, max_samples=5)
 
 # (case, dataloader_type, drop_last, data-parallel size, micro-batch size)
 CASES = [
@@ -46,14 +46,14 @@ CASES = [
 ]
 
 
-def _id(case: _oracle.SFTCase, kind: str, drop_last: bool, dp: int, mbs: int) -> str:
+def _id(case: _sftcases.SFTCase, kind: str, drop_last: bool, dp: int, mbs: int) -> str:
     tail = "" if kind == "cyclic" else ("-drop-last" if drop_last else "-keep-last")
     return f"{case.id}-{kind}{tail}-dp{dp}-mbs{mbs}"
 
 
-@pytest.mark.parametrize("case,kind,drop_last,dp,mbs", [_oracle.case_param(*c, id=_id(*c)) for c in CASES])
+@pytest.mark.parametrize("case,kind,drop_last,dp,mbs", [_sftcases.case_param(*c, id=_id(*c)) for c in CASES])
 def test_rows_per_data_parallel_rank(golden, case, kind, drop_last, dp, mbs):
-    b = _oracle.built(case)
+    b = _sftcases.built(case)
     ds = b.build.train
     total, stride = len(ds), mbs * dp
     epochs = [sampler.pretraining_loader(ds, kind, mbs, r, dp, drop_last=drop_last, seed=case.seed) for r in range(dp)]
@@ -109,9 +109,9 @@ def test_rows_per_data_parallel_rank(golden, case, kind, drop_last, dp, mbs):
             f"the loader collated {len(rows)} rows, its sampler handed out {sum(len(x) for x in e.indices)}",
         )
         real = [row for row in rows if not row.padding_row]
-        _oracle.compare(case, b.examples, real, b.special_ids, expect_all_packed=False).assert_ok()
+        _sftcases.compare(case, b.examples, real, b.special_ids, expect_all_packed=False).assert_ok()
         pads = [row for row in rows if row.padding_row]
-        _oracle.compare(case, [], pads, b.special_ids, expect_all_packed=False).assert_ok()
+        _sftcases.compare(case, [], pads, b.special_ids, expect_all_packed=False).assert_ok()
     golden.check({"rows": total, "per_rank": per_rank})
 
 
@@ -128,7 +128,7 @@ EPOCHS = 3
 STEP_BUDGET = 200  # global batches one epoch may take before it counts as never ending
 
 
-def _life_id(case: _oracle.SFTCase, kind: str, drop_last: bool, dp: int, mbs: int, gbs: int) -> str:
+def _life_id(case: _sftcases.SFTCase, kind: str, drop_last: bool, dp: int, mbs: int, gbs: int) -> str:
     return f"{case.id}-{kind}-{'drop' if drop_last else 'keep'}-last-dp{dp}-mbs{mbs}-gbs{gbs}"
 
 
@@ -142,7 +142,7 @@ def _epoch(sampler_obj, what: str) -> list[list[int]]:
     return out
 
 
-@pytest.mark.parametrize("case,kind,drop_last,dp,mbs,gbs", [_oracle.case_param(*c, id=_life_id(*c)) for c in LIFE])
+@pytest.mark.parametrize("case,kind,drop_last,dp,mbs,gbs", [_sftcases.case_param(*c, id=_life_id(*c)) for c in LIFE])
 def test_every_epoch_and_a_resumed_run_train_every_row_once(case, kind, drop_last, dp, mbs, gbs):
     """Past the first epoch and across a restart, as a user's run lives: MB's loader for each
     data-parallel rank is read for several epochs (its sampler re-iterated, as ``cyclic_iter``
@@ -155,7 +155,7 @@ def test_every_epoch_and_a_resumed_run_train_every_row_once(case, kind, drop_las
     once; every epoch takes as many global batches. A resumed loader hands every rank exactly
     what the uninterrupted loader hands it after the same number of samples. Padding rows of every
     epoch train nothing."""
-    b = _oracle.built(case)
+    b = _sftcases.built(case)
     ds = b.build.train
     total = len(ds)
     step_samples = gbs if kind == "batch" else mbs * dp  # what one sampler batch consumes, all ranks
@@ -219,7 +219,7 @@ def test_every_epoch_and_a_resumed_run_train_every_row_once(case, kind, drop_las
             for r in range(dp):
                 for indices in batches[r]:
                     padding = _dataparallel.rows_of(ds, indices)
-                    _oracle.compare(
+                    _sftcases.compare(
                         case, [], [p for p in padding if p.padding_row], b.special_ids, expect_all_packed=False
                     ).assert_ok()
     require(len(set(per_epoch)) == 1, Impact.DROPS_TRAINED_TOKEN, f"global batches per epoch: {per_epoch}")
@@ -261,7 +261,7 @@ def test_mapped_epochs_hold_every_row_once():
     every complete epoch of the mapping holds every packed row exactly once, the partial last one
     distinct rows of the dataset, and a padding index through the mapping is a row that trains
     nothing. (One build: the packed rows are the distinct rows the mapping hands out.)"""
-    rows = len(_oracle.built(_oracle.CleanCase("mapped-epochs", seed=95, mult=2, n=12)).build.train)
-    mapped = _oracle.CleanCase("mapped-epochs", seed=95, mult=2, n=12, max_samples=3 * rows - 1)
-    b = _oracle.built(mapped)
+    rows = len(_sftcases.built(_sftcases.CleanCase("mapped-epochs", seed=95, mult=2, n=12)).build.train)
+    mapped = _sftcases.CleanCase("mapped-epochs", seed=95, mult=2, n=12, max_samples=3 * rows - 1)
+    b = _sftcases.built(mapped)
     _mapping.check_mapped_epochs(b.build.train, 3 * rows - 1, mapped, b.special_ids)

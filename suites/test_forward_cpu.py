@@ -33,11 +33,11 @@ import dataclasses
 
 import pytest
 
-from suites import _forward, _oracle
+from suites import _forward, _sftcases
 
 pytestmark = pytest.mark.import_group("full")
 
-_BY_ID = {c.id: c for c in _oracle.CASES + _oracle.FIXED_SHAPE_CASES}
+_BY_ID = {c.id: c for c in _sftcases.CASES + _sftcases.FIXED_SHAPE_CASES}
 _OFFLINE_IDS = (
     "prompt-mult1",
     "prompt-mult4",
@@ -59,12 +59,12 @@ _CLEAN_IDS = (
 )
 
 
-def _clean(case: _oracle.SFTCase) -> _forward.CleanCase:
+def _clean(case: _sftcases.SFTCase) -> _forward.CleanCase:
     return _forward.CleanCase(**{**dataclasses.asdict(case), "id": "clean-" + case.id})
 
 
 OFFLINE = [_BY_ID[i] for i in _OFFLINE_IDS] + [_clean(_BY_ID[i]) for i in _CLEAN_IDS]
-VLM_SOURCE = _oracle.SFTCase("vlm-chat", seed=71, kind="chat", n=14)
+VLM_SOURCE = _sftcases.SFTCase("vlm-chat", seed=71, kind="chat", n=14)
 VLM = [
     _forward.VLMCase("chat-mult1", VLM_SOURCE),
     _forward.VLMCase("chat-cp2-mult4", VLM_SOURCE, cp=2),
@@ -72,7 +72,7 @@ VLM = [
 ]
 
 
-@pytest.mark.parametrize("case", [_oracle.case_param(c) for c in OFFLINE])
+@pytest.mark.parametrize("case", [_sftcases.case_param(c) for c in OFFLINE])
 def test_offline_gpt_step(golden, case):
     """Each offline packed micro-batch through MB's ``gpt_step.forward_step`` == each example alone."""
     result = _forward.cpu_offline(case)

@@ -37,17 +37,17 @@ import pytest
 
 from harness.adapters import gpu
 from harness.errors import Untestable
-from suites import _forward, _forward_control, _oracle
+from suites import _forward, _forward_control, _sftcases
 
 pytestmark = [pytest.mark.import_group("full"), pytest.mark.gpu]
 
-_BY_ID = {c.id: c for c in _oracle.CASES + _oracle.FIXED_SHAPE_CASES}
+_BY_ID = {c.id: c for c in _sftcases.CASES + _sftcases.FIXED_SHAPE_CASES}
 # clean corpora (no literal EOS in answers; MB 0.6.2's EOS handling is the CPU suite's to show):
 # no alignment, alignment padding (cu_seqlens_q_padded), completion-only data, and the
 # fixed-shape pad_cu_seqlens boundaries that CUDA graphs rely on
 _OFFLINE_IDS = ("prompt-mult1", "prompt-mult4", "completion-mult2", "prompt-mult1-pad-cu-seqlens")
 OFFLINE = [_forward.CleanCase(**{**dataclasses.asdict(_BY_ID[i]), "id": "clean-" + i}) for i in _OFFLINE_IDS]
-VLM_SOURCE = _oracle.SFTCase("vlm-chat", seed=71, kind="chat", n=14)
+VLM_SOURCE = _sftcases.SFTCase("vlm-chat", seed=71, kind="chat", n=14)
 VLM = [_forward.VLMCase("chat-mult1", VLM_SOURCE), _forward.VLMCase("chat-cp2-mult4", VLM_SOURCE, cp=2)]
 
 
@@ -79,7 +79,7 @@ def _note(result: _forward.ForwardResult, model, record_property) -> None:
     record_property("harness_note", note)
 
 
-@pytest.mark.parametrize("case", [_oracle.case_param(c) for c in OFFLINE])
+@pytest.mark.parametrize("case", [_sftcases.case_param(c) for c in OFFLINE])
 def test_offline_gpt_step_te(golden, record_property, case):
     """Offline packed micro-batches through ``gpt_step`` on the TE model == each example alone."""
     why_not = _require_gpu(golden)

@@ -27,14 +27,14 @@ from harness.adapters import batch as batch_ops
 from harness.adapters import needs, rules, seqpadding, thd, vlmstep
 from harness.oracle.impact import Impact, fail
 from harness.oracle.padded import require_same_real_tokens
-from suites import _inbatch, _oracle
+from suites import _inbatch, _sftcases
 from suites._explain import show
 from suites._inputs import IGNORE_INDEX
 
 pytestmark = pytest.mark.import_group("full")  # MB's config finalisation chooses the multiple
 
-PROMPT = _oracle.SFTCase("in-batch-prompt", seed=71, n=16)
-CHAT = _oracle.SFTCase("in-batch-chat", seed=72, kind="chat", n=16)
+PROMPT = _sftcases.SFTCase("in-batch-prompt", seed=71, n=16)
+CHAT = _sftcases.SFTCase("in-batch-chat", seed=72, kind="chat", n=16)
 
 # (id, reference case, first example, examples per micro-batch, (CP, TP, SP) layout)
 CASES = [
@@ -47,21 +47,21 @@ CASES = [
 ]
 
 
-def _micro_batch(case: _oracle.SFTCase, first: int, rows: int):
+def _micro_batch(case: _sftcases.SFTCase, first: int, rows: int):
     needs(thd.pack_in_batch)  # an era without in-batch packing is untestable before inputs are built
-    examples = list(_oracle.reference(case))[first : first + rows]
+    examples = list(_sftcases.reference(case))[first : first + rows]
     assert len(examples) == rows, (
-        f"{case.id}: {rows} examples from {first} wanted, MB's reference has {len(_oracle.reference(case))} examples"
+        f"{case.id}: {rows} examples from {first} wanted, MB's reference has {len(_sftcases.reference(case))} examples"
     )
-    pad_id = _oracle.special_ids(case)["pad_id"]
-    return examples, _oracle.right_padded(examples, pad_id, IGNORE_INDEX), pad_id
+    pad_id = _sftcases.special_ids(case)["pad_id"]
+    return examples, _sftcases.right_padded(examples, pad_id, IGNORE_INDEX), pad_id
 
 
 @pytest.mark.parametrize("ref,first,rows,layout", [c[1:] for c in CASES], ids=[c[0] for c in CASES])
 def test_pack_right_padded(golden, ref, first, rows, layout):
     examples, _, _ = _micro_batch(ref, first, rows)
     packed = _inbatch.pack_micro_batch(ref, list(examples), layout)
-    golden.check({"multiple": packed.multiple, "row": _oracle.canonical_rows([packed.row])[0]})
+    golden.check({"multiple": packed.multiple, "row": _sftcases.canonical_rows([packed.row])[0]})
 
 
 def _pack(batch, pad_id):
@@ -140,7 +140,7 @@ def test_pack_with_eos_as_pad_and_a_sequence_tensor(golden):
     row is held to the oracle with EOS as the filler (which id fills alignment padding has no impact: no real
     token attends it), and the extra tensor is packed on the tokens' layout."""
     examples, batch, _pad = _micro_batch(PROMPT, 10, 4)
-    eos_id = _oracle.special_ids(PROMPT)["eos_id"]
+    eos_id = _sftcases.special_ids(PROMPT)["eos_id"]
     batch["tokens"][~batch["attention_mask"]] = eos_id
     # text tokens and right padding are type 0, as the processors behind MB's VLM collates emit them
     batch["mm_token_type_ids"] = torch.zeros_like(batch["tokens"])
@@ -149,8 +149,11 @@ def test_pack_with_eos_as_pad_and_a_sequence_tensor(golden):
         batch, pad_token_id=eos_id, pad_to_multiple_of=multiple, sequence_tensor_pad_values={"mm_token_type_ids": 0}
     )
     (row,) = batch_ops.packed_rows(raw)
-    report = _oracle.differential.compare(
-        [row], examples, pad_seq_to_mult=vlmstep.in_batch_multiple(2, 1, False), special_ids=_oracle.special_ids(PROMPT)
+    report = _sftcases.differential.compare(
+        [row],
+        examples,
+        pad_seq_to_mult=vlmstep.in_batch_multiple(2, 1, False),
+        special_ids=_sftcases.special_ids(PROMPT),
     )
     report.assert_ok()
     extra = raw["mm_token_type_ids"].reshape(-1).tolist()
@@ -158,7 +161,7 @@ def test_pack_with_eos_as_pad_and_a_sequence_tensor(golden):
         raise fail(Impact.CRASH, f"mm_token_type_ids packed to {len(extra)} slots, tokens to {len(row.tokens)}")
     if any(v != 0 for v in extra):  # the alignment padding must get the value asked for
         raise fail(Impact.WRONG_LOGITS, f"packed mm_token_type_ids holds {sorted(set(extra) - {0})}: not text type 0")
-    golden.check({"multiple": multiple, "row": _oracle.canonical_rows([row])[0]})
+    golden.check({"multiple": multiple, "row": _sftcases.canonical_rows([row])[0]})
 
 
 # packing off, the same collator policy pads or truncates the micro-batch: (id, reference case, first
@@ -185,7 +188,7 @@ def test_padded_without_packing(golden, ref, first, rows, knobs):
     knobs = dict(knobs)
     extra = first == 10  # the eos-pad-and-type-ids case
     if extra:  # a tokenizer padding with EOS, and Qwen-VL's token types padded with 0
-        pad_id = _oracle.special_ids(ref)["eos_id"]
+        pad_id = _sftcases.special_ids(ref)["eos_id"]
         batch["tokens"][~batch["attention_mask"]] = pad_id
         batch["mm_token_type_ids"] = torch.zeros_like(batch["tokens"])
         knobs["sequence_tensor_pad_values"] = {"mm_token_type_ids": 0}
@@ -272,6 +275,6 @@ def test_omni_collate_packs_as_its_unpacked_path(golden, seed, n, layout, seq_le
     (row,) = batch_ops.packed_rows(packed)
     if pad_to_max and len(row.tokens) != seq_length:
         raise fail(Impact.CRASH, f"pad_to_max_length: the packed row is {len(row.tokens)} wide, not {seq_length}")
-    ids = tokenizer.special_ids(_oracle.load_tokenizer())
+    ids = tokenizer.special_ids(_sftcases.load_tokenizer())
     differential.compare([row], examples, pad_seq_to_mult=multiple, special_ids=ids).assert_ok()
     golden.check({"multiple": multiple, "cu_seqlens_q_padded": list(row.cu_seqlens_q_padded or ())})

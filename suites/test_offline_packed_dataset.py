@@ -33,39 +33,39 @@ from harness.adapters import batch as batch_ops
 from harness.adapters import rules, sft
 from harness.oracle import corpus, tokenizer, truncation
 from harness.oracle.impact import Impact, fail
-from suites import _oracle
+from suites import _sftcases
 from suites._explain import first_difference, first_offender
 
 pytestmark = pytest.mark.import_group("light")
 
 
-@pytest.mark.parametrize("case", [_oracle.case_param(c) for c in _oracle.CASES])
+@pytest.mark.parametrize("case", [_sftcases.case_param(c) for c in _sftcases.CASES])
 def test_packed_equals_unpacked(golden, case):
-    b = _oracle.built(case)
+    b = _sftcases.built(case)
     assert b.examples, "MB's unpacked reference is empty"
     if case.pad_to_max_length:  # a documented shape rule, checked before the oracle's comparison
         widths = [len(r.tokens) for r in b.rows]
-        assert all(w == _oracle.SEQ for w in widths), (
-            f"pad_to_max_length pads every packed row to the maximum length {_oracle.SEQ}: "
-            + first_offender(widths, lambda w: w == _oracle.SEQ, "row width of micro-batch")
+        assert all(w == _sftcases.SEQ for w in widths), (
+            f"pad_to_max_length pads every packed row to the maximum length {_sftcases.SEQ}: "
+            + first_offender(widths, lambda w: w == _sftcases.SEQ, "row width of micro-batch")
         )
     b.report.assert_ok()
-    golden.check({"special_ids": b.special_ids, "rows": _oracle.canonical_rows(b.rows)})
+    golden.check({"special_ids": b.special_ids, "rows": _sftcases.canonical_rows(b.rows)})
 
 
-@pytest.mark.parametrize("case", _oracle.ALGORITHM_CASES, ids=[c.id for c in _oracle.ALGORITHM_CASES])
+@pytest.mark.parametrize("case", _sftcases.ALGORITHM_CASES, ids=[c.id for c in _sftcases.ALGORITHM_CASES])
 def test_packing_algorithm_the_user_chooses(golden, case):
     """``prepare_gpt_sft_packed_data(packing_algorithm=...)`` (``prepare_packed_sequence_data``
     before): MB's preparation with the algorithm a user chooses, every other argument as MB's
     builder passes it. Whatever the algorithm puts together, the packed rows must hold each
     example once with its unpacked tokens, labels, loss mask and position ids."""
-    b = _oracle.built(case)
+    b = _sftcases.built(case)
     assert b.examples, "MB's unpacked reference is empty"
     b.report.assert_ok()
-    golden.check({"special_ids": b.special_ids, "rows": _oracle.canonical_rows(b.rows)})
+    golden.check({"special_ids": b.special_ids, "rows": _sftcases.canonical_rows(b.rows)})
 
 
-DEFAULT_SIZE = _oracle.CleanCase("prompt-default-pack-size", seed=64, n=10)
+DEFAULT_SIZE = _sftcases.CleanCase("prompt-default-pack-size", seed=64, n=10)
 
 
 def test_specs_at_the_default_pack_size_pack_nothing(golden):
@@ -78,12 +78,12 @@ def test_specs_at_the_default_pack_size_pack_nothing(golden):
     root = corpus.write_dataset_root(Path(tempfile.mkdtemp(prefix="harness-default-size-")), case.corpus)
     packing = dataclasses.replace(case.packing, pack_size=-1)
     try:
-        got = sft.build_sft(_oracle.request(case, root, packing=packing))
+        got = sft.build_sft(_sftcases.request(case, root, packing=packing))
     except Exception as exc:  # attributed, never counted blindly
         rules.require_refused_by(exc, rules.Rule.PACK_SIZE_POSITIVE, "specs at the default pack size (packing nothing)")
         golden.check({"refused_by": rules.Rule.PACK_SIZE_POSITIVE.value})
         return
-    unpacked = sft.build_sft(_oracle.request(case, root, packing=None)).train
+    unpacked = sft.build_sft(_sftcases.request(case, root, packing=None)).train
     if "Packed" in type(got.train).__name__:
         raise fail(Impact.CRASH, f"a packed dataset ({type(got.train).__name__}) for packed_sequence_size -1")
     want = [(e.tokens, e.labels, e.loss_mask) for e in batch_ops.unpacked_examples(unpacked)]
@@ -97,7 +97,7 @@ def test_specs_at_the_default_pack_size_pack_nothing(golden):
     golden.check({"unpacked_examples": len(have)})
 
 
-FIXED = _oracle.FIXED_SHAPE_CASES + _oracle.SHORT_PACK_CASES
+FIXED = _sftcases.FIXED_SHAPE_CASES + _sftcases.SHORT_PACK_CASES
 
 
 @pytest.mark.parametrize("case", FIXED, ids=[c.id for c in FIXED])
@@ -105,7 +105,7 @@ def test_pad_cu_seqlens_fixed_shape(golden, case):
     """``pad_cu_seqlens``: one boundary shape for every micro-batch, able to hold the fullest row.
     The shape rules are checked before the oracle's comparison (a known MB bug there must not
     hide a broken shape)."""
-    b = _oracle.built(case)
+    b = _sftcases.built(case)
     meta_path = b.build.metadata_path
     assert meta_path is not None and meta_path.is_file(), "pad_cu_seqlens needs MB's packing metadata file"
     meta = json.loads(meta_path.read_text())
@@ -133,21 +133,21 @@ def test_pad_cu_seqlens_fixed_shape(golden, case):
 
 _CHILD = r"""
 import json, sys
-from suites import _oracle
-b = _oracle.built(_oracle.SFTCase("determinism", seed=61, kind=sys.argv[1], mult=2))
-print("ROWS=" + json.dumps(_oracle.canonical_rows(b.rows)))
+from suites import _sftcases
+b = _sftcases.built(_sftcases.SFTCase("determinism", seed=61, kind=sys.argv[1], mult=2))
+print("ROWS=" + json.dumps(_sftcases.canonical_rows(b.rows)))
 """
 
 
 @pytest.mark.parametrize("kind", ["prompt", "chat"])
 def test_deterministic_and_rng_independent(golden, kind):
-    case = _oracle.SFTCase("determinism", seed=61, kind=kind, mult=2)
-    first = _oracle.canonical_rows(_oracle.built(case).rows)
+    case = _sftcases.SFTCase("determinism", seed=61, kind=kind, mult=2)
+    first = _sftcases.canonical_rows(_sftcases.built(case).rows)
     np.random.seed(999)
     random.seed(999)
-    _oracle.built.cache_clear()
-    rebuilt = _oracle.built(case)
-    again = _oracle.canonical_rows(rebuilt.rows)
+    _sftcases.built.cache_clear()
+    rebuilt = _sftcases.built(case)
+    again = _sftcases.canonical_rows(rebuilt.rows)
     if again != first:
         raise fail(
             Impact.IRREPRODUCIBLE,
@@ -180,8 +180,8 @@ def test_deterministic_and_rng_independent(golden, kind):
 # truncation_field: the user's own "{text} {output}" template cutting its text, and the answer named
 # as the field to cut (overlong answers)
 TRUNCATION_CASES = [
-    _oracle.CleanCase("prompt-left-truncation", seed=61, long_rate=0.4, truncation_method="left"),
-    _oracle.CleanCase(
+    _sftcases.CleanCase("prompt-left-truncation", seed=61, long_rate=0.4, truncation_method="left"),
+    _sftcases.CleanCase(
         "text-field-right-truncation",
         seed=64,
         long_rate=0.4,
@@ -189,7 +189,7 @@ TRUNCATION_CASES = [
         prompt_key="text",
         truncation_field="text",
     ),
-    _oracle.CleanCase(
+    _sftcases.CleanCase(
         "answer-field-right-truncation",
         seed=67,
         long_rate=0.0,
@@ -197,7 +197,7 @@ TRUNCATION_CASES = [
         truncation_method="right",
         truncation_field="output",
     ),
-    _oracle.CleanCase(
+    _sftcases.CleanCase(
         "answer-field-left-truncation",
         seed=67,
         long_rate=0.0,
@@ -205,10 +205,10 @@ TRUNCATION_CASES = [
         truncation_method="left",
         truncation_field="output",
     ),
-    _oracle.CleanCase(
+    _sftcases.CleanCase(
         "completion-left-truncation", seed=62, kind="completion", long_rate=0.4, truncation_method="left"
     ),
-    _oracle.CleanCase(
+    _sftcases.CleanCase(
         "completion-right-truncation", seed=62, kind="completion", long_rate=0.4, truncation_method="right"
     ),
 ]
@@ -219,9 +219,9 @@ def test_truncation_keeps_the_side_asked_for(golden, case):
     """``truncation_method`` and ``truncation_field``: packed rows equal MB's unpacked path (oracle),
     and every overlong example kept the side of its prompt the user asked for, with its whole
     answer; with the answer as the field to cut, its whole prompt and the answer's side asked for."""
-    b = _oracle.built(case)
+    b = _sftcases.built(case)
     b.report.assert_ok()
-    full = _oracle.reference(dataclasses.replace(case, id=case.id + "-whole", seq=1024, truncation_method=None))
+    full = _sftcases.reference(dataclasses.replace(case, id=case.id + "-whole", seq=1024, truncation_method=None))
     assert len(full) == len(b.examples), f"{len(b.examples)} examples truncated, {len(full)} whole"
     cut = 0
     for k, (ex, whole) in enumerate(zip(b.examples, full)):
@@ -231,10 +231,10 @@ def test_truncation_keeps_the_side_asked_for(golden, case):
         )
     if not cut:  # the input's fault, not MB's: the case would test nothing
         raise RuntimeError(f"{case.id}: no example long enough to be truncated")
-    golden.check({"truncated": cut, "rows": _oracle.canonical_rows(b.rows)})
+    golden.check({"truncated": cut, "rows": _sftcases.canonical_rows(b.rows)})
 
 
-CONSTRUCTOR_CASE = _oracle.CleanCase("constructor-prompt-mult2", seed=81, mult=2, long_rate=0.4)
+CONSTRUCTOR_CASE = _sftcases.CleanCase("constructor-prompt-mult2", seed=81, mult=2, long_rate=0.4)
 
 
 def test_deprecated_constructor_builds_what_the_config_builds(golden, tmp_path):
@@ -245,11 +245,11 @@ def test_deprecated_constructor_builds_what_the_config_builds(golden, tmp_path):
     # the same global RNG state for both builds: older eras' packing reads it (known bug
     # packing-depends-on-global-rng, its own case), which must not pass for a constructor difference
     np.random.seed(0)
-    legacy = _oracle.built(CONSTRUCTOR_CASE, constructor=True)
+    legacy = _sftcases.built(CONSTRUCTOR_CASE, constructor=True)
     legacy.report.assert_ok()
     np.random.seed(0)
-    want = _oracle.canonical_rows(_oracle.built(CONSTRUCTOR_CASE).rows)
-    got = _oracle.canonical_rows(legacy.rows)
+    want = _sftcases.canonical_rows(_sftcases.built(CONSTRUCTOR_CASE).rows)
+    got = _sftcases.canonical_rows(legacy.rows)
     if got != want:
         raise fail(
             Impact.WRONG_TARGETS,
@@ -257,11 +257,11 @@ def test_deprecated_constructor_builds_what_the_config_builds(golden, tmp_path):
             + first_difference(want, got, "packed row"),
         )
     counts = {}
-    for seq in (_oracle.SEQ, 2048):  # packing off, seq_length decides the truncation (2048: its default)
+    for seq in (_sftcases.SEQ, 2048):  # packing off, seq_length decides the truncation (2048: its default)
         unpacked = {}
         for name, build in (("config", sft.build_sft), ("constructor", sft.build_sft_constructor)):
             root = corpus.write_dataset_root(tmp_path / f"{name}-{seq}", CONSTRUCTOR_CASE.corpus)
-            req = dataclasses.replace(_oracle.request(CONSTRUCTOR_CASE, root, packing=None), seq_length=seq)
+            req = dataclasses.replace(_sftcases.request(CONSTRUCTOR_CASE, root, packing=None), seq_length=seq)
             unpacked[name] = [(e.tokens, e.labels, e.loss_mask) for e in batch_ops.unpacked_examples(build(req).train)]
         if unpacked["constructor"] != unpacked["config"]:
             raise fail(
@@ -276,10 +276,10 @@ def test_deprecated_constructor_builds_what_the_config_builds(golden, tmp_path):
 # --- the dataset's life past one preparation (issue 48): every split of one root, a re-prepared root
 
 # clean answers (no literal EOS): MB 0.6.2's EOS masking, a known bug of its own, cannot hide these
-LIFE_CASE = _oracle.CleanCase("life-prompt-mult2-pad-cu-seqlens", seed=301, mult=2, pad_cu_seqlens=True, n=20)
+LIFE_CASE = _sftcases.CleanCase("life-prompt-mult2-pad-cu-seqlens", seed=301, mult=2, pad_cu_seqlens=True, n=20)
 
 
-def _split_root(work: Path, train: _oracle.SFTCase, validation: _oracle.SFTCase) -> Path:
+def _split_root(work: Path, train: _sftcases.SFTCase, validation: _sftcases.SFTCase) -> Path:
     """A user's dataset root whose splits hold different examples (lengths, counts)."""
     root = corpus.write_dataset_root(work, train.corpus)
     valid_rows = corpus.examples(validation.corpus)
@@ -287,11 +287,11 @@ def _split_root(work: Path, train: _oracle.SFTCase, validation: _oracle.SFTCase)
     return root
 
 
-def _held(case: _oracle.SFTCase, ds, what: str):
+def _held(case: _sftcases.SFTCase, ds, what: str):
     """``ds``'s packed rows held to MB's own unpacked path of ``case``'s examples; the report."""
-    _, rows = _oracle.collated_rows(ds)
-    examples = list(_oracle.reference(case))
-    report = _oracle.compare(case, examples, rows, _oracle.special_ids(case))
+    _, rows = _sftcases.collated_rows(ds)
+    examples = list(_sftcases.reference(case))
+    report = _sftcases.compare(case, examples, rows, _sftcases.special_ids(case))
     if not report.ok:
         from harness.oracle.records import InvariantFailure
 
@@ -308,7 +308,7 @@ def test_every_split_is_packed_from_its_own_rows_with_its_own_metadata(tmp_path)
     train = LIFE_CASE
     valid = dataclasses.replace(LIFE_CASE, seed=LIFE_CASE.seed + 500, n=9)
     root = _split_root(tmp_path / "root", train, valid)
-    build = sft.build_sft(_oracle.request(train, root, validation=True))
+    build = sft.build_sft(_sftcases.request(train, root, validation=True))
     if build.valid is None:
         raise fail(Impact.DROPS_TRAINED_TOKEN, "do_validation: MB's builder built no validation split")
     reports = {}
@@ -364,8 +364,8 @@ def test_a_reprepared_root_never_trains_packs_made_for_other_knobs(tmp_path, fir
     first_case = dataclasses.replace(LIFE_CASE, pad_cu_seqlens=False, mult=1, **first)
     second = dataclasses.replace(first_case, **knob)
     root = corpus.write_dataset_root(tmp_path / "root", first_case.corpus)
-    sft.build_sft(_oracle.request(first_case, root))
-    again = sft.build_sft(_oracle.request(second, root))
+    sft.build_sft(_sftcases.request(first_case, root))
+    again = sft.build_sft(_sftcases.request(second, root))
     _held(second, again.train, f"prepared again with {sorted(knob)}")
 
 
@@ -399,7 +399,7 @@ def test_an_interrupted_preparation_is_prepared_again_or_refused(tmp_path, recor
         if validation
         else corpus.write_dataset_root(tmp_path / "root", case.corpus)
     )
-    first = sft.build_sft(_oracle.request(case, root, validation=validation))
+    first = sft.build_sft(_sftcases.request(case, root, validation=validation))
     packed, meta = first.packed_files.get("train"), first.packed_files.get("metadata")
     if packed is None or meta is None or not packed.is_file() or not meta.is_file():
         raise RuntimeError(f"the first preparation left no packed file and metadata: {first.packed_files}")
@@ -412,7 +412,7 @@ def test_an_interrupted_preparation_is_prepared_again_or_refused(tmp_path, recor
     else:
         meta.unlink()
     try:
-        again = sft.build_sft(_oracle.request(case, root, validation=validation))
+        again = sft.build_sft(_sftcases.request(case, root, validation=validation))
         _, rows = _held(case, again.train, f"built again after an interrupted preparation ({state})")
     except (Exception, SystemExit) as exc:  # 0.3.1 logs the unreadable file and exits
         if not _raised_in_mb(exc) or type(exc).__name__ == "InvariantFailure":
@@ -432,10 +432,10 @@ def test_an_interrupted_preparation_is_prepared_again_or_refused(tmp_path, recor
 # keeps the first tokens of an example past it; the seeds give examples at, just below and past
 # the cap.
 CAP_CASES = [
-    _oracle.CleanCase("cap-66-mult4", seed=401, mult=4, seq=66, long_rate=0.5, n=16),
-    _oracle.CleanCase("cap-62-mult8", seed=401, mult=8, seq=62, long_rate=0.5, n=16),
-    _oracle.CleanCase("cap-62-mult8-left", seed=403, mult=8, seq=62, long_rate=0.5, n=16, truncation_method="left"),
-    _oracle.CleanCase("cap-66-mult4-chat", seed=405, kind="chat", mult=4, seq=66, long_rate=0.5, n=16),
+    _sftcases.CleanCase("cap-66-mult4", seed=401, mult=4, seq=66, long_rate=0.5, n=16),
+    _sftcases.CleanCase("cap-62-mult8", seed=401, mult=8, seq=62, long_rate=0.5, n=16),
+    _sftcases.CleanCase("cap-62-mult8-left", seed=403, mult=8, seq=62, long_rate=0.5, n=16, truncation_method="left"),
+    _sftcases.CleanCase("cap-66-mult4-chat", seed=405, kind="chat", mult=4, seq=66, long_rate=0.5, n=16),
 ]
 
 
@@ -448,10 +448,10 @@ def test_length_caps_keep_the_multiple_and_cut_only_past_the_cap(golden, case):
     read that way are held to it, and its segment must still keep the multiple.) The golden pins
     how many examples and trained tokens the cap cuts, so a change in
     what the cap cuts is a change in what trains."""
-    b = _oracle.built(case)
+    b = _sftcases.built(case)
     cap = case.seq // case.mult * case.mult
-    capped = [_oracle.cut_at(ex, cap) for ex in b.examples]
-    how, report, _held = _oracle.at_the_cap(b)
+    capped = [_sftcases.cut_at(ex, cap) for ex in b.examples]
+    how, report, _held = _sftcases.at_the_cap(b)
     if not report.ok:
         from harness.oracle.records import InvariantFailure
 
@@ -460,14 +460,14 @@ def test_length_caps_keep_the_multiple_and_cut_only_past_the_cap(golden, case):
     if not cut or len(cut) == len(b.examples):  # the input's fault: the case would test nothing
         raise RuntimeError(f"{case.id}: {len(cut)} of {len(b.examples)} examples past the cap {cap}")
     lost = sum(sum(ex.loss_mask) - sum(c.loss_mask) for ex, c in zip(b.examples, capped))
-    golden.check({"cap": cap, "cut": len(cut), "trained_tokens_cut": lost, "rows": _oracle.canonical_rows(b.rows)})
+    golden.check({"cap": cap, "cut": len(cut), "trained_tokens_cut": lost, "rows": _sftcases.canonical_rows(b.rows)})
 
 
 # One example's cap below the pack size (max_single_sequence_length; MB's GLM recipes set it to the
 # sequence length less the alignment): prompts long enough that some examples pass the cap.
 MAX_SINGLE_CASES = [
-    _oracle.CleanCase("max-single-40-mult4", seed=411, mult=4, long_rate=0.5, n=16, max_single=40),
-    _oracle.CleanCase("max-single-60-mult4-chat", seed=413, kind="chat", mult=4, long_rate=0.5, n=16, max_single=60),
+    _sftcases.CleanCase("max-single-40-mult4", seed=411, mult=4, long_rate=0.5, n=16, max_single=40),
+    _sftcases.CleanCase("max-single-60-mult4-chat", seed=413, kind="chat", mult=4, long_rate=0.5, n=16, max_single=60),
 ]
 
 
@@ -479,18 +479,18 @@ def test_one_examples_cap_cuts_it_as_unpacked_training_at_that_length_does(golde
     multiple that fits: an example past the cap is cut there as that user's is, nothing past it
     trains, every segment keeps the multiple and padding never trains. The golden pins how many
     examples the cap cuts and the rows."""
-    b = _oracle.built(case)
+    b = _sftcases.built(case)
     cap = case.max_single // case.mult * case.mult if case.max_single and case.mult > 1 else case.max_single
-    examples = [_oracle.cut_at(ex, cap) for ex in _oracle.reference(case)] if cap else []
-    report = _oracle.compare(case, examples, b.rows, b.special_ids)
+    examples = [_sftcases.cut_at(ex, cap) for ex in _sftcases.reference(case)] if cap else []
+    report = _sftcases.compare(case, examples, b.rows, b.special_ids)
     if not report.ok:
         from harness.oracle.records import InvariantFailure
 
         raise InvariantFailure(
             f"held to MB's unpacked examples at {case.max_single}: {report.summary()}", report.violations
         )
-    whole = _oracle.reference(dataclasses.replace(case, id=case.id + "-whole", max_single=None))
+    whole = _sftcases.reference(dataclasses.replace(case, id=case.id + "-whole", max_single=None))
     cut = sum(1 for ex in whole if len(ex.tokens) > (case.max_single or case.seq))
     if not cut or cut == len(whole):  # the input's fault: the case would test nothing
         raise RuntimeError(f"{case.id}: {cut} of {len(whole)} examples past the cap {case.max_single}")
-    golden.check({"max_single": case.max_single, "cut": cut, "rows": _oracle.canonical_rows(b.rows)})
+    golden.check({"max_single": case.max_single, "cut": cut, "rows": _sftcases.canonical_rows(b.rows)})

@@ -25,7 +25,7 @@ from harness.adapters import packed_artifact, rules, sft
 from harness.eras import features
 from harness.oracle import corpus
 from harness.oracle.impact import Impact, fail
-from suites import _mapping, _oracle, _shards
+from suites import _mapping, _sftcases, _shards
 from suites._explain import first_difference
 
 pytestmark = pytest.mark.import_group("light")
@@ -34,16 +34,16 @@ pytestmark = pytest.mark.import_group("light")
 # pre-packed sets a user names: with pad_cu_seqlens the boundary shape comes from the packing metadata
 # (so its path is named too); without, only the training and validation files
 PREPACKED = [
-    _oracle.CleanCase("user-packed-files-pad-cu-seqlens", seed=72, mult=2, pad_cu_seqlens=True, n=24),
-    _oracle.CleanCase("user-packed-files-plain", seed=74, mult=2, n=24),
+    _sftcases.CleanCase("user-packed-files-pad-cu-seqlens", seed=72, mult=2, pad_cu_seqlens=True, n=24),
+    _sftcases.CleanCase("user-packed-files-plain", seed=74, mult=2, n=24),
 ]
 
 
 @functools.cache
-def _prepacked(case: _oracle.SFTCase) -> tuple[sft.SFTBuild, sft.PackedPaths]:
+def _prepacked(case: _sftcases.SFTCase) -> tuple[sft.SFTBuild, sft.PackedPaths]:
     """MB's packing of ``case`` (training and validation), its files copied where a user keeps them."""
     work = Path(tempfile.mkdtemp(prefix="harness-prepacked-"))
-    first = sft.build_sft(_oracle.request(case, corpus.write_dataset_root(work / "a", case.corpus), validation=True))
+    first = sft.build_sft(_sftcases.request(case, corpus.write_dataset_root(work / "a", case.corpus), validation=True))
     files = first.packed_files
     missing = [k for k in ("train", "validation", "metadata") if k not in files or not files[k].is_file()]
     if missing:
@@ -70,13 +70,15 @@ def test_packed_files_the_user_names(golden, tmp_path, case):
     other = dataclasses.replace(case, seed=case.seed + 1000)  # the dataset_root's own examples differ
     packing = dataclasses.replace(case.packing, paths=named)
     second = sft.build_sft(
-        _oracle.request(case, corpus.write_dataset_root(tmp_path / "b", other.corpus), packing=packing, validation=True)
+        _sftcases.request(
+            case, corpus.write_dataset_root(tmp_path / "b", other.corpus), packing=packing, validation=True
+        )
     )
     shapes = {}
     for split, mine, theirs in (("training", first.train, second.train), ("validation", first.valid, second.valid)):
-        _, want = _oracle.collated_rows(mine)
-        _, got = _oracle.collated_rows(theirs)
-        w, g = _oracle.canonical_rows(want), _oracle.canonical_rows(got)
+        _, want = _sftcases.collated_rows(mine)
+        _, got = _sftcases.collated_rows(theirs)
+        w, g = _sftcases.canonical_rows(want), _sftcases.canonical_rows(got)
         if g != w:
             raise fail(
                 Impact.WRONG_TARGETS,
@@ -94,10 +96,10 @@ def test_packed_files_the_user_names(golden, tmp_path, case):
         shapes[split] = sorted(set(shape), key=str)
         if split == "training":
             examples = batch_ops.unpacked_examples(first.prep_reference)
-            _oracle.compare(case, examples, got, _oracle.special_ids(case)).assert_ok()
+            _sftcases.compare(case, examples, got, _sftcases.special_ids(case)).assert_ok()
     changed = [p.name for p, data in before.items() if p.read_bytes() != data]
     assert not changed, f"MB rewrote the packed files the user named: {changed}"
-    golden.check({"shapes": shapes, "rows": _oracle.canonical_rows(_oracle.collated_rows(second.train)[1])})
+    golden.check({"shapes": shapes, "rows": _sftcases.canonical_rows(_sftcases.collated_rows(second.train)[1])})
 
 
 def test_a_named_packed_file_that_is_missing_is_refused(tmp_path):
@@ -109,7 +111,7 @@ def test_a_named_packed_file_that_is_missing_is_refused(tmp_path):
     packing = dataclasses.replace(case.packing, paths=sft.PackedPaths(gone))
     root = corpus.write_dataset_root(tmp_path / "data", case.corpus)
     try:
-        sft.build_sft(_oracle.request(case, root, packing=packing))
+        sft.build_sft(_sftcases.request(case, root, packing=packing))
     except Exception as exc:  # attributed, never counted blindly
         rules.require_refused_by(exc, rules.Rule.NAMED_PACKED_FILE_EXISTS, "a missing named packed file")
         return
@@ -142,7 +144,9 @@ def test_packed_shards_the_user_names(golden, tmp_path, named):
 _FIELD_IMPACT = {"tokens": Impact.WRONG_TARGETS, "labels": Impact.WRONG_TARGETS, "position_ids": Impact.WRONG_LOGITS}
 
 
-def _user_loader(case: _oracle.SFTCase, layout: str, tmp_path: Path, return_cu_seqlen: bool | None, **more: Any) -> Any:
+def _user_loader(
+    case: _sftcases.SFTCase, layout: str, tmp_path: Path, return_cu_seqlen: bool | None, **more: Any
+) -> Any:
     """MB's packed dataset class over MB's packed training file of ``case``, as a user's own loader
     constructs it: the Parquet file MB wrote, the same rows as Parquet shards (``shards``: their
     directory) or as a legacy ``.npy`` file."""
@@ -162,7 +166,7 @@ def _user_loader(case: _oracle.SFTCase, layout: str, tmp_path: Path, return_cu_s
         metadata=named.metadata if path.suffix == ".npy" else None,
         pad_to_max_length=False,
         pad_cu_seqlens=False,
-        tokenizer=_oracle.load_tokenizer(case.distinct_eod),
+        tokenizer=_sftcases.load_tokenizer(case.distinct_eod),
         pad_seq_to_mult=case.mult,
         return_cu_seqlen=return_cu_seqlen,
         **more,
@@ -179,7 +183,7 @@ def test_mapped_epochs_of_every_packed_format(golden, tmp_path, layout):
     rows = len(packed_artifact.read_rows(_prepacked(case)[1].train))
     asked = 3 * rows - 1
     ds = _user_loader(case, layout, tmp_path, None, max_num_samples=asked)
-    golden.check(_mapping.check_mapped_epochs(ds, asked, case, _oracle.special_ids(case)))
+    golden.check(_mapping.check_mapped_epochs(ds, asked, case, _sftcases.special_ids(case)))
 
 
 def _trained_difference(want: list[Any], got: list[Any], what: str) -> None:
@@ -211,14 +215,14 @@ def test_a_loader_without_boundaries_keeps_every_other_field(golden, tmp_path, l
     case = PREPACKED[1]
     first, _named = _prepacked(case)
     examples = batch_ops.unpacked_examples(first.prep_reference)
-    ids = _oracle.special_ids(case)
-    _, built = _oracle.collated_rows(first.train)
-    batches_on, on = _oracle.collated_rows(_user_loader(case, layout, tmp_path, None))
+    ids = _sftcases.special_ids(case)
+    _, built = _sftcases.collated_rows(first.train)
+    batches_on, on = _sftcases.collated_rows(_user_loader(case, layout, tmp_path, None))
     _trained_difference(built, on, f"of MB's {layout} dataset over MB's own packed file differs from the builder's")
-    _oracle.compare(case, examples, on, ids).assert_ok()
-    batches_off, off = _oracle.collated_rows(_user_loader(case, layout, tmp_path, False))
+    _sftcases.compare(case, examples, on, ids).assert_ok()
+    batches_off, off = _sftcases.collated_rows(_user_loader(case, layout, tmp_path, False))
     _trained_difference(on, off, "with return_cu_seqlen=False differs from the default loader's")
-    _oracle.compare(case, examples, off, ids).assert_ok()
+    _sftcases.compare(case, examples, off, ids).assert_ok()
     keys = sorted({k for b in batches_off for k in b})
     boundary = sorted(k for k in keys if k.startswith(("cu_seqlens", "max_seqlen")))
     golden.check(
@@ -227,6 +231,6 @@ def test_a_loader_without_boundaries_keeps_every_other_field(golden, tmp_path, l
             "boundaries": boundary,
             "rows": len(off),
             "default_keys": sorted(batches_on[0]),
-            "default_boundaries_as_builder": _oracle.canonical_rows(on) == _oracle.canonical_rows(built),
+            "default_boundaries_as_builder": _sftcases.canonical_rows(on) == _sftcases.canonical_rows(built),
         }
     )

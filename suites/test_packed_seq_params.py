@@ -1,7 +1,7 @@
 """Building MCore ``PackedSeqParams`` from a packed batch (``get_packed_seq_params``).
 
 From MB's own batches: every micro-batch MB's packed dataset collates (offline packed SFT
-through MB's builder, see suites/_oracle.py) goes through MB's ``get_packed_seq_params``; what
+through MB's builder, see suites/_sftcases.py) goes through MB's ``get_packed_seq_params``; what
 the params carry (boundaries, padded variants, ``max_seqlen``, dtypes) is checked by the oracle
 against MB's own unpacked path, like the collated batch itself, and ``qkv_format`` is ``"thd"``.
 
@@ -31,7 +31,7 @@ from harness.adapters import batch as batch_ops
 from harness.adapters import forward as fwd
 from harness.adapters import hostsync, thd
 from harness.oracle.differential import Invariant, InvariantFailure, Violation
-from suites import _oracle
+from suites import _sftcases
 from suites._explain import first_difference, show
 
 pytestmark = pytest.mark.import_group("light")
@@ -135,15 +135,15 @@ def _same_boundaries(expected: list[int], got: list[int], rule: str) -> None:
 
 MB_BATCH_CASES = [
     c
-    for c in _oracle.CASES
+    for c in _sftcases.CASES
     if c.id in ("prompt-mult1", "prompt-mult4", "completion-mult2", "chat-mult8", "chat-mult4-full-loss")
-] + _oracle.FIXED_SHAPE_CASES
+] + _sftcases.FIXED_SHAPE_CASES
 
 
 @pytest.mark.parametrize("case", MB_BATCH_CASES, ids=[c.id for c in MB_BATCH_CASES])
 def test_params_from_mb_batches(golden, case):
     """What MB's builder makes of MB's own collated batches, checked against MB's unpacked path."""
-    b = _oracle.built(case)
+    b = _sftcases.built(case)
     _, builder = fwd.mb_packed_seq_params.resolved
     rows, formats = [], set()
     syncs: list[Violation] = []
@@ -155,12 +155,16 @@ def test_params_from_mb_batches(golden, case):
         if not syncs and ("cu_seqlens_q" in meta or any(k.endswith("argmin") for k in meta)):
             syncs = _host_reads(meta)  # what the host needs MB's collate precomputed: no sync allowed
     assert formats == {"thd"}, f"qkv_format must be 'thd', got {formats}"
-    report = _oracle.compare(case, b.examples, rows, b.special_ids).only(
-        _oracle.differential.BOUNDARY_INVARIANTS | {Invariant.FAST_PATH}
+    report = _sftcases.compare(case, b.examples, rows, b.special_ids).only(
+        _sftcases.differential.BOUNDARY_INVARIANTS | {Invariant.FAST_PATH}
     )
     if syncs:
         report.violations.extend(syncs)
     report.assert_ok()
     golden.check(
-        {"rows": [{k: v for k, v in r.items() if k.startswith(("cu_", "max_"))} for r in _oracle.canonical_rows(rows)]}
+        {
+            "rows": [
+                {k: v for k, v in r.items() if k.startswith(("cu_", "max_"))} for r in _sftcases.canonical_rows(rows)
+            ]
+        }
     )

@@ -18,19 +18,19 @@ import pytest
 
 from harness.adapters import loaders, packed_artifact, rules, sampler
 from harness.oracle.impact import Impact, fail, require
-from suites import _dataparallel, _loader_epoch, _oracle
+from suites import _dataparallel, _loader_epoch, _sftcases
 from suites._explain import first_offender, multiset_difference
 
 pytestmark = pytest.mark.import_group("light")
 
 # (case, global batch size)
 CASES = [
-    (_oracle.SFTCase("padding-prompt-mult4", seed=81, mult=4, n=20), 3),
-    (_oracle.SFTCase("padding-chat-mult2", seed=82, kind="chat", mult=2, n=18, pad_to_max_length=True), 4),
-    (_oracle.SFTCase("padding-completion-mult1", seed=83, kind="completion", n=16), 5),
-    (_oracle.SFTCase("padding-prompt-mult8-eod-not-eos", seed=84, mult=8, n=16, distinct_eod=True), 3),
+    (_sftcases.SFTCase("padding-prompt-mult4", seed=81, mult=4, n=20), 3),
+    (_sftcases.SFTCase("padding-chat-mult2", seed=82, kind="chat", mult=2, n=18, pad_to_max_length=True), 4),
+    (_sftcases.SFTCase("padding-completion-mult1", seed=83, kind="completion", n=16), 5),
+    (_sftcases.SFTCase("padding-prompt-mult8-eod-not-eos", seed=84, mult=8, n=16, distinct_eod=True), 3),
     # the full loss (answer_only_loss=False) builds its mask from the row's tokens: a padding row too
-    (_oracle.CleanCase("padding-chat-mult2-full-loss", seed=86, kind="chat", mult=2, n=16, full_loss=True), 5),
+    (_sftcases.CleanCase("padding-chat-mult2-full-loss", seed=86, kind="chat", mult=2, n=16, full_loss=True), 5),
 ]
 
 
@@ -39,9 +39,9 @@ def _every_row(ds):
     return _dataparallel.rows_of(ds, list(range(len(ds))))
 
 
-@pytest.mark.parametrize("case,gbs", [_oracle.case_param(c, g, id=f"{c.id}-gbs{g}") for c, g in CASES])
+@pytest.mark.parametrize("case,gbs", [_sftcases.case_param(c, g, id=f"{c.id}-gbs{g}") for c, g in CASES])
 def test_padding_rows_and_alignment(golden, case, gbs):
-    b = _oracle.built(case)
+    b = _sftcases.built(case)
     ds = b.build.train
     batches = sampler.padded_global_batches(len(ds), gbs, seed=case.seed)
     flat = [i for batch in batches for i in batch]
@@ -55,7 +55,7 @@ def test_padding_rows_and_alignment(golden, case, gbs):
         f"{want_pad} padding rows, got {n_pad} (batches {batches})"
     )
     rows = [row for batch in batches for row in _dataparallel.rows_of(ds, batch)]
-    report = _oracle.compare(case, b.examples, rows, b.special_ids)
+    report = _sftcases.compare(case, b.examples, rows, b.special_ids)
     report.assert_ok()
     golden.check({"batches": batches, "trained_per_row": [sum(r.loss_mask) for r in rows]})
 
@@ -63,15 +63,16 @@ def test_padding_rows_and_alignment(golden, case, gbs):
 # (case, data-parallel size, micro-batch size, global batch size): global = micro * DP * steps
 # (answers without a literal EOS: MB 0.6.2's known EOS masking is checked elsewhere, not here)
 DP_CASES = [
-    (_oracle.CleanCase("dp-prompt-mult4", seed=81, mult=4, n=20), 2, 1, 4),
-    (_oracle.CleanCase("dp-chat-mult2", seed=82, kind="chat", mult=2, n=18, pad_to_max_length=True), 4, 1, 8),
-    (_oracle.CleanCase("dp-completion-mult1", seed=83, kind="completion", n=16), 2, 2, 12),
-    (_oracle.CleanCase("dp-prompt-mult4-full-loss", seed=85, mult=4, n=20, full_loss=True), 2, 1, 6),
+    (_sftcases.CleanCase("dp-prompt-mult4", seed=81, mult=4, n=20), 2, 1, 4),
+    (_sftcases.CleanCase("dp-chat-mult2", seed=82, kind="chat", mult=2, n=18, pad_to_max_length=True), 4, 1, 8),
+    (_sftcases.CleanCase("dp-completion-mult1", seed=83, kind="completion", n=16), 2, 2, 12),
+    (_sftcases.CleanCase("dp-prompt-mult4-full-loss", seed=85, mult=4, n=20, full_loss=True), 2, 1, 6),
 ]
 
 
 @pytest.mark.parametrize(
-    "case,dp,mbs,gbs", [_oracle.case_param(c, dp, m, g, id=f"{c.id}-dp{dp}-mbs{m}-gbs{g}") for c, dp, m, g in DP_CASES]
+    "case,dp,mbs,gbs",
+    [_sftcases.case_param(c, dp, m, g, id=f"{c.id}-dp{dp}-mbs{m}-gbs{g}") for c, dp, m, g in DP_CASES],
 )
 def test_padding_rows_per_data_parallel_rank(golden, case, dp, mbs, gbs):
     """Data parallelism: each rank's loader samples its part of every global batch (MB's sampler
@@ -84,13 +85,14 @@ def test_padding_rows_per_data_parallel_rank(golden, case, dp, mbs, gbs):
 
 
 @pytest.mark.parametrize(
-    "case,dp,mbs,gbs", [_oracle.case_param(c, dp, m, g, id=f"{c.id}-dp{dp}-mbs{m}-gbs{g}") for c, dp, m, g in DP_CASES]
+    "case,dp,mbs,gbs",
+    [_sftcases.case_param(c, dp, m, g, id=f"{c.id}-dp{dp}-mbs{m}-gbs{g}") for c, dp, m, g in DP_CASES],
 )
 def test_drop_last_per_data_parallel_rank(golden, case, dp, mbs, gbs):
     """The sampler's defaults (``drop_last=True``, no padding): the incomplete last global batch is
     dropped on every rank alike, every row of the complete global batches is sampled exactly once
     across the ranks, and no padding row appears."""
-    ds = _oracle.built(case).build.train
+    ds = _sftcases.built(case).build.train
     if len(ds) < gbs:  # nothing would train: MB's explicit check must refuse, not hand out empty epochs
         try:
             sampler.padded_global_batches(len(ds), gbs, mbs, case.seed, 0, dp, drop_last=True, pad=False)
@@ -130,8 +132,8 @@ def test_legacy_npy_padding_rows(golden, tmp_path):
     them through ``GPTSFTPackedDataset``) behave like the rows MB's builder serves: real rows
     collate identically, and padding rows (negative indices from the batch sampler) train
     nothing and keep their shape. The rows are the ones MB's own builder packed for the case."""
-    case = _oracle.SFTCase("padding-npy", seed=87, mult=2, n=12)
-    b = _oracle.built(case)
+    case = _sftcases.SFTCase("padding-npy", seed=87, mult=2, n=12)
+    b = _sftcases.built(case)
     ds = b.build.train
     items = [ds[i] for i in range(len(ds))]
     stored = [
@@ -145,11 +147,11 @@ def test_legacy_npy_padding_rows(golden, tmp_path):
     npy = packed_artifact.write_rows_npy(stored, tmp_path / "training.npy")
     legacy = packed_artifact.packed_dataset(
         npy,
-        max_seq_length=_oracle.SEQ,
+        max_seq_length=_sftcases.SEQ,
         metadata=None,
         pad_to_max_length=False,
         pad_cu_seqlens=False,
-        tokenizer=_oracle.load_tokenizer(case.distinct_eod),
+        tokenizer=_sftcases.load_tokenizer(case.distinct_eod),
     )
     served = [(r.tokens, r.labels, r.loss_mask, r.position_ids) for r in _every_row(ds)]
     loaded = [(r.tokens, r.labels, r.loss_mask, r.position_ids) for r in _every_row(legacy)]
@@ -174,14 +176,14 @@ def test_samples_mapping_follows_seed(golden):
     once. Checked apart from the oracle comparison, so a known MB bug there cannot hide it."""
     perms = {}
     for mb_seed in (1, 2, 3):
-        case = _oracle.SFTCase(f"padding-seeded-{mb_seed}", seed=86, mult=2, n=12, mb_seed=mb_seed)
+        case = _sftcases.SFTCase(f"padding-seeded-{mb_seed}", seed=86, mult=2, n=12, mb_seed=mb_seed)
         # the same global RNG state before both builds: this test reads the mapping only (packing's
         # independence of the global RNG, broken in 0.3.1-0.5.1, is test_deterministic_and_rng_independent's)
         np.random.seed(0)
-        packed = _oracle.built(case).build.train
+        packed = _sftcases.built(case).build.train
         stored = [tuple(r.tokens) for r in _every_row(packed)]
         np.random.seed(0)
-        ds = _oracle.built(replace(case, max_samples=2 * len(stored))).build.train
+        ds = _sftcases.built(replace(case, max_samples=2 * len(stored))).build.train
         assert len(ds) == 2 * len(stored), (
             f"max_train_samples sets the mapped length: expected {2 * len(stored)}, got {len(ds)}"
         )
@@ -202,28 +204,28 @@ def test_samples_mapping_negative_indices(golden):
     """``max_train_samples`` maps indices over epochs of the packed rows; a negative index through
     the mapping is a padding row. Every mapped row is checked by the oracle (examples may repeat
     across epochs); the first epoch holds every example once."""
-    case = _oracle.SFTCase("padding-mapped", seed=85, mult=2, n=12)
-    rows = len(_oracle.built(case).build.train)
-    mapped_case = _oracle.SFTCase("padding-mapped", seed=85, mult=2, n=12, max_samples=2 * rows + 1)
-    b = _oracle.built(mapped_case)
+    case = _sftcases.SFTCase("padding-mapped", seed=85, mult=2, n=12)
+    rows = len(_sftcases.built(case).build.train)
+    mapped_case = _sftcases.SFTCase("padding-mapped", seed=85, mult=2, n=12, max_samples=2 * rows + 1)
+    b = _sftcases.built(mapped_case)
     ds = b.build.train
     assert len(ds) == 2 * rows + 1, (
         f"max_train_samples sets the mapped length (epochs of shuffled rows): expected {2 * rows + 1}, got {len(ds)}"
     )
     mapped = _every_row(ds)
-    _oracle.compare(case, b.examples, mapped[:rows], b.special_ids).assert_ok()  # one epoch: each example once
-    report = _oracle.differential.compare(
+    _sftcases.compare(case, b.examples, mapped[:rows], b.special_ids).assert_ok()  # one epoch: each example once
+    report = _sftcases.differential.compare(
         mapped,
         b.examples,
         pad_seq_to_mult=case.mult,
-        pack_size=_oracle.SEQ,
+        pack_size=_sftcases.SEQ,
         padding_ids=b.padding_ids,
         special_ids=b.special_ids,
         repeats=True,
     )
     report.assert_ok()
     pads = _dataparallel.rows_of(ds, [-1, -2, -3])
-    _oracle.compare(case, [], pads, b.special_ids, expect_all_packed=False).assert_ok()
+    _sftcases.compare(case, [], pads, b.special_ids, expect_all_packed=False).assert_ok()
     assert all(len(p.loss_mask) == len(p.tokens) > 0 for p in pads), "a padding row keeps its shape: " + first_offender(
         ((len(p.tokens), len(p.loss_mask)) for p in pads),
         lambda tm: tm[1] == tm[0] > 0,
@@ -237,16 +239,16 @@ def test_samples_mapping_negative_indices(golden):
 # (case, data-parallel size, global batch size): offline packed rows (one per micro-batch) that
 # leave an incomplete last global batch, and one with fewer rows than one global batch
 LOADER_CASES = [
-    (_oracle.CleanCase("loader-prompt-mult4", seed=81, mult=4, n=20), 2, 4),
-    (_oracle.CleanCase("loader-chat-mult2", seed=82, kind="chat", mult=2, n=18, pad_to_max_length=True), 2, 6),
-    (_oracle.CleanCase("loader-completion-short", seed=83, kind="completion", n=6), 2, 64),
+    (_sftcases.CleanCase("loader-prompt-mult4", seed=81, mult=4, n=20), 2, 4),
+    (_sftcases.CleanCase("loader-chat-mult2", seed=82, kind="chat", mult=2, n=18, pad_to_max_length=True), 2, 6),
+    (_sftcases.CleanCase("loader-completion-short", seed=83, kind="completion", n=6), 2, 64),
 ]
 
 
 @pytest.mark.import_group("full")  # MB's loader builder reads the training config
 @pytest.mark.parametrize("drop_last", [False, True], ids=["keep-last", "drop-last"])
 @pytest.mark.parametrize(
-    "case,dp,gbs", [_oracle.case_param(c, dp, g, id=f"{c.id}-dp{dp}-gbs{g}") for c, dp, g in LOADER_CASES]
+    "case,dp,gbs", [_sftcases.case_param(c, dp, g, id=f"{c.id}-dp{dp}-gbs{g}") for c, dp, g in LOADER_CASES]
 )
 def test_dataset_drop_last_through_mb_loader(golden, case, dp, gbs, drop_last):
     """The dataset config's ``drop_last`` as a user sets it, through MB's loader builder on every
@@ -254,7 +256,7 @@ def test_dataset_drop_last_through_mb_loader(golden, case, dp, gbs, drop_last):
     epoch and the padding of the last global batch trains nothing; dropped, the complete global
     batches train and nothing else. With fewer rows than one global batch, dropping it leaves
     nothing to train: MB's loader must refuse that by its own check."""
-    ds = _oracle.built(case).build.train
+    ds = _sftcases.built(case).build.train
     if drop_last and len(ds) < gbs:
         config = loaders.make_dataset_config(seq_length=case.seq, seed=case.seed, drop_last=True)
         ranks = _loader_epoch.epoch(case.seq, case.seed, dp, 1, gbs, config, dataset=ds)

@@ -28,11 +28,11 @@ from __future__ import annotations
 import pytest
 
 from harness.adapters.directsft import direct_sft
-from suites import _cppp, _directsft, _dpcp, _layouts, _oracle, _tpsp
+from suites import _cppp, _directsft, _dpcp, _layouts, _sftcases, _tpsp
 
 pytestmark = pytest.mark.import_group("full")
 
-_BY_ID = {c.id: c for c in _oracle.CASES + _oracle.FIXED_SHAPE_CASES}
+_BY_ID = {c.id: c for c in _sftcases.CASES + _sftcases.FIXED_SHAPE_CASES}
 # (case, CP): the case's pad_seq_to_mult is 2*CP, as MB documents for THD with CP
 CASES = [
     ("prompt-mult4", 2),

@@ -29,7 +29,7 @@ import pytest
 from harness.adapters import loaders, pretrain, rules, sft
 from harness.oracle import corpus, tokenizer
 from harness.oracle.impact import Impact, fail, require
-from suites import _layouts, _loader_epoch, _oracle, _pretrain, _pretrain_cp
+from suites import _layouts, _loader_epoch, _pretrain, _pretrain_cp, _sftcases
 
 pytestmark = pytest.mark.import_group("light")
 
@@ -68,7 +68,7 @@ def _pad_is_eos_tokenizer() -> Any:
 @functools.cache
 def _built(name: str) -> pretrain.PretrainBuild:
     seq, knobs = CASES[name] if name in CASES else COLLIDING[name]
-    tok = _pad_is_eos_tokenizer() if name in COLLIDING else _oracle.load_tokenizer()
+    tok = _pad_is_eos_tokenizer() if name in COLLIDING else _sftcases.load_tokenizer()
     texts = tuple(f"{e['input']} {e['output']}" for e in corpus.examples(CORPUS))
     return pretrain.pretraining_splits(pretrain.PretrainRequest(texts, tok, seq, knobs=knobs))
 
@@ -77,7 +77,7 @@ def _built(name: str) -> pretrain.PretrainBuild:
 def test_samples_are_windows_of_the_documents(golden, name):
     b = _built(name)
     knobs = CASES[name][1]
-    tok = _oracle.load_tokenizer()
+    tok = _sftcases.load_tokenizer()
     eod, pad = int(tok.eod), int(tok.pad)
     padded = {}
     for split, ds in (("train", b.train), ("validation", b.valid)):
@@ -102,7 +102,7 @@ def test_partial_validation_sequence_kept_or_dropped(golden):
     dropped (no validation sample padded); ``False`` keeps it as one more sample, padded, its padding
     untrained (checked per sample above)."""
     dropped, kept = _built("seq32-drop-partial-validation"), _built("seq32-keep-partial-validation")
-    tok = _oracle.load_tokenizer()
+    tok = _sftcases.load_tokenizer()
     eod, pad = int(tok.eod), int(tok.pad)
     drop_pad = [
         k
@@ -157,7 +157,7 @@ def test_an_undefined_eod_mask_loss_is_refused(golden):
     never a silent guess (``if eod_mask_loss:`` would read None as "train EOD" in packed samples).
     The valid neighbour is every case above, which states it."""
     texts = tuple(f"{e['input']} {e['output']}" for e in corpus.examples(CORPUS))
-    req = pretrain.PretrainRequest(texts, _oracle.load_tokenizer(), 32, knobs={"eod_mask_loss": None})
+    req = pretrain.PretrainRequest(texts, _sftcases.load_tokenizer(), 32, knobs={"eod_mask_loss": None})
     try:
         pretrain.pretraining_splits(req)
     except Exception as exc:  # attributed, never counted blindly
@@ -175,9 +175,11 @@ def test_step_keeps_documents_apart(golden, name):
     One sample per micro-batch (packed boundaries need micro-batch 1)."""
     seq, knobs = CASES["seq64-reset-positions-and-attention"]
     texts = tuple(f"{e['input']} {e['output']}" for e in corpus.examples(CORPUS))
-    req = pretrain.PretrainRequest(texts, _oracle.load_tokenizer(), seq, knobs={**knobs, **_pretrain.step_knobs(name)})
+    req = pretrain.PretrainRequest(
+        texts, _sftcases.load_tokenizer(), seq, knobs={**knobs, **_pretrain.step_knobs(name)}
+    )
     build = pretrain.pretraining_splits(req)
-    crossing, seen = _pretrain.check_step(build, 4, int(_oracle.load_tokenizer().eod))
+    crossing, seen = _pretrain.check_step(build, 4, int(_sftcases.load_tokenizer().eod))
     if not crossing:  # the input's fault: the case would test nothing
         raise RuntimeError("no sample holds two documents")
     golden.check({"samples_with_two_documents": crossing, "seen": seen})
@@ -194,7 +196,7 @@ def test_drop_last_through_mb_loader(golden, drop_last):
     texts = tuple(f"{e['input']} {e['output']}" for e in corpus.examples(CORPUS))
     knobs = {"eod_mask_loss": False, "dataloader_type": "single", "drop_last": drop_last, **loaders.WORKERS_OFF}
     build = pretrain.pretraining_splits(
-        pretrain.PretrainRequest(texts, _oracle.load_tokenizer(), 32, samples=(12, 1, 0), knobs=knobs)
+        pretrain.PretrainRequest(texts, _sftcases.load_tokenizer(), 32, samples=(12, 1, 0), knobs=knobs)
     )
     golden.check(_loader_epoch.check_sampled(build.train, build.config, seq=32, dp=2, mbs=2, gbs=4, steps=3))
 
@@ -208,13 +210,13 @@ def test_inter_document_masking_under_cp(golden):
     seq, knobs = CASES["seq64-reset-positions-and-attention"]
     knobs = {**knobs, **_pretrain.step_knobs("inter-document-masking"), "context_parallel_size": 2}
     texts = tuple(f"{e['input']} {e['output']}" for e in corpus.examples(CORPUS))
-    build = pretrain.pretraining_splits(pretrain.PretrainRequest(texts, _oracle.load_tokenizer(), seq, knobs=knobs))
+    build = pretrain.pretraining_splits(pretrain.PretrainRequest(texts, _sftcases.load_tokenizer(), seq, knobs=knobs))
     outcome = _pretrain_cp.validate(build.config, seq, 2)
     if not outcome["accepted"]:
         if "inter_document_masking" not in outcome["message"]:  # the case's config, not the combination
             raise RuntimeError(f"MB refused the CP 2 pretraining config for another reason: {outcome['message']}")
         return
-    eod = int(_oracle.load_tokenizer().eod)
+    eod = int(_sftcases.load_tokenizer().eod)
     crossing = [r for r in range(len(build.train)) if eod in build.train[r]["tokens"][:-1].tolist()]
     if not crossing:  # the input's fault: the case would test nothing
         raise RuntimeError("no sample holds two documents")

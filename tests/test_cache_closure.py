@@ -26,7 +26,7 @@ MUST = (
     "harness/records/verdict.py",
     "harness/adapters/sft.py",
     "harness/standins/te.py",
-    "suites/_oracle.py",
+    "suites/_sftcases.py",
 )
 
 

@@ -196,15 +196,15 @@ def test_the_tp_world_turns_red_on_a_wrong_split_and_on_an_odd_width() -> None:
         import dataclasses, json
         from harness.adapters import step
         from harness.adapters.world import Layout
-        from suites import _forward, _oracle, _tpsp
+        from suites import _forward, _sftcases, _tpsp
 
-        case = next(c for c in _oracle.CASES if c.id == "chat-mult1")
+        case = next(c for c in _sftcases.CASES if c.id == "chat-mult1")
         got = {"clean": [v.invariant.value for v in _tpsp.run_tp_sp(case, 2).violations]}
         split = _tpsp.split_like
         _tpsp.split_like = lambda full, model, tp, rank: split(full, model, tp, tp - 1 - rank)
         got["swapped"] = sorted({v.invariant.value for v in _tpsp.run_tp_sp(case, 2).violations})
         _tpsp.split_like = split
-        runs = [step.gpt_step(_forward.models()[0], b) for b in _oracle.built(case).batches[:2]]
+        runs = [step.gpt_step(_forward.models()[0], b) for b in _sftcases.built(case).batches[:2]]
         ids = runs[0].kwargs["input_ids"]
         odd = dataclasses.replace(runs[0], kwargs={**runs[0].kwargs, "input_ids": ids[:, :-1]})
         refused = _tpsp.misaligned(Layout(tp=2), [runs[1], odd])
