@@ -1,16 +1,17 @@
 """Property-based exploration of offline packed SFT: Hypothesis draws the data and the knobs.
 
-The hand-written cases pin shapes their authors thought of; a packing bug lives where a length,
-a knob and a layout meet in a way nobody listed. So Hypothesis draws an :class:`ExploredCase`:
-the data (how many examples, how many words an answer has, the rate of overlong examples and
-how long they are, pad tokens and end-of-turn tokens inside content, chat turns and system
-prompts) and the knobs (preprocessing kind, pack size, ``pad_seq_to_mult``, ``pad_to_max_length``,
+The hand-written cases pin shapes their authors thought of; a packing bug lives where a length, a
+knob and a layout meet in a way nobody listed. So Hypothesis draws an :class:`ExploredCase`: the
+data (how many examples, how many words an answer has, the rate of overlong examples and how long
+they are, pad tokens and end-of-turn tokens inside content, chat turns and system prompts) and the
+knobs (preprocessing kind, pack size, ``pad_seq_to_mult``, ``pad_to_max_length``,
 ``pad_cu_seqlens``, answer-only or full loss, ``truncation_method``, and in this space the
-preparation's ``packing_algorithm`` and whether the packed set is one file or several Parquet
-shards), and the case is built the way a user's data is, through MB's dataset builder, and held
-to the differential oracle (packed == MB's own unpacked path per real token, padding never
-trains, boundaries and alignment), the documented shape rule of ``pad_to_max_length``, and for
-shards the checks of the ``packed_files`` suite (suites/_shards.py).
+preparation's ``packing_algorithm``, whether the packed set is one file or several Parquet shards,
+and the dataset's life: a root prepared before under another knob, a validation split beside the
+training one, suites/_explore_life.py), and the case is built the way a user's data is, through
+MB's dataset builder, and held to the differential oracle (packed == MB's own unpacked path per
+real token, padding never trains, boundaries and alignment), the documented shape rule of
+``pad_to_max_length``, and for shards the checks of the ``packed_files`` suite (suites/_shards.py).
 
 Answers hold no literal EOS by default (``eos=False``): MB 0.6.2's known EOS masking
 (fixtures/known_failures.json) would otherwise be the first thing every exploration finds.
@@ -40,7 +41,7 @@ from typing import Any
 from harness.adapters import sft
 from harness.oracle import corpus
 from harness.records import explored
-from suites import _sftcases, _shards
+from suites import _explore_life, _sftcases, _shards
 
 KINDS = tuple(sft.KINDS)
 # the layouts and packing paths a layout case draws one of, cheapest first (Hypothesis shrinks
@@ -78,6 +79,10 @@ class ExploredCase(_sftcases.SFTCase):
     direct: bool = False
     # the packed set read back as this many Parquet shards named by a glob (suites/_shards.py; 1: MB's one file)
     shards: int = 1
+    # the dataset's life (suites/_explore_life.py): the root prepared before with this knob set otherwise ("": a
+    # fresh root), and a validation split prepared into it from other rows
+    reprepared: str = ""
+    validation: bool = False
     # pretraining instead (suites/_explore_pretrain.py): n documents packed into samples of seq tokens by
     # megatron-core's GPTDataset through MB's GPTDatasetConfig, with its packing knobs
     pretrain: bool = False
@@ -226,6 +231,10 @@ def cases(eos: bool = False) -> Any:
         fields["packing_algorithm"] = d(st.sampled_from((None, "first_fit_decreasing")))
         # then how many shards the packed set is read back from (an MB without Parquet shards: one file)
         fields["shards"] = d(st.sampled_from((1, 2, 3))) if _shards.available() else 1
+        # then the dataset's life: a root prepared before under another knob, a validation split beside it
+        # (not with an algorithm of the harness's choosing: a root MB rightly reuses is packed by no call it sees)
+        fields["reprepared"] = d(st.sampled_from(("", *_explore_life.KNOBS))) if not fields["packing_algorithm"] else ""
+        fields["validation"] = d(st.booleans())
         return named(ExploredCase(id="", **fields))
 
     return draw()
@@ -253,7 +262,12 @@ _LATER: dict[str, Any] = {
     "truncation_field": None,
     "prompt_key": "input",
     "long_answer_rate": 0.0,
+    "max_single": None,
+    "other_tokenizer": False,
+    "chat_template": None,
     "shards": 1,
+    "reprepared": "",
+    "validation": False,
     "eod_mask_loss": False,
     "reset_position_ids": False,
     "reset_attention_mask": False,

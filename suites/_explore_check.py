@@ -105,6 +105,10 @@ def check_any(case: ExploredCase) -> dict[str, Any]:
         golden: dict[str, Any] = {"rows": _sftcases.canonical_rows(b.rows)}
         if case.shards > 1:
             golden["shards"] = _check_shards(case, b)
+        if case.reprepared or case.validation:
+            from suites import _explore_life
+
+            golden.update(_explore_life.check(case))
         return golden
     if case.dp > 1 and case.cp > 1:
         from suites import _dpcp, _layouts

@@ -1,0 +1,110 @@
+"""The dataset's life as dimensions of the offline exploration space: a re-prepared root, every split.
+
+A hand-written case of ``offline_packed_dataset`` names one knob changed between two preparations
+into one root and one pair of splits; here the offline data space (suites/_explore.py) draws them
+on top of any drawn data and knobs, so a stale pack or a split packed from the wrong rows is looked
+for where data, knobs and the dataset's history meet:
+
+* ``reprepared``: the root was prepared before with one knob that decides the packs set otherwise
+  (the pack size, the multiple, the loss, the truncation side, the tokenizer). MB must pack again:
+  the case's rows hold its examples as MB's preparation reads them for a fresh root. (Not the
+  fresh root's rows themselves: before 0.6 the packing order follows numpy's global RNG, which an
+  earlier preparation in the same process moves, and a validation split's metadata may raise the
+  static ``max_seqlen`` bound.)
+* ``validation``: the validation split is prepared into the same root from other rows; its packed
+  rows hold that split's examples as MB's preparation reads them for a fresh root (held by the
+  oracle there), and the metadata has one entry per split.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import shutil
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from harness.adapters import sft
+from harness.oracle import corpus
+from harness.oracle.impact import Impact, fail
+from harness.oracle.records import InvariantFailure
+from suites import _sftcases
+
+# the knob set otherwise at the earlier preparation ("": none, a fresh root)
+KNOBS = ("seq", "mult", "full_loss", "truncation_method", "tokenizer")
+
+
+def previous(case: Any) -> Any:
+    """The configuration ``case``'s root was prepared with before (``case.reprepared`` set otherwise)."""
+    knob = case.reprepared
+    if knob == "seq":
+        change: dict[str, Any] = {"seq": case.seq * 2 if case.seq <= 64 else case.seq // 2}
+    elif knob == "mult":
+        change = {"mult": 1 if case.mult > 1 else 2}
+    elif knob == "full_loss":
+        change = {"full_loss": not case.full_loss}
+    elif knob == "truncation_method":
+        change = {"truncation_method": "left" if case.truncation_method != "left" else "right"}
+    elif knob == "tokenizer":
+        change = {"other_tokenizer": not case.other_tokenizer}
+    else:
+        raise ValueError(f"unknown re-preparation knob {knob!r}; known: {KNOBS}")
+    if knob == "truncation_method" and case.kind == "chat":
+        change = {"full_loss": not case.full_loss}  # chat preprocessing has no truncation side
+    return dataclasses.replace(case, id=case.id + "-before", **change)
+
+
+def validation_case(case: Any) -> Any:
+    """The validation split's rows: the same shape of data, other examples and fewer of them."""
+    return dataclasses.replace(case, id=case.id + "-validation", seed=case.seed + 500, n=max(1, case.n // 2))
+
+
+def check(case: Any) -> dict[str, Any]:
+    """Hold ``case``'s drawn life dimensions (raises on a violation); what they add to the golden."""
+    work = Path(tempfile.mkdtemp(prefix="harness-explore-life-"))
+    try:
+        root = corpus.write_dataset_root(work / "root", case.corpus)
+        valid = validation_case(case) if case.validation else None
+        if valid is not None:
+            rows = corpus.examples(valid.corpus)
+            (root / "validation.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
+        if case.reprepared:
+            sft.build_sft(_sftcases.request(previous(case), root))
+        build = sft.build_sft(_sftcases.request(case, root, validation=valid is not None))
+        out: dict[str, Any] = {}
+        if case.reprepared:
+            _, again = _sftcases.collated_rows(build.train)
+            _raise_held(case, again, f"prepared again after {case.reprepared} was set otherwise")
+        if valid is not None:
+            out["validation_rows"] = _check_validation(case, valid, build)
+        return out
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+def _raise_held(case: Any, rows: list[Any], what: str) -> None:
+    """Raise the oracle's violations of ``rows`` against ``case``'s examples as MB's packing
+    preparation reads them when it packs ``case`` into a fresh root (the space's own reference:
+    with alignment its runtime cap is the pack size, one token more than an unpacked run at that
+    sequence length keeps), if any."""
+    b = dataclasses.replace(_sftcases.built(case), rows=rows)
+    b.report = _sftcases.compare(case, b.examples, rows, b.special_ids)
+    _how, report, _examples = _sftcases.at_the_cap(b)
+    if not report.ok:
+        raise InvariantFailure(f"{what}: {report.summary()}", report.violations)
+
+
+def _check_validation(case: Any, valid: Any, build: sft.SFTBuild) -> int:
+    """The validation split's rows held to its examples by MB's own unpacked path; one metadata
+    entry per split. Returns its row count (golden)."""
+    if build.valid is None:
+        raise fail(Impact.DROPS_TRAINED_TOKEN, "do_validation: MB's builder built no validation split")
+    _, rows = _sftcases.collated_rows(build.valid)
+    _raise_held(valid, rows, "validation split")
+    meta = build.metadata_path or build.packed_files.get("metadata")
+    if meta is not None and Path(meta).is_file():
+        entries = json.loads(Path(meta).read_text())
+        if not isinstance(entries, list) or len(entries) != 2:
+            raise fail(Impact.CRASH, f"one metadata entry per split prepared (2), got {entries!r}"[:400])
+    return len(rows)
