@@ -476,7 +476,8 @@ def test_data_exploration_finds_a_shard_fault_and_shrinks_it(tmp_path, monkeypat
     """Negative control of the data space's shard draw: on a copy of MB whose packed Parquet dataset
     serves the next shard's first row group from the previous shard's cache (catalogue fault
     ``parquet_row_group_cache_ignores_the_file``), 12 drawn examples (seed 0) turn red and shrink to
-    a packed set of two one-row shards."""
+    a few examples in two shards and none of the dataset-life dimensions (drawn after the shards
+    since issue 48, they leave Hypothesis's shrinker at four examples where it reached three)."""
     spec = _shrunk_on_fault(
         tmp_path,
         monkeypatch,
@@ -484,7 +485,8 @@ def test_data_exploration_finds_a_shard_fault_and_shrinks_it(tmp_path, monkeypat
         "test_explore_offline_packing",
         "not each row once",
     )
-    assert spec["shards"] == 2 and spec["n"] <= 3 and explored.space(spec) == "data", spec
+    assert spec["shards"] == 2 and spec["n"] <= 4 and explored.space(spec) == "data", json.dumps(spec)
+    assert not spec.get("reprepared") and not spec.get("validation"), json.dumps(spec)
 
 
 @pytest.mark.slow
