@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from harness.adapters import batch as batch_ops
-from harness.adapters import sft
+from harness.adapters import mbtokenizer, sft
 from harness.oracle import corpus, differential, tokenizer
 
 SEQ = 64  # sequence length = pack size: every example that fits a sequence fits a pack
@@ -156,7 +156,9 @@ def load_tokenizer(distinct_eod: bool = False, other_ids: bool = False, chat_tem
     """MB's tokenizer over the offline tokenizer directory (the eod wrapper when asked; the second
     tokenizer with ``other_ids``; the user's own ``chat_template``)."""
     directory = tokenizer.write_tokenizer_dir(other_ids=other_ids)
-    tok = sft.load_tokenizer(directory, chat_template) if chat_template else sft.load_tokenizer(directory)
+    tok = (
+        mbtokenizer.load_tokenizer(directory, chat_template) if chat_template else mbtokenizer.load_tokenizer(directory)
+    )
     return tokenizer.with_distinct_eod(tok) if distinct_eod else tok
 
 

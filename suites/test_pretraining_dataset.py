@@ -26,7 +26,7 @@ from typing import Any
 
 import pytest
 
-from harness.adapters import loaders, pretrain, rules, sft
+from harness.adapters import loaders, mbtokenizer, pretrain, rules
 from harness.oracle import corpus, tokenizer
 from harness.oracle.impact import Impact, fail, require
 from suites import _layouts, _loader_epoch, _pretrain, _pretrain_cp, _sftcases
@@ -62,7 +62,7 @@ COLLIDING = {
 
 @functools.cache
 def _pad_is_eos_tokenizer() -> Any:
-    return sft.load_tokenizer(tokenizer.write_tokenizer_dir(pad_is_eos=True))
+    return mbtokenizer.load_tokenizer(tokenizer.write_tokenizer_dir(pad_is_eos=True))
 
 
 @functools.cache
