@@ -8,10 +8,11 @@ knobs (preprocessing kind, pack size, ``pad_seq_to_mult``, ``pad_to_max_length``
 ``pad_cu_seqlens``, answer-only or full loss, ``truncation_method``, and in this space the
 preparation's ``packing_algorithm``, whether the packed set is one file or several Parquet shards,
 and the dataset's life: a root prepared before under another knob, a validation split beside the
-training one, suites/_explore_life.py), and the case is built the way a user's data is, through
-MB's dataset builder, and held to the differential oracle (packed == MB's own unpacked path per
-real token, padding never trains, boundaries and alignment), the documented shape rule of
-``pad_to_max_length``, and for shards the checks of the ``packed_files`` suite (suites/_shards.py).
+training one, MB's loader over several epochs and a restart, suites/_explore_life.py), and the case
+is built the way a user's data is, through MB's dataset builder, and held to the differential
+oracle (packed == MB's own unpacked path per real token, padding never trains, boundaries and
+alignment), the documented shape rule of ``pad_to_max_length``, and for shards the checks of the
+``packed_files`` suite (suites/_shards.py).
 
 Answers hold no literal EOS by default (``eos=False``): MB 0.6.2's known EOS masking
 (fixtures/known_failures.json) would otherwise be the first thing every exploration finds.
@@ -83,6 +84,12 @@ class ExploredCase(_sftcases.SFTCase):
     # fresh root), and a validation split prepared into it from other rows
     reprepared: str = ""
     validation: bool = False
+    # and a run's life past its first epoch (suites/_epochs.py): MB's loader of this kind ("": none) over the
+    # packed rows for this many epochs (gbs: its global batch, keep_last: drop_last off), restarted from a
+    # checkpoint after this many steps (0: no restart)
+    loader: str = ""
+    epochs: int = 1
+    resume: int = 0
     # pretraining instead (suites/_explore_pretrain.py): n documents packed into samples of seq tokens by
     # megatron-core's GPTDataset through MB's GPTDatasetConfig, with its packing knobs
     pretrain: bool = False
@@ -235,6 +242,12 @@ def cases(eos: bool = False) -> Any:
         # (not with an algorithm of the harness's choosing: a root MB rightly reuses is packed by no call it sees)
         fields["reprepared"] = d(st.sampled_from(("", *_explore_life.KNOBS))) if not fields["packing_algorithm"] else ""
         fields["validation"] = d(st.booleans())
+        fields["loader"] = d(st.sampled_from(("", "batch", "cyclic")))
+        if fields["loader"]:
+            fields["gbs"] = d(st.integers(1, 3))
+            fields["keep_last"] = fields["loader"] == "batch" and d(st.booleans())  # a cyclic loader drops it
+            fields["epochs"] = d(st.integers(1, 3))
+            fields["resume"] = d(st.integers(0, 3))
         return named(ExploredCase(id="", **fields))
 
     return draw()
@@ -268,6 +281,9 @@ _LATER: dict[str, Any] = {
     "shards": 1,
     "reprepared": "",
     "validation": False,
+    "loader": "",
+    "epochs": 1,
+    "resume": 0,
     "eod_mask_loss": False,
     "reset_position_ids": False,
     "reset_attention_mask": False,

@@ -105,7 +105,7 @@ def check_any(case: ExploredCase) -> dict[str, Any]:
         golden: dict[str, Any] = {"rows": _sftcases.canonical_rows(b.rows)}
         if case.shards > 1:
             golden["shards"] = _check_shards(case, b)
-        if case.reprepared or case.validation:
+        if case.reprepared or case.validation or case.loader:
             from suites import _explore_life
 
             golden.update(_explore_life.check(case))

@@ -11,6 +11,9 @@ for where data, knobs and the dataset's history meet:
   fresh root's rows themselves: before 0.6 the packing order follows numpy's global RNG, which an
   earlier preparation in the same process moves, and a validation split's metadata may raise the
   static ``max_seqlen`` bound.)
+* ``loader``: MB's loader of that kind over the rows for ``epochs`` epochs, restarted from a
+  checkpoint after ``resume`` steps, held by ``data_loaders``' contract (suites/_epochs.py): every
+  row once per epoch, padding never trains, a restart reads what the uninterrupted run reads.
 * ``validation``: the validation split is prepared into the same root from other rows; its packed
   rows hold that split's examples as MB's preparation reads them for a fresh root (held by the
   oracle there), and the metadata has one entry per split.
@@ -25,11 +28,11 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from harness.adapters import sft
+from harness.adapters import rules, sft
 from harness.oracle import corpus
-from harness.oracle.impact import Impact, fail
+from harness.oracle.impact import Impact, ImpactFailure, fail
 from harness.oracle.records import InvariantFailure
-from suites import _sftcases
+from suites import _epochs, _sftcases
 
 # the knob set otherwise at the earlier preparation ("": none, a fresh root)
 KNOBS = ("seq", "mult", "full_loss", "truncation_method", "tokenizer")
@@ -62,17 +65,26 @@ def validation_case(case: Any) -> Any:
 
 def check(case: Any) -> dict[str, Any]:
     """Hold ``case``'s drawn life dimensions (raises on a violation); what they add to the golden."""
+    out: dict[str, Any] = {}
+    if case.loader:  # several epochs of MB's loader over the rows of a fresh root, and a restart
+        out.update(_check_loader(case))
+    if not (case.reprepared or case.validation):
+        return out
     work = Path(tempfile.mkdtemp(prefix="harness-explore-life-"))
     try:
         root = corpus.write_dataset_root(work / "root", case.corpus)
-        valid = validation_case(case) if case.validation else None
+        valid = validation_case(case) if case.validation and _fits(validation_case(case)) else None
         if valid is not None:
             rows = corpus.examples(valid.corpus)
             (root / "validation.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
         if case.reprepared:
-            sft.build_sft(_sftcases.request(previous(case), root))
+            try:
+                sft.build_sft(_sftcases.request(previous(case), root))
+            except Exception as exc:  # the earlier run stopped (a drawn configuration of its own): what it left
+                if not _sftcases.raised_in_mb(exc):
+                    raise
+                out["before"] = f"the earlier preparation stopped: {type(exc).__name__}"
         build = sft.build_sft(_sftcases.request(case, root, validation=valid is not None))
-        out: dict[str, Any] = {}
         if case.reprepared:
             _, again = _sftcases.collated_rows(build.train)
             _raise_held(case, again, f"prepared again after {case.reprepared} was set otherwise")
@@ -81,6 +93,33 @@ def check(case: Any) -> dict[str, Any]:
         return out
     finally:
         shutil.rmtree(work, ignore_errors=True)
+
+
+def _fits(case: Any) -> bool:
+    """Does one example of ``case`` fit its pack? (A split with none is the training path's rule:
+    MB skips every example and must refuse the split by a check, judged by the space's own check.)"""
+    return any(ex.length <= case.seq for ex in _sftcases.reference(case))
+
+
+def _check_loader(case: Any) -> dict[str, Any]:
+    """``case.epochs`` epochs of MB's ``case.loader`` loader and a restart after ``case.resume``
+    steps, held by suites/_epochs.py; a "batch" loader that keeps only complete global batches
+    over fewer rows than one must be refused by MB's documented rule."""
+    rows = len(_sftcases.built(case).build.train)
+    drop_last = not case.keep_last
+    resumes = [case.resume] if case.resume else []
+    try:
+        _epochs.check_life(case, case.loader, drop_last, 1, 1, case.gbs, case.epochs, resumes)
+    except (InvariantFailure, ImpactFailure):
+        raise
+    except Exception as exc:
+        if not (drop_last and case.loader == "batch" and rows < case.gbs):
+            raise
+        rules.require_refused_by(
+            exc, rules.Rule.DROP_LAST_NEEDS_A_GLOBAL_BATCH, f"{rows} packed row(s), a global batch of {case.gbs}"
+        )
+        return {"loader": "refused: no complete global batch"}
+    return {}
 
 
 def _raise_held(case: Any, rows: list[Any], what: str) -> None:

@@ -338,3 +338,13 @@ def right_padded(examples: list[differential.Example], pad_id: int, ignore_index
 
 def special_ids(case: SFTCase) -> dict[str, int | None]:
     return tokenizer.special_ids(case_tokenizer(case))
+
+
+def raised_in_mb(exc: BaseException) -> bool:
+    """Did ``exc`` come out of MB's code (a frame of megatron/bridge on its way), not the harness's?"""
+    tb = exc.__traceback__
+    while tb is not None:
+        if "/megatron/bridge/" in tb.tb_frame.f_code.co_filename.replace("\\", "/"):
+            return True
+        tb = tb.tb_next
+    return False

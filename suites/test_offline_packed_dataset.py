@@ -376,16 +376,6 @@ def test_a_reprepared_root_never_trains_packs_made_for_other_knobs(tmp_path, fir
 INTERRUPTED = ["packed-file-cut-short", "metadata-never-written", "killed-after-the-training-file"]
 
 
-def _raised_in_mb(exc: BaseException) -> bool:
-    """Did ``exc`` come out of MB's code (a frame of megatron/bridge on its way), not the harness's?"""
-    tb = exc.__traceback__
-    while tb is not None:
-        if "/megatron/bridge/" in tb.tb_frame.f_code.co_filename.replace(os.sep, "/"):
-            return True
-        tb = tb.tb_next
-    return False
-
-
 @pytest.mark.parametrize("state", INTERRUPTED)
 def test_an_interrupted_preparation_is_prepared_again_or_refused(tmp_path, record_property, state):
     """Prepare, leave the dataset root as a preparation killed part way leaves it, build again (the
@@ -415,7 +405,7 @@ def test_an_interrupted_preparation_is_prepared_again_or_refused(tmp_path, recor
         again = sft.build_sft(_sftcases.request(case, root, validation=validation))
         _, rows = _held(case, again.train, f"built again after an interrupted preparation ({state})")
     except (Exception, SystemExit) as exc:  # 0.3.1 logs the unreadable file and exits
-        if not _raised_in_mb(exc) or type(exc).__name__ == "InvariantFailure":
+        if not _sftcases.raised_in_mb(exc) or type(exc).__name__ == "InvariantFailure":
             raise
         record_property("harness_note", f"MB refused what was left ({state}): {type(exc).__name__}: {exc}"[:400])
         return
