@@ -85,9 +85,10 @@ class ExploredCase(_sftcases.SFTCase):
     reprepared: str = ""
     validation: bool = False
     # and a run's life past its first epoch (suites/_epochs.py): MB's loader of this kind ("": none) over the
-    # packed rows for this many epochs (gbs: its global batch, keep_last: drop_last off), restarted from a
-    # checkpoint after this many steps (0: no restart)
+    # packed rows for this many epochs (loader_batch: its global batch, keep_last: drop_last off), restarted
+    # from a checkpoint after this many steps (0: no restart)
     loader: str = ""
+    loader_batch: int = 1
     epochs: int = 1
     resume: int = 0
     # pretraining instead (suites/_explore_pretrain.py): n documents packed into samples of seq tokens by
@@ -244,7 +245,7 @@ def cases(eos: bool = False) -> Any:
         fields["validation"] = d(st.booleans())
         fields["loader"] = d(st.sampled_from(("", "batch", "cyclic")))
         if fields["loader"]:
-            fields["gbs"] = d(st.integers(1, 3))
+            fields["loader_batch"] = d(st.integers(1, 3))
             fields["keep_last"] = fields["loader"] == "batch" and d(st.booleans())  # a cyclic loader drops it
             fields["epochs"] = d(st.integers(1, 3))
             fields["resume"] = d(st.integers(0, 3))
@@ -282,6 +283,7 @@ _LATER: dict[str, Any] = {
     "reprepared": "",
     "validation": False,
     "loader": "",
+    "loader_batch": 1,
     "epochs": 1,
     "resume": 0,
     "eod_mask_loss": False,

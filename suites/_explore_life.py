@@ -109,14 +109,14 @@ def _check_loader(case: Any) -> dict[str, Any]:
     drop_last = not case.keep_last
     resumes = [case.resume] if case.resume else []
     try:
-        _epochs.check_life(case, case.loader, drop_last, 1, 1, case.gbs, case.epochs, resumes)
+        _epochs.check_life(case, case.loader, drop_last, 1, 1, case.loader_batch, case.epochs, resumes)
     except (InvariantFailure, ImpactFailure):
         raise
     except Exception as exc:
-        if not (drop_last and case.loader == "batch" and rows < case.gbs):
+        if not (drop_last and case.loader == "batch" and rows < case.loader_batch):
             raise
         rules.require_refused_by(
-            exc, rules.Rule.DROP_LAST_NEEDS_A_GLOBAL_BATCH, f"{rows} packed row(s), a global batch of {case.gbs}"
+            exc, rules.Rule.DROP_LAST_NEEDS_A_GLOBAL_BATCH, f"{rows} packed row(s), a batch of {case.loader_batch}"
         )
         return {"loader": "refused: no complete global batch"}
     return {}
