@@ -72,11 +72,12 @@ def check(case: Any) -> dict[str, Any]:
         return out
     work = Path(tempfile.mkdtemp(prefix="harness-explore-life-"))
     try:
-        root = corpus.write_dataset_root(work / "root", case.corpus)
         valid = validation_case(case) if case.validation and _fits(validation_case(case)) else None
-        if valid is not None:
-            rows = corpus.examples(valid.corpus)
-            (root / "validation.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
+        root = (
+            _sftcases.split_root(work / "root", case, valid)
+            if valid is not None
+            else corpus.write_dataset_root(work / "root", case.corpus)
+        )
         if case.reprepared:
             try:
                 sft.build_sft(_sftcases.request(previous(case), root))

@@ -348,3 +348,13 @@ def raised_in_mb(exc: BaseException) -> bool:
             return True
         tb = tb.tb_next
     return False
+
+
+def split_root(work: Path, train: SFTCase, validation: SFTCase) -> Path:
+    """A user's dataset root whose training and validation splits hold different examples."""
+    import json
+
+    root = corpus.write_dataset_root(work, train.corpus)
+    rows = corpus.examples(validation.corpus)
+    (root / "validation.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
+    return root

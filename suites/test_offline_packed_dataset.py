@@ -279,14 +279,6 @@ def test_deprecated_constructor_builds_what_the_config_builds(golden, tmp_path):
 LIFE_CASE = _sftcases.CleanCase("life-prompt-mult2-pad-cu-seqlens", seed=301, mult=2, pad_cu_seqlens=True, n=20)
 
 
-def _split_root(work: Path, train: _sftcases.SFTCase, validation: _sftcases.SFTCase) -> Path:
-    """A user's dataset root whose splits hold different examples (lengths, counts)."""
-    root = corpus.write_dataset_root(work, train.corpus)
-    valid_rows = corpus.examples(validation.corpus)
-    (root / "validation.jsonl").write_text("".join(json.dumps(r) + "\n" for r in valid_rows), encoding="utf-8")
-    return root
-
-
 def _held(case: _sftcases.SFTCase, ds, what: str):
     """``ds``'s packed rows held to MB's own unpacked path of ``case``'s examples; the report."""
     _, rows = _sftcases.collated_rows(ds)
@@ -307,7 +299,7 @@ def test_every_split_is_packed_from_its_own_rows_with_its_own_metadata(tmp_path)
     row of every split has the static boundary shape the metadata gives."""
     train = LIFE_CASE
     valid = dataclasses.replace(LIFE_CASE, seed=LIFE_CASE.seed + 500, n=9)
-    root = _split_root(tmp_path / "root", train, valid)
+    root = _sftcases.split_root(tmp_path / "root", train, valid)
     build = sft.build_sft(_sftcases.request(train, root, validation=True))
     if build.valid is None:
         raise fail(Impact.DROPS_TRAINED_TOKEN, "do_validation: MB's builder built no validation split")
@@ -385,7 +377,7 @@ def test_an_interrupted_preparation_is_prepared_again_or_refused(tmp_path, recor
     case = LIFE_CASE
     validation = state == "killed-after-the-training-file"
     root = (
-        _split_root(tmp_path / "root", case, dataclasses.replace(case, seed=case.seed + 500, n=9))
+        _sftcases.split_root(tmp_path / "root", case, dataclasses.replace(case, seed=case.seed + 500, n=9))
         if validation
         else corpus.write_dataset_root(tmp_path / "root", case.corpus)
     )
