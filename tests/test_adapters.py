@@ -429,7 +429,7 @@ def test_tokenizer_config_names_the_directory_chat_template(tmp_path, monkeypatc
     """A TokenizerConfig with hf_tokenizer_kwargs names the chat template the directory ships."""
     import dataclasses
 
-    from harness.adapters import sft
+    from harness.adapters import mbtokenizer
 
     @dataclasses.dataclass
     class WithField:
@@ -445,8 +445,8 @@ def test_tokenizer_config_names_the_directory_chat_template(tmp_path, monkeypatc
     (tmp_path / "chat_template.jinja").write_text("{{ messages }}")
     for cls, expected in ((WithField, "{{ messages }}"), (WithoutField, None)):
         built = {"TokenizerConfig": cls, "build_tokenizer": lambda config: config}
-        monkeypatch.setattr(sft, "symbol", lambda _module, name, built=built: built[name])
-        cfg = sft._tokenizer_probe("any")()(tmp_path)
+        monkeypatch.setattr(mbtokenizer, "symbol", lambda _module, name, built=built: built[name])
+        cfg = mbtokenizer._tokenizer_probe("any")()(tmp_path)
         named = (getattr(cfg, "hf_tokenizer_kwargs", None) or {}).get("chat_template")
         assert named == expected and cfg.tokenizer_model == str(tmp_path)
 
