@@ -249,6 +249,14 @@ def cases(eos: bool = False) -> Any:
             fields["keep_last"] = fields["loader"] == "batch" and d(st.booleans())  # a cyclic loader drops it
             fields["epochs"] = d(st.integers(1, 3))
             fields["resume"] = d(st.integers(0, 3))
+        # then the length caps: a pack size a few tokens off the multiple (MB caps a segment at the largest
+        # multiple that fits), one example's cap below the pack (max_single_sequence_length; an MB without it:
+        # the case is drawn again), each at, just past and well below the examples' lengths
+        fields["seq"] += d(st.sampled_from((0, 1, 2, 3)))
+        cap = d(st.sampled_from((None, "half", "under-multiple", "one-under")))
+        if cap is not None and not fields["reprepared"]:
+            seq, mult = fields["seq"], fields["mult"]
+            fields["max_single"] = {"half": seq // 2, "under-multiple": seq - mult, "one-under": seq - 1}[cap]
         return named(ExploredCase(id="", **fields))
 
     return draw()

@@ -38,13 +38,15 @@ def _built(case: ExploredCase) -> _sftcases.Built | None:
         raise  # a feature this era lacks: never a verdict
     except Exception as exc:
         lengths = [ex.length for ex in _sftcases.reference(case)]
-        if any(n <= case.seq for n in lengths):
+        limit = case.max_single or case.seq  # one example's cap: MB skips an example past it as past the pack
+        if any(n <= limit for n in lengths):
             raise
         if rules.raising_check(exc) is not None:
             return None
         raise fail(
             Impact.CRASH,
-            f"every example is longer than the {case.seq}-token pack (lengths {lengths}), so MB's packing skips "
+            f"every example is longer than the {limit}-token {'cap' if case.max_single else 'pack'} (lengths "
+            f"{lengths}), so MB's packing skips "
             f"each (documented) and has nothing to pack; it crashed instead of refusing the dataset by a check: "
             f"{type(exc).__name__}: {exc}",
         ) from exc

@@ -203,7 +203,7 @@ def compare(
         padding_ids=pads,
         static_max_seqlen=case.pad_cu_seqlens,
         expect_all_packed=expect_all_packed,
-        pack_size=case.seq,
+        pack_size=case.max_single or case.seq,  # MB skips an example past one example's cap as past the pack
         special_ids=special_ids,
     )
 
@@ -262,11 +262,17 @@ def at_the_cap(b: Built) -> tuple[str, differential.Report, list[differential.Ex
     segment at the largest multiple that fits and keeps an example's first ``cap`` tokens (0.6);
     earlier releases kept an example whole up to the pack size. The rows are held to the reading
     that explains them best, and the alignment invariant judges it either way. A pack size that is
-    a multiple: the plain report."""
+    a multiple: the plain report. With ``max_single`` the cap is the largest multiple of that one
+    example's cap (:func:`reference` already reads MB's unpacked examples at it): nothing else
+    explains MB's rows, so they are held to that reading alone."""
     case = b.case
-    cap = case.seq // case.mult * case.mult
-    if cap == case.seq:
+    limit = case.max_single or case.seq
+    cap = limit // case.mult * case.mult
+    if cap == limit:
         return "whole", b.report, b.examples
+    if case.max_single:
+        capped = [cut_at(ex, cap) for ex in b.examples]
+        return f"cut at {cap}", compare(case, capped, b.rows, b.special_ids), capped
     capped = [cut_at(ex, cap) for ex in b.examples]
     cut = compare(case, capped, b.rows, b.special_ids)
     if len(cut.violations) <= len(b.report.violations):

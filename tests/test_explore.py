@@ -490,6 +490,19 @@ def test_data_exploration_finds_a_shard_fault_and_shrinks_it(tmp_path, monkeypat
 
 
 @pytest.mark.slow
+def test_data_exploration_finds_a_cap_fault_and_shrinks_it(tmp_path, monkeypatch):
+    """Negative control of the data space's length caps: on a copy of MB whose packing preparation
+    ignores ``max_single_sequence_length`` (catalogue fault ``max_single_ignored_in_preparation``:
+    an example past one example's cap trains whole), 12 drawn examples (seed 0) turn red and shrink
+    to one example under a drawn cap below the pack size."""
+    spec = _shrunk_on_fault(
+        tmp_path, monkeypatch, "max_single_ignored_in_preparation", "test_explore_offline_packing", "packed !="
+    )
+    assert spec.get("max_single") and spec["max_single"] < spec["seq"] and spec["n"] == 1, json.dumps(spec)
+    assert explored.space(spec) == "data", json.dumps(spec)
+
+
+@pytest.mark.slow
 def test_pretrain_exploration_finds_a_dataset_fault_and_shrinks_it(tmp_path, monkeypatch):
     """Negative control of the pretraining space: on a copy of MB whose megatron-core GPTDataset lets a
     token attend to the previous document under ``reset_attention_mask`` (catalogue fault
