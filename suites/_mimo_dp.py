@@ -48,7 +48,9 @@ class _Refused:
     outcome: dict[str, Any]
 
 
-def _on_rank(built: mimo.MimoSamples, modules: dict[str, int], seq: int, mbs: int, gbs: int, steps: int) -> Any:
+def _on_rank(
+    built: mimo.MimoSamples, modules: dict[str, int], seq: int, mbs: int, gbs: int, steps: int, pack: bool
+) -> Any:
     def on_rank(_rank: int) -> mimostep.ModuleRank | _Refused:
         try:
             return mimostep.mimo_step_inputs(
@@ -58,6 +60,7 @@ def _on_rank(built: mimo.MimoSamples, modules: dict[str, int], seq: int, mbs: in
                 micro_batch_size=mbs,
                 global_batch_size=gbs,
                 steps=steps,
+                pack=pack,
             )
         except ImpactFailure:
             raise  # a contract broken on the rank: the world reports it with its impact
@@ -68,11 +71,13 @@ def _on_rank(built: mimo.MimoSamples, modules: dict[str, int], seq: int, mbs: in
 
 
 def world(
-    built: mimo.MimoSamples, modules: dict[str, int], *, seq: int, mbs: int, gbs: int, steps: int
+    built: mimo.MimoSamples, modules: dict[str, int], *, seq: int, mbs: int, gbs: int, steps: int, pack: bool = False
 ) -> list[mimostep.ModuleRank | _Refused]:
-    """Every rank's record of MB's MIMO forward steps, the modules tiling a world in ``modules``' order."""
+    """Every rank's record of MB's MIMO forward steps, the modules tiling a world in ``modules``' order
+    (``pack``: with MB's step-time in-batch packing asked for, suites/_mimo_pack.py)."""
     _ = mimostep.mimo_step_inputs.era  # untestable here, before a world starts, where MB has no such step
-    return run_world(Layout(dp=sum(modules.values())), _on_rank(built, modules, seq, mbs, gbs, steps))
+    mimostep.step_packing(pack)  # likewise where MB's step cannot pack
+    return run_world(Layout(dp=sum(modules.values())), _on_rank(built, modules, seq, mbs, gbs, steps, pack))
 
 
 def require_refused(ranks: list[mimostep.ModuleRank | _Refused], what: str) -> dict[str, Any]:

@@ -27,7 +27,7 @@ from harness.adapters import loaders, mimo
 from harness.eras import features
 from harness.oracle import tokenizer
 from harness.oracle.impact import Impact, require
-from suites import _mimo, _mimo_dp
+from suites import _mimo, _mimo_dp, _mimo_pack
 
 pytestmark = pytest.mark.import_group("light")
 
@@ -137,6 +137,21 @@ def test_module_data_parallel_keeps_text_and_image_together(golden, modules):
     built = _mimo.hf_built(_loader_texts(12), LOADER_SEQ, 8)
     ranks = _mimo_dp.world(built, modules, seq=LOADER_SEQ, mbs=2, gbs=4, steps=3)
     golden.check(_mimo_dp.check_world(built, ranks, mbs=2, gbs=4, steps=3))
+
+
+@pytest.mark.import_group("full")  # MB's loader builder reads the training config
+@pytest.mark.parametrize("modules", [c[1] for c in MODULE_LAYOUTS], ids=[c[0] for c in MODULE_LAYOUTS])
+def test_step_packing_trains_what_the_unpacked_step_trains(golden, modules):
+    """MB's step-time in-batch packing of the language shards (the dataset config's
+    ``enable_in_batch_packing`` deferred to the step) in the heterogeneous worlds above: each language
+    rank's packed sequence is its unpacked rows' real tokens, labels, loss mask and positions, with
+    boundaries and ``max_seqlen`` of those segments, MB's loss counting the same tokens, and the
+    encoder's inputs untouched (suites/_mimo_pack.py). Texts of different lengths, so segments differ."""
+    built = _mimo.hf_built(_mimo.marked_texts([2, 6, 3, 5] * 3), LOADER_SEQ, 8)
+    unpacked = _mimo_dp.world(built, modules, seq=LOADER_SEQ, mbs=2, gbs=4, steps=3)
+    packed = _mimo_dp.world(built, modules, seq=LOADER_SEQ, mbs=2, gbs=4, steps=3, pack=True)
+    _mimo_dp.check_world(built, unpacked, mbs=2, gbs=4, steps=3)
+    golden.check(_mimo_pack.check(unpacked, packed))
 
 
 @pytest.mark.import_group("full")

@@ -77,6 +77,8 @@ def test_catalogue_well_formed():
 @pytest.mark.parametrize("fault", FAULTS, ids=[f.id for f in FAULTS])
 def test_entry_applies_to_installed_mb_and_compiles(fault: Fault, tmp_path):
     pkg = _pkg()
+    if fault.since and fault.occurrences(pkg) == 0:
+        pytest.skip(f"edits code of {fault.since}, newer than the installed MB: tests/test_faults_at_main.py")
     for e in fault.edits:
         assert e.occurrences(pkg) == 1, f"{fault.id}: search text must occur exactly once in {e.file}"
     copy = tmp_path / "megatron" / "bridge"  # the same layout as a mutant: megatron-core beside MB

@@ -1,14 +1,17 @@
 """MB's MegatronMIMO forward step on one rank of a heterogeneous world: what each module's model gets.
 
 Operation ``mimo_step_inputs(provider, *, modules, seq_length, micro_batch_size,
-global_batch_size, steps)``, run on every rank of a world of ``sum(modules.values())`` processes:
+global_batch_size, steps, pack=False)``, run on every rank of a world of ``sum(modules.values())`` processes:
 MB's MIMO training data path (:mod:`harness.adapters.mimoloader`, the modules tiling the world
 side by side) yields this rank's micro-batches, and MB's ``megatron_mimo_step.forward_step`` takes
 each as the training loop does: its ``get_batch``, then the slice of the global micro-batch for
 this rank's place in its module's data-parallel group (``slice_batch_for_megatron_mimo``, MB's
 "contiguous to match the BridgeCommunicator's batch-dimension split / concatenate logic"), and the
 inputs a stage does not use dropped (raw modality inputs on a language-only rank; text on a
-language stage other than the first, labels and loss mask on one other than the last).
+language stage other than the first, labels and loss mask on one other than the last). With
+``pack``, the dataset config asks for MB's step-time in-batch packing (feature
+``mimo-step-packing``): the step packs each language shard's real tokens into one THD sequence
+and hands the model its ``packing_kwargs``.
 
 Why a recording model: the unit under test is what MB hands each module, not the module's maths.
 ``forward_step`` reads the model's ``role`` (megatron-core's ``RankRole.build`` over the grids, as
@@ -36,6 +39,8 @@ import torch
 from harness.adapters import Candidate, Operation, hostsync, symbol
 from harness.adapters.mimoloader import mimo_train_micro_batches
 from harness.adapters.step import minimal_state, snapshot
+from harness.eras import features
+from harness.errors import NotHere
 from harness.standins.cuda import cpu_cuda_calls
 
 STEP = "megatron.bridge.training.megatron_mimo_step"
@@ -85,6 +90,18 @@ def _recording_model(mimo_cls: type, role: Any, grids: dict[str, Any], language:
     return RecordingMimo()
 
 
+def step_packing(pack: bool) -> dict[str, Any]:
+    """The dataset flags of ``minimal_state`` that ask MB's MIMO step to pack (``pack``), as a user's dataset
+    config does: in-batch packing deferred to the step (``resolve_step_packing`` refuses it otherwise)."""
+    if not pack:
+        return {}
+    try:
+        symbol(STEP, "resolve_step_packing")
+    except NotHere as exc:
+        raise features.missing("mimo-step-packing", "MB's MIMO step has no in-batch sequence packing") from exc
+    return {"enable_in_batch_packing": True, "defer_in_batch_packing_to_step": True}
+
+
 def _probe() -> Callable[..., ModuleRank]:
     forward_step = symbol(STEP, "forward_step")
     symbol("megatron.bridge.data.megatron_mimo.dp_utils", "slice_batch_for_megatron_mimo")
@@ -100,8 +117,11 @@ def _probe() -> Callable[..., ModuleRank]:
         micro_batch_size: int,
         global_batch_size: int,
         steps: int,
+        pack: bool = False,
     ) -> ModuleRank:
         import torch.distributed as dist
+
+        state = minimal_state(**step_packing(pack))
 
         load = mimo_train_micro_batches(
             provider,
@@ -117,7 +137,7 @@ def _probe() -> Callable[..., ModuleRank]:
         # get_batch moves the batch with .cuda(): device-resident from there, its host reads counted
         with cpu_cuda_calls(pin=True), hostsync.count_step_reads() as reads:
             for batch in load.micro_batches:
-                output, loss_fn = forward_step(minimal_state(), iter([batch]), model)
+                output, loss_fn = forward_step(state, iter([batch]), model)
                 if loss_fn is None:
                     totals.append(None)
                     continue

@@ -157,6 +157,16 @@ FEATURES: dict[str, Feature] = {
             r"loss_mask\[-1\] = 0\.0",
         ),
         Feature(
+            "mimo-step-packing",
+            "MegatronMIMO in-batch sequence packing in the forward step (dataset config enable_in_batch_packing "
+            "with defer_in_batch_packing_to_step; training/megatron_mimo_step.resolve_step_packing, "
+            "data/megatron_mimo/sequence_pack.pack_language_shard)",
+            "a4916b8d0",
+            "2026-08-04",
+            "src/megatron/bridge/training/megatron_mimo_step.py",
+            r"def resolve_step_packing",
+        ),
+        Feature(
             "collator-sequence-policy",
             "the collators' explicit padded-or-packed sequence policy MB's model collates call "
             "(data/collators/sequence.prepare_sequence_batch, sequence_padding.pad_or_truncate_sequence_batch)",

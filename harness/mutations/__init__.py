@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from harness.eras import features
 from harness.errors import CorruptFile, EnvironmentProblem
 
 CATALOGUE = Path(__file__).with_name("catalogue.json")
@@ -81,6 +82,9 @@ class Fault:
     kind: str = "fault"
     catchable: bool = True
     reason: str = ""  # why it is not catchable here (required when catchable is False)
+    # the ledger feature (harness.eras.features) whose code the fault edits when the installed MB predates it:
+    # then it applies to MB main from a mirror (tests/test_faults_at_main.py), not to the installed MB
+    since: str = ""
 
     @property
     def file(self) -> str:
@@ -115,6 +119,7 @@ class Fault:
                 d.get("kind", "fault"),
                 bool(d.get("catchable", True)),
                 d.get("reason", ""),
+                d.get("since", ""),
             )
         except (KeyError, TypeError) as exc:
             raise CorruptFile(f"{where}: missing or malformed field {exc}") from None
@@ -142,6 +147,8 @@ class Fault:
             out.append("catchable is false but no reason says why")
         if self.is_fix and not self.catchable:
             out.append("a fix is checked for new violations, catchable does not apply")
+        if self.since and self.since not in features.FEATURES:
+            out.append(f"since {self.since!r} is not a ledger feature")
         return out
 
     def occurrences(self, package_dir: Path) -> int:
