@@ -70,7 +70,7 @@ class ExploredCase(_sftcases.SFTCase):
     mbs: int = 1  # micro-batch size (data parallelism; rows per in-batch packed micro-batch)
     gbs: int = 0  # global batch size (data parallelism; a multiple of mbs * dp)
     keep_last: bool = False  # DP x CP world: the dataset config's drop_last off (the last global batch padded)
-    in_batch: bool = False  # MB's unpacked examples packed in batch instead of offline
+    in_batch: bool = False  # MB's unpacked examples packed in batch instead of offline (MIMO: in MB's step)
     cp: int = 1  # context parallelism (offline: a gloo world; in batch: the multiple MB chooses)
     tp: int = 1  # tensor parallelism (in batch: the multiple MB chooses with sequence parallelism)
     sp: bool = False  # sequence parallelism

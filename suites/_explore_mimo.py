@@ -9,7 +9,9 @@ Here Hypothesis draws the sample length, the encoder's length (MB's default, a f
 short of ``seq_length`` and ``seq_length`` itself), each text's length around the room it has, the
 micro-batch and global batch sizes and the module layout: MB's loader alone (a world of one), or a
 heterogeneous world with the encoder's and the language module's data-parallel sizes (1-2, 2-1;
-a micro-batch that does not divide among a module's ranks must be refused by MB's own check).
+a micro-batch that does not divide among a module's ranks must be refused by MB's own check),
+and there, where MB's step packs (feature ``mimo-step-packing``), its step-time in-batch packing
+(``in_batch``), held to the same world unpacked.
 
 A drawn case is an :class:`~suites._explore.ExploredCase` with ``mimo=True``: ``gbs x steps``
 samples (``n``), each a marked text of ``min_words`` to ``max_words`` words, a share ``long_rate``
@@ -24,7 +26,7 @@ import random
 from typing import Any
 
 from harness.oracle import tokenizer
-from suites import _mimo, _mimo_dp
+from suites import _mimo, _mimo_dp, _mimo_pack
 from suites._explore import ExploredCase, named
 
 MIMO_SEQS = (8, 12, 16, 24)
@@ -57,6 +59,9 @@ def mimo_cases() -> Any:
             "long_words": d(st.sampled_from(tuple(max(room + k, 0) for k in (-2, -1, 0)))),
             "module_dps": d(st.sampled_from(MODULE_LAYOUTS)),
         }
+        # then, drawn last (earlier draws keep their cases), in a heterogeneous world of an MB whose step packs:
+        # MB's step-time in-batch packing, held to the same world unpacked (suites/_mimo_pack.py)
+        fields["in_batch"] = bool(fields["module_dps"]) and _mimo_pack.available() and d(st.booleans())
         return named(ExploredCase(id="", kind="prompt", mimo=True, **fields))
 
     return draw()
@@ -101,4 +106,7 @@ def check(case: ExploredCase) -> dict[str, Any]:
         golden["refused"] = _mimo_dp.require_refused(ranks, f"micro-batches of {case.mbs} under module DPs {layout}")
         return golden
     golden["world"] = _mimo_dp.check_world(built, ranks, mbs=case.mbs, gbs=case.gbs, steps=steps)
+    if case.in_batch:
+        packed = _mimo_dp.world(built, layout, seq=case.seq, mbs=case.mbs, gbs=case.gbs, steps=steps, pack=True)
+        golden["packed"] = _mimo_pack.check(ranks, packed)
     return golden

@@ -34,6 +34,7 @@ from typing import Any
 import torch
 
 from harness.adapters import mimostep
+from harness.errors import Untestable
 from harness.oracle.impact import Impact, fail, require
 from suites._mimo_dp import LANGUAGE, check_loss_totals
 
@@ -43,6 +44,15 @@ _FIELDS = (
     ("loss_mask", None),  # trains-padding or drops-trained-token, by which way it differs
     ("position_ids", Impact.WRONG_LOGITS),
 )
+
+
+def available() -> bool:
+    """Whether this MB's MIMO step packs (ledger feature ``mimo-step-packing``)."""
+    try:
+        mimostep.step_packing(True)
+    except Untestable:
+        return False
+    return True
 
 
 def _by_rank(ranks: list[Any], module: str) -> dict[int, mimostep.ModuleRank]:
