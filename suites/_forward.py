@@ -32,9 +32,9 @@ from typing import Any
 
 import torch
 
+from harness.adapters import audiostep, sft, step, vlmstep
 from harness.adapters import batch as batch_ops
 from harness.adapters import forward as fwd
-from harness.adapters import sft, step, vlmstep
 from harness.oracle import corpus, differential, stepcheck, tokenizer
 from suites import _sftcases
 from suites._model_view import model_rows, params_view, token_outputs
@@ -90,6 +90,7 @@ class VLMCase:
     tp: int = 1
     sp: bool = False
     micro_batch: int = 4
+    step: str = "vlm"  # MB's step: "vlm" (vlm_step), "audio" (audio_lm_step packs itself), "llava" (llava_step)
 
     @property
     def multiple(self) -> int:
@@ -170,7 +171,11 @@ def _check(
     static_max: bool,
     pack_size: int | None,
     tol: Tolerances,
+    packs_in_step: tuple[str, ...] = (),
 ) -> ForwardResult:
+    """The packed rows and step runs held to the examples' unpacked runs. ``packs_in_step``: the MB
+    functions of a step that packs on the device by design (its docstring says why): their host reads
+    are the design's, not a fast path left; any other read of the step still is."""
     pads = {v for v in special_ids.values() if v is not None}
     report = differential.compare(
         rows,
@@ -208,7 +213,8 @@ def _check(
                 full = seg.real >= len(refs[seg.key].token_loss)
                 want = want.plus(ref_totals[seg.key] if full else _cut_totals(by_key[seg.key], refs[seg.key], seg.real))
         violations += stepcheck.check_totals(r, _totals(run), want, rtol=tol.totals_rtol, atol=tol.totals_atol)
-        violations += stepcheck.check_host_reads(r, run.host_reads)
+        reads = [x for x in run.host_reads if not any(x.endswith(f" in {fn}") for fn in packs_in_step)]
+        violations += stepcheck.check_host_reads(r, reads)
     golden = {"micro_batches": [_golden_row(run) for run in runs]}
     return ForwardResult(violations, errors, golden, report, list(runs), refs)
 
@@ -294,8 +300,8 @@ def unpacked(case: _sftcases.SFTCase) -> Unpacked:
 
 
 def run_vlm(case: VLMCase, on: Models | None = None, tol: Tolerances = FP32) -> ForwardResult:
-    """Right-padded micro-batches of MB's unpacked chat examples through ``vlm_step``, packed vs
-    not, on the given models (default: the CPU tiny model)."""
+    """Right-padded micro-batches of MB's unpacked chat examples through ``vlm_step`` (or the case's
+    ``audio_lm_step`` or ``llava_step``), packed vs not, on the given models (default: the CPU tiny model)."""
     b = unpacked(case.source)
     _, vlm = on or models()
     pad_id = b.special_ids.get("pad_id")
@@ -304,9 +310,15 @@ def run_vlm(case: VLMCase, on: Models | None = None, tol: Tolerances = FP32) -> 
     runs, rows, refs, expected = [], [], {}, []
     for start in range(0, len(b.examples), case.micro_batch):
         group = b.examples[start : start + case.micro_batch]
-        out = vlmstep.vlm_in_batch(
-            vlm, right_padded(group, pad_id), pad_token_id=pad_id, cp=case.cp, tp=case.tp, sp=case.sp
-        )
+        if case.step == "audio":
+            out = audiostep.audio_in_batch(vlm, right_padded(group, pad_id), cp=case.cp, tp=case.tp, sp=case.sp)
+        elif case.step == "llava":
+            padded = right_padded(group, pad_id)
+            out = audiostep.llava_in_batch(vlm, padded, pad_token_id=pad_id, tp=case.tp, sp=case.sp)
+        else:
+            out = vlmstep.vlm_in_batch(
+                vlm, right_padded(group, pad_id), pad_token_id=pad_id, cp=case.cp, tp=case.tp, sp=case.sp
+            )
         packed_rows = model_rows(out.packed)
         if len(packed_rows) != 1:
             raise AssertionError(f"in-batch packing must give one THD row, the model got {len(packed_rows)}")
@@ -327,6 +339,7 @@ def run_vlm(case: VLMCase, on: Models | None = None, tol: Tolerances = FP32) -> 
         static_max=False,
         pack_size=None,
         tol=tol,
+        packs_in_step={"audio": audiostep.PACKS_IN_STEP, "llava": audiostep.LLAVA_IN_STEP}.get(case.step, ()),
     )
 
 

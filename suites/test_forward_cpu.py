@@ -71,11 +71,45 @@ VLM = [
     _forward.VLMCase("chat-cp2-tp3-sp-mult12", VLM_SOURCE, cp=2, tp=3, sp=True),
 ]
 
+# the same right-padded chat micro-batches through MB's audio-language step, which packs them itself
+# (Qwen2-Audio's collate hands it right-padded rows; a text-only conversation has no audio features)
+AUDIO = [
+    _forward.VLMCase("audio-chat-mult1", VLM_SOURCE, step="audio"),
+    _forward.VLMCase("audio-chat-cp2-tp3-sp-mult12", VLM_SOURCE, cp=2, tp=3, sp=True, step="audio"),
+]
+# and MB's in-batch collate's packed batches through the LLaVA step (Nemotron-VL's), which refuses PP and CP
+LLAVA = [
+    _forward.VLMCase("llava-chat-mult1", VLM_SOURCE, step="llava"),
+    _forward.VLMCase("llava-chat-tp2-sp-mult2", VLM_SOURCE, tp=2, sp=True, step="llava"),
+]
+
 
 @pytest.mark.parametrize("case", [_sftcases.case_param(c) for c in OFFLINE])
 def test_offline_gpt_step(golden, case):
     """Each offline packed micro-batch through MB's ``gpt_step.forward_step`` == each example alone."""
     result = _forward.cpu_offline(case)
+    result.assert_ok()
+    golden.check(result.golden, tolerances=_forward.GOLDEN_TOLERANCES)
+
+
+@pytest.mark.parametrize("case", AUDIO, ids=[c.id for c in AUDIO])
+def test_in_batch_audio_lm_step(golden, case):
+    """Right-padded chat micro-batches packed in batch by MB's ``audio_lm_step.forward_step`` itself ==
+    the same step unpacked: per real token the logits, the loss and its totals, padding trains nothing,
+    segments on the documented multiple of the layout (CP, TP, SP). MB packs on the device batch by design
+    here (Qwen2-Audio's collate says why): its packer's host reads are that design's, any other is judged."""
+    result = _forward.cpu_vlm(case)
+    result.assert_ok()
+    golden.check({**result.golden, "multiple": case.multiple}, tolerances=_forward.GOLDEN_TOLERANCES)
+
+
+@pytest.mark.parametrize("case", LLAVA, ids=[c.id for c in LLAVA])
+def test_in_batch_llava_step(golden, case):
+    """Right-padded chat micro-batches packed by MB's in-batch collate through MB's ``llava_step.forward_step``
+    == the same step unpacked: per real token the logits, the loss and its totals, padding trains nothing
+    (text only: no placeholder to expand, the boundaries are the collate's). The step's host reads where
+    it expands the boundaries on the device batch are its design's (harness/adapters/audiostep.py)."""
+    result = _forward.cpu_vlm(case)
     result.assert_ok()
     golden.check(result.golden, tolerances=_forward.GOLDEN_TOLERANCES)
 

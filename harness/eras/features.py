@@ -157,6 +157,23 @@ FEATURES: dict[str, Feature] = {
             r"loss_mask\[-1\] = 0\.0",
         ),
         Feature(
+            "audio-lm-step",
+            "the audio-language training step with its own step-time in-batch packing (training/audio_lm_step)",
+            "226a3b80b",
+            "2026-04-10",
+            "src/megatron/bridge/training/audio_lm_step.py",
+            r"def get_batch",
+        ),
+        Feature(
+            "llava-step-packing",
+            "the LLaVA step's packed batches (collate-time THD keys, boundaries moved past each image's "
+            "embeddings: training/llava_step._expand_packed_metadata_for_visual_embeddings)",
+            "6420c8152",
+            "2026-07-15",
+            "src/megatron/bridge/training/llava_step.py",
+            r"def _expand_packed_metadata_for_visual_embeddings",
+        ),
+        Feature(
             "mimo-step-packing",
             "MegatronMIMO in-batch sequence packing in the forward step (dataset config enable_in_batch_packing "
             "with defer_in_batch_packing_to_step; training/megatron_mimo_step.resolve_step_packing, "
