@@ -77,11 +77,13 @@ AUDIO = [
     _forward.VLMCase("audio-chat-mult1", VLM_SOURCE, step="audio"),
     _forward.VLMCase("audio-chat-cp2-tp3-sp-mult12", VLM_SOURCE, cp=2, tp=3, sp=True, step="audio"),
 ]
-# and MB's in-batch collate's packed batches through the LLaVA step (Nemotron-VL's), which refuses PP and CP
+# and MB's in-batch collate's packed batches through the LLaVA step (Nemotron-VL's, refusing PP and CP) and
+# the Nemotron Omni step (text only: no image, no sound)
 LLAVA = [
     _forward.VLMCase("llava-chat-mult1", VLM_SOURCE, step="llava"),
     _forward.VLMCase("llava-chat-tp2-sp-mult2", VLM_SOURCE, tp=2, sp=True, step="llava"),
 ]
+OMNI = [_forward.VLMCase("omni-chat-tp2-sp-mult2", VLM_SOURCE, tp=2, sp=True, step="omni")]
 
 
 @pytest.mark.parametrize("case", [_sftcases.case_param(c) for c in OFFLINE])
@@ -100,7 +102,10 @@ def test_in_batch_audio_lm_step(golden, case):
     here (Qwen2-Audio's collate says why): its packer's host reads are that design's, any other is judged."""
     result = _forward.cpu_vlm(case)
     result.assert_ok()
-    golden.check({**result.golden, "multiple": case.multiple}, tolerances=_forward.GOLDEN_TOLERANCES)
+    golden.check(
+        _forward.physical_as_logical({**result.golden, "multiple": case.multiple}),
+        tolerances=_forward.GOLDEN_TOLERANCES,
+    )
 
 
 @pytest.mark.parametrize("case", LLAVA, ids=[c.id for c in LLAVA])
@@ -108,10 +113,20 @@ def test_in_batch_llava_step(golden, case):
     """Right-padded chat micro-batches packed by MB's in-batch collate through MB's ``llava_step.forward_step``
     == the same step unpacked: per real token the logits, the loss and its totals, padding trains nothing
     (text only: no placeholder to expand, the boundaries are the collate's). The step's host reads where
-    it expands the boundaries on the device batch are its design's (harness/adapters/audiostep.py)."""
+    it expands the boundaries on the device batch are its design's (harness/adapters/mmstep.py)."""
     result = _forward.cpu_vlm(case)
     result.assert_ok()
-    golden.check(result.golden, tolerances=_forward.GOLDEN_TOLERANCES)
+    golden.check(_forward.physical_as_logical(result.golden), tolerances=_forward.GOLDEN_TOLERANCES)
+
+
+@pytest.mark.parametrize("case", OMNI, ids=[c.id for c in OMNI])
+def test_in_batch_omni_step(golden, case):
+    """Right-padded chat micro-batches packed by MB's in-batch collate through MB's Nemotron Omni step
+    (``nemotron_omni_step.forward_step``; text only: the step's empty image sentinel, no sound) == the same
+    step unpacked: per real token the logits, the loss and its totals, padding trains nothing."""
+    result = _forward.cpu_vlm(case)
+    result.assert_ok()
+    golden.check(_forward.physical_as_logical(result.golden), tolerances=_forward.GOLDEN_TOLERANCES)
 
 
 @pytest.mark.parametrize("case", VLM, ids=[c.id for c in VLM])

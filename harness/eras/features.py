@@ -174,6 +174,15 @@ FEATURES: dict[str, Feature] = {
             r"def _expand_packed_metadata_for_visual_embeddings",
         ),
         Feature(
+            "omni-step-packing",
+            "the Nemotron Omni step's packed batches (the collate-time THD keys MB's in-batch collate writes: "
+            "training/nemotron_omni_step._PACKED_SEQ_DEVICE_KEYS)",
+            "59ae409f5",
+            "2026-06-29",
+            "src/megatron/bridge/training/nemotron_omni_step.py",
+            r"_PACKED_SEQ_DEVICE_KEYS = ",
+        ),
+        Feature(
             "mimo-step-packing",
             "MegatronMIMO in-batch sequence packing in the forward step (dataset config enable_in_batch_packing "
             "with defer_in_batch_packing_to_step; training/megatron_mimo_step.resolve_step_packing, "

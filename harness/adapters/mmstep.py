@@ -1,5 +1,6 @@
-"""MB's other multimodal steps with in-batch packing: the audio-language step, which packs itself
-(``training/audio_lm_step``), and the LLaVA step, which reads collate-time THD keys (``training/llava_step``).
+"""MB's multimodal steps beside ``vlm_step`` with in-batch packing: the audio-language step, which packs
+itself (``training/audio_lm_step``), and the LLaVA and Nemotron Omni steps, which read the THD keys MB's
+in-batch collate writes (``training/llava_step``, ``training/nemotron_omni_step``).
 
 Why apart from :mod:`.vlmstep`: Qwen2-Audio's collate hands the step right-padded rows (its audio
 features must stay batch-aligned until the model's input preparation), so ``audio_lm_step.get_batch``
@@ -17,6 +18,8 @@ boundaries past each image placeholder's expansion into the image's embeddings (
 refuses packing under PP or CP. Operation ``llava_in_batch(model, right_padded_batch, pad_token_id=, tp=, sp=)``
 -> :class:`~.vlmstep.VLMRun`: the batch packed by MB's collate-time packer (on the multiple MB's config
 chooses for the TP/SP layout) through MB's LLaVA step, and the right-padded batch through it unpacked.
+``omni_in_batch``: the same through the Nemotron Omni step (59ae409f5), which refuses packing deferred
+to the step.
 """
 
 from __future__ import annotations
@@ -65,33 +68,58 @@ its in-batch packing as the era spells it, and without (the reference)."""
 
 
 LLAVA = "megatron.bridge.training.llava_step"
+OMNI = "megatron.bridge.training.nemotron_omni_step"
 LLAVA_IN_STEP = ("_expand_packed_metadata_for_visual_embeddings",)
 """Where the LLaVA step moves the collate's boundaries past each image's embeddings on the device batch (it
 must find the placeholders there, by design): its host reads are that design's; any other read is not."""
 
 
-def _llava_probe() -> Callable[..., VLMRun]:
-    fn = symbol(LLAVA, "forward_step")
-    symbol(LLAVA, "_expand_packed_metadata_for_visual_embeddings")
-    collate = thd.in_batch_collate.resolved[1]
+def _collate_time_probe(module: str, marker: str) -> Callable[[], Callable[..., VLMRun]]:
+    """A step that reads the THD keys MB's in-batch collate writes (``marker``: what the era has)."""
 
-    def call(model: RecordingModel, batch: dict[str, Any], *, pad_token_id: int, tp: int, sp: bool) -> VLMRun:
-        multiple = mb_in_batch_multiple(1, tp, sp)
-        packed_batch = collate(dict(batch), pad_token_id=pad_token_id, pad_to_multiple_of=multiple)
-        packed = run_step(fn, minimal_state(enable_in_batch_packing=True, sequence_parallel=sp), packed_batch, model)
-        unpacked = run_step(fn, minimal_state(enable_in_batch_packing=False), batch, model)
-        return VLMRun(packed, unpacked)
+    def probe() -> Callable[..., VLMRun]:
+        fn = symbol(module, "forward_step")
+        symbol(module, marker)
+        collate = thd.in_batch_collate.resolved[1]
 
-    return call
+        def call(model: RecordingModel, batch: dict[str, Any], *, pad_token_id: int, tp: int, sp: bool) -> VLMRun:
+            multiple = mb_in_batch_multiple(1, tp, sp)
+            packed_batch = collate(dict(batch), pad_token_id=pad_token_id, pad_to_multiple_of=multiple)
+            state = minimal_state(enable_in_batch_packing=True, sequence_parallel=sp)
+            packed = run_step(fn, state, packed_batch, model)
+            unpacked = run_step(fn, minimal_state(enable_in_batch_packing=False), batch, model)
+            return VLMRun(packed, unpacked)
+
+        return call
+
+    return probe
 
 
 llava_in_batch = Operation(
     "llava_in_batch_step",
-    [Candidate("training/llava_step with collate-time THD keys (6420c8152)", _llava_probe)],
+    [
+        Candidate(
+            "training/llava_step with collate-time THD keys (6420c8152)",
+            _collate_time_probe(LLAVA, "_expand_packed_metadata_for_visual_embeddings"),
+        )
+    ],
     feature="llava-step-packing",
 )
 """``llava_in_batch(model, right_padded_batch, pad_token_id=, tp=, sp=)``: the batch packed by MB's in-batch collate
 through MB's LLaVA step, and unpacked (the reference)."""
 
+omni_in_batch = Operation(
+    "omni_in_batch_step",
+    [
+        Candidate(
+            "training/nemotron_omni_step with collate-time THD keys (59ae409f5)",
+            _collate_time_probe(OMNI, "_PACKED_SEQ_DEVICE_KEYS"),
+        )
+    ],
+    feature="omni-step-packing",
+)
+"""``omni_in_batch(model, right_padded_batch, pad_token_id=, tp=, sp=)``: the same through MB's Nemotron Omni
+step (its vision and sound inputs absent: a text-only batch gets the step's empty image sentinel)."""
 
-__all__ = ["LLAVA_IN_STEP", "PACKS_IN_STEP", "audio_in_batch", "llava_in_batch"]
+
+__all__ = ["LLAVA_IN_STEP", "PACKS_IN_STEP", "audio_in_batch", "llava_in_batch", "omni_in_batch"]
