@@ -64,8 +64,6 @@ def _expected(unpacked: dict[str, Any], name: str, lengths: list[int]) -> torch.
     value = unpacked.get(name)
     if value is None:
         return None
-    if name == "position_ids" and value.dim() == 3:  # Qwen-VL MRoPE [3, B, S]
-        return torch.cat([value[:, r, :n] for r, n in enumerate(lengths)], dim=1).unsqueeze(1)
     return torch.cat([value[r, :n] for r, n in enumerate(lengths)]).unsqueeze(0)
 
 
@@ -155,12 +153,13 @@ def check(unpacked: list[Any], packed: list[Any]) -> dict[str, Any]:
         counts = []
         for b, (u, p) in enumerate(zip(ref.inputs, got.inputs, strict=True)):
             counts.append(_check_micro_batch(f"micro-batch {b} on language rank {dp}", u, p))
-        for b, (u, p) in enumerate(zip(ref.totals, got.totals, strict=True)):
-            if u is not None and p is not None:
+        for b, (plain_totals, packed_totals) in enumerate(zip(ref.totals, got.totals, strict=True)):
+            if plain_totals is not None and packed_totals is not None:
                 require(
-                    u[1] == p[1],
+                    plain_totals[1] == packed_totals[1],
                     Impact.WRONG_LOSS_NORMALISATION,
-                    f"micro-batch {b} on language rank {dp}: MB's loss counts {p[1]} tokens packed, {u[1]} unpacked",
+                    f"micro-batch {b} on language rank {dp}: MB's loss counts {packed_totals[1]} tokens packed, "
+                    f"{plain_totals[1]} unpacked",
                 )
         trained[str(dp)] = counts
     check_loss_totals([r for r in packed if isinstance(r, mimostep.ModuleRank)])

@@ -270,12 +270,9 @@ def at_the_cap(b: Built) -> tuple[str, differential.Report, list[differential.Ex
     cap = limit // case.mult * case.mult
     if cap == limit:
         return "whole", b.report, b.examples
-    if case.max_single:
-        capped = [cut_at(ex, cap) for ex in b.examples]
-        return f"cut at {cap}", compare(case, capped, b.rows, b.special_ids), capped
     capped = [cut_at(ex, cap) for ex in b.examples]
     cut = compare(case, capped, b.rows, b.special_ids)
-    if len(cut.violations) <= len(b.report.violations):
+    if case.max_single or len(cut.violations) <= len(b.report.violations):
         return f"cut at {cap}", cut, capped
     return f"whole up to {case.seq}", b.report, b.examples
 

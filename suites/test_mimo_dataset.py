@@ -146,7 +146,9 @@ def test_step_packing_trains_what_the_unpacked_step_trains(golden, modules):
     ``enable_in_batch_packing`` deferred to the step) in the heterogeneous worlds above: each language
     rank's packed sequence is its unpacked rows' real tokens, labels, loss mask and positions, with
     boundaries and ``max_seqlen`` of those segments, MB's loss counting the same tokens, and the
-    encoder's inputs untouched (suites/_mimo_pack.py). Texts of different lengths, so segments differ."""
+    encoder's inputs untouched (suites/_mimo_pack.py). Texts of different lengths, so the labels and loss
+    masks differ; MB's MIMO dataset marks every position of a row real in its attention mask, so each
+    segment is a whole padded row."""
     built = _mimo.hf_built(_mimo.marked_texts([2, 6, 3, 5] * 3), LOADER_SEQ, 8)
     unpacked = _mimo_dp.world(built, modules, seq=LOADER_SEQ, mbs=2, gbs=4, steps=3)
     packed = _mimo_dp.world(built, modules, seq=LOADER_SEQ, mbs=2, gbs=4, steps=3, pack=True)

@@ -29,7 +29,7 @@ from typing import Any
 
 from harness.adapters import Candidate, NotHere, Operation, source_text, symbol, thd
 from harness.adapters.step import RecordingModel, minimal_state, run_step, sized_groups
-from harness.adapters.vlmstep import VLMRun, mb_in_batch_multiple
+from harness.adapters.vlmstep import VLMRun, collate_time_run
 
 STEP = "megatron.bridge.training.audio_lm_step"
 PACKS_IN_STEP = ("pack_right_padded_sequence_batch_to_mcore_thd", "pack_batch_sequences")
@@ -83,12 +83,7 @@ def _collate_time_probe(module: str, marker: str) -> Callable[[], Callable[..., 
         collate = thd.in_batch_collate.resolved[1]
 
         def call(model: RecordingModel, batch: dict[str, Any], *, pad_token_id: int, tp: int, sp: bool) -> VLMRun:
-            multiple = mb_in_batch_multiple(1, tp, sp)
-            packed_batch = collate(dict(batch), pad_token_id=pad_token_id, pad_to_multiple_of=multiple)
-            state = minimal_state(enable_in_batch_packing=True, sequence_parallel=sp)
-            packed = run_step(fn, state, packed_batch, model)
-            unpacked = run_step(fn, minimal_state(enable_in_batch_packing=False), batch, model)
-            return VLMRun(packed, unpacked)
+            return collate_time_run(fn, collate, model, batch, pad_token_id=pad_token_id, cp=1, tp=tp, sp=sp)
 
         return call
 

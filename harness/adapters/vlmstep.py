@@ -52,19 +52,34 @@ def _collate_time_probe() -> Callable[..., VLMRun]:
     collate = thd.in_batch_collate.resolved[1]  # NotHere/Untestable: try the step-time era
 
     def call(model: RecordingModel, batch: dict[str, Any], *, pad_token_id: int, cp: int, tp: int, sp: bool) -> VLMRun:
-        packed_batch = collate(
-            dict(batch), pad_token_id=pad_token_id, pad_to_multiple_of=mb_in_batch_multiple(cp, tp, sp)
-        )
-        packed = run_step(
-            fn,
-            minimal_state(enable_in_batch_packing=True, defer_in_batch_packing_to_step=False, sequence_parallel=sp),
-            packed_batch,
-            model,
-        )
-        unpacked = run_step(fn, minimal_state(enable_in_batch_packing=False), batch, model)
-        return VLMRun(packed, unpacked)
+        return collate_time_run(fn, collate, model, batch, pad_token_id=pad_token_id, cp=cp, tp=tp, sp=sp)
 
     return call
+
+
+def collate_time_run(
+    fn: Callable[..., Any],
+    collate: Callable[..., dict[str, Any]],
+    model: RecordingModel,
+    batch: dict[str, Any],
+    *,
+    pad_token_id: int,
+    cp: int,
+    tp: int,
+    sp: bool,
+) -> VLMRun:
+    """``batch`` packed by MB's in-batch ``collate`` (on the multiple MB's config chooses for the layout)
+    through step ``fn`` as a user's config with collate-time packing runs it, and the right-padded batch
+    through ``fn`` unpacked: every step that reads the collate's THD keys (vlm, LLaVA, Nemotron Omni)."""
+    packed_batch = collate(dict(batch), pad_token_id=pad_token_id, pad_to_multiple_of=mb_in_batch_multiple(cp, tp, sp))
+    packed = run_step(
+        fn,
+        minimal_state(enable_in_batch_packing=True, defer_in_batch_packing_to_step=False, sequence_parallel=sp),
+        packed_batch,
+        model,
+    )
+    unpacked = run_step(fn, minimal_state(enable_in_batch_packing=False), batch, model)
+    return VLMRun(packed, unpacked)
 
 
 def _step_time_probe() -> Callable[..., VLMRun]:
@@ -114,4 +129,4 @@ vlm_in_batch = Operation(
 VLM step with in-batch packing as the era does it, and without packing (the reference)."""
 
 
-__all__ = ["VLMRun", "in_batch_multiple", "mb_in_batch_multiple", "vlm_in_batch"]
+__all__ = ["VLMRun", "collate_time_run", "in_batch_multiple", "mb_in_batch_multiple", "vlm_in_batch"]
