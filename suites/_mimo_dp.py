@@ -31,8 +31,10 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+import torch
+
 from harness.adapters import config as config_ops
-from harness.adapters import hostsync, mimo, mimostep, rules
+from harness.adapters import hostsync, mimo, mimoloader, mimostep, rules
 from harness.adapters.world import Layout, run_world
 from harness.oracle.impact import Impact, ImpactFailure, fail, require
 from suites._explain import multiset_difference
@@ -49,7 +51,14 @@ class _Refused:
 
 
 def _on_rank(
-    built: mimo.MimoSamples, modules: dict[str, int], seq: int, mbs: int, gbs: int, steps: int, pack: bool
+    built: mimo.MimoSamples,
+    modules: dict[str, int],
+    seq: int,
+    mbs: int,
+    gbs: int,
+    steps: int,
+    pack: bool,
+    cp: dict[str, int] | None,
 ) -> Any:
     def on_rank(_rank: int) -> mimostep.ModuleRank | _Refused:
         try:
@@ -61,6 +70,7 @@ def _on_rank(
                 global_batch_size=gbs,
                 steps=steps,
                 pack=pack,
+                context_parallel=cp,
             )
         except ImpactFailure:
             raise  # a contract broken on the rank: the world reports it with its impact
@@ -71,13 +81,56 @@ def _on_rank(
 
 
 def world(
-    built: mimo.MimoSamples, modules: dict[str, int], *, seq: int, mbs: int, gbs: int, steps: int, pack: bool = False
+    built: mimo.MimoSamples,
+    modules: dict[str, int],
+    *,
+    seq: int,
+    mbs: int,
+    gbs: int,
+    steps: int,
+    pack: bool = False,
+    cp: dict[str, int] | None = None,
 ) -> list[mimostep.ModuleRank | _Refused]:
     """Every rank's record of MB's MIMO forward steps, the modules tiling a world in ``modules``' order
-    (``pack``: with MB's step-time in-batch packing asked for, suites/_mimo_pack.py)."""
+    (``pack``: with MB's step-time in-batch packing asked for, suites/_mimo_pack.py; ``cp``: a module's
+    context-parallel size, its replicas then span that many ranks each)."""
     _ = mimostep.mimo_step_inputs.era  # untestable here, before a world starts, where MB has no such step
     mimostep.step_packing(pack)  # likewise where MB's step cannot pack
-    return run_world(Layout(dp=sum(modules.values())), _on_rank(built, modules, seq, mbs, gbs, steps, pack))
+    size = mimoloader.world_size(modules, cp)
+    return run_world(Layout(dp=size), _on_rank(built, modules, seq, mbs, gbs, steps, pack, cp))
+
+
+def replicas(ranks: list[mimostep.ModuleRank]) -> list[mimostep.ModuleRank]:
+    """The first context-parallel rank of every module replica, after checking that the replica's other
+    CP ranks got exactly what it got: megatron-core's MIMO model partitions the sequence among a
+    replica's CP ranks after MB's step, so a CP rank holding other rows would attend across another
+    sample's chunks (``wrong-logits``)."""
+    first = {(r.modules, r.dp_rank): r for r in ranks if r.cp_rank == 0}
+    for r in ranks:
+        if r.cp_rank == 0:
+            continue
+        ref = first.get((r.modules, r.dp_rank))
+        require(ref is not None, Impact.CRASH, f"{', '.join(r.modules)} dp rank {r.dp_rank}: no CP rank 0")
+        assert ref is not None
+        same = len(r.inputs) == len(ref.inputs) and all(
+            same_inputs(a, b) for a, b in zip(r.inputs, ref.inputs, strict=True)
+        )
+        require(
+            same,
+            Impact.WRONG_LOGITS,
+            f"{', '.join(r.modules)} dp rank {r.dp_rank}: CP rank {r.cp_rank} got other inputs than CP rank 0 of "
+            "its replica, among which the model partitions one sequence",
+        )
+    return [r for r in ranks if r.cp_rank == 0]
+
+
+def same_inputs(a: Any, b: Any) -> bool:
+    """Two recorded model inputs (tensors, dicts of them, plain values) are equal."""
+    if isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor):
+        return a.shape == b.shape and torch.equal(a, b)
+    if isinstance(a, dict) and isinstance(b, dict):
+        return a.keys() == b.keys() and all(same_inputs(a[k], b[k]) for k in a)
+    return bool(a == b)
 
 
 def require_refused(ranks: list[mimostep.ModuleRank | _Refused], what: str) -> dict[str, Any]:
@@ -166,6 +219,7 @@ def check(
     built: mimo.MimoSamples, ranks: list[mimostep.ModuleRank], *, mbs: int, gbs: int, steps: int
 ) -> dict[str, Any]:
     """The contract of the module docstring over ``ranks`` (raises on a violation); what trained where."""
+    everyone, ranks = ranks, replicas(ranks)
     samples = built.samples
     by_text = {tuple(s["input_ids"].tolist()): i for i, s in enumerate(samples)}
     by_image = {pixels(s): i for i, s in enumerate(samples)}
@@ -198,8 +252,8 @@ def check(
 
     texts = _views(ranks, LANGUAGE, per_batch, text_row)
     images = _views(ranks, ENCODER, per_batch, image_row)
-    check_loss_totals(ranks)
-    check_host_reads(ranks)
+    check_loss_totals(everyone)
+    check_host_reads(everyone)
     for b, (t, v) in enumerate(zip(texts, images, strict=True)):
         require(len(t) == mbs, Impact.CRASH, f"micro-batch {b}: the language ranks hold {len(t)} rows, not {mbs}")
         require(len(v) == mbs, Impact.CRASH, f"micro-batch {b}: the encoder ranks hold {len(v)} rows, not {mbs}")

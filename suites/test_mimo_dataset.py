@@ -156,6 +156,29 @@ def test_step_packing_trains_what_the_unpacked_step_trains(golden, modules):
     golden.check(_mimo_pack.check(unpacked, packed))
 
 
+# (id, data-parallel sizes as above, context-parallel size per module): the language module's replica
+# on 2 CP ranks, among which megatron-core's MIMO model partitions each sequence after MB's step
+CP_LAYOUTS = [
+    ("vision-dp1-language-dp1-cp2", {_mimo_dp.ENCODER: 1, _mimo_dp.LANGUAGE: 1}, {_mimo_dp.LANGUAGE: 2}),
+]
+
+
+@pytest.mark.import_group("full")  # MB's loader builder reads the training config
+@pytest.mark.parametrize("modules,cp", [c[1:] for c in CP_LAYOUTS], ids=[c[0] for c in CP_LAYOUTS])
+def test_step_packing_under_context_parallel(golden, modules, cp):
+    """The language module under context parallelism, unpacked and with MB's step-time packing: every CP
+    rank of a replica gets the replica's rows (the model splits one sequence among them), the unpacked
+    world holds the contract above, and the packed stream splits as the model splits it, each padded
+    boundary on 2*CP (MB's documented CP multiple, which TE's THD partition asserts), each real token on
+    one CP rank (suites/_mimo_pack.py). The sequence length is on 2*CP, as MB's unpacked CP path
+    requires."""
+    built = _mimo.hf_built(_mimo.marked_texts([2, 6, 3, 5] * 3), LOADER_SEQ, 8)
+    unpacked = _mimo_dp.world(built, modules, seq=LOADER_SEQ, mbs=2, gbs=4, steps=3, cp=cp)
+    packed = _mimo_dp.world(built, modules, seq=LOADER_SEQ, mbs=2, gbs=4, steps=3, pack=True, cp=cp)
+    _mimo_dp.check_world(built, unpacked, mbs=2, gbs=4, steps=3)
+    golden.check(_mimo_pack.check(unpacked, packed))
+
+
 @pytest.mark.import_group("full")
 def test_micro_batch_must_divide_among_module_ranks(golden):
     """Micro-batches of 3 with the language module on 2 data-parallel ranks: the forward step could

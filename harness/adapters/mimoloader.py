@@ -1,10 +1,12 @@
 """MB's MegatronMIMO training data path: its loader builder over a user's MIMO dataset provider.
 
 Operation ``mimo_train_micro_batches(provider, *, seq_length, micro_batch_size,
-global_batch_size, steps, modules)``: what MB's setup does before the first forward step of a MIMO
-training, on one rank. The model config is MB's ``MegatronMIMOProvider`` with a data-parallel size
-per module (``modules``, default the language module alone with DP 1: a world of one; several tile
-the world side by side, as MB's heterogeneous deployment requires), ``finalize()`` checks the
+global_batch_size, steps, modules, context_parallel)``: what MB's setup does before the first forward
+step of a MIMO training, on one rank. The model config is MB's ``MegatronMIMOProvider`` with a
+data-parallel size per module (``modules``, default the language module alone with DP 1: a world of
+one; several tile the world side by side, as MB's heterogeneous deployment requires) and a
+context-parallel size where ``context_parallel`` names one (a module then spans DP x CP ranks),
+``finalize()`` checks the
 tiling and ``build_infra()`` builds and caches the per-module ``HyperCommGrid``s (as
 ``build_model`` does before the loaders), then MB's loader
 builder (``build_train_valid_test_data_loaders``, which sends a MIMO model to
@@ -55,13 +57,16 @@ def _probe() -> Callable[..., MimoLoad]:
         global_batch_size: int,
         steps: int,
         modules: dict[str, int] | None = None,
+        context_parallel: dict[str, int] | None = None,
     ) -> MimoLoad:
         init_cpu_parallel()
+        cp = context_parallel or {}
         model = provider_cls(
             megatron_mimo_parallelism_config=parallelism_cls(
                 module_parallelisms={
-                    name: module_cls(data_parallel_size=dp, rank_offset=offset)
-                    for name, dp, offset in _tiled(modules or {language: 1})
+                    # context_parallel_size only where asked: every era's config takes the others
+                    name: module_cls(data_parallel_size=dp, rank_offset=offset, **_cp_field(cp.get(name, 1)))
+                    for name, dp, offset in _tiled(modules or {language: 1}, cp)
                 }
             )
         )
@@ -97,14 +102,25 @@ def _entry_point_update(cfg: Any, container: Any) -> None:
         update(container)
 
 
-def _tiled(modules: dict[str, int]) -> list[tuple[str, int, int]]:
+def _tiled(modules: dict[str, int], cp: dict[str, int]) -> list[tuple[str, int, int]]:
     """Each module with its data-parallel size and the rank it starts at: the modules side by side
-    in the order given (TP, CP, PP 1), as a heterogeneous MIMO deployment tiles the world."""
+    in the order given (TP, PP 1; a module's CP from ``cp``, default 1), as a heterogeneous MIMO
+    deployment tiles the world."""
     out, offset = [], 0
     for name, dp in modules.items():
         out.append((name, dp, offset))
-        offset += dp
+        offset += dp * cp.get(name, 1)
     return out
+
+
+def _cp_field(cp: int) -> dict[str, int]:
+    return {"context_parallel_size": cp} if cp > 1 else {}
+
+
+def world_size(modules: dict[str, int], context_parallel: dict[str, int] | None = None) -> int:
+    """The ranks a MIMO world of ``modules`` (data-parallel sizes) and ``context_parallel`` spans."""
+    cp = context_parallel or {}
+    return sum(dp * cp.get(name, 1) for name, dp in modules.items())
 
 
 @dataclass

@@ -1,7 +1,8 @@
 """MB's MegatronMIMO forward step on one rank of a heterogeneous world: what each module's model gets.
 
 Operation ``mimo_step_inputs(provider, *, modules, seq_length, micro_batch_size,
-global_batch_size, steps, pack=False)``, run on every rank of a world of ``sum(modules.values())`` processes:
+global_batch_size, steps, pack=False, context_parallel=None)``, run on every rank of a world of
+``mimoloader.world_size(modules, context_parallel)`` processes:
 MB's MIMO training data path (:mod:`harness.adapters.mimoloader`, the modules tiling the world
 side by side) yields this rank's micro-batches, and MB's ``megatron_mimo_step.forward_step`` takes
 each as the training loop does: its ``get_batch``, then the slice of the global micro-batch for
@@ -59,6 +60,10 @@ class ModuleRank:
     totals: list[tuple[float, int] | None] = dataclasses.field(default_factory=list)
     # host reads of device tensors by MB's step and loss function (harness.adapters.hostsync)
     host_reads: list[str] = dataclasses.field(default_factory=list)
+    # the rank's place in its module's context-parallel group (the grid's cp group): the ranks of one
+    # data-parallel replica; megatron-core's MIMO model partitions the sequence among them after the step
+    cp_rank: int = 0
+    cp_size: int = 1
 
 
 def per_token_loss(shape: Any) -> torch.Tensor:
@@ -118,6 +123,7 @@ def _probe() -> Callable[..., ModuleRank]:
         global_batch_size: int,
         steps: int,
         pack: bool = False,
+        context_parallel: dict[str, int] | None = None,
     ) -> ModuleRank:
         import torch.distributed as dist
 
@@ -130,6 +136,7 @@ def _probe() -> Callable[..., ModuleRank]:
             global_batch_size=global_batch_size,
             steps=steps,
             modules=modules,
+            context_parallel=context_parallel,
         )
         role = role_cls.build([m for m in modules if m != language], load.grids)
         model = _recording_model(mimo_cls, role, load.grids, language)
@@ -145,10 +152,19 @@ def _probe() -> Callable[..., ModuleRank]:
                 totals.append((float(loss), int(tokens)))
         rank = dist.get_rank()
         mine = [g for g in load.grids.values() if g.rank_offset <= rank < g.rank_offset + g.size]
-        dp = mine[0].get_pg(["dp"])
-        return ModuleRank(tuple(role.modules), dp.rank(), dp.size(), model.calls, totals, list(reads))
+        dp, (cp_rank, cp_size) = mine[0].get_pg(["dp"]), _cp_place(mine[0])
+        return ModuleRank(tuple(role.modules), dp.rank(), dp.size(), model.calls, totals, list(reads), cp_rank, cp_size)
 
     return call
+
+
+def _cp_place(grid: Any) -> tuple[int, int]:
+    """The rank's place in its module's cp group; (0, 1) where the grid built none (CP 1)."""
+    try:
+        cp = grid.get_pg(["cp"])
+    except (KeyError, ValueError, RuntimeError):
+        return 0, 1
+    return cp.rank(), cp.size()
 
 
 mimo_step_inputs = Operation(
