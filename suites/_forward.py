@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import functools
 import tempfile
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -33,8 +34,8 @@ from typing import Any
 import torch
 
 from harness.adapters import batch as batch_ops
+from harness.adapters import familystep, mmstep, needs, sft, step, vlmstep
 from harness.adapters import forward as fwd
-from harness.adapters import mmstep, sft, step, vlmstep
 from harness.oracle import corpus, differential, stepcheck, tokenizer
 from suites import _sftcases
 from suites._model_view import model_rows, params_view, token_outputs
@@ -234,19 +235,28 @@ def _check(
     return ForwardResult(violations, errors, golden, report, list(runs), refs)
 
 
-def run_offline(case: _sftcases.SFTCase, on: Models | None = None, tol: Tolerances = FP32) -> ForwardResult:
-    """Every packed micro-batch of ``case`` through ``gpt_step``, against each example's unpacked
-    run, on the given models (default: the CPU tiny model)."""
+#: the step functions an offline packed micro-batch can go through: MB's GPT step, and a model family's
+#: own step over the same batches (harness/adapters/familystep.py)
+OFFLINE_STEPS: dict[str, Callable[..., step.StepRun]] = {"gpt": step.gpt_step, "dsv4": familystep.dsv4_step}
+
+
+def run_offline(
+    case: _sftcases.SFTCase, on: Models | None = None, tol: Tolerances = FP32, through: str = "gpt"
+) -> ForwardResult:
+    """Every packed micro-batch of ``case`` through ``gpt_step`` (or the step ``through`` names), against
+    each example's unpacked run through the same step, on the given models (default: the CPU tiny model)."""
+    run_step = OFFLINE_STEPS[through]
+    needs(run_step)
     b = _sftcases.built(case)
     gpt, _ = on or models()
     ds = b.build.prep_reference
     refs: dict[str, stepcheck.TokenOutputs] = {}
     ref_totals: dict[str, stepcheck.LossTotals] = {}
     for i, ex in enumerate(b.examples):
-        run = step.gpt_step(gpt, ds.collate_fn([ds[i]]))
+        run = run_step(gpt, ds.collate_fn([ds[i]]))
         refs[ex.key] = token_outputs(run, 0, len(ex.tokens))
         ref_totals[ex.key] = _totals(run)
-    runs = [step.gpt_step(gpt, batch) for batch in b.batches]
+    runs = [run_step(gpt, batch) for batch in b.batches]
     rows = [row for run in runs for row in model_rows(run)]
     if len(rows) != len(runs):
         raise AssertionError(f"offline packed micro-batches must hold one row each, got {len(rows)} rows")
@@ -364,10 +374,10 @@ def run_vlm(case: VLMCase, on: Models | None = None, tol: Tolerances = FP32) -> 
 
 
 @functools.cache
-def cpu_offline(case: _sftcases.SFTCase) -> ForwardResult:
+def cpu_offline(case: _sftcases.SFTCase, through: str = "gpt") -> ForwardResult:
     """:func:`run_offline` on the CPU model, once per process (the CPU suite and the GPU suite's
     device-independent half share it)."""
-    return run_offline(case)
+    return run_offline(case, through=through)
 
 
 @functools.cache

@@ -94,6 +94,22 @@ def test_offline_gpt_step(golden, case):
     golden.check(result.golden, tolerances=_forward.GOLDEN_TOLERANCES)
 
 
+# a model family's own step over the same offline packed batches: DeepSeek-V4's (gpt_step's common
+# forward with its own get_batch and packed-metadata extraction; ledger feature dsv4-step). Clean corpora:
+# the step exists only in MBs past 0.6.2's EOS bugs, whose known entries list the gpt_step cases
+DSV4 = [_clean(_BY_ID[i]) for i in ("prompt-mult4", "chat-mult4", "prompt-mult1-pad-cu-seqlens")]
+
+
+@pytest.mark.parametrize("case", [_sftcases.case_param(c) for c in DSV4])
+def test_offline_dsv4_step(golden, case):
+    """Each offline packed micro-batch through MB's DeepSeek-V4 ``forward_step`` (the step a user training
+    that family calls) == each example alone through the same step: per real token the logits, the loss
+    and its totals, boundaries and alignment as for ``gpt_step`` (the contract above)."""
+    result = _forward.cpu_offline(case, through="dsv4")
+    result.assert_ok()
+    golden.check(result.golden, tolerances=_forward.GOLDEN_TOLERANCES)
+
+
 @pytest.mark.parametrize("case", AUDIO, ids=[c.id for c in AUDIO])
 def test_in_batch_audio_lm_step(golden, case):
     """Right-padded chat micro-batches packed in batch by MB's ``audio_lm_step.forward_step`` itself ==

@@ -279,11 +279,19 @@ def test_step_and_loss_functions_are_listed_and_their_calls_recorded(tmp_path):
     (training / "vlm_step.py").write_text("def forward_step(x):\n    return x\n\ndef helper():\n    pass\n")
     (training / "losses.py").write_text("def masked_next_token_loss(m):\n    return m\n")
     (training / "config.py").write_text("def forward_step():\n    pass\n")  # not a step module
+    family = tmp_path / "bridge" / "models" / "qwen_vl"  # a model family's own step, beside its model
+    family.mkdir(parents=True)
+    (family / "qwen3_vl_step.py").write_text("def get_batch(it):\n    return it\n")
+    (family / "losses.py").write_text("def loss_func(m):\n    return m\n")  # only training's losses
     inv = steps.inventory(tmp_path / "bridge")
     assert inv == {
+        "megatron.bridge.models.qwen_vl.qwen3_vl_step": ["get_batch"],
         "megatron.bridge.training.losses": ["masked_next_token_loss"],
         "megatron.bridge.training.vlm_step": ["forward_step"],
     }
+    assert steps.key("megatron.bridge.models.qwen_vl.qwen3_vl_step", "get_batch") == (
+        "models/qwen_vl/qwen3_vl_step.py:get_batch"
+    )
     module = types.ModuleType("megatron.bridge.training.vlm_step")
     exec((training / "vlm_step.py").read_text(), module.__dict__)
     calls: list[str] = []
@@ -296,10 +304,12 @@ def test_step_and_loss_functions_are_listed_and_their_calls_recorded(tmp_path):
     log.write_text("".join(ln.dumps() + "\n" for ln in lines))
     got = records.read(log).steps
     loss, step = "training/losses.py:masked_next_token_loss", "training/vlm_step.py:forward_step"
-    assert got == {loss: set(), step: {"energon_dataset"}}
+    family_step = "models/qwen_vl/qwen3_vl_step.py:get_batch"
+    assert got == {loss: set(), step: {"energon_dataset"}, family_step: set()}
     text = "\n".join(table.step_lines(got))
     assert f"{loss}  not exercised" in text and f"{step}          energon_dataset" in text
-    assert "1 of 2 exercised" in text
+    assert f"{family_step}  not exercised" in text
+    assert "1 of 3 exercised" in text
 
 
 def test_a_forked_rank_appends_only_what_it_recorded(tmp_path):

@@ -183,6 +183,15 @@ FEATURES: dict[str, Feature] = {
             r"_PACKED_SEQ_DEVICE_KEYS = ",
         ),
         Feature(
+            "dsv4-step",
+            "DeepSeek-V4's own training step for offline-packed SFT with THD (models/deepseek/deepseek_v4_step: "
+            "gpt_step's common forward with its get_batch, contiguous or zigzag CP partition)",
+            "d03342084",
+            "2026-08-02",
+            "src/megatron/bridge/models/deepseek/deepseek_v4_step.py",
+            r"def _packed_metadata_for_forward",
+        ),
+        Feature(
             "mimo-step-packing",
             "MegatronMIMO in-batch sequence packing in the forward step (dataset config enable_in_batch_packing "
             "with defer_in_batch_packing_to_step; training/megatron_mimo_step.resolve_step_packing, "

@@ -3,9 +3,11 @@
 Why: the data of a packed batch is only half of what trains; the other half is what the path's
 step function (``gpt_step``, ``vlm_step``, ``megatron_mimo_step``, ...) makes of it and how its
 loss function counts tokens. A path whose step no case calls is checked at the batch only. So
-the suite process lists the step and loss functions MB's ``training`` package defines (a module
-per path, ``*_step.py``, and ``losses.py``) and records which of them the cases called, with the
-suite of the running case; ``harness coverage`` lists each as exercised or not.
+the suite process lists the step and loss functions MB defines (a module per path, ``*_step.py``,
+in ``training`` and beside a model family's code, e.g. ``models/qwen_vl/qwen3_vl_step.py``, and
+``training/losses.py``) and records which of them the cases called, with the suite of the running
+case; ``harness coverage`` lists each as exercised or not, so a path a model family brings is
+named where no case reaches it.
 
 Recorded like the knobs (:mod:`harness.knobs.spy` wraps them as their module executes, and the
 log gets ``step`` lines: :class:`harness.knobs.records.KnobLine`).
@@ -31,23 +33,23 @@ NAMES = frozenset(
         "create_masked_next_token_loss_function",
     }
 )
-PREFIX = "megatron.bridge.training."
+PREFIX = "megatron.bridge."
 
 
 def is_step_module(name: str) -> bool:
-    """A module of MB's training package that holds a path's step or the losses."""
+    """A module of MB that holds a path's step (``*_step``, anywhere in the package) or the losses."""
     if not name.startswith(PREFIX):
         return False
     tail = name[len(PREFIX) :]
-    return "." not in tail and (tail.endswith("_step") or tail == "losses")
+    return tail.rsplit(".", 1)[-1].endswith("_step") or tail == "training.losses"
 
 
 def inventory(bridge: Path) -> dict[str, list[str]]:
     """module -> the step and loss functions it defines at top level, read from ``bridge``'s sources."""
     out: dict[str, list[str]] = {}
-    training = bridge / "training"
-    for path in sorted(training.glob("*.py")):
-        module = PREFIX + path.stem
+    for path in sorted(bridge.rglob("*.py")):
+        rel = path.relative_to(bridge).with_suffix("")
+        module = PREFIX + ".".join(rel.parts)
         if not is_step_module(module):
             continue
         try:
@@ -62,7 +64,7 @@ def inventory(bridge: Path) -> dict[str, list[str]]:
 
 def key(module: str, name: str) -> str:
     """``training/gpt_step.py:forward_step``: how the log and the table name a function."""
-    return f"training/{module[len(PREFIX) :]}.py:{name}"
+    return f"{module[len(PREFIX) :].replace('.', '/')}.py:{name}"
 
 
 def wrap(module: ModuleType, record: Callable[[str], None]) -> None:
