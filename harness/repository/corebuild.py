@@ -8,15 +8,23 @@ MB's own entry point builds it: ``training/initialize.py`` calls megatron-core's
 through that very function of the pinned tree, so a case never meets a missing build artifact
 that a user's training would have built (issue: the environment is ours, never MB's fail).
 
-The artifact lands in the cached tree (one build per pin); a build that fails leaves its output
-in :data:`LOG`, which the verdict of a case that then misses the module cites as an environment
-error (:mod:`harness.adapters.failures`), never as MB's ``broken:``.
+The artifact lands in the cached tree; a build that fails leaves its output in :data:`LOG`, which
+the verdict of a case that then misses the module cites as an environment error
+(:mod:`harness.adapters.failures`), never as MB's ``broken:``.
+
+Built once per source, not once per pin: the pins a long bisection walks (dozens) almost all carry the
+same ``helpers.cpp``, and each build costs a compiler run (about 18 s on 2 cores). With a ``shared``
+folder, a built extension is kept there under the hash of what makes it (the datasets directory's
+``Makefile`` and C++ sources, the interpreter and its extension suffix) and copied into the next tree
+whose sources hash the same. Same sources, same compiler, same interpreter: the same module.
 """
 
 from __future__ import annotations
 
 import fcntl
+import hashlib
 import os
+import shutil
 import stat
 import subprocess
 import sys
@@ -46,13 +54,50 @@ def helpers_built(tree: Path) -> bool:
     return (datasets / f"helpers_cpp{_ext_suffix()}").is_file()
 
 
-def ensure_helpers(tree: Path, python: str | None = None) -> str | None:
+def source_key(tree: Path, python: str) -> str:
+    """What the extension is made of: the datasets directory's Makefile and C++ sources, the
+    interpreter and its extension suffix (a hash; the shared folder's name for the build)."""
+    datasets = Path(tree) / DATASETS
+    digest = hashlib.sha256(f"{python}\0{_ext_suffix()}\0".encode())
+    for path in sorted(datasets.iterdir()):
+        if path.name == "Makefile" or path.suffix in (".cpp", ".cc", ".h", ".hpp"):
+            digest.update(path.name.encode() + b"\0" + path.read_bytes() + b"\0")
+    return digest.hexdigest()[:24]
+
+
+def _from_shared(datasets: Path, shared: Path | None, key: str) -> bool:
+    """Copy a build of the same sources from ``shared`` into ``datasets``; whether there was one."""
+    if shared is None:
+        return False
+    built = shared / key / f"helpers_cpp{_ext_suffix()}"
+    if not built.is_file():
+        return False
+    partial = datasets / f".helpers_cpp{_ext_suffix()}.part"
+    shutil.copy2(built, partial)
+    os.replace(partial, datasets / built.name)  # atomic: a concurrent reader sees all of it or nothing
+    return True
+
+
+def _to_shared(datasets: Path, shared: Path | None, key: str) -> None:
+    """Keep this tree's fresh build in ``shared`` for the next tree with the same sources."""
+    if shared is None:
+        return
+    folder = shared / key
+    folder.mkdir(parents=True, exist_ok=True)
+    name = f"helpers_cpp{_ext_suffix()}"
+    partial = folder / f".{name}.{os.getpid()}.part"
+    shutil.copy2(datasets / name, partial)
+    os.replace(partial, folder / name)
+
+
+def ensure_helpers(tree: Path, python: str | None = None, shared: Path | None = None) -> str | None:
     """Build the tree's dataset helpers with megatron-core's ``compile_helpers()`` unless built.
 
     Returns None when the extension is there afterwards, else the reason (also written to
     :data:`LOG`). Concurrent callers (parallel probes on one pin) wait on a lock in the tree.
     ``python``: the interpreter the suites run in (default this one), whose headers and
-    extension suffix the build must match.
+    extension suffix the build must match. ``shared``: where builds are kept by their sources'
+    hash (module docstring); a tree whose sources were built before gets that build.
     """
     tree = Path(tree)
     datasets = tree / DATASETS
@@ -62,6 +107,9 @@ def ensure_helpers(tree: Path, python: str | None = None) -> str | None:
     with open(datasets / ".harness-build.lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         if helpers_built(tree):
+            return None
+        key = source_key(tree, python)
+        if _from_shared(datasets, shared, key):
             return None
         with tempfile.TemporaryDirectory(prefix="harness-build-") as shims:
             env = {**os.environ, "PATH": f"{_shims(Path(shims), python)}{os.pathsep}{os.environ.get('PATH', '')}"}
@@ -82,6 +130,7 @@ def ensure_helpers(tree: Path, python: str | None = None) -> str | None:
         log = datasets / LOG
         if ok:
             log.unlink(missing_ok=True)
+            _to_shared(datasets, shared, key)
             return None
         reason = (
             "megatron-core's compile_helpers() did not build helpers_cpp in the pinned tree "

@@ -101,5 +101,6 @@ def core_at(mlm_repo: GitRepo | Path, sha: str, cache_dir: Path) -> PinnedCore:
     tree = mlm_workspace(cache_dir, repo).materialize(full)
     if not (tree / "megatron" / "core").is_dir():
         raise GitError(f"Megatron-LM commit {full[:12]} has no megatron/core")
-    ensure_helpers(tree)  # what MB's initialize builds before any dataset (a failure is recorded, not raised)
+    # what MB's initialize builds before any dataset (a failure is recorded, not raised), once per source
+    ensure_helpers(tree, shared=Path(cache_dir) / "megatron-lm" / "built-helpers")
     return PinnedCore(full, tree)
