@@ -76,9 +76,9 @@ def accepted(build: DirectSFTBuild) -> None:
 
 def reference(req: DirectSFTRequest, seq: int | None = None) -> dict[str, Any]:
     """MB's own unpadded, unpacked batch of the same rows (no layout, multiple 1)."""
-    plain = replace(
-        req, layout=None, pipeline=1, knobs={"pad_to_multiple_of": 1}, **({"seq_length": seq} if seq else {})
-    )
+    plain = replace(req, layout=None, pipeline=1, knobs={"pad_to_multiple_of": 1})
+    if seq:
+        plain = replace(plain, seq_length=seq)
     return direct_sft(plain).batch
 
 

@@ -226,6 +226,7 @@ def _images(batch: dict[str, Any]) -> None:
     visual = batch.get("visual_inputs")
     grid = getattr(visual, "image_grid_thw", None)
     require(grid is not None, Impact.WRONG_LOGITS, "the batch carries no image_grid_thw for its images")
+    assert grid is not None  # for the type checker: require raised otherwise
     embeddings = sum(int(t * h * w) // vlprocessor.MERGE**2 for t, h, w in grid.tolist())
     placeholders = int((batch["input_ids"] == vocab()[vlprocessor.IMAGE_PAD]).sum())
     require(

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Iterable
+from typing import Any
 
 from harness.adapters import sampler
 from harness.oracle.impact import Impact, require
@@ -26,7 +27,7 @@ EPOCHS = 3
 STEP_BUDGET = 200  # global batches one epoch may take before it counts as never ending
 
 
-def epoch(sampler_obj: object, what: str) -> list[list[int]]:
+def epoch(sampler_obj: Iterable[Any], what: str) -> list[list[int]]:
     """One pass of MB's sampler (a loader re-iterating it is its next epoch), bounded."""
     out = [[int(i) for i in b] for b in itertools.islice(iter(sampler_obj), STEP_BUDGET + 1)]
     require(len(out) <= STEP_BUDGET, Impact.CRASH, f"{what}: the sampler did not end within {STEP_BUDGET} batches")

@@ -128,16 +128,16 @@ def check_any(case: ExploredCase) -> dict[str, Any]:
     from suites import _forward, _layouts
 
     if case.forward:
-        result = _forward.cpu_offline(case)
-        result.assert_ok()
-        return result.golden
+        forward = _forward.cpu_offline(case)
+        forward.assert_ok()
+        return forward.golden
     if case.cp > 1:
-        layout = _layouts.run_cp(case, case.cp)
-        _layouts.assert_ok(layout.violations, f"CP {case.cp} != MB's CP 1 path")
+        parts = _layouts.run_cp(case, case.cp)
+        _layouts.assert_ok(parts.violations, f"CP {case.cp} != MB's CP 1 path")
     else:
-        layout = _layouts.run_pp(case, case.pp)
-        _layouts.assert_ok(layout.violations, f"PP {case.pp} stages != MB's PP 1 inputs")
-    return layout.golden
+        parts = _layouts.run_pp(case, case.pp)
+        _layouts.assert_ok(parts.violations, f"PP {case.pp} stages != MB's PP 1 inputs")
+    return parts.golden
 
 
 def _check_shards(case: ExploredCase, b: _sftcases.Built) -> dict[str, Any]:

@@ -26,15 +26,14 @@ from __future__ import annotations
 
 import functools
 import tempfile
-from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import torch
 
+from harness.adapters import Operation, familystep, mmstep, needs, sft, step, vlmstep
 from harness.adapters import batch as batch_ops
-from harness.adapters import familystep, mmstep, needs, sft, step, vlmstep
 from harness.adapters import forward as fwd
 from harness.oracle import corpus, differential, stepcheck, tokenizer
 from suites import _sftcases
@@ -237,7 +236,7 @@ def _check(
 
 #: the step functions an offline packed micro-batch can go through: MB's GPT step, and a model family's
 #: own step over the same batches (harness/adapters/familystep.py)
-OFFLINE_STEPS: dict[str, Callable[..., step.StepRun]] = {"gpt": step.gpt_step, "dsv4": familystep.dsv4_step}
+OFFLINE_STEPS: dict[str, Operation] = {"gpt": step.gpt_step, "dsv4": familystep.dsv4_step}
 
 
 def run_offline(
@@ -250,6 +249,8 @@ def run_offline(
     b = _sftcases.built(case)
     gpt, _ = on or models()
     ds = b.build.prep_reference
+    if ds is None:
+        raise RuntimeError(f"{case.id}: MB's preparation left no unpacked reference dataset")
     refs: dict[str, stepcheck.TokenOutputs] = {}
     ref_totals: dict[str, stepcheck.LossTotals] = {}
     for i, ex in enumerate(b.examples):

@@ -237,6 +237,7 @@ def check(
         for name, impact in (("labels", Impact.WRONG_TARGETS), ("loss_mask", Impact.TRAINS_PADDING)):
             got = kwargs.get(name)
             require(got is not None, Impact.CRASH, f"sample {i}: the language module's last stage got no {name}")
+            assert got is not None  # for the type checker: require raised otherwise
             require(
                 got[k].tolist() == samples[i][name].tolist(),
                 impact,

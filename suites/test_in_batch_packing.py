@@ -54,6 +54,7 @@ def _micro_batch(case: _sftcases.SFTCase, first: int, rows: int):
         f"{case.id}: {rows} examples from {first} wanted, MB's reference has {len(_sftcases.reference(case))} examples"
     )
     pad_id = _sftcases.special_ids(case)["pad_id"]
+    assert pad_id is not None, f"{case.id}: the tokenizer reports no pad id"
     return examples, _sftcases.right_padded(examples, pad_id, IGNORE_INDEX), pad_id
 
 

@@ -110,7 +110,7 @@ def test_packing_strategy_pipeline(golden, seed, n, pack_size, algorithm):
     np.random.seed(seed)
     rows = packing.fill_packing_strategy(assignments, sequences, pack_size, _inputs.PAD_ID)
     assert len(rows) == len(assignments), f"one packed row per bin: {len(assignments)} bins, got {len(rows)} rows"
-    packed_ids = Counter()
+    packed_ids: Counter[tuple[int, ...]] = Counter()
     for r, (row, assignment) in enumerate(zip(rows, assignments)):
         starts = row["seq_start_id"] + [len(row["input_ids"])]
         assert row["seq_start_id"][0] == 0 and len(row["seq_start_id"]) == len(assignment), (

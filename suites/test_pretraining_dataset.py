@@ -36,7 +36,7 @@ pytestmark = pytest.mark.import_group("light")
 # no literal EOS or pad inside a document: EOD (= EOS here) ends documents, the pad id pads samples
 CORPUS = corpus.CorpusSpec(seed=5, n=20, eos_inside_rate=0.0, eos_last_rate=0.0, pad_rate=0.0)
 
-CASES = {
+CASES: dict[str, tuple[int, dict[str, Any]]] = {
     "seq32": (32, {"eod_mask_loss": False}),
     "seq32-eod-mask-loss": (32, {"eod_mask_loss": True}),
     "seq64-reset-positions-and-attention": (

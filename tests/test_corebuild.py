@@ -16,7 +16,9 @@ UTILS = (
     "def compile_helpers():\n"
     "    subprocess.run(['make', '-C', os.path.dirname(os.path.abspath(__file__))], check=True)\n"
 )
-MAKEFILE = "helpers_cpp$(shell python3-config --extension-suffix): helpers.cpp\n\techo built >> builds.log && cp $< $@\n"
+MAKEFILE = (
+    "helpers_cpp$(shell python3-config --extension-suffix): helpers.cpp\n\techo built >> builds.log && cp $< $@\n"
+)
 
 
 def _tree(root: Path, source: str) -> Path:
