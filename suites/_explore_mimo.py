@@ -11,7 +11,9 @@ micro-batch and global batch sizes and the module layout: MB's loader alone (a w
 heterogeneous world with the encoder's and the language module's data-parallel sizes (1-2, 2-1;
 a micro-batch that does not divide among a module's ranks must be refused by MB's own check),
 and there, where MB's step packs (feature ``mimo-step-packing``), its step-time in-batch packing
-(``in_batch``), held to the same world unpacked.
+(``in_batch``), held to the same world unpacked; in the 2-1 world, the language module's replica
+on two context-parallel ranks (``cp``; every MIMO sequence length here is on ``2*CP``, as MB's
+unpacked CP path requires), unpacked and packed.
 
 A drawn case is an :class:`~suites._explore.ExploredCase` with ``mimo=True``: ``gbs x steps``
 samples (``n``), each a marked text of ``min_words`` to ``max_words`` words, a share ``long_rate``
@@ -62,6 +64,8 @@ def mimo_cases() -> Any:
         # then, drawn last (earlier draws keep their cases), in a heterogeneous world of an MB whose step packs:
         # MB's step-time in-batch packing, held to the same world unpacked (suites/_mimo_pack.py)
         fields["in_batch"] = bool(fields["module_dps"]) and _mimo_pack.available() and d(st.booleans())
+        # and, drawn after that, the language module under context parallelism in the 2-1 world (a world of 4)
+        fields["cp"] = 2 if fields["module_dps"] == "2-1" and d(st.booleans()) else 1
         return named(ExploredCase(id="", kind="prompt", mimo=True, **fields))
 
     return draw()
@@ -101,12 +105,13 @@ def check(case: ExploredCase) -> dict[str, Any]:
     if not layout:
         golden["loader"] = _mimo.loader_epoch(built, seq=case.seq, mbs=case.mbs, gbs=case.gbs, steps=steps)
         return golden
-    ranks = _mimo_dp.world(built, layout, seq=case.seq, mbs=case.mbs, gbs=case.gbs, steps=steps)
+    cp = {_mimo_dp.LANGUAGE: case.cp} if case.cp > 1 else None
+    ranks = _mimo_dp.world(built, layout, seq=case.seq, mbs=case.mbs, gbs=case.gbs, steps=steps, cp=cp)
     if any(case.mbs % dp for dp in layout.values()):
         golden["refused"] = _mimo_dp.require_refused(ranks, f"micro-batches of {case.mbs} under module DPs {layout}")
         return golden
     golden["world"] = _mimo_dp.check_world(built, ranks, mbs=case.mbs, gbs=case.gbs, steps=steps)
     if case.in_batch:
-        packed = _mimo_dp.world(built, layout, seq=case.seq, mbs=case.mbs, gbs=case.gbs, steps=steps, pack=True)
+        packed = _mimo_dp.world(built, layout, seq=case.seq, mbs=case.mbs, gbs=case.gbs, steps=steps, pack=True, cp=cp)
         golden["packed"] = _mimo_pack.check(ranks, packed)
     return golden
