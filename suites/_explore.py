@@ -118,16 +118,9 @@ class ExploredCase(_sftcases.SFTCase):
     @property
     def axis(self) -> str | None:
         """The layout or packing path this case runs on top of its data (None: offline, world of one)."""
-        if self.config:
-            return "config"
-        if self.direct:
-            return "direct"
-        if self.mimo:
-            return "mimo"
-        if self.energon:
-            return "energon"
-        if self.pretrain:
-            return "pretrain"
+        other = explored.marked({s.field: getattr(self, s.field) for s in explored.MARKED if s.field})
+        if other is not None:  # another data path or a configuration (the registry, harness/records/explored.py)
+            return other.name
         if self.in_batch:
             return "in_batch"
         if self.dp > 1 and self.cp > 1:

@@ -38,6 +38,27 @@ def test_a_spec_names_one_case_and_round_trips():
         explored.parse("[1, 2]")
 
 
+def test_every_registered_space_has_its_tests_and_is_told_apart_by_its_field():
+    """The space registry (harness/records/explored.py) is what ``harness explore`` and the saved cases
+    read: each space's drawing and saved-case tests exist in the exploration suite, a spec with a space's
+    field belongs to that space, and a drawn case's axis names the same space."""
+    import ast
+
+    from harness.commands import explore as explore_command
+
+    suite = Path(_explore.__file__).with_name("test_explore.py")
+    # module level, or inside the `if SAVED_...:` that defines a saved-case test only where cases are saved
+    tests = {n.name for n in ast.walk(ast.parse(suite.read_text())) if isinstance(n, ast.FunctionDef)}
+    for s in explored.SPACES:
+        assert {s.test, s.saved_test} <= tests, f"{s.name}: {s.test} or {s.saved_test} not in {suite}"
+        assert explore_command.TESTS[s.name] == s.test and explore_command.SAVED_TESTS[s.name] == s.saved_test
+    for s in explored.MARKED:
+        assert s.field is not None and explored.space({s.field: True, "cp": 2}) == s.name
+        case = _explore.ExploredCase(id="", seed=0, **{s.field: {"x": 1} if s.field == "config" else True})
+        assert case.axis == s.name
+    assert explored.space({"cp": 2}) == "layouts" and explored.space({"seed": 1}) == "data"
+
+
 def test_a_saved_case_is_named_by_its_file(tmp_path):
     """A spec saved with fields left at their defaults (as a user may type it) is checked under the id
     ``--save`` printed and named its file by; a full spec keeps the id it always had."""

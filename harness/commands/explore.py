@@ -26,27 +26,12 @@ from typing import TextIO
 from harness.commands import _args
 from harness.commands import run as run_command
 from harness.errors import UsageError
+from harness.records import explored
 from harness.suiterun.contract import Env
 
 SUITE = "explore"
-TESTS = {
-    "data": "test_explore_offline_packing",
-    "layouts": "test_explore_layouts",
-    "direct": "test_explore_direct_sft",
-    "pretrain": "test_explore_pretraining",
-    "energon": "test_explore_energon",
-    "mimo": "test_explore_mimo",
-    "config": "test_explore_config",
-}
-SAVED_TESTS = {
-    "data": "test_saved_explored_case",
-    "layouts": "test_saved_explored_layout_case",
-    "direct": "test_saved_explored_layout_case",  # a path on top of the data, like a layout
-    "pretrain": "test_saved_explored_layout_case",  # another data path, saved like a layout
-    "energon": "test_saved_explored_layout_case",  # another data path, saved like a layout
-    "mimo": "test_saved_explored_layout_case",  # another data path, saved like a layout
-    "config": "test_saved_explored_layout_case",  # no data: saved apart from the data cases
-}
+TESTS = {s.name: s.test for s in explored.SPACES}
+SAVED_TESTS = {s.name: s.saved_test for s in explored.SPACES}
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -61,10 +46,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         "--space",
         choices=(*TESTS, "all"),
         default="all",
-        help="what to draw: data shapes and offline knobs, those under a parallel layout or packing path, those "
-        "through MB's direct HF SFT path, documents packed into pretraining samples, image/chat samples through MB's "
-        "Energon data path, a user's image folder through MB's MIMO path, whole packing configurations against MB's "
-        "rules, or all seven (default all)",
+        help="what to draw: " + ", ".join(s.what for s in explored.SPACES) + f", or all {len(explored.SPACES)} "
+        "(default all)",
     )
     p.add_argument("--seed", type=int, default=0, metavar="S", help="the exploration's seed (default 0)")
     p.add_argument("--eos", action="store_true", help="let answers hold literal EOS tokens (MB 0.6.2's known bug)")
@@ -82,7 +65,6 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 def _save(spec: str, out: TextIO) -> None:
     from harness import paths
-    from harness.records import explored
 
     doc = explored.parse(spec)
     path = explored.save(paths.fixtures_dir() / explored.DIRNAME, doc)
@@ -100,8 +82,6 @@ def run(args: argparse.Namespace, out: TextIO = sys.stdout) -> int:
         raise UsageError("--save keeps the case --replay names: give --replay SPEC")
     spaces = list(TESTS) if args.space == "all" else [args.space]
     if args.replay:
-        from harness.records import explored
-
         try:
             spec = explored.parse(args.replay)
         except ValueError as exc:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -46,21 +47,83 @@ LAYOUT_DEFAULTS: dict[str, Any] = {
 }
 
 
+@dataclass(frozen=True)
+class Space:
+    """One exploration space: what ``harness explore --space`` names, how a drawn case says it is one of
+    its cases, and the exploration suite's tests that draw it and replay its saved cases.
+
+    Why a registry: the space's name, its spec field, its drawing test and its saved-case test were
+    spelled in four files; here they are declared once, and ``harness explore``, the saved cases and
+    the suite (``suites/_explore.ExploredCase.axis``) read them."""
+
+    name: str
+    field: str | None  # the spec field set on its cases (None: data and layouts, told apart by LAYOUT_DEFAULTS)
+    test: str  # suites/test_explore.py's test that draws the space (and replays one of its specs)
+    saved_test: str  # the test that runs its saved cases
+    what: str  # for --space's help
+
+
+SPACES: tuple[Space, ...] = (
+    Space("data", None, "test_explore_offline_packing", "test_saved_explored_case", "data shapes and offline knobs"),
+    Space(
+        "layouts",
+        None,
+        "test_explore_layouts",
+        "test_saved_explored_layout_case",
+        "those under a parallel layout or packing path",
+    ),
+    Space(
+        "direct",
+        "direct",
+        "test_explore_direct_sft",
+        "test_saved_explored_layout_case",
+        "those through MB's direct HF SFT path",
+    ),
+    Space(
+        "pretrain",
+        "pretrain",
+        "test_explore_pretraining",
+        "test_saved_explored_layout_case",
+        "documents packed into pretraining samples",
+    ),
+    Space(
+        "energon",
+        "energon",
+        "test_explore_energon",
+        "test_saved_explored_layout_case",
+        "image/chat samples through MB's Energon data path",
+    ),
+    Space(
+        "mimo",
+        "mimo",
+        "test_explore_mimo",
+        "test_saved_explored_layout_case",
+        "a user's image folder through MB's MIMO path",
+    ),
+    Space(
+        "config",
+        "config",
+        "test_explore_config",
+        "test_saved_explored_layout_case",
+        "whole packing configurations against MB's rules",
+    ),
+)
+BY_NAME = {s.name: s for s in SPACES}
+# the spaces a spec field names, in the order a spec is told apart (a spec sets at most one of them)
+MARKED: tuple[Space, ...] = tuple(BY_NAME[n] for n in ("config", "direct", "energon", "mimo", "pretrain"))
+
+
+def marked(spec: dict[str, Any]) -> Space | None:
+    """The space whose field ``spec`` sets (another data path or a configuration), None for the data itself."""
+    return next((s for s in MARKED if s.field is not None and spec.get(s.field)), None)
+
+
 def space(spec: dict[str, Any]) -> str:
-    """The exploration space a spec belongs to: ``direct`` (MB's direct HF SFT path), ``pretrain``
-    (documents packed into pretraining samples), ``energon`` (MB's Energon VLM data path), ``mimo``
-    (MB's MegatronMIMO data and step path), ``config`` (a whole packing configuration for MB's ``validate()``),
+    """The exploration space a spec belongs to (:data:`SPACES`): the one its field names, else
     ``layouts`` when it names a layout or packing path, else ``data``."""
-    if spec.get("config"):
-        return "config"
-    if spec.get("direct"):
-        return "direct"
-    if spec.get("energon"):
-        return "energon"
-    if spec.get("mimo"):
-        return "mimo"
-    if spec.get("pretrain"):
-        return "pretrain"
+    named = marked(spec)
+    if named is not None:
+        return named.name
     return "layouts" if any(spec.get(k, v) != v for k, v in LAYOUT_DEFAULTS.items()) else "data"
 
 
