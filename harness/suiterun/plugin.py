@@ -27,14 +27,16 @@ With ``--harness-events FILE`` the plugin also keeps the live event log of
 :mod:`harness.suiterun.caselog`, so the runner can tell which case a killed process was running.
 
 One module because pytest loads it as one ``pytest11`` entry point whose hooks share the
-session's state (the active flag, the collected cases, the event log); the verdict decision
-itself is :mod:`harness.suiterun.outcome`.
+session's state (:class:`SessionState`, in ``config.stash``: its presence is the active flag; the
+collected cases, the event log, the known-bug book); the verdict decision itself is
+:mod:`harness.suiterun.outcome`.
 """
 
 from __future__ import annotations
 
 import os
 import time
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -55,7 +57,40 @@ NOTE = "harness_note"
 
 
 OPTIONS = tuple(f for f in Flag if f is not Flag.CASES)  # any of these makes a session a harness session
-_ACTIVE = pytest.StashKey[bool]()
+
+
+@dataclass(eq=False)  # a registered plugin is kept in sets: hashed by identity
+class SessionState:
+    """What this process's harness session keeps between hooks, in one place: the events file it appends
+    to, the case records and collection errors the results file is made of, and the known-bug book
+    (loaded once). Kept in ``config.stash`` and registered as a plugin for the hooks pytest calls
+    without ``config`` (a report's), rather than in module globals that a second session in one
+    process (pytest's own tests of the plugin) would share."""
+
+    events: Path | None = None
+    cases: list[dict[str, Any]] = field(default_factory=list)
+    collection_errors: list[dict[str, str]] = field(default_factory=list)  # suite files that failed to collect
+    known: Any = None  # knownscope.Book, once loaded
+
+    def emit(self, **event: Any) -> None:
+        if self.events is not None:
+            caselog.emit(self.events, **event)
+
+    def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
+        for key, value in report.user_properties:
+            if key == PROP:
+                value = {**value, "duration_s": round(report.duration, 4)}  # type: ignore[dict-item]
+                self.cases.append(value)
+                self.emit(ev="done", case=value)
+
+    def pytest_collectreport(self, report: pytest.CollectReport) -> None:
+        if report.failed:
+            text = str(report.longreprtext or "").strip().splitlines()
+            errors = [ln.lstrip("E ").strip() for ln in text if ln.startswith("E ")] or text[-1:]
+            self.collection_errors.append({"nodeid": report.nodeid, "message": " | ".join(errors)[-1500:]})
+
+
+_STATE = pytest.StashKey[SessionState]()
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -101,14 +136,21 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 
 def active(config: pytest.Config) -> bool:
     """Whether this session runs harness suites (see the module docstring)."""
-    return config.stash.get(_ACTIVE, False)
+    return _STATE in config.stash
+
+
+def _state(config: pytest.Config) -> SessionState:
+    return config.stash[_STATE]
 
 
 def pytest_configure(config: pytest.Config) -> None:
     asked = any(config.getoption(opt) for opt in OPTIONS)
-    config.stash[_ACTIVE] = bool(asked or config.getini(INI_SUITES))
-    if not active(config):
+    if not (asked or config.getini(INI_SUITES)):
         return
+    events = config.getoption(Flag.EVENTS)
+    state = SessionState(events=Path(events) if events else None)
+    config.stash[_STATE] = state
+    config.pluginmanager.register(state, "harness-session-state")
     if not hasattr(config, "workerinput"):  # what this process imports, for the driver (no second process asks)
         from harness.suiterun.versions import versions
 
@@ -130,20 +172,8 @@ def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line(
         "markers", "drawn: its inputs are drawn (exploration): a pass never reads as a known bug FIXED"
     )
-    config._harness_cases = []  # type: ignore[attr-defined]
-    config._harness_known = None  # type: ignore[attr-defined]
-    events = config.getoption(Flag.EVENTS)
-    _EVENTS[:] = [Path(events)] if events else []
-    if events and not hasattr(config, "workerinput"):
-        caselog.start_log(Path(events))
-
-
-_EVENTS: list[Path] = []  # the --harness-events file of this process, when given
-
-
-def _emit(**event: Any) -> None:
-    for path in _EVENTS:
-        caselog.emit(path, **event)
+    if state.events is not None and not hasattr(config, "workerinput"):
+        caselog.start_log(state.events)
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
@@ -167,13 +197,13 @@ def pytest_collection_finish(session: pytest.Session) -> None:
     for item in session.items:  # the suite files are the harness's code, wherever they live
         add_harness_root(Path(str(item.fspath)).parent)
     if session.items:
-        _emit(ev="collected", cases=[[item_case_id(i), suite_of(i)] for i in session.items])
+        _state(session.config).emit(ev="collected", cases=[[item_case_id(i), suite_of(i)] for i in session.items])
 
 
 @pytest.hookimpl(tryfirst=True)
 def pytest_runtest_setup(item: pytest.Item) -> None:
     if active(item.config):
-        _emit(ev="start", case_id=item_case_id(item))
+        _state(item.config).emit(ev="start", case_id=item_case_id(item))
         from harness.knobs import spy
 
         spy.CURRENT["suite"] = suite_of(item)
@@ -283,9 +313,9 @@ def _known_book(config: pytest.Config) -> Any:
     """The known-bug file split for the MB this process imports (loaded once per process): the
     entries that apply (their code is here, else their versions or commits say so), the others,
     and the MB package their code was looked for in."""
-    cached = getattr(config, "_harness_known", None)
-    if cached is not None:
-        return cached
+    state = _state(config)
+    if state.known is not None:
+        return state.known
     from harness.suiterun import known, knownscope
     from harness.suiterun.versions import mb_location, mb_version, package_dir
 
@@ -301,39 +331,22 @@ def _known_book(config: pytest.Config) -> Any:
     repo = os.environ.get(Env.MB_REPO)
     in_range = knownscope.git_in_range(Path(repo)) if repo else None
     book = knownscope.Book.split(known.load(path), version, commit, in_range, roots)
-    config._harness_known = book  # type: ignore[attr-defined]
+    state.known = book
     return book
 
 
-def pytest_runtest_logreport(report: pytest.TestReport) -> None:
-    for key, value in report.user_properties:
-        if key == PROP:
-            value = {**value, "duration_s": round(report.duration, 4)}  # type: ignore[dict-item]
-            _CASES.append(value)
-            _emit(ev="done", case=value)
-
-
-_CASES: list[dict[str, Any]] = []
-_COLLECTION_ERRORS: list[dict[str, str]] = []  # suite files that failed to collect, with MB's or Python's error
-
-
-def pytest_collectreport(report: pytest.CollectReport) -> None:
-    if report.failed:
-        text = str(report.longreprtext or "").strip().splitlines()
-        errors = [ln.lstrip("E ").strip() for ln in text if ln.startswith("E ")] or text[-1:]
-        _COLLECTION_ERRORS.append({"nodeid": report.nodeid, "message": " | ".join(errors)[-1500:]})
-
-
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
-    if active(session.config):
-        from harness.knobs import spy
+    if not active(session.config):
+        return
+    from harness.knobs import spy
 
-        spy.write()  # every process, xdist workers too: each appends what it saw
+    spy.write()  # every process, xdist workers too: each appends what it saw
     path = session.config.getoption(Flag.RESULTS)
     if not path or hasattr(session.config, "workerinput"):
         return
+    state = _state(session.config)
     seen: dict[str, CaseResult] = {}
-    for doc in _CASES:  # a setup error and a teardown error for one case: keep the worst
+    for doc in state.cases:  # a setup error and a teardown error for one case: keep the worst
         case = CaseResult.from_json(doc)
         prev = seen.get(case.case_id)
         if prev is None or case.verdict.severity > prev.verdict.severity:
@@ -342,7 +355,7 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
 
     CasesFile(
         cases=list(seen.values()),
-        collection_errors=list(_COLLECTION_ERRORS),
+        collection_errors=list(state.collection_errors),
         versions=versions(),
         finished=time.time(),
         pid=os.getpid(),
