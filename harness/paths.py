@@ -19,8 +19,8 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+from harness.contract import Env
 from harness.errors import EnvironmentProblem
-from harness.suiterun.contract import Env
 
 #: Where ``import harness`` resolves: the checkout, or site-packages for an installed wheel.
 ROOT = Path(__file__).resolve().parent.parent

@@ -17,7 +17,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any, TextIO
 
-from harness.suiterun.caselog import CaseLog, read_log
+from harness.caselog import CaseLog, read_log
 
 
 def _terminal(stream: TextIO) -> bool:
@@ -189,7 +189,7 @@ LEGEND = "verdicts: . pass, F fail, C changed, k known MB bug, X known bug fixed
 
 
 class CaseFeed:
-    """Progress of suite processes, read from their live event logs (:mod:`harness.suiterun.caselog`):
+    """Progress of suite processes, read from their live event logs (:mod:`harness.caselog`):
     cases finished out of cases collected, and the case running.
 
     One voice: pytest's own progress and totals never reach the user (they count known MB bugs

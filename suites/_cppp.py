@@ -21,7 +21,7 @@ from typing import Any
 
 import torch
 
-from harness.adapters import needs, ppbatch, step
+from harness.adapters import cpattention, needs, ppbatch, step
 from harness.adapters.world import Layout, run_world
 from harness.oracle.records import Invariant, Violation
 from harness.standins import thd_partition
@@ -79,7 +79,7 @@ def compare(
 
 def run_cp_pp(case: _sftcases.SFTCase, cp: int, pp: int) -> _layouts.LayoutResult:
     """``case``'s packed micro-batches through MB's ``get_batch`` on every rank of CP ``cp`` x PP ``pp``."""
-    thd_partition.require_reachable()
+    cpattention.require_partition_reachable()
     needs(ppbatch.stage_batch)  # an era without it is untestable before anything is built
     built = _sftcases.built(case)
     gpt, _ = _forward.models()

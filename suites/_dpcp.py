@@ -29,11 +29,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from harness.adapters import config as config_ops
-from harness.adapters import loaders, sampler, step
+from harness.adapters import cpattention, loaders, sampler, step
 from harness.adapters.world import Layout, run_world
 from harness.oracle.impact import Impact, require
 from harness.oracle.records import Violation
-from harness.standins import thd_partition
 from suites import _forward, _layouts, _sftcases
 
 
@@ -74,7 +73,7 @@ def _on_rank(case: _sftcases.SFTCase, world: DPCP, dataset: Any, dataset_config:
 
 def run_dp_cp(case: _sftcases.SFTCase, world: DPCP) -> _layouts.LayoutResult:
     """``case``'s packed rows trained on a DP x CP world, against MB's CP = 1 step per data-parallel rank."""
-    thd_partition.require_reachable()
+    cpattention.require_partition_reachable()
     built = _sftcases.built(case)
     ds = built.build.train
     gbs = world.global_batch_size

@@ -25,8 +25,8 @@ from typing import Any
 
 import torch
 
+from harness.adapters import cpattention, needs, ppbatch, step, symbol
 from harness.adapters import forward as fwd
-from harness.adapters import needs, ppbatch, step, symbol
 from harness.adapters.world import Layout, run_world
 from harness.oracle.impact import Impact, fail
 from harness.oracle.records import Invariant, InvariantFailure, Violation
@@ -221,7 +221,7 @@ class LayoutResult:
 
 def run_cp(case: _sftcases.SFTCase, cp: int, tol: _forward.Tolerances = _forward.FP32) -> LayoutResult:
     """``case``'s packed micro-batches at CP = ``cp`` against CP = 1 (no violations when MB holds)."""
-    thd_partition.require_reachable()
+    cpattention.require_partition_reachable()
     built = _sftcases.built(case)
     gpt, _ = _forward.models()
     cp1 = [step.gpt_step(gpt, batch) for batch in built.batches]

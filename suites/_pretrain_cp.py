@@ -25,7 +25,7 @@ from typing import Any
 import torch
 from torch.utils.data import default_collate
 
-from harness.adapters import load_module, step, symbol
+from harness.adapters import cpattention, load_module, step, symbol
 from harness.adapters.cp import validate_layout
 from harness.adapters.forward import init_cpu_parallel
 from harness.adapters.world import Layout, run_world
@@ -71,7 +71,7 @@ def _on_rank(batches: list[dict[str, Any]], dataset_config: Any) -> Any:
 def run(build: Any, samples: list[int], cp: int) -> _layouts.LayoutResult:
     """Training samples ``samples`` of ``build`` (one per micro-batch, as packed boundaries need)
     at CP = ``cp`` against MB's CP = 1 step of the same micro-batch."""
-    thd_partition.require_reachable()
+    cpattention.require_partition_reachable()
     batches = [default_collate([build.train[i]]) for i in samples]
     layout = Layout(cp=cp)
     ranks = run_world(layout, _on_rank(batches, build.config))

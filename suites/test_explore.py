@@ -30,11 +30,11 @@ import pytest
 
 from harness import paths
 from harness.adapters import needs
+from harness.contract import Env
 from harness.errors import Untestable
 from harness.oracle.impact import ImpactFailure
 from harness.oracle.records import InvariantFailure
 from harness.records import explored
-from harness.suiterun.contract import Env
 from suites import (
     _explore,
     _explore_check,

@@ -1,6 +1,7 @@
 """The package's layout keeps the rules issue 23 set: no import circle inside ``harness/``
 (module-level, lazy and TYPE_CHECKING imports alike), no module past ~350 lines, and every
-package says what it is for."""
+package says what it is for; and issue 46's: packages import each other one way, but for a
+shrinking list of pairs."""
 
 from __future__ import annotations
 
@@ -73,6 +74,34 @@ def test_no_import_circle_inside_harness() -> None:
     modules = _modules()
     graph = {name: _imports(path, modules) - {name} for name, path in modules.items()}
     assert _cycles(graph) == []
+
+
+# Packages that still import each other both ways (issue 46 wants none): each pair is an arrow running
+# back up between two floors of the house. The list may only shrink; a new pair fails here.
+TWO_WAY_PACKAGES = {
+    ("harness.adapters", "harness.suiterun"),  # ownership and refusal attribution live in suiterun
+    ("harness.bisect", "harness.executors"),  # the SLURM and shard executors run bisect's evaluator
+    ("harness.golden", "harness.suiterun"),  # the golden checker reads the case's item and outcome
+    ("harness.nightly", "harness.report"),  # the trend page reads the history; autobisect groups defects
+    ("harness.suiterun", "harness.upstream"),  # the runner starts the upstream suite, which reuses its target
+}
+
+
+def _package_of(module: str) -> str:
+    return ".".join(module.split(".")[:2])
+
+
+def test_packages_import_each_other_one_way_but_for_the_listed_pairs() -> None:
+    modules = _modules()
+    edges = {
+        (_package_of(a), _package_of(b))
+        for a, path in modules.items()
+        for b in _imports(path, modules)
+        if _package_of(a) != _package_of(b)
+    }
+    both = {tuple(sorted(e)) for e in edges if (e[1], e[0]) in edges}
+    assert both <= TWO_WAY_PACKAGES, f"new two-way package imports: {sorted(both - TWO_WAY_PACKAGES)}"
+    assert both >= TWO_WAY_PACKAGES, f"no longer two-way, drop from the list: {sorted(TWO_WAY_PACKAGES - both)}"
 
 
 def test_the_cycle_finder_finds_one() -> None:

@@ -10,12 +10,12 @@ from pathlib import Path
 
 import pytest
 
+from harness import caselog
 from harness.bisect.algorithm import Bisection, max_steps
 from harness.bisect.driver import BisectOptions, run_bisection
 from harness.progress import CaseFeed, Progress, duration
 from harness.repository.gitrepo import open_repo
 from harness.repository.workspaces import workspace_dir_for
-from harness.suiterun import caselog
 from tests.test_bisect_command import StateEvaluator, _fake_history
 
 ESCAPE = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")

@@ -1,5 +1,5 @@
 """Verdicts of a suite process that left no verdict file (killed at its time limit, or died),
-recovered from the plugin's live event log (harness.suiterun.caselog), on throw-away suites (no MB)."""
+recovered from the plugin's live event log (harness.caselog), on throw-away suites (no MB)."""
 
 from __future__ import annotations
 
@@ -9,10 +9,10 @@ import sys
 import time
 from pathlib import Path
 
+from harness.caselog import emit, read_log, start_log
 from harness.paths import ROOT
 from harness.procs import popen_owned
 from harness.suiterun import launch, salvage
-from harness.suiterun.caselog import emit, read_log, start_log
 
 SUITE = """
 import os, time

@@ -11,13 +11,13 @@ import ast
 import re
 from pathlib import Path
 
+from harness import contract
+from harness.contract import CasesFile, Commit, Env, Flag
 from harness.paths import PACKAGE, ROOT
 from harness.records.results import CaseResult, RunResult
 from harness.records.verdict import Verdict
-from harness.suiterun import contract
-from harness.suiterun.contract import CasesFile, Commit, Env, Flag
 
-CONTRACT = PACKAGE / "suiterun" / "contract.py"
+CONTRACT = PACKAGE / "contract.py"
 
 
 def _string_literals(path: Path) -> list[tuple[int, str]]:
@@ -48,7 +48,7 @@ def test_every_handoff_name_is_spelled_only_in_the_contract() -> None:
         for line, text in _string_literals(path):
             if env_names.match(text) or text in flags or text == Commit.DIRTY:
                 offenders.append(f"{path.relative_to(ROOT)}:{line}: {text!r}")
-    assert not offenders, "spell these through harness.suiterun.contract:\n" + "\n".join(offenders)
+    assert not offenders, "spell these through harness.contract:\n" + "\n".join(offenders)
 
 
 def test_the_driver_asks_no_second_process_for_versions() -> None:

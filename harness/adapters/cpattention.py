@@ -19,6 +19,9 @@ from typing import Any
 
 import torch
 
+from harness.adapters import load_module, source_text
+from harness.errors import Untestable
+from harness.standins import thd_partition
 from harness.standins.thd_partition import thd_partitioned_indices
 
 
@@ -79,3 +82,18 @@ def cp_thd_attention(
         scores = scores.masked_fill(causal, float("-inf"))
         out[local] = torch.matmul(torch.softmax(scores, dim=-1), v).transpose(0, 1)
     return out.reshape(t, heads * dim)
+
+
+def require_partition_reachable() -> None:
+    """Untestable where MB's CP partition needs TE itself, not MCore's ``tex`` (the stand-in's seat).
+
+    MB 0.3.1-0.5.1 (``_partition_packed_batch_for_cp(batch, cp_size)``) imports
+    ``transformer_engine_torch`` in the function and checks TE's version (``is_te_min_version``):
+    CUDA-only code, which a stand-in could only reach by faking TE for all of megatron-core.
+    """
+    source = source_text(load_module("megatron.bridge.training.gpt_step"))
+    if "import transformer_engine_torch" in source and not thd_partition.te_available():
+        raise Untestable(
+            "CUDA-only: this MB's context-parallel partition imports Transformer Engine's torch extension "
+            "and checks its version itself (the CPU stand-in takes the place of MCore's tex only)"
+        )

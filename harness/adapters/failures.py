@@ -37,8 +37,8 @@ import re
 import sys
 from pathlib import Path
 
+from harness.contract import CORE_BUILD_LOG
 from harness.errors import Broken, EnvironmentProblem, Untestable
-from harness.suiterun.contract import CORE_BUILD_LOG
 from harness.suiterun.ownership import Owner, frames, megatron_roots, owner_of, varying_roots
 
 

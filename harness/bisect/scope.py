@@ -14,7 +14,7 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
-from harness.suiterun.contract import split_case_id
+from harness.contract import split_case_id
 
 
 @dataclass(frozen=True)
@@ -60,5 +60,5 @@ class Scope:
 
 
 def suite_of(case_id: str) -> str:
-    """The suite of a case id (harness.suiterun.contract spells the format)."""
+    """The suite of a case id (harness.contract spells the format)."""
     return split_case_id(case_id)[0]

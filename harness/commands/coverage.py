@@ -33,7 +33,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 
 def _run_dir(given: Path | None) -> Path:
-    from harness.suiterun.contract import KNOBS_LOG
+    from harness.contract import KNOBS_LOG
 
     if given is not None:
         where = given.parent if given.is_file() else given
@@ -47,8 +47,8 @@ def _run_dir(given: Path | None) -> Path:
 
 
 def run(args: argparse.Namespace, out: TextIO = sys.stdout) -> int:
+    from harness.contract import KNOBS_LOG
     from harness.knobs import records, table
-    from harness.suiterun.contract import KNOBS_LOG
 
     where = _run_dir(args.run_dir)
     exercised = records.read(where / KNOBS_LOG)

@@ -25,9 +25,9 @@ from typing import TextIO
 
 from harness.commands import _args
 from harness.commands import run as run_command
+from harness.contract import Env
 from harness.errors import UsageError
 from harness.records import explored
-from harness.suiterun.contract import Env
 
 SUITE = "explore"
 TESTS = {s.name: s.test for s in explored.SPACES}

@@ -24,8 +24,8 @@ from harness.suiterun.target import require_mb
 
 def _knob_line(out_dir: Path, out: TextIO) -> None:
     """One line on the knobs the cases exercised (the table: ``harness coverage``)."""
+    from harness.contract import KNOBS_LOG
     from harness.knobs import records, table
-    from harness.suiterun.contract import KNOBS_LOG
 
     try:
         rows = table.rows(records.read(out_dir / KNOBS_LOG))

@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from harness.suiterun.contract import Flag
+from harness.contract import Flag
 from harness.suiterun.items import case_of, suite_of
 from harness.suiterun.outcome import GoldenMismatch
 

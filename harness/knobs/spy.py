@@ -2,7 +2,7 @@
 
 A case's declared parameters say what its author meant; what counts is what MB's classes and
 functions were called with. So the suite process (when the driver names a log in
-:data:`~harness.suiterun.contract.Env.KNOBS_LOG`) scans the MB package it imports
+:data:`~harness.contract.Env.KNOBS_LOG`) scans the MB package it imports
 (:func:`harness.knobs.inventory.scan`), and every owner of a knob is wrapped right after its
 module executes (an import hook, so names imported from it elsewhere are the wrapper too): a
 call binds its arguments to the signature, defaults applied, and records each knob's value
@@ -33,10 +33,10 @@ from pathlib import Path, PurePath
 from types import ModuleType
 from typing import Any
 
+from harness.contract import Env
 from harness.knobs import reach, steps, unread
 from harness.knobs.inventory import FACTORY, Knob, relevant, scan
 from harness.knobs.records import KnobLine
-from harness.suiterun.contract import Env
 
 _BY_MODULE: dict[str, list[Knob]] = {}
 _KNOBS: dict[str, Knob] = {}

@@ -25,10 +25,10 @@ from typing import Any
 import jinja2
 
 import harness
+from harness.contract import split_case_id
 from harness.records.atomicio import atomic_write_text
 from harness.records.results import CaseResult
 from harness.records.verdict import Verdict
-from harness.suiterun.contract import split_case_id
 
 TEMPLATE_DIR = Path(__file__).parent / "templates"
 

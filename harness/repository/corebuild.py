@@ -32,7 +32,7 @@ import sysconfig
 import tempfile
 from pathlib import Path
 
-from harness.suiterun.contract import CORE_BUILD_LOG
+from harness.contract import CORE_BUILD_LOG
 
 DATASETS = Path("megatron") / "core" / "datasets"
 LOG = CORE_BUILD_LOG  # in the datasets directory: why the last build failed

@@ -11,7 +11,7 @@ from __future__ import annotations
 import os
 import threading
 
-from harness.suiterun.contract import Env
+from harness.contract import Env
 
 _lock = threading.Lock()
 _used: set[str] = set()

@@ -33,7 +33,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from harness import standins
-from harness.suiterun.contract import Env
+from harness.contract import Env
 
 # megatron.training is served light too: MB's utils import it, and its package __init__ pulls in
 # training.py, checkpointing and modelopt (~5 s). Its re-exported names resolve through the

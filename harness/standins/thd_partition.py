@@ -70,24 +70,6 @@ def _indices(bounds: tuple[int, ...], total_tokens: int, world_size: int, rank: 
     return index + start * world_size + seq_len // 2 * offset
 
 
-def require_reachable() -> None:
-    """Untestable where MB's CP partition needs TE itself, not MCore's ``tex`` (the stand-in's seat).
-
-    MB 0.3.1-0.5.1 (``_partition_packed_batch_for_cp(batch, cp_size)``) imports
-    ``transformer_engine_torch`` in the function and checks TE's version (``is_te_min_version``):
-    CUDA-only code, which a stand-in could only reach by faking TE for all of megatron-core.
-    """
-    from harness.adapters import load_module, source_text
-    from harness.errors import Untestable
-
-    source = source_text(load_module("megatron.bridge.training.gpt_step"))
-    if "import transformer_engine_torch" in source and not te_available():
-        raise Untestable(
-            "CUDA-only: this MB's context-parallel partition imports Transformer Engine's torch extension "
-            "and checks its version itself (the CPU stand-in takes the place of MCore's tex only)"
-        )
-
-
 def te_available() -> bool:
     """Whether MCore found Transformer Engine's torch extension (then the kernel runs, not this)."""
     return getattr(importlib.import_module("megatron.core.utils"), "tex", None) is not None

@@ -1,7 +1,7 @@
 """The names of a pytest item in the harness's terms: its suite, case, case id and tier.
 
 Why a module: the plugin (verdicts), the golden fixture (:mod:`harness.golden.checker`) and the
-light-import selection name a case the same way, by :func:`harness.suiterun.contract.case_id`.
+light-import selection name a case the same way, by :func:`harness.contract.case_id`.
 """
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from harness.suiterun import contract
+from harness import contract
 
 
 def suite_of(item: pytest.Item) -> str:

@@ -2,7 +2,7 @@
 
 The child is pytest with :mod:`harness.suiterun.plugin`, the target's ``PYTHONPATH`` and the
 CPU stand-ins; what it is told to write (its CasesFile, event log, versions, stand-ins log) is
-named by :mod:`harness.suiterun.contract`. It runs in its own session so that a timeout kills
+named by :mod:`harness.contract`. It runs in its own session so that a timeout kills
 the whole process group, and so that Ctrl-C reaches only the driver, which then kills it.
 """
 
@@ -19,11 +19,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TextIO
 
-from harness import paths
+from harness import contract, paths
+from harness.contract import Env, Flag
 from harness.procs import kill_group, popen_owned
 from harness.progress import CaseFeed
-from harness.suiterun import contract
-from harness.suiterun.contract import Env, Flag
 from harness.suiterun.plan import Group, RunOptions
 from harness.suiterun.target import Target
 

@@ -34,8 +34,8 @@ from collections.abc import Iterable
 from pathlib import Path
 from types import TracebackType
 
+from harness.contract import Env
 from harness.paths import PACKAGE, suites_dir
-from harness.suiterun.contract import Env
 
 ENV_ROOTS = Env.MB_ROOTS
 # Stand-ins that *are* the third-party code they replace (a kernel's documented arithmetic): what

@@ -24,7 +24,7 @@ In the setup phase an assertion or golden mismatch is a fixture's (ERROR); MB ra
 break found while a fixture builds something from MB is still MB's (FAIL).
 
 With ``--harness-events FILE`` the plugin also keeps the live event log of
-:mod:`harness.suiterun.caselog`, so the runner can tell which case a killed process was running.
+:mod:`harness.caselog`, so the runner can tell which case a killed process was running.
 
 One module because pytest loads it as one ``pytest11`` entry point whose hooks share the
 session's state (:class:`SessionState`, in ``config.stash``: its presence is the active flag; the
@@ -36,58 +36,26 @@ from __future__ import annotations
 
 import os
 import time
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from harness import caselog, contract
+from harness.contract import INI_SUITES, CasesFile, Env, Flag
 from harness.errors import Broken, Untestable
 from harness.golden.checker import GoldenChecker, fixtures_root, golden
 from harness.records.results import CaseResult
 from harness.records.verdict import Verdict
-from harness.suiterun import caselog, contract
-from harness.suiterun.contract import INI_SUITES, CasesFile, Env, Flag
 from harness.suiterun.items import DOCUMENTED, HYPOTHETICAL, case_of, item_case_id, suite_of, tier_of
 from harness.suiterun.outcome import GoldenMismatch, case_impacts, structured_violations, verdict_of
 from harness.suiterun.ownership import add_harness_root
+from harness.suiterun.session import PROP, SessionState
 
-PROP = "harness_case"
 NOTE = "harness_note"
 
 
 OPTIONS = tuple(f for f in Flag if f is not Flag.CASES)  # any of these makes a session a harness session
-
-
-@dataclass(eq=False)  # a registered plugin is kept in sets: hashed by identity
-class SessionState:
-    """What this process's harness session keeps between hooks, in one place: the events file it appends
-    to, the case records and collection errors the results file is made of, and the known-bug book
-    (loaded once). Kept in ``config.stash`` and registered as a plugin for the hooks pytest calls
-    without ``config`` (a report's), rather than in module globals that a second session in one
-    process (pytest's own tests of the plugin) would share."""
-
-    events: Path | None = None
-    cases: list[dict[str, Any]] = field(default_factory=list)
-    collection_errors: list[dict[str, str]] = field(default_factory=list)  # suite files that failed to collect
-    known: Any = None  # knownscope.Book, once loaded
-
-    def emit(self, **event: Any) -> None:
-        if self.events is not None:
-            caselog.emit(self.events, **event)
-
-    def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
-        for key, value in report.user_properties:
-            if key == PROP:
-                value = {**value, "duration_s": round(report.duration, 4)}  # type: ignore[dict-item]
-                self.cases.append(value)
-                self.emit(ev="done", case=value)
-
-    def pytest_collectreport(self, report: pytest.CollectReport) -> None:
-        if report.failed:
-            text = str(report.longreprtext or "").strip().splitlines()
-            errors = [ln.lstrip("E ").strip() for ln in text if ln.startswith("E ")] or text[-1:]
-            self.collection_errors.append({"nodeid": report.nodeid, "message": " | ".join(errors)[-1500:]})
 
 
 _STATE = pytest.StashKey[SessionState]()
@@ -124,9 +92,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         default=None,
         help="reviewed known MB bugs (default: <fixtures>/known_failures.json)",
     )
-    group.addoption(
-        Flag.EVENTS, default=None, help="append the live case event log (harness.suiterun.caselog) to this file"
-    )
+    group.addoption(Flag.EVENTS, default=None, help="append the live case event log (harness.caselog) to this file")
     group.addoption(
         Flag.CASES,
         default=None,

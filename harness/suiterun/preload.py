@@ -68,7 +68,7 @@ def preload() -> None:
     era simply does not have (an older megatron-core without ``megatron.core.resharding``) is
     no failure: nothing else is undone.
     """
-    from harness.suiterun.contract import Env
+    from harness.contract import Env
 
     full = os.environ.get(Env.IMPORT_MODE) == "full"
     for name in PRELOAD + (PRELOAD_FULL if full else ()):

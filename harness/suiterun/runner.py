@@ -17,14 +17,13 @@ import uuid
 from pathlib import Path
 from typing import TextIO
 
-from harness import paths
+from harness import contract, paths
 from harness.progress import CaseFeed, Progress
 from harness.records import casetimes
 from harness.records.machine import Machine, this_machine
 from harness.records.provenance import Provenance
 from harness.records.results import CaseResult, RunResult
 from harness.records.verdict import Verdict
-from harness.suiterun import contract
 from harness.suiterun.launch import run_child
 from harness.suiterun.origin import of_run
 from harness.suiterun.plan import (

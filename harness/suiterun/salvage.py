@@ -1,7 +1,7 @@
 """Reading a suite process's verdicts back, whatever way it ended.
 
 Normally the child's CasesFile is the result. When it leaves none, its live event log
-(:mod:`harness.suiterun.caselog`) says how far it got. Killed at the time limit: the case(s) it
+(:mod:`harness.caselog`) says how far it got. Killed at the time limit: the case(s) it
 was running FAIL with ``broken: timeout`` (a hang is the commit's failure, bisectable; the kill
 at ``--timeout`` keeps a hung commit from hanging a bisection). Died of a fatal signal inside
 MB's code (faulthandler's stack, :mod:`harness.suiterun.fatal`): that case FAILs with impact
@@ -16,11 +16,11 @@ from __future__ import annotations
 from pathlib import Path
 
 from harness import paths
+from harness.caselog import CaseLog, read_log
+from harness.contract import CasesFile
 from harness.errors import CorruptFile
 from harness.records.results import CaseResult
 from harness.records.verdict import Verdict, worst
-from harness.suiterun.caselog import CaseLog, read_log
-from harness.suiterun.contract import CasesFile
 from harness.suiterun.fatal import mb_crash
 from harness.suiterun.launch import ChildExit
 from harness.suiterun.plan import Group

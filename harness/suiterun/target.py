@@ -17,9 +17,9 @@ from pathlib import Path
 from typing import Any
 
 import harness
+from harness.contract import KNOBS_LOG, VERSIONS_FILE, Env
 from harness.errors import EnvironmentProblem, UsageError
 from harness.paths import ROOT, SITE_DIR, suites_dir
-from harness.suiterun.contract import KNOBS_LOG, VERSIONS_FILE, Env
 from harness.suiterun.ownership import ENV_ROOTS, ENV_VARYING, encode_roots
 from harness.suiterun.versions import _dist_version, mb_location, mb_version
 

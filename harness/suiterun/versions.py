@@ -2,7 +2,7 @@
 versions of everything that decides a verdict.
 
 Why apart from :mod:`.target`: the suite process asks this of itself (it writes its versions
-for the driver, :func:`harness.suiterun.contract.write_versions`), ownership asks where MB
+for the driver, :func:`harness.contract.write_versions`), ownership asks where MB
 lives, known bugs ask MB's version; none of them needs a Target, and :mod:`.target` needs
 :mod:`.ownership`. MB is never imported here (its package ``__init__`` costs ~20 s): the
 version comes from ``package_info.py``.
@@ -17,7 +17,7 @@ import re
 from pathlib import Path
 
 import harness
-from harness.suiterun.contract import Env
+from harness.contract import Env
 
 
 def _dist_version(name: str) -> str:

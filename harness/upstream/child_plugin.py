@@ -39,7 +39,7 @@ def pytest_addoption(parser: Any) -> None:
 
 def pytest_configure(config: Any) -> None:
     if not hasattr(config, "workerinput"):  # what MB's own test run imports, for the driver
-        from harness.suiterun import contract
+        from harness import contract
         from harness.suiterun.versions import versions
 
         contract.write_versions(versions())

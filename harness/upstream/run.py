@@ -19,10 +19,10 @@ import time
 from pathlib import Path
 from typing import Any
 
+from harness.contract import VERSIONS_FILE, Env
 from harness.procs import kill_group, popen_owned
 from harness.records.results import CaseResult
 from harness.records.verdict import Verdict
-from harness.suiterun.contract import VERSIONS_FILE, Env
 from harness.suiterun.target import Target
 from harness.upstream.outcomes import SUITE, PytestRun, case_results
 from harness.upstream.selection import Resolved, describe, load_selection, resolve
@@ -56,7 +56,7 @@ def run_upstream(tgt: Target, out_dir: Path, *, timeout_s: float = 1800.0) -> tu
 
 def child_env(tgt: Target, tree: Path, out_dir: Path | None = None) -> dict[str, str]:
     """The target's environment with the tree root right after its ``src`` (``tests.`` imports);
-    the child writes the versions it imports into ``out_dir`` (harness.suiterun.contract)."""
+    the child writes the versions it imports into ``out_dir`` (harness.contract)."""
     env = tgt.env()
     if out_dir is not None:
         env[Env.VERSIONS_FILE] = str(out_dir / VERSIONS_FILE)

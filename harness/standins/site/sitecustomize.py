@@ -22,7 +22,7 @@ except Exception as _exc:  # never break the interpreter start
 try:
     import os as _os
 
-    from harness.suiterun.contract import Env as _Env
+    from harness.contract import Env as _Env
 
     if _os.environ.get(_Env.IMPORT_MODE) == "light":
         from harness.standins import light as _light

@@ -76,7 +76,7 @@ class Flag(enum.StrEnum):
     RECORD = "--harness-record"  # record every obtained value, never fail on goldens
     REGEN = "--harness-regen"  # rewrite goldens in place (the reviewed way is harness fixtures record)
     KNOWN_FAILURES = "--harness-known-failures"  # reviewed known MB bugs
-    EVENTS = "--harness-events"  # the live case event log (harness.suiterun.caselog)
+    EVENTS = "--harness-events"  # the live case event log (harness.caselog)
     CASES = "--harness-cases"  # a JSON list of case ids: run only these
 
 
