@@ -50,28 +50,12 @@ class _Refused:
     outcome: dict[str, Any]
 
 
-def _on_rank(
-    built: mimo.MimoSamples,
-    modules: dict[str, int],
-    seq: int,
-    mbs: int,
-    gbs: int,
-    steps: int,
-    pack: bool,
-    cp: dict[str, int] | None,
-) -> Any:
+def _on_rank(built: mimo.MimoSamples, step_args: dict[str, Any]) -> Any:
+    """Each rank's call of :data:`mimostep.mimo_step_inputs` with ``step_args``, a refusal attributed there."""
+
     def on_rank(_rank: int) -> mimostep.ModuleRank | _Refused:
         try:
-            return mimostep.mimo_step_inputs(
-                built.provider,
-                modules=modules,
-                seq_length=seq,
-                micro_batch_size=mbs,
-                global_batch_size=gbs,
-                steps=steps,
-                pack=pack,
-                context_parallel=cp,
-            )
+            return mimostep.mimo_step_inputs(built.provider, **step_args)
         except ImpactFailure:
             raise  # a contract broken on the rank: the world reports it with its impact
         except (ValueError, AssertionError) as exc:
@@ -96,8 +80,16 @@ def world(
     context-parallel size, its replicas then span that many ranks each)."""
     _ = mimostep.mimo_step_inputs.era  # untestable here, before a world starts, where MB has no such step
     mimostep.step_packing(pack)  # likewise where MB's step cannot pack
-    size = mimoloader.world_size(modules, cp)
-    return run_world(Layout(dp=size), _on_rank(built, modules, seq, mbs, gbs, steps, pack, cp))
+    step_args = {
+        "modules": modules,
+        "seq_length": seq,
+        "micro_batch_size": mbs,
+        "global_batch_size": gbs,
+        "steps": steps,
+        "pack": pack,
+        "context_parallel": cp,
+    }
+    return run_world(Layout(dp=mimoloader.world_size(modules, cp)), _on_rank(built, step_args))
 
 
 def replicas(ranks: list[mimostep.ModuleRank]) -> list[mimostep.ModuleRank]:
