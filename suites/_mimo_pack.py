@@ -75,19 +75,23 @@ def _padded(kwargs: dict[str, Any], bounds: list[int]) -> list[int]:
     return bounds if got is None else [int(x) for x in got.reshape(-1).tolist()]
 
 
-def _check_alignment(where: str, padded: list[int], lengths: list[int], total: int, cp: int) -> None:
-    """The packed stream's padded segments hold their real tokens and, under CP, split as megatron-core's
-    MIMO model splits them: ``tex.thd_get_partitioned_indices`` over ``cu_seqlens_q_padded``, which needs
-    every padded boundary on ``2*CP`` (TE asserts it; the split is not defined off it)."""
+def _check_segments_hold(where: str, padded: list[int], lengths: list[int]) -> None:
+    """The packed stream's padded segments hold their rows' real tokens, one segment per row (checked
+    before any field is read at those segments: a segment cut short drops its row's last tokens)."""
     require(
         len(padded) == len(lengths) + 1
         and padded[0] == 0
-        and padded[-1] == total
         and all(b - a >= n for a, b, n in zip(padded, padded[1:], lengths, strict=False)),
         Impact.DROPS_TRAINED_TOKEN,
-        f"{where}: padded boundaries {padded} over a packed stream of {total} do not hold segments of {lengths} "
-        "real tokens",
+        f"{where}: the pack's segments {padded} do not hold rows of {lengths} real tokens (segment lengths "
+        "from the batch's attention_mask)",
     )
+
+
+def _check_alignment(where: str, padded: list[int], lengths: list[int], total: int, cp: int) -> None:
+    """Under CP, the packed stream splits as megatron-core's MIMO model splits it:
+    ``tex.thd_get_partitioned_indices`` over ``cu_seqlens_q_padded``, which needs every padded boundary
+    on ``2*CP`` (TE asserts it; the split is not defined off it)."""
     if cp == 1:
         return
     try:
@@ -173,6 +177,7 @@ def _check_micro_batch(where: str, unpacked: dict[str, Any], packed: dict[str, A
     for n in lengths:
         bounds.append(bounds[-1] + n)
     padded = _padded(kwargs, bounds)
+    _check_segments_hold(where, padded, lengths)
     for name, impact in _FIELDS:
         if unpacked.get(name) is not None:
             _check_field(where, name, impact, unpacked[name], packed.get(name), padded, lengths)
