@@ -244,8 +244,8 @@ def run_offline(
 ) -> ForwardResult:
     """Every packed micro-batch of ``case`` through ``gpt_step`` (or the step ``through`` names), against
     each example's unpacked run through the same step, on the given models (default: the CPU tiny model)."""
-    run_step = OFFLINE_STEPS[through]
-    needs(run_step)
+    op = OFFLINE_STEPS[through]
+    needs(op)
     b = _sftcases.built(case)
     gpt, _ = on or models()
     ds = b.build.prep_reference
@@ -254,10 +254,10 @@ def run_offline(
     refs: dict[str, stepcheck.TokenOutputs] = {}
     ref_totals: dict[str, stepcheck.LossTotals] = {}
     for i, ex in enumerate(b.examples):
-        run = run_step(gpt, ds.collate_fn([ds[i]]))
+        run = op(gpt, ds.collate_fn([ds[i]]))
         refs[ex.key] = token_outputs(run, 0, len(ex.tokens))
         ref_totals[ex.key] = _totals(run)
-    runs = [run_step(gpt, batch) for batch in b.batches]
+    runs = [op(gpt, batch) for batch in b.batches]
     rows = [row for run in runs for row in model_rows(run)]
     if len(rows) != len(runs):
         raise AssertionError(f"offline packed micro-batches must hold one row each, got {len(rows)} rows")

@@ -88,12 +88,13 @@ def _check_segments_hold(where: str, padded: list[int], lengths: list[int]) -> N
     )
 
 
-def _check_alignment(where: str, padded: list[int], lengths: list[int], total: int, cp: int) -> None:
+def _check_alignment(where: str, padded: list[int], lengths: list[int], cp: int) -> None:
     """Under CP, the packed stream splits as megatron-core's MIMO model splits it:
     ``tex.thd_get_partitioned_indices`` over ``cu_seqlens_q_padded``, which needs every padded boundary
     on ``2*CP`` (TE asserts it; the split is not defined off it)."""
     if cp == 1:
         return
+    total = padded[-1]
     try:
         held = torch.cat([thd_partition.thd_partitioned_indices(torch.tensor(padded), total, cp, r) for r in range(cp)])
     except thd_partition.PartitionRefused as exc:
@@ -189,7 +190,7 @@ def _check_micro_batch(where: str, unpacked: dict[str, Any], packed: dict[str, A
             f"{where}: {key} {None if got is None else (str(got.dtype), got.tolist())}, the segments' "
             f"boundaries are int32 {want}",
         )
-    _check_alignment(where, padded, lengths, padded[-1], cp)
+    _check_alignment(where, padded, lengths, cp)
     longest = max(b - a for a, b in itertools.pairwise(padded))
     for key in ("max_seqlen_q", "max_seqlen_kv"):
         got = kwargs.get(key)
