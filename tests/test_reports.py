@@ -23,10 +23,11 @@ import pytest
 from harness.bisect.document import BisectDoc
 from harness.errors import CorruptFile, UsageError
 from harness.nightly import history
+from harness.nightly.history import write_trend_page
 from harness.records.machine import Machine
 from harness.records.results import CaseResult, RunResult
 from harness.records.verdict import Verdict
-from harness.report import render_bisect_report, render_run_report, render_trend_report, write_junit
+from harness.report import render_bisect_report, render_run_report, write_junit
 from harness.report.diffview import row_window
 
 XSS = "<script>alert('pwned')</script>"
@@ -445,7 +446,7 @@ def test_reports_load_nothing_from_outside(tmp_path: Path) -> None:
     pages = [
         render_run_report(sample_run(), tmp_path / "run.html"),
         render_bisect_report(BisectDoc.from_json(sample_bisect()), tmp_path / "bisect.html"),
-        render_trend_report(store, tmp_path / "trend.html", {"packing::loss_mask": "bisect.html"}),
+        write_trend_page(store, tmp_path / "trend.html", {"packing::loss_mask": "bisect.html"}),
     ]
     for page in pages:
         doc = parse_html(page)
@@ -692,7 +693,7 @@ def test_trend_report_shows_newly_failing_rows_and_bisect_links(tmp_path: Path) 
     store = tmp_path / "history.parquet"
     history.append_run(store, sample_run(), "a" * 40)
     history.append_run(store, _second_run(), "b" * 40)
-    out = render_trend_report(store, tmp_path / "trend.html", {"packing::basic": "bisect-basic.html"})
+    out = write_trend_page(store, tmp_path / "trend.html", {"packing::basic": "bisect-basic.html"})
     doc = parse_html(out)
     rows = doc.by_id("newly-failing").find("tbody").find_all("tr")
     assert sorted(r.attrs["data-case-id"] for r in rows) == ["config::ok", "packing::basic"]
@@ -710,9 +711,9 @@ def test_trend_report_says_why_a_newly_failing_case_has_no_bisect(tmp_path: Path
     store = tmp_path / "history.parquet"
     history.append_run(store, sample_run(), "a" * 40)
     history.append_run(store, _second_run(), "b" * 40)
-    off = parse_html(render_trend_report(store, tmp_path / "off.html"))
+    off = parse_html(write_trend_page(store, tmp_path / "off.html"))
     why = "no bisect: the previous nightly's commit aaaaaaaaaaaa is not an ancestor of bbbbbbbbbbbb"
-    planned = parse_html(render_trend_report(store, tmp_path / "on.html", {}, bisect_note=why))
+    planned = parse_html(write_trend_page(store, tmp_path / "on.html", {}, bisect_note=why))
     for doc, said in ((off, "no automatic bisection this night"), (planned, why)):
         rows = doc.by_id("newly-failing").find("tbody").find_all("tr")
         cells = [r.find_all("td")[-1] for r in rows]
@@ -722,10 +723,10 @@ def test_trend_report_says_why_a_newly_failing_case_has_no_bisect(tmp_path: Path
 
 
 def test_trend_report_of_an_empty_store_and_unsafe_links(tmp_path: Path) -> None:
-    doc = parse_html(render_trend_report(tmp_path / "none.parquet", tmp_path / "trend.html"))
+    doc = parse_html(write_trend_page(tmp_path / "none.parquet", tmp_path / "trend.html"))
     assert not doc.find_all("table", id="trend-grid") and not doc.find_all("svg")
     with pytest.raises(UsageError, match="unsafe"):
-        render_trend_report(tmp_path / "none.parquet", tmp_path / "t.html", {"a::b": " JavaScript:alert(1)"})
+        write_trend_page(tmp_path / "none.parquet", tmp_path / "t.html", {"a::b": " JavaScript:alert(1)"})
 
 
 def test_bisect_report_groups_cases_by_culprit_and_names_the_source(tmp_path: Path) -> None:
@@ -1006,7 +1007,7 @@ def test_trend_links_nights_to_their_reports_and_commits_and_shows_case_duration
     for i, (rid, verdicts) in enumerate(nights):
         run = _night(rid, f"2026-11-0{i + 1}T02:00:00Z", verdicts, REPO_URL)
         history.append_run(store, run, f"{i + 1}" * 40, f"runs/{rid}/report.html")
-    doc = parse_html(render_trend_report(store, tmp_path / "trend.html"))
+    doc = parse_html(write_trend_page(store, tmp_path / "trend.html"))
     rows = doc.by_id("nights").find("tbody").find_all("tr")
     assert [r.attrs["data-run-id"] for r in rows] == ["n3", "n2", "n1"], "newest night first"
     assert rows[0].find("a", cls="night-report").attrs["href"] == "runs/n3/report.html"
@@ -1051,7 +1052,7 @@ def test_trend_refuses_an_unsafe_night_report_address(tmp_path: Path) -> None:
     store = tmp_path / "history.parquet"
     history.append_run(store, sample_run(), "a" * 40, "javascript:alert(1)")
     with pytest.raises(UsageError, match="unsafe"):
-        render_trend_report(store, tmp_path / "trend.html")
+        write_trend_page(store, tmp_path / "trend.html")
 
 
 def test_duration_sparkline_draws_sub_second_noise_flat_and_names_the_largest_only_when_it_differs() -> None:

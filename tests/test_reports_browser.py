@@ -26,7 +26,8 @@ import pytest
 
 from harness.bisect.document import BisectDoc
 from harness.nightly import history
-from harness.report import render_bisect_report, render_run_report, render_trend_report
+from harness.nightly.history import write_trend_page
+from harness.report import render_bisect_report, render_run_report
 
 CHROMIUM = Path("/usr/bin/chromium")
 REPO = Path(__file__).resolve().parent.parent
@@ -120,7 +121,7 @@ def pages(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     return {
         "run": render_run_report(samples.sample_run(), d / "run.html"),
         "bisect": render_bisect_report(BisectDoc.from_json(samples.sample_bisect()), d / "bisect.html"),
-        "trend": render_trend_report(store, d / "trend.html", {"packing::basic": "bisect.html"}),
+        "trend": write_trend_page(store, d / "trend.html", {"packing::basic": "bisect.html"}),
     }
 
 

@@ -128,7 +128,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace, out: TextIO = sys.stdout) -> int:
     from harness.executors.shards import run_suites_with
     from harness.nightly import history  # pandas, jinja2: not needed by --help
-    from harness.report import render_run_report, render_trend_report, write_junit
+    from harness.report import render_run_report, write_junit
     from harness.report.terminal import print_nothing_ran, print_run_summary
 
     fixtures = _args.use_roots(args)
@@ -171,7 +171,7 @@ def run(args: argparse.Namespace, out: TextIO = sys.stdout) -> int:
     df = history.append_run(store, result, commit, link)
     tr = history.trend(df)
     trend_page = out_dir / "trend.html"
-    render_trend_report(store, trend_page)  # written before any bisect: a killed bisect keeps it
+    history.write_trend_page(store, trend_page)  # written before any bisect: a killed bisect keeps it
     print(f"\nnightly {result.run_id}: filed under {commit} in {store} ({_plural(len(tr['runs']), 'run')})", file=out)
     if tr["runs"] and tr["runs"][-1]["run_id"] != result.run_id:
         print(
@@ -192,7 +192,7 @@ def run(args: argparse.Namespace, out: TextIO = sys.stdout) -> int:
         why = f"no bisect: {plan.reason}" if plan.command is None else "the bisection named no report for this case"
         found = out_dir / BISECT_DIR / refine.FILENAME
         rows = [vars(d) for d in refine.DefectCulprits.read(found).defects] if links and found.exists() else None
-        render_trend_report(store, trend_page, bisect_links=links, bisect_note=why, defect_culprits=rows)
+        history.write_trend_page(store, trend_page, bisect_links=links, bisect_note=why, defect_culprits=rows)
 
     print(
         f"\ntrend:   {trend_page}\nreport:  {report}\njunit:   {junit}\nresults: {run_dir / 'results.json'}", file=out

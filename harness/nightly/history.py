@@ -291,3 +291,20 @@ def trend(df: pd.DataFrame) -> dict[str, Any]:
         "newly_changed": newly_changed,
         "durations": [{"run_id": r["run_id"], "commit": r["commit"], "duration_s": r["duration_s"]} for r in run_list],
     }
+
+
+def write_trend_page(
+    store: Path,
+    out_path: Path,
+    bisect_links: dict[str, str] | None = None,
+    bisect_note: str = "",
+    defect_culprits: list[dict[str, Any]] | None = None,
+) -> Path:
+    """The trend page of the history in ``store`` written to ``out_path`` (the links, note and defect
+    culprits as :func:`harness.report.trend.render_trend_report` shows them). Here and not in the
+    report package: the page lays out what this module computes, and the report never reads a history."""
+    from harness.report.trend import render_trend_report  # jinja2: only when a page is written
+
+    return render_trend_report(
+        trend(load(Path(store))), Path(store), out_path, bisect_links, bisect_note, defect_culprits
+    )

@@ -15,7 +15,6 @@ from pathlib import Path
 from typing import Any
 
 from harness.errors import UsageError
-from harness.nightly import history
 from harness.records.provenance import commit_url
 from harness.report.formatting import format_seconds, render_template
 
@@ -152,17 +151,18 @@ def _from_page(link: str, store: Path, page: Path) -> str:
 
 
 def render_trend_report(
+    tr: dict[str, Any],
     store: Path,
     out_path: Path,
     bisect_links: dict[str, str] | None = None,
     bisect_note: str = "",
     defect_culprits: list[dict[str, Any]] | None = None,
 ) -> Path:
-    """Write the trend page of the history in ``store``; ``bisect_links`` maps a case id to
+    """Write the trend page of ``tr`` (:func:`harness.nightly.history.trend` of the history in ``store``,
+    which the nightly computes: the page only lays it out); ``bisect_links`` maps a case id to
     the (relative) address of the bisect report that hunted it, shown next to the case;
     ``bisect_note`` says why a newly failing case has none (auto-bisect off, or its plan's reason);
     ``defect_culprits`` (``defects.json``'s rows) lead the page: defect -> bisection -> culprit."""
-    tr = history.trend(history.load(Path(store)))
     reports = _checked_links({r["run_id"]: r.get("report", "") for r in tr["runs"] if r.get("report")})
     reports = {k: _from_page(v, Path(store), Path(out_path)) for k, v in reports.items()}
     for r in tr["runs"]:
