@@ -88,7 +88,7 @@ _STEP = """
 import os, subprocess, sys
 from pathlib import Path
 sys.path.insert(0, sys.argv[1])
-from harness.upstream.selection import load_selection, resolve
+from harness.suiterun.upstream.selection import load_selection, resolve
 tree = Path.cwd()
 env = {**os.environ, "PYTHONPATH": str(tree / "src")}
 bad = False

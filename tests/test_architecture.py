@@ -82,7 +82,6 @@ TWO_WAY_PACKAGES = {
     ("harness.adapters", "harness.suiterun"),  # ownership and refusal attribution live in suiterun
     ("harness.bisect", "harness.executors"),  # the SLURM and shard executors run bisect's evaluator
     ("harness.golden", "harness.suiterun"),  # the golden checker reads the case's item and outcome
-    ("harness.suiterun", "harness.upstream"),  # the runner starts the upstream suite, which reuses its target
 }
 
 

@@ -18,7 +18,7 @@ from harness import cli, procs
 from harness.errors import CorruptFile
 from harness.mutations import load_catalogue
 from harness.suiterun import forkserver
-from harness.upstream import selection
+from harness.suiterun.upstream import selection
 
 
 def one_line_error(capsys: pytest.CaptureFixture[str], argv: list[str]) -> str:

@@ -21,7 +21,7 @@ import pytest
 from harness.paths import ROOT
 from harness.records.verdict import Verdict
 from harness.suiterun.target import Target
-from harness.upstream import NO_CHECKOUT, NO_MATCH, load_selection, outcomes, resolve, run_upstream, selection
+from harness.suiterun.upstream import NO_CHECKOUT, NO_MATCH, load_selection, outcomes, resolve, run_upstream, selection
 
 UTILS = "tests/unit_tests/training/utils/test_packed_seq_utils.py"
 CONFIG = "tests/unit_tests/training/test_config.py"

@@ -14,7 +14,7 @@ from pathlib import Path
 from harness import paths
 from harness.errors import UsageError
 
-UPSTREAM = "upstream"  # MB's own packing tests, replayed from the target's tree (harness.upstream)
+UPSTREAM = "upstream"  # MB's own packing tests, replayed from the target's tree (harness.suiterun.upstream)
 
 
 def golden_suites() -> list[str]:
@@ -29,7 +29,7 @@ def suite_files(names: list[str] | None) -> list[Path]:
     """Golden suite names (``packing_algorithms``...) to files; unknown names are a usage error.
 
     ``None`` means every golden suite. The ``upstream`` suite has no file here; it is run by
-    :mod:`harness.upstream` (see :func:`harness.suiterun.runner.run_suites`).
+    :mod:`harness.suiterun.upstream` (see :func:`harness.suiterun.runner.run_suites`).
     """
     if names and set(names) <= {UPSTREAM}:
         return []

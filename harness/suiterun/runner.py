@@ -232,7 +232,7 @@ def build_result(
 
 
 def _upstream(tgt: Target, opts: RunOptions, out_dir: Path) -> tuple[list[CaseResult], list[str]]:
-    from harness.upstream import run_upstream
+    from harness.suiterun.upstream import run_upstream
 
     return run_upstream(tgt, out_dir / "upstream", timeout_s=opts.timeout_s)
 

@@ -1,6 +1,6 @@
 """The child side of the ``upstream`` suite: a pytest plugin loaded into MB's own pytest run.
 
-Loaded with ``-p harness.upstream.child_plugin`` (see :mod:`harness.upstream.run`). It applies
+Loaded with ``-p harness.suiterun.upstream.child_plugin`` (see :mod:`harness.suiterun.upstream.run`). It applies
 each selection entry's ``-k`` to its own file only (one pytest ``-k`` would apply to every file)
 and writes one JSON line per event (session start, selection, collection errors, each test
 phase with its verdict, finish) to the events file, flushed at once, so a run killed at its

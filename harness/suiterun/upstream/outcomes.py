@@ -14,8 +14,8 @@ from typing import Any
 
 from harness.records.results import CaseResult
 from harness.records.verdict import Verdict
-from harness.upstream.child_plugin import MESSAGE_LIMIT, crash_line
-from harness.upstream.selection import NO_MATCH, Resolved
+from harness.suiterun.upstream.child_plugin import MESSAGE_LIMIT, crash_line
+from harness.suiterun.upstream.selection import NO_MATCH, Resolved
 
 SUITE = "upstream"
 

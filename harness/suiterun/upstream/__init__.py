@@ -5,7 +5,7 @@ subprocess), ``child_plugin`` (loaded into that pytest: selection and outcome ev
 ``outcomes`` (events -> verdicts).
 """
 
-from harness.upstream.run import NO_CHECKOUT, run_upstream
-from harness.upstream.selection import NO_MATCH, load_selection, resolve
+from harness.suiterun.upstream.run import NO_CHECKOUT, run_upstream
+from harness.suiterun.upstream.selection import NO_MATCH, load_selection, resolve
 
 __all__ = ["NO_CHECKOUT", "NO_MATCH", "load_selection", "resolve", "run_upstream"]

@@ -1,12 +1,12 @@
 """The ``upstream`` suite: MB's own packing tests, run from the target's tree.
 
 For a target that is an MB source checkout (``Target.src`` = ``<tree>/src``, tests in
-``<tree>/tests``), the selection (:mod:`harness.upstream.selection`) is resolved by probing the
+``<tree>/tests``), the selection (:mod:`harness.suiterun.upstream.selection`) is resolved by probing the
 tree, then run in one pytest subprocess with cwd = tree root, the target's environment (its
 ``src`` first, the CPU stand-ins) and the tree root on ``PYTHONPATH`` (MB's tests import
 helpers as ``tests.``). Per-test outcomes come back as data, written by the child-side plugin
-(:mod:`harness.upstream.child_plugin`) and turned into verdicts by
-:mod:`harness.upstream.outcomes`.
+(:mod:`harness.suiterun.upstream.child_plugin`) and turned into verdicts by
+:mod:`harness.suiterun.upstream.outcomes`.
 """
 
 from __future__ import annotations
@@ -24,8 +24,8 @@ from harness.procs import kill_group, popen_owned
 from harness.records.results import CaseResult
 from harness.records.verdict import Verdict
 from harness.suiterun.target import Target
-from harness.upstream.outcomes import SUITE, PytestRun, case_results
-from harness.upstream.selection import Resolved, describe, load_selection, resolve
+from harness.suiterun.upstream.outcomes import SUITE, PytestRun, case_results
+from harness.suiterun.upstream.selection import Resolved, describe, load_selection, resolve
 
 NO_CHECKOUT = "upstream suite needs an MB source checkout (--mb-src)"
 
@@ -79,7 +79,7 @@ def build_command(tree: Path, runnable: list[Resolved], spec: Path, events: Path
         "-p",
         "no:cacheprovider",
         "-p",
-        "harness.upstream.child_plugin",
+        "harness.suiterun.upstream.child_plugin",
         "--harness-upstream-spec",
         str(spec),
         "--harness-upstream-events",
