@@ -1,6 +1,7 @@
-"""Evaluating one commit: the outcome record, the evaluator protocol and the MB evaluator.
+"""Evaluating one commit: the evaluator protocol and the MB evaluator.
 
-An evaluator turns a commit sha into one verdict per case (:class:`EvalOutcome`). The driver
+An evaluator turns a commit sha into one verdict per case (:class:`~harness.executors.outcome.EvalOutcome`,
+the record the executors carry back; re-exported here). The driver
 never knows how: the MB evaluator materialises the commit from the private mirror and runs the
 golden suites on it (:func:`harness.suiterun.runner.run_suites`); tests and benchmarks pass scripted
 ones. Evaluators run wherever the executor puts them (a thread, a cluster job), so they and
@@ -28,7 +29,7 @@ import json
 import platform
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
@@ -36,29 +37,12 @@ from harness import paths
 from harness.bisect.closure import closure_hash, suite_hash, suite_process_files
 from harness.bisect.scope import Scope, suite_of
 from harness.errors import CorruptFile, GitError
-from harness.executors.local import JobLog
+from harness.executors.outcome import EvalOutcome
 from harness.oracle.records import counts_line, violation_line
 from harness.records.results import CaseResult, RunResult
-from harness.records.verdict import Verdict
 from harness.repository.gitrepo import open_repo
 from harness.repository.pins import PinnedCore, pinned_core
 from harness.repository.workspaces import WorkspaceCache
-
-
-@dataclass
-class EvalOutcome:
-    """One evaluation of one commit, as an evaluator returns it (picklable)."""
-
-    verdicts: dict[str, Verdict]
-    messages: dict[str, str] = field(default_factory=dict)
-    details: dict[str, dict[str, str]] = field(default_factory=dict)  # case -> {"diff", "source"}
-    duration_s: float = 0.0
-    note: str = ""  # why there are no verdicts, timeouts...
-    # The cluster lost the job (preempted, node failure, time limit, killed) past its retries:
-    # a skip for this evaluation that says nothing about MB, so the driver never caches it.
-    infrastructure: bool = False
-    jobs: list[JobLog] = field(default_factory=list)  # cluster jobs that ran it (ids, log paths)
-    core_pin: str = ""  # the Megatron-LM commit of the megatron-core it ran with ("": the installed one)
 
 
 class Evaluator(Protocol):

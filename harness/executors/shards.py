@@ -17,8 +17,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TextIO
 
-from harness.bisect.evaluator import EvalOutcome
 from harness.executors.local import Handle, JobLog, schedule
+from harness.executors.outcome import EvalOutcome
 from harness.executors.slurm import SlurmExecutor
 from harness.executors.slurmjob import SlurmHandle
 from harness.records.machine import Machine

@@ -48,13 +48,13 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any, TextIO
 
-from harness.bisect.evaluator import EvalOutcome
 from harness.errors import EnvironmentProblem, UsageError
 from harness.executors import jobstate
 from harness.executors.jobcalls import JobCall, JobFault
 from harness.executors.joblist import EntryState, JobEntry, JobList, job_key, now_utc
 from harness.executors.local import Handle, JobLog
 from harness.executors.options import SlurmOptions
+from harness.executors.outcome import EvalOutcome
 from harness.executors.sharedcheck import SharedCheck
 from harness.executors.slurmjob import SlurmHandle, import_submitit, indent, own
 
