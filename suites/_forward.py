@@ -171,7 +171,7 @@ def physical_as_logical(golden: dict[str, Any]) -> dict[str, Any]:
     return {**golden, "micro_batches": rows}
 
 
-def _check(
+def check_runs(
     rows: list[differential.PackedRow],
     runs: list[step.StepRun],
     examples: list[differential.Example],
@@ -261,7 +261,7 @@ def run_offline(
     rows = [row for run in runs for row in model_rows(run)]
     if len(rows) != len(runs):
         raise AssertionError(f"offline packed micro-batches must hold one row each, got {len(rows)} rows")
-    return _check(
+    return check_runs(
         rows,
         runs,
         b.examples,
@@ -354,7 +354,7 @@ def run_vlm(case: VLMCase, on: Models | None = None, tol: Tolerances = FP32) -> 
         runs.append(out.packed)
         rows += packed_rows
         expected.append(_totals(out.unpacked))
-    return _check(
+    return check_runs(
         rows,
         runs,
         b.examples,

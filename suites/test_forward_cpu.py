@@ -33,7 +33,7 @@ import dataclasses
 
 import pytest
 
-from suites import _forward, _sftcases
+from suites import _forward, _sftcases, _step37
 
 pytestmark = pytest.mark.import_group("full")
 
@@ -151,3 +151,14 @@ def test_in_batch_vlm_step(golden, case):
     result = _forward.cpu_vlm(case)
     result.assert_ok()
     golden.check({**result.golden, "multiple": case.multiple}, tolerances=_forward.GOLDEN_TOLERANCES)
+
+
+@pytest.mark.parametrize("case", _step37.CASES, ids=[c.id for c in _step37.CASES])
+def test_step37_own_packing(golden, case):
+    """Step-3.7's model-owned packing (MB's Flickr8k provider: greedy non-truncating packs, the pack
+    transform's shift and padding sub-sequence) through its own ``step37_flickr8k_step.forward_step`` == each
+    sample alone through the same pipeline and step: per real token the logits, the loss and its totals,
+    padding trains nothing, sub-sequence boundaries at the samples, an oversize sample as its policy says."""
+    result = _step37.run(case)
+    result.assert_ok()
+    golden.check(result.golden, tolerances=_forward.GOLDEN_TOLERANCES)

@@ -192,6 +192,15 @@ FEATURES: dict[str, Feature] = {
             r"def _packed_metadata_for_forward",
         ),
         Feature(
+            "step37-packing",
+            "Step-3.7's model-owned packing for its Flickr8k SFT (greedy non-truncating packs, the pack transform's "
+            "shift and padding sub-sequence, step37_flickr8k_step's PackedSeqParams from the pack's cu_seqlens)",
+            "bbce575eb",
+            "2026-05-29",
+            "src/megatron/bridge/models/stepfun/step37_flickr8k_step.py",
+            r"def _build_packed_seq_params",
+        ),
+        Feature(
             "mimo-step-packing",
             "MegatronMIMO in-batch sequence packing in the forward step (dataset config enable_in_batch_packing "
             "with defer_in_batch_packing_to_step; training/megatron_mimo_step.resolve_step_packing, "

@@ -65,6 +65,48 @@ def cpu_cuda_calls(*, pin: bool = False) -> Iterator[None]:
         torch.cuda.current_device = orig_current
 
 
+STANDIN_TO_CUDA = "Tensor.to('cuda') kept on the CPU"
+
+
+def _is_cuda(device: Any) -> bool:
+    import torch
+
+    return isinstance(device, (str, torch.device)) and str(device).startswith("cuda")
+
+
+@contextlib.contextmanager
+def cpu_to_cuda(*, pin: bool = False) -> Iterator[None]:
+    """``tensor.to("cuda", ...)`` kept on the CPU, for this block only (a dtype or other argument still
+    applies). Step3.7's per-step preprocess moves its packed batch and images with ``.to("cuda")``
+    rather than ``.cuda()``; what it moves is marked as ``.cuda()``'s results are (:func:`cuda_results`),
+    so its host reads are counted the same way. Applied when CUDA is absent, or always with ``pin``."""
+    import torch
+
+    if torch.cuda.is_available() and not pin:
+        yield
+        return
+    original = torch.Tensor.to
+
+    def _to(self: Any, *args: Any, **kwargs: Any) -> Any:  # torch's signature
+        moved = bool(args) and _is_cuda(args[0])
+        if moved:
+            args = ("cpu", *args[1:])
+        if _is_cuda(kwargs.get("device")):
+            moved = True
+            kwargs["device"] = "cpu"
+        if not moved:
+            return original(self, *args, **kwargs)
+        standins.record(STANDIN_TO_CUDA)
+        out = original(self.as_subclass(torch.Tensor), *args, **kwargs)  # device to device: no host read
+        return _ON_CUDA[-1](out) if _ON_CUDA else out
+
+    torch.Tensor.to = _to  # type: ignore[method-assign]
+    try:
+        yield
+    finally:
+        torch.Tensor.to = original  # type: ignore[method-assign]
+
+
 STANDIN_CAUSAL_MASK = "MCore get_default_causal_mask built on CPU (it hard-codes device='cuda')"
 STANDIN_CUDA_TENSOR = "torch.tensor(device='cuda') made on CPU"
 
