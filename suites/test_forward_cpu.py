@@ -33,7 +33,7 @@ import dataclasses
 
 import pytest
 
-from suites import _forward, _sftcases, _step37
+from suites import _dgpt, _forward, _sftcases, _step37
 
 pytestmark = pytest.mark.import_group("full")
 
@@ -162,3 +162,18 @@ def test_step37_own_packing(golden, case):
     result = _step37.run(case)
     result.assert_ok()
     golden.check(result.golden, tolerances=_forward.GOLDEN_TOLERANCES)
+
+
+# MB's diffusion step (Nemotron-Labs-Diffusion's DGPTStep) documents packing as not supported: the same offline
+# packed micro-batches must be refused before its model runs (suites/_dgpt.py). Prompt corpora: the step reads
+# the batch's attention_mask key, which MB's unpacked chat collate (the control) does not write
+DGPT = [_clean(_BY_ID[i]) for i in ("prompt-mult1", "prompt-mult4")]
+
+
+@pytest.mark.parametrize("case", [_sftcases.case_param(c) for c in DGPT])
+def test_offline_packing_refused_by_dgpt_step(case):
+    """MB's offline packed micro-batches through MB's diffusion step: refused ("Packed sequence support is not
+    currently implemented for DGPTStep"), never handed to its model as one sequence (a packed row without
+    boundaries attends across documents); an unpacked example reaches the model (the control)."""
+    refused = _dgpt.check(case)
+    assert refused == len(_sftcases.built(case).batches)

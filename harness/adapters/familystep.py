@@ -1,6 +1,8 @@
 """A model family's own training step: DeepSeek-V4's over offline packed batches (``models/deepseek/
 deepseek_v4_step``, ledger feature ``dsv4-step``), and Step-3.7's over its own packed Flickr8k pipeline
-(``models/stepfun/step37_flickr8k_step``, ledger feature ``step37-packing``).
+(``models/stepfun/step37_flickr8k_step``, ledger feature ``step37-packing``); and the diffusion step
+(``diffusion/models/common/dgpt_step.DGPTStep``, ledger feature ``dgpt-step``), which documents packed
+sequences as not supported.
 
 Why: MB ships step functions beside a model family's code, and a user training that family calls them
 instead of ``gpt_step`` (``--step_func dsv4_step``). DeepSeek-V4's runs ``gpt_step``'s common forward
@@ -25,11 +27,18 @@ sub-sequence of its own (``pack_samples``); its step pads again to ``lcm(TP, 16)
   computes its RoPE positions per sub-sequence from the THD boundaries; the double hands the tiny
   ``GPTModel`` exactly those positions. Images reach it recorded, not encoded: the vision tower is
   outside the packing contract this checks (which tokens, labels, boundaries and loss reach the model).
+
+The diffusion step refuses packed batches ("Packed sequence support is not currently implemented for
+DGPTStep"). Operation ``dgpt_step(model, batch, mask_token_id)`` -> the keyword arguments MB's step
+handed the model, or MB's exception when it refused first. Its model (a diffusion GPT over the doubled
+``[noisy | clean]`` sequence) is not run here: :class:`ReachingModel` records the call and stops the step
+there, so what is judged is what reaches the model (a packed row without its boundaries).
 """
 
 from __future__ import annotations
 
 import contextlib
+import copy
 import itertools
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -40,7 +49,15 @@ import torch
 
 from harness import standins
 from harness.adapters import Candidate, Operation, load_module, symbol
-from harness.adapters.step import RecordingModel, StepRun, mcore_call_matches, minimal_state, run_step
+from harness.adapters.step import (
+    RecordingModel,
+    StepRun,
+    mcore_call_matches,
+    minimal_state,
+    on_model_device,
+    run_step,
+    snapshot,
+)
 from harness.standins.cuda import cpu_to_cuda
 
 DSV4 = "megatron.bridge.models.deepseek.deepseek_v4_step"
@@ -195,3 +212,56 @@ step37_step = Operation(
     feature="step37-packing",
 )
 """``step37_step(model, batch, provider)``: one pack through MB's Step-3.7 ``forward_step`` and loss function."""
+
+
+# --------------------------------------------------------------------------- the diffusion step (refuses packing)
+
+DGPT = "megatron.bridge.diffusion.models.common.dgpt_step"
+
+
+class ModelReached(Exception):
+    """Raised by :class:`ReachingModel` at the model call: the step got that far (not an MB error)."""
+
+    def __init__(self, kwargs: dict[str, Any]) -> None:
+        super().__init__("the step called the model")
+        self.kwargs = kwargs
+
+
+class ReachingModel(RecordingModel):
+    """Stops the step at its model call, with what it passed. The diffusion step reads its model config's
+    ``different_seed_per_dp`` and ``mask_token_id`` (set here: one noise generator, the given mask id)."""
+
+    def __init__(self, gpt: torch.nn.Module, mask_token_id: int) -> None:
+        super().__init__(gpt)
+        config: Any = copy.copy(gpt.config)
+        config.different_seed_per_dp = False
+        config.mask_token_id = mask_token_id
+        self.config = config
+
+    def forward(self, **kwargs: Any) -> Any:
+        raise ModelReached({k: snapshot(v) for k, v in kwargs.items()})
+
+
+def _dgpt_probe() -> Callable[[torch.nn.Module, dict[str, Any], int], dict[str, Any]]:
+    cls = symbol(DGPT, "DGPTStep")
+    mcore_call_matches(DGPT, "get_batch_on_this_cp_rank", "megatron.core.utils")
+
+    def call(gpt: torch.nn.Module, batch: dict[str, Any], mask_token_id: int) -> dict[str, Any]:
+        """What MB's diffusion step hands the model for ``batch`` (MB's exception when it refuses first)."""
+        model = ReachingModel(gpt, mask_token_id)
+        with on_model_device(model):
+            try:
+                cls(seed=1234)(minimal_state(), iter([dict(batch)]), model)
+            except ModelReached as reached:
+                return reached.kwargs
+        raise AssertionError("MB's diffusion step returned without calling the model")
+
+    return call
+
+
+dgpt_step = Operation(
+    "dgpt_step_model_call",
+    [Candidate("diffusion/models/common/dgpt_step.DGPTStep", _dgpt_probe)],
+    feature="dgpt-step",
+)
+"""``dgpt_step(gpt, batch, mask_token_id)``: what MB's diffusion step passes the model (or MB's refusal)."""

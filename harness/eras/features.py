@@ -192,6 +192,15 @@ FEATURES: dict[str, Feature] = {
             r"def _packed_metadata_for_forward",
         ),
         Feature(
+            "dgpt-step",
+            "the diffusion language model's training step (diffusion/models/common/dgpt_step.DGPTStep, "
+            "Nemotron-Labs-Diffusion), which refuses packed batches",
+            "323147608",
+            "2026-05-15",
+            "src/megatron/bridge/diffusion/models/common/dgpt_step.py",
+            r"class DGPTStep",
+        ),
+        Feature(
             "step37-packing",
             "Step-3.7's model-owned packing for its Flickr8k SFT (greedy non-truncating packs, the pack transform's "
             "shift and padding sub-sequence, step37_flickr8k_step's PackedSeqParams from the pack's cu_seqlens)",
