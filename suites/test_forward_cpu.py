@@ -33,7 +33,7 @@ import dataclasses
 
 import pytest
 
-from suites import _dgpt, _forward, _sftcases, _step37
+from suites import _forward, _no_packing_steps, _sftcases, _step37
 
 pytestmark = pytest.mark.import_group("full")
 
@@ -165,8 +165,8 @@ def test_step37_own_packing(golden, case):
 
 
 # MB's diffusion step (Nemotron-Labs-Diffusion's DGPTStep) documents packing as not supported: the same offline
-# packed micro-batches must be refused before its model runs (suites/_dgpt.py). Prompt corpora: the step reads
-# the batch's attention_mask key, which MB's unpacked chat collate (the control) does not write
+# packed micro-batches must be refused before its model runs (suites/_no_packing_steps.py). Prompt corpora: the
+# step reads the batch's attention_mask key, which MB's unpacked chat collate (the control) does not write
 DGPT = [_clean(_BY_ID[i]) for i in ("prompt-mult1", "prompt-mult4")]
 
 
@@ -175,5 +175,19 @@ def test_offline_packing_refused_by_dgpt_step(case):
     """MB's offline packed micro-batches through MB's diffusion step: refused ("Packed sequence support is not
     currently implemented for DGPTStep"), never handed to its model as one sequence (a packed row without
     boundaries attends across documents); an unpacked example reaches the model (the control)."""
-    refused = _dgpt.check(case)
+    refused = _no_packing_steps.dgpt(case)
     assert refused == len(_sftcases.built(case).batches)
+
+
+# Qwen3-Omni's step refuses in-batch packing (suites/_no_packing_steps.py): MB's in-batch collate's packed batches
+# with the flag on must be refused before its model runs
+QWEN3_OMNI = [_forward.VLMCase("qwen3-omni-chat-mult1", VLM_SOURCE, step="qwen3-omni")]
+
+
+@pytest.mark.parametrize("case", QWEN3_OMNI, ids=[c.id for c in QWEN3_OMNI])
+def test_in_batch_packing_refused_by_qwen3_omni_step(case):
+    """Right-padded chat micro-batches packed by MB's in-batch collate through MB's Qwen3-Omni step with in-batch
+    packing enabled: refused ("Qwen3-Omni packed sequence support is not implemented yet"), never handed to its
+    model as one sequence; the same micro-batch unpacked reaches the model (the control)."""
+    refused = _no_packing_steps.qwen3_omni(case)
+    assert refused == -(-len(_forward.unpacked(case.source).examples) // case.micro_batch)

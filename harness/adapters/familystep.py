@@ -2,7 +2,8 @@
 deepseek_v4_step``, ledger feature ``dsv4-step``), and Step-3.7's over its own packed Flickr8k pipeline
 (``models/stepfun/step37_flickr8k_step``, ledger feature ``step37-packing``); and the diffusion step
 (``diffusion/models/common/dgpt_step.DGPTStep``, ledger feature ``dgpt-step``), which documents packed
-sequences as not supported.
+sequences as not supported; Qwen3-Omni's (``models/qwen_omni/qwen3_omni_step``, ledger feature
+``qwen3-omni-packing-refusal``), which refuses in-batch packing.
 
 Why: MB ships step functions beside a model family's code, and a user training that family calls them
 instead of ``gpt_step`` (``--step_func dsv4_step``). DeepSeek-V4's runs ``gpt_step``'s common forward
@@ -32,7 +33,10 @@ The diffusion step refuses packed batches ("Packed sequence support is not curre
 DGPTStep"). Operation ``dgpt_step(model, batch, mask_token_id)`` -> the keyword arguments MB's step
 handed the model, or MB's exception when it refused first. Its model (a diffusion GPT over the doubled
 ``[noisy | clean]`` sequence) is not run here: :class:`ReachingModel` records the call and stops the step
-there, so what is judged is what reaches the model (a packed row without its boundaries).
+there, so what is judged is what reaches the model (a packed row without its boundaries). Qwen3-Omni's
+step raises "Qwen3-Omni packed sequence support is not implemented yet" when the dataset config enables
+in-batch packing; ``qwen3_omni_step(gpt, batch, packing=)`` runs it with that flag as given, the same
+way (its thinker computes multimodal RoPE from the full ``input_ids``; not run here either).
 """
 
 from __future__ import annotations
@@ -48,7 +52,7 @@ from typing import Any
 import torch
 
 from harness import standins
-from harness.adapters import Candidate, Operation, load_module, symbol
+from harness.adapters import Candidate, NotHere, Operation, load_module, source_text, symbol
 from harness.adapters.step import (
     RecordingModel,
     StepRun,
@@ -265,3 +269,34 @@ dgpt_step = Operation(
     feature="dgpt-step",
 )
 """``dgpt_step(gpt, batch, mask_token_id)``: what MB's diffusion step passes the model (or MB's refusal)."""
+
+
+QWEN3_OMNI = "megatron.bridge.models.qwen_omni.qwen3_omni_step"
+
+
+def _qwen3_omni_probe() -> Callable[[torch.nn.Module, dict[str, Any], bool], dict[str, Any]]:
+    fn = symbol(QWEN3_OMNI, "forward_step")
+    if "enable_in_batch_packing" not in source_text(fn):
+        raise NotHere("qwen3_omni_step.forward_step does not read enable_in_batch_packing (collate-time packing)")
+
+    def call(gpt: torch.nn.Module, batch: dict[str, Any], packing: bool) -> dict[str, Any]:
+        """What MB's Qwen3-Omni step hands the model for ``batch`` with in-batch packing ``packing``
+        (MB's exception when it refuses first)."""
+        model = ReachingModel(gpt, mask_token_id=0)
+        state = minimal_state(enable_in_batch_packing=packing, defer_in_batch_packing_to_step=False)
+        with on_model_device(model):
+            try:
+                fn(state, iter([dict(batch)]), model)
+            except ModelReached as reached:
+                return reached.kwargs
+        raise AssertionError("MB's Qwen3-Omni step returned without calling the model")
+
+    return call
+
+
+qwen3_omni_step = Operation(
+    "qwen3_omni_step_model_call",
+    [Candidate("models/qwen_omni/qwen3_omni_step.forward_step (enable_in_batch_packing)", _qwen3_omni_probe)],
+    feature="qwen3-omni-packing-refusal",
+)
+"""``qwen3_omni_step(gpt, batch, packing)``: what MB's Qwen3-Omni step passes the model (or MB's refusal)."""

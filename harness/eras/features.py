@@ -201,6 +201,15 @@ FEATURES: dict[str, Feature] = {
             r"class DGPTStep",
         ),
         Feature(
+            "qwen3-omni-packing-refusal",
+            "Qwen3-Omni's training step refusing in-batch packing when the dataset config enables it "
+            "(models/qwen_omni/qwen3_omni_step: 'packed sequence support is not implemented yet')",
+            "814ad79af",
+            "2026-06-24",
+            "src/megatron/bridge/models/qwen_omni/qwen3_omni_step.py",
+            r"enable_in_batch_packing",
+        ),
+        Feature(
             "step37-packing",
             "Step-3.7's model-owned packing for its Flickr8k SFT (greedy non-truncating packs, the pack transform's "
             "shift and padding sub-sequence, step37_flickr8k_step's PackedSeqParams from the pack's cu_seqlens)",
