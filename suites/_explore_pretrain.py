@@ -107,8 +107,8 @@ def check(case: ExploredCase) -> dict[str, Any]:
     from suites import _pretrain, _sftcases
 
     tok = _sftcases.load_tokenizer()
-    eod, pad = int(tok.eod), int(tok.pad)
     build = pretrain.pretraining_splits(pretrain.PretrainRequest(documents(case), tok, case.seq, knobs=knobs(case)))
+    eod, pad = int(tok.eod), _pretrain.pad_id(build.train)
     padded: dict[str, list[int]] = {}
     for split, ds in (("train", build.train), ("validation", build.valid)):
         samples = range(len(ds)) if ds is not None else range(0)

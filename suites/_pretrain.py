@@ -14,7 +14,7 @@ from __future__ import annotations
 from typing import Any
 
 from harness.adapters import needs
-from harness.errors import Untestable
+from harness.eras import features
 from harness.oracle.impact import Impact, fail, require
 
 
@@ -139,7 +139,9 @@ def step_knobs(name: str) -> dict[str, Any]:
 
     needs(pretrain_step_attention)
     if "inter_document_masking" in STEP[name] and "inter_document_masking" not in core_dataset_fields():
-        raise Untestable("megatron-core's GPTDatasetConfig has no inter_document_masking (Megatron-LM 2026-06-28)")
+        raise features.missing(
+            "inter-document-masking", "megatron-core's GPTDatasetConfig has no inter_document_masking"
+        )
     return STEP[name]
 
 
@@ -191,3 +193,12 @@ def check_step(build: Any, samples: int, eod: int) -> tuple[list[int], list[dict
                     f"sample {r}: token {may[0][0]} may attend to {may[0][1]} across the document end at {e}",
                 )
     return crossing, seen
+
+
+def pad_id(ds: Any) -> int:
+    """The id a served sample holds where megatron-core's GPTDataset padded it. It pads with the tokenizer's
+    ``pad``, or with its own ``_PAD_TOKEN_ID`` (-1) where the era's MB tokenizer has none (MB's HuggingFace
+    tokenizer at 5e4313cfe), and then writes 0 over that id in tokens and labels "so the embedding layer
+    can map the token ID": a negative pad is served as 0."""
+    pad = int(ds._pad_token_id)
+    return 0 if pad < 0 else pad

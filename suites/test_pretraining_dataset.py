@@ -78,7 +78,7 @@ def test_samples_are_windows_of_the_documents(golden, name):
     b = _built(name)
     knobs = CASES[name][1]
     tok = _sftcases.load_tokenizer()
-    eod, pad = int(tok.eod), int(tok.pad)
+    eod, pad = int(tok.eod), _pretrain.pad_id(b.train)
     padded = {}
     for split, ds in (("train", b.train), ("validation", b.valid)):
         require(ds is not None and len(ds) > 0, Impact.CRASH, f"MB built no {split} samples")
@@ -103,7 +103,7 @@ def test_partial_validation_sequence_kept_or_dropped(golden):
     untrained (checked per sample above)."""
     dropped, kept = _built("seq32-drop-partial-validation"), _built("seq32-keep-partial-validation")
     tok = _sftcases.load_tokenizer()
-    eod, pad = int(tok.eod), int(tok.pad)
+    eod, pad = int(tok.eod), _pretrain.pad_id(dropped.valid)
     drop_pad = [
         k
         for k in range(len(dropped.valid))

@@ -20,7 +20,7 @@ from typing import Any
 import torch
 
 from harness.adapters import load_module, source_text
-from harness.errors import Untestable
+from harness.eras import features
 from harness.standins import thd_partition
 from harness.standins.thd_partition import thd_partitioned_indices
 
@@ -93,7 +93,8 @@ def require_partition_reachable() -> None:
     """
     source = source_text(load_module("megatron.bridge.training.gpt_step"))
     if "import transformer_engine_torch" in source and not thd_partition.te_available():
-        raise Untestable(
+        raise features.missing(
+            "cp-partition-through-mcore",
             "CUDA-only: this MB's context-parallel partition imports Transformer Engine's torch extension "
-            "and checks its version itself (the CPU stand-in takes the place of MCore's tex only)"
+            "and checks its version itself (the CPU stand-in takes the place of MCore's tex only)",
         )

@@ -14,7 +14,9 @@ cases are in the hypothetical tier. The reference is the same encoder without pa
 Operation ``omni_collate(examples, processor, seq_length, **knobs)`` -> the collated batch, with the
 ``tokens`` alias of ``input_ids`` (as the encoder's ``encode_batch`` adds it).
 
-Era: ledger feature ``omni-in-batch-collate``.
+Era: ledger feature ``omni-in-batch-collate``; the encoder's ``collate_fn`` since 179e0160f (2026-07-16);
+between the two it packs in ``batch()`` over Energon ``ChatMLSample``s, which the harness does not build
+(untestable there, said so).
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from harness.adapters import Candidate, NotHere, Operation, accepts, symbol
+from harness.adapters import Candidate, NotHere, Operation, Untestable, accepts, symbol
 
 KNOBS = ("pad_to_max_length", "pad_to_multiple_of", "enable_in_batch_packing", "in_batch_packing_pad_to_multiple_of")
 
@@ -31,6 +33,11 @@ def _probe() -> Callable[..., dict[str, Any]]:
     cls = symbol("megatron.bridge.data.energon.nemotron_omni_task_encoder", "NemotronOmniTaskEncoder")
     if not accepts(cls.__init__, *KNOBS):
         raise NotHere("NemotronOmniTaskEncoder takes no in-batch packing knobs")
+    if not hasattr(cls, "collate_fn"):  # ebd55d7bc..179e0160f: encode_sample(ChatMLSample) then batch()
+        raise Untestable(
+            "this NemotronOmniTaskEncoder packs in its batch() over Energon ChatMLSamples (no collate_fn, "
+            "before 179e0160f); the harness hands conversations to collate_fn only"
+        )
 
     def call(examples: list[dict[str, Any]], processor: Any, seq_length: int, **knobs: Any) -> dict[str, Any]:
         out = dict(cls(processor, seq_length=seq_length, **knobs).collate_fn(examples))

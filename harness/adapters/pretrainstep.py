@@ -11,8 +11,9 @@ boundaries of the ``PackedSeqParams`` MB builds from packed metadata when the ba
 (megatron-core's ``inter_document_masking``), and the position ids. Whether the attention kernel
 honours a mask is the model's concern (the forward suites), not the step's.
 
-Era: ``get_batch(data_iterator, cfg, use_mtp, *, pg_collection, ...)``, as
-:mod:`harness.adapters.ppbatch`; older signatures: untestable, with that reason.
+Eras: ``get_batch(data_iterator, cfg, use_mtp, *, pg_collection, ...)``, as
+:mod:`harness.adapters.ppbatch`; before ea7219779 (2025-11-26) ``get_batch(data_iterator, cfg, use_mtp)``
+over megatron-core's global parallel state; older signatures: untestable, with that reason.
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ from typing import Any
 import torch
 
 from harness.adapters import Candidate, NotHere, Operation, symbol
-from harness.adapters.forward import init_cpu_parallel
+from harness.adapters.forward import init_cpu_parallel, mb_packed_seq_params
 from harness.adapters.ppbatch import packed_metadata
 from harness.adapters.step import mcore_call_matches, minimal_state, params_fields
 from harness.standins.cuda import pinned_to_cpu
@@ -38,13 +39,8 @@ class StepAttention:
     position_ids: torch.Tensor | None
 
 
-def _probe() -> Callable[[list[dict[str, Any]], Any], StepAttention]:
-    fn = symbol("megatron.bridge.training.gpt_step", "get_batch")
-    if "pg_collection" not in inspect.signature(fn).parameters:
-        raise NotHere("get_batch takes no pg_collection")
-    groups_cls = symbol("megatron.core.process_groups_config", "ProcessGroupCollection")
-    build = symbol("megatron.bridge.training.utils.packed_seq_utils", "get_packed_seq_params")
-    mcore_call_matches("megatron.bridge.training.gpt_step", "get_batch_on_this_cp_rank", "megatron.core.utils")
+def _attention(get: Callable[[Any, Any], Any], build: Callable[[Any], Any]) -> Callable[..., StepAttention]:
+    """The operation over one era's ``get_batch`` (``get(iterator, cfg)``) and its ``PackedSeqParams`` builder."""
 
     def call(samples: list[dict[str, Any]], dataset_config: Any) -> StepAttention:
         from torch.utils.data import default_collate
@@ -54,7 +50,7 @@ def _probe() -> Callable[[list[dict[str, Any]], Any], StepAttention]:
         state.cfg.dataset = dataset_config
         batch = default_collate(samples)
         with pinned_to_cpu():
-            out = fn(iter([batch]), state.cfg, False, pg_collection=groups_cls.use_mpu_process_groups())
+            out = get(iter([batch]), state.cfg)
         mask, position_ids, metadata = out[3], out[4], packed_metadata(out)
         boundaries = None
         if metadata is not None:
@@ -69,8 +65,32 @@ def _probe() -> Callable[[list[dict[str, Any]], Any], StepAttention]:
     return call
 
 
+def _probe() -> Callable[[list[dict[str, Any]], Any], StepAttention]:
+    fn = symbol("megatron.bridge.training.gpt_step", "get_batch")
+    if "pg_collection" not in inspect.signature(fn).parameters:
+        raise NotHere("get_batch takes no pg_collection")
+    groups_cls = symbol("megatron.core.process_groups_config", "ProcessGroupCollection")
+    build = symbol("megatron.bridge.training.utils.packed_seq_utils", "get_packed_seq_params")
+    mcore_call_matches("megatron.bridge.training.gpt_step", "get_batch_on_this_cp_rank", "megatron.core.utils")
+    return _attention(lambda it, cfg: fn(it, cfg, False, pg_collection=groups_cls.use_mpu_process_groups()), build)
+
+
+def _probe_mpu() -> Callable[[list[dict[str, Any]], Any], StepAttention]:
+    """Before 2025-11-26 (ea7219779): ``get_batch(data_iterator, cfg, use_mtp)``, megatron-core's global
+    parallel state deciding the pipeline stage and the CP slice (a world of one here as there)."""
+    fn = symbol("megatron.bridge.training.gpt_step", "get_batch")
+    if list(inspect.signature(fn).parameters)[:3] != ["data_iterator", "cfg", "use_mtp"]:
+        raise NotHere("get_batch is not get_batch(data_iterator, cfg, use_mtp)")
+    _, build = mb_packed_seq_params.resolved
+    mcore_call_matches("megatron.bridge.training.gpt_step", "get_batch_on_this_cp_rank", "megatron.core.utils")
+    return _attention(lambda it, cfg: fn(it, cfg, False), build)
+
+
 pretrain_step_attention = Operation(
     "pretrain_step_attention",
-    [Candidate("training/gpt_step.get_batch(pg_collection)", _probe)],
+    [
+        Candidate("training/gpt_step.get_batch(pg_collection)", _probe),
+        Candidate("training/gpt_step.get_batch(data_iterator, cfg, use_mtp)", _probe_mpu),
+    ],
     before="get_batch without process-group collections",
 )

@@ -192,6 +192,24 @@ FEATURES: dict[str, Feature] = {
             r"def _packed_metadata_for_forward",
         ),
         Feature(
+            "inter-document-masking",
+            "megatron-core's GPTDatasetConfig.inter_document_masking (each document its own sequence), in the "
+            "Megatron-LM MB pins from this bump on (.main.commit 25f6a0944)",
+            "55dd9a4c0",
+            "2026-06-29",
+            ".main.commit",
+            r"25f6a09440c70ca6135ca44bc4dfbea4726c136a",
+        ),
+        Feature(
+            "cp-partition-through-mcore",
+            "MB's THD context-parallel partition through megatron-core's get_batch_on_this_cp_rank "
+            "(training/utils/packed_seq_utils.get_thd_cp_partition_indices), no Transformer Engine import of its own",
+            "b5d121c54",
+            "2026-07-15",
+            "src/megatron/bridge/training/utils/packed_seq_utils.py",
+            r"def get_thd_cp_partition_indices",
+        ),
+        Feature(
             "dgpt-step",
             "the diffusion language model's training step (diffusion/models/common/dgpt_step.DGPTStep, "
             "Nemotron-Labs-Diffusion), which refuses packed batches",
@@ -214,7 +232,7 @@ FEATURES: dict[str, Feature] = {
             "Step-3.7's model-owned packing for its Flickr8k SFT (greedy non-truncating packs, the pack transform's "
             "shift and padding sub-sequence, step37_flickr8k_step's PackedSeqParams from the pack's cu_seqlens)",
             "bbce575eb",
-            "2026-05-29",
+            "2026-05-28",
             "src/megatron/bridge/models/stepfun/step37_flickr8k_step.py",
             r"def _build_packed_seq_params",
         ),

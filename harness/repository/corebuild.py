@@ -6,7 +6,8 @@ builder of ``GPTDataset``, ``BlendedDataset`` ...) is a C++ extension made by th
 MB's own entry point builds it: ``training/initialize.py`` calls megatron-core's
 ``compile_helpers()`` on local rank 0 before any dataset is built. The harness does the same,
 through that very function of the pinned tree, so a case never meets a missing build artifact
-that a user's training would have built (issue: the environment is ours, never MB's fail).
+that a user's training would have built (issue: the environment is ours, never MB's fail). The build
+imports the pinned ``megatron.core`` with the suite process's stand-ins (:func:`_with_standins`).
 
 The artifact lands in the cached tree; a build that fails leaves its output in :data:`LOG`, which
 the verdict of a case that then misses the module cites as an environment error
@@ -33,6 +34,7 @@ import tempfile
 from pathlib import Path
 
 from harness.contract import CORE_BUILD_LOG
+from harness.paths import ROOT, SITE_DIR
 
 DATASETS = Path("megatron") / "core" / "datasets"
 LOG = CORE_BUILD_LOG  # in the datasets directory: why the last build failed
@@ -112,7 +114,11 @@ def ensure_helpers(tree: Path, python: str | None = None, shared: Path | None = 
         if _from_shared(datasets, shared, key):
             return None
         with tempfile.TemporaryDirectory(prefix="harness-build-") as shims:
-            env = {**os.environ, "PATH": f"{_shims(Path(shims), python)}{os.pathsep}{os.environ.get('PATH', '')}"}
+            env = {
+                **os.environ,
+                "PATH": f"{_shims(Path(shims), python)}{os.pathsep}{os.environ.get('PATH', '')}",
+                "PYTHONPATH": _with_standins(os.environ.get("PYTHONPATH", "")),
+            }
             try:
                 proc = subprocess.run(
                     [python, "-c", _CALL, str(tree)],
@@ -138,6 +144,14 @@ def ensure_helpers(tree: Path, python: str | None = None, shared: Path | None = 
         )
         log.write_text(f"{output}\n{reason}\n", encoding="utf-8")
         return reason
+
+
+def _with_standins(pythonpath: str) -> str:
+    """``PYTHONPATH`` with the harness's stand-ins first, as every suite process has them: importing the
+    pinned tree's ``megatron.core`` (what ``compile_helpers()`` needs) runs module bodies that build CUDA
+    extensions unguarded in some eras (late-2025 pins: ``inference/unified_memory``), which the suite
+    process survives through :mod:`harness.standins.cuda_ext`; the build must too."""
+    return os.pathsep.join(p for p in (str(SITE_DIR), str(ROOT), pythonpath) if p)
 
 
 def _ext_suffix() -> str:

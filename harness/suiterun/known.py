@@ -168,14 +168,18 @@ class KnownFailure:
         source checkout of main, a later release), where its code is, when it names code (``roots``:
         the target's ``megatron/bridge`` and megatron-core). Else in its commit range (resolved by the
         target's repository). A release tag sits on a branch the main-line range may not reach, and a
-        commit between releases carries a version no release specifier names: the code answers there."""
+        commit between releases carries a version no release specifier names: the code answers there.
+        Before them, at a commit between releases (a pre-release version: a bisection's GOOD), the code's
+        presence says the bug is there, its absence nothing (it may have been written differently); an
+        older release the entry does not name keeps its own verdicts."""
         era = self.era(mb_version)
         if era == "in":
             return True  # a release the entry names: reviewed there
-        if era == "after":  # past the releases it names (a source checkout of main): where its code is
-            here = self.code_here(roots)
-            if here is not None:
-                return here
+        here = self.code_here(roots)
+        if era == "after" and here is not None:  # past the releases it names (a checkout of main): where its code is
+            return here
+        if era == "before" and here and _unreleased(mb_version):  # an older commit (a bisection's GOOD) with its code
+            return True
         if self.commits is not None and commit and in_range is not None:
             first_bad, _, first_fixed = self.commits.partition("..")
             if in_range(commit, first_bad, first_fixed or None):
@@ -199,6 +203,16 @@ class KnownFailure:
             return "in"
         floors = [Version(s.version) for spec in specs for s in spec if s.operator in ("==", ">=", ">", "~=", "===")]
         return "before" if floors and all(version < f for f in floors) else "after"
+
+
+def _unreleased(mb_version: str | None) -> bool:
+    """A pre-release or development version: a commit between releases, not a release itself."""
+    from packaging.version import InvalidVersion, Version
+
+    try:
+        return mb_version is not None and Version(mb_version).is_prerelease
+    except InvalidVersion:
+        return False
 
 
 def _versions_field(value: Any) -> str | tuple[str, ...] | None:
