@@ -1,6 +1,6 @@
 """The names of a pytest item in the harness's terms: its suite, case, case id and tier.
 
-Why a module: the plugin (verdicts), the golden fixture (:mod:`harness.golden.checker`) and the
+Why a module: the plugin (verdicts), the golden fixture (:mod:`harness.suiterun.goldenfixture`) and the
 light-import selection name a case the same way, by :func:`harness.contract.case_id`.
 """
 

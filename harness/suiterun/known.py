@@ -47,6 +47,7 @@ from typing import Any
 
 from harness.errors import CorruptFile
 from harness.records.verdict import Verdict
+from harness.suiterun import knownversions
 from harness.suiterun.knowncode import CodeSignature
 from harness.suiterun.refusal import is_refusal
 
@@ -83,7 +84,7 @@ class KnownFailure:
                 reason=str(doc["reason"]),
                 upstream=str(doc["upstream"]),
                 tags=tuple(doc.get("tags", ())),
-                mb_versions=_versions_field(doc.get("mb_versions")),
+                mb_versions=knownversions.versions_field(doc.get("mb_versions")),
                 commits=doc.get("commits"),
                 message=doc.get("message"),
                 impact=str(doc["impact"]),
@@ -97,8 +98,8 @@ class KnownFailure:
             raise ValueError(f"known failure {entry.id!r}: cases and invariants must not be empty")
         if entry.mb_versions is None and entry.commits is None:
             raise ValueError(f"known failure {entry.id!r}: give mb_versions and/or commits (where the bug exists)")
-        for spec in _as_tuple(entry.mb_versions):
-            _specifier(spec, entry.id)
+        for spec in knownversions.as_tuple(entry.mb_versions):
+            knownversions.specifier(spec, entry.id)
         if entry.commits is not None and ".." not in entry.commits:
             raise ValueError(f"known failure {entry.id!r}: commits must read FIRST_BAD..FIRST_FIXED")
         from harness.oracle.impact import parse
@@ -178,7 +179,9 @@ class KnownFailure:
         here = self.code_here(roots)
         if era == "after" and here is not None:  # past the releases it names (a checkout of main): where its code is
             return here
-        if era == "before" and here and _unreleased(mb_version):  # an older commit (a bisection's GOOD) with its code
+        if (
+            era == "before" and here and knownversions.unreleased(mb_version)
+        ):  # an older commit (a bisection's GOOD) with its code
             return True
         if self.commits is not None and commit and in_range is not None:
             first_bad, _, first_fixed = self.commits.partition("..")
@@ -187,61 +190,14 @@ class KnownFailure:
         return False
 
     def era(self, mb_version: str | None) -> str:
-        """Where ``mb_version`` sits against the entry's versions: "in" one of them, "before" all
-        of them (the code may not exist yet: its absence says nothing), or "after" (the code
-        decides). "after" too for an entry without versions or a version that does not parse."""
-        if self.mb_versions is None or not mb_version:
-            return "after"
-        from packaging.version import InvalidVersion, Version
-
-        try:
-            version = Version(mb_version)
-        except InvalidVersion:
-            return "after"
-        specs = [_specifier(spec, self.id) for spec in _as_tuple(self.mb_versions)]
-        if any(version in spec for spec in specs):
-            return "in"
-        floors = [Version(s.version) for spec in specs for s in spec if s.operator in ("==", ">=", ">", "~=", "===")]
-        return "before" if floors and all(version < f for f in floors) else "after"
-
-
-def _unreleased(mb_version: str | None) -> bool:
-    """A pre-release or development version: a commit between releases, not a release itself."""
-    from packaging.version import InvalidVersion, Version
-
-    try:
-        return mb_version is not None and Version(mb_version).is_prerelease
-    except InvalidVersion:
-        return False
-
-
-def _versions_field(value: Any) -> str | tuple[str, ...] | None:
-    if value is None or isinstance(value, str):
-        return value
-    if isinstance(value, list) and value and all(isinstance(v, str) for v in value):
-        return tuple(value)
-    raise TypeError(f"mb_versions must be a specifier string or a non-empty list of them, got {value!r}")
-
-
-def _as_tuple(value: str | tuple[str, ...] | None) -> tuple[str, ...]:
-    if value is None:
-        return ()
-    return (value,) if isinstance(value, str) else value
+        """Where ``mb_version`` sits against the entry's versions (:func:`~.knownversions.era`)."""
+        return knownversions.era(self.mb_versions, self.id, mb_version)
 
 
 @functools.cache
 def _pattern(text: str) -> re.Pattern[str]:
     """A case pattern: ``*`` matches anything, everything else literally (case ids hold brackets)."""
     return re.compile(".*".join(re.escape(part) for part in text.split("*")))
-
-
-def _specifier(text: str, entry_id: str) -> Any:
-    from packaging.specifiers import InvalidSpecifier, SpecifierSet
-
-    try:
-        return SpecifierSet(text, prereleases=True)
-    except InvalidSpecifier as exc:
-        raise ValueError(f"known failure {entry_id!r}: bad mb_versions {text!r}: {exc}") from exc
 
 
 def load(path: Path) -> list[KnownFailure]:

@@ -44,9 +44,9 @@ import pytest
 from harness import caselog, contract
 from harness.contract import INI_SUITES, CasesFile, Env, Flag
 from harness.errors import Broken, Untestable
-from harness.golden.checker import GoldenChecker, fixtures_root, golden
 from harness.records.results import CaseResult
 from harness.records.verdict import Verdict
+from harness.suiterun.goldenfixture import GoldenChecker, fixtures_root, golden
 from harness.suiterun.items import DOCUMENTED, HYPOTHETICAL, case_of, item_case_id, suite_of, tier_of
 from harness.suiterun.outcome import GoldenMismatch, case_impacts, structured_violations, verdict_of
 from harness.suiterun.ownership import add_harness_root

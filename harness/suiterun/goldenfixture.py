@@ -1,8 +1,9 @@
 """The golden assertion of a case: the ``golden`` fixture and its :class:`GoldenChecker`.
 
-Why here, not in the plugin: comparing a value with its golden is the golden layer's job
-(serializer, storage, comparator next door); the plugin only decides what a mismatch means
-(:class:`~harness.suiterun.outcome.GoldenMismatch` -> CHANGED, or FAIL with a violation). The
+Why in the suite-running package: the fixture is pytest wiring (the case's item, the outcome a
+mismatch becomes: :class:`~harness.suiterun.outcome.GoldenMismatch` -> CHANGED, or FAIL with a
+violation, the running target's provenance); the golden layer next door (:mod:`harness.golden`:
+serializer, storage, comparator) does the comparing and imports nothing of the suite process. The
 plugin registers the fixture by importing it. The provenance written into obtained goldens is
 computed once per process (it asks git for the MB commit), not once per case.
 """
