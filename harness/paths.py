@@ -16,6 +16,7 @@ verdict cache, pinned Megatron-LM trees, ``matrix`` exports) goes under the per-
 
 from __future__ import annotations
 
+import importlib.util
 import os
 from pathlib import Path
 
@@ -110,3 +111,19 @@ def cache_dir() -> Path:
     """
     env = os.environ.get(CACHE_ENV)
     return Path(env).expanduser() if env else Path.home() / ".cache" / "harness"
+
+
+def package_dir(name: str) -> Path | None:
+    """Directory of the package ``name`` this interpreter would import (without importing it)."""
+    try:
+        spec = importlib.util.find_spec(name)
+    except (ImportError, ValueError):
+        return None
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    return Path(next(iter(spec.submodule_search_locations)))
+
+
+def mb_location() -> Path | None:
+    """Directory of the ``megatron.bridge`` package this interpreter would import."""
+    return package_dir("megatron.bridge")

@@ -32,10 +32,10 @@ from harness.adapters import batch as batch_ops
 from harness.adapters import config as config_ops
 from harness.adapters import directsft, loaders, rules, symbol
 from harness.adapters.directsft import DirectSFTRequest
+from harness.adapters.refusal import said
 from harness.adapters.world import Layout, run_world
 from harness.oracle import differential
 from harness.oracle.impact import Impact, ImpactFailure, fail, require
-from harness.suiterun.refusal import said
 from suites import _dataparallel, _sftcases
 from suites._explain import multiset_difference
 
@@ -119,7 +119,7 @@ def refusal(ranks: list[RankEpoch]) -> dict[str, Any] | None:
 
 def refused_failure(refused: dict[str, Any], what: str) -> ImpactFailure:
     """A valid configuration the loader refused: MB's up-front check deciding (a finding,
-    ``refuses-valid-config``, see :mod:`harness.suiterun.refusal`), or a crash anywhere else."""
+    ``refuses-valid-config``, see :mod:`harness.adapters.refusal`), or a crash anywhere else."""
     if refused.get("up_front"):
         return fail(
             Impact.REFUSES_VALID_CONFIG, said(refused["error_class"], refused["message"][:300], refused["up_front"])

@@ -13,8 +13,8 @@ import pytest
 
 from harness.adapters import needs, rules
 from harness.adapters.energon import energon_batches
+from harness.adapters.refusal import up_front_check
 from harness.oracle.impact import Impact, fail
-from harness.suiterun.refusal import up_front_check
 from suites._energon import Case, check_deferred, check_packed, check_padded, check_reference
 from suites._energon_step import check_step
 

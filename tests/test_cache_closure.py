@@ -20,7 +20,7 @@ MUST = (
     "harness/oracle/boundaries.py",
     "harness/oracle/impact.py",
     "harness/suiterun/outcome.py",
-    "harness/suiterun/ownership.py",
+    "harness/ownership.py",
     "harness/suiterun/known.py",
     "harness/eras/features.py",
     "harness/records/verdict.py",

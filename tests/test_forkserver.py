@@ -11,10 +11,10 @@ from pathlib import Path
 
 import pytest
 
+from harness.paths import mb_location
 from harness.records.verdict import Verdict
 from harness.suiterun import runner
 from harness.suiterun.target import Target
-from harness.suiterun.versions import mb_location
 from tests import faults
 
 pytestmark = [

@@ -25,11 +25,10 @@ import pytest
 
 from harness import gpucheck
 from harness.errors import EnvironmentProblem, UsageError
-from harness.paths import ROOT
+from harness.paths import ROOT, mb_location
 from harness.records.results import CaseResult, RunResult
 from harness.records.verdict import Verdict
 from harness.suiterun.target import Target
-from harness.suiterun.versions import mb_location
 from suites._forward import BF16, CONTROL_MARGIN, FP32
 from tests import suite_child
 

@@ -25,8 +25,8 @@ import torch
 from harness.adapters.world import Layout, run_world
 from harness.errors import Broken
 from harness.oracle.impact import Impact, ImpactFailure, fail
+from harness.paths import mb_location
 from harness.standins.thd_partition import PartitionRefused, thd_partitioned_indices
-from harness.suiterun.versions import mb_location
 from tests import suite_child
 
 

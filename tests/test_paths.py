@@ -16,12 +16,12 @@ import pytest
 
 from harness import cli, paths
 from harness.commands import _args
+from harness.paths import mb_location
 from harness.records.machine import Machine
 from harness.records.results import CaseResult, RunResult
 from harness.records.verdict import Verdict
 from harness.report.terminal import print_nothing_ran
 from harness.suiterun import runner
-from harness.suiterun.versions import mb_location
 
 
 def test_a_checkout_uses_its_own_suites_and_goldens() -> None:

@@ -14,8 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from harness.paths import ROOT
-from harness.suiterun.versions import mb_location
+from harness.paths import ROOT, mb_location
 
 
 def pytest_run(args: list[str], cwd: Path) -> subprocess.CompletedProcess:

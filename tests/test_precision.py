@@ -24,9 +24,9 @@ from pathlib import Path
 
 import pytest
 
+from harness.adapters.refusal import PREFIX, is_refusal, up_front_check
 from harness.records.verdict import Verdict
 from harness.suiterun import known, knowncode, knownscope
-from harness.suiterun.refusal import PREFIX, is_refusal, up_front_check
 
 EOS = {"invariant": "loss-mask-equals-unpacked", "tags": ["input:eos"], "impact": "drops-trained-token"}
 CASE = "offline::test[prompt-mult1]"
@@ -161,8 +161,8 @@ def _raised(call):
 def test_an_up_front_refusal_is_told_from_a_crash(tmp_path, monkeypatch):
     from types import SimpleNamespace
 
+    from harness.ownership import encode_roots
     from harness.suiterun import outcome
-    from harness.suiterun.ownership import encode_roots
 
     root = tmp_path / "megatron" / "bridge"
     root.mkdir(parents=True)
@@ -206,7 +206,7 @@ GENERIC_MAKEFILE = (
 
 def _core_tree(tmp_path: Path) -> Path:
     """A source tree of the installed megatron-core without its compiled helpers, and a Makefile."""
-    from harness.suiterun.versions import package_dir
+    from harness.paths import package_dir
 
     core = package_dir("megatron.core")
     if core is None or not (core / "datasets" / "helpers.cpp").is_file():

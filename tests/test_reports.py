@@ -979,9 +979,9 @@ def test_provenance_of_an_installed_release_and_web_addresses_of_remotes(monkeyp
     assert provenance.commit_url(REPO_URL, "v0.6.2") == "" and provenance.commit_url("", "a" * 40) == ""
     with pytest.raises(UsageError, match="--repo-url"):
         provenance.checked_repo_url("/home/me/mb")
+    from harness.paths import mb_location
     from harness.suiterun.origin import of_run
     from harness.suiterun.target import Target
-    from harness.suiterun.versions import mb_location
 
     if mb_location() is None:
         pytest.skip("megatron.bridge is not installed here")

@@ -11,9 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from harness.paths import ROOT
+from harness.paths import ROOT, mb_location
 from harness.records.results import RUN_SCHEMA
-from harness.suiterun.versions import mb_location
 
 pytestmark = [
     pytest.mark.slow,

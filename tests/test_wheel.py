@@ -23,7 +23,7 @@ from pathlib import Path
 import pytest
 
 from harness import paths
-from harness.suiterun.versions import mb_location
+from harness.paths import mb_location
 
 pytestmark = [
     pytest.mark.slow,

@@ -263,7 +263,7 @@ def accepted() -> dict[str, Any]:
 
 def rejected(exc: BaseException) -> dict[str, Any]:
     """The outcome of a refusal: class, message, the rules it is attributed to, MB's raising check."""
-    from harness.suiterun.refusal import up_front_check
+    from harness.adapters.refusal import up_front_check
 
     who = rules.attribute(exc)
     return {
@@ -272,7 +272,7 @@ def rejected(exc: BaseException) -> dict[str, Any]:
         "message": " ".join(str(exc).split()),
         "rules": who.names(),
         "raised_at": who.frame,
-        "up_front": up_front_check(exc),  # a gate's check before any batch (harness.suiterun.refusal)
+        "up_front": up_front_check(exc),  # a gate's check before any batch (harness.adapters.refusal)
     }
 
 

@@ -27,7 +27,7 @@ so a break can never hide as an era gap:
 An exception chain (``raise ... from``, or raised while handling another) is read from the
 outermost exception in: the first link that decides wins, so MB's ``raise RuntimeError("install
 fla")`` in an ``except ImportError`` is still "missing dependency fla". "Code under test" is
-decided by location (:mod:`harness.suiterun.ownership`), so it includes the pinned Megatron-LM tree.
+decided by location (:mod:`harness.ownership`), so it includes the pinned Megatron-LM tree.
 """
 
 from __future__ import annotations
@@ -39,7 +39,7 @@ from pathlib import Path
 
 from harness.contract import CORE_BUILD_LOG
 from harness.errors import Broken, EnvironmentProblem, Untestable
-from harness.suiterun.ownership import Owner, frames, megatron_roots, owner_of, varying_roots
+from harness.ownership import Owner, frames, megatron_roots, owner_of, varying_roots
 
 
 class _Cause(enum.Enum):

@@ -114,7 +114,7 @@ def _init_rank(layout: Layout, rank: int, store: str, seed: int) -> None:
 
 def _rank_main(layout: Layout, rank: int, store: str, seed: int, fn: Callable[[int], Any], conn: Connection) -> None:
     from harness.knobs import spy
-    from harness.suiterun.ownership import Owner, blame, mb_frame
+    from harness.ownership import Owner, blame, mb_frame
 
     reply: tuple[Any, ...]
     since = spy.seen()  # what the rank calls MB with is the run's too (harness coverage)

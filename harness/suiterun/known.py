@@ -45,11 +45,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from harness.adapters.refusal import is_refusal
 from harness.errors import CorruptFile
 from harness.records.verdict import Verdict
 from harness.suiterun import knownversions
 from harness.suiterun.knowncode import CodeSignature
-from harness.suiterun.refusal import is_refusal
 
 KIND = "harness-known-failures"
 SCHEMA = 2  # 2: impact, fix_mutant / fixed_in
@@ -264,7 +264,7 @@ def against_known_bugs(
     (exploration), so its pass may only mean the bug's input was not drawn this time: never FIXED.
 
     Any entry listing the case, applying or not, decides two more things: MB refusing the case up
-    front by a check (:mod:`harness.suiterun.refusal`) where the entry records it misbehaving later
+    front by a check (:mod:`harness.adapters.refusal`) where the entry records it misbehaving later
     is FIXED, the check named; and an entry whose code is gone from this MB (``gone``: ids of
     entries past their versions whose code is not in ``roots``) makes a passing case FIXED, a
     failing one a FAIL that says the bug moved.

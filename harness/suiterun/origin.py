@@ -63,9 +63,9 @@ def declared_repo_url(location: Path | None) -> str:
 
 def of_run(target: Any, repo_url: str = "") -> Provenance:
     """The provenance of a run against ``target`` (a :class:`harness.suiterun.target.Target`)."""
-    from harness.paths import ROOT
+    from harness.paths import ROOT, mb_location
     from harness.repository.gitrepo import tree_commit
-    from harness.suiterun.versions import mb_location, mb_version
+    from harness.suiterun.versions import mb_version
 
     if target.src is not None:
         location = target.src / "megatron" / "bridge"

@@ -12,10 +12,10 @@ Classification of a failing case (suites check invariants first, the golden last
 * :class:`harness.errors.Untestable` or a pytest skip: UNTESTABLE (with the reason);
 * :class:`Broken` (an MB module that exists and cannot be imported, an operation that no longer
   produces its output): FAIL with a reason starting ``broken:``, bisectable like any failure;
-* MB refusing up front, by an explicit check before any batch (:mod:`harness.suiterun.refusal`):
+* MB refusing up front, by an explicit check before any batch (:mod:`harness.adapters.refusal`):
   FAIL ``refuses-valid-config`` with the check named, unless a known-bug entry makes it FIXED;
 * any other exception whose innermost project frame is the commit under test's code (see
-  :mod:`harness.suiterun.ownership`; torch or Python raising inside a call from MB counts): FAIL;
+  :mod:`harness.ownership`; torch or Python raising inside a call from MB counts): FAIL;
 * :class:`harness.errors.EnvironmentProblem` (the machine cannot run the case and should: a
   Transformer Engine that does not import on a CUDA machine): ERROR with an ``environment:``
   reason, never blamed on MB;
@@ -30,13 +30,13 @@ from typing import Any
 
 import pytest
 
+from harness.adapters.refusal import PREFIX as REFUSED
+from harness.adapters.refusal import describe as describe_refusal
+from harness.adapters.refusal import up_front_check
 from harness.errors import Broken, EnvironmentProblem, Untestable
 from harness.oracle.impact import Impact
+from harness.ownership import Owner, blame, mb_frame
 from harness.records.verdict import Verdict
-from harness.suiterun.ownership import Owner, blame, mb_frame
-from harness.suiterun.refusal import PREFIX as REFUSED
-from harness.suiterun.refusal import describe as describe_refusal
-from harness.suiterun.refusal import up_front_check
 
 
 class GoldenMismatch(AssertionError):

@@ -44,12 +44,12 @@ import pytest
 from harness import caselog, contract
 from harness.contract import INI_SUITES, CasesFile, Env, Flag
 from harness.errors import Broken, Untestable
+from harness.ownership import add_harness_root
 from harness.records.results import CaseResult
 from harness.records.verdict import Verdict
 from harness.suiterun.goldenfixture import GoldenChecker, fixtures_root, golden
 from harness.suiterun.items import DOCUMENTED, HYPOTHETICAL, case_of, item_case_id, suite_of, tier_of
 from harness.suiterun.outcome import GoldenMismatch, case_impacts, structured_violations, verdict_of
-from harness.suiterun.ownership import add_harness_root
 from harness.suiterun.session import PROP, SessionState
 
 NOTE = "harness_note"
@@ -282,8 +282,9 @@ def _known_book(config: pytest.Config) -> Any:
     state = _state(config)
     if state.known is not None:
         return state.known
+    from harness.paths import mb_location, package_dir
     from harness.suiterun import known, knownscope
-    from harness.suiterun.versions import mb_location, mb_version, package_dir
+    from harness.suiterun.versions import mb_version
 
     path = config.getoption(Flag.KNOWN_FAILURES)
     path = Path(path) if path else fixtures_root(config) / known.FILENAME

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import TextIO
 
 from harness import contract, paths
+from harness.paths import mb_location
 from harness.progress import CaseFeed, Progress
 from harness.records import casetimes
 from harness.records.machine import Machine, this_machine
@@ -39,7 +40,6 @@ from harness.suiterun.plan import (
 )
 from harness.suiterun.salvage import collect, interrupted_cases, whole_suite
 from harness.suiterun.target import Target
-from harness.suiterun.versions import mb_location
 
 __all__ = [
     "IMPORT_MODES",

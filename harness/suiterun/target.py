@@ -19,9 +19,9 @@ from typing import Any
 import harness
 from harness.contract import KNOBS_LOG, VERSIONS_FILE, Env
 from harness.errors import EnvironmentProblem, UsageError
-from harness.paths import ROOT, SITE_DIR, suites_dir
-from harness.suiterun.ownership import ENV_ROOTS, ENV_VARYING, encode_roots
-from harness.suiterun.versions import _dist_version, mb_location, mb_version
+from harness.ownership import ENV_ROOTS, ENV_VARYING, encode_roots
+from harness.paths import ROOT, SITE_DIR, mb_location, suites_dir
+from harness.suiterun.versions import _dist_version, mb_version
 
 
 @dataclass(frozen=True)
@@ -65,7 +65,7 @@ class Target:
         return os.pathsep.join(parts + ([old] if old else []))
 
     def megatron_roots(self) -> list[Path]:
-        """Where the code under test lives (blame, see :mod:`harness.suiterun.ownership`): the MB package
+        """Where the code under test lives (blame, see :mod:`harness.ownership`): the MB package
         tree, and the pinned Megatron-LM tree when there is one."""
         mb = self.src / "megatron" / "bridge" if self.src else mb_location()
         return ([mb] if mb else []) + ([self.core / "megatron"] if self.core else [])

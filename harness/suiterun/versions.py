@@ -10,7 +10,6 @@ version comes from ``package_info.py``.
 
 from __future__ import annotations
 
-import importlib.util
 import os
 import platform
 import re
@@ -18,6 +17,7 @@ from pathlib import Path
 
 import harness
 from harness.contract import Env
+from harness.paths import mb_location
 
 
 def _dist_version(name: str) -> str:
@@ -27,22 +27,6 @@ def _dist_version(name: str) -> str:
         return md.version(name)
     except md.PackageNotFoundError:
         return "not installed"
-
-
-def mb_location() -> Path | None:
-    """Directory of the ``megatron.bridge`` package this interpreter would import."""
-    return package_dir("megatron.bridge")
-
-
-def package_dir(name: str) -> Path | None:
-    """Directory of the package ``name`` this interpreter would import (without importing it)."""
-    try:
-        spec = importlib.util.find_spec(name)
-    except (ImportError, ValueError):
-        return None
-    if spec is None or not spec.submodule_search_locations:
-        return None
-    return Path(next(iter(spec.submodule_search_locations)))
 
 
 def mb_version(location: Path | None) -> str:

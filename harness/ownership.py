@@ -35,7 +35,7 @@ from pathlib import Path
 from types import TracebackType
 
 from harness.contract import Env
-from harness.paths import PACKAGE, suites_dir
+from harness.paths import PACKAGE, mb_location, suites_dir
 
 ENV_ROOTS = Env.MB_ROOTS
 # Stand-ins that *are* the third-party code they replace (a kernel's documented arithmetic): what
@@ -66,8 +66,6 @@ def megatron_roots() -> tuple[str, ...]:
     value = os.environ.get(ENV_ROOTS)
     if value is not None:
         return tuple(p for p in value.split(os.pathsep) if p)
-    from harness.suiterun.versions import mb_location
-
     loc = mb_location()
     return (real(loc),) if loc else ()
 

@@ -29,7 +29,7 @@ from pathlib import Path
 from types import TracebackType
 
 from harness.adapters.rules import raising_check
-from harness.suiterun.ownership import Owner, megatron_roots, owner_of
+from harness.ownership import Owner, megatron_roots, owner_of
 
 PREFIX = "MB refused up front"  # the verdict message of a refusal (outcome.verdict_of)
 _GATE = re.compile(r"^_*(validate|finalize|post_init|init|check|verify|ensure|assert)", re.I)
