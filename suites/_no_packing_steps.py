@@ -21,7 +21,9 @@ flag off, reaches the model.
 
 from __future__ import annotations
 
+import functools
 import itertools
+from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -69,6 +71,19 @@ def _judge(step: str, i: int, kwargs: dict[str, Any], batch: dict[str, Any], n: 
     )
 
 
+def _refused(step: str, i: int, batch: dict[str, Any], run: Callable[[], dict[str, Any]], said: str) -> bool:
+    """Micro-batch ``i`` through ``step`` (``run``): True where MB refused it as documented (its message
+    says ``said``); else what reached the model is judged (:func:`_judge`). Any other exception is MB's."""
+    try:
+        kwargs = run()
+    except (ValueError, NotImplementedError) as exc:
+        if said not in str(exc):
+            raise
+        return True
+    _judge(step, i, kwargs, batch, documents(batch))
+    return False
+
+
 def dgpt(case: _sftcases.SFTCase) -> int:
     """Every packed micro-batch of ``case`` through MB's diffusion step; the number MB refused."""
     needs(familystep.dgpt_step)
@@ -81,15 +96,8 @@ def dgpt(case: _sftcases.SFTCase) -> int:
     familystep.dgpt_step(gpt.gpt, ds.collate_fn([ds[0]]), mask_id)  # the control: unpacked reaches the model
     refused = 0
     for i, batch in enumerate(b.batches):
-        n = documents(batch)
-        try:
-            kwargs = familystep.dgpt_step(gpt.gpt, batch, mask_id)
-        except ValueError as exc:
-            if REFUSAL not in str(exc):
-                raise
-            refused += 1
-            continue
-        _judge("diffusion step (DGPTStep)", i, kwargs, batch, n)
+        run = functools.partial(familystep.dgpt_step, gpt.gpt, batch, mask_id)
+        refused += _refused("diffusion step (DGPTStep)", i, batch, run, REFUSAL)
     return refused
 
 
@@ -107,12 +115,6 @@ def qwen3_omni(case: _forward.VLMCase) -> int:
         batch = _forward.right_padded(b.examples[start : start + case.micro_batch], pad_id)
         familystep.qwen3_omni_step(gpt.gpt, batch, False)  # the control: unpacked reaches the model
         packed = thd.in_batch_collate(dict(batch), pad_token_id=pad_id, pad_to_multiple_of=case.multiple)
-        try:
-            kwargs = familystep.qwen3_omni_step(gpt.gpt, packed, True)
-        except NotImplementedError as exc:
-            if OMNI_REFUSAL not in str(exc):
-                raise
-            refused += 1
-            continue
-        _judge("Qwen3-Omni step", i, kwargs, packed, documents(packed))
+        run = functools.partial(familystep.qwen3_omni_step, gpt.gpt, packed, True)
+        refused += _refused("Qwen3-Omni step", i, packed, run, OMNI_REFUSAL)
     return refused
