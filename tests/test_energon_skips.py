@@ -12,9 +12,10 @@ from types import SimpleNamespace
 
 import pytest
 
+from harness import ownership
 from harness.adapters import energon
 from harness.records.verdict import Verdict
-from harness.suiterun import outcome, ownership
+from harness.suiterun import outcome
 
 
 def test_a_stage_name_loses_its_object_address():

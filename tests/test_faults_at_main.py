@@ -22,7 +22,8 @@ from harness.mutations import Fault, load_catalogue
 
 MB_MIRROR = Path(os.environ.get("HARNESS_MB_MIRROR", "/work/.mirror/NVIDIA-NeMo+Megatron-Bridge/repo"))
 MLM_MIRROR = Path(os.environ.get("HARNESS_MLM_MIRROR", "/work/.mirror/NVIDIA+Megatron-LM/repo"))
-FAULTS = [f for f in load_catalogue() if f.since]
+FAULTS = [f for f in load_catalogue() if f.since and not f.is_fix]
+FIXES = [f for f in load_catalogue() if f.since and f.is_fix]
 
 pytestmark = [
     pytest.mark.slow,
@@ -53,7 +54,7 @@ def _verdicts(src: Path, suites: tuple[str, ...], out: Path) -> dict[str, str]:
 def baseline(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
     """The verdicts of every suite a fault here names, on MB main unmutated."""
     work = tmp_path_factory.mktemp("main-baseline")
-    suites = tuple(sorted({s for f in FAULTS for s in f.suites}))
+    suites = tuple(sorted({s for f in FAULTS + FIXES for s in f.suites}))
     return _verdicts(_clone(work / "mb"), suites, work / "out")
 
 
@@ -72,3 +73,19 @@ def test_fault_in_newer_code_turns_a_case_red_at_main(fault: Fault, baseline: di
     verdicts = _verdicts(clone, fault.suites, tmp_path / "out")
     red = sorted(c for c, v in verdicts.items() if v == "fail" and baseline.get(c) != "fail")
     assert red, f"{fault.id}: no case of {fault.suites} turns red at MB main"
+
+
+@pytest.mark.parametrize("fix", FIXES, ids=[f.id for f in FIXES])
+def test_fix_in_newer_code_turns_a_red_case_green_at_main(fix: Fault, baseline: dict[str, str], tmp_path: Path):
+    """A fix mutant of a bug in newer code (a known entry's ``fix_mutant``) makes some case that fails, or is
+    known-failing, on MB main pass, and turns nothing red."""
+    clone = _clone(tmp_path / "mb")
+    assert fix.apply(clone / "src" / "megatron" / "bridge"), f"{fix.id} does not apply to MB main"
+    verdicts = _verdicts(clone, fix.suites, tmp_path / "out")
+    # "fixed": the case passes where its known entry still applies (the entry's code is still there)
+    healed = sorted(
+        c for c, v in verdicts.items() if v in ("pass", "fixed") and baseline.get(c) in ("fail", "known-fail")
+    )
+    broken = sorted(c for c, v in verdicts.items() if v == "fail" and baseline.get(c) != "fail")
+    assert healed, f"{fix.id}: no failing case of {fix.suites} passes with the fix at MB main"
+    assert not broken, f"{fix.id}: turns red at MB main: {broken}"

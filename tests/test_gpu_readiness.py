@@ -97,7 +97,7 @@ def _run_forward_cpu(tmp_path: Path, keyword: str, *, unpin: bool) -> dict[str, 
 @pytest.mark.slow
 def test_cpu_forward_stays_on_the_cpu_where_cuda_is_available(tmp_path: Path) -> None:
     _needs_mb()
-    keyword = "(gpt_step and clean-prompt-mult4) or (vlm_step and chat-cp2-mult4)"
+    keyword = "(test_offline_gpt_step and clean-prompt-mult4) or (vlm_step and chat-cp2-mult4)"
     pinned = _run_forward_cpu(tmp_path, keyword, unpin=False)
     assert len(pinned) == 2, sorted(pinned)
     for case_id, case in pinned.items():
