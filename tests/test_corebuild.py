@@ -57,3 +57,21 @@ def test_without_a_shared_folder_every_tree_builds(tmp_path: Path) -> None:
     for tree in trees:
         assert ensure_helpers(tree) is None
         assert (tree / "megatron" / "core" / "datasets" / "builds.log").read_text() == "built\n"
+
+
+def test_a_pinned_tree_is_compiled_once_and_its_bytecode_is_what_python_imports(tmp_path: Path) -> None:
+    """Suite processes never write bytecode; the harness compiles its own cached tree once."""
+    import importlib.util
+    import sys
+
+    from harness.repository.corebuild import ensure_bytecode
+
+    tree = _tree(tmp_path / "t", "int f() { return 1; }")
+    module = tree / "megatron" / "core" / "datasets" / "utils.py"
+    ensure_bytecode(tree)
+    pyc = Path(importlib.util.cache_from_source(str(module)))
+    assert pyc.is_file(), "compiled next to the source, where an import looks"
+    assert (tree / f".harness-bytecode-{sys.implementation.cache_tag}").is_file()
+    pyc.unlink()
+    ensure_bytecode(tree)
+    assert not pyc.exists(), "a tree is compiled once (the marker), not on every evaluation"

@@ -96,7 +96,7 @@ def core_evaluator(opts: BisectOptions, held: HeldMB, src: Path, cache_dir: Path
         opts.keyword,
         opts.timeout_s,
         None,
-        opts.fork_servers,
+        opts.fork_capacity,
         opts.cases,
     )
     return CoreEvaluator(mb, held.sha, src, Path(opts.repo), cache_dir)

@@ -178,7 +178,7 @@ def _run_level(
                     opts.keyword,
                     opts.timeout_s,
                     opts.megatron_lm,
-                    opts.fork_servers,
+                    opts.fork_capacity,
                     opts.cases,
                 )
             )

@@ -35,7 +35,9 @@ class BisectOptions:
     changed: bool = False  # bisect golden changes too: CHANGED counts as bad (never labelled a regression)
     strict_good: bool = False  # a case GOOD cannot run is not bisected from where it starts running
     confirm: bool = False  # revert each culprit on top of BAD in a private workspace and re-run its cases
-    fork_servers: int = 2  # warm fork servers alive at once (per megatron-core and import mode); 0: none
+    # warm fork servers alive at once (per megatron-core and import mode); 0: none; None: 2 per
+    # evaluation that runs at once, plus one pair (see fork_capacity)
+    fork_servers: int | None = None
     # also bisect cases UNTESTABLE at BAD that PASS at GOOD: the first commit where they stop passing
     bisect_untestable: bool = False
     # with megatron_lm: bisect Megatron-LM between the pins behind each culprit that moved the pin
@@ -48,6 +50,15 @@ class BisectOptions:
     cases: tuple[str, ...] | None = None  # re-run only these cases (what the second level re-runs)
     # intermediate probes run only the cases still open (the endpoints run the whole selection)
     probe_open_cases: bool = True
+
+    @property
+    def fork_capacity(self) -> int:
+        """Fork servers kept warm: ``--fork-servers``, else a light and a full server for each
+        evaluation that runs at once and one pair more. Why: a probe runs its light group, then its
+        full group, each through its pin's server; with fewer servers than that, two probes at
+        two pins evict each other's servers and every probe pays their start-up again (about
+        25 s with a pinned Megatron-LM tree), which was most of a long bisection's time."""
+        return self.fork_servers if self.fork_servers is not None else 2 * (self.jobs + 1)
 
     @property
     def second_level(self) -> bool:

@@ -124,12 +124,12 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--fork-servers",
         type=_args.non_negative_int,
-        default=2,
+        default=None,
         metavar="N",
         help="warm fork servers kept alive, one per megatron-core (the installed one or a pinned "
         "Megatron-LM tree) and import mode (light, full; each holds torch and megatron-core in memory, "
         "a full one also MB's third-party dependencies); 0 runs every "
-        "evaluation as a plain subprocess (default 2)",
+        "evaluation as a plain subprocess (default: 2 per -j slot, plus 2)",
     )
     p.add_argument(
         "--confirm",

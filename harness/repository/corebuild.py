@@ -22,6 +22,7 @@ whose sources hash the same. Same sources, same compiler, same interpreter: the 
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import hashlib
 import os
@@ -180,3 +181,25 @@ def _shims(folder: Path, python: str) -> Path:
         script.write_text(f"#!/bin/sh\n{body}", encoding="utf-8")
         script.chmod(script.stat().st_mode | stat.S_IXUSR | stat.S_IXGRP | stat.S_IXOTH)
     return folder
+
+
+def ensure_bytecode(tree: Path) -> None:
+    """Compile the ``megatron/`` tree's modules once, into the tree (it is the harness's cache,
+    never a user's checkout).
+
+    Why: suite processes run with ``PYTHONDONTWRITEBYTECODE`` (a user's checkout must stay
+    clean), so without this every process that imports a pinned tree compiled its ~600 modules
+    again: each fork-server start and plain subprocess paid about 2 s for it. Bytecode next to
+    the source is checked against the source's mtime and size at import, as always.
+    """
+    import compileall
+    import warnings
+
+    marker = tree / f".harness-bytecode-{sys.implementation.cache_tag}"
+    if marker.exists() or not (tree / "megatron").is_dir():
+        return
+    with warnings.catch_warnings():  # the tree's own SyntaxWarnings are its commit's business
+        warnings.simplefilter("ignore")
+        compileall.compile_dir(tree / "megatron", quiet=2, workers=1)
+    with contextlib.suppress(OSError):
+        marker.touch()

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from harness.errors import GitError, UsageError
-from harness.repository.corebuild import ensure_helpers
+from harness.repository.corebuild import ensure_bytecode, ensure_helpers
 from harness.repository.gitrepo import GitRepo, open_repo
 from harness.repository.workspaces import WorkspaceCache
 
@@ -103,4 +103,5 @@ def core_at(mlm_repo: GitRepo | Path, sha: str, cache_dir: Path) -> PinnedCore:
         raise GitError(f"Megatron-LM commit {full[:12]} has no megatron/core")
     # what MB's initialize builds before any dataset (a failure is recorded, not raised), once per source
     ensure_helpers(tree, shared=Path(cache_dir) / "megatron-lm" / "built-helpers")
+    ensure_bytecode(tree)
     return PinnedCore(full, tree)

@@ -7,7 +7,9 @@ unknown suite, no suites at all) must come out in one line before any git or pro
 
 from __future__ import annotations
 
+import ast
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -94,6 +96,66 @@ def file_groups(path: Path) -> set[str]:
     return found or {"full"}
 
 
+def _marked_group(decorators: Sequence[ast.expr]) -> str | None:
+    """The group an ``@pytest.mark.import_group("x")`` among ``decorators`` (or a
+    ``pytestmark`` value) names, else None."""
+    for node in decorators:
+        for call in ast.walk(node):
+            if (
+                isinstance(call, ast.Call)
+                and isinstance(call.func, ast.Attribute)
+                and call.func.attr == "import_group"
+                and call.args
+                and isinstance(call.args[0], ast.Constant)
+                and isinstance(call.args[0].value, str)
+            ):
+                return call.args[0].value
+    return None
+
+
+def case_groups(path: Path) -> dict[str, str]:
+    """Test function name -> the import group its cases run in, read from the file's text the
+    way the child's marker lookup resolves it (``get_closest_marker``: the function's own mark,
+    else its class's, else the module's ``pytestmark``, else ``full``).
+
+    Why: a probe that runs only some cases of a file that mentions both groups must not start
+    the process (and the warm fork server) of a group none of its cases is in. A name this
+    cannot resolve is left out, and the caller runs both groups for it, as before.
+    """
+    try:
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+    except (OSError, SyntaxError, ValueError):
+        return {}
+    module = None
+    for node in tree.body:
+        if isinstance(node, ast.Assign) and any(isinstance(t, ast.Name) and t.id == "pytestmark" for t in node.targets):
+            module = _marked_group([node.value])
+    found: dict[str, str] = {}
+
+    def visit(body: Sequence[ast.stmt], inherited: str | None) -> None:
+        for node in body:
+            if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef) and node.name.startswith("test"):
+                found[node.name] = _marked_group(node.decorator_list) or inherited or module or "full"
+            elif isinstance(node, ast.ClassDef):
+                visit(node.body, _marked_group(node.decorator_list) or inherited)
+            elif isinstance(node, ast.If | ast.With | ast.Try):  # tests defined under ``if SAVED:``
+                visit(node.body, inherited)
+                visit(getattr(node, "orelse", []), inherited)
+
+    visit(tree.body, None)
+    return found
+
+
+def _selected_groups(path: Path, cases: Sequence[str]) -> set[str] | None:
+    """The groups the selected cases of suite file ``path`` run in (None: not known for all)."""
+    suite = path.stem[5:]
+    names = {c.split("::", 1)[1].split("[", 1)[0].split("::")[-1] for c in cases if c.split("::", 1)[0] == suite}
+    by_name = case_groups(path)
+    if not names or not names <= set(by_name):
+        return None
+    return {by_name[n] for n in names}
+
+
 @dataclass(frozen=True)
 class Group:
     """One suite process of a run: the import group it selects (None: no selection), the
@@ -104,13 +166,23 @@ class Group:
     files: list[Path]
 
 
-def plan_groups(files: list[Path], mode: str) -> list[Group]:
-    """The suite processes of a run, in order (light first: it is the fast one)."""
+def plan_groups(files: list[Path], mode: str, cases: Sequence[str] | None = None) -> list[Group]:
+    """The suite processes of a run, in order (light first: it is the fast one).
+
+    ``cases``: the run selects only these case ids; a file then joins only the groups its
+    selected cases are in (a bisect probe of three light cases starts no full-import process).
+    """
     if mode not in IMPORT_MODES:
         raise UsageError(f"unknown import mode {mode!r}; known: {', '.join(IMPORT_MODES)}")
     if mode == "full":
         return [Group(None, "full", files)]
-    plan = [Group("light", "light", [f for f in files if "light" in file_groups(f)])]
+    groups = {f: file_groups(f) for f in files}
+    if cases is not None:
+        for f in files:
+            selected = _selected_groups(f, cases)
+            if selected is not None:
+                groups[f] = selected
+    plan = [Group("light", "light", [f for f in files if "light" in groups[f]])]
     if mode == "auto":
-        plan.append(Group("full", "full", [f for f in files if file_groups(f) - {"light"}]))
+        plan.append(Group("full", "full", [f for f in files if groups[f] - {"light"}]))
     return plan

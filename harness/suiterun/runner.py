@@ -87,7 +87,7 @@ def run_suites(
     if not opts.record:
         paths.require_fixtures(opts.fixtures_dir)
     mode = opts.import_mode
-    plan = plan_groups(files, mode)
+    plan = plan_groups(files, mode, opts.cases)
     obtained = opts.obtained_dir or out_dir / "obtained"
     (out_dir / contract.STANDINS_LOG).write_text("")
     (out_dir / contract.KNOBS_LOG).write_text("")
