@@ -8,7 +8,7 @@ from pathlib import Path
 from harness import paths
 from harness.suiterun.plan import case_groups, plan_groups
 
-MIXED = '''
+MIXED = """
 import pytest
 
 pytestmark = pytest.mark.import_group("light")
@@ -39,7 +39,7 @@ if SAVED:
 
 def helper():
     pass
-'''
+"""
 
 
 def _file(tmp_path: Path, name: str, text: str) -> Path:
