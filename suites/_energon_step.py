@@ -14,6 +14,16 @@ from harness.oracle.impact import Impact, fail
 from suites._energon import Case
 
 
+def unpacked(case: Case, packed: EnergonBuild) -> EnergonBuild:
+    """The same samples through MB's loader with in-batch packing off (MB's own unpacked path), as
+    many micro-batches as packed."""
+    knobs = {k: v for k, v in case.knobs.items() if "in_batch" not in k}
+    plain = energon_batches(replace(case, id=case.id + "-unpacked", knobs=knobs).request())
+    if len(packed.batches) != len(plain.batches):
+        raise fail(Impact.DROPS_TRAINED_TOKEN, f"{len(packed.batches)} packed micro-batches, {len(plain.batches)} not")
+    return plain
+
+
 def check_step(case: Case, packed: EnergonBuild) -> None:
     """Energon-fed VLM training to the loss: each micro-batch MB's loader packed in batch (``packed``)
     goes through MB's ``vlm_step.forward_step`` into a small real model (MCore's GPTModel on CPU with
@@ -26,10 +36,7 @@ def check_step(case: Case, packed: EnergonBuild) -> None:
     from harness.adapters import hostsync, step, vlmstep
     from suites import _forward
 
-    knobs = {k: v for k, v in case.knobs.items() if "in_batch" not in k}
-    plain = energon_batches(replace(case, id=case.id + "-unpacked", knobs=knobs).request())
-    if len(packed.batches) != len(plain.batches):
-        raise fail(Impact.DROPS_TRAINED_TOKEN, f"{len(packed.batches)} packed micro-batches, {len(plain.batches)} not")
+    plain = unpacked(case, packed)
     _, model = _forward.models()
     forward = vlmstep._vlm_forward()
     on = step.minimal_state(enable_in_batch_packing=True, defer_in_batch_packing_to_step=False, sequence_parallel=False)

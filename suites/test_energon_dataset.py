@@ -11,10 +11,11 @@ from __future__ import annotations
 
 import pytest
 
-from harness.adapters import needs, rules
+from harness.adapters import needs, qwenvl, rules
 from harness.adapters.energon import energon_batches
 from harness.adapters.refusal import up_front_check
 from harness.oracle.impact import Impact, fail
+from suites import _qwen_vl_step
 from suites._energon import Case, check_deferred, check_packed, check_padded, check_reference
 from suites._energon_step import check_step
 
@@ -187,3 +188,17 @@ def test_energon_step_trains_what_the_unpacked_step_trains(case):
     packed = energon_batches(case.request())
     check_packed(case, packed)  # the batch first: a defect there is named by the oracle's invariants
     check_step(case, packed)
+
+
+@pytest.mark.import_group("full")  # MB's VLM step and Qwen2.5-VL's model
+@pytest.mark.parametrize("case", [PACKED[1], PACKED[3]], ids=_ids([PACKED[1], PACKED[3]]))
+def test_qwen_vl_model_sees_each_packed_sample_as_unpacked(case):
+    """Qwen2.5-VL under in-batch packing, through its own model: MB's ``vlm_step.forward_step`` hands
+    Qwen2.5-VL's ``Qwen25VLModel`` (tiny, its real vision tower; the language model recorded) one
+    packed row, and the model computes each sample's multimodal rotary positions and splices its
+    image embeddings itself. Per sample, the positions relative to its first token (each axis) and
+    the input embeddings per real token equal MB's unpacked run's, and so do the loss totals."""
+    needs(energon_batches, qwenvl.qwen25_vl_model)
+    packed = energon_batches(case.request())
+    check_packed(case, packed)  # the batch first: a defect there is named by the oracle's invariants
+    _qwen_vl_step.check(case, packed)

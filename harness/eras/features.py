@@ -237,6 +237,16 @@ FEATURES: dict[str, Feature] = {
             r"def _build_packed_seq_params",
         ),
         Feature(
+            "qwen-vl-thd-positions",
+            "Qwen2.5-VL's MRoPE positions for a packed THD row, computed per logical row inside the model "
+            "(models/qwen_vl/modeling_qwen25_vl with training/utils/packed_seq_utils."
+            "unpack_mcore_thd_tensor_for_position_ids and repack_mcore_thd_position_ids)",
+            "59ae409f5",
+            "2026-06-29",
+            "src/megatron/bridge/models/qwen_vl/modeling_qwen25_vl.py",
+            r"unpack_mcore_thd_tensor_for_position_ids",
+        ),
+        Feature(
             "mimo-step-packing",
             "MegatronMIMO in-batch sequence packing in the forward step (dataset config enable_in_batch_packing "
             "with defer_in_batch_packing_to_step; training/megatron_mimo_step.resolve_step_packing, "
