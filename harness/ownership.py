@@ -42,6 +42,10 @@ ENV_ROOTS = Env.MB_ROOTS
 # they refuse, MB handed them, as torch refusing MB's tensor is MB's. The import stand-ins of
 # Transformer Engine are not among them: their refusal is the harness's gap ("CUDA-only").
 SPEAKS_FOR_THIRD_PARTY = (os.path.realpath(PACKAGE / "standins" / "thd_partition.py"),)
+# Frames of the harness that only pass a call through to torch (the host-read counter around the
+# tensors MB's step moves to the device): torch refusing the call refuses what the caller handed
+# it, so blame looks past them to the caller, as it looks past torch's own frames.
+PASSES_THROUGH = frozenset({(os.path.realpath(PACKAGE / "adapters" / "hostsync.py"), "__torch_function__")})
 ENV_VARYING = Env.VARYING_CORE
 _harness_roots: tuple[str, ...] = (str(PACKAGE), str(suites_dir()))
 
@@ -121,6 +125,15 @@ def frames(tb: TracebackType | None) -> list[str]:
     return out
 
 
+def _code_frames(tb: TracebackType | None) -> list[tuple[str, str]]:
+    """(file name, function name) of a traceback's frames, outermost first."""
+    out = []
+    while tb is not None:
+        out.append((tb.tb_frame.f_code.co_filename, tb.tb_frame.f_code.co_name))
+        tb = tb.tb_next
+    return out
+
+
 def mb_frame(tb: TracebackType | None, mb_roots: tuple[str, ...] | None = None) -> str:
     """Where in MB the innermost MB frame of a traceback is: ``megatron/bridge/x.py:42 in fn``
     ("" when no frame is MB's): the line blame was decided on, shown with the exception."""
@@ -143,7 +156,9 @@ def blame(tb: TracebackType | None, mb_roots: tuple[str, ...] | None = None) -> 
     torch refusing one the harness built is the harness's.
     """
     roots = megatron_roots() if mb_roots is None else mb_roots
-    for filename in reversed(frames(tb)):
+    for filename, name in reversed(_code_frames(tb)):
+        if (real(filename), name) in PASSES_THROUGH:
+            continue
         who = _owner(filename, roots)
         if who is not Owner.NONE:
             return who

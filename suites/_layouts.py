@@ -25,7 +25,7 @@ from typing import Any
 
 import torch
 
-from harness.adapters import cpattention, needs, ppbatch, step, symbol
+from harness.adapters import cpattention, familystep, needs, ppbatch, step, symbol
 from harness.adapters import forward as fwd
 from harness.adapters.world import Layout, run_world
 from harness.oracle.impact import Impact, fail
@@ -61,12 +61,17 @@ def rank_model() -> tuple[Any, step.RecordingModel]:
     return groups, step.RecordingModel(fwd.tiny_gpt(seed=_forward.SEED, vocab_size=_forward.MODEL_VOCAB))
 
 
+# the step a user trains with (``--step_func``): its module, whose ``forward_step`` every rank runs
+STEP_MODULES = {"gpt": "megatron.bridge.training.gpt_step", "dsv4": familystep.DSV4}
+
+
 def rank_steps(
-    groups: Any, model: step.RecordingModel, batches: list[dict[str, Any]], state: Any = None
+    groups: Any, model: step.RecordingModel, batches: list[dict[str, Any]], state: Any = None, through: str = "gpt"
 ) -> list[RankRun]:
-    """MB's ``forward_step`` on every micro-batch on this rank, TE's THD partition by its stand-in
-    (``state``: MB's global state as the step reads it; by default an SFT run's)."""
-    forward_step = symbol("megatron.bridge.training.gpt_step", "forward_step")
+    """MB's ``forward_step`` (``gpt_step``'s, or the family step ``through`` names) on every micro-batch
+    on this rank, TE's THD partition by its stand-in (``state``: MB's global state as the step reads
+    it; by default an SFT run's)."""
+    forward_step = symbol(STEP_MODULES[through], "forward_step")
     out = []
     with thd_partition.installed():
         for batch in batches:
@@ -75,9 +80,9 @@ def rank_steps(
     return out
 
 
-def _rank_runs(batches: list[dict[str, Any]]) -> Any:
+def _rank_runs(batches: list[dict[str, Any]], through: str) -> Any:
     def on_rank(_rank: int) -> list[RankRun]:
-        return rank_steps(*rank_model(), batches)
+        return rank_steps(*rank_model(), batches, through=through)
 
     return on_rank
 
@@ -219,14 +224,19 @@ class LayoutResult:
     golden: dict[str, Any]  # what each rank trains: change detection only
 
 
-def run_cp(case: _sftcases.SFTCase, cp: int, tol: _forward.Tolerances = _forward.FP32) -> LayoutResult:
-    """``case``'s packed micro-batches at CP = ``cp`` against CP = 1 (no violations when MB holds)."""
+def run_cp(
+    case: _sftcases.SFTCase, cp: int, tol: _forward.Tolerances = _forward.FP32, through: str = "gpt"
+) -> LayoutResult:
+    """``case``'s packed micro-batches at CP = ``cp`` against CP = 1 (no violations when MB holds),
+    through ``gpt_step`` or the family step ``through`` names (both runs through the same step)."""
     cpattention.require_partition_reachable()
+    one = _forward.OFFLINE_STEPS[through]
+    needs(one)
     built = _sftcases.built(case)
     gpt, _ = _forward.models()
-    cp1 = [step.gpt_step(gpt, batch) for batch in built.batches]
+    cp1 = [one(gpt, batch) for batch in built.batches]
     layout = Layout(cp=cp)
-    ranks = run_world(layout, _rank_runs(list(built.batches)))
+    ranks = run_world(layout, _rank_runs(list(built.batches), through))
     golden = {
         "micro_batches": [
             {"width": int(ranks[0][b].logits.shape[1]), "trained": [ranks[r][b].num_tokens for r in range(cp)]}

@@ -56,6 +56,23 @@ def test_cp_partition_and_forward(golden, case_id, cp):
     golden.check(result.golden)
 
 
+# DeepSeek-V4's own step (``--step_func dsv4_step``) under CP, its default (load-balanced) partition:
+# its get_batch partitions packed micro-batches itself and tells the model which partition it made
+DSV4_CASES = [("prompt-mult4", 2), ("chat-mult4-pad-cu-seqlens", 2)]
+
+
+@pytest.mark.parametrize(("case_id", "cp"), DSV4_CASES, ids=[f"{c}-cp{cp}" for c, cp in DSV4_CASES])
+def test_dsv4_step_under_cp(case_id, cp):
+    """Every CP rank's part of MB's packed micro-batches through DeepSeek-V4's ``forward_step``, and the
+    parts together, equal the same step at CP = 1: each rank's tokens, labels, positions and loss mask
+    are the slice the partition names, its logits those of the same global positions, and MB's loss
+    totals summed over the CP group the CP = 1 totals."""
+    case = _BY_ID[case_id]
+    assert case.mult == 2 * cp, "a CP case packs with pad_seq_to_mult = 2*CP"
+    result = _layouts.run_cp(case, cp, through="dsv4")
+    _layouts.assert_ok(result.violations, f"DeepSeek-V4's step at CP {cp} != at CP 1")
+
+
 # (case, PP): three and four stages, so at least one middle stage
 PP_CASES = [("prompt-mult1", 3), ("chat-mult4", 4), ("prompt-mult1-pad-cu-seqlens", 3)]
 

@@ -219,3 +219,24 @@ def test_missing_golden_writes_obtained_not_golden(tmp_path):
     assert "no golden" in cases["test_golden_missing"]["message"]
     assert (tmp_path / "obtained" / "demo" / "test_golden_missing.json").exists()
     assert not (tmp_path / "fixtures" / "demo" / "test_golden_missing.json").exists(), "a run never writes goldens"
+
+
+def test_torch_refusing_a_device_tensor_blames_the_caller_not_the_host_read_counter(tmp_path):
+    """MB's step handles device-resident tensors (the host-read counter's subclass): torch refusing
+    an operation MB asked of one is MB's failure, and one the harness asked of one the harness's."""
+    import torch
+
+    from harness import ownership
+    from harness.adapters import hostsync
+
+    def raised_in(filename: str) -> ownership.Owner:
+        namespace: dict = {}
+        exec(compile("def view(t):\n    return t.view(3, 7)\n", filename, "exec"), namespace)
+        try:
+            namespace["view"](hostsync.on_device(torch.zeros(5)))
+        except RuntimeError as exc:
+            return ownership.blame(exc.__traceback__, mb_roots=(str(tmp_path),))
+        raise AssertionError("torch accepted a view of 5 elements as 3 x 7")
+
+    assert raised_in(str(tmp_path / "megatron_step.py")) is ownership.Owner.MEGATRON
+    assert raised_in(str(ownership.PACKAGE / "adapters" / "batch.py")) is ownership.Owner.HARNESS
