@@ -128,3 +128,56 @@ def _same_positions(packed: torch.Tensor, alone: torch.Tensor, where: str) -> No
                 f"{where}: its {axis} rotary position at token {at} is {got[at]} from its first token, "
                 f"{want[at]} unpacked: attention within it sees other distances",
             )
+
+
+def check_qwen3_step(case: Case, build: EnergonBuild) -> None:
+    """Qwen3-VL's step-owned packing: each right-padded micro-batch MB's loader defers packing for
+    (``build``) through MB's ``qwen3_vl_step.forward_step`` with in-batch packing on, against the same
+    micro-batch with it off (the raises name the impact). Per row: its real tokens, labels and loss
+    mask reach the model in place (``wrong-targets``), inside one sequence of the params that starts
+    at the row (``cross-document-attention``); no padding position trains (``trains-padding``); MB's
+    loss totals are the unpacked ones (``wrong-loss-normalisation``); no host read in the step."""
+    from harness.adapters import forward as fwd
+    from harness.adapters import qwen3vlstep
+    from suites._energon import _row_example
+
+    gpt = fwd.tiny_gpt(seed=_forward.SEED, vocab_size=_forward.MODEL_VOCAB)
+    qwen = qwen3vlstep.Qwen3VLRecordingModel(gpt, seq_length=fwd.MAX_POS)
+    for b, batch in enumerate(build.batches):
+        p = qwen3vlstep.qwen3_vl_step(qwen, batch, packing=True)
+        u = qwen3vlstep.qwen3_vl_step(qwen, batch, packing=False)
+        where = f"micro-batch {b}"
+        if p.host_reads:
+            raise fail(Impact.PERF_CONTRACT, f"{where}: {hostsync.describe(p.host_reads)}")
+        ids = step.plain(p.kwargs["input_ids"])
+        rows, width = ids.shape
+        labels = step.plain(p.kwargs["labels"]).reshape(rows, -1)
+        mask = step.plain(p.loss_mask).reshape(rows, -1) if p.loss_mask is not None else None
+        u_labels, u_mask = step.plain(u.kwargs["labels"]), step.plain(u.loss_mask)
+        params = p.kwargs.get("packed_seq_params")
+        bounds = [int(x) for x in step.plain(params.cu_seqlens_q).reshape(-1).tolist()] if params is not None else None
+        for r in range(rows):
+            ex, n = _row_example(case, batch, r)
+            at = f"{where}, row {r} ({ex.key})"
+            if ids[r, :n].tolist() != list(ex.tokens):
+                raise fail(Impact.WRONG_TARGETS, f"{at}: its tokens do not reach the model in place")
+            if labels.shape[1] != width or labels[r, :n].tolist() != u_labels[r, :n].tolist():
+                raise fail(Impact.WRONG_TARGETS, f"{at}: its labels differ from the unpacked step's")
+            if mask is None or u_mask is None or mask[r, :n].tolist() != u_mask.reshape(rows, -1)[r, :n].tolist():
+                raise fail(Impact.WRONG_TARGETS, f"{at}: its loss mask differs from the unpacked step's")
+            if mask[r, n:].any():
+                raise fail(Impact.TRAINS_PADDING, f"{at}: {int(mask[r, n:].count_nonzero())} padding position(s) train")
+            if bounds is not None:
+                start = r * width
+                inside = [i for i in range(len(bounds) - 1) if bounds[i] <= start < bounds[i + 1]]
+                if not inside or bounds[inside[0]] != start or bounds[inside[0] + 1] < start + n:
+                    raise fail(
+                        Impact.CROSS_DOCUMENT_ATTENTION,
+                        f"{at}: its {n} real tokens at {start} are not one sequence of the params' boundaries {bounds}",
+                    )
+        if p.num_tokens != u.num_tokens or abs(p.loss_sum - u.loss_sum) > 1e-4 * max(1.0, abs(u.loss_sum)):
+            raise fail(
+                Impact.WRONG_LOSS_NORMALISATION,
+                f"{where}: MB's loss function gives (loss {p.loss_sum:g}, {p.num_tokens:g} tokens) packed, "
+                f"(loss {u.loss_sum:g}, {u.num_tokens:g} tokens) unpacked",
+            )

@@ -202,3 +202,26 @@ def test_qwen_vl_model_sees_each_packed_sample_as_unpacked(case):
     packed = energon_batches(case.request())
     check_packed(case, packed)  # the batch first: a defect there is named by the oracle's invariants
     _qwen_vl_step.check(case, packed)
+
+
+# the loader's default multiple (rows already a multiple of the step's 16), and a multiple of 8 the step pads again
+QWEN3_STEP = [("hf", {}), ("qwen-vl", {"pad_to_multiple_of": 8})]
+
+
+@pytest.mark.import_group("full")  # MB's Qwen3-VL step
+@pytest.mark.parametrize(("encoder", "knobs"), QWEN3_STEP, ids=["hf-default-multiple", "qwen-vl-multiple8"])
+def test_qwen3_vl_step_packs_what_its_unpacked_step_trains(encoder, knobs):
+    """Qwen3-VL packs in its own step: the loader defers packing (right-padded rows), and MB's
+    ``qwen3_vl_step.forward_step`` pads the rows and hands its model one sequence per row with the
+    labels and loss mask as one packed row. Per row the real tokens, labels and loss mask reach the
+    model in place inside one sequence starting at the row, padding trains nothing, and MB's loss
+    totals equal the same step with packing off. Qwen3-VL's model is recorded (Transformer Engine
+    only), named in the result."""
+    from harness.adapters import qwen3vlstep
+
+    needs(energon_batches, qwen3vlstep.qwen3_vl_step)
+    deferred = {"enable_in_batch_packing": True, "defer_in_batch_packing_to_step": True, **knobs}
+    case = Case(f"mbs3-deferred-{encoder}-{len(knobs)}", 222, knobs=deferred, encoder=encoder)
+    build = energon_batches(case.request())
+    check_deferred(case, build)  # the rows first: a defect there is the loader's
+    _qwen_vl_step.check_qwen3_step(case, build)

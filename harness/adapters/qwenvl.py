@@ -33,9 +33,11 @@ from typing import Any
 
 import torch
 
+from harness import standins
 from harness.adapters import Candidate, NotHere, Operation, module_source, step, symbol
 
 HIDDEN = 32  # the language model's width, which the vision tower's merger projects to
+STANDIN_LANGUAGE_MODEL = "Qwen2.5-VL's language model recorded (positions and embeddings it is handed)"
 
 
 @dataclass(frozen=True)
@@ -76,6 +78,7 @@ class RecordedLanguageModel(torch.nn.Module):
         pass
 
     def forward(self, **kwargs: Any) -> torch.Tensor:
+        standins.record(STANDIN_LANGUAGE_MODEL)
         self.calls.append({k: step.snapshot(step.plain(v)) for k, v in kwargs.items()})
         hidden = step.plain(kwargs["decoder_input"]).float()  # [s, b, h]
         loss = 1.0 + (hidden * self.probe).sum(-1).transpose(0, 1).abs().contiguous()  # [b, s], positive

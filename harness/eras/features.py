@@ -247,6 +247,15 @@ FEATURES: dict[str, Feature] = {
             r"unpack_mcore_thd_tensor_for_position_ids",
         ),
         Feature(
+            "qwen3-vl-step-packing",
+            "Qwen3-VL's step-owned padding and in-batch packing of unpacked collate rows "
+            "(models/qwen_vl/qwen3_vl_step._pad_and_pack_qwen3_vl_step, read with enable_in_batch_packing)",
+            "ebd55d7bc",
+            "2026-06-25",
+            "src/megatron/bridge/models/qwen_vl/qwen3_vl_step.py",
+            r"def _pad_and_pack_qwen3_vl_step",
+        ),
+        Feature(
             "mimo-step-packing",
             "MegatronMIMO in-batch sequence packing in the forward step (dataset config enable_in_batch_packing "
             "with defer_in_batch_packing_to_step; training/megatron_mimo_step.resolve_step_packing, "
