@@ -8,6 +8,7 @@ is shared by the ``energon_dataset`` suite and the Energon exploration space.
 from __future__ import annotations
 
 from dataclasses import replace
+from typing import Any
 
 from harness.adapters.energon import EnergonBuild, energon_batches
 from harness.oracle.impact import Impact, fail
@@ -22,6 +23,18 @@ def unpacked(case: Case, packed: EnergonBuild) -> EnergonBuild:
     if len(packed.batches) != len(plain.batches):
         raise fail(Impact.DROPS_TRAINED_TOKEN, f"{len(packed.batches)} packed micro-batches, {len(plain.batches)} not")
     return plain
+
+
+def require_same_totals(where: str, packed: Any, alone: Any) -> None:
+    """MB's loss function totals (loss sum, token count) of a packed step run equal the unpacked
+    run's (``wrong-loss-normalisation``); ``packed`` and ``alone`` are :class:`~harness.adapters.step.StepRun`."""
+    p, u = packed, alone
+    if p.num_tokens != u.num_tokens or abs(p.loss_sum - u.loss_sum) > 1e-4 * max(1.0, abs(u.loss_sum)):
+        raise fail(
+            Impact.WRONG_LOSS_NORMALISATION,
+            f"{where}: MB's loss function gives (loss {p.loss_sum:g}, {p.num_tokens:g} tokens) packed, "
+            f"(loss {u.loss_sum:g}, {u.num_tokens:g} tokens) unpacked",
+        )
 
 
 def check_step(case: Case, packed: EnergonBuild) -> None:
@@ -56,9 +69,4 @@ def check_step(case: Case, packed: EnergonBuild) -> None:
                 f"micro-batch {b}: packed trains {len(trained(p))} tokens, unpacked {len(trained(u))}, "
                 "their per-token losses differ",
             )
-        if p.num_tokens != u.num_tokens or abs(p.loss_sum - u.loss_sum) > 1e-4 * max(1.0, abs(u.loss_sum)):
-            raise fail(
-                Impact.WRONG_LOSS_NORMALISATION,
-                f"micro-batch {b}: MB's loss function gives (loss {p.loss_sum:g}, {p.num_tokens:g} tokens) packed, "
-                f"(loss {u.loss_sum:g}, {u.num_tokens:g} tokens) unpacked",
-            )
+        require_same_totals(f"micro-batch {b}", p, u)

@@ -31,7 +31,7 @@ from harness.oracle import vlprocessor
 from harness.oracle.impact import Impact, fail
 from suites import _forward
 from suites._energon import Case, vocab
-from suites._energon_step import unpacked
+from suites._energon_step import require_same_totals, unpacked
 
 AXES = ("temporal", "height", "width")
 
@@ -108,12 +108,7 @@ def check(case: Case, packed: EnergonBuild) -> None:
                     f"{where}, sample {k} (unpacked row {r}): the input embedding at its token {bad} ({kind}) "
                     "differs from the unpacked run's",
                 )
-        if p.num_tokens != u.num_tokens or abs(p.loss_sum - u.loss_sum) > 1e-4 * max(1.0, abs(u.loss_sum)):
-            raise fail(
-                Impact.WRONG_LOSS_NORMALISATION,
-                f"{where}: MB's loss function gives (loss {p.loss_sum:g}, {p.num_tokens:g} tokens) packed, "
-                f"(loss {u.loss_sum:g}, {u.num_tokens:g} tokens) unpacked",
-            )
+        require_same_totals(where, p, u)
 
 
 def _same_positions(packed: torch.Tensor, alone: torch.Tensor, where: str) -> None:
@@ -175,9 +170,4 @@ def check_qwen3_step(case: Case, build: EnergonBuild) -> None:
                         Impact.CROSS_DOCUMENT_ATTENTION,
                         f"{at}: its {n} real tokens at {start} are not one sequence of the params' boundaries {bounds}",
                     )
-        if p.num_tokens != u.num_tokens or abs(p.loss_sum - u.loss_sum) > 1e-4 * max(1.0, abs(u.loss_sum)):
-            raise fail(
-                Impact.WRONG_LOSS_NORMALISATION,
-                f"{where}: MB's loss function gives (loss {p.loss_sum:g}, {p.num_tokens:g} tokens) packed, "
-                f"(loss {u.loss_sum:g}, {u.num_tokens:g} tokens) unpacked",
-            )
+        require_same_totals(where, p, u)
