@@ -85,6 +85,38 @@ def test_full_import_cases_run_in_a_server_of_their_own_with_a_fresh_processs_ve
     assert any(k.endswith("(full import)") for k in POOL.keys()), POOL.keys()  # noqa: SIM118 (a pool)
 
 
+def test_a_full_import_server_forks_from_the_warm_light_one_with_a_fresh_processs_verdicts(
+    tmp_path: Path, monkeypatch
+) -> None:
+    """A run whose light group warmed the light server gets its full-import server forked from it
+    (only what a full import adds is imported again), with a fresh process's verdicts; it outlives
+    the light server (the pool may stop that one first) and ends when closed."""
+    from harness.suiterun import forkserver
+
+    monkeypatch.setattr(forkserver, "POOL", forkserver.ServerPool())
+    pick = "test_legacy_npy_padding_rows or test_dataset_drop_last_through_mb_loader"  # one light, one full
+
+    def verdicts(forked: bool, out: Path) -> dict[str, str]:
+        opts = runner.RunOptions(suites=["padding_loss_masks"], keyword=pick, fork_servers=4 if forked else 0)
+        result = runner.run_suites(Target(), opts, out, progress=None)
+        assert not [n for n in result.notes if "fork server" in n], result.notes
+        return {c.case_id: c.verdict.value for c in result.cases}
+
+    plain = verdicts(False, tmp_path / "plain")
+    forked = verdicts(True, tmp_path / "forked")
+    assert len(plain) >= 2 and "pass" in plain.values()
+    assert forked == plain, "a full-import server forked from the light one gives a fresh process's verdicts"
+    servers = {k: e.server for k, e in forkserver.POOL._entries.items()}
+    (full,) = [s for k, s in servers.items() if k.endswith("(full import)")]
+    (light,) = [s for k, s in servers.items() if k.endswith("(light import)")]
+    assert full is not None and full.proc is None, "forked from the warm light server, not started from scratch"
+    assert light is not None
+    light.close()
+    assert full.alive(), "the full server outlives the light one it was forked from"
+    forkserver.POOL.close()
+    assert not full.alive()
+
+
 def test_fork_server_failure_falls_back_to_a_plain_subprocess_in_one_line(tmp_path: Path, monkeypatch) -> None:
     from harness.suiterun import forkserver
 

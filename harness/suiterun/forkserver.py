@@ -5,7 +5,7 @@ Why: a bisect evaluates many MB commits with the same environment. With light im
 left of a suite process's start-up is mostly ``import torch`` and ``import megatron.core``
 (about 4 s with the installed megatron-core, 20 s and more with a pinned Megatron-LM tree),
 paid again for every commit (for the full import also MB's third-party dependencies). A server
-(``python -m harness.suiterun.forkserver``, started with the group's import mode and, for
+(:mod:`harness.suiterun.forkloop`, started with the group's import mode and, for
 ``--megatron-lm``, the pinned tree on its path) imports them once (:mod:`harness.suiterun.preload`);
 every run is a ``fork()`` of it that puts the target's ``src`` first on ``sys.path`` and
 calls ``pytest.main``. Megatron-Bridge itself is never imported in a server, so each child
@@ -17,30 +17,33 @@ at most ``capacity`` servers alive (each holds torch and megatron-core, several 
 evicting the least recently used idle one; when every server is busy with another tree the
 caller runs a plain subprocess instead. A server runs several children at once (bisect ``-j``).
 
-Protocol: one JSON request per line on the server's stdin ``{"id", "argv", "env", "cwd", "log"}``;
-the server answers ``{"id", "pid"}`` when the child starts and ``{"id", "rc"}`` when it ends.
+A full-import server starts forked from the warm light-import server of the same megatron-core
+when there is one (it imports only what a full import adds), else from scratch.
+
+This module is the client side and the pool; the server loop and its protocol are
+:mod:`harness.suiterun.forkloop`.
 """
 
 from __future__ import annotations
 
 import collections
 import contextlib
-import gc
+import errno
 import json
 import os
 import queue
 import select
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
-
-from harness.suiterun.preload import preload
 
 START_TIMEOUT_S = 300.0
 DEFAULT_CAPACITY = 2  # servers alive at once (harness bisect --fork-servers)
@@ -50,104 +53,57 @@ class ForkServerError(RuntimeError):
     """A server did not start or stopped answering; the caller falls back to a plain subprocess."""
 
 
-# ------------------------------------------------------------------------------ server side
-
-
-def _child(req: dict[str, Any]) -> int:
-    """In the forked child: become the suite process of ``req`` and run pytest."""
-    from harness.procs import detach_and_die_with_parent
-
-    detach_and_die_with_parent()
-    fd = os.open(req["log"], os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-    os.dup2(fd, 1)
-    os.dup2(fd, 2)
-    os.close(fd)
-    null = os.open(os.devnull, os.O_RDONLY)
-    os.dup2(null, 0)  # never read the server's request pipe
-    os.close(null)
-    os.environ.clear()
-    os.environ.update(req["env"])
-    front = [p for p in req["env"].get("PYTHONPATH", "").split(os.pathsep) if p]
-    sys.path[:0] = [p for p in front if p not in sys.path[: len(front)]]
-    import importlib
-
-    importlib.invalidate_caches()
-    os.chdir(req["cwd"])
-    import pytest
-
-    return int(pytest.main(req["argv"]))
-
-
-def _answer(msg: dict[str, Any]) -> None:
-    sys.stdout.write(json.dumps(msg) + "\n")
-    sys.stdout.flush()
-
-
-def serve() -> None:
-    """Server loop (``python -m harness.suiterun.forkserver``): fork per request, report each exit."""
-    preload()
-    # What the server imported stays for every child: out of the collector's sight, each child's
-    # collections (pytest's own at session end, Python's generational ones during a case) skip
-    # torch's and transformers' object graphs instead of walking them again and again, and the
-    # pages holding them stay shared (a collection writes to every object it visits).
-    gc.freeze()
-    _answer({"ready": True})
-    fd = sys.stdin.fileno()
-    buf = b""
-    children: dict[int, Any] = {}  # pid -> request id
-    while True:
-        readable, _, _ = select.select([fd], [], [], 0.05)
-        if readable:
-            chunk = os.read(fd, 65536)
-            if not chunk:
-                return  # the client is gone; children die with us (parent-death signal)
-            buf += chunk
-            while b"\n" in buf:
-                line, buf = buf.split(b"\n", 1)
-                if not line.strip():
-                    continue
-                req = json.loads(line)
-                pid = os.fork()
-                if pid == 0:
-                    code = 1
-                    try:
-                        code = _child(req)
-                    finally:
-                        sys.stdout.flush()
-                        sys.stderr.flush()
-                        os._exit(code)
-                children[pid] = req["id"]
-                _answer({"id": req["id"], "pid": pid})
-        while children:
-            pid, status = os.waitpid(-1, os.WNOHANG)
-            if pid == 0:
-                break
-            if pid in children:
-                _answer({"id": children.pop(pid), "rc": os.waitstatus_to_exitcode(status)})
-
-
 # ------------------------------------------------------------------------------ client side
 
 
 class ForkServer:
-    """One running server; thread-safe (runs from several threads go through it at once)."""
+    """One running server; thread-safe (runs from several threads go through it at once).
 
-    def __init__(self, env: dict[str, str], cwd: Path) -> None:
+    Started as a process (``python -m harness.suiterun.forkloop``), or, with ``parent``, forked
+    from a running light-import server of the same megatron-core
+    (:func:`harness.suiterun.forkloop.become_server`), talking over two named pipes instead of the
+    process's stdin and stdout.
+    """
+
+    def __init__(self, env: dict[str, str], cwd: Path, parent: ForkServer | None = None) -> None:
         from harness.procs import popen_owned
 
-        try:
-            self.proc = popen_owned(
-                [sys.executable, "-m", "harness.suiterun.forkserver"],
-                env=env,
-                cwd=cwd,
-                stdin=subprocess.PIPE,
-                stdout=subprocess.PIPE,
-                stderr=subprocess.DEVNULL,
-                text=True,
-            )
-        except OSError as exc:  # no process at all (too many open files, no memory...)
-            raise ForkServerError(f"the fork server could not be started: {exc}") from None
-        if not self._ready(time.monotonic() + START_TIMEOUT_S):
+        self.proc: subprocess.Popen[str] | None = None
+        self._pipes: Path | None = None
+        self._eof = False
+        deadline = time.monotonic() + START_TIMEOUT_S
+        if parent is None:
+            try:
+                self.proc = popen_owned(
+                    [sys.executable, "-m", "harness.suiterun.forkloop"],
+                    env=env,
+                    cwd=cwd,
+                    stdin=subprocess.PIPE,
+                    stdout=subprocess.PIPE,
+                    stderr=subprocess.DEVNULL,
+                    text=True,
+                )
+            except OSError as exc:  # no process at all (too many open files, no memory...)
+                raise ForkServerError(f"the fork server could not be started: {exc}") from None
+            assert self.proc.stdin is not None and self.proc.stdout is not None
+            self.pid = self.proc.pid
+            self._in, self._out = self.proc.stdin, self.proc.stdout
+        else:
+            self._pipes = Path(tempfile.mkdtemp(prefix="harness-forkserver-"))
+            requests, answers = self._pipes / "requests", self._pipes / "answers"
+            os.mkfifo(requests)
+            os.mkfifo(answers)
+            out_fd = os.open(answers, os.O_RDONLY | os.O_NONBLOCK)  # never blocks: the child writes later
+            try:
+                self.pid = parent.spawn(env, requests, answers, deadline)
+                in_fd = _open_writer(requests, deadline, self.pid)
+            except BaseException:
+                os.close(out_fd)
+                self.close()
+                raise
+            os.set_blocking(out_fd, True)
+            self._in, self._out = os.fdopen(in_fd, "w"), os.fdopen(out_fd, "r")
+        if not self._ready(deadline):
             self.close()
             raise ForkServerError("the fork server did not start")
         self._lock = threading.Lock()
@@ -155,12 +111,19 @@ class ForkServer:
         self._next_id = 0
         threading.Thread(target=self._dispatch, name="harness-forkserver-reader", daemon=True).start()
 
+    def spawn(self, env: dict[str, str], requests: Path, answers: Path, deadline: float) -> int:
+        """Fork a full-import server from this one (see :func:`harness.suiterun.forkloop.become_server`); its pid."""
+        spec = {"env": env, "requests": str(requests), "answers": str(answers)}
+        started = self._request({"spawn": spec}, deadline)
+        if started is None or "pid" not in started:
+            raise ForkServerError("the light fork server did not fork a full one")
+        return int(started["pid"])
+
     def _ready(self, deadline: float) -> bool:
-        assert self.proc.stdout is not None
         while time.monotonic() < deadline:
-            ready, _, _ = select.select([self.proc.stdout], [], [], max(0.0, deadline - time.monotonic()))
+            ready, _, _ = select.select([self._out], [], [], max(0.0, deadline - time.monotonic()))
             if ready:
-                line = self.proc.stdout.readline()
+                line = self._out.readline()
                 try:
                     return bool(line) and bool(json.loads(line).get("ready"))
                 except json.JSONDecodeError:
@@ -169,8 +132,7 @@ class ForkServer:
 
     def _dispatch(self) -> None:
         """Route each answer to the run waiting for it; on EOF wake every waiter."""
-        assert self.proc.stdout is not None
-        for line in self.proc.stdout:
+        for line in self._out:
             try:
                 msg = json.loads(line)
             except json.JSONDecodeError:
@@ -180,27 +142,52 @@ class ForkServer:
             if waiter is not None:
                 waiter.put(msg)
         with self._lock:
+            self._eof = True
             for waiter in self._waiters.values():
                 waiter.put({"gone": True})
 
     def alive(self) -> bool:
-        return self.proc.poll() is None
+        if self.proc is not None:
+            return self.proc.poll() is None
+        try:
+            os.kill(self.pid, 0)
+        except OSError:
+            return False
+        return not self._eof
 
-    def run(
-        self, argv: list[str], env: dict[str, str], cwd: Path, log: Path, timeout_s: float
-    ) -> tuple[int | None, bool]:
-        """Run ``pytest argv`` in a fork; returns (exit code, timed out)."""
-        assert self.proc.stdin is not None
+    def _request(self, body: dict[str, Any], deadline: float) -> dict[str, Any] | None:
+        """Send one request; its first answer (None by ``deadline``). Raises when the server is gone."""
         answers: queue.Queue[dict[str, Any]] = queue.Queue()
         with self._lock:
             self._next_id += 1
             rid = self._next_id
             self._waiters[rid] = answers
             try:
-                self.proc.stdin.write(
+                self._in.write(json.dumps({"id": rid, **body}) + "\n")
+                self._in.flush()
+            except (BrokenPipeError, OSError) as exc:
+                del self._waiters[rid]
+                raise ForkServerError(f"the fork server is gone ({exc})") from None
+        try:
+            return self._get(answers, deadline)
+        finally:
+            with self._lock:
+                self._waiters.pop(rid, None)
+
+    def run(
+        self, argv: list[str], env: dict[str, str], cwd: Path, log: Path, timeout_s: float
+    ) -> tuple[int | None, bool]:
+        """Run ``pytest argv`` in a fork; returns (exit code, timed out)."""
+        answers: queue.Queue[dict[str, Any]] = queue.Queue()
+        with self._lock:
+            self._next_id += 1
+            rid = self._next_id
+            self._waiters[rid] = answers
+            try:
+                self._in.write(
                     json.dumps({"id": rid, "argv": argv, "env": env, "cwd": str(cwd), "log": str(log)}) + "\n"
                 )
-                self.proc.stdin.flush()
+                self._in.flush()
             except (BrokenPipeError, OSError) as exc:
                 del self._waiters[rid]
                 raise ForkServerError(f"the fork server is gone ({exc})") from None
@@ -232,8 +219,37 @@ class ForkServer:
     def close(self) -> None:
         from harness.procs import kill_group
 
-        if self.proc.poll() is None:
-            kill_group(self.proc)
+        if self.proc is not None:
+            if self.proc.poll() is None:
+                kill_group(self.proc)
+            return
+        for stream in (getattr(self, "_in", None), getattr(self, "_out", None)):
+            with contextlib.suppress(OSError):
+                if stream is not None:
+                    stream.close()
+        if getattr(self, "pid", None):
+            _kill_group(self.pid)  # its own session: the server and every run it forked
+        if self._pipes is not None:
+            shutil.rmtree(self._pipes, ignore_errors=True)
+
+
+def _open_writer(fifo: Path, deadline: float, pid: int) -> int:
+    """The write end of ``fifo`` once process ``pid`` has opened it for reading (by ``deadline``)."""
+    while True:
+        try:
+            fd = os.open(fifo, os.O_WRONLY | os.O_NONBLOCK)
+        except OSError as exc:
+            gone = False
+            try:
+                os.kill(pid, 0)
+            except OSError:
+                gone = True
+            if exc.errno != errno.ENXIO or gone or time.monotonic() > deadline:  # ENXIO: no reader yet
+                raise ForkServerError(f"the forked full-import server never opened its pipe ({exc})") from None
+            time.sleep(0.01)
+            continue
+        os.set_blocking(fd, True)
+        return fd
 
 
 class PoolFull(ForkServerError):
@@ -260,10 +276,14 @@ class ServerPool:
             return list(self._entries)
 
     @contextlib.contextmanager
-    def lease(self, key: str, env: dict[str, str], cwd: Path, capacity: int) -> Iterator[ForkServer]:
+    def lease(
+        self, key: str, env: dict[str, str], cwd: Path, capacity: int, parent: str | None = None
+    ) -> Iterator[ForkServer]:
         """The server for ``key`` (started with ``env`` when needed), held for one run.
 
-        Raises :class:`PoolFull` when ``capacity`` servers are alive and all busy, and
+        ``parent``: the key of the light-import server of the same megatron-core; when it is alive,
+        a server this lease starts is forked from it (:func:`harness.suiterun.forkloop.become_server`)
+        instead of started from scratch. Raises :class:`PoolFull` when ``capacity`` servers are alive and all busy, and
         :class:`ForkServerError` when the server cannot start.
         """
         with self._lock:
@@ -276,7 +296,7 @@ class ServerPool:
         try:
             with entry.starting:
                 if entry.server is None or not entry.server.alive():
-                    entry.server = ForkServer(env, cwd)
+                    entry.server = self._start(env, cwd, parent)
             yield entry.server
         finally:
             with self._lock:
@@ -287,6 +307,17 @@ class ServerPool:
                     and self._entries.get(key) is entry
                 ):
                     del self._entries[key]
+
+    def _start(self, env: dict[str, str], cwd: Path, parent: str | None) -> ForkServer:
+        """A new server: forked from the live server under ``parent``, else started from scratch."""
+        if parent is not None:
+            with self._lock:
+                held = self._entries.get(parent)
+                server = held.server if held is not None else None
+            if server is not None and server.alive():
+                with contextlib.suppress(ForkServerError):  # it went away meanwhile: from scratch
+                    return ForkServer(env, cwd, parent=server)
+        return ForkServer(env, cwd)
 
     def _make_room(self, capacity: int) -> None:
         while len(self._entries) >= max(1, capacity):
@@ -306,10 +337,6 @@ class ServerPool:
 
 
 POOL = ServerPool()
-
-
-if __name__ == "__main__":
-    serve()
 
 
 def _kill_group(pid: int) -> None:

@@ -153,9 +153,12 @@ def run_forked(
     core = Target(core=tgt.core, core_pin=tgt.core_pin)
     server_env = core.env()
     server_env[Env.IMPORT_MODE] = mode
-    key = f"{tgt.core or 'installed megatron-core'} ({mode} import)"
+    core_name = tgt.core or "installed megatron-core"
+    key = f"{core_name} ({mode} import)"
+    # a full-import server forks from the light one of the same megatron-core when that one is warm
+    parent = f"{core_name} (light import)" if mode == "full" else None
     try:
-        with POOL.lease(key, server_env, paths.ROOT, capacity) as server:
+        with POOL.lease(key, server_env, paths.ROOT, capacity, parent) as server:
             rc, timed_out = server.run(cmd[3:], env, paths.suites_dir().parent, log, timeout_s)
     except ForkServerError as exc:
         return None, str(exc)
