@@ -155,8 +155,8 @@ class ForkServer:
             return False
         return not self._eof
 
-    def _request(self, body: dict[str, Any], deadline: float) -> dict[str, Any] | None:
-        """Send one request; its first answer (None by ``deadline``). Raises when the server is gone."""
+    def _send(self, body: dict[str, Any]) -> tuple[int, queue.Queue[dict[str, Any]]]:
+        """Send one request; (its id, the queue its answers arrive on). Raises when the server is gone."""
         answers: queue.Queue[dict[str, Any]] = queue.Queue()
         with self._lock:
             self._next_id += 1
@@ -168,6 +168,11 @@ class ForkServer:
             except (BrokenPipeError, OSError) as exc:
                 del self._waiters[rid]
                 raise ForkServerError(f"the fork server is gone ({exc})") from None
+        return rid, answers
+
+    def _request(self, body: dict[str, Any], deadline: float) -> dict[str, Any] | None:
+        """Send one request; its first answer (None by ``deadline``)."""
+        rid, answers = self._send(body)
         try:
             return self._get(answers, deadline)
         finally:
@@ -178,19 +183,7 @@ class ForkServer:
         self, argv: list[str], env: dict[str, str], cwd: Path, log: Path, timeout_s: float
     ) -> tuple[int | None, bool]:
         """Run ``pytest argv`` in a fork; returns (exit code, timed out)."""
-        answers: queue.Queue[dict[str, Any]] = queue.Queue()
-        with self._lock:
-            self._next_id += 1
-            rid = self._next_id
-            self._waiters[rid] = answers
-            try:
-                self._in.write(
-                    json.dumps({"id": rid, "argv": argv, "env": env, "cwd": str(cwd), "log": str(log)}) + "\n"
-                )
-                self._in.flush()
-            except (BrokenPipeError, OSError) as exc:
-                del self._waiters[rid]
-                raise ForkServerError(f"the fork server is gone ({exc})") from None
+        rid, answers = self._send({"argv": argv, "env": env, "cwd": str(cwd), "log": str(log)})
         deadline = time.monotonic() + timeout_s
         try:
             started = self._get(answers, deadline)
