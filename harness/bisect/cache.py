@@ -33,7 +33,7 @@ from pathlib import Path
 from types import TracebackType
 
 from harness.bisect.cacheschema import EVALUATIONS_V1_TO_V2, EVALUATIONS_V2_TO_V3, SCHEMA, SCHEMA_VERSION
-from harness.bisect.scope import Scope
+from harness.bisect.scope import Scope, suite_of
 from harness.errors import CorruptFile, EnvironmentProblem
 from harness.records.results import CaseResult
 from harness.records.verdict import Verdict
@@ -70,9 +70,16 @@ class Evaluation:
     scope: Scope = WHOLE  # what it ran: the whole selection, or listed (open) cases
 
     def ran(self, case: str) -> bool:
-        """Whether it ran ``case``: a whole run ran every case (missing is a skip there); a probe
-        ran the cases it was asked for, produced a verdict or not."""
-        return not self.scope.partial or case in self.verdicts or case in (self.scope.cases or ())
+        """Whether it ran ``case``: a run of the default selection ran every case (missing is a
+        skip there), a run of listed suites the cases of those suites (an endpoint cut into
+        parts, :mod:`harness.bisect.split`), a probe the cases it was asked for, produced a
+        verdict or not."""
+        scope = self.scope
+        if case in self.verdicts:
+            return True
+        if scope.cases is not None:
+            return case in scope.cases
+        return scope.suites is None or suite_of(case) in scope.suites
 
 
 class VerdictCache:

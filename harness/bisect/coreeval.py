@@ -23,6 +23,7 @@ from harness.bisect.evaluator import EvalOutcome, MBEvaluator
 from harness.bisect.options import BisectOptions
 from harness.bisect.scope import Scope
 from harness.errors import GitError, UsageError
+from harness.records import casetimes
 from harness.repository.gitrepo import open_repo
 from harness.repository.pins import core_at
 from harness.repository.workspaces import WorkspaceCache, workspace_dir_for
@@ -48,6 +49,9 @@ class CoreEvaluator:
 
     def narrowed(self, scope: Scope) -> CoreEvaluator:
         return dataclasses.replace(self, mb=self.mb.narrowed(scope))
+
+    def suite_costs(self) -> dict[str, float | None]:
+        return self.mb.suite_costs()
 
     def label(self, sha: str) -> str:
         """The run's name (its directory under the runs dir, the results' commit field)."""
@@ -98,5 +102,6 @@ def core_evaluator(opts: BisectOptions, held: HeldMB, src: Path, cache_dir: Path
         None,
         opts.fork_capacity,
         opts.cases,
+        cache_dir / casetimes.FILE,
     )
     return CoreEvaluator(mb, held.sha, src, Path(opts.repo), cache_dir)

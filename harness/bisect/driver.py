@@ -65,6 +65,7 @@ from harness.bisect.leveldriver import LevelDriver
 from harness.bisect.options import BisectOptions, check_options
 from harness.errors import UsageError
 from harness.executors.local import Executor, LocalExecutor
+from harness.records import casetimes
 from harness.repository.gitrepo import open_repo
 from harness.repository.pins import mlm_workspace
 from harness.repository.workspaces import WorkspaceCache, workspace_dir_for
@@ -180,6 +181,7 @@ def _run_level(
                     opts.megatron_lm,
                     opts.fork_capacity,
                     opts.cases,
+                    cache_dir / casetimes.FILE,
                 )
             )
         bind = getattr(executor, "bind", None)

@@ -89,6 +89,7 @@ class MBEvaluator:
     megatron_lm: Path | None = None  # use the megatron-core each MB commit pins (harness.repository.pins)
     fork_servers: int = 2  # warm fork servers alive at once, one per megatron-core (0: plain subprocesses)
     cases: tuple[str, ...] | None = None  # run only these cases (the second level re-runs the blamed ones)
+    case_times: Path | None = None  # where runs remember their case times (harness.records.casetimes)
 
     def cache_namespace(self) -> tuple[str, str]:
         pkg = paths.PACKAGE
@@ -113,6 +114,20 @@ class MBEvaluator:
             suites = tuple(sorted({suite_of(c) for c in scope.cases}))
             return dataclasses.replace(self, suites=suites, cases=tuple(scope.cases))
         return dataclasses.replace(self, suites=scope.suites if scope.suites is not None else self.suites)
+
+    def suite_costs(self) -> dict[str, float | None]:
+        """Every suite of the whole selection -> the seconds its cases took when they last ran
+        (None: not remembered); what an endpoint is cut by (:mod:`harness.bisect.split`). Empty
+        for a selection of listed cases, which is never cut."""
+        if self.cases is not None:
+            return {}
+        from harness.records import casetimes
+        from harness.suiterun.plan import golden_suites
+
+        seconds: dict[str, float] = {}
+        for t in casetimes.load(self.case_times).values():
+            seconds[t.suite] = seconds.get(t.suite, 0.0) + t.seconds
+        return {s: seconds.get(s) for s in (self.suites or golden_suites())}
 
     def prepare(self, sha: str) -> None:
         """Materialise ``sha`` in the driver, before a remote executor submits its job: the job
@@ -184,6 +199,7 @@ class MBEvaluator:
             timeout_s=self.timeout_s,
             fork_servers=self.fork_servers,
             cases=list(self.cases) if self.cases is not None else None,
+            case_times=self.case_times,
         )
         tgt = Target(
             src=src,

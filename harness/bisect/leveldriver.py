@@ -34,6 +34,7 @@ from harness.bisect.document import (
 from harness.bisect.evaluator import EvalOutcome, Evaluator
 from harness.bisect.options import BisectOptions
 from harness.bisect.scope import Scope
+from harness.bisect.split import split_suites
 from harness.bisect.view import CaseView, Selection, select_cases
 from harness.executors.local import Executor, Handle, schedule
 from harness.progress import Progress
@@ -77,6 +78,9 @@ class LevelDriver:
         self.can_narrow = hasattr(evaluator, "narrowed")  # it can run less than its whole selection
         self.narrowable = opts.probe_open_cases and self.can_narrow  # intermediate probes run the open cases
         self.endpoints: set[str] = {commits[0], commits[-1]}
+        # every suite of the whole selection -> its remembered seconds: an endpoint is cut by them
+        costs = getattr(evaluator, "suite_costs", None)
+        self.suite_costs: dict[str, float | None] = costs() if costs is not None and self.can_narrow else {}
         self._running: dict[Handle, tuple[str, int, Scope]] = {}  # handle -> (commit, depth, what it runs)
         self._queued: list[tuple[str, Scope]] = []  # attempts waiting for a slot (one entry per attempt)
         self._depth_done = 0  # longest chain of dependent evaluations finished so far
@@ -117,13 +121,15 @@ class LevelDriver:
         interval holds it (harness.bisect.needs). None: the cache holds it all."""
         held, want = self.evidence.attempts.get(sha, []), 1 + self.opts.retries
         if self.bisection is None or sha in self.endpoints or not self.narrowable:
-            return needs.missing_whole(held, self.whole, want)
+            return needs.missing_whole(held, self.whole, want, tuple(self.suite_costs) or None)
         return needs.missing_cases(held, self.bisection.cases_needing(sha), want)
 
     def feed(self, sha: str, evaluation: Evaluation) -> None:
         """Tell the bisection what ``evaluation`` ran: every case, or only a probe's cases."""
         if self.bisection is not None:
-            ran = evaluation.scope.cases  # a probe: the cases it was asked for (None: every case)
+            whole = evaluation.scope.cases is None and evaluation.scope.suites is None
+            # a probe ran the cases it was asked for, a part of an endpoint the cases of its suites
+            ran = None if whole else [c for c in self.bisection.cases if evaluation.ran(c)]
             self.bisection.record(sha, self.view(sha, evaluation.verdicts), ran)
 
     def details(self, sha: str) -> findings.Details:
@@ -143,6 +149,7 @@ class LevelDriver:
         def refill(free: int) -> list[tuple[str, int, Scope]]:
             while True:
                 if not self._queued:
+                    fresh: list[tuple[float, str, Scope]] = []
                     for sha in pick(free):
                         if sha not in self.evidence.evaluated:  # stored by another bisect sharing the cache?
                             self.adopt(sha)
@@ -150,9 +157,10 @@ class LevelDriver:
                         if lacking is None:
                             self.replay(sha)
                         else:
-                            self._queued += [(sha, lacking[0])] * lacking[1]
-                depth = self._depth_done + 1
-                taken = [(sha, depth, scope) for sha, scope in self._queued[:free]]
+                            fresh += [(-cost, sha, part) for part, cost in self.parts(sha, lacking[0])] * lacking[1]
+                    fresh.sort(key=lambda f: f[0])  # heaviest part first (stable: pick order otherwise)
+                    self._queued += [(sha, part) for _, sha, part in fresh]
+                taken = [(sha, self._depth_of(sha), scope) for sha, scope in self._queued[:free]]
                 del self._queued[:free]
                 if taken or self._running or (not self._queued and not pick(1)):
                     return taken  # (all picked commits were cached and nothing runs: pick again)
@@ -171,6 +179,25 @@ class LevelDriver:
             running=self._running,
             after=self.drop_moot,
         )
+
+    def _depth_of(self, sha: str) -> int:
+        """The round an evaluation started now belongs to: the parts of the endpoints depend on
+        nothing (round 1, however many rounds of slots they take), any other on what came before."""
+        return 1 if self.bisection is None and sha in self.endpoints else self._depth_done + 1
+
+    def parts(self, sha: str, scope: Scope) -> list[tuple[Scope, float]]:
+        """What to run of ``scope`` at ``sha``, as (scope, estimated seconds): an endpoint's whole
+        selection (or the suites it lacks) cut into one part per slot (:mod:`.split`), so that
+        the two endpoints share the slots instead of the smaller one's slot waiting idle; a probe,
+        a listed-cases selection or one slot: ``scope`` itself."""
+        slots = self.executor.slots
+        if slots < 2 or scope.partial or not self.suite_costs or sha not in self.endpoints:
+            return [(scope, 0.0)]
+        names = scope.suites if scope.suites is not None else tuple(self.suite_costs)
+        cut = split_suites({s: self.suite_costs.get(s) for s in names}, slots)
+        if len(cut) < 2:
+            return [(scope, 0.0)]
+        return [(Scope(part.suites, scope.keyword), part.seconds) for part in cut]
 
     def drop_moot(self) -> None:
         """Cancel in-flight evaluations of commits that no open case needs any more (k-ary

@@ -18,23 +18,31 @@ from harness.bisect.cache import Evaluation
 from harness.bisect.scope import Scope, suite_of
 
 
-def missing_whole(evaluations: Sequence[Evaluation], whole: Scope, want: int) -> tuple[Scope, int] | None:
-    """What an endpoint lacks of the selection ``whole``: (the scope to run, how many times)."""
+def missing_whole(
+    evaluations: Sequence[Evaluation], whole: Scope, want: int, suites: Sequence[str] | None = None
+) -> tuple[Scope, int] | None:
+    """What an endpoint lacks of the selection ``whole``: (the scope to run, how many times).
+
+    ``suites``: the suites the default selection runs (``whole.suites`` None); given, runs of
+    listed suites cover it too (an endpoint cut into parts), and what is missing is the suites
+    no run covered yet. Not given, only runs of the default selection cover it.
+    """
     if whole.cases is not None:  # a selection of listed cases (a second level re-running its cases)
         return missing_cases(evaluations, whole.cases, want)
     full = [e for e in evaluations if not e.scope.partial and e.scope.keyword == whole.keyword]
-    everything = sum(e.scope.suites is None for e in full)
-    if whole.suites is None:
+    names = whole.suites if whole.suites is not None else suites
+    if names is None:
+        everything = sum(e.scope.suites is None for e in full)
         return (whole, want - everything) if everything < want else None
     per_suite: Counter[str] = Counter()
     for e in full:
-        for suite in whole.suites if e.scope.suites is None else e.scope.suites:
+        for suite in names if e.scope.suites is None else e.scope.suites:
             per_suite[suite] += 1
-    lacking = [s for s in whole.suites if per_suite[s] < want]
+    lacking = [s for s in names if per_suite[s] < want]
     if not lacking:
         return None
     times = want - min(per_suite[s] for s in lacking)
-    return (whole if len(lacking) == len(whole.suites) else Scope(tuple(lacking), whole.keyword)), times
+    return (whole if len(lacking) == len(names) else Scope(tuple(lacking), whole.keyword)), times
 
 
 def missing_cases(evaluations: Sequence[Evaluation], cases: Iterable[str], want: int) -> tuple[Scope, int] | None:

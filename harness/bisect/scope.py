@@ -33,7 +33,12 @@ class Scope:
         """A few words for a probe line: "all", "suites a, b", "3 open cases"."""
         if self.cases is not None:
             return f"{len(self.cases)} open case{'s' if len(self.cases) != 1 else ''}"
-        what = "all" if self.suites is None else "suites " + ", ".join(self.suites)
+        if self.suites is None:
+            what = "all"
+        elif len(self.suites) > 3:  # a part of an endpoint (harness.bisect.split)
+            what = f"{len(self.suites)} suites ({', '.join(self.suites[:2])}, ...)"
+        else:
+            what = "suites " + ", ".join(self.suites)
         return what + (f" -k {self.keyword!r}" if self.keyword else "")
 
     def to_json(self) -> str:
