@@ -15,7 +15,7 @@ from harness.adapters import needs, qwenvl, rules
 from harness.adapters.energon import energon_batches
 from harness.adapters.refusal import up_front_check
 from harness.oracle.impact import Impact, fail
-from suites import _qwen_vl_step
+from suites import _qwen_vl_step, _vlm_cp
 from suites._energon import Case, check_deferred, check_packed, check_padded, check_reference
 from suites._energon_step import check_step
 
@@ -225,3 +225,21 @@ def test_qwen3_vl_step_packs_what_its_unpacked_step_trains(encoder, knobs):
     build = energon_batches(case.request())
     check_deferred(case, build)  # the rows first: a defect there is the loader's
     _qwen_vl_step.check_qwen3_step(case, build)
+
+
+@pytest.mark.import_group("full")  # MB's Qwen3-VL step
+def test_qwen3_vl_step_under_cp_splits_what_its_cp1_step_trains():
+    """Qwen3-VL under context parallelism (a recipe trains it at CP 2): every rank of a gloo CP world
+    runs MB's ``qwen3_vl_step.forward_step`` with in-batch packing. Each rank is handed the rows of
+    tokens whole, and the labels and loss mask of the CP 1 step at the positions of MCore's
+    load-balanced CP layout; the ranks' loss totals sum to the CP 1 totals. Qwen3-VL's model is
+    recorded (Transformer Engine only), named in the result; how it splits the tokens is not judged."""
+    from harness.adapters import qwen3vlstep
+
+    needs(energon_batches, qwen3vlstep.qwen3_vl_step)
+    # rows of any length (multiple 1: micro-batches 34 and 41 wide): the step itself pads them to a
+    # multiple of 2 * CP (and of 16), which its split needs
+    deferred = {"enable_in_batch_packing": True, "defer_in_batch_packing_to_step": True, "pad_to_multiple_of": 1}
+    case = Case("mbs3-deferred-hf-multiple1-cp2", 201, knobs=deferred, encoder="hf")
+    build = energon_batches(case.request())
+    _vlm_cp.check_qwen3_step_under_cp(build, cp=2)

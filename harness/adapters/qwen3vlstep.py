@@ -1,6 +1,6 @@
 """Qwen3-VL's own training step: the rows it pads and packs itself, and what its model receives.
 
-Operation ``qwen3_vl_step(model, batch, packing=)`` -> :class:`~.step.StepRun`: one right-padded
+Operation ``qwen3_vl_step(model, batch, packing=, groups=)`` -> :class:`~.step.StepRun`: one right-padded
 micro-batch (MB's loader with ``defer_in_batch_packing_to_step``: the collate leaves the rows alone)
 through MB's ``models/qwen_vl/qwen3_vl_step.forward_step`` and its loss function, with the dataset
 config's ``enable_in_batch_packing`` as given.
@@ -15,8 +15,9 @@ to the same step with packing off (MB's own unpacked path).
 Why a recording model (:class:`Qwen3VLRecordingModel`, named in the results): Qwen3-VL's model
 (``modelling_qwen3_vl``) builds its attention and vision tower from Transformer Engine specs, which
 do not run on a CPU. The double records its call and returns a per-token loss shaped like the labels
-it was handed, a fixed function of each position's label and input token, so a label, a token or a
-loss-mask entry out of place shows in MB's loss totals.
+it was handed, a fixed function of each position's label and input token (of its label alone under
+CP, where the step hands over whole rows of tokens and splits only the labels), so a label, a token
+or a loss-mask entry out of place shows in MB's loss totals.
 
 Era: the step-owned padding and packing (ebd55d7bc, 2026-06-25, feature ``qwen3-vl-step-packing``).
 """
@@ -41,8 +42,11 @@ class Qwen3VLRecordingModel(RecordingModel):
     """Stands for ``Qwen3VLModel``: records the step's keyword arguments and returns a per-token loss
     shaped like the labels (``[1, B*S]`` packed, ``[B, S]`` not)."""
 
-    def __init__(self, gpt: torch.nn.Module, seq_length: int) -> None:
+    def __init__(self, gpt: torch.nn.Module, seq_length: int, tokens_in_loss: bool = True) -> None:
         super().__init__(gpt)  # the tiny GPTModel only answers what MB reads off a model (config, groups)
+        # under CP the step splits the labels and hands over the whole rows of tokens (the model
+        # splits them itself): a loss of the label alone is then the same per position at any CP
+        self.tokens_in_loss = tokens_in_loss
         # the config of a model MB's provider built: a TransformerConfig that also carries the
         # provider's fields, of which the step reads seq_length
         config: Any = copy.copy(gpt.config)
@@ -53,8 +57,9 @@ class Qwen3VLRecordingModel(RecordingModel):
         standins.record(STANDIN_QWEN3_VL_MODEL)
         self.calls.append({k: snapshot(v) for k, v in kwargs.items()})
         labels = plain(kwargs["labels"])
-        tokens = plain(kwargs["input_ids"]).reshape(labels.shape)
-        loss = 1.0 + 1e-2 * (labels.float() % 97) + 1e-3 * (tokens.float() % 89)
+        loss = 1.0 + 1e-2 * (labels.float() % 97)
+        if self.tokens_in_loss:
+            loss = loss + 1e-3 * (plain(kwargs["input_ids"]).reshape(labels.shape).float() % 89)
         self.logits.append(loss.detach().unsqueeze(-1).clone())  # [b, s, 1]: the only "logits" there are
         return loss
 
@@ -67,9 +72,9 @@ def _probe() -> Callable[..., StepRun]:
         raise NotHere("qwen3_vl_step does not pad and pack the rows itself")
     fn = symbol(QWEN3_VL_STEP, "forward_step")
 
-    def call(model: Qwen3VLRecordingModel, batch: dict[str, Any], *, packing: bool) -> StepRun:
+    def call(model: Qwen3VLRecordingModel, batch: dict[str, Any], *, packing: bool, groups: Any = None) -> StepRun:
         state = minimal_state(enable_in_batch_packing=packing, defer_in_batch_packing_to_step=packing)
-        return run_step(fn, state, batch, model)
+        return run_step(fn, state, batch, model, groups)
 
     return call
 
@@ -80,4 +85,5 @@ qwen3_vl_step = Operation(
     before="Qwen3-VL's step did not pad and pack the rows itself",
     feature="qwen3-vl-step-packing",
 )
-"""``qwen3_vl_step(model, batch, packing=)``: one micro-batch through Qwen3-VL's ``forward_step`` and loss function."""
+"""``qwen3_vl_step(model, batch, packing=, groups=)``: one micro-batch through Qwen3-VL's ``forward_step``
+and loss function (``groups``: the rank's process groups in a parallel world)."""
