@@ -50,6 +50,9 @@ def run_once(args: argparse.Namespace, jobs: int) -> dict:
     work = args.work / f"j{jobs}"
     shutil.rmtree(work, ignore_errors=True)
     work.mkdir(parents=True)
+    if args.case_times is not None:  # a user who ran the suites before: the endpoints are cut by those times
+        (work / "cache").mkdir()
+        shutil.copy(args.case_times, work / "cache" / "case-times.json")
     cmd = [*HARNESS, "bisect", args.range, "--repo", str(args.mb_repo), "--megatron-lm", str(args.megatron_lm)]
     cmd += ["-j", str(jobs), "--cache-dir", str(work / "cache"), "--out", str(work / "out"), "--allow-dirty", "-q"]
     start = time.monotonic()
@@ -72,9 +75,19 @@ def run_once(args: argparse.Namespace, jobs: int) -> dict:
         "limit": limit,
         "wall_s": round(wall, 1),
         "culprits": sorted({c["culprit"]["sha"][:10] for c in found if c.get("culprit")}),
+        "endpoint_parts_s": _endpoint_parts(doc),
         "found": len(found),
         "rc": proc.returncode,
     }
+
+
+def _endpoint_parts(doc: dict) -> str:
+    """Seconds of each endpoint's evaluations (its parts at -j N), GOOD first: "33+15, 105+62"."""
+    good, bad = doc["range"]["good"], doc["range"]["bad"]
+    costs = doc.get("probe_costs") or {}
+    return ", ".join(
+        "+".join(f"{c['seconds']:.0f}" for c in costs.get(sha, []) if c.get("endpoint")) or "-" for sha in (good, bad)
+    )
 
 
 def main() -> int:
@@ -84,20 +97,29 @@ def main() -> int:
     ap.add_argument("--range", default=DEFAULT_RANGE)
     ap.add_argument("--jobs", type=int, action="append", help="default: 1 and 2")
     ap.add_argument("--work", type=Path, default=Path("/tmp/harness-bench-real-bisect"))
+    ap.add_argument(
+        "--case-times",
+        type=Path,
+        help="a case-times.json a run left in its cache directory, copied into each run's cold cache "
+        "(the endpoints are then cut by those times; without it they are cut blind)",
+    )
     args = ap.parse_args()
     if not args.mb_repo or not args.megatron_lm:
         print("needs --mb-repo and --megatron-lm (or HARNESS_MB_MIRROR / HARNESS_MLM_MIRROR)", file=sys.stderr)
         return 2
     rows = [run_once(args, j) for j in (args.jobs or [1, 2])]
     print(f"range {args.range}")
-    print("| -j | evaluations | limit | ratio | late starts (commits) | targets | rounds | wall s | culprits |")
-    print("|---|---|---|---|---|---|---|---|---|")
+    print(
+        "| -j | evaluations | limit | ratio | late starts (commits) | targets | rounds | wall s "
+        "| endpoints s (GOOD, BAD) | culprits |"
+    )
+    print("|---|---|---|---|---|---|---|---|---|---|")
     for r in rows:
         ratio = f"{r['evaluations'] / r['limit']:.2f}" if r["limit"] else "-"
         print(
             f"| {r['jobs']} | {r['evaluations']} | {r['limit']} | {ratio} "
             f"| {r['late_starts']} ({r['late_start_commits']}) | {r['targets']} "
-            f"| {r['rounds']} | {r['wall_s']} | {' '.join(r['culprits'])} |"
+            f"| {r['rounds']} | {r['wall_s']} | {r['endpoint_parts_s']} | {' '.join(r['culprits'])} |"
         )
     same = len({tuple(r["culprits"]) for r in rows}) == 1
     print("culprits agree across -j" if same else "CULPRITS DIFFER across -j")
