@@ -35,6 +35,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from harness.bisect.document import Confirmation, ConfirmStatus
+from harness.bisect.evaluator import TreeEvaluating
 from harness.bisect.scope import suite_of
 from harness.errors import GitError
 from harness.records.verdict import Verdict, settle
@@ -61,9 +62,9 @@ def _confirm(driver: Level, ws: WorkspaceCache, bad: str, culprit: str, cases: l
     def unchecked(why: str) -> Confirmation:
         return Confirmation(culprit, ConfirmStatus.NOT_CHECKABLE, {}, why)
 
-    evaluate = getattr(driver.evaluator, "evaluate_tree", None)
-    if evaluate is None:
+    if not isinstance(driver.evaluator, TreeEvaluating):
         return unchecked("this evaluator cannot run a tree that is no commit")
+    evaluate = driver.evaluator.evaluate_tree
     pin_of = _pin_source(driver, bad, culprit)
     if pin_of is None:
         return unchecked("the culprit moved the Megatron-LM pin and a later commit moved it again")

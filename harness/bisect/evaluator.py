@@ -31,7 +31,7 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Protocol
+from typing import Protocol, runtime_checkable
 
 from harness import paths
 from harness.bisect.closure import closure_hash, suite_hash, suite_process_files
@@ -53,6 +53,45 @@ class Evaluator(Protocol):
     def cache_namespace(self) -> tuple[str, str]:
         """(suite key, env key) of the cache entries this evaluator's verdicts belong to."""
         ...
+
+
+# What an evaluator may also do, declared (the level driver asks ``isinstance``, never probes names):
+
+
+@runtime_checkable
+class Selecting(Protocol):
+    """It runs a selection (suites, ``-k``, listed cases): what an endpoint runs whole."""
+
+    @property
+    def scope(self) -> Scope: ...
+
+
+@runtime_checkable
+class Narrowing(Protocol):
+    """It can run less than its whole selection: the suites an endpoint lacks, a probe's open cases."""
+
+    def narrowed(self, scope: Scope) -> Evaluator: ...
+
+
+@runtime_checkable
+class Costed(Protocol):
+    """It knows what its suites cost (:meth:`MBEvaluator.suite_costs`): an endpoint can be cut in parts."""
+
+    def suite_costs(self) -> dict[str, float | None]: ...
+
+
+@runtime_checkable
+class TreeEvaluating(Protocol):
+    """It can run a tree that is no commit (``--confirm``: BAD with the culprit reverted)."""
+
+    def evaluate_tree(self, src: Path, label: str, pin_of: str, suites: Sequence[str] | None = None) -> EvalOutcome: ...
+
+
+@runtime_checkable
+class Detailing(Protocol):
+    """It keeps the golden diffs of the commits it ran (for verdicts that came from the cache)."""
+
+    def details(self, sha: str) -> dict[str, dict[str, str]]: ...
 
 
 def env_key() -> str:

@@ -31,7 +31,7 @@ from harness.bisect.document import (
     RangeDoc,
     SelectionDoc,
 )
-from harness.bisect.evaluator import EvalOutcome, Evaluator
+from harness.bisect.evaluator import Costed, Detailing, EvalOutcome, Evaluator, Narrowing, Selecting
 from harness.bisect.options import BisectOptions
 from harness.bisect.scope import Scope
 from harness.bisect.split import split_suites
@@ -74,13 +74,14 @@ class LevelDriver:
         self.confirmations: list[Confirmation] = []  # --confirm: one per culprit commit
         self.not_bisected: list[NotBisected] = []  # known once both endpoints are in
         # what a whole evaluation runs (an endpoint), and whether a probe can run less (the open cases)
-        self.whole: Scope = getattr(evaluator, "scope", None) or Scope()  # an evaluator that says nothing runs all
-        self.can_narrow = hasattr(evaluator, "narrowed")  # it can run less than its whole selection
+        self.whole = evaluator.scope if isinstance(evaluator, Selecting) else Scope()  # else: it runs all
+        self.can_narrow = isinstance(evaluator, Narrowing)  # it can run less than its whole selection
         self.narrowable = opts.probe_open_cases and self.can_narrow  # intermediate probes run the open cases
         self.endpoints: set[str] = {commits[0], commits[-1]}
         # every suite of the whole selection -> its remembered seconds: an endpoint is cut by them
-        costs = getattr(evaluator, "suite_costs", None)
-        self.suite_costs: dict[str, float | None] = costs() if costs is not None and self.can_narrow else {}
+        self.suite_costs: dict[str, float | None] = (
+            evaluator.suite_costs() if self.can_narrow and isinstance(evaluator, Costed) else {}
+        )
         self._running: dict[Handle, tuple[str, int, Scope]] = {}  # handle -> (commit, depth, what it runs)
         self._queued: list[tuple[str, Scope]] = []  # attempts waiting for a slot (one entry per attempt)
         self._depth_done = 0  # longest chain of dependent evaluations finished so far
@@ -135,9 +136,8 @@ class LevelDriver:
     def details(self, sha: str) -> findings.Details:
         """Golden diffs of ``sha``: from this run, else from the evaluator's kept runs."""
         known = self.evidence.details
-        fetch = getattr(self.evaluator, "details", None)
-        if sha not in known and fetch is not None:
-            known[sha] = fetch(sha)
+        if sha not in known and isinstance(self.evaluator, Detailing):
+            known[sha] = self.evaluator.details(sha)
         return known.get(sha, {})
 
     # ------------------------------------------------------------ scheduling
@@ -220,8 +220,9 @@ class LevelDriver:
 
     def _evaluator_for(self, scope: Scope) -> Evaluator:
         """The level's evaluator, narrowed to ``scope`` when it runs less than the whole selection."""
-        narrowed = getattr(self.evaluator, "narrowed", None)
-        return self.evaluator if scope == self.whole or narrowed is None else narrowed(scope)
+        if scope == self.whole or not isinstance(self.evaluator, Narrowing):
+            return self.evaluator
+        return self.evaluator.narrowed(scope)
 
     def store(self, sha: str, outcome: EvalOutcome, scope: Scope | None = None) -> None:
         """Cache first (durable), then tell the bisection, then the user."""
