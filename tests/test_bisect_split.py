@@ -10,19 +10,21 @@ and :meth:`Evaluation.ran`. End to end: generated histories with the scoped eval
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, replace
 from pathlib import Path
 
 from harness.bisect import needs
 from harness.bisect.cache import CacheKey, Evaluation
 from harness.bisect.driver import BisectOptions, run_bisection
-from harness.bisect.evaluator import MBEvaluator
+from harness.bisect.evaluator import EvalOutcome, MBEvaluator
 from harness.bisect.scope import Scope
 from harness.bisect.split import Part, split_suites
+from harness.eras import features
 from harness.records import casetimes
 from harness.records.verdict import Verdict
 from harness.repository.gitrepo import open_repo
-from harness.repository.workspaces import workspace_dir_for
+from harness.repository.workspaces import WorkspaceCache, workspace_dir_for
 from tests.test_bisect_command import _fake_history, culprits
 from tests.test_bisect_open_cases import CASES, ScopedEvaluator
 
@@ -146,3 +148,39 @@ def test_the_level_driver_asks_what_an_evaluator_declares(tmp_path: Path) -> Non
     def plain(sha: str) -> None: ...
 
     assert not any(isinstance(plain, p) for p in (Selecting, Narrowing, Costed, Detailing, TreeEvaluating))
+
+
+@dataclass(frozen=True)
+class LedgerCostedEvaluator(CostedEvaluator):
+    """A case not born yet is untestable and names the ledger feature it lacks (as an adapter does)."""
+
+    feature: str = ""
+
+    def __call__(self, sha: str) -> EvalOutcome:
+        out = super().__call__(sha)
+        tree = WorkspaceCache(self.workspace_dir, self.repo).materialize(sha)
+        gone = json.loads((tree / "src" / "megatron" / "bridge" / "state.json").read_text()).get("gone", [])
+        verdicts, messages = dict(out.verdicts), dict(out.messages)
+        for case in set(gone) & set(verdicts):
+            verdicts[case] = Verdict.UNTESTABLE
+            messages[case] = f"untestable: no such operation here {features.tag(self.feature)}"
+        return replace(out, verdicts=verdicts, messages=messages)
+
+
+def test_a_ledger_start_is_read_from_the_part_of_good_that_ran_the_case(tmp_path: Path, monkeypatch) -> None:
+    """GOOD's lighter part ran the late case: its ledger feature is read from that part, not from the
+    heavier part that never ran it, so the start costs two probes at -j 2 as at -j 1."""
+    born, broke = 21, 33
+    repo, shas = _fake_history(tmp_path, 48, {"t::d5": broke}, born_at={"t::d5": born})
+    ledger = features.Feature("test-op", "a test operation", shas[born][:9], "2026-01-01", "src/x.py", "op")
+    monkeypatch.setitem(features.FEATURES, "test-op", ledger)
+    ev = LedgerCostedEvaluator(
+        repo, workspace_dir_for(tmp_path / "c", open_repo(repo)), tmp_path / "calls.jsonl", feature="test-op"
+    )
+    opts = BisectOptions(repo=repo, good=shas[0], bad=shas[-1], cache_dir=tmp_path / "c", jobs=2)
+    run = run_bisection(opts, evaluator=ev, progress=None)
+    assert culprits(run.doc) == {"t::d5": shas[broke]}
+    (start,) = run.doc.late_starts
+    assert start.runs_from == shas[born] and start.bisected
+    after_ends = [sha for sha, _ in ev.calls()][4:6]  # the four parts of the endpoints first
+    assert set(after_ends) == {shas[born - 1], shas[born]}, "the ledger's commit and its parent, not a search"

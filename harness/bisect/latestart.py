@@ -76,9 +76,10 @@ def ledger_probes(driver: Level, good: str, late: dict[str, str]) -> dict[int, l
     from harness.errors import HarnessError
 
     messages: dict[str, str] = {}
-    for evaluation in driver.evidence.attempts.get(good, []):
+    for evaluation in driver.evidence.attempts.get(good, []):  # GOOD's parts each ran their own suites
         for case in late:
-            messages.setdefault(case, evaluation.messages.get(case, ""))
+            if evaluation.messages.get(case) and case not in messages:
+                messages[case] = evaluation.messages[case]
     found: dict[int, list[str]] = {}
     for case, message in messages.items():
         starts = []
