@@ -19,7 +19,7 @@ from harness.bisect.cache import CacheKey, Evaluation
 from harness.bisect.driver import BisectOptions, run_bisection
 from harness.bisect.evaluator import EvalOutcome, MBEvaluator
 from harness.bisect.scope import Scope
-from harness.bisect.split import Part, split_suites
+from harness.bisect.split import Part, cut, split_suites
 from harness.eras import features
 from harness.records import casetimes
 from harness.records.verdict import Verdict
@@ -41,6 +41,16 @@ def test_a_suite_without_remembered_times_weighs_the_mean_of_the_others() -> Non
     assert split_suites({"a": 8.0, "b": 2.0, "new": None}, 2) == [Part(("a",), 8.0), Part(("b", "new"), 7.0)]
     cold = split_suites(dict.fromkeys("abcd"), 2)
     assert [len(p.suites) for p in cold] == [2, 2], "nothing remembered: as many suites in each part"
+
+
+def test_only_a_selection_of_several_suites_at_several_slots_is_cut() -> None:
+    costs = {"s": 5.0, "t": 3.0, "u": None}
+    # u weighs the mean of the others (4): s -> A(5), u -> B(4), t -> B(7); the heavier part first
+    assert cut(Scope(), costs, 2) == [(Scope(("t", "u")), 7.0), (Scope(("s",)), 5.0)]
+    assert cut(Scope(keyword="x"), costs, 2)[0][0].keyword == "x", "a part keeps the selection's -k"
+    for scope, slots in ((Scope(), 1), (Scope(cases=("s::a",)), 2), (Scope(("s",)), 2)):
+        assert cut(scope, costs, slots) == [(scope, 0.0)], (scope, slots)
+    assert cut(Scope(), {}, 2) == [(Scope(), 0.0)], "an evaluator that knows no suites is never cut"
 
 
 def _ev(scope: Scope, verdicts: dict[str, Verdict]) -> Evaluation:

@@ -14,7 +14,7 @@ import datetime as _dt
 from collections.abc import Callable, Sequence
 from typing import TextIO
 
-from harness.bisect import findings, needs
+from harness.bisect import findings, needs, split
 from harness.bisect.algorithm import Bisection, CaseStatus, max_steps
 from harness.bisect.axis import Axis
 from harness.bisect.cache import CacheKey, Evaluation, VerdictCache
@@ -34,7 +34,6 @@ from harness.bisect.document import (
 from harness.bisect.evaluator import Costed, Detailing, EvalOutcome, Evaluator, Narrowing, Selecting
 from harness.bisect.options import BisectOptions
 from harness.bisect.scope import Scope
-from harness.bisect.split import split_suites
 from harness.bisect.view import CaseView, Selection, select_cases
 from harness.executors.local import Executor, Handle, schedule
 from harness.progress import Progress
@@ -187,17 +186,9 @@ class LevelDriver:
 
     def parts(self, sha: str, scope: Scope) -> list[tuple[Scope, float]]:
         """What to run of ``scope`` at ``sha``, as (scope, estimated seconds): an endpoint's whole
-        selection (or the suites it lacks) cut into one part per slot (:mod:`.split`), so that
-        the two endpoints share the slots instead of the smaller one's slot waiting idle; a probe,
-        a listed-cases selection or one slot: ``scope`` itself."""
-        slots = self.executor.slots
-        if slots < 2 or scope.partial or not self.suite_costs or sha not in self.endpoints:
-            return [(scope, 0.0)]
-        names = scope.suites if scope.suites is not None else tuple(self.suite_costs)
-        cut = split_suites({s: self.suite_costs.get(s) for s in names}, slots)
-        if len(cut) < 2:
-            return [(scope, 0.0)]
-        return [(Scope(part.suites, scope.keyword), part.seconds) for part in cut]
+        selection (or the suites it lacks) cut into one part per slot (:func:`.split.cut`), so that
+        the two endpoints share the slots instead of the smaller one's slot waiting idle."""
+        return split.cut(scope, self.suite_costs, self.executor.slots) if sha in self.endpoints else [(scope, 0.0)]
 
     def drop_moot(self) -> None:
         """Cancel in-flight evaluations of commits that no open case needs any more (k-ary

@@ -18,6 +18,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from harness.bisect.scope import Scope
+
 
 @dataclass(frozen=True)
 class Part:
@@ -42,3 +44,16 @@ def split_suites(costs: Mapping[str, float | None], parts: int) -> list[Part]:
         loads[lightest] += weights[suite]
     cut = [Part(tuple(sorted(b)), load) for b, load in zip(bins, loads, strict=True) if b]
     return sorted(cut, key=lambda p: (-p.seconds, p.suites))
+
+
+def cut(scope: Scope, costs: Mapping[str, float | None], slots: int) -> list[tuple[Scope, float]]:
+    """What to run of an endpoint's ``scope``, as (scope, estimated seconds): its suites (every suite
+    of ``costs`` for the default selection) in one part per slot, heaviest first; ``scope`` itself
+    for listed cases, one slot, no known suites, or a selection of one suite."""
+    if slots < 2 or scope.partial or not costs:
+        return [(scope, 0.0)]
+    names = scope.suites if scope.suites is not None else tuple(costs)
+    parts = split_suites({s: costs.get(s) for s in names}, slots)
+    if len(parts) < 2:
+        return [(scope, 0.0)]
+    return [(Scope(part.suites, scope.keyword), part.seconds) for part in parts]
