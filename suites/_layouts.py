@@ -27,7 +27,7 @@ import torch
 
 from harness.adapters import cpattention, familystep, needs, ppbatch, step, symbol
 from harness.adapters import forward as fwd
-from harness.adapters.world import Layout, run_world
+from harness.adapters.world import Layout, rank_groups, run_world
 from harness.oracle.impact import Impact, fail
 from harness.oracle.records import Invariant, InvariantFailure, Violation
 from harness.standins import thd_partition
@@ -57,7 +57,7 @@ def received(run: step.StepRun) -> dict[str, torch.Tensor]:
 
 def rank_model() -> tuple[Any, step.RecordingModel]:
     """One rank's process groups (MCore's, as MB's step reads them) and its tiny model."""
-    groups = symbol("megatron.core.process_groups_config", "ProcessGroupCollection").use_mpu_process_groups()
+    groups = rank_groups()
     return groups, step.RecordingModel(fwd.tiny_gpt(seed=_forward.SEED, vocab_size=_forward.MODEL_VOCAB))
 
 

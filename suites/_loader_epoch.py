@@ -30,10 +30,10 @@ from typing import Any
 
 from harness.adapters import batch as batch_ops
 from harness.adapters import config as config_ops
-from harness.adapters import directsft, loaders, rules, symbol
+from harness.adapters import directsft, loaders, rules
 from harness.adapters.directsft import DirectSFTRequest
 from harness.adapters.refusal import said
-from harness.adapters.world import Layout, run_world
+from harness.adapters.world import Layout, rank_groups, run_world
 from harness.oracle import differential
 from harness.oracle.impact import Impact, ImpactFailure, fail, require
 from suites import _dataparallel, _sftcases
@@ -80,7 +80,7 @@ def _on_rank(
 ) -> Callable[[int], RankEpoch]:
     def on_rank(_rank: int) -> RankEpoch:
         fetched: list[int] = []
-        groups = symbol("megatron.core.process_groups_config", "ProcessGroupCollection").use_mpu_process_groups()
+        groups = rank_groups()
         model = config_ops.tiny_gpt_provider(seq, 1, 1, False, True)
         try:
             batches = loaders.train_micro_batches(

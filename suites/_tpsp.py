@@ -31,7 +31,7 @@ import torch
 
 from harness.adapters import forward as fwd
 from harness.adapters import step, symbol
-from harness.adapters.world import Layout, run_world
+from harness.adapters.world import Layout, rank_groups, run_world
 from harness.oracle.impact import Impact
 from harness.oracle.records import Invariant, Violation
 from suites import _forward, _layouts, _sftcases
@@ -71,7 +71,7 @@ def _rank_runs(full: dict[str, torch.Tensor], batches: list[dict[str, Any]]) -> 
     def on_rank(_rank: int) -> list[TPRankRun]:
         from megatron.core import parallel_state
 
-        groups = symbol("megatron.core.process_groups_config", "ProcessGroupCollection").use_mpu_process_groups()
+        groups = rank_groups()
         tp, rank = (
             parallel_state.get_tensor_model_parallel_world_size(),
             parallel_state.get_tensor_model_parallel_rank(),

@@ -32,9 +32,9 @@ from typing import Any
 import torch
 
 from harness.adapters import forward as fwd
-from harness.adapters import hostsync, step, symbol
+from harness.adapters import hostsync, step
 from harness.adapters.energon import EnergonBuild
-from harness.adapters.world import Layout, run_world
+from harness.adapters.world import Layout, rank_groups, run_world
 from harness.oracle.impact import Impact, fail
 from suites import _forward
 
@@ -60,7 +60,7 @@ def check_qwen3_step_under_cp(build: EnergonBuild, cp: int = 2) -> None:
     ones = [qwen3vlstep.qwen3_vl_step(_model(qwen3vlstep), b, packing=True) for b in build.batches]
 
     def on_rank(_rank: int) -> list[step.StepRun]:
-        groups = symbol("megatron.core.process_groups_config", "ProcessGroupCollection").use_mpu_process_groups()
+        groups = rank_groups()
         model = _model(qwen3vlstep)
         return [qwen3vlstep.qwen3_vl_step(model, b, packing=True, groups=groups) for b in build.batches]
 

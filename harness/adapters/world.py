@@ -207,6 +207,14 @@ def run_world(layout: Layout, fn: Callable[[int], T], *, seed: int = 1234, timeo
     raise AssertionError("unreachable")
 
 
+def rank_groups() -> Any:
+    """This rank's process groups as MB's steps read them (MCore's ``ProcessGroupCollection`` of the
+    world :func:`run_world` set up)."""
+    from harness.adapters import symbol
+
+    return symbol("megatron.core.process_groups_config", "ProcessGroupCollection").use_mpu_process_groups()
+
+
 def _run_world_once(layout: Layout, fn: Callable[[int], T], seed: int, timeout: float) -> list[T]:
     import multiprocessing
 

@@ -102,6 +102,6 @@ def core_evaluator(opts: BisectOptions, held: HeldMB, src: Path, cache_dir: Path
         None,
         opts.fork_capacity,
         opts.cases,
-        cache_dir / casetimes.FILE,
+        casetimes.in_cache(cache_dir),
     )
     return CoreEvaluator(mb, held.sha, src, Path(opts.repo), cache_dir)

@@ -181,7 +181,7 @@ def _run_level(
                     opts.megatron_lm,
                     opts.fork_capacity,
                     opts.cases,
-                    cache_dir / casetimes.FILE,
+                    casetimes.in_cache(cache_dir),
                 )
             )
         bind = getattr(executor, "bind", None)

@@ -251,7 +251,7 @@ def case_times(args: argparse.Namespace) -> Path:
     """Where a run remembers its case times for the next run's progress line (in the cache directory)."""
     from harness.records import casetimes
 
-    return cache_dir(args) / casetimes.FILE
+    return casetimes.in_cache(cache_dir(args))
 
 
 def add_allow_changed(p: argparse.ArgumentParser) -> None:

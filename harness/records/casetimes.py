@@ -35,6 +35,12 @@ class CaseTime:
     seconds: float
 
 
+def in_cache(cache_dir: Path) -> Path:
+    """The case-times file of a cache directory (``harness run``, ``nightly``, ``matrix`` and
+    ``bisect`` share it)."""
+    return cache_dir / FILE
+
+
 def load(path: Path | None) -> dict[str, CaseTime]:
     """The remembered cases by id; nothing when there is no usable file (it is only an estimate)."""
     if path is None:
