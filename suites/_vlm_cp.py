@@ -19,6 +19,15 @@ process groups, against the same step at CP = 1 (MB's own path, same commit, sam
 * MB's loss totals summed over the ranks equal the CP = 1 totals (``wrong-loss-normalisation``);
 * no host read of a device tensor in the step (``perf-contract``).
 
+Under data and context parallelism at once (:func:`check_qwen3_step_under_dp_cp`), every rank of a
+DP x CP world reads its micro-batches from MB's Energon loader, built with the rank's process
+groups as MB's setup builds it, and runs the step: the CP ranks of one data-parallel replica read
+the same samples (``wrong-logits`` otherwise: a rank computes its part of another sequence), the
+replicas read different ones (``wrong-loss-normalisation``: a sample trains twice a step), and each
+replica's CP ranks hold, together, the CP = 1 step of that replica's micro-batches as above. Code
+that splits over the wrong group (the data-and-context group is the CP group in a world of CP
+alone) is right by accident in a CP world and wrong here.
+
 Not judged: how Qwen3-VL's model splits the tokens and the vision embeddings under CP (its
 attention and vision tower are Transformer Engine modules, which need a GPU; the model is the
 recording double of :mod:`harness.adapters.qwen3vlstep`, here with a loss of each position's
@@ -33,7 +42,7 @@ import torch
 
 from harness.adapters import forward as fwd
 from harness.adapters import hostsync, step
-from harness.adapters.energon import EnergonBuild
+from harness.adapters.energon import EnergonBuild, EnergonRequest, energon_batches
 from harness.adapters.world import Layout, rank_groups, run_world
 from harness.oracle.impact import Impact, fail
 from suites import _forward
@@ -67,6 +76,63 @@ def check_qwen3_step_under_cp(build: EnergonBuild, cp: int = 2) -> None:
     ranks = run_world(Layout(cp=cp), on_rank)
     for b, one in enumerate(ones):
         _compare(f"micro-batch {b}", one, [r[b] for r in ranks], cp)
+
+
+def check_qwen3_step_under_dp_cp(req: EnergonRequest, layout: Layout) -> None:
+    """Every rank of ``layout`` (DP x CP) reads its micro-batches from MB's Energon loader of ``req``
+    (``data_parallel``: the rank's groups handed to the builder) and runs them through MB's Qwen3-VL
+    step with in-batch packing; judged per replica against the CP = 1 step of its micro-batches."""
+    from harness.adapters import qwen3vlstep
+
+    def on_rank(_rank: int) -> tuple[int, list[dict[str, Any]], list[step.StepRun]]:
+        from megatron.core import parallel_state
+
+        batches = energon_batches(req).batches
+        groups = rank_groups()
+        model = _model(qwen3vlstep)
+        runs = [qwen3vlstep.qwen3_vl_step(model, b, packing=True, groups=groups) for b in batches]
+        return parallel_state.get_data_parallel_rank(), batches, runs
+
+    replicas: dict[int, list[tuple[list[dict[str, Any]], list[step.StepRun]]]] = {}
+    for dp_rank, batches, runs in run_world(layout, on_rank):  # rank order: CP ranks in order within a replica
+        replicas.setdefault(dp_rank, []).append((batches, runs))
+    rows = {dp: [[row_tokens(b) for b in batches] for batches, _ in ranks] for dp, ranks in replicas.items()}
+    check_replicas(rows, layout)
+    for dp_rank, ranks in sorted(replicas.items()):
+        batches = ranks[0][0]
+        for b, batch in enumerate(batches):
+            one = qwen3vlstep.qwen3_vl_step(_model(qwen3vlstep), batch, packing=True)
+            where = f"data-parallel replica {dp_rank}, micro-batch {b}"
+            _compare(where, one, [runs[b] for _, runs in ranks], layout.cp)
+
+
+def row_tokens(batch: dict[str, Any]) -> list[tuple[int, ...]]:
+    return [tuple(int(t) for t in r.tolist()) for r in batch["input_ids"]]
+
+
+def check_replicas(rows: dict[int, list[list[list[tuple[int, ...]]]]], layout: Layout) -> None:
+    """``rows``: data-parallel rank -> its CP ranks (in order) -> micro-batches -> rows of tokens. The CP
+    ranks of a replica read the same samples; no two replicas read a sample alike."""
+    if sorted(rows) != list(range(layout.dp)) or any(len(v) != layout.cp for v in rows.values()):
+        got = {dp: len(v) for dp, v in rows.items()}
+        raise fail(Impact.CRASH, f"a {layout} world has {layout.dp} replicas of {layout.cp} CP ranks: {got}")
+    for dp_rank, cp_ranks in sorted(rows.items()):
+        for cp_rank, read in enumerate(cp_ranks[1:], start=1):
+            if read != cp_ranks[0]:
+                raise fail(
+                    Impact.WRONG_LOGITS,
+                    f"data-parallel replica {dp_rank}: its CP ranks 0 and {cp_rank} read different samples, so "
+                    "each CP rank computes its part of another sequence",
+                )
+    seen: dict[tuple[int, ...], int] = {}
+    for dp_rank, cp_ranks in sorted(rows.items()):
+        for row in {row for batch in cp_ranks[0] for row in batch}:
+            if row in seen:
+                raise fail(
+                    Impact.WRONG_LOSS_NORMALISATION,
+                    f"data-parallel replicas {seen[row]} and {dp_rank} read a sample alike: it trains twice a step",
+                )
+            seen[row] = dp_rank
 
 
 def _rows(run: step.StepRun, rows: int) -> tuple[torch.Tensor, torch.Tensor]:

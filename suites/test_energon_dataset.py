@@ -149,30 +149,13 @@ def test_dp_cp_ranks_of_one_replica_read_the_same_samples():
     def on_rank(_rank: int) -> tuple[int, list[list[tuple[int, ...]]]]:
         from megatron.core import parallel_state
 
-        build = energon_batches(req)
-        rows = [[tuple(int(t) for t in r.tolist()) for r in b["input_ids"]] for b in build.batches]
-        return parallel_state.get_data_parallel_rank(), rows
+        return parallel_state.get_data_parallel_rank(), [_vlm_cp.row_tokens(b) for b in energon_batches(req).batches]
 
-    ranks = run_world(Layout(dp=2, cp=2), on_rank)
+    layout = Layout(dp=2, cp=2)
     replicas: dict[int, list[list[list[tuple[int, ...]]]]] = {}
-    for dp_rank, rows in ranks:
+    for dp_rank, rows in run_world(layout, on_rank):  # rank order: CP ranks in order within a replica
         replicas.setdefault(dp_rank, []).append(rows)
-    if sorted(replicas) != [0, 1] or any(len(v) != 2 for v in replicas.values()):
-        raise fail(Impact.CRASH, f"a DP 2 x CP 2 world has two replicas of two CP ranks: {sorted(replicas)}")
-    for dp_rank, cp_ranks in replicas.items():
-        if cp_ranks[0] != cp_ranks[1]:
-            raise fail(
-                Impact.WRONG_LOGITS,
-                f"data-parallel replica {dp_rank}: its two CP ranks read different samples, so each CP rank "
-                "computes its part of another sequence",
-            )
-    first = {row for batch in replicas[0][0] for row in batch}
-    second = {row for batch in replicas[1][0] for row in batch}
-    if first & second:
-        raise fail(
-            Impact.WRONG_LOSS_NORMALISATION,
-            f"the two data-parallel replicas read {len(first & second)} sample(s) alike: they train twice a step",
-        )
+    _vlm_cp.check_replicas(replicas, layout)
 
 
 @pytest.mark.import_group("full")  # MB's VLM step and a tiny model
@@ -243,3 +226,24 @@ def test_qwen3_vl_step_under_cp_splits_what_its_cp1_step_trains():
     case = Case("mbs3-deferred-hf-multiple1-cp2", 201, knobs=deferred, encoder="hf")
     build = energon_batches(case.request())
     _vlm_cp.check_qwen3_step_under_cp(build, cp=2)
+
+
+@pytest.mark.import_group("full")  # MB's Qwen3-VL step
+def test_qwen3_vl_step_under_dp_cp_splits_each_replica_s_own_samples():
+    """Qwen3-VL under data and context parallelism at once: every rank of a DP 2 x CP 2 gloo world
+    reads its micro-batches from MB's Energon loader (built with the rank's process groups, as MB's
+    setup builds it) and runs MB's ``qwen3_vl_step.forward_step`` with in-batch packing. The CP ranks
+    of a replica read the same samples, the replicas different ones, and each replica's CP ranks
+    hold, together, what the CP 1 step trains of that replica's micro-batches (labels and loss mask
+    in MCore's load-balanced layout, loss totals summed). Qwen3-VL's model is recorded (Transformer
+    Engine only), named in the result."""
+    from harness.adapters import qwen3vlstep
+    from harness.adapters.energon import write_dataset
+    from harness.adapters.world import Layout
+
+    needs(energon_batches, qwen3vlstep.qwen3_vl_step)  # an era without them: untestable before a world starts
+    deferred = {"enable_in_batch_packing": True, "defer_in_batch_packing_to_step": True, "pad_to_multiple_of": 1}
+    case = Case("dp2-cp2-deferred-hf-multiple1", 252, mbs=2, n=8, shards=2, knobs=deferred)
+    # indexed once, here: MB's preparation starts processes, which a forked rank may not
+    req = case.request(batches=2, data_parallel=True, prepared=write_dataset(case.samples, 2))
+    _vlm_cp.check_qwen3_step_under_dp_cp(req, Layout(dp=2, cp=2))

@@ -312,6 +312,59 @@ def test_step_and_loss_functions_are_listed_and_their_calls_recorded(tmp_path):
     assert "1 of 3 exercised" in text
 
 
+def test_a_step_class_and_functions_no_packed_batch_reaches_are_named(tmp_path):
+    """A path whose step is a callable class lists its ``__call__`` (recorded when called); a function
+    the step reaches only after refusing packed batches, and a step whose code never names packing,
+    are listed as on no packed path with MB's reason, not as gaps. A refusal of one setting (the
+    test does not read the batch's packed fields) does not take a function off the path."""
+    import types
+
+    from harness.knobs import steps
+
+    common = tmp_path / "bridge" / "diffusion" / "common"
+    common.mkdir(parents=True)
+    (common / "dgpt_step.py").write_text(
+        "def _create_loss_function(m):\n    return m\n\n"
+        "def get_batch(it):\n    return it\n\n"
+        "class DGPTStep:\n    def __call__(self, cu_seqlens, plan):\n"
+        "        batch = get_batch(2)\n"
+        "        if cu_seqlens is not None:\n"
+        "            raise ValueError('Packed sequence support is not implemented')\n"
+        "        if plan:\n            return _create_loss_function(1)\n        return batch\n"
+    )
+    (common / "flux_step.py").write_text("class FluxForwardStep:\n    def __call__(self, x):\n        return x\n")
+    (common / "vlm_step.py").write_text(
+        "def get_batch(it):\n    return it\n\n"
+        "def forward_step(defer, packed_seq_params):\n"
+        "    if defer:\n        raise ValueError('vlm_step requires collate-time in-batch packing')\n"
+        "    return get_batch(packed_seq_params)\n"
+    )
+    dgpt = "megatron.bridge.diffusion.common.dgpt_step"
+    assert steps.inventory(tmp_path / "bridge")[dgpt] == ["_create_loss_function", "get_batch", "DGPTStep.__call__"]
+    off = steps.off_packed_path(tmp_path / "bridge")
+    loss = "diffusion/common/dgpt_step.py:_create_loss_function"
+    flux = "diffusion/common/flux_step.py:FluxForwardStep.__call__"
+    assert set(off) == {loss, flux}  # get_batch runs before the refusal, vlm_step's refusal is of one setting
+    assert off[loss].startswith("after MB refuses packed batches (line 10: Packed sequence")
+    module = types.ModuleType(dgpt)
+    exec((common / "dgpt_step.py").read_text(), module.__dict__)
+    calls: list[str] = []
+    steps.wrap(module, calls.append)
+    steps.wrap(module, calls.append)  # wrapped once
+    assert module.DGPTStep()(None, False) == 2
+    assert calls == ["diffusion/common/dgpt_step.py:DGPTStep.__call__", "diffusion/common/dgpt_step.py:get_batch"]
+    log = tmp_path / "knobs.jsonl"
+    keys = [steps.key(m, f) for m, fns in steps.inventory(tmp_path / "bridge").items() for f in fns]
+    lines = [records.KnobLine("step", key=k, value=off.get(k, "")) for k in keys]
+    lines += [records.KnobLine("called", key=c, suite="forward_cpu") for c in calls]
+    log.write_text("".join(ln.dumps() + "\n" for ln in lines))
+    got = records.read(log)
+    assert got.off_path == off
+    text = "\n".join(table.step_lines(got.steps, got.off_path))
+    assert f"{loss}" in text and "no packed path: after MB refuses packed batches" in text
+    assert "vlm_step.py:forward_step" in text and "2 of 6 exercised; 2 on no packed path; 2 not exercised" in text
+
+
 def test_a_forked_rank_appends_only_what_it_recorded(tmp_path):
     """A rank of a gloo world is a fork of the suite process: it appends the values and step calls it
     recorded after the fork (its parent writes the inventory and its own), so coverage counts what

@@ -59,7 +59,7 @@ def run(args: argparse.Namespace, out: TextIO = sys.stdout) -> int:
     for line in table.lines(rows, only_gaps=args.gaps):
         print(line, file=out)
     print(table.summary_line(rows), file=out)
-    for line in table.step_lines(exercised.steps):
+    for line in table.step_lines(exercised.steps, exercised.off_path):
         print(line, file=out)
     if args.json_out:
         doc = {
@@ -68,6 +68,7 @@ def run(args: argparse.Namespace, out: TextIO = sys.stdout) -> int:
             "run": str(where),
             "knobs": [r.to_json() for r in rows],
             "steps": {k: sorted(v) for k, v in sorted(exercised.steps.items())},
+            "off_packed_path": dict(sorted(exercised.off_path.items())),
         }
         args.json_out.write_text(json.dumps(doc, indent=1) + "\n")
     return 0

@@ -45,6 +45,8 @@ class KnobLine:
             doc.update(value=self.value, suite=self.suite, passed=self.passed)
         elif self.kind == "called":
             doc.update(suite=self.suite)
+        elif self.kind == "step" and self.value:
+            doc.update(value=self.value)  # why no packed batch reaches it (harness.knobs.steps.off_packed_path)
         return json.dumps(doc, sort_keys=True)
 
     @classmethod
@@ -70,6 +72,7 @@ class Exercised:
     passed: dict[str, set[str]] = field(default_factory=dict)  # knob key -> values a caller passed
     defaulted: dict[str, set[str]] = field(default_factory=dict)  # knob key -> values MB's default gave
     steps: dict[str, set[str]] = field(default_factory=dict)  # step or loss function -> suites that called it
+    off_path: dict[str, str] = field(default_factory=dict)  # step or loss function -> why no packed batch reaches it
 
 
 def read(path: Path) -> Exercised:
@@ -79,8 +82,9 @@ def read(path: Path) -> Exercised:
     passed: dict[str, set[str]] = {}
     defaulted: dict[str, set[str]] = {}
     step_calls: dict[str, set[str]] = {}
+    off_path: dict[str, str] = {}
     if not path.is_file():
-        return Exercised(knobs, values, passed, defaulted, step_calls)
+        return Exercised(knobs, values, passed, defaulted, step_calls, off_path)
     for n, text in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
         if not text.strip():
             continue
@@ -97,6 +101,8 @@ def read(path: Path) -> Exercised:
             (passed if line.passed else defaulted).setdefault(line.key, set()).add(line.value)
         elif line.kind == "step":
             step_calls.setdefault(line.key, set())
+            if line.value:
+                off_path[line.key] = line.value
         elif line.kind == "called":
             step_calls.setdefault(line.key, set()).add(line.suite)
-    return Exercised(knobs, values, passed, defaulted, step_calls)
+    return Exercised(knobs, values, passed, defaulted, step_calls, off_path)

@@ -46,6 +46,7 @@ _INHERITED: set[str] = set()  # knob keys of fields a class of MB inherits from 
 _PACKAGE: dict[str, Path] = {}  # "bridge": the megatron/bridge directory this process imports
 CURRENT = {"suite": ""}
 _STEPS: dict[str, list[str]] = {}  # step module -> its step and loss functions (harness.knobs.steps)
+_OFF_PATH: dict[str, str] = {}  # step or loss function -> why no packed batch reaches it
 _CALLED: set[tuple[str, str]] = set()  # (step function key, suite) of every call
 _FACTORY_SENTINEL = getattr(dataclasses, "_HAS_DEFAULT_FACTORY", object())
 
@@ -257,6 +258,7 @@ def install() -> bool:
         _BY_MODULE.setdefault(knob.module, []).append(knob)
         _KNOBS.setdefault(knob.key, knob)
     _STEPS.update(steps.inventory(_PACKAGE["bridge"]))
+    _OFF_PATH.update(steps.off_packed_path(_PACKAGE["bridge"]))
     for name in {*_BY_MODULE, *_STEPS}:
         if name in sys.modules:
             _patch(sys.modules[name])
@@ -301,7 +303,8 @@ def write(path: Path | None = None) -> None:
         return
     lines = [KnobLine.of_knob(k) for k in _mark_off_path(_KNOBS).values()]
     lines += [KnobLine.of_value(key, value, suite, passed) for key, value, suite, passed in sorted(_VALUES)]
-    lines += [KnobLine("step", key=steps.key(m, fn)) for m, names in sorted(_STEPS.items()) for fn in names]
+    keys = [steps.key(m, fn) for m, names in sorted(_STEPS.items()) for fn in names]
+    lines += [KnobLine("step", key=k, value=_OFF_PATH.get(k, "")) for k in keys]
     lines += [KnobLine("called", key=where, suite=suite) for where, suite in sorted(_CALLED)]
     with target.open("a", encoding="utf-8") as fh:
         fh.write("".join(line.dumps() + "\n" for line in lines))

@@ -9,6 +9,12 @@ in ``training`` and beside a model family's code, e.g. ``models/qwen_vl/qwen3_vl
 case; ``harness coverage`` lists each as exercised or not, so a path a model family brings is
 named where no case reaches it.
 
+A path whose step is a callable class (``DGPTStep``) has its ``__call__`` listed as its forward step.
+A function a step reaches only after it has refused a packed batch (an ``if`` on the batch's
+packed-sequence fields in the same function that raises about packing), and a step whose module's
+code never names packing (identifiers and strings, comments aside), are on no packed path (read from MB's source at the
+commit): the table says so instead of *not exercised* (:func:`off_packed_path`).
+
 Recorded like the knobs (:mod:`harness.knobs.spy` wraps them as their module executes, and the
 log gets ``step`` lines: :class:`harness.knobs.records.KnobLine`).
 """
@@ -44,21 +50,76 @@ def is_step_module(name: str) -> bool:
     return tail.rsplit(".", 1)[-1].endswith("_step") or tail == "training.losses"
 
 
-def inventory(bridge: Path) -> dict[str, list[str]]:
-    """module -> the step and loss functions it defines at top level, read from ``bridge``'s sources."""
-    out: dict[str, list[str]] = {}
+def _step_trees(bridge: Path) -> list[tuple[str, ast.Module]]:
+    """(module, parsed source) of every step module under ``bridge`` (unparsable files left out)."""
+    out = []
     for path in sorted(bridge.rglob("*.py")):
         rel = path.relative_to(bridge).with_suffix("")
         module = PREFIX + ".".join(rel.parts)
         if not is_step_module(module):
             continue
         try:
-            tree = ast.parse(path.read_text(encoding="utf-8"))
+            out.append((module, ast.parse(path.read_text(encoding="utf-8"))))
         except (OSError, SyntaxError, ValueError):
             continue
-        names = [n.name for n in tree.body if isinstance(n, ast.FunctionDef) and n.name in NAMES]
-        if names:
-            out[module] = names
+    return out
+
+
+def _names(tree: ast.Module) -> list[str]:
+    names = [n.name for n in tree.body if isinstance(n, ast.FunctionDef) and n.name in NAMES]
+    for node in tree.body:  # a step class: its __call__ is the path's forward step
+        calls = isinstance(node, ast.ClassDef) and any(
+            isinstance(m, ast.FunctionDef) and m.name == "__call__" for m in node.body
+        )
+        if calls and isinstance(node, ast.ClassDef) and node.name.endswith("Step"):
+            names.append(f"{node.name}.__call__")
+    return names
+
+
+def inventory(bridge: Path) -> dict[str, list[str]]:
+    """module -> the step and loss functions it defines at top level (and ``Class.__call__`` of a
+    step class), read from ``bridge``'s sources."""
+    return {module: names for module, tree in _step_trees(bridge) if (names := _names(tree))}
+
+
+_PACKED = ("cu_seqlens", "packed_seq")  # what a packed batch carries, in any era's names
+
+
+def _refusal(node: ast.If) -> str | None:
+    """The message of ``if <packed batch>: raise X("...pack...")`` (a step refusing every packed
+    batch: the test reads the batch's packed-sequence fields), else None."""
+    if not any(p in ast.unparse(node.test) for p in _PACKED):
+        return None
+    for stmt in node.body:
+        if isinstance(stmt, ast.Raise) and stmt.exc is not None:
+            texts = [c.value for c in ast.walk(stmt.exc) if isinstance(c, ast.Constant) and isinstance(c.value, str)]
+            if any("pack" in t.lower() for t in texts):
+                return " ".join(texts)
+    return None
+
+
+def off_packed_path(bridge: Path) -> dict[str, str]:
+    """key -> why no packed batch reaches it, read from MB's source: a step module whose code never
+    names packing; or a function every call site of which, in its module, comes
+    after the calling function has refused packed batches (``line N: message``)."""
+    out: dict[str, str] = {}
+    for module, tree in _step_trees(bridge):
+        names = set(_names(tree))
+        if module != PREFIX + "training.losses" and "pack" not in ast.unparse(tree).lower():
+            out.update({key(module, n): "its step's code never names packing" for n in names})
+            continue
+        sites: dict[str, list[str | None]] = {}  # name -> per call site, the refusal before it (None: none)
+        for fn in (n for n in ast.walk(tree) if isinstance(n, ast.FunctionDef | ast.AsyncFunctionDef)):
+            ifs = [n for n in ast.walk(fn) if isinstance(n, ast.If)]
+            refusals = [(n.lineno, why) for n in ifs if (why := _refusal(n)) is not None]
+            for call in (n for n in ast.walk(fn) if isinstance(n, ast.Call)):
+                if isinstance(call.func, ast.Name) and call.func.id in names:
+                    before = [(line, why) for line, why in refusals if line < call.lineno]
+                    why = f"after MB refuses packed batches (line {before[0][0]}: {before[0][1]})" if before else None
+                    sites.setdefault(call.func.id, []).append(why)
+        for name, found in sites.items():
+            if found and all(found):
+                out[key(module, name)] = str(found[0])
     return out
 
 
@@ -77,6 +138,13 @@ def wrap(module: ModuleType, record: Callable[[str], None]) -> None:
         if getattr(fn, "__harness_step__", False):
             continue
         setattr(module, name, _recording(fn, key(module.__name__, name), record))
+    for owner, cls in vars(module).items():  # a step class's __call__
+        if not (isinstance(cls, type) and owner.endswith("Step") and cls.__module__ == module.__name__):
+            continue
+        call = cls.__dict__.get("__call__")
+        if callable(call) and not getattr(call, "__harness_step__", False):
+            wrapped = _recording(call, key(module.__name__, f"{owner}.__call__"), record)
+            cls.__call__ = wrapped  # type: ignore[method-assign]
 
 
 def _recording(fn: Callable[..., Any], where: str, record: Callable[[str], None]) -> Callable[..., Any]:

@@ -117,16 +117,23 @@ def lines(table: list[Row], *, only_gaps: bool = False, width: int = 120) -> lis
     return out
 
 
-def step_lines(called: dict[str, set[str]]) -> list[str]:
+def step_lines(called: dict[str, set[str]], off_path: dict[str, str] | None = None) -> list[str]:
     """The training paths' step and loss functions (:mod:`harness.knobs.steps`): each with the suites
-    whose cases called it, or *not exercised* (that path is checked at the batch at most)."""
+    whose cases called it, or why no packed batch reaches it (read from MB's source), or *not
+    exercised* (that path is checked at the batch at most)."""
     if not called:
         return []
+    off = {k: why for k, why in (off_path or {}).items() if k in called and not called[k]}
     out = ["", "step and loss functions (every path to the loss):"]
     width = max(len(k) for k in called)
     for key in sorted(called):
         suites = called[key]
-        out.append(f"  {key:<{width}}  {', '.join(sorted(suites)) if suites else 'not exercised'}")
+        state = ", ".join(sorted(suites)) if suites else "not exercised"
+        if not suites and key in off:
+            state = f"no packed path: {off[key]}"
+        out.append(f"  {key:<{width}}  {state}")
     n = sum(bool(v) for v in called.values())
-    out.append(f"  {n} of {len(called)} exercised")
+    out.append(
+        f"  {n} of {len(called)} exercised; {len(off)} on no packed path; {len(called) - n - len(off)} not exercised"
+    )
     return out
