@@ -191,3 +191,21 @@ def test_in_batch_packing_refused_by_qwen3_omni_step(case):
     model as one sequence; the same micro-batch unpacked reaches the model (the control)."""
     refused = _no_packing_steps.qwen3_omni(case)
     assert refused == -(-len(_forward.unpacked(case.source).examples) // case.micro_batch)
+
+
+@pytest.mark.parametrize("buffer", [3, 6], ids=["buffer3", "buffer6"])
+def test_wan_packs_train_each_video_as_its_pack_of_one(buffer):
+    """Wan's text-to-video training, which always packs: micro-batches of MB's Energon Wan data module
+    (its task encoder patchifies, pads and packs the videos) held sample by sample to MB's own pack of
+    one (packing buffer 1), then through MB's ``WanForwardStep`` to its loss function: the boundaries
+    of self- and cross-attention are the samples', and the loss trains every real position and no
+    padding. Wan's DiT is recorded (Transformer Engine only), named in the result."""
+    from harness.adapters import needs, wan
+    from suites import _wan
+
+    needs(wan.wan_batches, wan.wan_step)
+    single = _wan.singles(wan.wan_batches(wan.WanRequest(_wan.SAMPLES, 64, packing_buffer_size=1, batches=48)))
+    packed = wan.wan_batches(wan.WanRequest(_wan.SAMPLES, 32, packing_buffer_size=buffer, batches=3))
+    for b, batch in enumerate(packed):
+        _wan.check_pack(f"micro-batch {b}", batch, single)
+        _wan.check_step(f"micro-batch {b}", batch, wan.wan_step(batch))

@@ -210,6 +210,15 @@ FEATURES: dict[str, Feature] = {
             r"def get_thd_cp_partition_indices",
         ),
         Feature(
+            "wan-step",
+            "Wan's packed text-to-video training (diffusion/models/wan/wan_step.WanForwardStep over the "
+            "Energon Wan data module, packed by WanTaskEncoder)",
+            "1b66a8c11",
+            "2026-03-14",
+            "src/megatron/bridge/diffusion/models/wan/wan_step.py",
+            r"class WanForwardStep",
+        ),
+        Feature(
             "dgpt-step",
             "the diffusion language model's training step (diffusion/models/common/dgpt_step.DGPTStep, "
             "Nemotron-Labs-Diffusion), which refuses packed batches",

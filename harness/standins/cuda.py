@@ -107,6 +107,41 @@ def cpu_to_cuda(*, pin: bool = False) -> Iterator[None]:
         torch.Tensor.to = original  # type: ignore[method-assign]
 
 
+STANDIN_CUDA_FACTORY = "torch.zeros/ones/rand...(device='cuda') made on CPU"
+_FACTORIES = ("zeros", "ones", "empty", "full", "arange", "rand", "randn", "randint")
+
+
+@contextlib.contextmanager
+def cpu_cuda_factories(*, pin: bool = False) -> Iterator[None]:
+    """torch's tensor factories (``zeros``, ``ones``, ``rand``, ...) asked for ``device="cuda"`` make
+    the same tensor on the CPU, for this block only (Wan's data step and its flow-matching pipeline
+    create their boundaries' zero and the timesteps on the device). Applied when CUDA is absent, or
+    always with ``pin``."""
+    import torch
+
+    if torch.cuda.is_available() and not pin:
+        yield
+        return
+    originals = {name: getattr(torch, name) for name in _FACTORIES}
+
+    def on_cpu(original: Any) -> Any:
+        def factory(*args: Any, **kwargs: Any) -> Any:
+            if _is_cuda(kwargs.get("device")):
+                standins.record(STANDIN_CUDA_FACTORY)
+                kwargs["device"] = "cpu"
+            return original(*args, **kwargs)
+
+        return factory
+
+    for name, original in originals.items():
+        setattr(torch, name, on_cpu(original))
+    try:
+        yield
+    finally:
+        for name, original in originals.items():
+            setattr(torch, name, original)
+
+
 STANDIN_CAUSAL_MASK = "MCore get_default_causal_mask built on CPU (it hard-codes device='cuda')"
 STANDIN_CUDA_TENSOR = "torch.tensor(device='cuda') made on CPU"
 
