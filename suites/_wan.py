@@ -32,6 +32,7 @@ Then the micro-batch through MB's ``WanForwardStep`` (its model recorded, Transf
 
 from __future__ import annotations
 
+import itertools
 from typing import Any
 
 import torch
@@ -127,6 +128,27 @@ def check_pack(where: str, batch: dict[str, Any], single: dict[str, dict[str, An
 
 def check_step(where: str, batch: dict[str, Any], run: wan.WanStepRun) -> None:
     """What MB's Wan step handed the model and its loss (module docstring)."""
+    check_boundaries(where, batch, run)
+    if run.loss_mask is None:
+        raise fail(Impact.WRONG_LOSS_NORMALISATION, f"{where}: MB's loss function read no loss mask")
+    _same_mask(where, run.loss_mask.flatten().float(), batch["loss_mask"].flatten().float())
+    real = int(batch["seq_len_q"].sum())
+    if run.num_tokens != real:
+        raise fail(
+            Impact.WRONG_LOSS_NORMALISATION,
+            f"{where}: MB's loss function counts {run.num_tokens:g} tokens, the pack has {real} real positions",
+        )
+
+
+def _same_mask(where: str, mask: torch.Tensor, want: torch.Tensor) -> None:
+    if mask.shape != want.shape or bool((mask > want).any()):
+        raise fail(Impact.TRAINS_PADDING, f"{where}: the loss trains a position the batch's loss mask does not")
+    if bool((mask < want).any()):
+        raise fail(Impact.DROPS_TRAINED_TOKEN, f"{where}: a position the batch trains is out of the loss")
+
+
+def check_boundaries(where: str, batch: dict[str, Any], run: wan.WanStepRun) -> None:
+    """The model is called once with the pack's attention boundaries and patch grids."""
     if run.calls != 1:
         raise fail(Impact.CRASH, f"{where}: the step called the model {run.calls} times (expected once)")
     params = run.kwargs.get("packed_seq_params") or {}
@@ -153,16 +175,60 @@ def check_step(where: str, batch: dict[str, Any], run: wan.WanStepRun) -> None:
     grids = run.kwargs.get("grid_sizes")
     if grids is None or not torch.equal(torch.as_tensor(grids), batch["grid_sizes"]):
         raise fail(Impact.WRONG_LOGITS, f"{where}: the model is handed patch grids other than the pack's")
-    if run.loss_mask is None:
-        raise fail(Impact.WRONG_LOSS_NORMALISATION, f"{where}: MB's loss function read no loss mask")
-    mask, want_mask = run.loss_mask.flatten().float(), batch["loss_mask"].flatten().float()
-    if mask.shape != want_mask.shape or bool((mask > want_mask).any()):
-        raise fail(Impact.TRAINS_PADDING, f"{where}: the loss trains a position the batch's loss mask does not")
-    if bool((mask < want_mask).any()):
-        raise fail(Impact.DROPS_TRAINED_TOKEN, f"{where}: a position the batch trains is out of the loss")
-    real = int(batch["seq_len_q"].sum())
-    if run.num_tokens != real:
-        raise fail(
-            Impact.WRONG_LOSS_NORMALISATION,
-            f"{where}: MB's loss function counts {run.num_tokens:g} tokens, the pack has {real} real positions",
-        )
+
+
+def thd_positions(padded: torch.Tensor, cp: int, rank: int) -> torch.Tensor:
+    """The packed positions CP rank ``rank`` holds in MCore's THD layout: of each sample's padded
+    segment (a multiple of ``2 * cp``), chunks ``rank`` and ``2 * cp - 1 - rank`` of ``2 * cp``."""
+    bounds = _bounds(padded)
+    out = []
+    for start, end in itertools.pairwise(bounds):
+        chunk = (end - start) // (2 * cp)
+        for c in (rank, 2 * cp - 1 - rank):
+            out.append(torch.arange(start + c * chunk, start + (c + 1) * chunk))
+    return torch.cat(out) if out else torch.zeros(0, dtype=torch.int64)
+
+
+def check_step_under_cp(req_single: wan.WanRequest, req_packed: wan.WanRequest, cp: int) -> None:
+    """Wan under context parallelism: every rank of a gloo CP world builds MB's Wan data module with
+    its process groups (its task encoder pads each video to a multiple of ``2 * CP``) and runs the step
+    (the flow-matching pipeline splits the target and the loss mask over the CP group). The ranks read
+    the same packs; each pack holds its samples as their packs of one do in that world; each rank's
+    loss mask is the batch's at its positions of MCore's THD layout, and the ranks' token counts sum to
+    the pack's real positions."""
+    from harness.adapters.world import Layout, run_world
+
+    wan.write_dataset(req_packed.samples, req_packed.text_dim)  # indexed here: MB's preparation starts processes
+
+    def on_rank(_rank: int) -> tuple[dict[str, dict[str, Any]], list[dict[str, Any]], list[wan.WanStepRun]]:
+        single = singles(wan.wan_batches(req_single))
+        packed = wan.wan_batches(req_packed)
+        return single, packed, [wan.wan_step(b) for b in packed]
+
+    ranks = run_world(Layout(cp=cp), on_rank)
+    single, packed, _ = ranks[0]
+    for rank, (_, other, _) in enumerate(ranks[1:], start=1):
+        if [b["video_metadata"] for b in other] != [b["video_metadata"] for b in packed]:
+            raise fail(
+                Impact.WRONG_LOGITS,
+                f"CP ranks 0 and {rank} read different packs: each computes its part of another sequence",
+            )
+    for b, batch in enumerate(packed):
+        where = f"micro-batch {b}"
+        check_pack(where, batch, single)
+        mask = batch["loss_mask"].flatten().float()
+        counted = 0.0
+        for rank, (_, _, runs) in enumerate(ranks):
+            run = runs[b]
+            at = f"{where}, CP rank {rank} of {cp}"
+            check_boundaries(at, batch, run)
+            if run.loss_mask is None:
+                raise fail(Impact.WRONG_LOSS_NORMALISATION, f"{at}: MB's loss function read no loss mask")
+            _same_mask(at, run.loss_mask.flatten().float(), mask[thd_positions(batch["seq_len_q_padded"], cp, rank)])
+            counted += run.num_tokens
+        real = int(batch["seq_len_q"].sum())
+        if counted != real:
+            raise fail(
+                Impact.WRONG_LOSS_NORMALISATION,
+                f"{where}: the CP ranks' loss functions count {counted:g} tokens, the pack has {real} real positions",
+            )

@@ -209,3 +209,18 @@ def test_wan_packs_train_each_video_as_its_pack_of_one(buffer):
     for b, batch in enumerate(packed):
         _wan.check_pack(f"micro-batch {b}", batch, single)
         _wan.check_step(f"micro-batch {b}", batch, wan.wan_step(batch))
+
+
+def test_wan_under_cp_splits_each_pack_as_mcores_thd_layout():
+    """Wan under context parallelism (its recipes train with CP): every rank of a CP 2 gloo world reads
+    MB's Wan data module built with its process groups (videos padded to a multiple of 2 x CP) and runs
+    ``WanForwardStep``. The CP ranks read the same packs, each sample in a pack is its pack of one, the
+    padding trains nothing, each rank's loss mask is the pack's at its positions of MCore's THD
+    layout, and the ranks' token counts sum to the pack's real positions. Wan's DiT is recorded."""
+    from harness.adapters import needs, wan
+    from suites import _wan
+
+    needs(wan.wan_batches, wan.wan_step)
+    single = wan.WanRequest(_wan.SAMPLES, 64, packing_buffer_size=1, batches=48, data_parallel=True)
+    packed = wan.WanRequest(_wan.SAMPLES, 48, packing_buffer_size=4, batches=2, data_parallel=True)
+    _wan.check_step_under_cp(single, packed, cp=2)

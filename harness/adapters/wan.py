@@ -22,6 +22,8 @@ loss function. The doubles, each named:
 * ``tensor.to("cuda")`` and torch's factories asked for ``device="cuda"`` stay on the CPU
   (:mod:`harness.standins.cuda`): the step moves the batch and makes its boundaries' zero and the
   timesteps on the device;
+* under CP, the flow-matching pipeline splits the target and the loss mask with MCore's THD
+  partition, a Transformer Engine kernel: :mod:`harness.standins.thd_partition` takes its place;
 * the model is :class:`WanRecordingModel`: Wan's DiT runs Transformer Engine attention (a GPU); the
   double records what the step hands it and predicts zeros, so the loss is the flow-matching target's
   alone and what is judged is the packing contract (which latents, texts, boundaries and loss mask
@@ -47,6 +49,7 @@ import torch
 from harness import standins
 from harness.adapters import Candidate, Operation, load_module, symbol
 from harness.adapters.step import minimal_state, plain, snapshot
+from harness.standins import thd_partition
 from harness.standins.cuda import cpu_cuda_factories, cpu_to_cuda, pinned_to_cpu
 
 DATA = "megatron.bridge.diffusion.data.wan.wan_energon_datamodule"
@@ -79,6 +82,9 @@ class WanRequest:
     packing_buffer_size: int  # samples MB's packing chooses from at once (1: a sample per pack)
     batches: int  # micro-batches to read
     text_dim: int = 8
+    # the rank's process groups handed to the data module as MB's setup hands them (pg_collection):
+    # in a CP world the CP ranks then read the same samples
+    data_parallel: bool = False
 
 
 @dataclass
@@ -160,7 +166,11 @@ def _batches_probe() -> Callable[[WanRequest], list[dict[str, Any]]]:
             global_batch_size=1,
             num_workers=0,
         )
-        context = context_cls(train_samples=len(req.samples), valid_samples=0, test_samples=0)
+        groups = {}
+        if req.data_parallel:
+            collection = symbol("megatron.core.process_groups_config", "ProcessGroupCollection")
+            groups = {"pg_collection": collection.use_mpu_process_groups()}
+        context = context_cls(train_samples=len(req.samples), valid_samples=0, test_samples=0, **groups)
         with _short_virtual_epoch():
             train, _valid, _test = config.build_datasets(context)
             batches = iter(train)
@@ -212,7 +222,7 @@ def _step_probe() -> Callable[[dict[str, Any]], WanStepRun]:
     def call(batch: dict[str, Any]) -> WanStepRun:
         model = WanRecordingModel()
         torch.manual_seed(1234)  # the pipeline's timesteps and noise: one draw per step, like training's
-        with pinned_to_cpu(), cpu_to_cuda(pin=True), cpu_cuda_factories(pin=True):
+        with pinned_to_cpu(), cpu_to_cuda(pin=True), cpu_cuda_factories(pin=True), thd_partition.installed():
             output, loss_fn = step_cls()(minimal_state(), iter([dict(batch)]), model)
             totals = plain(loss_fn(output))
         args = getattr(loss_fn, "args", ())
