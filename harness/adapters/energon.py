@@ -151,7 +151,8 @@ def _png(width: int, height: int, shade: int) -> bytes:
     return buf.getvalue()
 
 
-def _add(archive: tarfile.TarFile, name: str, payload: bytes) -> None:
+def add_member(archive: tarfile.TarFile, name: str, payload: bytes) -> None:
+    """One file of a WebDataset shard (fixed mtime: the same samples write the same bytes)."""
     info = tarfile.TarInfo(name=name)
     info.size, info.mtime = len(payload), 0
     archive.addfile(info, io.BytesIO(payload))
@@ -166,8 +167,8 @@ def write_dataset(samples: tuple[EnergonSample, ...], shards: int) -> Path:
     for s in range(shards):
         with tarfile.open(root / f"train-shard-{s:06d}.tar", "w") as archive:
             for i, sample in enumerate(samples[s * per : (s + 1) * per], start=s * per):
-                _add(archive, f"{sample.key}.image.png", _png(*sample.image, shade=17 * i))
-                _add(archive, f"{sample.key}.conversation.json", json.dumps(sample.conversation()).encode())
+                add_member(archive, f"{sample.key}.image.png", _png(*sample.image, shade=17 * i))
+                add_member(archive, f"{sample.key}.conversation.json", json.dumps(sample.conversation()).encode())
     prepare(root, {"train": "train-shard-.*"}, num_workers=1)
     (root / ".nv-meta" / "dataset.yaml").write_text(DATASET_YAML, encoding="utf-8")
     return root

@@ -48,6 +48,7 @@ import torch
 
 from harness import standins
 from harness.adapters import Candidate, Operation, load_module, symbol
+from harness.adapters.energon import add_member
 from harness.adapters.step import minimal_state, plain, snapshot
 from harness.standins import thd_partition
 from harness.standins.cuda import cpu_cuda_factories, cpu_to_cuda, pinned_to_cpu
@@ -100,21 +101,15 @@ class WanStepRun:
     notes: list[str] = field(default_factory=list)
 
 
-def _add(archive: tarfile.TarFile, name: str, payload: bytes) -> None:
-    info = tarfile.TarInfo(name=name)
-    info.size, info.mtime = len(payload), 0
-    archive.addfile(info, io.BytesIO(payload))
-
-
 def _shard(path: Path, samples: tuple[WanSample, ...], text_dim: int) -> None:
     with tarfile.open(path, "w") as archive:
         for sample in samples:
             latent, text = sample.tensors(text_dim)
             buf = io.BytesIO()
             torch.save(latent, buf)
-            _add(archive, f"{sample.key}.pth", buf.getvalue())
-            _add(archive, f"{sample.key}.pickle", pickle.dumps(text))
-            _add(archive, f"{sample.key}.json", json.dumps({"key": sample.key}).encode())
+            add_member(archive, f"{sample.key}.pth", buf.getvalue())
+            add_member(archive, f"{sample.key}.pickle", pickle.dumps(text))
+            add_member(archive, f"{sample.key}.json", json.dumps({"key": sample.key}).encode())
 
 
 @functools.cache

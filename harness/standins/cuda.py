@@ -117,17 +117,36 @@ def cpu_cuda_factories(*, pin: bool = False) -> Iterator[None]:
     the same tensor on the CPU, for this block only (Wan's data step and its flow-matching pipeline
     create their boundaries' zero and the timesteps on the device). Applied when CUDA is absent, or
     always with ``pin``."""
+    with _made_on_cpu(_FACTORIES, STANDIN_CUDA_FACTORY, pin):
+        yield
+
+
+STANDIN_CAUSAL_MASK = "MCore get_default_causal_mask built on CPU (it hard-codes device='cuda')"
+STANDIN_CUDA_TENSOR = "torch.tensor(device='cuda') made on CPU"
+
+
+@contextlib.contextmanager
+def cpu_cuda_tensors(*, pin: bool = False) -> Iterator[None]:
+    """``torch.tensor(data, device="cuda")`` made on the CPU, for this block only (the values are the
+    same; a gloo collective then takes them). Applied when CUDA is absent, or always with ``pin``."""
+    with _made_on_cpu(("tensor",), STANDIN_CUDA_TENSOR, pin):
+        yield
+
+
+@contextlib.contextmanager
+def _made_on_cpu(names: tuple[str, ...], label: str, pin: bool) -> Iterator[None]:
+    """torch's functions ``names`` asked for ``device="cuda"`` make their tensor on the CPU instead."""
     import torch
 
     if torch.cuda.is_available() and not pin:
         yield
         return
-    originals = {name: getattr(torch, name) for name in _FACTORIES}
+    originals = {name: getattr(torch, name) for name in names}
 
     def on_cpu(original: Any) -> Any:
         def factory(*args: Any, **kwargs: Any) -> Any:
             if _is_cuda(kwargs.get("device")):
-                standins.record(STANDIN_CUDA_FACTORY)
+                standins.record(label)
                 kwargs["device"] = "cpu"
             return original(*args, **kwargs)
 
@@ -140,35 +159,6 @@ def cpu_cuda_factories(*, pin: bool = False) -> Iterator[None]:
     finally:
         for name, original in originals.items():
             setattr(torch, name, original)
-
-
-STANDIN_CAUSAL_MASK = "MCore get_default_causal_mask built on CPU (it hard-codes device='cuda')"
-STANDIN_CUDA_TENSOR = "torch.tensor(device='cuda') made on CPU"
-
-
-@contextlib.contextmanager
-def cpu_cuda_tensors(*, pin: bool = False) -> Iterator[None]:
-    """``torch.tensor(data, device="cuda")`` made on the CPU, for this block only (the values are the
-    same; a gloo collective then takes them). Applied when CUDA is absent, or always with ``pin``."""
-    import torch
-
-    if torch.cuda.is_available() and not pin:
-        yield
-        return
-    original = torch.tensor
-
-    def _tensor(*args: Any, **kwargs: Any) -> Any:
-        device = kwargs.get("device")
-        if device is not None and str(device).startswith("cuda"):
-            standins.record(STANDIN_CUDA_TENSOR)
-            kwargs["device"] = "cpu"
-        return original(*args, **kwargs)
-
-    torch.tensor = _tensor
-    try:
-        yield
-    finally:
-        torch.tensor = original
 
 
 @contextlib.contextmanager
