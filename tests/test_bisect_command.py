@@ -232,6 +232,63 @@ def test_rerun_reuses_every_cached_verdict(mb_repo: MBRepo, shared_cache: Path, 
 
 
 @pytest.mark.slow
+def test_a_verdict_walks_from_the_suite_process_through_the_cache_to_the_bisect_document(
+    mb_repo: MBRepo, shared_cache: Path, tmp_path: Path
+) -> None:
+    """Issue 46's walk of one verdict: the culprit commit run by ``harness run`` (what the suite
+    process writes, a ``CaseResult``), the verdict cache's row for that commit and case, and the bisect
+    document's case all say the same: verdict and message in the cache; the diff or message, the
+    invariants that broke, their impacts and the first violation in the document."""
+    from harness.bisect.evaluator import case_detail
+    from harness.records.results import RunResult
+
+    proc = bisect(mb_repo, "good..bad", *SUITES, "-j", "3", out=tmp_path / "bisect", cache=shared_cache)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    doc = BisectDoc.load(tmp_path / "bisect" / "bisect.json")
+    sha = mb_repo.shas[mb_repo.culprit["cu_seqlens_off_by_one"]]
+    walked = [c for c in doc.cases if c.culprit is not None and c.culprit.sha == sha]
+    assert walked, culprits(doc)
+
+    tree = tmp_path / "tree"  # the culprit's tree, outside the repository (never a checkout of it)
+    tree.mkdir()
+    archive = subprocess.run(["git", "-C", str(mb_repo.path), "archive", sha], capture_output=True, check=True)
+    subprocess.run(["tar", "-x", "-C", str(tree)], input=archive.stdout, check=True)
+    suites = [s for s in SUITES if s != "--suite"]
+    run = subprocess.run(
+        [*HARNESS, "run", "--mb-src", str(tree), *SUITES, "--out", str(tmp_path / "run"), "-q"],
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
+    assert run.returncode == 1, run.stdout + run.stderr  # the culprit fails its cases
+    written = {c.case_id: c for c in RunResult.load(tmp_path / "run" / "results.json").cases}
+
+    con = sqlite3.connect(f"file:{shared_cache / 'verdicts.sqlite'}?mode=ro", uri=True, timeout=30)
+    try:
+        stored = {
+            case: (verdict, message)
+            for case, verdict, message in con.execute(
+                "SELECT v.case_id, v.verdict, v.message FROM case_verdicts v"
+                " JOIN evaluations e ON e.id = v.evaluation_id WHERE e.commit_sha = ?",
+                (sha,),
+            )
+        }
+    finally:
+        con.close()
+    for case in walked:
+        assert case.case_id.split("::")[0] in suites
+        result = written[case.case_id]
+        assert result.verdict is Verdict.FAIL
+        assert stored[case.case_id] == (result.verdict.value, result.message)
+        detail = case_detail(result)
+        shown = (case.golden_diff, case.broken, case.violation)
+        assert shown == (detail["diff"], detail["broken"], detail["violation"])
+        assert case.impacts == result.impacts
+    assert any(case.impacts and case.violation for case in walked), "no walked case carried an invariant's impact"
+    assert tree_digest(mb_repo.path) == mb_repo.digest
+
+
+@pytest.mark.slow
 def test_kill9_then_resume_loses_and_repeats_nothing(mb_repo: MBRepo, tmp_path: Path) -> None:
     """-j 1 from an empty cache, killed with SIGKILL after three evaluations, then rerun."""
     cache, out = tmp_path / "cache", tmp_path / "out"
