@@ -32,6 +32,7 @@ Then the micro-batch through MB's ``WanForwardStep`` (its model recorded, Transf
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 from typing import Any
 
@@ -49,6 +50,12 @@ SAMPLES = tuple(
 )
 
 BY_KEY = {s.key: s for s in SAMPLES}
+
+
+def reference(*, data_parallel: bool = False) -> wan.WanRequest:
+    """MB's pack-of-one path over :data:`SAMPLES`: a packing buffer of 1, read until every sample came."""
+    request = wan.WanRequest(SAMPLES, 64, packing_buffer_size=1, batches=200, every_sample=True)
+    return dataclasses.replace(request, data_parallel=data_parallel)
 
 
 def _key(meta: Any) -> str:

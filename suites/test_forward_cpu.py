@@ -204,7 +204,7 @@ def test_wan_packs_train_each_video_as_its_pack_of_one(buffer):
     from suites import _wan
 
     needs(wan.wan_batches, wan.wan_step)
-    single = _wan.singles(wan.wan_batches(wan.WanRequest(_wan.SAMPLES, 64, packing_buffer_size=1, batches=48)))
+    single = _wan.singles(wan.wan_batches(_wan.reference()))
     packed = wan.wan_batches(wan.WanRequest(_wan.SAMPLES, 32, packing_buffer_size=buffer, batches=3))
     for b, batch in enumerate(packed):
         _wan.check_pack(f"micro-batch {b}", batch, single)
@@ -221,6 +221,6 @@ def test_wan_under_cp_splits_each_pack_as_mcores_thd_layout():
     from suites import _wan
 
     needs(wan.wan_batches, wan.wan_step)
-    single = wan.WanRequest(_wan.SAMPLES, 64, packing_buffer_size=1, batches=48, data_parallel=True)
+    single = _wan.reference(data_parallel=True)
     packed = wan.WanRequest(_wan.SAMPLES, 48, packing_buffer_size=4, batches=2, data_parallel=True)
     _wan.check_step_under_cp(single, packed, cp=2)

@@ -81,8 +81,9 @@ class WanRequest:
     samples: tuple[WanSample, ...]
     seq_length: int  # the packed sequence's capacity (the data module's seq_length)
     packing_buffer_size: int  # samples MB's packing chooses from at once (1: a sample per pack)
-    batches: int  # micro-batches to read
+    batches: int  # micro-batches to read (with ``every_sample``: at most)
     text_dim: int = 8
+    every_sample: bool = False  # stop as soon as every sample has been read once (Energon shuffles)
     # the rank's process groups handed to the data module as MB's setup hands them (pg_collection):
     # in a CP world the CP ranks then read the same samples
     data_parallel: bool = False
@@ -168,8 +169,12 @@ def _batches_probe() -> Callable[[WanRequest], list[dict[str, Any]]]:
         context = context_cls(train_samples=len(req.samples), valid_samples=0, test_samples=0, **groups)
         with _short_virtual_epoch():
             train, _valid, _test = config.build_datasets(context)
-            batches = iter(train)
-            return [next(batches) for _ in range(req.batches)]
+            batches, out = iter(train), list[dict[str, Any]]()
+            unread = {sample.key for sample in req.samples}
+            while len(out) < req.batches and (unread or not req.every_sample):
+                out.append(next(batches))
+                unread -= {str(meta.get("key")) for meta in out[-1].get("video_metadata", []) if isinstance(meta, dict)}
+            return out
 
     return call
 
