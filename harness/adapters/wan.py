@@ -47,9 +47,10 @@ from typing import Any
 import torch
 
 from harness import standins
-from harness.adapters import Candidate, Operation, load_module, symbol
+from harness.adapters import Candidate, NotHere, Operation, load_module, source_text, symbol
 from harness.adapters.energon import add_member
 from harness.adapters.step import minimal_state, plain, snapshot
+from harness.errors import Untestable
 from harness.standins import thd_partition
 from harness.standins.cuda import cpu_cuda_factories, cpu_to_cuda, pinned_to_cpu
 
@@ -116,14 +117,29 @@ def _shard(path: Path, samples: tuple[WanSample, ...], text_dim: int) -> None:
 @functools.cache
 def write_dataset(samples: tuple[WanSample, ...], text_dim: int) -> Path:
     """The samples as a training shard (and a one-sample validation shard, which MB's module also
-    opens), indexed by MB's ``prepare_webdataset`` and declared as Energon's crude dataset."""
-    prepare = symbol("megatron.bridge.data.energon", "prepare_webdataset")
+    opens), indexed and declared as Energon's crude dataset (what ``energon prepare`` makes of them)."""
     root = Path(tempfile.mkdtemp(prefix="harness-wan-"))
     _shard(root / "train-shard-000000.tar", samples, text_dim)
     _shard(root / "val-shard-000000.tar", (WanSample("val-0", (4, 1, 2, 2), 2, 0),), text_dim)
-    prepare(root, {"train": "train-shard-.*", "val": "val-shard-.*"}, num_workers=1)
+    _prepare(root, {"train": "train-shard-.*", "val": "val-shard-.*"})
     (root / ".nv-meta" / "dataset.yaml").write_text(DATASET_YAML, encoding="utf-8")
     return root
+
+
+def _prepare(root: Path, splits: dict[str, str]) -> None:
+    """MB's ``prepare_webdataset`` where MB has it; before it (MB 0.4-0.5), the Energon preparation
+    API MB's helper calls (the same call: the shards, the split patterns, no shuffle seed)."""
+    try:
+        prepare = symbol("megatron.bridge.data.energon", "prepare_webdataset")
+    except NotHere:
+        from megatron.energon.flavors.webdataset.base_webdataset import BaseWebdatasetFactory
+
+        paths = sorted(p.name for p in root.glob("*.tar"))
+        BaseWebdatasetFactory.prepare_dataset(
+            root, paths, split_parts_patterns=list(splits.items()), shuffle_seed=None, workers=1
+        )
+        return
+    prepare(root, splits, num_workers=1)
 
 
 @contextlib.contextmanager
@@ -148,9 +164,9 @@ def _short_virtual_epoch() -> Iterator[None]:
 def _batches_probe() -> Callable[[WanRequest], list[dict[str, Any]]]:
     module = load_module(DATA)
     cfg_cls = getattr(module, "WanDatasetConfig", None) or symbol(DATA, "WanDataModuleConfig")
-    context_cls = symbol("megatron.bridge.data.base", "DatasetBuildContext")
-    symbol("megatron.bridge.data.energon", "prepare_webdataset")
+    context_cls = symbol(DATA, "DatasetBuildContext")  # wherever this era defines it, as the module imports it
     load_module(DATAMODULE)
+    _require_energon_fields(load_module("megatron.bridge.diffusion.data.wan.wan_taskencoder"))
 
     def call(req: WanRequest) -> list[dict[str, Any]]:
         root = write_dataset(req.samples, req.text_dim)
@@ -177,6 +193,25 @@ def _batches_probe() -> Callable[[WanRequest], list[dict[str, Any]]]:
             return out
 
     return call
+
+
+def _require_energon_fields(encoder_module: Any) -> None:
+    """Untestable (this environment, not MB) where MB's Wan task encoder builds Energon samples with a
+    field the installed Energon no longer has: MB 0.4 passes ``__subflavor__``, which Energon 7 dropped
+    for ``__subflavors__``; that MB ran on the older Energon it pinned."""
+    import dataclasses
+
+    sample_cls = symbol("megatron.energon.flavors.base_dataset", "Sample")
+    known = {f.name for f in dataclasses.fields(sample_cls)}
+    source = source_text(encoder_module)
+    missing = sorted(name for name in ("__subflavor__",) if f"{name}=" in source and name not in known)
+    if missing:
+        from importlib.metadata import version
+
+        raise Untestable(
+            f"this MB's Wan task encoder builds Energon samples with {', '.join(missing)}, a field the installed "
+            f"megatron-energon {version('megatron-energon')} no longer has (this MB ran on the older Energon it pinned)"
+        )
 
 
 wan_batches = Operation(
@@ -215,6 +250,20 @@ class _WanConfig:
     virtual_pipeline_model_parallel_size: int | None = None
 
 
+WAN_UTILS = "megatron.bridge.diffusion.models.wan.utils"
+
+
+@contextlib.contextmanager
+def _wan_tex() -> Iterator[None]:
+    """MB 0.4-0.5's Wan CP split calls TE's extension it imported itself (``utils.tex``), not
+    MCore's: the same partition stand-in takes its place there (only where TE is absent)."""
+    if "tex" not in vars(load_module(WAN_UTILS)):
+        yield
+        return
+    with thd_partition.installed(WAN_UTILS):
+        yield
+
+
 def _step_probe() -> Callable[[dict[str, Any]], WanStepRun]:
     step_cls = symbol(STEP, "WanForwardStep")
 
@@ -222,7 +271,8 @@ def _step_probe() -> Callable[[dict[str, Any]], WanStepRun]:
     def call(batch: dict[str, Any]) -> WanStepRun:
         model = WanRecordingModel()
         torch.manual_seed(1234)  # the pipeline's timesteps and noise: one draw per step, like training's
-        with pinned_to_cpu(), cpu_to_cuda(pin=True), cpu_cuda_factories(pin=True), thd_partition.installed():
+        on_cpu = (pinned_to_cpu(), cpu_to_cuda(pin=True), cpu_cuda_factories(pin=True))
+        with on_cpu[0], on_cpu[1], on_cpu[2], thd_partition.installed(), _wan_tex():
             output, loss_fn = step_cls()(minimal_state(), iter([dict(batch)]), model)
             totals = plain(loss_fn(output))
         args = getattr(loss_fn, "args", ())

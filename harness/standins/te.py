@@ -26,9 +26,10 @@ from harness import standins
 
 TE = "transformer_engine"
 # CUDA-only packages some MB modules import at top level without a guard: Transformer Engine
-# (peft/lora_layers.py, 0.3.1 to HEAD) and flash-linear-attention ``fla`` (the Kimi K3 model,
-# for a while in mid 2026). Each gets a stand-in only when it is really absent.
-CANDIDATES = (TE, "fla")
+# (peft/lora_layers.py, 0.3.1 to HEAD), its torch extension (Wan's diffusion/models/wan/utils.py in
+# 0.4-0.5, for its CP split) and flash-linear-attention ``fla`` (the Kimi K3 model, for a while in
+# mid 2026). Each gets a stand-in only when it is really absent.
+CANDIDATES = (TE, "transformer_engine_torch", "fla")
 STANDIN: tuple[str, ...] = ()
 
 
@@ -67,6 +68,11 @@ class _StandinModule(types.ModuleType):
         value = _StandinMeta(name, (_StandinObject,), {"__module__": self.__name__})
         setattr(self, name, value)
         return value
+
+
+def is_standin(value: Any) -> bool:
+    """Whether ``value`` came from this stand-in (a module or anything taken from one)."""
+    return isinstance(value, _StandinModule | _StandinMeta)
 
 
 def _really_available(package: str) -> bool:

@@ -76,14 +76,19 @@ def te_available() -> bool:
 
 
 @contextlib.contextmanager
-def installed() -> Iterator[None]:
-    """``megatron.core.utils.tex`` answers ``thd_get_partitioned_indices`` for the call's duration.
+def installed(module: str = "megatron.core.utils") -> Iterator[None]:
+    """``module``'s ``tex`` answers ``thd_get_partitioned_indices`` for the call's duration.
 
-    Only where MCore has no ``tex``; anything else asked of the stand-in raises, so MCore code
-    that needs more of TE stays untestable rather than running on a guess.
+    Only where ``module`` has no real ``tex``: MCore's ``None`` when TE is absent, or the import
+    stand-in :mod:`harness.standins.te` gave a module that imports TE's extension unguarded (Wan's
+    ``diffusion/models/wan/utils.py`` in MB 0.4-0.5). Anything else asked of the stand-in raises, so
+    code that needs more of TE stays untestable rather than running on a guess.
     """
-    utils = importlib.import_module("megatron.core.utils")
-    if getattr(utils, "tex", None) is not None:
+    from harness.standins import te
+
+    owner = importlib.import_module(module)
+    found = getattr(owner, "tex", None)
+    if found is not None and not te.is_standin(found):
         yield
         return
 
@@ -91,8 +96,8 @@ def installed() -> Iterator[None]:
         standins.record(NAME)
         return thd_partitioned_indices(cu_seqlens, int(total_tokens), int(world_size), int(rank))
 
-    setattr(utils, "tex", SimpleNamespace(thd_get_partitioned_indices=_partition))  # noqa: B010
+    setattr(owner, "tex", SimpleNamespace(thd_get_partitioned_indices=_partition))  # noqa: B010
     try:
         yield
     finally:
-        setattr(utils, "tex", None)  # noqa: B010
+        setattr(owner, "tex", found)  # noqa: B010
