@@ -40,6 +40,7 @@ import torch
 
 from harness.adapters import wan
 from harness.oracle.impact import Impact, fail
+from suites._vlm_cp import zigzag
 
 # videos of 1 or 2 latent frames at a few sizes, captions of 2 to 9 tokens (patches: F * H/2 * W/2)
 SAMPLES = tuple(
@@ -186,14 +187,9 @@ def check_boundaries(where: str, batch: dict[str, Any], run: wan.WanStepRun) -> 
 
 def thd_positions(padded: torch.Tensor, cp: int, rank: int) -> torch.Tensor:
     """The packed positions CP rank ``rank`` holds in MCore's THD layout: of each sample's padded
-    segment (a multiple of ``2 * cp``), chunks ``rank`` and ``2 * cp - 1 - rank`` of ``2 * cp``."""
-    bounds = _bounds(padded)
-    out = []
-    for start, end in itertools.pairwise(bounds):
-        chunk = (end - start) // (2 * cp)
-        for c in (rank, 2 * cp - 1 - rank):
-            out.append(torch.arange(start + c * chunk, start + (c + 1) * chunk))
-    return torch.cat(out) if out else torch.zeros(0, dtype=torch.int64)
+    segment (a multiple of ``2 * cp``), its load-balanced chunks (:func:`suites._vlm_cp.zigzag`)."""
+    parts = [start + zigzag(end - start, cp, rank) for start, end in itertools.pairwise(_bounds(padded))]
+    return torch.cat(parts) if parts else torch.zeros(0, dtype=torch.int64)
 
 
 def check_step_under_cp(req_single: wan.WanRequest, req_packed: wan.WanRequest, cp: int) -> None:

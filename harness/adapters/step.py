@@ -224,7 +224,7 @@ def minimal_state(*, sequence_parallel: bool = False, **dataset: Any) -> Any:
     return SimpleNamespace(cfg=cfg, timers=_Timers(), straggler_timer=_Straggler())
 
 
-def _loss_mask_of(loss_fn: Any) -> torch.Tensor | None:
+def closed_over_mask(loss_fn: Any) -> torch.Tensor | None:
     """The mask MB's loss function closes over (``partial(masked_next_token_loss, loss_mask, ...)``)."""
     args = getattr(loss_fn, "args", ())
     return args[0].detach().clone() if args and isinstance(args[0], torch.Tensor) else None
@@ -276,7 +276,7 @@ def run_step(
         model.calls[0],
         model.logits[0],
         plain(output.detach().float()),
-        plain(_loss_mask_of(loss_fn)),
+        plain(closed_over_mask(loss_fn)),
         float(totals[0]),
         float(totals[1]),
         tuple(reads),

@@ -40,7 +40,7 @@ import pickle
 import tarfile
 import tempfile
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -49,7 +49,7 @@ import torch
 from harness import standins
 from harness.adapters import Candidate, NotHere, Operation, load_module, source_text, symbol
 from harness.adapters.energon import add_member
-from harness.adapters.step import minimal_state, plain, snapshot
+from harness.adapters.step import closed_over_mask, minimal_state, plain, snapshot
 from harness.errors import Untestable
 from harness.standins import thd_partition
 from harness.standins.cuda import cpu_cuda_factories, cpu_to_cuda, pinned_to_cpu
@@ -100,7 +100,6 @@ class WanStepRun:
     loss_sum: float
     num_tokens: float
     calls: int = 1
-    notes: list[str] = field(default_factory=list)
 
 
 def _shard(path: Path, samples: tuple[WanSample, ...], text_dim: int) -> None:
@@ -271,15 +270,18 @@ def _step_probe() -> Callable[[dict[str, Any]], WanStepRun]:
     def call(batch: dict[str, Any]) -> WanStepRun:
         model = WanRecordingModel()
         torch.manual_seed(1234)  # the pipeline's timesteps and noise: one draw per step, like training's
-        on_cpu = (pinned_to_cpu(), cpu_to_cuda(pin=True), cpu_cuda_factories(pin=True))
-        with on_cpu[0], on_cpu[1], on_cpu[2], thd_partition.installed(), _wan_tex():
+        with (
+            pinned_to_cpu(),
+            cpu_to_cuda(pin=True),
+            cpu_cuda_factories(pin=True),
+            thd_partition.installed(),
+            _wan_tex(),
+        ):
             output, loss_fn = step_cls()(minimal_state(), iter([dict(batch)]), model)
             totals = plain(loss_fn(output))
-        args = getattr(loss_fn, "args", ())
-        mask = args[0].detach().clone() if args and isinstance(args[0], torch.Tensor) else None
         return WanStepRun(
             model.calls[0] if model.calls else {},
-            plain(mask),
+            plain(closed_over_mask(loss_fn)),
             plain(output.detach().float()),
             float(totals[0]),
             float(totals[1]),
