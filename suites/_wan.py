@@ -134,17 +134,27 @@ def check_pack(where: str, batch: dict[str, Any], single: dict[str, dict[str, An
             raise fail(Impact.DROPS_TRAINED_TOKEN, f"{at}: one of its {real} video positions does not train")
 
 
-def check_step(where: str, batch: dict[str, Any], run: wan.WanStepRun) -> None:
-    """What MB's Wan step handed the model and its loss (module docstring)."""
-    check_boundaries(where, batch, run)
-    if run.loss_mask is None:
-        raise fail(Impact.WRONG_LOSS_NORMALISATION, f"{where}: MB's loss function read no loss mask")
-    _same_mask(where, run.loss_mask.flatten().float(), batch["loss_mask"].flatten().float())
+def check_step(where: str, batch: dict[str, Any], runs: list[wan.WanStepRun]) -> None:
+    """What MB's Wan step handed the model and its loss (module docstring), on each of the ``len(runs)``
+    CP ranks: each rank's loss mask is the batch's at its positions of MCore's THD layout (all of it
+    at CP 1), and the ranks' token counts sum to the pack's real positions."""
+    cp = len(runs)
+    mask = batch["loss_mask"].flatten().float()
+    counted = 0.0
+    for rank, run in enumerate(runs):
+        at = where if cp == 1 else f"{where}, CP rank {rank} of {cp}"
+        check_boundaries(at, batch, run)
+        if run.loss_mask is None:
+            raise fail(Impact.WRONG_LOSS_NORMALISATION, f"{at}: MB's loss function read no loss mask")
+        want = mask if cp == 1 else mask[thd_positions(batch["seq_len_q_padded"], cp, rank)]
+        _same_mask(at, run.loss_mask.flatten().float(), want)
+        counted += run.num_tokens
     real = int(batch["seq_len_q"].sum())
-    if run.num_tokens != real:
+    if counted != real:
+        who = "MB's loss function counts" if cp == 1 else "the CP ranks' loss functions count"
         raise fail(
             Impact.WRONG_LOSS_NORMALISATION,
-            f"{where}: MB's loss function counts {run.num_tokens:g} tokens, the pack has {real} real positions",
+            f"{where}: {who} {counted:g} tokens, the pack has {real} real positions",
         )
 
 
@@ -217,21 +227,5 @@ def check_step_under_cp(req_single: wan.WanRequest, req_packed: wan.WanRequest, 
                 f"CP ranks 0 and {rank} read different packs: each computes its part of another sequence",
             )
     for b, batch in enumerate(packed):
-        where = f"micro-batch {b}"
-        check_pack(where, batch, single)
-        mask = batch["loss_mask"].flatten().float()
-        counted = 0.0
-        for rank, (_, _, runs) in enumerate(ranks):
-            run = runs[b]
-            at = f"{where}, CP rank {rank} of {cp}"
-            check_boundaries(at, batch, run)
-            if run.loss_mask is None:
-                raise fail(Impact.WRONG_LOSS_NORMALISATION, f"{at}: MB's loss function read no loss mask")
-            _same_mask(at, run.loss_mask.flatten().float(), mask[thd_positions(batch["seq_len_q_padded"], cp, rank)])
-            counted += run.num_tokens
-        real = int(batch["seq_len_q"].sum())
-        if counted != real:
-            raise fail(
-                Impact.WRONG_LOSS_NORMALISATION,
-                f"{where}: the CP ranks' loss functions count {counted:g} tokens, the pack has {real} real positions",
-            )
+        check_pack(f"micro-batch {b}", batch, single)
+        check_step(f"micro-batch {b}", batch, [runs[b] for _, _, runs in ranks])

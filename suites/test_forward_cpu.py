@@ -208,7 +208,7 @@ def test_wan_packs_train_each_video_as_its_pack_of_one(buffer):
     packed = wan.wan_batches(wan.WanRequest(_wan.SAMPLES, 32, packing_buffer_size=buffer, batches=3))
     for b, batch in enumerate(packed):
         _wan.check_pack(f"micro-batch {b}", batch, single)
-        _wan.check_step(f"micro-batch {b}", batch, wan.wan_step(batch))
+        _wan.check_step(f"micro-batch {b}", batch, [wan.wan_step(batch)])
 
 
 def test_wan_under_cp_splits_each_pack_as_mcores_thd_layout():
