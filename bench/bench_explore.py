@@ -55,12 +55,12 @@ def _explore_wall(budget: int, seed: int, work: Path, space: str) -> float:
 
 
 def _cp_ratio(case_id: str, repeats: int) -> dict[str, float]:
-    from harness.standins import te
+    from harness.suite.standins import te
 
     te.install()
-    from harness.adapters import forward as fwd
-    from harness.adapters import step
-    from harness.adapters.world import Layout, run_world
+    from harness.suite.adapters import forward as fwd
+    from harness.suite.adapters import step
+    from harness.suite.adapters.world import Layout, run_world
     from suites import _forward, _layouts, _sftcases
 
     case = {c.id: c for c in _sftcases.CASES}[case_id]

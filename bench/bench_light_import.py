@@ -22,7 +22,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from harness.suiterun import runner
-from harness.suiterun.target import Target
+from harness.target import Target
 
 SUITES = ["packing_algorithms", "packed_seq_params", "in_batch_packing"]
 

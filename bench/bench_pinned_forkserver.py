@@ -29,7 +29,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from harness.suiterun import runner
 from harness.suiterun.forkserver import POOL
-from harness.suiterun.target import Target
+from harness.target import Target
 
 SUITES = ["packing_algorithms", "packed_seq_params", "in_batch_packing"]
 

@@ -38,9 +38,9 @@ sys.path.insert(0, str(ROOT))
 
 from harness import paths  # noqa: E402
 from harness.mutations import installed_package_dir, load_catalogue, make_mutant  # noqa: E402
+from harness.records import known  # noqa: E402
 from harness.records.results import RunResult  # noqa: E402
 from harness.records.verdict import Verdict  # noqa: E402
-from harness.suiterun import known  # noqa: E402
 
 PY = str(ROOT / ".venv" / "bin" / "python")
 SUITES_SKIP = ("forward_gpu",)  # no GPU here: untestable, listed apart

@@ -1,7 +1,7 @@
 """The one contract between the driver and the suite process it starts.
 
 Why one module: a suite run is two processes (the driver: ``harness run``, a bisect probe, a
-matrix cell; the child: pytest with :mod:`harness.suiterun.plugin`), often two interpreters
+matrix cell; the child: pytest with :mod:`harness.suite.plugin`), often two interpreters
 (a release's own venv), and each side used to spell the handoff on its own: environment names
 in eight files, ``"sha-dirty"`` parsed in three, the case record built as a dict that copied
 :class:`~harness.records.results.CaseResult`, the versions found by a second subprocess. A
@@ -35,12 +35,24 @@ from harness.records.commit import Commit, clean_sha
 if TYPE_CHECKING:  # imported where used: sitecustomize reads Env before anything heavier loads
     from harness.records.results import CaseResult
 
-__all__ = ["INI_SUITES", "CasesFile", "Commit", "Env", "Flag", "case_id", "clean_sha", "split_case_id", "target_commit"]
+__all__ = [
+    "INI_SUITES",
+    "MESSAGE_LIMIT",
+    "CasesFile",
+    "Commit",
+    "Env",
+    "Flag",
+    "case_id",
+    "clean_sha",
+    "crash_line",
+    "split_case_id",
+    "target_commit",
+]
 
 
 #: Written by the driver into a pinned Megatron-LM tree's ``megatron/core/datasets`` when building
 #: its helpers failed (:mod:`harness.repository.corebuild`); read by the suite process to say why
-#: a build artifact is missing (:mod:`harness.adapters.failures`).
+#: a build artifact is missing (:mod:`harness.suite.adapters.failures`).
 CORE_BUILD_LOG = ".harness-helpers-build.log"
 
 
@@ -59,7 +71,7 @@ class Env(enum.StrEnum):
     EXPLORE_REPLAY = "HARNESS_EXPLORE_REPLAY"  # one explored case spec to run instead of drawing
     EXPLORE_EOS = "HARNESS_EXPLORE_EOS"  # "1": answers may hold literal EOS tokens
     VERSIONS_FILE = "HARNESS_VERSIONS_FILE"  # the child writes the versions it imports (VERSIONS_FILE)
-    IMPORT_MODE = "HARNESS_IMPORT_MODE"  # "light" or "full" (harness.standins.light)
+    IMPORT_MODE = "HARNESS_IMPORT_MODE"  # "light" or "full" (harness.suite.standins.light)
     IMPORT_GROUP = "HARNESS_IMPORT_GROUP"  # run only the cases of this import group
     LIGHT_ROOTS = "HARNESS_LIGHT_ROOTS"  # override of the packages light import stubs
     SUITES_DIR = "HARNESS_SUITES_DIR"  # --suites-dir of the command (harness.paths)
@@ -68,7 +80,7 @@ class Env(enum.StrEnum):
 
 
 class Flag(enum.StrEnum):
-    """The plugin's command-line options (``pytest -p harness.suiterun.plugin``)."""
+    """The plugin's command-line options (``pytest -p harness.suite.plugin``)."""
 
     RESULTS = "--harness-results"  # write the CasesFile here
     FIXTURES = "--harness-fixtures"  # golden root
@@ -88,7 +100,7 @@ INI_SUITES = "harness_suites"
 VERSIONS_FILE = "versions.json"  # what the child imported (written at its start, read by the driver)
 VERSIONS_KIND = "harness-versions"
 STANDINS_LOG = "standins.log"  # one stand-in per line, appended by every child
-KNOBS_LOG = "knobs.jsonl"  # harness.knobs.records: MB's packing knobs and the values cases exercised
+KNOBS_LOG = "knobs.jsonl"  # harness.records.knobs: MB's packing knobs and the values cases exercised
 SELECTED_CASES = "selected-cases.json"  # --harness-cases: the case ids to run
 CASES_KIND = "harness-cases"
 CASES_SCHEMA = 2  # 2: versions (written by the child)
@@ -189,3 +201,15 @@ def read_versions(path: Path) -> dict[str, str]:
     except (OSError, CorruptFile):  # the child died before writing it
         return {"megatron-bridge": "unknown (the suite process wrote no versions)"}
     return {str(k): str(v) for k, v in doc.items() if k not in ("kind", "schema_version")}
+
+
+# An upstream test's message, as the child plugin writes it and the driver shortens its own:
+# the end of pytest's report, and the line that says what broke.
+MESSAGE_LIMIT = 6000
+
+
+def crash_line(text: str) -> str:
+    """The line that says what broke: pytest's last ``E`` line, else the text's last line."""
+    lines = [ln.strip() for ln in text.strip().splitlines() if ln.strip()]
+    errs = [ln for ln in lines if ln.startswith("E ")]
+    return (errs[-1][1:].strip() if errs else (lines[-1] if lines else "unknown error"))[:500]

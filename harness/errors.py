@@ -46,7 +46,7 @@ class Untestable(Exception):
 class NotHere(Exception):
     """An adapter candidate does not fit this MB (its probe failed); try the next candidate.
 
-    Internal to :mod:`harness.adapters`: when no candidate fits, the operation raises
+    Internal to :mod:`harness.suite.adapters`: when no candidate fits, the operation raises
     :class:`Untestable` with what was tried.
     """
 
@@ -56,10 +56,10 @@ class Broken(Exception):
     import because of the commit's own code, or it no longer produces its output.
 
     The plugin turns it into a FAIL whose message starts with ``broken:`` (bisectable): a break
-    is the commit's failure, never an era gap (see :mod:`harness.adapters.failures`).
+    is the commit's failure, never an era gap (see :mod:`harness.suite.adapters.failures`).
     """
 
 
 class MissingOutput(Exception):
     """MB ran an adapter's operation, but its output lacks what the operation produces in this
-    era; :class:`harness.adapters.Operation` raises it as :class:`Broken`."""
+    era; :class:`harness.suite.adapters.Operation` raises it as :class:`Broken`."""

@@ -29,8 +29,27 @@ ROOT = Path(__file__).resolve().parent.parent
 PACKAGE = ROOT / "harness"
 #: Suites and goldens shipped inside an installed wheel.
 BUNDLED = PACKAGE / "_data"
+#: The suite process's own package (:mod:`harness.suite`): it imports only itself and the ground floor.
+SUITE_PACKAGE = PACKAGE / "suite"
+#: The ground floor both processes share, relative to :data:`PACKAGE`: the records that cross the
+#: process boundary, the environment contract and the shared vocabulary. Nothing here imports the
+#: suite package or the driver (``tests/test_architecture.py``).
+GROUND_FLOOR = (
+    "__init__.py",
+    "caselog.py",
+    "contract.py",
+    "errors.py",
+    "features.py",
+    "owners.py",
+    "paths.py",
+    "procs.py",
+    "target.py",
+    "versions.py",
+    "golden",
+    "records",
+)
 #: Put on every suite process's ``PYTHONPATH``: its ``sitecustomize`` installs the CPU stand-ins.
-SITE_DIR = PACKAGE / "standins" / "site"
+SITE_DIR = SUITE_PACKAGE / "standins" / "site"
 
 SUITES_ENV = Env.SUITES_DIR
 FIXTURES_ENV = Env.FIXTURES_DIR

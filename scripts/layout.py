@@ -15,6 +15,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 PACKAGE = ROOT / "harness"
+ORDER = ("ground floor", "suite process", "driver")
 START, END = "<!-- layout:start (scripts/layout.py) -->", "<!-- layout:end -->"
 
 
@@ -26,16 +27,35 @@ def _first_sentence(path: Path) -> str:
     return sentence if len(sentence) <= 160 else sentence[:157].rsplit(" ", 1)[0] + "..."
 
 
+def _side(rel: str) -> str:
+    """Which side of the process seam a folder or top-level module of ``harness/`` is on."""
+    from harness.paths import GROUND_FLOOR
+
+    if rel == "suite" or rel.startswith("suite/"):
+        return "suite process"
+    return "ground floor" if rel in GROUND_FLOOR or f"{rel}.py" in GROUND_FLOOR else "driver"
+
+
 def section() -> str:
-    lines = ["| folder | what it is | modules |", "|---|---|---|"]
-    folders = [PACKAGE] + sorted(p.parent for p in PACKAGE.glob("*/__init__.py") if "_data" not in p.parts)
+    lines = ["| side | folder | what it is | modules |", "|---|---|---|---|"]
+    top = sorted(p.stem for p in PACKAGE.glob("*.py") if p.name != "__init__.py")
+    for side in ("ground floor", "driver"):
+        mods = [m for m in top if _side(m) == side]
+        what = _first_sentence(PACKAGE / "__init__.py") if side == "driver" else "What both processes share"
+        lines.append(f"| {side} | `harness/` | {what} | {', '.join(f'`{m}`' for m in mods)} |")
+    inits = sorted(PACKAGE.glob("*/__init__.py")) + sorted((PACKAGE / "suite").glob("*/__init__.py"))
+    folders = sorted((p.parent for p in inits if "_data" not in p.parts), key=lambda f: (ORDER.index(_side(_rel(f))), _rel(f)))
     for folder in folders:
         init = folder / "__init__.py"
-        name = "harness/" if folder == PACKAGE else f"harness/{folder.name}/"
         mods = sorted(p.stem for p in folder.glob("*.py") if p.name != "__init__.py")
         what = _first_sentence(init) if init.is_file() else ""
-        lines.append(f"| `{name}` | {what.replace('|', '/')} | {', '.join(f'`{m}`' for m in mods)} |")
+        row = f"| {_side(_rel(folder))} | `harness/{_rel(folder)}/` | {what.replace('|', '/')} |"
+        lines.append(f"{row} {', '.join(f'`{m}`' for m in mods)} |")
     return "\n".join(lines)
+
+
+def _rel(folder: Path) -> str:
+    return folder.relative_to(PACKAGE).as_posix()
 
 
 def main() -> int:

@@ -28,7 +28,7 @@ check() {
   python3 - <<'EOF'
 import torch, transformer_engine, transformer_engine.pytorch as te
 print("TE", transformer_engine.__version__, "imports with torch", torch.__version__)
-from harness.adapters import gpu
+from harness.suite.adapters import gpu
 print("preflight:", gpu.preflight())
 EOF
 }

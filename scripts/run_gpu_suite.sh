@@ -5,7 +5,7 @@
 #
 # Set up once on the GPU machine: scripts/setup.sh && scripts/setup_gpu.sh. The GPU suite's
 # goldens (boundaries, trained positions) are device independent and recorded on any machine;
-# the CPU suite runs pinned to the CPU on a GPU machine too (harness/standins/cuda.py).
+# the CPU suite runs pinned to the CPU on a GPU machine too (harness/suite/standins/cuda.py).
 #
 # --require-gpu: a GPU case that cannot run here (no CUDA device, Transformer Engine missing or
 # not importable with this torch) is an environment error, exit 2, never a green run.

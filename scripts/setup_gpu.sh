@@ -77,7 +77,7 @@ MAX_JOBS="${MAX_JOBS:-$(nproc)}" "${PIP[@]}" install --no-build-isolation "$spec
 "$PY" - <<'CHECK' || exit 2
 import sys
 import torch
-from harness.adapters import gpu
+from harness.suite.adapters import gpu
 from harness.errors import HarnessError
 try:
     why_not = gpu.preflight()

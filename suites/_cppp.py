@@ -21,10 +21,10 @@ from typing import Any
 
 import torch
 
-from harness.adapters import cpattention, needs, ppbatch, step
-from harness.adapters.world import Layout, run_world
-from harness.oracle.records import Invariant, Violation
-from harness.standins import thd_partition
+from harness.records.oracle import Invariant, Violation
+from harness.suite.adapters import cpattention, needs, ppbatch, step
+from harness.suite.adapters.world import Layout, run_world
+from harness.suite.standins import thd_partition
 from suites import _forward, _layouts, _sftcases
 
 

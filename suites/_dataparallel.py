@@ -13,10 +13,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from harness.adapters import batch as batch_ops
-from harness.adapters import sampler
-from harness.oracle import differential
-from harness.oracle.impact import Impact, require
+from harness.records.impact import Impact, require
+from harness.suite.adapters import batch as batch_ops
+from harness.suite.adapters import sampler
+from harness.suite.oracle import differential
 from suites import _sftcases
 from suites._explain import multiset_difference
 

@@ -15,13 +15,13 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Any
 
-from harness.adapters import batch as batch_ops
-from harness.adapters import vlmstep
-from harness.adapters.chatcollate import collated_examples
-from harness.adapters.directsft import DirectSFTBuild, DirectSFTRequest, direct_sft
-from harness.oracle import corpus, differential, tokenizer
-from harness.oracle.impact import Impact, fail, require
-from harness.oracle.padded import require_documented_width, require_same_real_tokens
+from harness.records.impact import Impact, fail, require
+from harness.suite.adapters import batch as batch_ops
+from harness.suite.adapters import vlmstep
+from harness.suite.adapters.chatcollate import collated_examples
+from harness.suite.adapters.directsft import DirectSFTBuild, DirectSFTRequest, direct_sft
+from harness.suite.oracle import corpus, differential, tokenizer
+from harness.suite.oracle.padded import require_documented_width, require_same_real_tokens
 from suites import _sftcases
 from suites._inputs import IGNORE_INDEX
 

@@ -3,10 +3,10 @@
 In a world of one dimension, a rank of the data-parallel group is also a rank of the world, and
 so is a rank of the context-parallel group: code that reads its rank from the wrong group (the
 world, the data-and-context group) is right by accident there. In a DP x CP world it is not. Each
-rank here runs MB's own training data path (:mod:`harness.adapters.loaders`: the loader builder
+rank here runs MB's own training data path (:mod:`harness.suite.adapters.loaders`: the loader builder
 with the data-parallel group MB's setup hands it, MB's split into micro-batches) and MB's
 ``gpt_step.forward_step`` with its process groups (the CP partition of every packed micro-batch,
-the CP-aware reference attention of :mod:`harness.adapters.cpattention`, TE's partition kernel by
+the CP-aware reference attention of :mod:`harness.suite.adapters.cpattention`, TE's partition kernel by
 its named stand-in where TE is absent).
 
 The reference, per data-parallel rank: MB's batch sampler for that rank (the rank given as an
@@ -28,11 +28,11 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Any
 
-from harness.adapters import config as config_ops
-from harness.adapters import cpattention, loaders, sampler, step
-from harness.adapters.world import Layout, run_world
-from harness.oracle.impact import Impact, require
-from harness.oracle.records import Violation
+from harness.records.impact import Impact, require
+from harness.records.oracle import Violation
+from harness.suite.adapters import config as config_ops
+from harness.suite.adapters import cpattention, loaders, sampler, step
+from harness.suite.adapters.world import Layout, run_world
 from suites import _forward, _layouts, _sftcases
 
 

@@ -25,12 +25,12 @@ from typing import Any
 
 import numpy as np
 
-from harness.adapters import batch as batch_ops
-from harness.adapters.energon import EnergonBuild, EnergonRequest, EnergonSample, energon_batches
-from harness.oracle import differential, tokenizer, vlprocessor
-from harness.oracle.impact import Impact, fail, require
-from harness.oracle.padded import require_documented_width, require_row_equals_example
-from harness.oracle.records import Example
+from harness.records.impact import Impact, fail, require
+from harness.records.oracle import Example
+from harness.suite.adapters import batch as batch_ops
+from harness.suite.adapters.energon import EnergonBuild, EnergonRequest, EnergonSample, energon_batches
+from harness.suite.oracle import differential, tokenizer, vlprocessor
+from harness.suite.oracle.padded import require_documented_width, require_row_equals_example
 from suites._inputs import IGNORE_INDEX
 
 PIXELS = (28 * 28 * 4, 28 * 28 * 8)  # min_pixels, max_pixels: 56 x 56 and 112 x 56 images kept as drawn

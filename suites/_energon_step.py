@@ -10,8 +10,8 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Any
 
-from harness.adapters.energon import EnergonBuild, energon_batches
-from harness.oracle.impact import Impact, fail
+from harness.records.impact import Impact, fail
+from harness.suite.adapters.energon import EnergonBuild, energon_batches
 from suites._energon import Case
 
 
@@ -27,7 +27,7 @@ def unpacked(case: Case, packed: EnergonBuild) -> EnergonBuild:
 
 def require_same_totals(where: str, packed: Any, alone: Any) -> None:
     """MB's loss function totals (loss sum, token count) of a packed step run equal the unpacked
-    run's (``wrong-loss-normalisation``); ``packed`` and ``alone`` are :class:`~harness.adapters.step.StepRun`."""
+    run's (``wrong-loss-normalisation``); ``packed`` and ``alone`` are :class:`~harness.suite.adapters.step.StepRun`."""
     p, u = packed, alone
     if p.num_tokens != u.num_tokens or abs(p.loss_sum - u.loss_sum) > 1e-4 * max(1.0, abs(u.loss_sum)):
         raise fail(
@@ -46,7 +46,7 @@ def check_step(case: Case, packed: EnergonBuild) -> None:
     count (``wrong-loss-normalisation``), and no host read of a device tensor in the step."""
     import torch
 
-    from harness.adapters import hostsync, step, vlmstep
+    from harness.suite.adapters import hostsync, step, vlmstep
     from suites import _forward
 
     plain = unpacked(case, packed)

@@ -18,8 +18,8 @@ import itertools
 from collections.abc import Iterable
 from typing import Any
 
-from harness.adapters import sampler
-from harness.oracle.impact import Impact, require
+from harness.records.impact import Impact, require
+from harness.suite.adapters import sampler
 from suites import _dataparallel, _sftcases
 from suites._explain import multiset_difference
 

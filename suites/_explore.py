@@ -39,9 +39,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from harness.adapters import sft
-from harness.oracle import corpus
 from harness.records import explored
+from harness.suite.adapters import sft
+from harness.suite.oracle import corpus
 from suites import _explore_life, _sftcases, _shards
 
 KINDS = tuple(sft.KINDS)
@@ -112,7 +112,7 @@ class ExploredCase(_sftcases.SFTCase):
     encoder_length: int = 0  # placeholders per image (encoder_seq_lengths); 0: MB's default, no length named
     module_dps: str = ""  # "E-L": the encoder's and the language module's data-parallel sizes; "": the loader alone
     # a whole packing configuration for MB's validate() instead (suites/_explore_config.py): the fields of
-    # harness.adapters.config.PackingConfigSpec that differ from its defaults; no data
+    # harness.suite.adapters.config.PackingConfigSpec that differ from its defaults; no data
     config: dict[str, Any] = field(default_factory=dict, hash=False)  # compared, but a dict has no hash
 
     @property
@@ -151,7 +151,7 @@ class ExploredCase(_sftcases.SFTCase):
 
 SEQS = (32, 64, 128)
 # MB's unpacked reference rows are collated wider than the pack: the tiny model's learned position
-# table (harness.adapters.forward.MAX_POS = 128 positions) holds them for packs up to 64
+# table (harness.suite.adapters.forward.MAX_POS = 128 positions) holds them for packs up to 64
 FORWARD_SEQS = (32, 64)
 
 

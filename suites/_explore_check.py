@@ -17,9 +17,9 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from harness.adapters import rules
 from harness.errors import Untestable
-from harness.oracle.impact import Impact, fail
+from harness.records.impact import Impact, fail
+from harness.suite.adapters import rules
 from suites import _sftcases, _shards
 from suites._explore import ExploredCase
 

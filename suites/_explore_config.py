@@ -26,7 +26,7 @@ covered by its listed case only. A knob the era lacks makes the case untestable 
 signals), never a verdict.
 
 A drawn case is an :class:`~suites._explore.ExploredCase` whose ``config`` holds the fields of
-:class:`~harness.adapters.config.PackingConfigSpec` that differ from its defaults.
+:class:`~harness.suite.adapters.config.PackingConfigSpec` that differ from its defaults.
 """
 
 from __future__ import annotations
@@ -34,10 +34,10 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-from harness.adapters.config import TE_CUDA_GRAPHS as _TE_GRAPHS
-from harness.adapters.config import PackingConfigSpec, refusal, validate_packing_config
-from harness.adapters.rules import Rule
-from harness.oracle.impact import Impact, fail
+from harness.records.impact import Impact, fail
+from harness.suite.adapters.config import TE_CUDA_GRAPHS as _TE_GRAPHS
+from harness.suite.adapters.config import PackingConfigSpec, refusal, validate_packing_config
+from harness.suite.adapters.rules import Rule
 from suites._explore import ExploredCase, named
 
 # around the multiples of 2*CP (2, 4, 6, 8 for CP 1-4): 256 and 512 divide by 8, not 6; 258 and 510 by 6, not 4;

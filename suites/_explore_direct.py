@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from harness.oracle import corpus
+from harness.suite.oracle import corpus
 from suites._explore import ExploredCase, draw_data, named
 
 # the direct path's preprocessing kinds: prompt-completion columns or chat messages (no prompt template)
@@ -27,7 +27,7 @@ def direct_cases(eos: bool = False) -> Any:
     optional (CP, TP, SP) layout MB's config finalisation chooses the multiples for."""
     from hypothesis import strategies as st
 
-    from harness.adapters import vlmstep  # torch: not at collection, where the light suite process has none
+    from harness.suite.adapters import vlmstep  # torch: not at collection, where the light suite process has none
 
     @st.composite
     def draw(d: Any) -> ExploredCase:
@@ -64,8 +64,8 @@ def direct_cases(eos: bool = False) -> Any:
 
 def direct_request(case: ExploredCase) -> Any:
     """The direct-HF request ``case`` names: its rows, MB's offline tokenizer as the processor."""
-    from harness.adapters.directsft import DirectSFTRequest
-    from harness.oracle import tokenizer
+    from harness.suite.adapters.directsft import DirectSFTRequest
+    from harness.suite.oracle import tokenizer
 
     if case.in_batch:
         knobs: dict[str, Any] = {"enable_in_batch_packing": True, "in_batch_packing_pad_to_multiple_of": case.mult}

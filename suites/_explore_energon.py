@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from harness.adapters import needs
+from harness.suite.adapters import needs
 from suites import _energon
 from suites._explore import ExploredCase, named
 
@@ -87,7 +87,7 @@ def energon_case(case: ExploredCase) -> _energon.Case:
 
 def check(case: ExploredCase) -> dict[str, Any]:
     """Hold the drawn case to the Energon checks; returns what it trains in golden form."""
-    from harness.adapters.energon import energon_batches
+    from harness.suite.adapters.energon import energon_batches
 
     needs(energon_batches)  # an era without MB's Energon builder: untestable before building anything
     ecase = energon_case(case)

@@ -28,10 +28,10 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from harness.adapters import rules, sft
-from harness.oracle import corpus
-from harness.oracle.impact import Impact, ImpactFailure, fail
-from harness.oracle.records import InvariantFailure
+from harness.records.impact import Impact, ImpactFailure, fail
+from harness.records.oracle import InvariantFailure
+from harness.suite.adapters import rules, sft
+from harness.suite.oracle import corpus
 from suites import _epochs, _sftcases
 
 # the knob set otherwise at the earlier preparation ("": none, a fresh root)

@@ -27,7 +27,7 @@ from __future__ import annotations
 import random
 from typing import Any
 
-from harness.oracle import tokenizer
+from harness.suite.oracle import tokenizer
 from suites import _mimo, _mimo_dp, _mimo_pack
 from suites._explore import ExploredCase, named
 

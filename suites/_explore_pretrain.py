@@ -9,7 +9,7 @@ count, each document's length (around ``seq_length`` and far past it) and the kn
 ``reset_attention_mask`` a variant of MB's step (suites/_pretrain.STEP: the dataset's mask, MB's
 default, megatron-core's ``inter_document_masking``) whose model input must keep documents apart; the documents
 are written with megatron-core's ``IndexedDatasetBuilder`` and built with MB's provider
-(:mod:`harness.adapters.pretrain`), and every training and validation sample is held to the checks
+(:mod:`harness.suite.adapters.pretrain`), and every training and validation sample is held to the checks
 of the ``pretraining_dataset`` suite (suites/_pretrain.py). A drawn case is an
 :class:`~suites._explore.ExploredCase` with ``pretrain=True``: ``n`` documents of ``min_words`` to
 ``max_words`` words, a share ``long_rate`` of them ``long_words`` long, ``seq`` the sample length.
@@ -21,8 +21,8 @@ import random
 from typing import Any
 
 from harness.errors import Untestable
-from harness.oracle import tokenizer
-from harness.oracle.impact import Impact, require
+from harness.records.impact import Impact, require
+from harness.suite.oracle import tokenizer
 from suites._explore import ExploredCase, named
 
 # sample lengths: small, so that a few short documents already span several samples
@@ -103,7 +103,7 @@ def knobs(case: ExploredCase) -> dict[str, Any]:
 def check(case: ExploredCase) -> dict[str, Any]:
     """Build the case's splits through MB and hold every sample to the pretraining checks (raises on
     a violation); returns the sample counts and training tokens in golden form (change only)."""
-    from harness.adapters import pretrain
+    from harness.suite.adapters import pretrain
     from suites import _pretrain, _sftcases
 
     tok = _sftcases.load_tokenizer()

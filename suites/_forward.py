@@ -12,12 +12,12 @@ labels ignored, loss mask 0, positions continuing, plus a padding mask because c
 the pad id too) go through MB's ``vlm_step.forward_step`` with in-batch packing as the era does
 it; the reference is the same batch through ``vlm_step.forward_step`` without packing.
 
-Both return a :class:`ForwardResult`: violations from :mod:`harness.oracle.differential` (the
-model's inputs as a packed row) and :mod:`harness.oracle.stepcheck` (params contract, logits,
+Both return a :class:`ForwardResult`: violations from :mod:`harness.suite.oracle.differential` (the
+model's inputs as a packed row) and :mod:`harness.suite.oracle.stepcheck` (params contract, logits,
 per-token loss, loss totals), the largest errors measured, and change-detector values.
 
 Both take the models (default: the CPU tiny model, fp32) and the tolerances, so the GPU suite
-runs the same path with MCore's Transformer Engine spec in bf16 (harness/adapters/gpu.py,
+runs the same path with MCore's Transformer Engine spec in bf16 (harness/suite/adapters/gpu.py,
 :data:`BF16`). What no device can change and the negative control of a tolerance on real
 batches are in suites/_forward_control.py.
 """
@@ -32,10 +32,10 @@ from typing import Any
 
 import torch
 
-from harness.adapters import Operation, familystep, mmstep, needs, sft, step, vlmstep
-from harness.adapters import batch as batch_ops
-from harness.adapters import forward as fwd
-from harness.oracle import corpus, differential, stepcheck, tokenizer
+from harness.suite.adapters import Operation, familystep, mmstep, needs, sft, step, vlmstep
+from harness.suite.adapters import batch as batch_ops
+from harness.suite.adapters import forward as fwd
+from harness.suite.oracle import corpus, differential, stepcheck, tokenizer
 from suites import _sftcases
 from suites._model_view import model_rows, params_view, token_outputs
 
@@ -235,7 +235,7 @@ def check_runs(
 
 
 #: the step functions an offline packed micro-batch can go through: MB's GPT step, and a model family's
-#: own step over the same batches (harness/adapters/familystep.py)
+#: own step over the same batches (harness/suite/adapters/familystep.py)
 OFFLINE_STEPS: dict[str, Operation] = {"gpt": step.gpt_step, "dsv4": familystep.dsv4_step}
 
 

@@ -15,8 +15,8 @@ from typing import Any
 
 import torch
 
-from harness.adapters import step
-from harness.oracle import stepcheck
+from harness.suite.adapters import step
+from harness.suite.oracle import stepcheck
 from suites._forward import CONTROL_MARGIN, ForwardResult, Tolerances
 from suites._model_view import loss_mask_of, params_view
 

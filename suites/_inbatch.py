@@ -2,7 +2,7 @@
 
 Shared by the hand-written ``in_batch_packing`` cases and the exploration (suites/_explore.py):
 the micro-batch is packed into one MCore THD row with the multiple MB itself chooses for the
-parallel layout (:func:`harness.adapters.vlmstep.mb_in_batch_multiple`, never one a suite picks),
+parallel layout (:func:`harness.suite.adapters.vlmstep.mb_in_batch_multiple`, never one a suite picks),
 and the row must hold every example, per real token, as MB's unpacked path does, with its
 segments on the documented grid ``lcm(2*CP, CP*TP with SP)`` and its padding untrained.
 """
@@ -11,9 +11,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from harness.adapters import batch as batch_ops
-from harness.adapters import needs, thd, vlmstep
-from harness.oracle import differential
+from harness.suite.adapters import batch as batch_ops
+from harness.suite.adapters import needs, thd, vlmstep
+from harness.suite.oracle import differential
 from suites import _sftcases
 from suites._explain import first_difference, first_offender
 from suites._inputs import IGNORE_INDEX

@@ -3,11 +3,11 @@
 Context parallelism (:func:`run_cp`): each offline packed micro-batch of an
 :class:`~suites._sftcases.SFTCase` goes through MB's ``gpt_step.forward_step`` once in a world of
 one (the CP = 1 run, which the ``forward_cpu`` suite holds against MB's unpacked path) and once
-on every rank of a gloo world of ``CP`` processes (:mod:`harness.adapters.world`), where MB's
+on every rank of a gloo world of ``CP`` processes (:mod:`harness.suite.adapters.world`), where MB's
 ``get_batch`` partitions it (``_partition_packed_batch_for_cp`` -> MCore's
 ``get_batch_on_this_cp_rank`` -> TE's ``thd_get_partitioned_indices``, on CPU the named stand-in
-:mod:`harness.standins.thd_partition`) and the tiny model attends with keys and values gathered
-over the CP group (:mod:`harness.adapters.cpattention`). The reference is MB at CP = 1, same
+:mod:`harness.suite.standins.thd_partition`) and the tiny model attends with keys and values gathered
+over the CP group (:mod:`harness.suite.adapters.cpattention`). The reference is MB at CP = 1, same
 commit, same batch:
 
 * each rank's tokens, labels, loss mask and position ids are exactly the slice TE's layout names
@@ -25,12 +25,12 @@ from typing import Any
 
 import torch
 
-from harness.adapters import cpattention, familystep, needs, ppbatch, step, symbol
-from harness.adapters import forward as fwd
-from harness.adapters.world import Layout, rank_groups, run_world
-from harness.oracle.impact import Impact, fail
-from harness.oracle.records import Invariant, InvariantFailure, Violation
-from harness.standins import thd_partition
+from harness.records.impact import Impact, fail
+from harness.records.oracle import Invariant, InvariantFailure, Violation
+from harness.suite.adapters import cpattention, familystep, needs, ppbatch, step, symbol
+from harness.suite.adapters import forward as fwd
+from harness.suite.adapters.world import Layout, rank_groups, run_world
+from harness.suite.standins import thd_partition
 from suites import _forward, _model_view, _sftcases
 
 FIELDS = (("input_ids", Invariant.TOKENS), ("labels", Invariant.LABELS), ("position_ids", Invariant.POSITION_IDS))

@@ -5,7 +5,7 @@ directly. A user never does: they set ``drop_last`` on the dataset config (``Dat
 documented since 0.4.0 as "whether to drop the last incomplete batch"), and MB's
 ``build_train_valid_test_data_loaders`` decides what its sampler gets. So here each rank of a
 data-parallel world runs that builder and MB's split into micro-batches
-(:mod:`harness.adapters.loaders`) until the loader is exhausted, with the config built in the
+(:mod:`harness.suite.adapters.loaders`) until the loader is exhausted, with the config built in the
 suite process (where the knob recorder sees it).
 
 The contract, per epoch, over all data-parallel ranks (what ``drop_last`` documents, and what the
@@ -28,14 +28,14 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from harness.adapters import batch as batch_ops
-from harness.adapters import config as config_ops
-from harness.adapters import directsft, loaders, rules
-from harness.adapters.directsft import DirectSFTRequest
-from harness.adapters.refusal import said
-from harness.adapters.world import Layout, rank_groups, run_world
-from harness.oracle import differential
-from harness.oracle.impact import Impact, ImpactFailure, fail, require
+from harness.records.impact import Impact, ImpactFailure, fail, require
+from harness.suite.adapters import batch as batch_ops
+from harness.suite.adapters import config as config_ops
+from harness.suite.adapters import directsft, loaders, rules
+from harness.suite.adapters.directsft import DirectSFTRequest
+from harness.suite.adapters.refusal import said
+from harness.suite.adapters.world import Layout, rank_groups, run_world
+from harness.suite.oracle import differential
 from suites import _dataparallel, _sftcases
 from suites._explain import multiset_difference
 
@@ -119,7 +119,7 @@ def refusal(ranks: list[RankEpoch]) -> dict[str, Any] | None:
 
 def refused_failure(refused: dict[str, Any], what: str) -> ImpactFailure:
     """A valid configuration the loader refused: MB's up-front check deciding (a finding,
-    ``refuses-valid-config``, see :mod:`harness.adapters.refusal`), or a crash anywhere else."""
+    ``refuses-valid-config``, see :mod:`harness.suite.adapters.refusal`), or a crash anywhere else."""
     if refused.get("up_front"):
         return fail(
             Impact.REFUSES_VALID_CONFIG, said(refused["error_class"], refused["message"][:300], refused["up_front"])

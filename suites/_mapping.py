@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from harness.oracle.impact import Impact, require
+from harness.records.impact import Impact, require
 from suites import _dataparallel, _sftcases
 
 

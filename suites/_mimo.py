@@ -14,10 +14,10 @@ import hashlib
 from collections.abc import Callable
 from typing import Any
 
-from harness.adapters import loaders, mimo, mimoloader, rules
-from harness.eras import features
-from harness.oracle import tokenizer
-from harness.oracle.impact import Impact, fail, require
+from harness import features
+from harness.records.impact import Impact, fail, require
+from harness.suite.adapters import loaders, mimo, mimoloader, rules
+from harness.suite.oracle import tokenizer
 from suites._explain import multiset_difference
 
 PLACEHOLDER = "<|im_start|>"  # a special token of the offline tokenizer, as MIMO recipes reserve one

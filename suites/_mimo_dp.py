@@ -10,7 +10,7 @@ sample's image embeddings reach the language rank holding its text only when bot
 the same global rows in the same order.
 
 The contract, over ``steps`` steps of a heterogeneous world (the encoder's ranks, then the
-language module's; :mod:`harness.adapters.mimostep`), each checked per micro-batch:
+language module's; :mod:`harness.suite.adapters.mimostep`), each checked per micro-batch:
 
 * every rank of every module takes the same number of micro-batches (one short hangs the pipeline);
 * a module's ranks, concatenated in their data-parallel order, hold whole samples as the provider
@@ -33,10 +33,10 @@ from typing import Any
 
 import torch
 
-from harness.adapters import config as config_ops
-from harness.adapters import hostsync, mimo, mimoloader, mimostep, rules
-from harness.adapters.world import Layout, run_world
-from harness.oracle.impact import Impact, ImpactFailure, fail, require
+from harness.records.impact import Impact, ImpactFailure, fail, require
+from harness.suite.adapters import config as config_ops
+from harness.suite.adapters import hostsync, mimo, mimoloader, mimostep, rules
+from harness.suite.adapters.world import Layout, run_world
 from suites._explain import multiset_difference
 from suites._mimo import ENCODER, pixels
 
@@ -197,7 +197,7 @@ def check_loss_totals(ranks: list[mimostep.ModuleRank]) -> None:
 
 def check_host_reads(ranks: list[mimostep.ModuleRank]) -> None:
     """MB's MIMO step and loss function read no device tensor back on the host on any rank: each
-    read stalls every micro-batch (``perf-contract``; harness.adapters.hostsync counts them)."""
+    read stalls every micro-batch (``perf-contract``; harness.suite.adapters.hostsync counts them)."""
     for r in ranks:
         require(
             not r.host_reads,

@@ -23,7 +23,7 @@ and ``p_r`` the start of its segment in the packed stream (``cu_seqlens_q_padded
 * under context parallelism (the language module's CP > 1) every CP rank of a replica gets the same
   pack, and the padded boundaries split as megatron-core's MIMO model splits the stream among them
   (``PartitionAdapter`` -> TE's ``thd_get_partitioned_indices`` over ``cu_seqlens_q_padded``, on CPU
-  the named stand-in :mod:`harness.standins.thd_partition`): every boundary on ``2*CP``, MB's own
+  the named stand-in :mod:`harness.suite.standins.thd_partition`): every boundary on ``2*CP``, MB's own
   documented CP multiple (``docs/training/packed-sequences.md``), each position on one rank. TE
   asserts it, so a pack off it is ``crash`` (as the GPT layouts' alignment invariant);
 * MB's loss function on the packed mask counts that mask's tokens (suites/_mimo_dp.check_loss_totals),
@@ -41,10 +41,10 @@ from typing import Any
 
 import torch
 
-from harness.adapters import mimostep
 from harness.errors import Untestable
-from harness.oracle.impact import Impact, fail, require
-from harness.standins import thd_partition
+from harness.records.impact import Impact, fail, require
+from harness.suite.adapters import mimostep
+from harness.suite.standins import thd_partition
 from suites._mimo_dp import LANGUAGE, check_loss_totals, replicas, same_inputs
 
 _FIELDS = (

@@ -1,8 +1,8 @@
 """The oracle's view of what MB's step handed the model: packed rows, ``PackedSeqParams``, outputs.
 
-A recorded step call (:class:`harness.adapters.step.StepRun`) holds tensors in whatever form the
-era's step builds them; the checks of :mod:`harness.oracle.stepcheck` and
-:mod:`harness.oracle.differential` read plain lists. Why apart from suites/_forward.py: the
+A recorded step call (:class:`harness.suite.adapters.step.StepRun`) holds tensors in whatever form the
+era's step builds them; the checks of :mod:`harness.suite.oracle.stepcheck` and
+:mod:`harness.suite.oracle.differential` read plain lists. Why apart from suites/_forward.py: the
 forward cases, the device comparison (suites/_forward_control.py) and the layout worlds
 (suites/_layouts.py) all read a step call the same way.
 """
@@ -13,9 +13,9 @@ from typing import Any
 
 import torch
 
-from harness.adapters import batch as batch_ops
-from harness.adapters import step
-from harness.oracle import differential, stepcheck
+from harness.suite.adapters import batch as batch_ops
+from harness.suite.adapters import step
+from harness.suite.oracle import differential, stepcheck
 
 
 def _rows(t: torch.Tensor | None) -> list[list[Any]]:

@@ -6,7 +6,7 @@ support is not currently implemented for DGPTStep" for a packed batch, and build
 after the first document attending across documents. So a packed micro-batch must be refused before
 the model runs. What MB's packed SFT collate produces (its boundaries under whatever keys the era
 writes) goes through MB's step unchanged; the model is a double that stops the step at its call
-(harness/adapters/familystep.py says why).
+(harness/suite/adapters/familystep.py says why).
 
 Control: an unpacked example (MB's own unpacked dataset, collated alone) reaches the model, so a
 refusal is told from a step that never gets there.
@@ -28,10 +28,10 @@ from typing import Any
 
 import torch
 
-from harness.adapters import familystep, needs, thd
 from harness.errors import Untestable
-from harness.oracle import tokenizer
-from harness.oracle.impact import Impact, fail
+from harness.records.impact import Impact, fail
+from harness.suite.adapters import familystep, needs, thd
+from harness.suite.oracle import tokenizer
 from suites import _forward, _sftcases
 
 #: what MB's diffusion step says when it refuses a packed batch

@@ -13,9 +13,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from harness.adapters import needs
-from harness.eras import features
-from harness.oracle.impact import Impact, fail, require
+from harness import features
+from harness.records.impact import Impact, fail, require
+from harness.suite.adapters import needs
 
 
 def plain(sample: dict[str, Any], key: str) -> list[Any]:
@@ -134,8 +134,8 @@ def core_dataset_fields() -> set[str]:
 
 def step_knobs(name: str) -> dict[str, Any]:
     """The config fields of step variant ``name`` (:data:`STEP`); untestable where megatron-core lacks them,
-    and where MB's step cannot be reached (:mod:`harness.adapters.pretrainstep`)."""
-    from harness.adapters.pretrainstep import pretrain_step_attention
+    and where MB's step cannot be reached (:mod:`harness.suite.adapters.pretrainstep`)."""
+    from harness.suite.adapters.pretrainstep import pretrain_step_attention
 
     needs(pretrain_step_attention)
     if "inter_document_masking" in STEP[name] and "inter_document_masking" not in core_dataset_fields():
@@ -150,7 +150,7 @@ def check_step(build: Any, samples: int, eod: int) -> tuple[list[int], list[dict
     (one per micro-batch) of a ``reset_attention_mask`` build keeps documents apart: a mask that blocks
     every earlier document, or packed boundaries that cover the row with one at every document start
     (raises on a violation). Returns the samples that hold two documents, and what the model got."""
-    from harness.adapters.pretrainstep import pretrain_step_attention
+    from harness.suite.adapters.pretrainstep import pretrain_step_attention
 
     crossing, seen = [], []
     for r in range(min(samples, len(build.train))):

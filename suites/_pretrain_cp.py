@@ -4,7 +4,7 @@ boundaries through MB's CP partition, on the ranks of a gloo world.
 With ``inter_document_masking`` megatron-core's ``GPTDataset`` gives every sample the boundaries of
 its documents (``cu_seqlens``), and MB's ``gpt_step`` partitions a packed micro-batch for CP with
 TE's THD partition (``_partition_packed_batch_for_cp`` -> ``thd_get_partitioned_indices``, on CPU
-the named stand-in :mod:`harness.standins.thd_partition`). TE's kernel states its assumption:
+the named stand-in :mod:`harness.suite.standins.thd_partition`). TE's kernel states its assumption:
 every sequence of the stream divisible by ``2*CP`` (``thd_partition_indices_kernel`` asserts it;
 rank r holds chunks r and ``2*CP-1-r`` of each). megatron-core documents the dataset config's
 ``context_parallel_size`` as "needed for padding in packed sequences".
@@ -25,18 +25,18 @@ from typing import Any
 import torch
 from torch.utils.data import default_collate
 
-from harness.adapters import cpattention, load_module, step, symbol
-from harness.adapters.cp import validate_layout
-from harness.adapters.forward import init_cpu_parallel
-from harness.adapters.world import Layout, run_world
-from harness.oracle.records import Invariant, Violation
-from harness.standins import thd_partition
+from harness.records.oracle import Invariant, Violation
+from harness.suite.adapters import cpattention, load_module, step, symbol
+from harness.suite.adapters.cp import validate_layout
+from harness.suite.adapters.forward import init_cpu_parallel
+from harness.suite.adapters.world import Layout, run_world
+from harness.suite.standins import thd_partition
 from suites import _forward, _layouts
 
 
 def validate(dataset_config: Any, seq: int, cp: int) -> dict[str, Any]:
     """MB's validation of a pretraining container over ``dataset_config`` at ``cp`` (the layout
-    validation every CP case uses: :func:`harness.adapters.cp.validate_layout`); its outcome."""
+    validation every CP case uses: :func:`harness.suite.adapters.cp.validate_layout`); its outcome."""
     cfg = load_module("megatron.bridge.training.config")
     return validate_layout(cfg, dataset_config, cp, 1, False, seq, False, None)
 

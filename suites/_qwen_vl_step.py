@@ -3,7 +3,7 @@ embeddings as MB's unpacked path gives them.
 
 Why a check of its own: the Energon step check runs the packed rows into the tiny GPTModel, which has
 neither a vision tower nor multimodal rotary positions. Qwen2.5-VL's model computes both itself from
-the packed row (:mod:`harness.adapters.qwenvl`), so a packed sample whose MRoPE positions or image
+the packed row (:mod:`harness.suite.adapters.qwenvl`), so a packed sample whose MRoPE positions or image
 embeddings come out differently trains differently while every batch check still holds.
 
 Judged per micro-batch, against the same samples through MB's loader with packing off and the same
@@ -25,10 +25,10 @@ from typing import Any
 
 import torch
 
-from harness.adapters import hostsync, qwenvl, step, vlmstep
-from harness.adapters.energon import EnergonBuild
-from harness.oracle import vlprocessor
-from harness.oracle.impact import Impact, fail
+from harness.records.impact import Impact, fail
+from harness.suite.adapters import hostsync, qwenvl, step, vlmstep
+from harness.suite.adapters.energon import EnergonBuild
+from harness.suite.oracle import vlprocessor
 from suites import _forward
 from suites._energon import Case, vocab
 from suites._energon_step import require_same_totals, unpacked
@@ -132,8 +132,8 @@ def check_qwen3_step(case: Case, build: EnergonBuild) -> None:
     mask reach the model in place (``wrong-targets``), inside one sequence of the params that starts
     at the row (``cross-document-attention``); no padding position trains (``trains-padding``); MB's
     loss totals are the unpacked ones (``wrong-loss-normalisation``); no host read in the step."""
-    from harness.adapters import forward as fwd
-    from harness.adapters import qwen3vlstep
+    from harness.suite.adapters import forward as fwd
+    from harness.suite.adapters import qwen3vlstep
     from suites._energon import _row_example
 
     gpt = fwd.tiny_gpt(seed=_forward.SEED, vocab_size=_forward.MODEL_VOCAB)

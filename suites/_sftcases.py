@@ -15,9 +15,9 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from harness.adapters import batch as batch_ops
-from harness.adapters import mbtokenizer, sft
-from harness.oracle import corpus, differential, tokenizer
+from harness.suite.adapters import batch as batch_ops
+from harness.suite.adapters import mbtokenizer, sft
+from harness.suite.oracle import corpus, differential, tokenizer
 
 SEQ = 64  # sequence length = pack size: every example that fits a sequence fits a pack
 

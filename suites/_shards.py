@@ -14,10 +14,10 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
-from harness.adapters import needs, packed_artifact, sampler, sft
 from harness.errors import Untestable
-from harness.oracle import corpus, differential
-from harness.oracle.impact import Impact, fail
+from harness.records.impact import Impact, fail
+from harness.suite.adapters import needs, packed_artifact, sampler, sft
+from harness.suite.oracle import corpus, differential
 from suites import _dataparallel, _sftcases
 from suites._explain import first_difference, multiset_difference
 

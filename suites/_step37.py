@@ -6,12 +6,12 @@ MB's provider tokenises image-caption dialogs with its template, schedules and p
 shifts each sample by one and pads the pack to ``seqlen_divisible_by`` as a sub-sequence of its own,
 and MB's ``step37_flickr8k_step.forward_step`` moves it to the device, pads to ``lcm(TP, 16)``,
 builds ``PackedSeqParams`` from ``cu_seqlens`` and calls the model; its loss function sums the
-loss mask's tokens (harness/adapters/familystep.py names the doubles).
+loss mask's tokens (harness/suite/adapters/familystep.py names the doubles).
 
 The reference is MB's same pipeline on each sample alone (``pack_samples([sample])``, the same
 step): per real token the model must compute the same logits and loss, the loss function must count
 the same totals, padding must never train, and the sub-sequence boundaries must be the samples found
-by content (``harness.oracle.differential``, with what the model saw as packed rows). The samples
+by content (``harness.suite.oracle.differential``, with what the model saw as packed rows). The samples
 are MB's own tokenisation (``MultimodalSFTSample``: ``tokens[:-1]`` the inputs, ``tokens[1:]`` the
 labels, ``loss_mask[1:]`` what trains, as its docstring defines them). A sample longer than
 ``max_packing_seqlen`` is skipped under the ``drop`` policy (the provider's default) as documented,
@@ -27,8 +27,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from harness.adapters import familystep, needs
-from harness.oracle import differential, stepcheck, tokenizer
+from harness.suite.adapters import familystep, needs
+from harness.suite.oracle import differential, stepcheck, tokenizer
 from suites import _forward
 from suites._model_view import loss_mask_of, params_view, token_outputs
 

@@ -7,7 +7,7 @@ must train under TP with SP as it trains at TP 1. Under SP the model scatters th
 dimension of the packed row over the TP ranks (it must divide by TP), all-gathers it before each
 column-parallel layer, and each rank computes its part of the heads and of the vocabulary.
 
-What runs: a gloo world of TP CPU processes (:mod:`harness.adapters.world`), each calling MB's
+What runs: a gloo world of TP CPU processes (:mod:`harness.suite.adapters.world`), each calling MB's
 ``gpt_step.forward_step`` on MB's packed micro-batches (offline packed rows, or the THD row of the
 direct SFT collate's in-batch packing on the multiple MB's ``ConfigContainer.validate`` chose for
 the layout, never one the suite picked) with the tiny ``GPTModel`` built
@@ -29,11 +29,11 @@ from typing import Any
 
 import torch
 
-from harness.adapters import forward as fwd
-from harness.adapters import step, symbol
-from harness.adapters.world import Layout, rank_groups, run_world
-from harness.oracle.impact import Impact
-from harness.oracle.records import Invariant, Violation
+from harness.records.impact import Impact
+from harness.records.oracle import Invariant, Violation
+from harness.suite.adapters import forward as fwd
+from harness.suite.adapters import step, symbol
+from harness.suite.adapters.world import Layout, rank_groups, run_world
 from suites import _forward, _layouts, _sftcases
 
 

@@ -30,7 +30,7 @@ alone) is right by accident in a CP world and wrong here.
 
 Not judged: how Qwen3-VL's model splits the tokens and the vision embeddings under CP (its
 attention and vision tower are Transformer Engine modules, which need a GPU; the model is the
-recording double of :mod:`harness.adapters.qwen3vlstep`, here with a loss of each position's
+recording double of :mod:`harness.suite.adapters.qwen3vlstep`, here with a loss of each position's
 label alone, the same at any CP).
 """
 
@@ -40,11 +40,11 @@ from typing import Any
 
 import torch
 
-from harness.adapters import forward as fwd
-from harness.adapters import hostsync, step
-from harness.adapters.energon import EnergonBuild, EnergonRequest, energon_batches
-from harness.adapters.world import Layout, rank_groups, run_world
-from harness.oracle.impact import Impact, fail
+from harness.records.impact import Impact, fail
+from harness.suite.adapters import forward as fwd
+from harness.suite.adapters import hostsync, step
+from harness.suite.adapters.energon import EnergonBuild, EnergonRequest, energon_batches
+from harness.suite.adapters.world import Layout, rank_groups, run_world
 from suites import _forward
 
 IGNORE = -100  # the label the CP step pads with (as the loss mask pads with 0)
@@ -64,7 +64,7 @@ def _model(qwen3vlstep: Any) -> Any:
 def check_qwen3_step_under_cp(build: EnergonBuild, cp: int = 2) -> None:
     """Every micro-batch of ``build`` through MB's Qwen3-VL step with in-batch packing, at CP = 1 and
     on every rank of a CP world (see the module docstring; the raises name the impact)."""
-    from harness.adapters import qwen3vlstep
+    from harness.suite.adapters import qwen3vlstep
 
     ones = [qwen3vlstep.qwen3_vl_step(_model(qwen3vlstep), b, packing=True) for b in build.batches]
 
@@ -82,7 +82,7 @@ def check_qwen3_step_under_dp_cp(req: EnergonRequest, layout: Layout) -> None:
     """Every rank of ``layout`` (DP x CP) reads its micro-batches from MB's Energon loader of ``req``
     (``data_parallel``: the rank's groups handed to the builder) and runs them through MB's Qwen3-VL
     step with in-batch packing; judged per replica against the CP = 1 step of its micro-batches."""
-    from harness.adapters import qwen3vlstep
+    from harness.suite.adapters import qwen3vlstep
 
     def on_rank(_rank: int) -> tuple[int, list[dict[str, Any]], list[step.StepRun]]:
         from megatron.core import parallel_state

@@ -5,7 +5,7 @@ reference is MB's own path with one sample per pack (``packing_buffer_size`` 1: 
 single video, the unpacked case of the same code). Samples are told apart by their key, which the
 side info carries into the batch (``video_metadata``).
 
-Judged per micro-batch of MB's Wan data module (:mod:`harness.adapters.wan`), for each sample in the
+Judged per micro-batch of MB's Wan data module (:mod:`harness.suite.adapters.wan`), for each sample in the
 pack at its place (the running sums of ``seq_len_q_padded`` and ``seq_len_kv_padded``):
 
 * its video positions are its patches (Wan's 2 x 2 spatial patches of every latent frame), and the
@@ -38,8 +38,8 @@ from typing import Any
 
 import torch
 
-from harness.adapters import wan
-from harness.oracle.impact import Impact, fail
+from harness.records.impact import Impact, fail
+from harness.suite.adapters import wan
 from suites._vlm_cp import zigzag
 
 # videos of 1 or 2 latent frames at a few sizes, captions of 2 to 9 tokens (patches: F * H/2 * W/2)
@@ -209,7 +209,7 @@ def check_step_under_cp(req_single: wan.WanRequest, req_packed: wan.WanRequest, 
     the same packs; each pack holds its samples as their packs of one do in that world; each rank's
     loss mask is the batch's at its positions of MCore's THD layout, and the ranks' token counts sum to
     the pack's real positions."""
-    from harness.adapters.world import Layout, run_world
+    from harness.suite.adapters.world import Layout, run_world
 
     wan.write_dataset(req_packed.samples, req_packed.text_dim)  # indexed here: MB's preparation starts processes
 

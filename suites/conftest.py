@@ -5,4 +5,4 @@ The plugin is also a ``pytest11`` entry point of the installed harness; naming i
 disabled). ``pytest suites/ --harness-regen`` rewrites changed goldens in place.
 """
 
-pytest_plugins = ["harness.suiterun.plugin"]
+pytest_plugins = ["harness.suite.plugin"]

@@ -5,7 +5,7 @@ Documented contract (``text_chat_collate_fn``; ``ConfigContainer.validate`` for
 ``pad_to_multiple_of`` ("to keep CP/SP slices shape-compatible"); with in-batch packing each
 sequence is padded to ``in_batch_packing_pad_to_multiple_of`` and flattened into one THD row
 with packed-sequence metadata. The multiples are the ones MB's config finalisation chooses for a
-parallel layout (:func:`harness.adapters.cp.collate_padding_multiple`), never the suite's.
+parallel layout (:func:`harness.suite.adapters.cp.collate_padding_multiple`), never the suite's.
 
 The rows are what MB's direct-HF loader hands the collate: chat conversations (``messages``) of a
 seeded corpus, with the offline tokenizer's chat template. The reference is the same collate at
@@ -18,13 +18,13 @@ from __future__ import annotations
 
 import pytest
 
-from harness.adapters import batch as batch_ops
-from harness.adapters import cp as cp_ops
-from harness.adapters import needs
-from harness.adapters.chatcollate import chat_collate, collated_examples
-from harness.oracle import corpus, differential, tokenizer
-from harness.oracle.impact import Impact, require
-from harness.oracle.padded import require_same_real_tokens
+from harness.records.impact import Impact, require
+from harness.suite.adapters import batch as batch_ops
+from harness.suite.adapters import cp as cp_ops
+from harness.suite.adapters import needs
+from harness.suite.adapters.chatcollate import chat_collate, collated_examples
+from harness.suite.oracle import corpus, differential, tokenizer
+from harness.suite.oracle.padded import require_same_real_tokens
 from suites import _sftcases
 from suites._inputs import IGNORE_INDEX
 

@@ -18,7 +18,7 @@ opposite micro-batch rules, whatever the micro-batch size: there the exclusivity
 one that refuses) and names its *neighbour*, the valid config that differs only where the rule
 looks, which must validate. A rejection counts only when it is attributed to the case's rule
 (its message carries the rule's signature and an explicit ``raise``/``assert`` in MB's code
-raised it: :mod:`harness.adapters.rules`); a rejection by another rule, or any other exception,
+raised it: :mod:`harness.suite.adapters.rules`); a rejection by another rule, or any other exception,
 is the rule not holding (impact ``accepts-invalid-config``). A valid config that is refused is
 ``refuses-valid-config``. The golden pins accepted/rejected, the error class and the rule.
 """
@@ -27,13 +27,13 @@ from __future__ import annotations
 
 import pytest
 
-from harness.adapters import kindrules, needs
-from harness.adapters.config import TE_CUDA_GRAPHS as _TE_GRAPHS
-from harness.adapters.config import PackingConfigSpec as Spec
-from harness.adapters.config import in_batch_flag, refusal, validate_packing_config
-from harness.adapters.kindrules import kind_validation
-from harness.adapters.rules import Rule
-from harness.oracle.impact import Impact, fail
+from harness.records.impact import Impact, fail
+from harness.suite.adapters import kindrules, needs
+from harness.suite.adapters.config import TE_CUDA_GRAPHS as _TE_GRAPHS
+from harness.suite.adapters.config import PackingConfigSpec as Spec
+from harness.suite.adapters.config import in_batch_flag, refusal, validate_packing_config
+from harness.suite.adapters.kindrules import kind_validation
+from harness.suite.adapters.rules import Rule
 
 pytestmark = pytest.mark.import_group("full")
 

@@ -15,10 +15,10 @@ import math
 
 import pytest
 
-from harness.adapters import cp as cp_ops
-from harness.adapters import thd
-from harness.eras import features
-from harness.oracle.impact import Impact, require
+from harness import features
+from harness.records.impact import Impact, require
+from harness.suite.adapters import cp as cp_ops
+from harness.suite.adapters import thd
 from suites import _inputs
 from suites._explain import first_offender
 

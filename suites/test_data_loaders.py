@@ -21,9 +21,9 @@ from __future__ import annotations
 
 import pytest
 
-from harness.adapters import batch as batch_ops
-from harness.adapters import sampler
-from harness.oracle.impact import Impact, require
+from harness.records.impact import Impact, require
+from harness.suite.adapters import batch as batch_ops
+from harness.suite.adapters import sampler
 from suites import _epochs, _mapping, _sftcases
 from suites._explain import multiset_difference
 

@@ -29,9 +29,9 @@ from pathlib import Path
 
 import pytest
 
-from harness.adapters import sft
-from harness.oracle import corpus, tokenizer
-from harness.oracle.impact import Impact, fail
+from harness.records.impact import Impact, fail
+from harness.suite.adapters import sft
+from harness.suite.oracle import corpus, tokenizer
 from suites import _sftcases
 
 pytestmark = pytest.mark.import_group("light")
@@ -47,7 +47,7 @@ def _held(case: _sftcases.SFTCase, ds, what: str):
     examples = list(_sftcases.reference(case))
     report = _sftcases.compare(case, examples, rows, _sftcases.special_ids(case))
     if not report.ok:
-        from harness.oracle.records import InvariantFailure
+        from harness.records.oracle import InvariantFailure
 
         raise InvariantFailure(f"{what}: {report.summary()}", report.violations)
     return report, rows
@@ -197,7 +197,7 @@ def test_length_caps_keep_the_multiple_and_cut_only_past_the_cap(golden, case):
     capped = [_sftcases.cut_at(ex, cap) for ex in b.examples]
     how, report, _held = _sftcases.at_the_cap(b)
     if not report.ok:
-        from harness.oracle.records import InvariantFailure
+        from harness.records.oracle import InvariantFailure
 
         raise InvariantFailure(f"held to MB's unpacked examples {how}: {report.summary()}", report.violations)
     cut = [(ex.key, len(ex.tokens)) for ex in b.examples if len(ex.tokens) > cap]
@@ -228,7 +228,7 @@ def test_one_examples_cap_cuts_it_as_unpacked_training_at_that_length_does(golde
     examples = [_sftcases.cut_at(ex, cap) for ex in _sftcases.reference(case)] if cap else []
     report = _sftcases.compare(case, examples, b.rows, b.special_ids)
     if not report.ok:
-        from harness.oracle.records import InvariantFailure
+        from harness.records.oracle import InvariantFailure
 
         raise InvariantFailure(
             f"held to MB's unpacked examples at {case.max_single}: {report.summary()}", report.violations

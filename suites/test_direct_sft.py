@@ -23,15 +23,15 @@ from typing import Any
 
 import pytest
 
-from harness.adapters import batch as batch_ops
-from harness.adapters import loaders, needs
-from harness.adapters.chatcollate import prompt_completion_collate
-from harness.adapters.directsft import DirectSFTRequest, direct_sft, preprocessing
-from harness.adapters.mockvlm import MockVLMRequest, mock_vlm_sft, user_config
-from harness.oracle import differential, tokenizer, truncation, vlprocessor
-from harness.oracle.impact import Impact, require
-from harness.oracle.padded import require_row_equals_example, require_same_real_tokens
-from harness.oracle.records import Example
+from harness.records.impact import Impact, require
+from harness.records.oracle import Example
+from harness.suite.adapters import batch as batch_ops
+from harness.suite.adapters import loaders, needs
+from harness.suite.adapters.chatcollate import prompt_completion_collate
+from harness.suite.adapters.directsft import DirectSFTRequest, direct_sft, preprocessing
+from harness.suite.adapters.mockvlm import MockVLMRequest, mock_vlm_sft, user_config
+from harness.suite.oracle import differential, tokenizer, truncation, vlprocessor
+from harness.suite.oracle.padded import require_row_equals_example, require_same_real_tokens
 from suites import _directsft, _loader_epoch
 from suites._inputs import IGNORE_INDEX
 

@@ -11,10 +11,10 @@ from __future__ import annotations
 
 import pytest
 
-from harness.adapters import needs, qwenvl, rules
-from harness.adapters.energon import energon_batches
-from harness.adapters.refusal import up_front_check
-from harness.oracle.impact import Impact, fail
+from harness.records.impact import Impact, fail
+from harness.suite.adapters import needs, qwenvl, rules
+from harness.suite.adapters.energon import energon_batches
+from harness.suite.adapters.refusal import up_front_check
 from suites import _qwen_vl_step, _vlm_cp
 from suites._energon import Case, check_deferred, check_packed, check_padded, check_reference
 from suites._energon_step import check_step
@@ -137,10 +137,10 @@ def test_dp_cp_ranks_of_one_replica_read_the_same_samples():
     rank's process groups): in a DP 2 x CP 2 world the CP ranks of one data-parallel replica split
     one sequence, so they must read the same samples, batch by batch; the two replicas read
     different samples (else each sample trains twice a step). Checked on the rows' tokens."""
-    from harness.adapters.world import Layout, run_world
+    from harness.suite.adapters.world import Layout, run_world
 
     needs(energon_batches)  # an era without the builder: untestable before a world starts
-    from harness.adapters.energon import write_dataset
+    from harness.suite.adapters.energon import write_dataset
 
     case = Case("dp2-cp2", 251, mbs=1, n=8, shards=2)
     # indexed once, here: MB's preparation starts processes, which a forked rank may not
@@ -200,7 +200,7 @@ def test_qwen3_vl_step_packs_what_its_unpacked_step_trains(encoder, knobs):
     model in place inside one sequence starting at the row, padding trains nothing, and MB's loss
     totals equal the same step with packing off. Qwen3-VL's model is recorded (Transformer Engine
     only), named in the result."""
-    from harness.adapters import qwen3vlstep
+    from harness.suite.adapters import qwen3vlstep
 
     needs(energon_batches, qwen3vlstep.qwen3_vl_step)
     deferred = {"enable_in_batch_packing": True, "defer_in_batch_packing_to_step": True, **knobs}
@@ -217,7 +217,7 @@ def test_qwen3_vl_step_under_cp_splits_what_its_cp1_step_trains():
     tokens whole, and the labels and loss mask of the CP 1 step at the positions of MCore's
     load-balanced CP layout; the ranks' loss totals sum to the CP 1 totals. Qwen3-VL's model is
     recorded (Transformer Engine only), named in the result; how it splits the tokens is not judged."""
-    from harness.adapters import qwen3vlstep
+    from harness.suite.adapters import qwen3vlstep
 
     needs(energon_batches, qwen3vlstep.qwen3_vl_step)
     # rows of any length (multiple 1: micro-batches 34 and 41 wide): the step itself pads them to a
@@ -237,9 +237,9 @@ def test_qwen3_vl_step_under_dp_cp_splits_each_replica_s_own_samples():
     hold, together, what the CP 1 step trains of that replica's micro-batches (labels and loss mask
     in MCore's load-balanced layout, loss totals summed). Qwen3-VL's model is recorded (Transformer
     Engine only), named in the result."""
-    from harness.adapters import qwen3vlstep
-    from harness.adapters.energon import write_dataset
-    from harness.adapters.world import Layout
+    from harness.suite.adapters import qwen3vlstep
+    from harness.suite.adapters.energon import write_dataset
+    from harness.suite.adapters.world import Layout
 
     needs(energon_batches, qwen3vlstep.qwen3_vl_step)  # an era without them: untestable before a world starts
     deferred = {"enable_in_batch_packing": True, "defer_in_batch_packing_to_step": True, "pad_to_multiple_of": 1}

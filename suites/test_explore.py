@@ -29,12 +29,12 @@ from typing import Any
 import pytest
 
 from harness import paths
-from harness.adapters import needs
 from harness.contract import Env
 from harness.errors import Untestable
-from harness.oracle.impact import ImpactFailure
-from harness.oracle.records import InvariantFailure
 from harness.records import explored
+from harness.records.impact import ImpactFailure
+from harness.records.oracle import InvariantFailure
+from harness.suite.adapters import needs
 from suites import (
     _explore,
     _explore_check,
@@ -159,7 +159,7 @@ def test_explore_layouts(known_bug):
 @pytest.mark.import_group("full")  # the direct builder imports MB's HF model helpers; config finalisation
 def test_explore_direct_sft(known_bug):
     """The same drawn data through MB's direct HF SFT path holds that path's invariants."""
-    from harness.adapters.directsft import direct_sft
+    from harness.suite.adapters.directsft import direct_sft
 
     needs(direct_sft)  # an era without the direct builder: untestable before drawing anything
     _explore_space(_explore_direct.direct_cases(eos=_eos()), DEFAULT_DIRECT_BUDGET, known_bug)
@@ -170,7 +170,7 @@ def test_explore_direct_sft(known_bug):
 def test_explore_pretraining(known_bug):
     """Drawn documents packed into pretraining samples (megatron-core's GPTDataset through MB's config)
     hold the pretraining checks."""
-    from harness.adapters.pretrain import pretraining_splits
+    from harness.suite.adapters.pretrain import pretraining_splits
 
     needs(pretraining_splits)  # an era without MB's provider: untestable before drawing anything
     _explore_space(_explore_pretrain.pretrain_cases(), DEFAULT_PRETRAIN_BUDGET, known_bug)
@@ -181,7 +181,7 @@ def test_explore_pretraining(known_bug):
 def test_explore_energon(known_bug):
     """Drawn image/chat samples and loader knobs through MB's Energon VLM data path hold the checks of
     the ``energon_dataset`` suite."""
-    from harness.adapters.energon import energon_batches
+    from harness.suite.adapters.energon import energon_batches
 
     needs(energon_batches)  # an era without MB's Energon builder: untestable before drawing
     _explore_space(_explore_energon.energon_cases(), DEFAULT_ENERGON_BUDGET, known_bug)
@@ -192,8 +192,8 @@ def test_explore_energon(known_bug):
 def test_explore_mimo(known_bug):
     """Drawn lengths, batch sizes and module layouts through MB's MegatronMIMO data and step path hold the
     checks of the ``mimo_dataset`` suite."""
-    from harness.adapters.mimo import mimo_hf_samples
-    from harness.adapters.mimoloader import mimo_train_micro_batches
+    from harness.suite.adapters.mimo import mimo_hf_samples
+    from harness.suite.adapters.mimoloader import mimo_train_micro_batches
 
     needs(mimo_hf_samples)  # an era without MB's MIMO providers: untestable before drawing
     needs(mimo_train_micro_batches)  # nor its MIMO loader path

@@ -10,10 +10,10 @@ What runs is what training runs: MB's collated micro-batches go through MB's rea
 ``get_batch``, ``get_packed_seq_params``, model call, loss function); only the model (a
 recording double around MCore's real tiny ``GPTModel`` whose THD attention consumes exactly
 the ``PackedSeqParams`` MB built), the state and the process groups are doubles
-(harness/adapters/step.py). The reference is MB's unpacked path at the same commit, through
+(harness/suite/adapters/step.py). The reference is MB's unpacked path at the same commit, through
 the same step function (suites/_forward.py).
 
-Invariants (harness/oracle/differential.py, harness/oracle/stepcheck.py), a broken one is FAIL:
+Invariants (harness/suite/oracle/differential.py, harness/suite/oracle/stepcheck.py), a broken one is FAIL:
 what the model received, read as a packed row, equals the unpacked examples per real token
 (tokens, labels, loss mask, position ids), padding never trains, boundaries and alignment
 match the examples found by content; ``PackedSeqParams`` contract (``thd``, int32 1-D non-empty
@@ -129,7 +129,7 @@ def test_in_batch_llava_step(golden, case):
     """Right-padded chat micro-batches packed by MB's in-batch collate through MB's ``llava_step.forward_step``
     == the same step unpacked: per real token the logits, the loss and its totals, padding trains nothing
     (text only: no placeholder to expand, the boundaries are the collate's). The step's host reads where
-    it expands the boundaries on the device batch are its design's (harness/adapters/mmstep.py)."""
+    it expands the boundaries on the device batch are its design's (harness/suite/adapters/mmstep.py)."""
     result = _forward.cpu_vlm(case)
     result.assert_ok()
     golden.check(_forward.physical_as_logical(result.golden), tolerances=_forward.GOLDEN_TOLERANCES)
@@ -200,7 +200,7 @@ def test_wan_packs_train_each_video_as_its_pack_of_one(buffer):
     one (packing buffer 1), then through MB's ``WanForwardStep`` to its loss function: the boundaries
     of self- and cross-attention are the samples', and the loss trains every real position and no
     padding. Wan's DiT is recorded (Transformer Engine only), named in the result."""
-    from harness.adapters import needs, wan
+    from harness.suite.adapters import needs, wan
     from suites import _wan
 
     needs(wan.wan_batches, wan.wan_step)
@@ -217,7 +217,7 @@ def test_wan_under_cp_splits_each_pack_as_mcores_thd_layout():
     ``WanForwardStep``. The CP ranks read the same packs, each sample in a pack is its pack of one, the
     padding trains nothing, each rank's loss mask is the pack's at its positions of MCore's THD
     layout, and the ranks' token counts sum to the pack's real positions. Wan's DiT is recorded."""
-    from harness.adapters import needs, wan
+    from harness.suite.adapters import needs, wan
     from suites import _wan
 
     needs(wan.wan_batches, wan.wan_step)

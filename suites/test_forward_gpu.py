@@ -2,10 +2,10 @@
 
 The same end-to-end path as suites/test_forward_cpu.py (MB's collated micro-batches through MB's
 ``gpt_step.forward_step`` / ``vlm_step.forward_step``, the recording doubles of
-harness/adapters/step.py, the checks of harness/oracle/stepcheck.py), with the production model
+harness/suite/adapters/step.py, the checks of harness/suite/oracle/stepcheck.py), with the production model
 instead of the CPU reference: the tiny ``GPTModel`` built with the TE layer spec, in bf16
 (``Float16Module``, as MB wraps a bf16 model), on CUDA, so TE's fused THD attention consumes
-exactly the ``PackedSeqParams`` MB built on the device (harness/adapters/gpu.py).
+exactly the ``PackedSeqParams`` MB built on the device (harness/suite/adapters/gpu.py).
 
 Each case, in this order:
 
@@ -35,8 +35,8 @@ import dataclasses
 
 import pytest
 
-from harness.adapters import gpu
 from harness.errors import Untestable
+from harness.suite.adapters import gpu
 from suites import _forward, _forward_control, _sftcases
 
 pytestmark = [pytest.mark.import_group("full"), pytest.mark.gpu]

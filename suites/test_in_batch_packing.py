@@ -5,16 +5,16 @@ each collated alone), right-padded the way a VLM collate hands them over (pad to
 labels, loss mask 0, a padding mask since content may hold the pad id). Each row is the reference
 for its sequence: the packed row must hold, per real token, the same tokens, labels, loss mask
 and position ids (restarting at 0); alignment padding never trains; boundaries and ``max_seqlen``
-follow the oracle (harness/oracle/differential.py); boundaries are int32.
+follow the oracle (harness/suite/oracle/differential.py); boundaries are int32.
 
 The alignment is MB's own: each case names a parallel layout (CP, TP, SP) and packs with the
 multiple MB's config finalisation (or, in the vlm_step era, its step) chooses for it
-(:func:`harness.adapters.cp.collate_padding_multiple`); the packed segments must then sit on the
+(:func:`harness.suite.adapters.cp.collate_padding_multiple`); the packed segments must then sit on the
 documented grid, lcm(2*CP, CP*TP with SP), which Transformer Engine's THD CP split and SP's
 scatter need (impact ``crash``). The suite never picks the multiple itself.
 
 Documented refusals: left padding, mismatched shapes and empty rows are refused by an explicit
-check in MB's code (a ``raise`` or ``assert`` in Megatron-Bridge: :func:`harness.adapters.rules.
+check in MB's code (a ``raise`` or ``assert`` in Megatron-Bridge: :func:`harness.suite.adapters.rules.
 raising_check`), never packed, and never a torch error that happened to fit.
 """
 
@@ -23,10 +23,10 @@ from __future__ import annotations
 import pytest
 import torch
 
-from harness.adapters import batch as batch_ops
-from harness.adapters import needs, rules, seqpadding, thd, vlmstep
-from harness.oracle.impact import Impact, fail
-from harness.oracle.padded import require_same_real_tokens
+from harness.records.impact import Impact, fail
+from harness.suite.adapters import batch as batch_ops
+from harness.suite.adapters import needs, rules, seqpadding, thd, vlmstep
+from harness.suite.oracle.padded import require_same_real_tokens
 from suites import _inbatch, _sftcases
 from suites._explain import show
 from suites._inputs import IGNORE_INDEX
@@ -225,7 +225,7 @@ def test_padded_without_packing(golden, ref, first, rows, knobs):
     golden.check({"width": got_width, "kept": kept})
 
 
-# Nemotron Omni packs in its own collate (harness/adapters/omni.py). Its processor is remote code: the
+# Nemotron Omni packs in its own collate (harness/suite/adapters/omni.py). Its processor is remote code: the
 # cases hand it Qwen2.5-VL's processor, written offline, and text-only chats, which no MB producer pairs
 OMNI_PROCESSOR = "Nemotron Omni's processor is remote code: another model's processor (Qwen2.5-VL) stands in"
 # (id, corpus seed, conversations, (CP, TP, SP), seq_length; with pad_to_max_length the packed row is exactly that)
@@ -247,10 +247,10 @@ def test_omni_collate_packs_as_its_unpacked_path(golden, seed, n, layout, seq_le
     ``pad_to_max_length`` the row is exactly ``seq_length`` wide (a fixed shape for pipeline stages)."""
     from transformers import AutoProcessor
 
-    from harness.adapters import cp as cp_ops
-    from harness.adapters.chatcollate import Example
-    from harness.adapters.omni import omni_collate
-    from harness.oracle import corpus, differential, tokenizer, vlprocessor
+    from harness.suite.adapters import cp as cp_ops
+    from harness.suite.adapters.chatcollate import Example
+    from harness.suite.adapters.omni import omni_collate
+    from harness.suite.oracle import corpus, differential, tokenizer, vlprocessor
 
     needs(omni_collate)  # an era without the encoder's packing: untestable before anything is built
     multiple = cp_ops.collate_padding_multiple(*layout, in_batch=True)["multiple"]

@@ -23,10 +23,10 @@ import functools
 
 import pytest
 
-from harness.adapters import loaders, mimo
-from harness.eras import features
-from harness.oracle import tokenizer
-from harness.oracle.impact import Impact, require
+from harness import features
+from harness.records.impact import Impact, require
+from harness.suite.adapters import loaders, mimo
+from harness.suite.oracle import tokenizer
 from suites import _mimo, _mimo_dp, _mimo_pack
 
 pytestmark = pytest.mark.import_group("light")

@@ -4,7 +4,7 @@ What a user runs: JSONL examples in a ``dataset_root``, a real tokenizer, MB's d
 with offline packing specs (``packed_sequence_size``, ``pad_seq_to_mult``, ``pad_cu_seqlens``,
 ``pad_to_max_length``), then MB's packed dataset and its ``collate_fn``. The reference is MB's own
 unpacked dataset over the same examples at the same commit (the one MB's packing preparation
-builds), each example collated alone. Invariants (harness/oracle/differential.py): per real token
+builds), each example collated alone. Invariants (harness/suite/oracle/differential.py): per real token
 the packed tokens, labels, loss mask and position ids equal the unpacked ones; padding never
 trains; every example is packed once; physical/logical boundaries and alignment to
 ``pad_seq_to_mult``; int32 boundaries; ``max_seqlen``. Broken invariant: FAIL. The golden (packed
@@ -29,10 +29,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from harness.adapters import batch as batch_ops
-from harness.adapters import rules, sft
-from harness.oracle import corpus, truncation
-from harness.oracle.impact import Impact, fail
+from harness.records.impact import Impact, fail
+from harness.suite.adapters import batch as batch_ops
+from harness.suite.adapters import rules, sft
+from harness.suite.oracle import corpus, truncation
 from suites import _sftcases
 from suites._explain import first_difference, first_offender
 

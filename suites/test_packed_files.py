@@ -20,11 +20,11 @@ from typing import Any
 
 import pytest
 
-from harness.adapters import batch as batch_ops
-from harness.adapters import packed_artifact, rules, sft
-from harness.eras import features
-from harness.oracle import corpus
-from harness.oracle.impact import Impact, fail
+from harness import features
+from harness.records.impact import Impact, fail
+from harness.suite.adapters import batch as batch_ops
+from harness.suite.adapters import packed_artifact, rules, sft
+from harness.suite.oracle import corpus
 from suites import _mapping, _sftcases, _shards
 from suites._explain import first_difference
 

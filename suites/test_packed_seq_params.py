@@ -16,7 +16,7 @@ producer emits one.
 Fast path (MB: "if argmin is not pre-computed in the dataloader, torch.argmin here will incur a
 device-to-host synchronization"): with the argmin precomputed, building the params from a batch
 whose boundaries are on the device reads nothing back on the host (counted on CPU by
-:mod:`harness.adapters.hostsync`); a read is a ``fast-path-contract`` violation, impact
+:mod:`harness.suite.adapters.hostsync`); a read is a ``fast-path-contract`` violation, impact
 ``perf-contract``. MB's own batches are checked the same way.
 """
 
@@ -27,10 +27,10 @@ import itertools
 import pytest
 import torch
 
-from harness.adapters import batch as batch_ops
-from harness.adapters import forward as fwd
-from harness.adapters import hostsync, thd
-from harness.oracle.differential import Invariant, InvariantFailure, Violation
+from harness.suite.adapters import batch as batch_ops
+from harness.suite.adapters import forward as fwd
+from harness.suite.adapters import hostsync, thd
+from harness.suite.oracle.differential import Invariant, InvariantFailure, Violation
 from suites import _sftcases
 from suites._explain import first_difference, show
 

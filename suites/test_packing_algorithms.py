@@ -15,7 +15,7 @@ from collections import Counter
 import numpy as np
 import pytest
 
-from harness.adapters import packing
+from harness.suite.adapters import packing
 from suites import _inputs
 from suites._explain import first_difference, first_offender, multiset_difference
 

@@ -16,8 +16,8 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
-from harness.adapters import loaders, packed_artifact, rules, sampler
-from harness.oracle.impact import Impact, fail, require
+from harness.records.impact import Impact, fail, require
+from harness.suite.adapters import loaders, packed_artifact, rules, sampler
 from suites import _dataparallel, _loader_epoch, _sftcases
 from suites._explain import first_offender, multiset_difference
 

@@ -17,8 +17,8 @@ What runs is what training runs: a gloo world of ``CP`` CPU processes, each with
 process groups, calls MB's ``gpt_step.forward_step`` (``get_batch`` -> MB's
 ``_partition_packed_batch_for_cp`` -> MCore's ``get_batch_on_this_cp_rank``) on the offline
 packed micro-batches MB's dataset built. Doubles: the model (the tiny ``GPTModel`` whose
-attention gathers K/V over the CP group, :mod:`harness.adapters.cpattention`) and, on a machine
-without TE, the named stand-in for TE's partition kernel (:mod:`harness.standins.thd_partition`,
+attention gathers K/V over the CP group, :mod:`harness.suite.adapters.cpattention`) and, on a machine
+without TE, the named stand-in for TE's partition kernel (:mod:`harness.suite.standins.thd_partition`,
 checked against the kernel where a GPU and TE are present). The reference is MB's CP = 1 step on
 the same batch (suites/_layouts.py), which ``forward_cpu`` holds against MB's unpacked path.
 """
@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import pytest
 
-from harness.adapters.directsft import direct_sft
+from harness.suite.adapters.directsft import direct_sft
 from suites import _cppp, _directsft, _dpcp, _layouts, _sftcases, _tpsp
 
 pytestmark = pytest.mark.import_group("full")

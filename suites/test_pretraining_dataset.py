@@ -26,9 +26,9 @@ from typing import Any
 
 import pytest
 
-from harness.adapters import loaders, mbtokenizer, pretrain, rules
-from harness.oracle import corpus, tokenizer
-from harness.oracle.impact import Impact, fail, require
+from harness.records.impact import Impact, fail, require
+from harness.suite.adapters import loaders, mbtokenizer, pretrain, rules
+from harness.suite.oracle import corpus, tokenizer
 from suites import _layouts, _loader_epoch, _pretrain, _pretrain_cp, _sftcases
 
 pytestmark = pytest.mark.import_group("light")

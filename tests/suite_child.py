@@ -13,7 +13,7 @@ import sys
 from typing import Any
 
 from harness.paths import ROOT
-from harness.suiterun.target import Target
+from harness.target import Target
 
 
 def run(script: str, timeout: int = 900) -> Any:

@@ -13,9 +13,9 @@ from pathlib import Path
 import pytest
 import torch
 
-from harness.adapters import Candidate, MissingOutput, NotHere, Operation, accepts, load_module, symbol, thd
 from harness.errors import Broken, Untestable
 from harness.paths import ROOT, SITE_DIR
+from harness.suite.adapters import Candidate, MissingOutput, NotHere, Operation, accepts, load_module, symbol, thd
 from tests.conftest import FAKE
 
 
@@ -218,7 +218,7 @@ def test_vlm_step_tuple_and_direct_dict_eras_agree(fake_pkg, monkeypatch):
 
 def test_light_finder_skips_package_init(tmp_path, monkeypatch):
     """Fake megatron.bridge-like tree: package __init__ never runs; lazy names still resolve."""
-    from harness.standins import light
+    from harness.suite.standins import light
 
     root = tmp_path / "lightpkg"
     (root / "sub").mkdir(parents=True)
@@ -251,7 +251,7 @@ def test_light_finder_skips_package_init(tmp_path, monkeypatch):
 def test_light_import_of_installed_mb_packing_modules():
     code = textwrap.dedent("""
         import sys
-        from harness.standins import light
+        from harness.suite.standins import light
         assert light.active()
         mods = ["megatron.bridge.data.packing.algorithms", "megatron.bridge.training.utils.packed_seq_utils"]
         import importlib, importlib.util
@@ -274,8 +274,8 @@ def test_light_import_of_installed_mb_packing_modules():
 def test_missing_dependency_of_a_parent_is_untestable_not_absent(tmp_path, monkeypatch):
     """A package whose __init__ imports a module this environment lacks: the era's module is there,
     so the case is untestable with the missing dependency named, not 'operation not found'."""
-    from harness.adapters import NotHere, load_module
-    from harness.suiterun.plugin import Untestable
+    from harness.suite.adapters import NotHere, load_module
+    from harness.suite.plugin import Untestable
 
     root = tmp_path / "depbroken"
     (root / "data").mkdir(parents=True)
@@ -383,7 +383,7 @@ def test_megatron_core_that_does_not_fit_the_mb_held_fixed_is_untestable_only_wh
     """Second level of a bisection (MB held, Megatron-LM commits vary): a megatron-core that does
     not import with that MB is a mismatch, a skip; the same at the first level (the core MB pins
     comes with the MB commit) is that commit's break. MB's own break stays a break."""
-    from harness.ownership import encode_roots
+    from harness.suite.ownership import encode_roots
 
     (tmp_path / CORE).mkdir()
     (tmp_path / CORE / "__init__.py").write_text("")
@@ -429,7 +429,7 @@ def test_tokenizer_config_names_the_directory_chat_template(tmp_path, monkeypatc
     """A TokenizerConfig with hf_tokenizer_kwargs names the chat template the directory ships."""
     import dataclasses
 
-    from harness.adapters import mbtokenizer
+    from harness.suite.adapters import mbtokenizer
 
     @dataclasses.dataclass
     class WithField:
@@ -474,7 +474,7 @@ class _Builder:
 def test_global_rng_watch_sees_whether_preparation_restores(restore):
     import numpy as np
 
-    from harness.adapters.sftspies import watch_global_rng
+    from harness.suite.adapters.sftspies import watch_global_rng
 
     builder = _Builder(restore)
     np.random.seed(123)
@@ -485,7 +485,7 @@ def test_global_rng_watch_sees_whether_preparation_restores(restore):
 
 
 def test_global_rng_watch_without_preparation_says_nothing():
-    from harness.adapters.sftspies import watch_global_rng
+    from harness.suite.adapters.sftspies import watch_global_rng
 
     with watch_global_rng(object()) as watch:
         pass

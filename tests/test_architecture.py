@@ -126,3 +126,51 @@ def test_the_readme_layout_is_the_generated_one() -> None:
         [sys.executable, str(ROOT / "scripts" / "layout.py")], capture_output=True, text=True, check=True
     ).stdout.strip()
     assert shown == out, "run scripts/layout.py --write"
+
+
+def _floor(module: str) -> str:
+    """``suite``, ``ground`` or ``driver``: the side of the process seam a module is on."""
+    from harness.paths import GROUND_FLOOR
+
+    if module == "harness.suite" or module.startswith("harness.suite."):
+        return "suite"
+    rest = module.removeprefix("harness").lstrip(".")
+    top = rest.split(".")[0] if rest else "__init__"
+    return "ground" if top in GROUND_FLOOR or f"{top}.py" in GROUND_FLOOR else "driver"
+
+
+# Who may import whom across the seam: the two processes share only the ground floor.
+ALLOWED = {("suite", "suite"), ("suite", "ground"), ("ground", "ground"), ("driver", "driver"), ("driver", "ground")}
+
+
+def _seam_breaks(graph: dict[str, set[str]]) -> list[str]:
+    return sorted(
+        f"{a} ({_floor(a)}) imports {b} ({_floor(b)})"
+        for a, targets in graph.items()
+        for b in targets
+        if (_floor(a), _floor(b)) not in ALLOWED
+    )
+
+
+def test_the_suite_process_and_the_driver_share_only_the_ground_floor() -> None:
+    """Issue 46: the suite package imports nothing of the driver, the driver nothing of it, the
+    ground floor neither (imports inside functions count: an adapter imports lazily). The verdict
+    cache key (harness.bisect.closure) hashes the suite package and the ground floor on this
+    promise."""
+    modules = _modules()
+    graph = {name: _imports(path, modules) for name, path in modules.items()}
+    assert _seam_breaks(graph) == []
+    assert {_floor(m) for m in modules} == {"suite", "ground", "driver"}
+
+
+def test_the_seam_check_sees_a_break() -> None:
+    graph = {
+        "harness.suite.plugin": {"harness.records.results", "harness.report.runpage"},
+        "harness.commands.run": {"harness.target", "harness.suite.compare"},
+        "harness.records.results": {"harness.suite.outcome"},
+    }
+    assert _seam_breaks(graph) == [
+        "harness.commands.run (driver) imports harness.suite.compare (suite)",
+        "harness.records.results (ground) imports harness.suite.outcome (suite)",
+        "harness.suite.plugin (suite) imports harness.report.runpage (driver)",
+    ]

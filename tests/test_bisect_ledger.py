@@ -9,10 +9,10 @@ from pathlib import Path
 
 import pytest
 
+from harness import features
 from harness.bisect.driver import run_bisection
 from harness.bisect.evaluator import EvalOutcome
 from harness.bisect.options import BisectOptions
-from harness.eras import features
 from harness.records.verdict import Verdict
 from harness.repository.gitrepo import open_repo
 from harness.repository.workspaces import workspace_dir_for

@@ -14,13 +14,13 @@ import json
 from dataclasses import dataclass, replace
 from pathlib import Path
 
+from harness import features
 from harness.bisect import needs
 from harness.bisect.cache import CacheKey, Evaluation
 from harness.bisect.driver import BisectOptions, run_bisection
 from harness.bisect.evaluator import EvalOutcome, MBEvaluator
 from harness.bisect.scope import Scope
 from harness.bisect.split import Part, cut, split_suites
-from harness.eras import features
 from harness.records import casetimes
 from harness.records.verdict import Verdict
 from harness.repository.gitrepo import open_repo

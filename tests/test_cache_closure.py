@@ -1,7 +1,9 @@
-"""The verdict cache key covers the suite process's whole import closure, computed (issue 23).
+"""The verdict cache key covers all the code a suite process runs (issues 23 and 46).
 
 A hand-kept list of directories left 18 of the modules a suite process imports out of the key
-(the oracle among them): a changed invariant reused verdicts computed by the old one.
+(the oracle among them): a changed invariant reused verdicts computed by the old one. The key is
+now the suite package, the ground floor and the suites, closed by construction
+(``tests/test_architecture.py`` checks the seam).
 """
 
 from __future__ import annotations
@@ -16,21 +18,21 @@ from harness.bisect import closure
 from harness.bisect.evaluator import MBEvaluator
 
 MUST = (
-    "harness/oracle/differential.py",
-    "harness/oracle/boundaries.py",
-    "harness/oracle/impact.py",
-    "harness/suiterun/outcome.py",
-    "harness/ownership.py",
-    "harness/suiterun/known.py",
-    "harness/eras/features.py",
+    "harness/suite/oracle/differential.py",
+    "harness/suite/oracle/boundaries.py",
+    "harness/records/impact.py",
+    "harness/suite/outcome.py",
+    "harness/suite/ownership.py",
+    "harness/suite/known.py",
+    "harness/features.py",
     "harness/records/verdict.py",
-    "harness/adapters/sft.py",
-    "harness/standins/te.py",
+    "harness/suite/adapters/sft.py",
+    "harness/suite/standins/te.py",
     "suites/_sftcases.py",
 )
 
 
-def test_the_closure_holds_every_module_that_decides_a_verdict():
+def test_the_key_holds_every_module_that_decides_a_verdict():
     files = {str(f.relative_to(paths.ROOT)) for f in closure.suite_process_files()}
     missing = [m for m in MUST if m not in files]
     assert not missing, missing
@@ -54,7 +56,7 @@ def copied_tree(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 def test_changing_one_oracle_function_changes_the_cache_key(copied_tree: Path, tmp_path: Path):
     ev = MBEvaluator(tmp_path / "repo", tmp_path / "ws", tmp_path / "runs")
     before = ev.cache_namespace()
-    target = copied_tree / "harness" / "oracle" / "boundaries.py"
+    target = copied_tree / "harness" / "suite" / "oracle" / "boundaries.py"
     text = target.read_text()
     assert "if logical_len == seg.real:" in text
     target.write_text(text.replace("if logical_len == seg.real:", "if logical_len >= seg.real:"))
@@ -62,4 +64,4 @@ def test_changing_one_oracle_function_changes_the_cache_key(copied_tree: Path, t
     assert changed[0] != before[0], "an invariant changed: verdicts it decided must not be reused"
     unrelated = copied_tree / "harness" / "commands" / "matrix.py"
     unrelated.write_text(unrelated.read_text() + "\n# a comment in code no suite process imports\n")
-    assert ev.cache_namespace() == changed, "code outside the closure does not invalidate the cache"
+    assert ev.cache_namespace() == changed, "driver code, which no suite process imports, does not invalidate the cache"

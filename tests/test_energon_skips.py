@@ -12,10 +12,9 @@ from types import SimpleNamespace
 
 import pytest
 
-from harness import ownership
-from harness.adapters import energon
 from harness.records.verdict import Verdict
-from harness.suiterun import outcome
+from harness.suite import outcome, ownership
+from harness.suite.adapters import energon
 
 
 def test_a_stage_name_loses_its_object_address():

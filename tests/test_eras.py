@@ -15,10 +15,10 @@ from pathlib import Path
 import pytest
 import torch
 
-from harness.adapters import Candidate, Operation, module_source, symbol, thd
-from harness.adapters import config as cfg_ops
-from harness.adapters import cp as cp_ops
 from harness.errors import Untestable
+from harness.suite.adapters import Candidate, Operation, module_source, symbol, thd
+from harness.suite.adapters import config as cfg_ops
+from harness.suite.adapters import cp as cp_ops
 from tests.conftest import FAKE
 
 
@@ -118,7 +118,7 @@ def test_gpt_dataset_config_sequence_length_of_2025():
 def test_pad_cu_seqlens_rule_followed_into_the_packed_dataset(monkeypatch):
     """Before 2026-08-06 the packed dataset's constructor enforced the rule; a constructor that
     refuses is a rejection, one that accepts is an acceptance (the suite then fails)."""
-    from harness.adapters import packed_artifact as ds_ops
+    from harness.suite.adapters import packed_artifact as ds_ops
 
     seen = {}
 
@@ -251,7 +251,7 @@ def test_import_time_cuda_build_refused_on_cpu(fake_pkg, monkeypatch, tmp_path):
     CUDA allocator in the module body, guarded only for RuntimeError/ImportError/OSError."""
     import torch.utils.cpp_extension as ext
 
-    from harness.standins import cuda_ext
+    from harness.suite.standins import cuda_ext
 
     fake_pkg(
         "unified_memory.py",
@@ -285,7 +285,7 @@ def test_finetuning_builder_of_june_2026_takes_offline_packing_specs(monkeypatch
     """Between packed_sequence_specs and the data/builders/gpt_sft builder, FinetuningDatasetBuilder
     took enable_offline_packing + offline_packing_specs (2026-06): the same builder, not an absent
     one (the sweep showed every SFT case of that month untestable)."""
-    from harness.adapters import sft, sftspies
+    from harness.suite.adapters import sft, sftspies
 
     built: dict = {}
 

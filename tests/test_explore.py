@@ -22,8 +22,8 @@ from pathlib import Path
 
 import pytest
 
-from harness.adapters.rules import Rule
 from harness.records import explored
+from harness.suite.adapters.rules import Rule
 from suites import _explore
 
 
@@ -156,7 +156,7 @@ def test_data_cases_draw_shards_and_keep_old_ids(monkeypatch):
     """The data space draws one file or 2-3 shards where MB has Parquet shards, one file where it has
     not; a case of one file keeps the spec (and id) it had before shards were drawn; shard sizes
     cover every row once."""
-    from harness.adapters import packed_artifact
+    from harness.suite.adapters import packed_artifact
     from suites import _shards
 
     monkeypatch.setattr(_shards, "available", lambda: False)
@@ -312,7 +312,7 @@ def test_the_rule_model_agrees_with_every_listed_rule_case():
     say the same: a valid case breaks no rule, an invalid one breaks its own rule (offline with in-batch
     packing also breaks the offline micro-batch rule, as the suite says, and only the exclusivity rule
     may refuse it)."""
-    from harness.adapters.config import PackingConfigSpec as Spec
+    from harness.suite.adapters.config import PackingConfigSpec as Spec
     from suites import _explore_config
     from suites.test_config_validation import CASES
 

@@ -60,7 +60,7 @@ def baseline(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
 
 def test_every_fault_in_newer_code_names_a_ledger_feature_main_has():
     """The faults this module runs exist, and each names the feature whose code it edits."""
-    from harness.eras import features
+    from harness import features
 
     assert FAULTS, "no catalogue fault edits code newer than the installed MB"
     assert all(f.since in features.FEATURES for f in FAULTS)

@@ -11,12 +11,12 @@ from pathlib import Path
 
 import pytest
 
-from harness.adapters import Candidate, NotHere, Operation
-from harness.eras import features
+from harness import features
 from harness.eras.eragaps import EraJudge
-from harness.eras.features import Feature
 from harness.errors import Untestable
+from harness.features import Feature
 from harness.repository.gitrepo import open_repo
+from harness.suite.adapters import Candidate, NotHere, Operation
 from tests.gitrepos import git
 
 MIRROR = Path(os.environ.get("HARNESS_MB_MIRROR", "/work/.mirror/NVIDIA-NeMo+Megatron-Bridge/repo"))

@@ -14,7 +14,7 @@ import pytest
 from harness.paths import mb_location
 from harness.records.verdict import Verdict
 from harness.suiterun import runner
-from harness.suiterun.target import Target
+from harness.target import Target
 from tests import faults
 
 pytestmark = [
@@ -192,7 +192,7 @@ def test_preload_failure_rolls_back_only_the_failing_package(tmp_path: Path) -> 
     pkg.mkdir(parents=True)
     (pkg / "__init__.py").write_text("import colorsys\nraise RuntimeError('does not import')\n")
     code = (
-        "import sys; from harness.suiterun import preload as f; f.PRELOAD = ('harness_fake_ns.broken',); "
+        "import sys; from harness.suite import preload as f; f.PRELOAD = ('harness_fake_ns.broken',); "
         "assert 'colorsys' not in sys.modules; f.preload(); "
         "print(sorted(m for m in sys.modules if m == 'colorsys' or m.startswith('harness_fake_ns')))"
     )

@@ -23,7 +23,7 @@ from harness.errors import EnvironmentProblem
 from harness.mutations import installed_package_dir, load_catalogue, make_mutant
 from harness.records.verdict import Verdict
 from harness.suiterun import runner
-from harness.suiterun.target import Target
+from harness.target import Target
 
 pytestmark = pytest.mark.slow
 

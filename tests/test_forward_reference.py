@@ -1,7 +1,7 @@
 """The oracle's own self-test of the reference THD attention (harness-built params, on purpose).
 
 The CPU forward suite runs MB's step functions into a tiny GPTModel whose THD attention is
-``harness.adapters.forward.SegmentedSDPAttention``; here that attention is fed PackedSeqParams
+``harness.suite.adapters.forward.SegmentedSDPAttention``; here that attention is fed PackedSeqParams
 built by the test (the only place the harness builds them) and deliberately corrupted inputs.
 It is also the negative control for the suite's logit tolerance (``suites._forward.LOGIT_ATOL``):
 correct inputs match the unpacked run to fp32 noise far below it, and the smallest real fault
@@ -20,7 +20,7 @@ import functools
 import itertools
 import operator
 
-from harness.adapters import forward as fwd
+from harness.suite.adapters import forward as fwd
 from suites._forward import LOGIT_ATOL as ATOL
 
 SEQS = [[5, 6, 7, 8, 9, 10], [11, 12, 13], [14, 15, 16, 17, 18, 19, 20, 21], [22, 23, 24, 25]]

@@ -9,9 +9,9 @@ import pytest
 import torch
 
 from harness.errors import CorruptFile
-from harness.golden.compare import Comparator, Tolerance, tolerance_for
 from harness.golden.serializer import INLINE_MAX_ELEMENTS, encode, tensor_array
 from harness.golden.storage import Golden, golden_path, read_golden, write_golden
+from harness.suite.compare import Comparator, Tolerance, tolerance_for
 
 
 def test_tensor_keeps_dtype_and_shape_inline():

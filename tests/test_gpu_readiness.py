@@ -28,7 +28,7 @@ from harness.errors import EnvironmentProblem, UsageError
 from harness.paths import ROOT, mb_location
 from harness.records.results import CaseResult, RunResult
 from harness.records.verdict import Verdict
-from harness.suiterun.target import Target
+from harness.target import Target
 from suites._forward import BF16, CONTROL_MARGIN, FP32
 from tests import suite_child
 
@@ -52,8 +52,8 @@ SIMULATE_CUDA = textwrap.dedent(
 UNPIN = textwrap.dedent(
     """
     import contextlib
-    from harness.standins import cuda
-    from harness.adapters import forward, step
+    from harness.suite.standins import cuda
+    from harness.suite.adapters import forward, step
 
     _calls, _mask = cuda.cpu_cuda_calls, cuda.cpu_causal_mask
     cuda.cpu_cuda_calls = lambda pin=False: _calls()
@@ -82,7 +82,7 @@ def _run_forward_cpu(tmp_path: Path, keyword: str, *, unpin: bool) -> dict[str, 
     """Selected forward_cpu cases in a child with CUDA simulated; verdicts by case id."""
     results = tmp_path / ("unpinned.json" if unpin else "pinned.json")
     script = SIMULATE_CUDA + (UNPIN if unpin else "") + RUN_CASES
-    args = [str(SUITES_DIR / "test_forward_cpu.py"), "-p", "harness.suiterun.plugin", "-p", "no:cacheprovider", "-q"]
+    args = [str(SUITES_DIR / "test_forward_cpu.py"), "-p", "harness.suite.plugin", "-p", "no:cacheprovider", "-q"]
     args += ["-c", str(SUITES_DIR / "pytest.ini"), "--rootdir", str(ROOT), "-k", keyword, "-W", "ignore"]
     args += ["--harness-results", str(results), "--harness-fixtures", str(FIXTURES_DIR)]
     env = Target().env(tmp_path / "standins.log")
@@ -126,7 +126,7 @@ def test_a_broken_transformer_engine_is_an_environment_error_never_mbs(tmp_path:
     te.mkdir(parents=True)
     (te / "__init__.py").write_text(BROKEN_TE[kind] + "\n")
     results = tmp_path / "cases.json"
-    args = [str(SUITES_DIR / "test_forward_gpu.py"), "-p", "harness.suiterun.plugin", "-p", "no:cacheprovider", "-q"]
+    args = [str(SUITES_DIR / "test_forward_gpu.py"), "-p", "harness.suite.plugin", "-p", "no:cacheprovider", "-q"]
     args += ["-c", str(SUITES_DIR / "pytest.ini"), "--rootdir", str(ROOT), "-W", "ignore"]
     args += ["-k", "clean-prompt-mult1 and not pad", "--harness-results", str(results)]
     args += ["--harness-fixtures", str(FIXTURES_DIR)]

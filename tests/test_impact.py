@@ -13,15 +13,15 @@ import xml.etree.ElementTree as ET
 import pytest
 import torch
 
-from harness.adapters import hostsync, rules
-from harness.oracle.impact import Impact, ImpactFailure, fail, parse
-from harness.oracle.records import DEFAULT_IMPACT, Invariant, Violation
+from harness.records.impact import Impact, ImpactFailure, fail, parse
 from harness.records.machine import Machine
+from harness.records.oracle import DEFAULT_IMPACT, Invariant, Violation
 from harness.records.results import CaseResult, RunResult
 from harness.records.verdict import Verdict
 from harness.report.junit import _testcase
 from harness.report.terminal import print_run_summary
-from harness.suiterun.outcome import case_impacts
+from harness.suite.adapters import hostsync, rules
+from harness.suite.outcome import case_impacts
 
 
 def test_every_invariant_has_a_default_impact_and_values_parse():

@@ -20,9 +20,9 @@ from pathlib import Path
 
 import pytest
 
-from harness.knobs import reach, records, spy, table
-from harness.knobs.inventory import Knob
 from harness.mutations import installed_package_dir
+from harness.records.knobs import Knob
+from harness.suite.knobs import reach, records, spy, table
 
 FILES = {
     "core/__init__.py": "",

@@ -23,9 +23,11 @@ from pathlib import Path
 import pytest
 
 from harness.errors import CorruptFile
-from harness.knobs import records, table
-from harness.knobs.inventory import Knob, scan, scan_module
 from harness.mutations import installed_package_dir
+from harness.records import knobs as records
+from harness.records.knobs import Knob
+from harness.report import knobtable as table
+from harness.suite.knobs.inventory import scan, scan_module
 
 SOURCE = """
 from dataclasses import dataclass, field
@@ -162,7 +164,7 @@ def test_a_factory_default_is_what_mb_gave_and_small_mappings_stay_distinct():
     """A field with a ``default_factory`` (MIMO's ``encoder_seq_lengths``) meets the goal with a
     call that left MB's factory value and one that passed another; per-modality mappings are shown
     by value, so two cases with different lengths count as two values, not one ``<dict>``."""
-    from harness.knobs.spy import show
+    from harness.suite.knobs.spy import show
 
     assert show({"vision": 8}) != show({"vision": 16}) and show({"vision": 8}) == "{'vision': 8}"
     assert show({"x": list(range(40))}) == "<dict>" and show({"vision": object()}) == "<dict>"
@@ -180,7 +182,7 @@ def test_a_field_mb_finalises_counts_as_the_value_the_run_used():
     field left to its ``default_factory`` shows as ``<factory>``, not the signature's marker."""
     import dataclasses
 
-    from harness.knobs import spy
+    from harness.suite.knobs import spy
 
     @dataclasses.dataclass
     class Cfg:
@@ -272,7 +274,7 @@ def test_step_and_loss_functions_are_listed_and_their_calls_recorded(tmp_path):
     ``harness coverage`` prints each as exercised by its suites, or not exercised."""
     import types
 
-    from harness.knobs import steps
+    from harness.suite.knobs import steps
 
     training = tmp_path / "bridge" / "training"
     training.mkdir(parents=True)
@@ -319,7 +321,7 @@ def test_a_step_class_and_functions_no_packed_batch_reaches_are_named(tmp_path):
     test does not read the batch's packed fields) does not take a function off the path."""
     import types
 
-    from harness.knobs import steps
+    from harness.suite.knobs import steps
 
     common = tmp_path / "bridge" / "diffusion" / "common"
     common.mkdir(parents=True)
@@ -369,7 +371,7 @@ def test_a_forked_rank_appends_only_what_it_recorded(tmp_path):
     """A rank of a gloo world is a fork of the suite process: it appends the values and step calls it
     recorded after the fork (its parent writes the inventory and its own), so coverage counts what
     MB's step did on the ranks (the MIMO step runs there only)."""
-    from harness.knobs import spy
+    from harness.suite.knobs import spy
 
     log = tmp_path / "knobs.jsonl"
     spy._CALLED.add(("training/gpt_step.py:forward_step", "parent_suite"))

@@ -12,15 +12,16 @@ import pytest
 
 from harness.errors import CorruptFile
 from harness.paths import ROOT
+from harness.records import known as known_file
 from harness.records.verdict import Verdict
-from harness.suiterun import known, knownscope
+from harness.suite import known, knownscope
 
 EOS_MASKED = {"invariant": "loss-mask-equals-unpacked", "tags": ["input:eos", "label:eos"]}
 OTHER_MASK = {"invariant": "loss-mask-equals-unpacked", "tags": ["input:pad"]}
 PADDING = {"invariant": "padding-never-trains", "tags": ["padding:eod"]}
 
 
-def entry(**over) -> known.KnownFailure:
+def entry(**over) -> known_file.KnownFailure:
     doc = {
         "id": "eos-masked",
         "cases": ["offline::*[prompt-*]"],
@@ -33,7 +34,7 @@ def entry(**over) -> known.KnownFailure:
         "fix_mutant": "fix_eos_kept_padding_masked",
     }
     doc.update(over)
-    return known.KnownFailure.from_json(doc)
+    return known_file.KnownFailure.from_json(doc)
 
 
 def test_a_failure_is_known_only_when_every_violation_is_explained():
@@ -95,17 +96,17 @@ def test_entries_are_validated_and_a_corrupt_file_is_one_error(tmp_path):
         entry(mb_versions="not a spec")
     with pytest.raises(ValueError, match=re.escape("FIRST_BAD..FIRST_FIXED")):
         entry(commits="abc")
-    assert known.load(tmp_path / "absent.json") == []
+    assert known_file.load(tmp_path / "absent.json") == []
     bad = tmp_path / "known_failures.json"
     bad.write_text("{not json")
     with pytest.raises(CorruptFile, match="not a readable known-failures file"):
-        known.load(bad)
-    bad.write_text(json.dumps({"kind": known.KIND, "schema_version": 99, "entries": []}))
+        known_file.load(bad)
+    bad.write_text(json.dumps({"kind": known_file.KIND, "schema_version": 99, "entries": []}))
     with pytest.raises(CorruptFile, match="schema 99"):
-        known.load(bad)
+        known_file.load(bad)
     good = tmp_path / "ok.json"
-    good.write_text(json.dumps(known.dump([entry()])))
-    assert known.load(good) == [entry()]
+    good.write_text(json.dumps(known_file.dump([entry()])))
+    assert known_file.load(good) == [entry()]
 
 
 def test_the_repository_decides_commit_ranges(tmp_path):
@@ -126,7 +127,7 @@ def test_the_repository_decides_commit_ranges(tmp_path):
 
 
 SUITE = """
-from harness.oracle.differential import Invariant, InvariantFailure, Violation
+from harness.suite.oracle.differential import Invariant, InvariantFailure, Violation
 
 def _fail(*tags_per_violation):
     raise InvariantFailure("broken", [Violation(Invariant.LOSS_MASK, 0, i, 1, 0, "", tags)
@@ -156,7 +157,7 @@ def test_the_plugin_applies_known_failures_to_verdicts(tmp_path):
         entry(id="eos", cases=["demo::test_known*", "demo::test_listed_but_passing"], mb_versions=">=0"),
         entry(id="never-here", cases=["demo::*"], mb_versions="<0.0.1"),
     ]
-    (fixtures / known.FILENAME).write_text(json.dumps(known.dump(entries)))
+    (fixtures / known_file.FILENAME).write_text(json.dumps(known_file.dump(entries)))
     results = tmp_path / "cases.json"
     subprocess.run(
         [
@@ -165,7 +166,7 @@ def test_the_plugin_applies_known_failures_to_verdicts(tmp_path):
             "pytest",
             str(suite_dir),
             "-p",
-            "harness.suiterun.plugin",
+            "harness.suite.plugin",
             "-q",
             "-p",
             "no:cacheprovider",
@@ -222,17 +223,17 @@ def test_a_rule_failure_is_known_only_through_its_message():
 def test_several_version_ranges_mean_any_of_them():
     e = entry(mb_versions=["==0.4.0", ">=0.6.0,<0.7"])
     assert e.applies("0.4.0", None) and e.applies("0.6.2", None) and not e.applies("0.5.1", None)
-    assert known.KnownFailure.from_json(e.to_json()) == e
+    assert known_file.KnownFailure.from_json(e.to_json()) == e
 
 
 def test_every_entry_names_its_impact_and_its_fix():
     """Issue 22: an entry is a training defect with a known fix: impact from the closed set, a fix
     mutant of the catalogue (kind fix) or where MB fixed it; nothing harmless is listed."""
     from harness.mutations import load_catalogue
-    from harness.oracle.impact import Impact
+    from harness.records.impact import Impact
 
     fixes = {f.id for f in load_catalogue() if f.is_fix}
-    entries = known.load(ROOT / "fixtures" / known.FILENAME)
+    entries = known_file.load(ROOT / "fixtures" / known_file.FILENAME)
     assert entries
     for e in entries:
         assert Impact(e.impact), e.id
@@ -251,15 +252,15 @@ def test_an_entry_without_impact_or_fix_is_refused_and_schema_1_upgrades(tmp_pat
     assert entry(fix_mutant=None, fixed_in="0.6.0").fixed_in == "0.6.0"
     old = {k: v for k, v in entry().to_json().items() if k not in ("impact", "fix_mutant")}
     path = tmp_path / "k.json"
-    path.write_text(json.dumps({"kind": known.KIND, "schema_version": 1, "entries": [old]}))
-    (up,) = known.load(path)
+    path.write_text(json.dumps({"kind": known_file.KIND, "schema_version": 1, "entries": [old]}))
+    (up,) = known_file.load(path)
     assert up.impact == "drops-trained-token" and up.fix_mutant is None
 
 
 def test_commit_ranges_resolve_through_the_targets_repository(tmp_path):
     """Known bugs resolve on any commit: the target names its repository (HARNESS_MB_REPO), and
     git_in_range answers by ancestry there (issue 22: 'commits' ranges could never match)."""
-    from harness.suiterun.target import Target
+    from harness.target import Target
 
     repo = tmp_path / "mb"
     (repo / "src" / "megatron" / "bridge").mkdir(parents=True)

@@ -22,11 +22,11 @@ import time
 import pytest
 import torch
 
-from harness.adapters.world import Layout, run_world
 from harness.errors import Broken
-from harness.oracle.impact import Impact, ImpactFailure, fail
 from harness.paths import mb_location
-from harness.standins.thd_partition import PartitionRefused, thd_partitioned_indices
+from harness.records.impact import Impact, ImpactFailure, fail
+from harness.suite.adapters.world import Layout, run_world
+from harness.suite.standins.thd_partition import PartitionRefused, thd_partitioned_indices
 from tests import suite_child
 
 
@@ -108,8 +108,8 @@ def test_every_rank_runs_with_its_own_rank_in_mcores_groups():
 def test_mb_raising_on_one_rank_is_mbs_failure_with_its_frame():
     def on_rank(rank: int) -> None:
         if rank == 1:
-            from harness.adapters import load_module
-            from harness.standins import te
+            from harness.suite.adapters import load_module
+            from harness.suite.standins import te
 
             te.install()  # as the suite process does on a machine without Transformer Engine
             specs = load_module("megatron.bridge.data.packing.config").PackedSequenceSpecs
@@ -194,8 +194,8 @@ def test_the_tp_world_turns_red_on_a_wrong_split_and_on_an_odd_width() -> None:
     script = textwrap.dedent(
         """
         import dataclasses, json
-        from harness.adapters import step
-        from harness.adapters.world import Layout
+        from harness.suite.adapters import step
+        from harness.suite.adapters.world import Layout
         from suites import _forward, _sftcases, _tpsp
 
         case = next(c for c in _sftcases.CASES if c.id == "chat-mult1")
@@ -223,7 +223,7 @@ def test_a_gloo_connection_failing_at_setup_starts_the_world_again(monkeypatch: 
     """Gloo's localhost mesh now and then fails to connect while MCore creates its groups (before
     any MB code runs): the world starts again; a failure that persists is the harness's error after
     the last attempt, and any other setup error is not retried."""
-    from harness.adapters import world
+    from harness.suite.adapters import world
 
     real_init = world._init_rank
     tries = tmp_path / "tries"

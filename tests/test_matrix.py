@@ -13,11 +13,11 @@ from pathlib import Path
 
 import pytest
 
+from harness import features, matrix
 from harness.commands.matrix import print_table
-from harness.eras import features, matrix
 from harness.eras.eragaps import EraJudge
-from harness.eras.features import Feature
 from harness.errors import UsageError
+from harness.features import Feature
 from harness.records.results import CaseResult, RunResult
 from harness.records.verdict import Verdict
 from harness.report.matrix import render_matrix_report

@@ -10,7 +10,7 @@ from dataclasses import replace
 
 import pytest
 
-from harness.oracle.differential import Example, Invariant, InvariantFailure, PackedRow, compare
+from harness.suite.oracle.differential import Example, Invariant, InvariantFailure, PackedRow, compare
 
 EOS, PAD = 2, 0
 A = Example("#0", tokens=(5, 6, EOS, 7), labels=(6, EOS, 7, EOS), loss_mask=(0, 1, 1, 1), position_ids=(0, 1, 2, 3))

@@ -14,7 +14,7 @@ from harness.bisect.evaluator import MBEvaluator
 from harness.errors import GitError
 from harness.repository.gitrepo import open_repo
 from harness.repository.pins import SUBMODULE, pinned_core
-from harness.suiterun.target import Target
+from harness.target import Target
 
 
 def git(cwd: Path, *args: str) -> str:
@@ -69,7 +69,7 @@ def test_pinned_core_comes_before_the_installed_one(repos, tmp_path: Path) -> No
     pinned = pinned_core(open_repo(mb), mb_shas[2], mlm, tmp_path / "cache")
     tgt = Target(src=mb / "src", commit=mb_shas[2], core=pinned.path, core_pin=pinned.pin)
     code = (
-        "import json, megatron.core as c; from harness.suiterun.versions import versions; "
+        "import json, megatron.core as c; from harness.versions import versions; "
         "print(json.dumps([c.PINNED, versions()['megatron-core']]))"
     )
     out = subprocess.run([sys.executable, "-c", code], env=tgt.env(), capture_output=True, text=True, timeout=120)

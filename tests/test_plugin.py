@@ -18,7 +18,7 @@ SUITE = """
 import pytest
 import torch
 from harness.errors import Broken, Untestable
-from harness.adapters.step import SizedGroup
+from harness.suite.adapters.step import SizedGroup
 from megatron_fake.mod import boom, calls_back, imports_broken_module, imports_missing_dependency
 from megatron_fake.mod import pads_badly, reads_attr
 
@@ -143,7 +143,7 @@ def _run(tmp_path: Path, linked: bool = False) -> dict[str, dict]:
             "pytest",
             str(suite_dir),
             "-p",
-            "harness.suiterun.plugin",
+            "harness.suite.plugin",
             "-q",
             "-p",
             "no:cacheprovider",
@@ -226,8 +226,8 @@ def test_torch_refusing_a_device_tensor_blames_the_caller_not_the_host_read_coun
     an operation MB asked of one is MB's failure, and one the harness asked of one the harness's."""
     import torch
 
-    from harness import ownership
-    from harness.adapters import hostsync
+    from harness.suite import ownership
+    from harness.suite.adapters import hostsync
 
     def raised_in(filename: str) -> ownership.Owner:
         namespace: dict = {}
@@ -239,4 +239,4 @@ def test_torch_refusing_a_device_tensor_blames_the_caller_not_the_host_read_coun
         raise AssertionError("torch accepted a view of 5 elements as 3 x 7")
 
     assert raised_in(str(tmp_path / "megatron_step.py")) is ownership.Owner.MEGATRON
-    assert raised_in(str(ownership.PACKAGE / "adapters" / "batch.py")) is ownership.Owner.HARNESS
+    assert raised_in(str(ownership.PACKAGE / "suite" / "adapters" / "batch.py")) is ownership.Owner.HARNESS

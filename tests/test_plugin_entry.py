@@ -35,7 +35,7 @@ def test_the_plugin_is_a_pytest11_entry_point() -> None:
     """Looked up as pytest does (every distribution: a stale harness.egg-info in the checkout
     must not hide the installed one)."""
     found = {(ep.name, ep.value) for d in md.distributions() for ep in d.entry_points if ep.group == "pytest11"}
-    assert ("harness.suiterun.plugin", "harness.suiterun.plugin") in found, "reinstall the harness (pip install -e .)"
+    assert ("harness.suite.plugin", "harness.suite.plugin") in found, "reinstall the harness (pip install -e .)"
 
 
 OTHER_PROJECT_TESTS = """
@@ -62,7 +62,7 @@ import json, os, sys
 def pytest_configure(config):
     heavy = [m for m in ("numpy", "torch", "pandas", "git") if m in sys.modules]
     with open(os.environ["PROBE"], "w") as fh:
-        json.dump({"loaded": config.pluginmanager.has_plugin("harness.suiterun.plugin"), "heavy": heavy}, fh)
+        json.dump({"loaded": config.pluginmanager.has_plugin("harness.suite.plugin"), "heavy": heavy}, fh)
 """
 
 

@@ -24,15 +24,17 @@ from pathlib import Path
 
 import pytest
 
-from harness.adapters.refusal import PREFIX, is_refusal, up_front_check
+from harness.records import known as known_file
+from harness.records import knowncode
 from harness.records.verdict import Verdict
-from harness.suiterun import known, knowncode, knownscope
+from harness.suite import known, knownscope
+from harness.suite.adapters.refusal import PREFIX, is_refusal, up_front_check
 
 EOS = {"invariant": "loss-mask-equals-unpacked", "tags": ["input:eos"], "impact": "drops-trained-token"}
 CASE = "offline::test[prompt-mult1]"
 
 
-def _entry(code: list[dict[str, str]], **kw: object) -> known.KnownFailure:
+def _entry(code: list[dict[str, str]], **kw: object) -> known_file.KnownFailure:
     doc = {
         "id": "eos-masked",
         "cases": [CASE],
@@ -46,7 +48,7 @@ def _entry(code: list[dict[str, str]], **kw: object) -> known.KnownFailure:
         "code": code,
         **kw,
     }
-    return known.KnownFailure.from_json(doc)
+    return known_file.KnownFailure.from_json(doc)
 
 
 def _package(tmp_path: Path, name: str, body: str) -> dict[str, Path]:
@@ -161,8 +163,8 @@ def _raised(call):
 def test_an_up_front_refusal_is_told_from_a_crash(tmp_path, monkeypatch):
     from types import SimpleNamespace
 
-    from harness.ownership import encode_roots
-    from harness.suiterun import outcome
+    from harness.suite import outcome
+    from harness.suite.ownership import encode_roots
 
     root = tmp_path / "megatron" / "bridge"
     root.mkdir(parents=True)
@@ -218,7 +220,7 @@ def _core_tree(tmp_path: Path) -> Path:
 
 CLASSIFY = """
 import pytest
-from harness.suiterun.outcome import verdict_of
+from harness.suite.outcome import verdict_of
 try:
     from megatron.core.datasets import helpers
     print("IMPORTED", helpers.build_sample_idx_int32 is not None)
@@ -359,8 +361,8 @@ def test_only_a_module_its_makefile_builds_is_a_build_artifact(tmp_path, monkeyp
     of the Makefile's ``ext.cpp`` source, a Python module that should exist) missing is not."""
     import types
 
-    from harness.adapters.failures import _unbuilt_artifact
     from harness.errors import EnvironmentProblem
+    from harness.suite.adapters.failures import _unbuilt_artifact
 
     (tmp_path / "Makefile").write_text("LIBNAME = ext_cpp\nSRC = ext.cpp\n", encoding="utf-8")
     package = types.ModuleType("harnesstestpkg")

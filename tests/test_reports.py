@@ -981,7 +981,7 @@ def test_provenance_of_an_installed_release_and_web_addresses_of_remotes(monkeyp
         provenance.checked_repo_url("/home/me/mb")
     from harness.paths import mb_location
     from harness.suiterun.origin import of_run
-    from harness.suiterun.target import Target
+    from harness.target import Target
 
     if mb_location() is None:
         pytest.skip("megatron.bridge is not installed here")

@@ -40,7 +40,7 @@ def _suite_run(tmp_path: Path, mode: str, limit_s: float) -> tuple[list, list[st
         "pytest",
         str(suite),
         "-p",
-        "harness.suiterun.plugin",
+        "harness.suite.plugin",
         "-q",
         "-p",
         "no:cacheprovider",

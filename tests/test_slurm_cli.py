@@ -33,7 +33,7 @@ from harness.nightly.autobisect import bisect_command
 from harness.records.machine import Machine
 from harness.records.results import CaseResult, RunResult
 from harness.records.verdict import Verdict
-from harness.suiterun.target import Target
+from harness.target import Target
 from tests.test_bisect_command import GIT_ENV, MBRepo, assert_culprits, load
 
 ROOT = Path(__file__).resolve().parent.parent

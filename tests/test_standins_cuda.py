@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import torch
 
-from harness import standins
-from harness.standins.cuda import STANDIN_CUDA_FACTORY, cpu_cuda_factories
+from harness.suite import standins
+from harness.suite.standins.cuda import STANDIN_CUDA_FACTORY, cpu_cuda_factories
 
 
 def test_factories_asked_for_cuda_make_the_same_tensor_on_the_cpu_inside_the_block_only() -> None:

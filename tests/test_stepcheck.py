@@ -1,4 +1,4 @@
-"""The forward oracle's pure checks (harness/oracle/stepcheck.py): each fires on its fault, stays quiet otherwise.
+"""The forward oracle's pure checks (harness/suite/oracle/stepcheck.py): each fires on its fault, stays quiet otherwise.
 
 No torch, no MB: plain lists shaped like what the forward suite records from MB's step.
 """
@@ -7,8 +7,8 @@ from __future__ import annotations
 
 import itertools
 
-from harness.oracle import differential as d
-from harness.oracle import stepcheck as s
+from harness.suite.oracle import differential as d
+from harness.suite.oracle import stepcheck as s
 
 EX = [
     d.Example("#0", (10, 11, 12), (11, 12, 2), (0, 1, 1), (0, 1, 2)),

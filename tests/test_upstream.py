@@ -20,8 +20,8 @@ import pytest
 
 from harness.paths import ROOT
 from harness.records.verdict import Verdict
-from harness.suiterun.target import Target
 from harness.suiterun.upstream import NO_CHECKOUT, NO_MATCH, load_selection, outcomes, resolve, run_upstream, selection
+from harness.target import Target
 
 UTILS = "tests/unit_tests/training/utils/test_packed_seq_utils.py"
 CONFIG = "tests/unit_tests/training/test_config.py"

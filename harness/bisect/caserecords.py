@@ -84,7 +84,7 @@ class CaseDoc:
     source: str = "golden"  # which source of verdicts: "golden" or "upstream"
     # the answer at the culprit (else the bad end): why it is red, never "golden" for an invariant
     broken: str = ""  # invariants that broke, "logical-boundaries x4, padding-never-trains x1"
-    impacts: list[str] = field(default_factory=list)  # training impacts (harness.oracle.impact)
+    impacts: list[str] = field(default_factory=list)  # training impacts (harness.records.impact)
     violation: str = ""  # one concrete violation: invariant, impact, row, position, expected, got
 
     @property

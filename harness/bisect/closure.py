@@ -1,19 +1,16 @@
-"""The suite process's own code, computed: every harness and suites module it can import.
+"""The suite process's own code: the suite package, the ground floor and the suites.
 
 A cached verdict is only as current as the code that decided it. A hand-kept list of
-directories missed most of it (the oracle, outcome, ownership, known bugs, the feature ledger,
-verdicts: 18 of the 42 harness modules a suite process imports), so a changed invariant reused
-verdicts computed by the old one. The closure is read from the code instead: starting at the
-pytest plugin, the CPU stand-ins and every suite module, each file's ``import`` statements (all of
-them, also those inside functions: an adapter imports lazily) that name ``harness.*`` or
-``suites.*`` are followed to their files, with the package ``__init__`` files on the way.
-Static, so it costs milliseconds and never imports MB; a superset of what one run imports,
-never a subset.
+directories once missed most of it (18 of the 42 harness modules a suite process imported), and
+a computed import closure then had to be re-derived on every key. Now the code is closed by
+construction: a suite process imports :mod:`harness.suite` and the ground floor
+(:data:`harness.paths.GROUND_FLOOR`) and nothing else of the harness, which
+``tests/test_architecture.py`` checks import by import. The key is those files' bytes and the
+suites'; a change to the driver (a report, a command) keeps every cached verdict.
 """
 
 from __future__ import annotations
 
-import ast
 import hashlib
 import os
 from collections.abc import Iterable
@@ -25,65 +22,22 @@ IGNORED_DIRS = frozenset({"__pycache__", ".pytest_cache", ".mypy_cache", ".ruff_
 IGNORED_SUFFIXES = (".pyc", ".pyo")
 
 
-def _module_file(name: str, harness_parent: Path, suites_dir: Path) -> list[Path]:
-    """The files ``import name`` executes: the module and its packages' ``__init__`` files."""
-    parts = name.split(".")
-    base = harness_parent
-    if parts[0] == "suites":  # wherever the suites live (checkout, wheel data, --suites-dir)
-        base, parts = suites_dir, parts[1:]
-    out: list[Path] = []
-    here = base
-    for i, part in enumerate(parts):
-        here = here / part
-        init = here / "__init__.py"
-        if init.is_file():
-            out.append(init)
-        elif i == len(parts) - 1 and here.with_suffix(".py").is_file():
-            out.append(here.with_suffix(".py"))
-    return out
-
-
-def _imports(file: Path) -> set[str]:
-    try:
-        tree = ast.parse(file.read_text(encoding="utf-8"), str(file))
-    except (OSError, SyntaxError, UnicodeDecodeError):
-        return set()
-    found: set[str] = set()
-    for node in ast.walk(tree):
-        if isinstance(node, ast.Import):
-            found.update(a.name for a in node.names)
-        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
-            found.add(node.module)
-            found.update(f"{node.module}.{a.name}" for a in node.names)  # from pkg import module
-    return {n for n in found if n.split(".")[0] in ("harness", "suites")}
-
-
-def import_closure(start: Iterable[Path], suites_dir: Path | None = None) -> list[Path]:
-    """Every harness/suites file reachable by imports from ``start`` (sorted, ``start`` included)."""
-    suites_dir = suites_dir or paths.suites_dir()
-    harness_parent = paths.PACKAGE.parent
-    seen: set[Path] = set()
-    todo = [Path(p) for p in start]
-    while todo:
-        file = todo.pop()
-        if file in seen or not file.is_file():
-            continue
-        seen.add(file)
-        for name in _imports(file):
-            todo.extend(f for f in _module_file(name, harness_parent, suites_dir) if f not in seen)
-    return sorted(seen)
+def _python_files(root: Path) -> list[Path]:
+    if root.is_file():
+        return [root]
+    return [f for _rel, f in _files(root) if f.suffix == ".py"]
 
 
 def suite_process_files(suites_dir: Path | None = None) -> list[Path]:
-    """The import closure of a suite process: plugin, stand-ins, and the suite modules."""
+    """Every file of the harness a suite process can run: the suite package, the ground floor and
+    the suite modules (sorted)."""
     suites_dir = suites_dir or paths.suites_dir()
     pkg = paths.PACKAGE
-    start = [
-        pkg / "suiterun" / "plugin.py",
-        *sorted((pkg / "standins").rglob("*.py")),
-        *sorted(suites_dir.glob("*.py")),
-    ]
-    return import_closure(start, suites_dir)
+    files = _python_files(pkg / "suite")
+    for name in paths.GROUND_FLOOR:
+        files += _python_files(pkg / name)
+    files += sorted(f for f in suites_dir.glob("*.py"))
+    return sorted(set(files))
 
 
 def closure_hash(files: Iterable[Path]) -> str:

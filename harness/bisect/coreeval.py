@@ -27,7 +27,7 @@ from harness.records import casetimes
 from harness.repository.gitrepo import open_repo
 from harness.repository.pins import core_at
 from harness.repository.workspaces import WorkspaceCache, workspace_dir_for
-from harness.suiterun.target import Target
+from harness.target import Target
 
 
 @dataclass(frozen=True)

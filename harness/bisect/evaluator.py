@@ -9,7 +9,7 @@ their outcomes are plain picklable dataclasses and never touch the verdict cache
 
 Cache key: (commit, suite key, env key), and the Megatron-LM commit at the second level of a
 bisection (:mod:`harness.bisect.axis`). The suite key hashes the harness ``suites/``,
-``fixtures/`` and the suite process's import closure; verdicts are stored per case, and what
+``fixtures/`` and the suite process's code (suite package, ground floor); verdicts are stored per case, and what
 each evaluation ran (a whole selection, or the open cases of a probe) is its
 :class:`~harness.bisect.scope.Scope`, so a run that selected fewer cases is never taken for one
 that needs more, and a later one runs only what is missing (:meth:`MBEvaluator.narrowed`).
@@ -38,7 +38,7 @@ from harness.bisect.closure import closure_hash, suite_hash, suite_process_files
 from harness.bisect.scope import Scope, suite_of
 from harness.errors import CorruptFile, GitError
 from harness.executors.outcome import EvalOutcome
-from harness.oracle.records import counts_line, violation_line
+from harness.records.oracle import counts_line, violation_line
 from harness.records.results import CaseResult, RunResult
 from harness.repository.gitrepo import open_repo
 from harness.repository.pins import PinnedCore, pinned_core
@@ -133,9 +133,13 @@ class MBEvaluator:
     def cache_namespace(self) -> tuple[str, str]:
         pkg = paths.PACKAGE
         # everything that decides a verdict: the suites and goldens, and the suite process's own
-        # code, computed as its import closure (harness.bisect.closure), plus the upstream selection
+        # code (the suite package, the ground floor and the suites: harness.bisect.closure), plus
+        # the upstream selection
         code = closure_hash(suite_process_files())
-        content = suite_hash([paths.suites_dir(), paths.fixtures_dir(), pkg / "upstream"]) + code
+        content = (
+            suite_hash([paths.suites_dir(), paths.fixtures_dir(), pkg / "suiterun" / "upstream" / "selection.json"])
+            + code
+        )
         env = env_key() + ("+megatron-core-pinned-by-mb" if self.megatron_lm else "")
         # verdicts are cached per (commit, case): the selection is recorded per evaluation (its
         # Scope), not in the key; the key is the one the default selection always had
@@ -222,7 +226,7 @@ class MBEvaluator:
         commit walked (a megatron-core that does not import with this MB is then untestable).
         """
         from harness.suiterun import runner
-        from harness.suiterun.target import Target
+        from harness.target import Target
 
         if not (src / "megatron" / "bridge").is_dir():
             return EvalOutcome(

@@ -12,7 +12,7 @@ record names the commit to use as GOOD. Every outcome is said in the terminal an
 record (:class:`~harness.bisect.document.LateStart`).
 
 Eras from the ledger first: a case that GOOD cannot run because a feature did not exist yet says
-so (``[missing feature KEY: ...]``, :mod:`harness.eras.features`), and the ledger records the MB
+so (``[missing feature KEY: ...]``, :mod:`harness.features`), and the ledger records the MB
 commit that introduced it. Where that commit is in the range, the search first probes it and its
 parent there: two evaluations verify the start (running there, not running before) instead of a
 search over the whole range; a case whose ledger start does not verify (or that names no
@@ -72,8 +72,8 @@ def find_starts(driver: Level, good: str, late: dict[str, str]) -> list[LateStar
 def ledger_probes(driver: Level, good: str, late: dict[str, str]) -> dict[int, list[str]]:
     """Index in the range of each ledger start the late cases name (index -> cases), from the
     untestable messages GOOD gave them; only starts strictly inside the range."""
-    from harness.eras.features import FEATURES, named
     from harness.errors import HarnessError
+    from harness.features import FEATURES, named
 
     messages: dict[str, str] = {}
     for evaluation in driver.evidence.attempts.get(good, []):  # GOOD's parts each ran their own suites

@@ -20,7 +20,7 @@ from typing import Any
 from harness import paths
 from harness.errors import UsageError
 from harness.suiterun import runner
-from harness.suiterun.target import Target
+from harness.target import Target
 
 
 def int_at_least(minimum: int) -> Callable[[str], int]:

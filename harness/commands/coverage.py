@@ -1,6 +1,6 @@
 """``harness coverage [RUN]``: every packing knob MB exposes and the values the run's cases exercised.
 
-The inventory comes from MB's own code at the commit the run tested (:mod:`harness.knobs`), the
+The inventory comes from MB's own code at the commit the run tested (:mod:`harness.suite.knobs`), the
 values from what MB's classes and functions were really called with during the run (every
 ``harness run`` records them in its run directory, ``knobs.jsonl``). ``RUN`` is a run directory or
 its ``results.json`` (default: the newest run under ``./reports``). ``--gaps`` lists only knobs short
@@ -48,7 +48,8 @@ def _run_dir(given: Path | None) -> Path:
 
 def run(args: argparse.Namespace, out: TextIO = sys.stdout) -> int:
     from harness.contract import KNOBS_LOG
-    from harness.knobs import records, table
+    from harness.records import knobs as records
+    from harness.report import knobtable as table
 
     where = _run_dir(args.run_dir)
     exercised = records.read(where / KNOBS_LOG)

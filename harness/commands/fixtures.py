@@ -19,7 +19,7 @@ from harness import paths
 from harness.commands import _args
 from harness.errors import CorruptFile, HarnessError, UsageError
 from harness.suiterun import runner
-from harness.suiterun.target import require_mb
+from harness.target import require_mb
 
 if TYPE_CHECKING:
     from harness.records.results import RunResult
@@ -119,38 +119,30 @@ def record(args: argparse.Namespace, out: TextIO = sys.stdout) -> int:
 def _changes(
     obtained_root: Path, fixtures_root: Path, out: TextIO
 ) -> tuple[list[tuple[Path | None, Path]], list[tuple[Path, Path]]]:
-    """Compare staged values with goldens; print new/changed ones; return what to write, and the
-    changes among them that alter what trains (:mod:`harness.golden.training`)."""
-    from harness.golden import training as training_terms
-    from harness.golden.compare import Comparator
-    from harness.golden.storage import golden_path, read_golden
+    """The staged values that differ from their goldens, as the suite process found them (its
+    review beside each staged golden, :func:`harness.suite.goldenfixture.review`); print them and
+    return what to write, and the changes among them that alter what trains
+    (:mod:`harness.golden.training`)."""
+    from harness.golden.storage import ReviewStatus, golden_path, read_golden, read_review
 
     changes: list[tuple[Path | None, Path]] = []
     training: list[tuple[Path, Path]] = []
     for src in sorted(obtained_root.rglob("*.json")):
         new = read_golden(src)
         dest = golden_path(fixtures_root, new.suite, new.case)
-        if not dest.exists():
+        review = read_review(src)
+        if review.status is ReviewStatus.SAME and dest.exists():
+            continue
+        if review.status is ReviewStatus.NEW or not dest.exists():
             print(f"NEW      {new.suite}::{new.case}", file=out)
-            changes.append((src, dest))
-            continue
-        try:
-            old = read_golden(dest)
-        except CorruptFile as exc:
-            print(f"REPLACE  {new.suite}::{new.case} (current golden unreadable: {exc})", file=out)
-            changes.append((src, dest))
-            continue
-        cmp = Comparator(old.tolerances).compare(old.value, new.value, old.sidecar, new.sidecar)
-        if not cmp.ok:
-            print(f"CHANGED  {new.suite}::{new.case}\n  " + cmp.text().replace("\n", "\n  "), file=out)
-            changes.append((src, dest))
-            means = training_terms.between(
-                {**old.value, **old.sidecar} if isinstance(old.value, dict) else old.value,
-                {**new.value, **new.sidecar} if isinstance(new.value, dict) else new.value,
-            )
-            if means:
-                print(f"TRAINING {new.suite}::{new.case}: {'; '.join(means)}", file=out)
+        elif review.status is ReviewStatus.REPLACE:
+            print(f"REPLACE  {new.suite}::{new.case} (current golden unreadable: {review.diff})", file=out)
+        else:
+            print(f"CHANGED  {new.suite}::{new.case}\n  " + review.diff.replace("\n", "\n  "), file=out)
+            if review.training:
+                print(f"TRAINING {new.suite}::{new.case}: {'; '.join(review.training)}", file=out)
                 training.append((src, dest))
+        changes.append((src, dest))
     return changes, training
 
 
@@ -187,8 +179,7 @@ def _confirm(question: str) -> bool:
 def verify(args: argparse.Namespace, out: TextIO = sys.stdout) -> int:
     """Every golden parses, and so does the reviewed known-failures file beside them."""
     from harness.golden.storage import read_golden
-    from harness.records import explored
-    from harness.suiterun import known
+    from harness.records import explored, known
 
     bad = 0
     root = paths.require_fixtures(_args.use_roots(args))

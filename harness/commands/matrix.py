@@ -32,7 +32,7 @@ from harness.errors import GitError, UsageError
 from harness.progress import Progress
 from harness.records.verdict import Verdict
 from harness.suiterun import runner
-from harness.suiterun.target import Target
+from harness.target import Target
 
 if TYPE_CHECKING:  # the rest loads with the command, not with ``--help`` (GitPython, jinja2, sqlite3)
     from harness.eras import matrix

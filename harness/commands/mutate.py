@@ -45,7 +45,7 @@ from harness.progress import Progress
 from harness.records.results import RunResult
 from harness.records.verdict import Verdict
 from harness.suiterun import runner
-from harness.suiterun.target import Target
+from harness.target import Target
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:

@@ -56,7 +56,7 @@ from harness.nightly.autobisect import BISECT_DIR, BisectEnv, execute, plan_bise
 from harness.records import provenance
 from harness.records.results import RunResult
 from harness.suiterun import runner
-from harness.suiterun.target import Target, require_mb
+from harness.target import Target, require_mb
 
 if TYPE_CHECKING:
     from harness.repository import gitrepo

@@ -19,13 +19,14 @@ from harness.commands import _args, _jobargs
 from harness.errors import HarnessError
 from harness.records import provenance
 from harness.suiterun import runner
-from harness.suiterun.target import require_mb
+from harness.target import require_mb
 
 
 def _knob_line(out_dir: Path, out: TextIO) -> None:
     """One line on the knobs the cases exercised (the table: ``harness coverage``)."""
     from harness.contract import KNOBS_LOG
-    from harness.knobs import records, table
+    from harness.records import knobs as records
+    from harness.report import knobtable as table
 
     try:
         rows = table.rows(records.read(out_dir / KNOBS_LOG))

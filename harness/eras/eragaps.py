@@ -1,7 +1,7 @@
 """Era gap or harness gap: an untestable case checked against MB's history with the feature ledger.
 
 An untestable case is an *era gap* only when its reason names a ledger feature
-(:mod:`harness.eras.features`) whose introducing commit is not an ancestor of the commit under test:
+(:mod:`harness.features`) whose introducing commit is not an ancestor of the commit under test:
 the feature truly does not exist there yet. Everything else is a *harness gap*, counted
 against the sweep's goal: a reason that names no feature (a missing dependency, an adapter
 that found no candidate), a feature the ledger says exists at this commit (the adapter missed
@@ -16,9 +16,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Protocol
 
-from harness.eras import features
-from harness.eras.features import Feature
+from harness import features
 from harness.errors import HarnessError
+from harness.features import Feature
 
 
 class _Ancestry(Protocol):

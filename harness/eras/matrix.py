@@ -28,7 +28,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from harness.eras import features
+from harness import features
 from harness.eras.eragaps import EraJudge
 from harness.errors import UsageError
 from harness.paths import suites_dir as _suites_dir

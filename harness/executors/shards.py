@@ -26,7 +26,7 @@ from harness.records.results import CaseResult, RunResult
 from harness.records.verdict import Verdict
 from harness.suiterun import runner
 from harness.suiterun.origin import of_run
-from harness.suiterun.target import Target
+from harness.target import Target
 
 LOST = "(job lost)"  # the case name of a suite whose job the cluster lost
 

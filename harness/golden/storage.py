@@ -8,6 +8,7 @@ Goldens are only written by :func:`write_golden`, which only the explicit
 
 from __future__ import annotations
 
+import enum
 import io
 import re
 import zipfile
@@ -18,7 +19,6 @@ from typing import Any
 import numpy as np
 
 from harness.errors import CorruptFile
-from harness.golden.compare import Tolerance
 from harness.records.atomicio import atomic_write_bytes, read_versioned_json, write_versioned_json
 
 GOLDEN_KIND = "harness-golden"
@@ -28,6 +28,14 @@ GOLDEN_SCHEMA = 1
 def safe_name(case: str) -> str:
     """File-system-safe, stable name for a case id (parametrize ids included)."""
     return re.sub(r"[^A-Za-z0-9_.=-]+", "-", case).strip("-") or "case"
+
+
+@dataclass(frozen=True)
+class Tolerance:
+    """How far a float field may move: ``|obtained - golden| <= atol + rtol * |golden|``."""
+
+    atol: float = 0.0
+    rtol: float = 0.0
 
 
 @dataclass
@@ -83,3 +91,51 @@ def read_golden(path: Path) -> Golden:
         except (OSError, ValueError, zipfile.BadZipFile) as exc:
             raise CorruptFile(f"{npz}: unreadable golden sidecar ({exc})") from None
     return golden
+
+
+REVIEW_KIND = "harness-golden-review"
+REVIEW_SCHEMA = 1
+
+
+class ReviewStatus(enum.Enum):
+    """What a staged value is to the golden it would replace."""
+
+    NEW = "new"  # no golden yet
+    REPLACE = "replace"  # the current golden is unreadable
+    CHANGED = "changed"  # differs beyond the golden's tolerances
+    SAME = "same"  # within them
+
+
+@dataclass(frozen=True)
+class Review:
+    """The suite process's comparison of a staged value with the current golden.
+
+    Why a record: comparing is the suite process's (:mod:`harness.suite.compare`); ``harness
+    fixtures record``, in the driver, reads what it found beside the staged golden
+    (:func:`review_path`) instead of importing the comparator.
+    """
+
+    status: ReviewStatus
+    diff: str = ""  # the comparator's text, for CHANGED; the read error, for REPLACE
+    training: tuple[str, ...] = ()  # what the change does to what trains (harness.golden.training)
+
+
+def review_path(staged: Path) -> Path:
+    return staged.with_suffix(".review")
+
+
+def write_review(staged: Path, review: Review) -> None:
+    payload = {"status": review.status.value, "diff": review.diff, "training": list(review.training)}
+    write_versioned_json(review_path(staged), REVIEW_KIND, REVIEW_SCHEMA, payload)
+
+
+def read_review(staged: Path) -> Review:
+    """The review beside a staged golden; a missing or damaged one raises :class:`CorruptFile`."""
+    path = review_path(staged)
+    if not path.exists():
+        raise CorruptFile(f"{path}: no review beside the staged golden (written by an older suite process?)")
+    doc = read_versioned_json(path, REVIEW_KIND, REVIEW_SCHEMA)
+    try:
+        return Review(ReviewStatus(doc["status"]), str(doc["diff"]), tuple(str(t) for t in doc["training"]))
+    except (KeyError, TypeError, ValueError) as exc:
+        raise CorruptFile(f"{path}: malformed golden review ({exc})") from None

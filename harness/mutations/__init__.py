@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from harness.eras import features
+from harness import features
 from harness.errors import CorruptFile, EnvironmentProblem
 
 CATALOGUE = Path(__file__).with_name("catalogue.json")
@@ -82,7 +82,7 @@ class Fault:
     kind: str = "fault"
     catchable: bool = True
     reason: str = ""  # why it is not catchable here (required when catchable is False)
-    # the ledger feature (harness.eras.features) whose code the fault edits when the installed MB predates it:
+    # the ledger feature (harness.features) whose code the fault edits when the installed MB predates it:
     # then it applies to MB main from a mirror (tests/test_faults_at_main.py), not to the installed MB
     since: str = ""
 

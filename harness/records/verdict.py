@@ -21,7 +21,7 @@ class Verdict(enum.Enum):
     not import, lost an output, or hung. CHANGED means every invariant holds but the output
     differs from the golden: a change to review and accept, never a regression (a fix in MB
     comes out as CHANGED or PASS). KNOWN_FAIL is a FAIL fully explained by a reviewed known MB
-    bug (harness/suiterun/known.py); FIXED is a case a known-bug entry lists that passes now (the entry
+    bug (harness/suite/known.py); FIXED is a case a known-bug entry lists that passes now (the entry
     must go, like a strict xfail). UNTESTABLE means the case could not be evaluated on this
     target (the operation does not exist in this era, a missing non-packing dependency,
     CUDA-only code): it maps to git-bisect's "skip". ERROR means the harness itself broke (an

@@ -13,7 +13,7 @@ import re
 import shlex
 
 from harness.bisect.document import BisectDoc, CaseDoc, CulpritGroup
-from harness.oracle.records import counts_line
+from harness.records.oracle import counts_line
 from harness.records.provenance import commit_url
 from harness.report.formatting import case_selector
 

@@ -31,9 +31,9 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from harness.records.known import KnownFailure
 from harness.records.results import CaseResult, RunResult
 from harness.records.verdict import Verdict
-from harness.suiterun.known import KnownFailure
 
 #: Invariants of the step, downstream of the batch: a consequence when a batch invariant broke too.
 CONSEQUENCES = frozenset({"logits-equal-unpacked", "token-loss-equals-unpacked", "loss-totals-equal-unpacked"})
@@ -154,7 +154,7 @@ def _normal(text: str) -> str:
 def _entries(path: Path | None) -> dict[str, KnownFailure]:
     from harness import paths
     from harness.errors import CorruptFile
-    from harness.suiterun import known
+    from harness.records import known
 
     try:
         return {e.id: e for e in known.load(path or paths.fixtures_dir() / known.FILENAME)}

@@ -1,6 +1,6 @@
 """Known-fail cases grouped by the reviewed MB bug that explains them, for the reports.
 
-Split from :mod:`harness.suiterun.known` (which decides verdicts in the suite process): this only
+Split from :mod:`harness.suite.known` (which decides verdicts in the suite process): this only
 reads the entries' prose for the pages and the terminal, in the driver.
 """
 
@@ -11,8 +11,8 @@ from pathlib import Path
 from typing import Any
 
 from harness.errors import CorruptFile
+from harness.records.known import FILENAME, load
 from harness.records.verdict import Verdict
-from harness.suiterun.known import FILENAME, load
 
 
 def groups(cases: Sequence[Any], path: Path | None = None) -> list[dict[str, Any]]:

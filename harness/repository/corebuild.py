@@ -11,7 +11,7 @@ imports the pinned ``megatron.core`` with the suite process's stand-ins (:func:`
 
 The artifact lands in the cached tree; a build that fails leaves its output in :data:`LOG`, which
 the verdict of a case that then misses the module cites as an environment error
-(:mod:`harness.adapters.failures`), never as MB's ``broken:``.
+(:mod:`harness.suite.adapters.failures`), never as MB's ``broken:``.
 
 Built once per source, not once per pin: the pins a long bisection walks (dozens) almost all carry the
 same ``helpers.cpp``, and each build costs a compiler run (about 18 s on 2 cores). With a ``shared``
@@ -151,7 +151,7 @@ def _with_standins(pythonpath: str) -> str:
     """``PYTHONPATH`` with the harness's stand-ins first, as every suite process has them: importing the
     pinned tree's ``megatron.core`` (what ``compile_helpers()`` needs) runs module bodies that build CUDA
     extensions unguarded in some eras (late-2025 pins: ``inference/unified_memory``), which the suite
-    process survives through :mod:`harness.standins.cuda_ext`; the build must too."""
+    process survives through :mod:`harness.suite.standins.cuda_ext`; the build must too."""
     return os.pathsep.join(p for p in (str(SITE_DIR), str(ROOT), pythonpath) if p)
 
 

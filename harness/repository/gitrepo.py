@@ -1,8 +1,9 @@
 """Read-only access to a user's git repository, on GitPython: the harness's one git layer.
 
 Everything the harness asks of a repository goes through :class:`GitRepo`: resolving refs,
-ancestry, rev-lists, commit metadata, diffs, submodule pins, the dirty state, and
-:func:`tree_commit` for "which commit is this source tree". Commit objects and trees are read
+ancestry, rev-lists, commit metadata, diffs, submodule pins, the dirty state ("which commit
+is this source tree" is :func:`harness.versions.tree_commit`, plain git, which the suite process
+asks too). Commit objects and trees are read
 through GitPython's object database; range and diff questions run git itself through
 GitPython's command wrapper, because git's own rev-list and diff-tree are the reference.
 Private per-commit trees are :mod:`harness.repository.workspaces` (streaming ``git archive``).
@@ -27,8 +28,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import NamedTuple
 
-from harness.errors import EnvironmentProblem, GitError, UsageError
-from harness.records.commit import Commit
+from harness.errors import GitError, UsageError
 from harness.repository.gitcmd import command, commit_subject, git_failure, git_in, text_of
 
 # a missing git executable is a one-line EnvironmentProblem when git is first needed (as in gitcmd)
@@ -306,20 +306,3 @@ def open_repo(path: Path | str) -> GitRepo:
     except (InvalidGitRepositoryError, NoSuchPathError):
         raise GitError(f"not a git repository: {p}") from None
     return GitRepo(repo, top, Path(git_dir), bare)
-
-
-def tree_commit(path: Path) -> str | None:
-    """HEAD of the git repository holding ``path`` (with ``-dirty`` when files below it are
-    modified), or None when ``path`` is not in a repository or not tracked there (a venv
-    inside a repository). Suite processes ask this for every golden they write: it costs one
-    ``ls-files`` when ``path`` is not tracked."""
-    path = Path(path)
-    try:
-        if not str(git_in(path).ls_files("--", ".")).strip():
-            return None
-        repo = open_repo(path)
-        sha = repo.resolve("HEAD")
-        dirty = repo.dirty_files(under=path.resolve())
-    except (GitCommandError, GitCommandNotFound, OSError, GitError, UsageError, EnvironmentProblem):
-        return None
-    return str(Commit(sha, bool(dirty)))

@@ -1,10 +1,10 @@
-"""The suite process and the driver that starts it: one wing, one contract.
+"""The driver's side of a suite run: start suite processes and read back what they wrote.
 
-A golden-suite run is two processes. The driver (:mod:`.runner`: plan, argv, streaming, the
-fork server :mod:`.forkserver`, salvage of a child that died) starts pytest on ``suites/``;
-the child loads the plugin (:mod:`.plugin`), decides each case's verdict (:mod:`.outcome`),
-who owns an exception (:mod:`.ownership`), whether it is a known MB bug (:mod:`.known`), and
-writes its cases. What the two share (environment names, flags, file names, the case id and
-the commit) is spelled once, in :mod:`.contract`; the record they exchange is
+The driver (:mod:`.runner`: plan, argv, streaming; the fork server's client and pool
+:mod:`.forkserver`; salvage of a child that died, :mod:`.salvage`, :mod:`.fatal`) starts pytest
+on ``suites/`` with the plugin of :mod:`harness.suite`, which decides each case's verdict and
+writes its cases. Nothing here imports :mod:`harness.suite`: what the two share (environment
+names, flags, file names, the case id and the commit) is spelled once, in
+:mod:`harness.contract` and :mod:`harness.target`; the record they exchange is
 :class:`harness.records.results.CaseResult`.
 """

@@ -4,7 +4,7 @@ A segfault or an abort inside MB (a C extension it calls, an ``os.abort()``) kil
 process without a Python exception, so no verdict is written. pytest's faulthandler plugin
 (on by default in every suite process) prints the Python stack of the crashing thread to the
 process's output when the signal arrives; the runner keeps the end of that output. Read here
-with the same ownership rule as an exception (:mod:`harness.ownership`): when the innermost
+with the same ownership rule as an exception (:mod:`harness.owners`): when the innermost
 frame of MB or harness code is MB's, the crash is MB's, a FAIL (``broken: crash``, impact
 ``crash``) that a bisection can blame; otherwise it stays an ERROR of the harness.
 """
@@ -14,7 +14,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from harness.ownership import Owner, _owner_in, real
+from harness.owners import Owner, owner_in, real
 
 _FATAL = re.compile(r"^Fatal Python error: (?P<what>.+)$", re.M)
 _THREAD = re.compile(r"^(Current thread|Thread) 0x[0-9a-f]+ .*\(most recent call first\):", re.M)
@@ -51,7 +51,7 @@ def mb_crash(output: str, mb_roots: tuple[str, ...], harness_roots: tuple[str, .
             if line.strip():
                 break  # the end of this thread's frames
             continue
-        who = _owner_in(m.group("file"), mb, harness)  # most recent call first: the innermost wins
+        who = owner_in(m.group("file"), mb, harness)  # most recent call first: the innermost wins
         if who is Owner.MEGATRON:
             return Crash(last.group("what").strip(), f"{m.group('file')}:{m.group('line')} in {m.group('func')}")
         if who is Owner.HARNESS:

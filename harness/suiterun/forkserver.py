@@ -5,8 +5,8 @@ Why: a bisect evaluates many MB commits with the same environment. With light im
 left of a suite process's start-up is mostly ``import torch`` and ``import megatron.core``
 (about 4 s with the installed megatron-core, 20 s and more with a pinned Megatron-LM tree),
 paid again for every commit (for the full import also MB's third-party dependencies). A server
-(:mod:`harness.suiterun.forkloop`, started with the group's import mode and, for
-``--megatron-lm``, the pinned tree on its path) imports them once (:mod:`harness.suiterun.preload`);
+(:mod:`harness.suite.forkloop`, started with the group's import mode and, for
+``--megatron-lm``, the pinned tree on its path) imports them once (:mod:`harness.suite.preload`);
 every run is a ``fork()`` of it that puts the target's ``src`` first on ``sys.path`` and
 calls ``pytest.main``. Megatron-Bridge itself is never imported in a server, so each child
 sees only its own commit's MB.
@@ -21,7 +21,7 @@ A full-import server starts forked from the warm light-import server of the same
 when there is one (it imports only what a full import adds), else from scratch.
 
 This module is the client side and the pool; the server loop and its protocol are
-:mod:`harness.suiterun.forkloop`.
+:mod:`harness.suite.forkloop`.
 """
 
 from __future__ import annotations
@@ -59,9 +59,9 @@ class ForkServerError(RuntimeError):
 class ForkServer:
     """One running server; thread-safe (runs from several threads go through it at once).
 
-    Started as a process (``python -m harness.suiterun.forkloop``), or, with ``parent``, forked
+    Started as a process (``python -m harness.suite.forkloop``), or, with ``parent``, forked
     from a running light-import server of the same megatron-core
-    (:func:`harness.suiterun.forkloop.become_server`), talking over two named pipes instead of the
+    (:func:`harness.suite.forkloop.become_server`), talking over two named pipes instead of the
     process's stdin and stdout.
     """
 
@@ -75,7 +75,7 @@ class ForkServer:
         if parent is None:
             try:
                 self.proc = popen_owned(
-                    [sys.executable, "-m", "harness.suiterun.forkloop"],
+                    [sys.executable, "-m", "harness.suite.forkloop"],
                     env=env,
                     cwd=cwd,
                     stdin=subprocess.PIPE,
@@ -112,7 +112,7 @@ class ForkServer:
         threading.Thread(target=self._dispatch, name="harness-forkserver-reader", daemon=True).start()
 
     def spawn(self, env: dict[str, str], requests: Path, answers: Path, deadline: float) -> int:
-        """Fork a full-import server from this one (see :func:`harness.suiterun.forkloop.become_server`); its pid."""
+        """Fork a full-import server from this one (see :func:`harness.suite.forkloop.become_server`); its pid."""
         spec = {"env": env, "requests": str(requests), "answers": str(answers)}
         started = self._request({"spawn": spec}, deadline)
         if started is None or "pid" not in started:
@@ -275,7 +275,7 @@ class ServerPool:
         """The server for ``key`` (started with ``env`` when needed), held for one run.
 
         ``parent``: the key of the light-import server of the same megatron-core; when it is alive,
-        a server this lease starts is forked from it (:func:`harness.suiterun.forkloop.become_server`)
+        a server this lease starts is forked from it (:func:`harness.suite.forkloop.become_server`)
         instead of started from scratch. Raises :class:`PoolFull` when ``capacity`` servers are alive and all busy, and
         :class:`ForkServerError` when the server cannot start.
         """

@@ -1,6 +1,6 @@
 """Starting one suite process and watching it end: argv, environment, streaming, fork server.
 
-The child is pytest with :mod:`harness.suiterun.plugin`, the target's ``PYTHONPATH`` and the
+The child is pytest with :mod:`harness.suite.plugin`, the target's ``PYTHONPATH`` and the
 CPU stand-ins; what it is told to write (its CasesFile, event log, versions, stand-ins log) is
 named by :mod:`harness.contract`. It runs in its own session so that a timeout kills
 the whole process group, and so that Ctrl-C reaches only the driver, which then kills it.
@@ -24,7 +24,7 @@ from harness.contract import Env, Flag
 from harness.procs import kill_group, popen_owned
 from harness.progress import CaseFeed
 from harness.suiterun.plan import Group, RunOptions
-from harness.suiterun.target import Target
+from harness.target import Target
 
 
 @dataclass(frozen=True)
@@ -46,9 +46,9 @@ def pytest_argv(files: list[Path], opts: RunOptions, cases_file: Path, obtained:
         "pytest",
         *map(str, files),
         "-p",
-        "harness.suiterun.plugin",
+        "harness.suite.plugin",
         "-p",
-        "harness.standins.light",
+        "harness.suite.standins.light",
         "-p",
         "no:cacheprovider",
         # their reports are warnings, ignored here anyway (-W ignore); their gc.collect() at the end

@@ -62,10 +62,9 @@ def declared_repo_url(location: Path | None) -> str:
 
 
 def of_run(target: Any, repo_url: str = "") -> Provenance:
-    """The provenance of a run against ``target`` (a :class:`harness.suiterun.target.Target`)."""
+    """The provenance of a run against ``target`` (a :class:`harness.target.Target`)."""
     from harness.paths import ROOT, mb_location
-    from harness.repository.gitrepo import tree_commit
-    from harness.suiterun.versions import mb_version
+    from harness.versions import mb_version, tree_commit
 
     if target.src is not None:
         location = target.src / "megatron" / "bridge"

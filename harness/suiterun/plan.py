@@ -71,7 +71,7 @@ IMPORT_MODES = ("auto", "light", "full")
 
 * ``auto`` (default): cases marked ``import_group("light")`` run in one pytest process with
   light import (``HARNESS_IMPORT_MODE=light``: package ``__init__`` files of ``megatron.bridge``
-  are not executed, see :mod:`harness.standins.light`), the other cases (``full`` or unmarked)
+  are not executed, see :mod:`harness.suite.standins.light`), the other cases (``full`` or unmarked)
   in a second process with the normal import; verdicts are merged into one result whose
   ``import_mode`` reads ``auto (light: N cases, full: M cases)``.
 * ``full``: every case in one process with the normal import (the reference behaviour).
@@ -87,7 +87,7 @@ def file_groups(path: Path) -> set[str]:
 
     Read from the file's text, not by importing it: the parent never imports a suite (that
     would import MB); the child selects the same cases by the marker
-    (:mod:`harness.standins.light`), and a file that mentions both groups runs in both.
+    (:mod:`harness.suite.standins.light`), and a file that mentions both groups runs in both.
     """
     try:
         found = set(_GROUP_RE.findall(path.read_text(encoding="utf-8")))

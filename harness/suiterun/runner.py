@@ -39,7 +39,7 @@ from harness.suiterun.plan import (
     suite_files,
 )
 from harness.suiterun.salvage import collect, interrupted_cases, whole_suite
-from harness.suiterun.target import Target
+from harness.target import Target
 
 __all__ = [
     "IMPORT_MODES",

@@ -24,7 +24,7 @@ from harness.records.verdict import Verdict, worst
 from harness.suiterun.fatal import mb_crash
 from harness.suiterun.launch import ChildExit
 from harness.suiterun.plan import Group
-from harness.suiterun.target import Target
+from harness.target import Target
 
 # pytest's exit codes for a session that did not run what it was given: interrupted (a collection
 # error stops the whole session), internal error, usage error. Each suite file of the group that

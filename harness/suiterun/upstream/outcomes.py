@@ -12,9 +12,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from harness.contract import MESSAGE_LIMIT, crash_line
 from harness.records.results import CaseResult
 from harness.records.verdict import Verdict
-from harness.suiterun.upstream.child_plugin import MESSAGE_LIMIT, crash_line
 from harness.suiterun.upstream.selection import NO_MATCH, Resolved
 
 SUITE = "upstream"

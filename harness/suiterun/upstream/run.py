@@ -5,7 +5,7 @@ For a target that is an MB source checkout (``Target.src`` = ``<tree>/src``, tes
 tree, then run in one pytest subprocess with cwd = tree root, the target's environment (its
 ``src`` first, the CPU stand-ins) and the tree root on ``PYTHONPATH`` (MB's tests import
 helpers as ``tests.``). Per-test outcomes come back as data, written by the child-side plugin
-(:mod:`harness.suiterun.upstream.child_plugin`) and turned into verdicts by
+(:mod:`harness.suite.upstream_plugin`) and turned into verdicts by
 :mod:`harness.suiterun.upstream.outcomes`.
 """
 
@@ -23,9 +23,9 @@ from harness.contract import VERSIONS_FILE, Env
 from harness.procs import kill_group, popen_owned
 from harness.records.results import CaseResult
 from harness.records.verdict import Verdict
-from harness.suiterun.target import Target
 from harness.suiterun.upstream.outcomes import SUITE, PytestRun, case_results
 from harness.suiterun.upstream.selection import Resolved, describe, load_selection, resolve
+from harness.target import Target
 
 NO_CHECKOUT = "upstream suite needs an MB source checkout (--mb-src)"
 
@@ -79,7 +79,7 @@ def build_command(tree: Path, runnable: list[Resolved], spec: Path, events: Path
         "-p",
         "no:cacheprovider",
         "-p",
-        "harness.suiterun.upstream.child_plugin",
+        "harness.suite.upstream_plugin",
         "--harness-upstream-spec",
         str(spec),
         "--harness-upstream-events",

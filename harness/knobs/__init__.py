@@ -1,7 +1,0 @@
-"""Which packing knobs MB exposes at a commit, and which values the cases really exercise.
-
-:mod:`~harness.knobs.inventory` reads the knobs from MB's source (never hand-listed),
-:mod:`~harness.knobs.spy` records in the suite process what MB's classes and functions were
-called with, :mod:`~harness.knobs.records` is the log both write and read, and
-:mod:`~harness.knobs.table` turns it into the coverage table of ``harness coverage``.
-"""
