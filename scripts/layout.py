@@ -44,7 +44,9 @@ def section() -> str:
         what = _first_sentence(PACKAGE / "__init__.py") if side == "driver" else "What both processes share"
         lines.append(f"| {side} | `harness/` | {what} | {', '.join(f'`{m}`' for m in mods)} |")
     inits = sorted(PACKAGE.glob("*/__init__.py")) + sorted((PACKAGE / "suite").glob("*/__init__.py"))
-    folders = sorted((p.parent for p in inits if "_data" not in p.parts), key=lambda f: (ORDER.index(_side(_rel(f))), _rel(f)))
+    folders = sorted(
+        (p.parent for p in inits if "_data" not in p.parts), key=lambda f: (ORDER.index(_side(_rel(f))), _rel(f))
+    )
     for folder in folders:
         init = folder / "__init__.py"
         mods = sorted(p.stem for p in folder.glob("*.py") if p.name != "__init__.py")
