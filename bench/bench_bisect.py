@@ -133,7 +133,7 @@ class FakeEvaluator:
         for tc in ET.parse(junit).getroot().iter("testcase"):
             failed = tc.find("failure") is not None or tc.find("error") is not None
             verdicts["calc::" + tc.get("name", "")] = Verdict.FAIL if failed else Verdict.PASS
-        return EvalOutcome(verdicts, duration_s=time.monotonic() - t0)
+        return EvalOutcome.of(verdicts, duration_s=time.monotonic() - t0)
 
 
 def harness_bisect(repo: Path, good: str, bad: str, jobs: int, work: Path) -> tuple[dict, float]:

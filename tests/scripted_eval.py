@@ -64,9 +64,9 @@ class ScriptedEvaluator:
             tree = WorkspaceCache(self.workspace_dir, self.repo).materialize(sha)
         state = json.loads((tree / "src" / "megatron" / "bridge" / "state.json").read_text())
         if state["broken"]:
-            return EvalOutcome(dict.fromkeys(self.cases, Verdict.UNTESTABLE), note="import error")
+            return EvalOutcome.of(dict.fromkeys(self.cases, Verdict.UNTESTABLE), note="import error")
         out = {c: Verdict.FAIL if c in state["fail"] else Verdict.PASS for c in self.cases}
-        return EvalOutcome(out, {c: f"{c} {v.value}" for c, v in out.items()}, duration_s=time.monotonic() - t0)
+        return EvalOutcome.of(out, {c: f"{c} {v.value}" for c, v in out.items()}, duration_s=time.monotonic() - t0)
 
     def runs(self) -> list[str]:
         """Every commit evaluated so far, in order, retries repeated."""

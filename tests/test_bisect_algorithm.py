@@ -8,12 +8,13 @@ from collections.abc import Callable, Mapping
 import pytest
 
 from harness.bisect.algorithm import Bisection, CaseStatus, max_steps
+from harness.bisect.status import Mark
 from harness.errors import UsageError
-from harness.records.verdict import Verdict
 
-P, F, U, E = Verdict.PASS, Verdict.FAIL, Verdict.UNTESTABLE, Verdict.ERROR
+# an UNTESTABLE and an ERROR verdict are both skips to the bisection (harness.bisect.view.mark_of)
+P, F, U, E = Mark.GOOD, Mark.BAD, Mark.SKIP, Mark.SKIP
 
-Oracle = Callable[[int], Mapping[str, Verdict]]
+Oracle = Callable[[int], Mapping[str, Mark]]
 
 
 def shas(n: int) -> list[str]:
@@ -24,10 +25,10 @@ def idx(sha: str) -> int:
     return int(sha[1:])
 
 
-def step(culprit: int, skips: frozenset[int] = frozenset(), skip_verdict: Verdict = U) -> Callable[[int], Verdict]:
+def step(culprit: int, skips: frozenset[int] = frozenset(), skip_verdict: Mark = U) -> Callable[[int], Mark]:
     """A case that passes before ``culprit`` and fails from it on, skipping ``skips``."""
 
-    def verdict(i: int) -> Verdict:
+    def verdict(i: int) -> Mark:
         if i in skips:
             return skip_verdict
         return P if i < culprit else F
@@ -35,7 +36,7 @@ def step(culprit: int, skips: frozenset[int] = frozenset(), skip_verdict: Verdic
     return verdict
 
 
-def oracle_of(**cases: Callable[[int], Verdict]) -> Oracle:
+def oracle_of(**cases: Callable[[int], Mark]) -> Oracle:
     return lambda i: {name: fn(i) for name, fn in cases.items()}
 
 
@@ -97,7 +98,7 @@ def test_max_steps_matches_worst_case() -> None:
 
 @pytest.mark.parametrize("offsets", [(0,), (-1,), (1,), (-1, 1), (-1, 0, 1), (-2, -1)])
 @pytest.mark.parametrize("skip_verdict", [U, E])
-def test_skips_around_the_culprit(offsets: tuple[int, ...], skip_verdict: Verdict) -> None:
+def test_skips_around_the_culprit(offsets: tuple[int, ...], skip_verdict: Mark) -> None:
     n, culprit = 30, 14
     commits = shas(n)
     skips = frozenset(culprit + o for o in offsets)
@@ -157,7 +158,7 @@ def test_all_skipped_range_is_ambiguous_with_all_candidates() -> None:
         (P, E, "bad endpoint is skip"),
     ],
 )
-def test_endpoints_not_showing_regression(good_end: Verdict, bad_end: Verdict, reason: str) -> None:
+def test_endpoints_not_showing_regression(good_end: Mark, bad_end: Mark, reason: str) -> None:
     commits = shas(8)
     b = Bisection(commits, ["a", "ok"])
     probes = drive(b, lambda i: {"a": good_end if i == 0 else bad_end if i == 7 else P, "ok": step(3)(i)}, k=2)
@@ -379,7 +380,7 @@ def _three_culprits(n: int, seed: int, k: int) -> tuple[Bisection, int, dict[str
         rounds += 1
         for sha in b.next_probes(k):
             i = int(sha[1:])
-            b.record(sha, {c: Verdict.FAIL if i >= at else Verdict.PASS for c, at in cases.items()})
+            b.record(sha, {c: F if i >= at else P for c, at in cases.items()})
     return b, rounds, cases
 
 

@@ -4,6 +4,7 @@ reproduces the failure at the culprit and the pass at its parent (run here), and
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import subprocess
 import sys
@@ -35,21 +36,19 @@ VIOLATION = "logical-boundaries [trains-padding]: row 0, position 5: expected 5,
 
 @dataclass(frozen=True)
 class WhyEvaluator(StateEvaluator):
-    """Failing cases come with what the MB evaluator records of them (harness.bisect.evaluator.case_detail)."""
+    """Failing cases come with the records a suite process writes of them: violations, impacts."""
 
     def __call__(self, sha: str) -> EvalOutcome:
         out = super().__call__(sha)
-        out.details = {
-            c: {
-                "diff": "invariant failure",
-                "broken": "logical-boundaries x4",
-                "impacts": "trains-padding",
-                "violation": VIOLATION,
-                "source": "golden",
-            }
-            for c, v in out.verdicts.items()
-            if v is Verdict.FAIL
-        }
+        broken = {"invariant": "logical-boundaries", "impact": "trains-padding", "row": 0, "position": 5}
+        for c, r in out.cases.items():
+            if r.verdict is Verdict.FAIL:
+                out.cases[c] = dataclasses.replace(
+                    r,
+                    diff="invariant failure",
+                    impacts=["trains-padding"],
+                    violations=[{**broken, "expected": 5, "got": 6}] * 4,
+                )
         return out
 
 

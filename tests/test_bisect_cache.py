@@ -17,6 +17,7 @@ import pytest
 from harness.bisect.cache import SCHEMA_VERSION, CacheKey, VerdictCache
 from harness.bisect.closure import suite_hash
 from harness.errors import CorruptFile
+from harness.executors.outcome import results_of
 from harness.records.results import CaseResult
 from harness.records.verdict import Verdict
 
@@ -29,8 +30,10 @@ def test_round_trip_and_attempts(tmp_path: Path) -> None:
     with VerdictCache(db) as cache:
         assert cache.latest(KEY) is None
         when = datetime(2025, 1, 2, 3, 4, 5, tzinfo=UTC)
-        first = cache.record(KEY, {"s::a": Verdict.ERROR, "s::b": Verdict.PASS}, {"s::a": "boom"}, 12.5, when)
-        second = cache.record(KEY, {"s::a": Verdict.FAIL, "s::b": Verdict.PASS}, {"s::a": "diff at 3"}, 3.0)
+        first = cache.record(
+            KEY, results_of({"s::a": Verdict.ERROR, "s::b": Verdict.PASS}, {"s::a": "boom"}), 12.5, when
+        )
+        second = cache.record(KEY, results_of({"s::a": Verdict.FAIL, "s::b": Verdict.PASS}, {"s::a": "diff at 3"}), 3.0)
         assert (first.attempt, second.attempt) == (1, 2)
     with VerdictCache(db) as cache:  # survives reopening
         got = cache.attempts(KEY)
@@ -45,7 +48,7 @@ def test_round_trip_and_attempts(tmp_path: Path) -> None:
 
 def test_key_parts_are_independent(tmp_path: Path) -> None:
     with VerdictCache(tmp_path / "c.sqlite") as cache:
-        cache.record(KEY, {"x": Verdict.PASS})
+        cache.record(KEY, results_of({"x": Verdict.PASS}))
         for other in (
             CacheKey("b" * 40, KEY.suite_hash, KEY.env_key),
             CacheKey(KEY.commit, "changed-suite", KEY.env_key),
@@ -53,7 +56,7 @@ def test_key_parts_are_independent(tmp_path: Path) -> None:
             CacheKey(KEY.commit, KEY.suite_hash, KEY.env_key, core="c" * 40),  # MB held, one Megatron-LM commit
         ):
             assert cache.latest(other) is None
-            assert cache.record(other, {"x": Verdict.FAIL}).attempt == 1
+            assert cache.record(other, results_of({"x": Verdict.FAIL})).attempt == 1
 
 
 def test_record_results_from_case_results(tmp_path: Path) -> None:
@@ -62,7 +65,7 @@ def test_record_results_from_case_results(tmp_path: Path) -> None:
         CaseResult("pack::two", "pack", Verdict.UNTESTABLE, message="no such op in this era"),
     ]
     with VerdictCache(tmp_path / "c.sqlite") as cache:
-        ev = cache.record_results(KEY, cases, duration_s=4.0)
+        ev = cache.record(KEY, {c.case_id: c for c in cases}, duration_s=4.0)
         assert cache.latest(KEY) == ev
         assert ev.messages["pack::two"] == "no such op in this era"
 
@@ -111,12 +114,14 @@ def test_schema_1_file_is_migrated_in_place_and_keeps_every_evaluation(tmp_path:
         ]
         assert got[0].messages["s::a"] == "boom"
         assert cache.attempts(held) == []
-        assert cache.record(held, {"s::a": Verdict.FAIL}).attempt == 1, "same MB commit, other core: its own key"
-        assert cache.record(old, {"s::a": Verdict.PASS}).attempt == 3
+        assert cache.record(held, results_of({"s::a": Verdict.FAIL})).attempt == 1, (
+            "same MB commit, other core: its own key"
+        )
+        assert cache.record(old, results_of({"s::a": Verdict.PASS})).attempt == 3
     with VerdictCache(db) as cache:  # reopening a migrated file changes nothing
         assert len(cache.attempts(old)) == 3 and len(cache.attempts(held)) == 1
     con = sqlite3.connect(db)
-    assert con.execute("SELECT version FROM schema_version").fetchall() == [(SCHEMA_VERSION,)] == [(3,)]
+    assert con.execute("SELECT version FROM schema_version").fetchall() == [(SCHEMA_VERSION,)] == [(4,)]
     assert con.execute("PRAGMA foreign_key_check").fetchall() == []
     con.execute("PRAGMA foreign_keys = ON")
     con.execute("DELETE FROM evaluations WHERE id = 1")
@@ -166,7 +171,7 @@ def test_foreign_sqlite_database_is_refused(tmp_path: Path) -> None:
 def test_unknown_verdict_value_is_corrupt(tmp_path: Path) -> None:
     db = tmp_path / "c.sqlite"
     with VerdictCache(db) as cache:
-        cache.record(KEY, {"x": Verdict.PASS})
+        cache.record(KEY, results_of({"x": Verdict.PASS}))
     con = sqlite3.connect(db)
     con.execute("UPDATE case_verdicts SET verdict = 'maybe'")
     con.commit()
@@ -181,6 +186,7 @@ WRITER = textwrap.dedent(
     """
     import sys
     from harness.bisect.cache import CacheKey, VerdictCache
+    from harness.executors.outcome import results_of
     from harness.records.verdict import Verdict
 
     cache = VerdictCache(sys.argv[1])
@@ -188,7 +194,7 @@ WRITER = textwrap.dedent(
     i = start
     while True:
         verdicts = {f"case{j}": Verdict.PASS if (i + j) % 3 else Verdict.FAIL for j in range(n_cases)}
-        cache.record(CacheKey(f"{i:040x}", "s", "e"), verdicts, {c: "m" * 300 for c in verdicts}, float(i))
+        cache.record(CacheKey(f"{i:040x}", "s", "e"), results_of(verdicts, {c: "m" * 300 for c in verdicts}), float(i))
         i += 1
         if i == start + 3:
             print("ready", flush=True)
@@ -278,7 +284,7 @@ def test_schema_2_file_gains_scopes_in_place_and_its_rows_read_as_whole_runs(tmp
 
     db = tmp_path / "verdicts.sqlite"
     with VerdictCache(db) as cache:
-        cache.record(KEY, {"s::a": Verdict.PASS, "s::b": Verdict.FAIL})
+        cache.record(KEY, results_of({"s::a": Verdict.PASS, "s::b": Verdict.FAIL}))
     con = sqlite3.connect(db)  # make it a schema 2 file: no scope column
     con.executescript(
         "PRAGMA foreign_keys = OFF; CREATE TABLE e2 (id INTEGER PRIMARY KEY AUTOINCREMENT, commit_sha TEXT NOT NULL,"
@@ -287,16 +293,16 @@ def test_schema_2_file_gains_scopes_in_place_and_its_rows_read_as_whole_runs(tmp
         " UNIQUE (commit_sha, core_commit, suite_hash, env_key, attempt));"
         " INSERT INTO e2 SELECT id, commit_sha, core_commit, suite_hash, env_key, attempt, duration_s,"
         " evaluated_at, n_cases FROM evaluations; DROP TABLE evaluations; ALTER TABLE e2 RENAME TO evaluations;"
-        " UPDATE schema_version SET version = 2;"
+        " ALTER TABLE case_verdicts DROP COLUMN result; UPDATE schema_version SET version = 2;"
     )
     con.close()
     with VerdictCache(db) as cache:
         (old,) = cache.attempts(KEY)
         assert old.scope == Scope() and not old.scope.partial and old.verdicts["s::b"] is Verdict.FAIL
         probe = Scope(cases=("s::b",))
-        assert cache.record(KEY, {"s::b": Verdict.FAIL}, scope=probe, up_to=1) is None, "s::b is held once"
-        stored = cache.record(KEY, {"s::b": Verdict.PASS}, scope=probe, up_to=2)
+        assert cache.record(KEY, results_of({"s::b": Verdict.FAIL}), scope=probe, up_to=1) is None, "s::b is held once"
+        stored = cache.record(KEY, results_of({"s::b": Verdict.PASS}), scope=probe, up_to=2)
         assert stored is not None and stored.attempt == 2 and stored.scope == probe
     with VerdictCache(db) as cache:
         assert [e.scope.partial for e in cache.attempts(KEY)] == [False, True]
-    assert sqlite3.connect(db).execute("SELECT version FROM schema_version").fetchall() == [(3,)]
+    assert sqlite3.connect(db).execute("SELECT version FROM schema_version").fetchall() == [(4,)]

@@ -236,11 +236,14 @@ def test_a_verdict_walks_from_the_suite_process_through_the_cache_to_the_bisect_
     mb_repo: MBRepo, shared_cache: Path, tmp_path: Path
 ) -> None:
     """Issue 46's walk of one verdict: the culprit commit run by ``harness run`` (what the suite
-    process writes, a ``CaseResult``), the verdict cache's row for that commit and case, and the bisect
-    document's case all say the same: verdict and message in the cache; the diff or message, the
-    invariants that broke, their impacts and the first violation in the document."""
-    from harness.bisect.evaluator import case_detail
-    from harness.records.results import RunResult
+    process writes, a ``CaseResult``), the verdict cache's record of that commit and case, and the
+    bisect document's case. The cache holds the suite process's record itself, equal to the
+    independent run's but for its duration; the document shows that record's diff or message, the
+    invariants that broke, their impacts and the first violation."""
+    import dataclasses
+
+    from harness.bisect.findings import broken_line, violation_of
+    from harness.records.results import CaseResult, RunResult
 
     proc = bisect(mb_repo, "good..bad", *SUITES, "-j", "3", out=tmp_path / "bisect", cache=shared_cache)
     assert proc.returncode == 0, proc.stdout + proc.stderr
@@ -266,24 +269,26 @@ def test_a_verdict_walks_from_the_suite_process_through_the_cache_to_the_bisect_
     con = sqlite3.connect(f"file:{shared_cache / 'verdicts.sqlite'}?mode=ro", uri=True, timeout=30)
     try:
         stored = {
-            case: (verdict, message)
-            for case, verdict, message in con.execute(
-                "SELECT v.case_id, v.verdict, v.message FROM case_verdicts v"
+            case: CaseResult.from_json(json.loads(doc_json))
+            for case, doc_json in con.execute(
+                "SELECT v.case_id, v.result FROM case_verdicts v"
                 " JOIN evaluations e ON e.id = v.evaluation_id WHERE e.commit_sha = ?",
                 (sha,),
             )
         }
     finally:
         con.close()
+
+    def timeless(case: CaseResult) -> CaseResult:
+        return dataclasses.replace(case, duration_s=0.0)
+
     for case in walked:
         assert case.case_id.split("::")[0] in suites
         result = written[case.case_id]
         assert result.verdict is Verdict.FAIL
-        assert stored[case.case_id] == (result.verdict.value, result.message)
-        detail = case_detail(result)
-        shown = (case.golden_diff, case.broken, case.violation)
-        assert shown == (detail["diff"], detail["broken"], detail["violation"])
-        assert case.impacts == result.impacts
+        assert timeless(stored[case.case_id]) == timeless(result)
+        shown = (case.golden_diff, case.broken, case.violation, case.impacts)
+        assert shown == (result.diff or result.message, broken_line(result), violation_of(result), result.impacts)
     assert any(case.impacts and case.violation for case in walked), "no walked case carried an invariant's impact"
     assert tree_digest(mb_repo.path) == mb_repo.digest
 
@@ -607,16 +612,16 @@ class StateEvaluator:
         tree = WorkspaceCache(self.workspace_dir, self.repo).materialize(sha)
         state_file = tree / "src" / "megatron" / "bridge" / "state.json"
         if not state_file.exists():
-            return EvalOutcome({}, note="no src/megatron/bridge")
+            return EvalOutcome.of({}, note="no src/megatron/bridge")
         state = json.loads(state_file.read_text())
         if state["broken"]:
-            return EvalOutcome(dict.fromkeys(self.cases, Verdict.UNTESTABLE), note="import error")
+            return EvalOutcome.of(dict.fromkeys(self.cases, Verdict.UNTESTABLE), note="import error")
         out = {c: Verdict.FAIL if c in state["fail"] else Verdict.PASS for c in self.cases}
         out.update(dict.fromkeys(state.get("gone", []), Verdict.UNTESTABLE))
         for c in self.flaky:
             n = len(self.counter.read_text().split()) if self.counter else 0
             out[c] = Verdict.FAIL if n % 2 else Verdict.PASS
-        return EvalOutcome(out, {c: f"{c} {v.value}" for c, v in out.items()})
+        return EvalOutcome.of(out, {c: f"{c} {v.value}" for c, v in out.items()})
 
 
 def _run(repo: Path, good: str, bad: str, cache: Path, **kw):

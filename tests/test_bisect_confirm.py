@@ -55,7 +55,7 @@ def verdicts_of(src: Path) -> EvalOutcome:
             verdicts[case], messages[case] = Verdict.FAIL, f"{name} is bad: {first}"
         else:
             verdicts[case] = Verdict.PASS
-    return EvalOutcome(verdicts, messages)
+    return EvalOutcome.of(verdicts, messages)
 
 
 @dataclass(frozen=True)

@@ -38,11 +38,11 @@ def _state(repo: Path, sha: str, path: str) -> dict | None:
 
 def _verdicts(mb_state: dict | None, core_state: dict | None) -> EvalOutcome:
     if mb_state is None or core_state is None:
-        return EvalOutcome({}, note="cannot run")
+        return EvalOutcome.of({}, note="cannot run")
     if core_state.get("broken"):
-        return EvalOutcome(dict.fromkeys(CASES, Verdict.UNTESTABLE), note="megatron-core does not import")
+        return EvalOutcome.of(dict.fromkeys(CASES, Verdict.UNTESTABLE), note="megatron-core does not import")
     failing = set(mb_state["fail"]) | set(core_state["fail"])
-    return EvalOutcome({c: Verdict.FAIL if c in failing else Verdict.PASS for c in CASES})
+    return EvalOutcome.of({c: Verdict.FAIL if c in failing else Verdict.PASS for c in CASES})
 
 
 @dataclass(frozen=True)

@@ -66,7 +66,7 @@ class ScopedEvaluator:
         if self.term_after and len(self.calls()) == self.term_after:
             os.kill(os.getpid(), signal.SIGTERM)
         verdicts = {c: Verdict.FAIL if c in state["fail"] else Verdict.PASS for c in ran}
-        return EvalOutcome(verdicts, duration_s=0.01, core_pin=PIN)
+        return EvalOutcome.of(verdicts, duration_s=0.01, core_pin=PIN)
 
     def calls(self) -> list[tuple[str, list[str]]]:
         return [tuple(json.loads(line)) for line in self.log.read_text().splitlines()] if self.log.exists() else []

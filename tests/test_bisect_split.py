@@ -21,7 +21,9 @@ from harness.bisect.driver import BisectOptions, run_bisection
 from harness.bisect.evaluator import EvalOutcome, MBEvaluator
 from harness.bisect.scope import Scope
 from harness.bisect.split import Part, cut, split_suites
+from harness.executors.outcome import results_of
 from harness.records import casetimes
+from harness.records.results import CaseResult
 from harness.records.verdict import Verdict
 from harness.repository.gitrepo import open_repo
 from harness.repository.workspaces import WorkspaceCache, workspace_dir_for
@@ -54,7 +56,7 @@ def test_only_a_selection_of_several_suites_at_several_slots_is_cut() -> None:
 
 
 def _ev(scope: Scope, verdicts: dict[str, Verdict]) -> Evaluation:
-    return Evaluation(CacheKey("c" * 40, "", "s", "e"), 1, verdicts, {}, 0.0, "", scope)
+    return Evaluation(CacheKey("c" * 40, "", "s", "e"), 1, results_of(verdicts), 0.0, "", scope)
 
 
 def test_parts_of_an_endpoint_stand_for_its_whole_selection() -> None:
@@ -170,11 +172,12 @@ class LedgerCostedEvaluator(CostedEvaluator):
         out = super().__call__(sha)
         tree = WorkspaceCache(self.workspace_dir, self.repo).materialize(sha)
         gone = json.loads((tree / "src" / "megatron" / "bridge" / "state.json").read_text()).get("gone", [])
-        verdicts, messages = dict(out.verdicts), dict(out.messages)
-        for case in set(gone) & set(verdicts):
-            verdicts[case] = Verdict.UNTESTABLE
-            messages[case] = f"untestable: no such operation here {features.tag(self.feature)}"
-        return replace(out, verdicts=verdicts, messages=messages)
+        cases = dict(out.cases)
+        for case in set(gone) & set(cases):
+            cases[case] = CaseResult.bare(
+                case, Verdict.UNTESTABLE, f"untestable: no such operation here {features.tag(self.feature)}"
+            )
+        return replace(out, cases=cases)
 
 
 def test_a_ledger_start_is_read_from_the_part_of_good_that_ran_the_case(tmp_path: Path, monkeypatch) -> None:

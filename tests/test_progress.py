@@ -187,11 +187,11 @@ def test_bisection_remaining_commits() -> None:
     commits = [f"c{i}" for i in range(33)]
     bisection = Bisection(commits, ["s::a", "s::b"])
     assert bisection.remaining() == (32, 32)
-    from harness.records.verdict import Verdict
+    from harness.bisect.status import Mark
 
-    bisection.record("c0", {"s::a": Verdict.PASS, "s::b": Verdict.PASS})
-    bisection.record("c32", {"s::a": Verdict.FAIL, "s::b": Verdict.FAIL})
-    bisection.record("c16", {"s::a": Verdict.FAIL, "s::b": Verdict.PASS})
+    bisection.record("c0", {"s::a": Mark.GOOD, "s::b": Mark.GOOD})
+    bisection.record("c32", {"s::a": Mark.BAD, "s::b": Mark.BAD})
+    bisection.record("c16", {"s::a": Mark.BAD, "s::b": Mark.GOOD})
     assert bisection.remaining() == (32, 16), "a in c1..c16, b in c17..c32"
     assert max_steps(16 + 1, 1) == 4
 

@@ -148,7 +148,7 @@ def test_lost_suite_job_is_an_error_case_never_a_verdict() -> None:
         cases=[CaseResult("a::one", "a", Verdict.PASS), CaseResult("a::two", "a", Verdict.FAIL)],
         notes=["slow"],
     )
-    lost = EvalOutcome(
+    lost = EvalOutcome.of(
         {}, note="infrastructure: job 42 left no result (scheduler state NODE_FAIL)", infrastructure=True
     )
     lost_logs = [

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from harness.bisect.status import Mark
+from harness.bisect.view import mark_of
 from harness.records.verdict import SEVERITY, Verdict, is_flaky, settle, worst
 
 
@@ -27,13 +29,15 @@ def test_settle_lets_a_decisive_retry_win_over_skips() -> None:
     assert is_flaky([Verdict.PASS, None, Verdict.FAIL])
 
 
-def test_bisect_view_keeps_known_bugs_bad_and_changes_good_unless_asked() -> None:
-    assert Verdict.KNOWN_FAIL.bisect_view() is Verdict.FAIL
-    assert Verdict.FIXED.bisect_view() is Verdict.PASS
-    assert Verdict.CHANGED.bisect_view() is Verdict.PASS
-    assert Verdict.CHANGED.bisect_view(changed=True) is Verdict.FAIL
-    for v in (Verdict.PASS, Verdict.FAIL, Verdict.UNTESTABLE, Verdict.ERROR):
-        assert v.bisect_view() is v and v.bisect_view(changed=True) is v
+def test_a_bisection_reads_known_bugs_as_bad_and_changes_as_good_unless_asked() -> None:
+    assert mark_of(Verdict.KNOWN_FAIL) is Mark.BAD
+    assert mark_of(Verdict.FIXED) is Mark.GOOD
+    assert mark_of(Verdict.CHANGED) is Mark.GOOD
+    assert mark_of(Verdict.CHANGED, changed=True) is Mark.BAD
+    for v, m in ((Verdict.PASS, Mark.GOOD), (Verdict.FAIL, Mark.BAD)):
+        assert mark_of(v) is m and mark_of(v, changed=True) is m
+    for v in (Verdict.UNTESTABLE, Verdict.ERROR):
+        assert mark_of(v) is Mark.SKIP and mark_of(v, changed=True) is Mark.SKIP
 
 
 def test_a_regression_outranks_a_change_and_a_known_bug() -> None:

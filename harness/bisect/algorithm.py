@@ -8,9 +8,10 @@ Model (mozregression-style explicit states):
 
 * ``commits[0..n-1]`` is a linear candidate list, oldest first. ``commits[0]`` is the
   known-good endpoint, ``commits[-1]`` the known-bad one.
-* A *probe* evaluates one commit and yields one :class:`~harness.records.verdict.Verdict` per
-  case. Probes are shared: every case sees every probe. Per case, PASS is "good", FAIL is
-  "bad", UNTESTABLE, ERROR and a missing case are "skip" (git bisect's exit code 125).
+* A *probe* evaluates one commit and yields one :class:`~harness.bisect.status.Mark` per
+  case: GOOD, BAD or SKIP (git bisect's exit code 125); a case missing from a probe it ran is
+  a skip too. Probes are shared: every case sees every probe. Which verdict is which mark is
+  the driver's reading (:mod:`harness.bisect.view`), not this module's.
 * Each case is bisected independently over the shared probes and ends in one
   :class:`CaseStatus`. ``OPEN`` is the only non-terminal state.
 
@@ -20,12 +21,11 @@ for that case (``NOT_REPRODUCED``). With ``verify_endpoints=False`` they are *as
 and bad, like ``git bisect good/bad`` typed by a user, unless a recorded probe says otherwise.
 
 Retries: :meth:`Bisection.record` may be called again for the same commit. A case is FLAKY
-when its *decisive* verdicts disagree at one commit (PASS in one record, FAIL in another);
-a FLAKY case is never blamed on anything. A skip followed by a decisive verdict is not
-flaky: that is what a retry of an ERROR/UNTESTABLE probe is for; the decisive verdict wins
-and a note records it.
+when its marks disagree at one commit (GOOD in one record, BAD in another); a FLAKY case is
+never blamed on anything. A skip followed by GOOD or BAD is not flaky: that is what a retry of
+an ERROR/UNTESTABLE probe is for; the decisive mark wins and a note records it.
 
-Non-monotonic evidence (a PASS above the first FAIL, which shared probes can produce) keeps
+Non-monotonic evidence (a GOOD above the first BAD, which shared probes can produce) keeps
 git bisect's semantics: first bad = lowest bad commit, last good = highest good commit
 below it; the case gets a note so a person can look.
 
@@ -34,43 +34,29 @@ Where to probe next, given the intervals, is :mod:`.probes` (index arithmetic on
 
 from __future__ import annotations
 
-import enum
 from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from harness.bisect.probes import best_pick, max_steps
-from harness.bisect.status import CaseOutcome, CaseStatus
+from harness.bisect.status import CaseOutcome, CaseStatus, Mark
 from harness.errors import UsageError
-from harness.records.verdict import Verdict, is_flaky, settle
-
-
-class _Mark(enum.Enum):
-    """What a commit says about one case once all its records are combined."""
-
-    GOOD = "good"
-    BAD = "bad"
-    SKIP = "skip"
-    FLAKY = "flaky"
 
 
 @dataclass
 class _CaseState:
     """Mutable per-case bookkeeping: observed verdicts per commit index."""
 
-    seen: dict[int, list[Verdict | None]] = field(default_factory=dict)
+    seen: dict[int, list[Mark | None]] = field(default_factory=dict)
     evaluations: int = 0
 
 
-def _mark_of(observed: Sequence[Verdict | None]) -> _Mark:
-    """Fold the verdicts of all records of one commit for one case into a mark."""
-    if is_flaky(observed):
-        return _Mark.FLAKY
-    settled = settle(observed)
-    if settled is Verdict.PASS:
-        return _Mark.GOOD
-    if settled is Verdict.FAIL:
-        return _Mark.BAD
-    return _Mark.SKIP
+def _mark_of(observed: Sequence[Mark | None]) -> Mark:
+    """Fold the marks of all records of one commit for one case into one: GOOD and BAD together
+    are FLAKY; either one outweighs skips (a retry of a skipped probe); else a skip."""
+    seen = set(observed)
+    if Mark.GOOD in seen and Mark.BAD in seen:
+        return Mark.FLAKY
+    return Mark.GOOD if Mark.GOOD in seen else Mark.BAD if Mark.BAD in seen else Mark.SKIP
 
 
 class Bisection:
@@ -81,7 +67,7 @@ class Bisection:
         b = Bisection(commits, cases)
         while not b.done:
             for sha in b.next_probes(k):
-                b.record(sha, evaluate(sha))   # dict[case_id, Verdict]
+                b.record(sha, evaluate(sha))   # dict[case_id, Mark]
         print(b.summary())
     """
 
@@ -125,11 +111,11 @@ class Bisection:
         """Total record() calls (retries included)."""
         return sum(self._probed.values())
 
-    def record(self, commit: str, verdicts: Mapping[str, Verdict], ran: Collection[str] | None = None) -> None:
+    def record(self, commit: str, marks: Mapping[str, Mark], ran: Collection[str] | None = None) -> None:
         """Add one evaluation of ``commit``; may be called again for retries.
 
         ``ran``: the cases this evaluation ran (a probe of the open cases, or one that a cache
-        holds for other cases); None: every case. Cases it ran but missing from ``verdicts``
+        holds for other cases); None: every case. Cases it ran but missing from ``marks``
         count as skipped; cases it did not run learn nothing (no mark, the commit stays free
         for them); unknown case ids are ignored (a suite may grow cases the bisection was not
         asked about).
@@ -142,7 +128,7 @@ class Bisection:
             return
         open_before = {c for c in targets if self.outcome(c).status is CaseStatus.OPEN}
         for case_id, state in targets.items():
-            state.seen.setdefault(idx, []).append(verdicts.get(case_id))
+            state.seen.setdefault(idx, []).append(marks.get(case_id))
             if case_id in open_before:
                 state.evaluations += 1
         if idx not in self._probed:
@@ -151,14 +137,14 @@ class Bisection:
 
     # ------------------------------------------------------------- per case
 
-    def _mark(self, state: _CaseState, idx: int) -> _Mark | None:
+    def _mark(self, state: _CaseState, idx: int) -> Mark | None:
         """The combined mark of a commit for a case, None when never probed."""
         observed = state.seen.get(idx)
         if observed is None:
             return None
         return _mark_of(observed)
 
-    def _endpoint_mark(self, state: _CaseState, idx: int, assumed: _Mark) -> _Mark | None:
+    def _endpoint_mark(self, state: _CaseState, idx: int, assumed: Mark) -> Mark | None:
         """Endpoints are assumed unless probed; None = still to be verified."""
         mark = self._mark(state, idx)
         if mark is not None:
@@ -174,12 +160,12 @@ class Bisection:
         last = len(self._commits) - 1
         marks = {i: _mark_of(v) for i, v in state.seen.items()}
         if speculative or not self._verify_endpoints:
-            marks.setdefault(0, _Mark.GOOD)
-            marks.setdefault(last, _Mark.BAD)
-        bad = min(i for i, m in marks.items() if m is _Mark.BAD)
-        good = max(i for i, m in marks.items() if m is _Mark.GOOD and i < bad)
+            marks.setdefault(0, Mark.GOOD)
+            marks.setdefault(last, Mark.BAD)
+        bad = min(i for i, m in marks.items() if m is Mark.BAD)
+        good = max(i for i, m in marks.items() if m is Mark.GOOD and i < bad)
         notes: list[str] = []
-        later_goods = sorted(i for i, m in marks.items() if m is _Mark.GOOD and i > bad)
+        later_goods = sorted(i for i, m in marks.items() if m is Mark.GOOD and i > bad)
         if later_goods:
             notes.append(
                 "non-monotonic: good at "
@@ -206,12 +192,12 @@ class Bisection:
             )
 
         notes = self._retry_notes(state)
-        flaky = sorted(i for i, v in state.seen.items() if _mark_of(v) is _Mark.FLAKY)
+        flaky = sorted(i for i, v in state.seen.items() if _mark_of(v) is Mark.FLAKY)
         if flaky:
             return make(CaseStatus.FLAKY, flaky_commits=tuple(self._commits[i] for i in flaky), notes=notes)
         last = len(self._commits) - 1
-        start = self._endpoint_mark(state, 0, _Mark.GOOD)
-        end = self._endpoint_mark(state, last, _Mark.BAD)
+        start = self._endpoint_mark(state, 0, Mark.GOOD)
+        end = self._endpoint_mark(state, last, Mark.BAD)
         problems = self._endpoint_problems(start, end)
         if problems:
             return make(CaseStatus.NOT_REPRODUCED, notes=notes + problems)
@@ -237,12 +223,12 @@ class Bisection:
         )
 
     @staticmethod
-    def _endpoint_problems(start: _Mark | None, end: _Mark | None) -> list[str]:
+    def _endpoint_problems(start: Mark | None, end: Mark | None) -> list[str]:
         """Why the endpoints do not show good -> bad (empty while unknown or fine)."""
         problems: list[str] = []
-        if start is not None and start is not _Mark.GOOD:
+        if start is not None and start is not Mark.GOOD:
             problems.append(f"good endpoint is {start.value}, not good")
-        if end is not None and end is not _Mark.BAD:
+        if end is not None and end is not Mark.BAD:
             problems.append(f"bad endpoint is {end.value}, not bad")
         return problems
 
@@ -251,9 +237,9 @@ class Bisection:
         notes = []
         for i, observed in sorted(state.seen.items()):
             kinds = set(observed)
-            if len(observed) > 1 and len(kinds) > 1 and _mark_of(observed) in (_Mark.GOOD, _Mark.BAD):
+            if len(observed) > 1 and len(kinds) > 1 and _mark_of(observed) in (Mark.GOOD, Mark.BAD):
                 names = "/".join(sorted(v.value if v else "missing" for v in kinds))
-                notes.append(f"retries at {self._commits[i][:12]} disagreed ({names}); decisive verdict kept")
+                notes.append(f"retries at {self._commits[i][:12]} disagreed ({names}); decisive mark kept")
         return notes
 
     def remaining(self) -> tuple[int, int]:

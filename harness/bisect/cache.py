@@ -25,14 +25,22 @@ what a stored verdict means.
 from __future__ import annotations
 
 import contextlib
+import json
 import sqlite3
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from types import TracebackType
 
-from harness.bisect.cacheschema import EVALUATIONS_V1_TO_V2, EVALUATIONS_V2_TO_V3, SCHEMA, SCHEMA_VERSION
+from harness.bisect.cacheschema import (
+    CASES_V3_TO_V4,
+    EVALUATIONS_V2_TO_V3,
+    SCHEMA,
+    SCHEMA_VERSION,
+    migrate,
+    migrate_1_to_2,
+)
 from harness.bisect.scope import Scope, suite_of
 from harness.errors import CorruptFile, EnvironmentProblem
 from harness.records.results import CaseResult
@@ -59,15 +67,22 @@ class CacheKey:
 
 @dataclass(frozen=True)
 class Evaluation:
-    """One stored attempt at evaluating a commit."""
+    """One stored attempt at evaluating a commit: the suite process's records of its cases."""
 
     key: CacheKey
     attempt: int
-    verdicts: dict[str, Verdict]
-    messages: dict[str, str]
+    cases: dict[str, CaseResult]
     duration_s: float
     evaluated_at: str  # ISO 8601, UTC
     scope: Scope = WHOLE  # what it ran: the whole selection, or listed (open) cases
+
+    @property
+    def verdicts(self) -> dict[str, Verdict]:
+        return {c: r.verdict for c, r in self.cases.items()}
+
+    @property
+    def messages(self) -> dict[str, str]:
+        return {c: r.message for c, r in self.cases.items()}
 
     def ran(self, case: str) -> bool:
         """Whether it ran ``case``: a run of the default selection ran every case (missing is a
@@ -166,77 +181,45 @@ class VerdictCache:
                 f"understands ({SCHEMA_VERSION}); upgrade the harness, run with --no-cache or delete the file"
             )
         if version == 1:
-            self._migrate_1_to_2(db)
+            migrate_1_to_2(db, self._corrupt)
             version = 2
         if version == 2:
-            self._migrate(db, 2, EVALUATIONS_V2_TO_V3)
+            migrate(db, 2, EVALUATIONS_V2_TO_V3)
+            version = 3
+        if version == 3:
+            migrate(db, 3, CASES_V3_TO_V4)
         elif version < SCHEMA_VERSION:
             raise self._corrupt(f"schema_version {version} is too old")
-
-    def _migrate_1_to_2(self, db: sqlite3.Connection) -> None:
-        """Add ``core_commit`` to the key: the table is rebuilt (SQLite cannot change a UNIQUE
-        constraint in place) in one transaction, so a kill leaves schema 1 or schema 2, never a mix.
-        Foreign keys are off meanwhile (``case_verdicts`` keeps pointing at the same ids)."""
-        db.execute("PRAGMA foreign_keys = OFF")
-        try:
-            db.execute("BEGIN IMMEDIATE")
-            try:
-                if db.execute("SELECT max(version) FROM schema_version").fetchone()[0] == 1:  # not done meanwhile
-                    for stmt in EVALUATIONS_V1_TO_V2.split(";"):
-                        if stmt.strip():
-                            db.execute(stmt)
-                    if db.execute("PRAGMA foreign_key_check").fetchall():
-                        raise self._corrupt("migration to schema 2 left verdicts without their evaluation")
-                db.execute("COMMIT")
-            except BaseException:
-                if db.in_transaction:
-                    db.execute("ROLLBACK")
-                raise
-        finally:
-            db.execute("PRAGMA foreign_keys = ON")
-
-    def _migrate(self, db: sqlite3.Connection, version: int, script: str) -> None:
-        """One in-place step from ``version``, in one transaction (a kill leaves one schema or the next)."""
-        db.execute("BEGIN IMMEDIATE")
-        try:
-            if db.execute("SELECT max(version) FROM schema_version").fetchone()[0] == version:  # not done meanwhile
-                for stmt in script.split(";"):
-                    if stmt.strip():
-                        db.execute(stmt)
-            db.execute("COMMIT")
-        except BaseException:
-            if db.in_transaction:
-                db.execute("ROLLBACK")
-            raise
 
     # ------------------------------------------------------------ writing
 
     def record(
         self,
         key: CacheKey,
-        verdicts: Mapping[str, Verdict],
-        messages: Mapping[str, str] | None = None,
+        cases: Mapping[str, CaseResult],
         duration_s: float = 0.0,
         evaluated_at: datetime | None = None,
         up_to: int | None = None,
         scope: Scope = WHOLE,
     ) -> Evaluation | None:
-        """Store one complete evaluation atomically; returns it with its attempt number (the
-        sequence number of evaluations under ``key``).
+        """Store one complete evaluation (the case records, as the suite process wrote them)
+        atomically; returns it with its attempt number (the sequence number of evaluations under
+        ``key``).
 
         ``up_to``: store it only while fewer than ``up_to`` evaluations of the same selection
         (a case probe: verdicts of each of its cases) are held (else None, nothing written):
         two bisects sharing a cache that evaluated the same commit at once keep one verdict, not
         two attempts that would read as a retry. Checked inside the write lock, so it is race-free.
         """
-        messages = dict(messages or {})
         stamp = (evaluated_at or datetime.now(UTC)).astimezone(UTC).isoformat()
-        rows = [(cid, v.value, messages.get(cid, "")) for cid, v in sorted(verdicts.items())]
+        rows = [
+            (c, r.verdict.value, r.message, json.dumps(r.to_json(), sort_keys=True)) for c, r in sorted(cases.items())
+        ]
         db = self._db
         db.execute("BEGIN IMMEDIATE")  # the write lock makes max(attempt)+1 race-free
         try:
             attempt = self._next_attempt(key)
-            if up_to is not None and self._held(key, scope, list(verdicts)) >= up_to:
+            if up_to is not None and self._held(key, scope, list(cases)) >= up_to:
                 db.execute("ROLLBACK")
                 return None
             cur = db.execute(
@@ -255,7 +238,7 @@ class VerdictCache:
                 ),
             )
             db.executemany(
-                "INSERT INTO case_verdicts (evaluation_id, case_id, verdict, message) VALUES (?, ?, ?, ?)",
+                "INSERT INTO case_verdicts (evaluation_id, case_id, verdict, message, result) VALUES (?, ?, ?, ?, ?)",
                 [(cur.lastrowid, *row) for row in rows],
             )
             db.execute("COMMIT")
@@ -266,18 +249,7 @@ class VerdictCache:
             if isinstance(exc, sqlite3.OperationalError):  # a full disk mid-run: this evaluation is not stored
                 raise self._unwritable(exc) from None
             raise
-        return Evaluation(key, attempt, dict(verdicts), {c: m for c, _, m in rows}, float(duration_s), stamp, scope)
-
-    def record_results(self, key: CacheKey, cases: Sequence[CaseResult], duration_s: float = 0.0) -> Evaluation:
-        """Convenience: store the case results of one run of the suites."""
-        stored = self.record(
-            key,
-            {c.case_id: c.verdict for c in cases},
-            {c.case_id: c.message for c in cases},
-            duration_s=duration_s,
-        )
-        assert stored is not None  # without up_to every evaluation is stored
-        return stored
+        return Evaluation(key, attempt, dict(cases), float(duration_s), stamp, scope)
 
     def _held(self, key: CacheKey, scope: Scope, cases: list[str]) -> int:
         """How many times ``key`` already holds what this evaluation would add: evaluations of the
@@ -337,19 +309,24 @@ class VerdictCache:
         self, key: CacheKey, eid: int, attempt: int, duration: float, stamp: str, n_cases: int, scope: str
     ) -> Evaluation:
         rows = self._db.execute(
-            "SELECT case_id, verdict, message FROM case_verdicts WHERE evaluation_id = ?", (eid,)
+            "SELECT case_id, verdict, message, result FROM case_verdicts WHERE evaluation_id = ?", (eid,)
         ).fetchall()
         if len(rows) != n_cases:
             raise self._corrupt(f"evaluation {eid} has {len(rows)} of {n_cases} cases")
         try:
-            verdicts = {cid: Verdict(v) for cid, v, _ in rows}
-        except ValueError as exc:
+            cases = {
+                cid: CaseResult.from_json(json.loads(doc)) if doc else CaseResult.bare(cid, Verdict(v), m)
+                for cid, v, m, doc in rows
+            }
+        except (ValueError, TypeError, KeyError) as exc:
             raise self._corrupt(str(exc)) from None
+        if torn := [f"{cid}: {v!r}" for cid, v, _m, _doc in rows if cases[cid].verdict.value != v]:
+            raise self._corrupt(f"evaluation {eid}: verdicts that disagree with their records ({', '.join(torn)})")
         try:
             what = Scope.from_json(scope)
         except (ValueError, TypeError, AttributeError) as exc:
             raise self._corrupt(f"evaluation {eid}: scope {scope!r}: {exc}") from None
-        return Evaluation(key, attempt, verdicts, {cid: m for cid, _, m in rows}, duration, stamp, what)
+        return Evaluation(key, attempt, cases, duration, stamp, what)
 
     # ------------------------------------------------------------ lifetime
 

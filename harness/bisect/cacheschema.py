@@ -7,7 +7,10 @@ one transaction: a kill leaves the old schema or the new one, never a mix.
 
 from __future__ import annotations
 
-SCHEMA_VERSION = 3  # 2: core_commit in the key; 3: scope (what each evaluation ran)
+import sqlite3
+from collections.abc import Callable
+
+SCHEMA_VERSION = 4  # 2: core_commit in the key; 3: scope (what each evaluation ran); 4: the case records
 
 SCHEMA = """
 CREATE TABLE schema_version (version INTEGER NOT NULL);
@@ -29,6 +32,7 @@ CREATE TABLE case_verdicts (
     case_id TEXT NOT NULL,
     verdict TEXT NOT NULL,
     message TEXT NOT NULL,
+    result TEXT NOT NULL DEFAULT '',
     PRIMARY KEY (evaluation_id, case_id)
 );
 """
@@ -62,3 +66,49 @@ EVALUATIONS_V2_TO_V3 = """
 ALTER TABLE evaluations ADD COLUMN scope TEXT NOT NULL DEFAULT '';
 UPDATE schema_version SET version = 3;
 """
+
+# Schema 4 keeps each case's whole record (harness.records.results.CaseResult, JSON), the one the
+# suite process wrote: the bisect document shows it as it was. Rows stored before hold a verdict and
+# a message only, read back as a bare record.
+CASES_V3_TO_V4 = """
+ALTER TABLE case_verdicts ADD COLUMN result TEXT NOT NULL DEFAULT '';
+UPDATE schema_version SET version = 4;
+"""
+
+
+def migrate_1_to_2(db: sqlite3.Connection, corrupt: Callable[[str], Exception]) -> None:
+    """Add ``core_commit`` to the key: the table is rebuilt (SQLite cannot change a UNIQUE
+    constraint in place) in one transaction, so a kill leaves schema 1 or schema 2, never a mix.
+    Foreign keys are off meanwhile (``case_verdicts`` keeps pointing at the same ids)."""
+    db.execute("PRAGMA foreign_keys = OFF")
+    try:
+        db.execute("BEGIN IMMEDIATE")
+        try:
+            if db.execute("SELECT max(version) FROM schema_version").fetchone()[0] == 1:  # not done meanwhile
+                for stmt in EVALUATIONS_V1_TO_V2.split(";"):
+                    if stmt.strip():
+                        db.execute(stmt)
+                if db.execute("PRAGMA foreign_key_check").fetchall():
+                    raise corrupt("migration to schema 2 left verdicts without their evaluation")
+            db.execute("COMMIT")
+        except BaseException:
+            if db.in_transaction:
+                db.execute("ROLLBACK")
+            raise
+    finally:
+        db.execute("PRAGMA foreign_keys = ON")
+
+
+def migrate(db: sqlite3.Connection, version: int, script: str) -> None:
+    """One in-place step from ``version``, in one transaction (a kill leaves one schema or the next)."""
+    db.execute("BEGIN IMMEDIATE")
+    try:
+        if db.execute("SELECT max(version) FROM schema_version").fetchone()[0] == version:  # not done meanwhile
+            for stmt in script.split(";"):
+                if stmt.strip():
+                    db.execute(stmt)
+        db.execute("COMMIT")
+    except BaseException:
+        if db.in_transaction:
+            db.execute("ROLLBACK")
+        raise

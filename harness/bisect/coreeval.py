@@ -24,6 +24,7 @@ from harness.bisect.options import BisectOptions
 from harness.bisect.scope import Scope
 from harness.errors import GitError, UsageError
 from harness.records import casetimes
+from harness.records.results import CaseResult
 from harness.repository.gitrepo import open_repo
 from harness.repository.pins import core_at
 from harness.repository.workspaces import WorkspaceCache, workspace_dir_for
@@ -67,7 +68,7 @@ class CoreEvaluator:
             )
         return self.mb.evaluate(self.mb_src, self.label(sha), core, self.mb.suites, t0, core_varies=True)
 
-    def details(self, sha: str) -> dict[str, dict[str, str]]:
+    def details(self, sha: str) -> dict[str, CaseResult]:
         return self.mb.details_of(self.label(sha))
 
 

@@ -38,7 +38,6 @@ from harness.bisect.closure import closure_hash, suite_hash, suite_process_files
 from harness.bisect.scope import Scope, suite_of
 from harness.errors import CorruptFile, GitError
 from harness.executors.outcome import EvalOutcome
-from harness.records.oracle import counts_line, violation_line
 from harness.records.results import CaseResult, RunResult
 from harness.repository.gitrepo import open_repo
 from harness.repository.pins import PinnedCore, pinned_core
@@ -89,9 +88,10 @@ class TreeEvaluating(Protocol):
 
 @runtime_checkable
 class Detailing(Protocol):
-    """It keeps the golden diffs of the commits it ran (for verdicts that came from the cache)."""
+    """It keeps the case records of the commits it ran (for verdicts a cache of an older schema
+    stored without them)."""
 
-    def details(self, sha: str) -> dict[str, dict[str, str]]: ...
+    def details(self, sha: str) -> dict[str, CaseResult]: ...
 
 
 def env_key() -> str:
@@ -255,50 +255,22 @@ class MBEvaluator:
         result = runner.run_suites(tgt, opts, self.runs_dir / label / runner.new_run_id(), progress=None)
         cases = [c for c in result.cases if self.cases is None or c.case_id in self.cases]  # upstream runs whole
         return EvalOutcome(
-            verdicts={c.case_id: c.verdict for c in cases},
-            messages={c.case_id: c.message for c in cases},
-            details={c.case_id: case_detail(c) for c in cases},
+            {c.case_id: c for c in cases},
             duration_s=time.monotonic() - t0,
             note="; ".join(result.notes),
             core_pin=(core.pin or "") if core else "",
         )
 
-    def details(self, sha: str) -> dict[str, dict[str, str]]:
-        """Golden diffs of the newest kept run of ``sha`` (for verdicts that came from the cache)."""
+    def details(self, sha: str) -> dict[str, CaseResult]:
+        """The case records of the newest kept run of ``sha``."""
         return self.details_of(sha)
 
-    def details_of(self, label: str) -> dict[str, dict[str, str]]:
-        """Golden diffs of the newest kept run named ``label`` (its directory under the runs dir)."""
+    def details_of(self, label: str) -> dict[str, CaseResult]:
+        """The case records of the newest kept run named ``label`` (its directory under the runs dir)."""
         for path in sorted((self.runs_dir / label).glob("*/results.json"), reverse=True):
             try:
                 run = RunResult.load(path)
             except (CorruptFile, OSError, ValueError, KeyError, TypeError):
                 continue
-            return {c.case_id: case_detail(c) for c in run.cases}
+            return {c.case_id: c for c in run.cases}
         return {}
-
-
-def case_detail(case: CaseResult) -> dict[str, str]:
-    """What the bisect answer shows of a case at a commit: its diff or message, which invariants
-    broke (``logical-boundaries x4``), their training impacts, and one concrete violation."""
-    counts: dict[str, int] = {}
-    for v in case.violations:
-        counts[str(v.get("invariant"))] = counts.get(str(v.get("invariant")), 0) + 1
-    first = case.violations[0] if case.violations else None
-    violation = ""
-    if first is not None:
-        violation = violation_line(
-            str(first.get("invariant")),
-            str(first.get("impact")),
-            first.get("row"),
-            first.get("position"),
-            str(first.get("expected")),
-            str(first.get("got")),
-        )
-    return {
-        "diff": case.diff or case.message,
-        "source": case.source,
-        "broken": counts_line(counts),
-        "impacts": ", ".join(case.impacts),
-        "violation": violation,
-    }

@@ -18,13 +18,15 @@ from harness.bisect.cache import Evaluation
 from harness.bisect.document import NOT_RUN, CaseDoc, CommitMeta, Culprit, ProbeCost
 from harness.executors.local import JobLog
 from harness.progress import duration
+from harness.records.oracle import counts_line, violation_line
+from harness.records.results import CaseResult
 from harness.records.verdict import Verdict, is_flaky, settle
 from harness.repository.gitrepo import GitRepo
 
 MAX_DIFF_CHARS = 200_000
 
 #: case -> {"diff": golden diff or message, "source": "golden" | "upstream"}
-Details = dict[str, dict[str, str]]
+Details = dict[str, CaseResult]  # case -> the suite process's record of it at one commit
 
 
 @dataclass
@@ -32,7 +34,7 @@ class Evidence:
     """Everything a bisection run observed, cached or new."""
 
     attempts: dict[str, list[Evaluation]] = field(default_factory=dict)  # commit -> attempts, oldest first
-    details: dict[str, Details] = field(default_factory=dict)  # commit -> golden diffs of its newest run
+    details: dict[str, Details] = field(default_factory=dict)  # commit -> the case records of its newest run
     notes: dict[str, list[str]] = field(default_factory=dict)  # commit -> evaluator notes
     new_evaluations: int = 0
     cached_evaluations: int = 0
@@ -134,7 +136,7 @@ def case_docs(
                 culprits[outcome.culprit] = culprit_record(repo, outcome.culprit, axis)
             culprit = culprits[outcome.culprit]
         where = outcome.culprit or bad
-        detail = details_of(where).get(outcome.case_id) or details_of(bad).get(outcome.case_id) or {}
+        shown = details_of(where).get(outcome.case_id) or details_of(bad).get(outcome.case_id)
         message = next(
             (
                 ev.messages[outcome.case_id]
@@ -153,11 +155,34 @@ def case_docs(
                 flaky_commits=list(outcome.flaky_commits),
                 evaluations=outcome.evaluations,
                 notes=list(outcome.notes),
-                golden_diff=detail.get("diff") or message,
-                source=detail.get("source") or "golden",
-                broken=detail.get("broken", ""),
-                impacts=[i for i in detail.get("impacts", "").split(", ") if i],
-                violation=detail.get("violation", ""),
+                golden_diff=(shown.diff or shown.message if shown else "") or message,
+                source=shown.source if shown else "golden",
+                broken=broken_line(shown) if shown else "",
+                impacts=list(shown.impacts) if shown else [],
+                violation=violation_of(shown) if shown else "",
             )
         )
     return docs
+
+
+def broken_line(case: CaseResult) -> str:
+    """Which invariants broke, and how often (``logical-boundaries x4``)."""
+    counts: dict[str, int] = {}
+    for v in case.violations:
+        counts[str(v.get("invariant"))] = counts.get(str(v.get("invariant")), 0) + 1
+    return counts_line(counts)
+
+
+def violation_of(case: CaseResult) -> str:
+    """One concrete violation of the case, the first, in one line ("" when none)."""
+    if not case.violations:
+        return ""
+    first = case.violations[0]
+    return violation_line(
+        str(first.get("invariant")),
+        str(first.get("impact")),
+        first.get("row"),
+        first.get("position"),
+        str(first.get("expected")),
+        str(first.get("got")),
+    )

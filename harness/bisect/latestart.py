@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING
 
 from harness.bisect.algorithm import Bisection, CaseStatus
 from harness.bisect.document import LateStart
+from harness.bisect.status import Mark
 from harness.records.verdict import Verdict, settle
 
 if TYPE_CHECKING:
@@ -105,11 +106,11 @@ def _start(driver: Level, good: str, case: str, at_good: str, search: Bisection)
     first = outcome.culprit
     attempts = driver.evidence.attempts.get(first, [])
     real = settle(e.verdicts.get(case) for e in attempts)
-    seen = settle(driver.view(first, e.verdicts).get(case) for e in attempts)
+    seen = {driver.view(first, e.verdicts).get(case) for e in attempts}
     there = real.value if real else "not run"
     where = f"the oldest commit where it runs is {first[:12]} ({there} there)"
-    if seen is not Verdict.PASS:
-        if real in (Verdict.FAIL, Verdict.KNOWN_FAIL) or seen is Verdict.FAIL:  # red from its first runnable commit
+    if Mark.GOOD not in seen or Mark.BAD in seen:
+        if real in (Verdict.FAIL, Verdict.KNOWN_FAIL) or Mark.BAD in seen:  # red from its first runnable commit
             born = (
                 f"{head}; born failing: it fails from the oldest commit where it runs, {first[:12]} "
                 "(where what it needs appeared): that commit is its origin"

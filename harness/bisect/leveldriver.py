@@ -133,11 +133,17 @@ class LevelDriver:
             self.bisection.record(sha, self.view(sha, evaluation.verdicts), ran)
 
     def details(self, sha: str) -> findings.Details:
-        """Golden diffs of ``sha``: from this run, else from the evaluator's kept runs."""
-        known = self.evidence.details
-        if sha not in known and isinstance(self.evaluator, Detailing):
-            known[sha] = self.evaluator.details(sha)
-        return known.get(sha, {})
+        """The case records of ``sha``, the newest of each: as its evaluations (this run's and the
+        cache's) hold them, else, where they hold verdicts only (a cache of an older schema), as
+        the evaluator's kept runs do."""
+        found = {c: r for e in self.evidence.attempts.get(sha, []) for c, r in e.cases.items()}
+        bare = not any(r.diff or r.violations or r.impacts for r in found.values())
+        if bare and isinstance(self.evaluator, Detailing):
+            kept = self.evidence.details
+            if sha not in kept:
+                kept[sha] = self.evaluator.details(sha)
+            found = {**found, **kept[sha]}
+        return found
 
     # ------------------------------------------------------------ scheduling
 
@@ -222,13 +228,12 @@ class LevelDriver:
         if outcome.infrastructure:  # the cluster lost the job: a skip for this run, never a cached verdict
             stamp = _dt.datetime.now(_dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
             attempt = len(ev.attempts.get(sha, [])) + 1
-            evaluation = Evaluation(self.key(sha), attempt, {}, {}, outcome.duration_s, stamp, scope)
+            evaluation = Evaluation(self.key(sha), attempt, {}, outcome.duration_s, stamp, scope)
             ev.infrastructure.setdefault(sha, []).append(outcome.note)
         else:
             stored = self.cache.record(
                 self.key(sha),
-                outcome.verdicts,
-                outcome.messages,
+                outcome.cases,
                 outcome.duration_s,
                 up_to=self.opts.retries + 1,
                 scope=scope,
@@ -245,8 +250,6 @@ class LevelDriver:
         if outcome.jobs:
             ev.jobs.setdefault(sha, []).extend(outcome.jobs)
         ev.attempts.setdefault(sha, []).append(evaluation)
-        if outcome.details:
-            ev.details[sha] = outcome.details
         if outcome.note:
             ev.notes.setdefault(sha, []).append(outcome.note)
         self.feed(sha, evaluation)

@@ -62,14 +62,11 @@ def in_selection(evaluation: Evaluation, whole: Scope) -> Evaluation:
     # a run of another -k, or (under -k) a probe whose cases may lie outside this -k
     foreign = whole.keyword is not None if scope.partial else scope.keyword != whole.keyword
     if foreign:
-        return dataclasses.replace(evaluation, verdicts={}, messages={})
+        return dataclasses.replace(evaluation, cases={})
 
     def keep(case: str) -> bool:
         if whole.cases is not None:
             return case in whole.cases
         return whole.suites is None or suite_of(case) in whole.suites
 
-    verdicts = {c: v for c, v in evaluation.verdicts.items() if keep(c)}
-    return dataclasses.replace(
-        evaluation, verdicts=verdicts, messages={c: evaluation.messages.get(c, "") for c in verdicts}
-    )
+    return dataclasses.replace(evaluation, cases={c: r for c, r in evaluation.cases.items() if keep(c)})

@@ -10,6 +10,21 @@ import enum
 from dataclasses import dataclass
 
 
+class Mark(enum.Enum):
+    """What a commit says about one case, as the bisection sees it.
+
+    An evaluation gives GOOD, BAD or SKIP (git bisect's exit code 125): the case's verdict read
+    for the question being bisected (:func:`harness.bisect.view.mark_of`). FLAKY is only ever the
+    combination of several evaluations of one commit (GOOD in one, BAD in another). The
+    bisection reads marks, never verdicts: what a verdict means for it is decided in one place.
+    """
+
+    GOOD = "good"
+    BAD = "bad"
+    SKIP = "skip"
+    FLAKY = "flaky"
+
+
 class CaseStatus(enum.Enum):
     """Where one case's bisection stands."""
 

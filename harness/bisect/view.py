@@ -1,19 +1,21 @@
 """What the bisection sees of each verdict, and which cases it bisects.
 
-The verdict cache and the record keep the real verdicts; the pure algorithm
-(:mod:`harness.bisect.algorithm`) only knows "good" (PASS), "bad" (FAIL) and "skip". This module
-maps one to the other for every mode of ``harness bisect``, in one place:
+The verdict cache and the record keep the suite process's records, verdicts included; the pure
+algorithm (:mod:`harness.bisect.algorithm`) only knows marks
+(:class:`~harness.bisect.status.Mark`: good, bad, skip). This module reads one as the other for
+every mode of ``harness bisect``, in one place:
 
-* every mode first reads a verdict as good or bad (:meth:`Verdict.bisect_view`): a known MB
-  bug is bad, a fixed one good, a golden change good unless ``--changed`` (then bad);
-* ``--find-fix``: PASS and FAIL swap roles, so the "first bad" commit the algorithm finds is
+* every mode first reads a verdict as a mark (:func:`mark_of`): PASS good, FAIL bad, a known MB
+  bug bad, a fixed one good, a golden change good unless ``--changed`` (then bad), anything else
+  a skip;
+* ``--find-fix``: good and bad swap roles, so the "first bad" commit the algorithm finds is
   the first commit where a failing case passes;
 * ``--bisect-untestable``: UNTESTABLE is bad for the cases that lost their coverage (untestable
   at BAD, passing at GOOD);
 * a case GOOD cannot run is bisected from the oldest commit where it runs (its start, see
-  :mod:`harness.bisect.latestart`): before it, not running is "good";
-* while those starts are looked for, running at all (PASS or FAIL) is "bad" and not running
-  "good", so the first "bad" commit is where a case starts running.
+  :mod:`harness.bisect.latestart`): before it, not running is good;
+* while those starts are looked for, running at all (good or bad) is bad and not running
+  good, so the first bad commit is where a case starts running.
 """
 
 from __future__ import annotations
@@ -23,9 +25,21 @@ from dataclasses import dataclass, field
 
 from harness.bisect.cache import Evaluation
 from harness.bisect.document import NotBisected
+from harness.bisect.status import Mark
 from harness.records.verdict import Verdict
 
-_SWAP_FOR_FIX = {Verdict.PASS: Verdict.FAIL, Verdict.FAIL: Verdict.PASS}
+_SWAP_FOR_FIX = {Mark.GOOD: Mark.BAD, Mark.BAD: Mark.GOOD}
+
+
+def mark_of(verdict: Verdict, *, changed: bool = False) -> Mark:
+    """A verdict as a bisection reads it: broken behaviour is bad (a known MB bug too), held
+    behaviour good (a fixed bug too), a golden change good unless the user bisects changes
+    (``--changed``), and what says nothing about MB (ERROR, UNTESTABLE) a skip."""
+    if verdict in (Verdict.FAIL, Verdict.KNOWN_FAIL) or (verdict is Verdict.CHANGED and changed):
+        return Mark.BAD
+    if verdict in (Verdict.PASS, Verdict.FIXED, Verdict.CHANGED):
+        return Mark.GOOD
+    return Mark.SKIP
 
 
 @dataclass
@@ -39,18 +53,18 @@ class CaseView:
     finding_starts: set[str] = field(default_factory=set)  # while looking for those positions
     changed: bool = False  # --changed: a golden change counts as bad
 
-    def __call__(self, sha: str, verdicts: Mapping[str, Verdict]) -> dict[str, Verdict]:
-        seen = {c: v.bisect_view(changed=self.changed) for c, v in verdicts.items()}
-        view = {c: _SWAP_FOR_FIX.get(v, v) for c, v in seen.items()} if self.find_fix else seen
+    def __call__(self, sha: str, verdicts: Mapping[str, Verdict]) -> dict[str, Mark]:
+        seen = {c: mark_of(v, changed=self.changed) for c, v in verdicts.items()}
+        view = {c: _SWAP_FOR_FIX.get(m, m) for c, m in seen.items()} if self.find_fix else seen
         if self.finding_starts:
-            return {c: Verdict.FAIL if c in view and view[c].is_decisive else Verdict.PASS for c in self.finding_starts}
+            return {c: Mark.BAD if view.get(c) in (Mark.GOOD, Mark.BAD) else Mark.GOOD for c in self.finding_starts}
         for case in self.untestable:
-            if view.get(case) is Verdict.UNTESTABLE:
-                view[case] = Verdict.FAIL
+            if verdicts.get(case) is Verdict.UNTESTABLE:
+                view[case] = Mark.BAD
         where = self.index.get(sha, 0)
         for case, start in self.starts.items():
-            if where < start and not (case in view and view[case].is_decisive):
-                view[case] = Verdict.PASS
+            if where < start and view.get(case) not in (Mark.GOOD, Mark.BAD):
+                view[case] = Mark.GOOD
         return view
 
 
@@ -73,28 +87,30 @@ def select_cases(
 ) -> Selection:
     """Cases that FAIL at bad and PASS at good (as seen through ``view``); with
     ``bisect_untestable`` also those untestable at bad that pass at good (recorded in the view)."""
-    seen_at: dict[str, dict[str, set[Verdict]]] = {good: {}, bad: {}}
+    seen_at: dict[str, dict[str, set[Mark]]] = {good: {}, bad: {}}
+    real_at: dict[str, dict[str, set[Verdict]]] = {good: {}, bad: {}}
     for sha, evaluations in ((good, at_good), (bad, at_bad)):
         for evaluation in evaluations:
-            for case, verdict in view(sha, evaluation.verdicts).items():
-                seen_at[sha].setdefault(case, set()).add(verdict)
+            for case, mark in view(sha, evaluation.verdicts).items():
+                seen_at[sha].setdefault(case, set()).add(mark)
+                real_at[sha].setdefault(case, set()).add(evaluation.verdicts[case])
     at_good_seen, at_bad_seen = seen_at[good], seen_at[bad]
-    if bisect_untestable:  # lost coverage: UNTESTABLE at bad (never FAIL there), PASS at good
+    if bisect_untestable:  # lost coverage: UNTESTABLE at bad (never FAIL there), good at good
         view.untestable = {
             c
-            for c, vs in at_bad_seen.items()
-            if vs == {Verdict.UNTESTABLE} and Verdict.PASS in at_good_seen.get(c, set())
+            for c, vs in real_at[bad].items()
+            if vs == {Verdict.UNTESTABLE} and Mark.GOOD in at_good_seen.get(c, set())
         }
         for case in view.untestable:
-            at_bad_seen[case] = {Verdict.FAIL}
+            at_bad_seen[case] = {Mark.BAD}
     picked = Selection([], [], {})
-    for case in sorted(c for c, vs in at_bad_seen.items() if Verdict.FAIL in vs):
+    for case in sorted(c for c, ms in at_bad_seen.items() if Mark.BAD in ms):
         seen = at_good_seen.get(case, set())
-        if Verdict.PASS in seen:
+        if Mark.GOOD in seen:
             picked.cases.append(case)
-        elif Verdict.FAIL in seen:
+        elif Mark.BAD in seen:
             if not view.find_fix:  # with --find-fix it passes at both ends: nothing was fixed
                 picked.not_bisected.append(NotBisected(case, "fails at good too"))
         else:
-            picked.late[case] = "/".join(sorted(v.value for v in seen)) or "not run"
+            picked.late[case] = "/".join(sorted(v.value for v in real_at[good].get(case, set()))) or "not run"
     return picked

@@ -7,19 +7,25 @@ re-exports it from :mod:`harness.bisect.evaluator`, where unpickling an older jo
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
 from harness.executors.local import JobLog
+from harness.records.results import CaseResult
 from harness.records.verdict import Verdict
 
 
 @dataclass
 class EvalOutcome:
-    """One evaluation of one commit, as an evaluator returns it (picklable)."""
+    """One evaluation of one commit, as an evaluator returns it (picklable).
 
-    verdicts: dict[str, Verdict]
-    messages: dict[str, str] = field(default_factory=dict)
-    details: dict[str, dict[str, str]] = field(default_factory=dict)  # case -> {"diff", "source"}
+    It carries the suite process's own records (:class:`~harness.records.results.CaseResult`),
+    unchanged: the cache stores them and the bisect document shows them, so a verdict keeps one
+    form from the suite process to the page. Verdicts and messages are views of them.
+    """
+
+    cases: dict[str, CaseResult]
     duration_s: float = 0.0
     note: str = ""  # why there are no verdicts, timeouts...
     # The cluster lost the job (preempted, node failure, time limit, killed) past its retries:
@@ -28,5 +34,25 @@ class EvalOutcome:
     jobs: list[JobLog] = field(default_factory=list)  # cluster jobs that ran it (ids, log paths)
     core_pin: str = ""  # the Megatron-LM commit of the megatron-core it ran with ("": the installed one)
 
+    @classmethod
+    def of(cls, verdicts: Mapping[str, Verdict], messages: Mapping[str, str] | None = None, **kw: Any) -> EvalOutcome:
+        """An outcome from verdicts alone (an evaluator that runs no suite process: a scripted
+        one, a benchmark's), as the records a suite process would have written."""
+        return cls(results_of(verdicts, messages), **kw)
 
-__all__ = ["EvalOutcome"]
+    @property
+    def verdicts(self) -> dict[str, Verdict]:
+        return {c: r.verdict for c, r in self.cases.items()}
+
+    @property
+    def messages(self) -> dict[str, str]:
+        return {c: r.message for c, r in self.cases.items()}
+
+
+def results_of(verdicts: Mapping[str, Verdict], messages: Mapping[str, str] | None = None) -> dict[str, CaseResult]:
+    """Case records for bare verdicts (their suite read from the case id)."""
+    said = messages or {}
+    return {c: CaseResult.bare(c, v, said.get(c, "")) for c, v in verdicts.items()}
+
+
+__all__ = ["EvalOutcome", "results_of"]

@@ -44,7 +44,7 @@ class BisectPlan:
     env: BisectEnv | None = None
 
 
-# what ``harness bisect`` counts as good (Verdict.bisect_view): every invariant held
+# what ``harness bisect`` counts as good (harness.bisect.view.mark_of): every invariant held
 GOOD_BEFORE = frozenset({Verdict.PASS.value, Verdict.CHANGED.value, Verdict.FIXED.value})
 
 

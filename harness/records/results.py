@@ -36,6 +36,12 @@ class CaseResult:
     impacts: list[str] = field(default_factory=list)  # training impacts of a FAIL / KNOWN_FAIL (oracle.impact)
     tier: str = "documented"  # "hypothetical": an input no MB producer emits, never failing a run
 
+    @classmethod
+    def bare(cls, case_id: str, verdict: Verdict, message: str = "") -> CaseResult:
+        """A record of a verdict alone (its suite read from the case id): what a cache of an older
+        schema held, or an evaluator that runs no suite process gives."""
+        return cls(case_id, case_id.partition("::")[0], verdict, message=message)
+
     @property
     def hypothetical(self) -> bool:
         return self.tier == "hypothetical"

@@ -46,20 +46,6 @@ class Verdict(enum.Enum):
         """True when the verdict says something about MB (good or bad)."""
         return self in _DECISIVE
 
-    def bisect_view(self, *, changed: bool = False) -> Verdict:
-        """The verdict as a bisection sees it: PASS (good), FAIL (bad), or a skip.
-
-        A known MB bug is still broken behaviour (bad) and a fixed one good; a golden change is
-        good unless the user bisects changes (``harness bisect --changed``), then it is bad.
-        """
-        if self is Verdict.KNOWN_FAIL:
-            return Verdict.FAIL
-        if self is Verdict.FIXED:
-            return Verdict.PASS
-        if self is Verdict.CHANGED:
-            return Verdict.FAIL if changed else Verdict.PASS
-        return self
-
 
 _DECISIVE = frozenset({Verdict.PASS, Verdict.FAIL, Verdict.CHANGED, Verdict.KNOWN_FAIL, Verdict.FIXED})
 

@@ -53,11 +53,11 @@ class StateMB:
         tree = WorkspaceCache(self.workspace_dir, self.repo_path).materialize(sha)
         state_file = tree / "src" / "megatron" / "bridge" / "state.json"
         if not state_file.exists():
-            return EvalOutcome({}, note="no src/megatron/bridge")
+            return EvalOutcome.of({}, note="no src/megatron/bridge")
         state = json.loads(state_file.read_text())
         out = {c: Verdict.FAIL if c in state["fail"] else Verdict.PASS for c in CASES}
         pad = "x" * int(os.environ.get("FAULTS_MESSAGE_BYTES", "0"))
-        return EvalOutcome(out, {c: f"{c} {v.value} {pad}" for c, v in out.items()})
+        return EvalOutcome.of(out, {c: f"{c} {v.value} {pad}" for c, v in out.items()})
 
 
 def state_mb(repo_path: Path, workspace_dir: Path, *_options: object, **_named: object) -> StateMB:
