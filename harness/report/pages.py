@@ -13,7 +13,7 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
-from harness.bisect.document import BisectDoc, CaseDoc, Confirmation, Descent, PinCheck
+from harness.bisect.document import BisectDoc, Confirmation, Descent, PinCheck
 from harness.records.provenance import commit_url
 from harness.report.bisectanswer import KIND_LABEL, answer
 from harness.report.formatting import VERDICT_ORDER, anchor, render_template, short_sha
@@ -128,32 +128,15 @@ def timeline_view(bisect: BisectDoc, case_ids: list[str], culprits: dict[str, st
     }
 
 
-def _bisect_case_view(case: CaseDoc, bisect: BisectDoc, prefix: str) -> dict[str, Any]:
-    candidates = []
-    for sha in case.candidates:
+def _commit_views(bisect: BisectDoc) -> dict[str, dict[str, str]]:
+    """Subject, author, date and link of every commit a case lists as a candidate."""
+    shas = {sha for case in bisect.cases for sha in case.candidates}
+    out = {}
+    for sha in sorted(shas):
         meta = bisect.commit(sha)
-        candidates.append(
-            {
-                "sha": sha,
-                "subject": meta.subject,
-                "author": meta.author,
-                "date": meta.date,
-                "href": commit_url(bisect.repo_url, sha),
-            }
-        )
-    return {
-        "case_id": case.case_id,
-        "anchor": prefix + anchor(case.case_id),
-        "status": case.status.value,
-        "source": case.source,
-        "evaluations": "?" if case.evaluations is None else case.evaluations,
-        "culprit": case.culprit,
-        "candidates": candidates,
-        "golden_diff": case.golden_diff,
-        "broken": case.broken,
-        # what the text is: an invariant failure is never called a golden diff
-        "kind_label": "golden diff" if case.kind == "golden" else KIND_LABEL.get(case.kind, "failure"),
-    }
+        out[sha] = {"subject": meta.subject, "author": meta.author, "date": meta.date}
+        out[sha]["href"] = commit_url(bisect.repo_url, sha)
+    return out
 
 
 def _confirmation_view(found: Confirmation | None) -> dict[str, Any] | None:
@@ -186,7 +169,7 @@ def _level_context(bisect: BisectDoc, prefix: str = "") -> dict[str, Any]:
 
     ``prefix`` keeps the element ids of a second level (nested in the first's page) unique.
     """
-    views = {id(c): _bisect_case_view(c, bisect, prefix) for c in bisect.cases}
+    # the page shows each case's CaseDoc itself (the bisect document's record), with its anchor
     culprits = {c.case_id: c.culprit.sha for c in bisect.cases if c.culprit}
     rng = bisect.range
     href = {sha: commit_url(bisect.repo_url, sha) for sha in [rng.good, rng.bad, *culprits.values()]}
@@ -219,14 +202,18 @@ def _level_context(bisect: BisectDoc, prefix: str = "") -> dict[str, Any]:
             for sha, costs in bisect.probe_costs.items()
             for c in costs
         ],
-        "cases": list(views.values()),
+        "cases": bisect.cases,
+        "anchors": {c.case_id: prefix + anchor(c.case_id) for c in bisect.cases},
+        "commits": _commit_views(bisect),
+        # what the text is: an invariant failure is never called a golden diff
+        "kind_labels": {**KIND_LABEL, "golden": "golden diff"},
         "case_counts": sorted(Counter(c.status.value for c in bisect.cases).items(), key=lambda kv: -kv[1]),
         "culprit_groups": [
             {
                 "culprit": g.culprit,
                 "href": href.get(g.culprit.sha, ""),
                 "anchor": prefix + anchor("culprit-" + g.culprit.sha),
-                "cases": [views[id(c)] for c in g.cases],
+                "cases": g.cases,
                 "sources": g.sources,
                 "suites": sorted({c.case_id.split("::")[0] for c in g.cases}),
                 "blamed_by": g.blamed_by,
@@ -235,7 +222,7 @@ def _level_context(bisect: BisectDoc, prefix: str = "") -> dict[str, Any]:
             }
             for g in bisect.culprit_groups()
         ],
-        "unblamed": [views[id(c)] for c in bisect.cases if c.culprit is None],
+        "unblamed": [c for c in bisect.cases if c.culprit is None],
         "not_bisected": _not_bisected_groups(bisect),
         "n_not_bisected": len(bisect.not_bisected),
         "confirmed_any": bool(bisect.confirmations),
