@@ -59,15 +59,24 @@ def test_key_parts_are_independent(tmp_path: Path) -> None:
             assert cache.record(other, results_of({"x": Verdict.FAIL})).attempt == 1
 
 
-def test_record_results_from_case_results(tmp_path: Path) -> None:
+def test_the_cache_keeps_the_suite_process_s_records_whole(tmp_path: Path) -> None:
+    """Issue 46: what the suite process wrote comes back from the cache unchanged (the bisect
+    document shows the diff, violations and impacts of a cached commit as they were)."""
+    broken = {"invariant": "logical-boundaries", "impact": "trains-padding", "row": 0, "position": 5}
     cases = [
-        CaseResult("pack::one", "pack", Verdict.PASS),
+        CaseResult("pack::one", "pack", Verdict.PASS, 0.5),
         CaseResult("pack::two", "pack", Verdict.UNTESTABLE, message="no such op in this era"),
+        CaseResult(
+            "pack::three", "pack", Verdict.FAIL, 2.0, "1 violation", violations=[broken], impacts=["trains-padding"]
+        ),
     ]
     with VerdictCache(tmp_path / "c.sqlite") as cache:
         ev = cache.record(KEY, {c.case_id: c for c in cases}, duration_s=4.0)
-        assert cache.latest(KEY) == ev
+        assert ev is not None and cache.latest(KEY) == ev
         assert ev.messages["pack::two"] == "no such op in this era"
+    with VerdictCache(tmp_path / "c.sqlite") as cache:
+        back = cache.latest(KEY)
+        assert back is not None and list(back.cases.values()) == sorted(cases, key=lambda c: c.case_id)
 
 
 def test_wal_mode_and_schema_version(tmp_path: Path) -> None:
