@@ -43,7 +43,7 @@ from harness.bisect.cacheschema import (
 )
 from harness.bisect.scope import Scope, suite_of
 from harness.errors import CorruptFile, EnvironmentProblem
-from harness.records.results import CaseResult
+from harness.records.results import CaseResult, HoldsCases
 from harness.records.verdict import Verdict
 
 WHOLE = Scope()  # an evaluation of the whole default selection
@@ -66,7 +66,7 @@ class CacheKey:
 
 
 @dataclass(frozen=True)
-class Evaluation:
+class Evaluation(HoldsCases):
     """One stored attempt at evaluating a commit: the suite process's records of its cases."""
 
     key: CacheKey
@@ -75,14 +75,6 @@ class Evaluation:
     duration_s: float
     evaluated_at: str  # ISO 8601, UTC
     scope: Scope = WHOLE  # what it ran: the whole selection, or listed (open) cases
-
-    @property
-    def verdicts(self) -> dict[str, Verdict]:
-        return {c: r.verdict for c, r in self.cases.items()}
-
-    @property
-    def messages(self) -> dict[str, str]:
-        return {c: r.message for c, r in self.cases.items()}
 
     def ran(self, case: str) -> bool:
         """Whether it ran ``case``: a run of the default selection ran every case (missing is a

@@ -12,12 +12,12 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from harness.executors.local import JobLog
-from harness.records.results import CaseResult
+from harness.records.results import CaseResult, HoldsCases
 from harness.records.verdict import Verdict
 
 
 @dataclass
-class EvalOutcome:
+class EvalOutcome(HoldsCases):
     """One evaluation of one commit, as an evaluator returns it (picklable).
 
     It carries the suite process's own records (:class:`~harness.records.results.CaseResult`),
@@ -39,14 +39,6 @@ class EvalOutcome:
         """An outcome from verdicts alone (an evaluator that runs no suite process: a scripted
         one, a benchmark's), as the records a suite process would have written."""
         return cls(results_of(verdicts, messages), **kw)
-
-    @property
-    def verdicts(self) -> dict[str, Verdict]:
-        return {c: r.verdict for c, r in self.cases.items()}
-
-    @property
-    def messages(self) -> dict[str, str]:
-        return {c: r.message for c, r in self.cases.items()}
 
 
 def results_of(verdicts: Mapping[str, Verdict], messages: Mapping[str, str] | None = None) -> dict[str, CaseResult]:

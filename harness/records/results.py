@@ -59,6 +59,23 @@ class CaseResult:
         return cls(**kwargs)
 
 
+class HoldsCases:
+    """Views of the case records an evaluation holds: what an evaluator returned
+    (:class:`harness.executors.outcome.EvalOutcome`) or the cache gave back
+    (:class:`harness.bisect.cache.Evaluation`). The records are what they carry; verdicts and
+    messages are read from them, never kept beside them."""
+
+    cases: dict[str, CaseResult]
+
+    @property
+    def verdicts(self) -> dict[str, Verdict]:
+        return {c: r.verdict for c, r in self.cases.items()}
+
+    @property
+    def messages(self) -> dict[str, str]:
+        return {c: r.message for c, r in self.cases.items()}
+
+
 @dataclass
 class RunResult:
     """One run of the suites against one target."""
