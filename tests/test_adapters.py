@@ -383,7 +383,7 @@ def test_megatron_core_that_does_not_fit_the_mb_held_fixed_is_untestable_only_wh
     """Second level of a bisection (MB held, Megatron-LM commits vary): a megatron-core that does
     not import with that MB is a mismatch, a skip; the same at the first level (the core MB pins
     comes with the MB commit) is that commit's break. MB's own break stays a break."""
-    from harness.suite.ownership import encode_roots
+    from harness.owners import encode_roots
 
     (tmp_path / CORE).mkdir()
     (tmp_path / CORE / "__init__.py").write_text("")

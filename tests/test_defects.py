@@ -14,6 +14,8 @@ import json
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
+import pytest
+
 from harness.golden import training
 from harness.records.machine import Machine
 from harness.records.results import CaseResult, RunResult
@@ -147,8 +149,12 @@ def test_a_golden_change_is_read_in_training_terms():
 
 
 def test_fixtures_record_holds_back_a_change_in_what_trains(tmp_path: Path):
+    """The suite process stages each value with its review (harness.suite.goldenfixture.review);
+    ``harness fixtures record`` reads the reviews and holds back what changes what trains."""
     from harness.commands.fixtures import _changes
-    from harness.golden.storage import Golden, golden_path, write_golden
+    from harness.errors import CorruptFile
+    from harness.golden.storage import Golden, golden_path, review_path, write_golden, write_review
+    from harness.suite.goldenfixture import review
 
     def golden(value: dict[str, object], case: str) -> Golden:
         return Golden(suite="parallel_layouts", case=case, value=value, tolerances={}, provenance={})
@@ -157,9 +163,13 @@ def test_fixtures_record_holds_back_a_change_in_what_trains(tmp_path: Path):
     for case, old, new in (
         ("trains", {"trained": [7.0, 23.0]}, {"trained": [16.0, 25.0]}),
         ("wording", {"refused": "ValueError"}, {"refused": "TypeError"}),
+        ("same", {"refused": "ValueError"}, {"refused": "ValueError"}),
     ):
-        write_golden(golden_path(fixtures, "parallel_layouts", case), golden(old, case))
-        write_golden(golden_path(obtained, "parallel_layouts", case), golden(new, case))
+        current = golden_path(fixtures, "parallel_layouts", case)
+        write_golden(current, golden(old, case))
+        staged = golden_path(obtained, "parallel_layouts", case)
+        write_golden(staged, golden(new, case))
+        write_review(staged, review(current, golden(new, case)))
     out = io.StringIO()
     changes, held = _changes(obtained, fixtures, out)
     assert len(changes) == 2 and [dest.stem for _src, dest in held] == ["trains"]
@@ -168,6 +178,9 @@ def test_fixtures_record_holds_back_a_change_in_what_trains(tmp_path: Path):
         7.0,
         23.0,
     ]
+    review_path(golden_path(obtained, "parallel_layouts", "wording")).unlink()
+    with pytest.raises(CorruptFile, match="no review beside the staged golden"):
+        _changes(obtained, fixtures, io.StringIO())
 
 
 def test_a_change_that_trains_more_tokens_is_named_with_the_open_padding_defect():

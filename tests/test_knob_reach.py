@@ -21,8 +21,10 @@ from pathlib import Path
 import pytest
 
 from harness.mutations import installed_package_dir
+from harness.records import knobs as records
 from harness.records.knobs import Knob
-from harness.suite.knobs import reach, records, spy, table
+from harness.report import knobtable as table
+from harness.suite.knobs import reach, spy
 
 FILES = {
     "core/__init__.py": "",

@@ -13,8 +13,9 @@ from pathlib import Path
 
 import pytest
 
-from harness import features, matrix
+from harness import features
 from harness.commands.matrix import print_table
+from harness.eras import matrix
 from harness.eras.eragaps import EraJudge
 from harness.errors import UsageError
 from harness.features import Feature

@@ -163,8 +163,8 @@ def _raised(call):
 def test_an_up_front_refusal_is_told_from_a_crash(tmp_path, monkeypatch):
     from types import SimpleNamespace
 
+    from harness.owners import encode_roots
     from harness.suite import outcome
-    from harness.suite.ownership import encode_roots
 
     root = tmp_path / "megatron" / "bridge"
     root.mkdir(parents=True)
