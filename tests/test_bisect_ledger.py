@@ -27,11 +27,12 @@ class LedgerEvaluator(StateEvaluator):
 
     def __call__(self, sha: str) -> EvalOutcome:
         out = super().__call__(sha)
-        messages = dict(out.messages)
-        for case, verdict in out.verdicts.items():
-            if verdict is Verdict.UNTESTABLE and self.feature:
-                messages[case] = f"untestable: no such operation here {features.tag(self.feature)}"
-        return dataclasses.replace(out, messages=messages)
+        cases = dict(out.cases)
+        for case, result in out.cases.items():
+            if result.verdict is Verdict.UNTESTABLE and self.feature:
+                said = f"untestable: no such operation here {features.tag(self.feature)}"
+                cases[case] = dataclasses.replace(result, message=said)
+        return dataclasses.replace(out, cases=cases)
 
 
 def _bisect(repo: Path, shas: list[str], cache: Path, feature: str, counter: Path):

@@ -78,7 +78,8 @@ def corrupt_earlier_results(lab: Lab) -> Observed:
     shutil.copy(older, newer)
     newer.write_bytes(newer.read_bytes()[:40])
     details = MBEvaluator(where, where / "ws", runs).details(sha)
-    if details.get("s::a", {}).get("diff") != "d":
+    kept = details.get("s::a")
+    if kept is None or kept.diff != "d":
         return Observed(Outcome.LOST, 0.0, f"the intact older run was not used: {details}")
     return Observed(Outcome.DEGRADED, 0.0, "diffs from the older intact run")
 
