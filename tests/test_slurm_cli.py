@@ -273,3 +273,36 @@ def test_cli_matrix_one_job_per_ref_matches_a_local_matrix(
     ]
     assert rows["jobs"][1]["suites"]["packed_seq_params"]["fail"] > 0, "the bad end carries a caught fault"
     assert all(any("ran as local job" in n for n in r["notes"]) for r in rows["jobs"])
+
+
+def test_a_result_pickled_before_the_records_travelled_whole_still_loads() -> None:
+    """A cluster job started by the harness before an upgrade left an EvalOutcome of three dicts
+    (verdicts, messages, details); the driver of the new one reads its verdicts as bare records."""
+    import pickle
+
+    from harness.records.verdict import Verdict
+
+    old_state = {
+        "verdicts": {"s::a": Verdict.FAIL, "s::b": Verdict.PASS},
+        "messages": {"s::a": "first differs at 3"},
+        "details": {"s::a": {"diff": "d"}},
+        "duration_s": 2.0,
+        "note": "",
+        "infrastructure": False,
+        "jobs": [],
+        "core_pin": "",
+    }
+
+    class OldResult:
+        """Pickles as the old harness's EvalOutcome did: the class, then its instance dict."""
+
+        def __reduce_ex__(self, protocol: object) -> tuple[object, ...]:
+            return object.__new__, (EvalOutcome,), dict(old_state)
+
+    loaded = pickle.loads(pickle.dumps(OldResult()))
+    assert isinstance(loaded, EvalOutcome)
+    assert loaded.verdicts == {"s::a": Verdict.FAIL, "s::b": Verdict.PASS}
+    assert loaded.messages == {"s::a": "first differs at 3", "s::b": ""}
+    assert loaded.duration_s == 2.0 and not hasattr(loaded, "details")
+    again = pickle.loads(pickle.dumps(loaded))  # a new result round-trips as it is
+    assert again.cases == loaded.cases

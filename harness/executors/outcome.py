@@ -40,6 +40,16 @@ class EvalOutcome(HoldsCases):
         one, a benchmark's), as the records a suite process would have written."""
         return cls(results_of(verdicts, messages), **kw)
 
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        """Unpickle; a result a harness wrote before the records travelled whole (a cluster job
+        started before an upgrade: three dicts, verdicts, messages and details) reads as the bare
+        records of its verdicts, not as an AttributeError in the middle of a bisection."""
+        if "cases" not in state:
+            old = dict(state)
+            state = {k: v for k, v in old.items() if k not in ("verdicts", "messages", "details")}
+            state["cases"] = results_of(old.get("verdicts") or {}, old.get("messages") or {})
+        self.__dict__.update(state)
+
 
 def results_of(verdicts: Mapping[str, Verdict], messages: Mapping[str, str] | None = None) -> dict[str, CaseResult]:
     """Case records for bare verdicts (their suite read from the case id)."""
