@@ -32,7 +32,7 @@ def start_log(path: Path) -> None:
         fh.write(json.dumps({"kind": KIND, "schema_version": SCHEMA_VERSION}) + "\n")
 
 
-def emit(path: Path, **event: Any) -> None:
+def emit(path: Path, **event: object) -> None:
     """Append one event as one ``write`` (atomic for appends on a local file system)."""
     data = (json.dumps(event) + "\n").encode("utf-8")
     fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o666)

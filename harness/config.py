@@ -56,11 +56,11 @@ class HarnessConfig:
     """What the configuration file says (empty when there is none)."""
 
     source: str = ""  # ".../harness.toml" or ".../pyproject.toml [tool.harness]", for messages
-    options: dict[str, Any] = field(default_factory=dict)  # top level: every command with the option
-    commands: dict[str, dict[str, Any]] = field(default_factory=dict)  # [tool.harness.<command>]
-    sections: dict[str, dict[str, Any]] = field(default_factory=dict)  # [tool.harness.<concern>]
+    options: dict[str, object] = field(default_factory=dict)  # top level: every command with the option
+    commands: dict[str, dict[str, object]] = field(default_factory=dict)  # [tool.harness.<command>]
+    sections: dict[str, dict[str, object]] = field(default_factory=dict)  # [tool.harness.<concern>]
 
-    def section(self, name: str, record: type[T], **overrides: Any) -> T:
+    def section(self, name: str, record: type[T], **overrides: object) -> T:
         """``[tool.harness.<name>]`` as the dataclass ``record`` (its defaults where absent), with
         ``overrides`` (the command line's flags; None: not given) over the file."""
         if name not in SECTIONS:
@@ -68,7 +68,7 @@ class HarnessConfig:
         table = self.sections.get(name, {})
         hints = typing.get_type_hints(record)
         fields = {f.name for f in dataclasses.fields(record)}  # type: ignore[arg-type]
-        values: dict[str, Any] = {}
+        values: dict[str, object] = {}
         for key, value in table.items():
             attr = key.replace("-", "_")
             if attr not in fields:
@@ -125,17 +125,17 @@ def load(directory: Path | None = None) -> HarnessConfig:
     return HarnessConfig()
 
 
-def _read(path: Path) -> dict[str, Any]:
+def _read(path: Path) -> dict[str, object]:
     try:
         return tomllib.loads(path.read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
         raise UsageError(f"{path}: not valid TOML ({exc})") from None
 
 
-def _split(table: dict[str, Any], source: str) -> HarnessConfig:
-    options: dict[str, Any] = {}
-    commands: dict[str, dict[str, Any]] = {}
-    sections: dict[str, dict[str, Any]] = {}
+def _split(table: dict[str, object], source: str) -> HarnessConfig:
+    options: dict[str, object] = {}
+    commands: dict[str, dict[str, object]] = {}
+    sections: dict[str, dict[str, object]] = {}
     for key, value in table.items():
         if isinstance(value, dict):
             if key in SECTIONS:
@@ -260,6 +260,6 @@ def apply(parser: argparse.ArgumentParser, config: HarnessConfig) -> Applied:
     return applied
 
 
-def _own_table(config: HarnessConfig, path: str) -> dict[str, Any]:
+def _own_table(config: HarnessConfig, path: str) -> dict[str, object]:
     """``[tool.harness.<command>]`` for a command path ("fixtures record" reads [fixtures])."""
     return config.commands.get(path.split()[0], {})

@@ -14,7 +14,6 @@ import datetime as _dt
 import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import harness
 from harness.contract import KNOBS_LOG, VERSIONS_FILE, Env
@@ -107,7 +106,7 @@ def _repo_root(path: Path) -> Path | None:
     return Path(out.stdout.strip()) if out.returncode == 0 and out.stdout.strip() else None
 
 
-def describe_running_target() -> dict[str, Any]:
+def describe_running_target() -> dict[str, object]:
     """Provenance of values produced in this process (goes into goldens)."""
     from harness.versions import tree_commit
 

@@ -34,6 +34,7 @@ from harness.suite.adapters import config as config_ops
 from harness.suite.adapters import directsft, loaders, rules
 from harness.suite.adapters.directsft import DirectSFTRequest
 from harness.suite.adapters.refusal import said
+from harness.suite.adapters.rules import ConfigOutcome
 from harness.suite.adapters.world import Layout, rank_groups, run_world
 from harness.suite.oracle import differential
 from suites import _dataparallel, _sftcases
@@ -45,7 +46,7 @@ class RankEpoch:
     """What one data-parallel rank got from MB's loader in one epoch, or how the builder refused."""
 
     rows: list[list[differential.PackedRow]] = field(default_factory=list)  # per micro-batch
-    refused: dict[str, Any] | None = None  # config_ops.rejected's outcome
+    refused: ConfigOutcome | None = None  # config_ops.rejected's outcome
     fetched: list[int] = field(default_factory=list)  # the dataset indices the rank's loader read
     micro_batches: int = 0
 
@@ -112,12 +113,12 @@ def epoch(
     return run_world(Layout(dp=dp), _on_rank(dataset, dataset_config, seq, seed, dp, mbs, gbs, steps))
 
 
-def refusal(ranks: list[RankEpoch]) -> dict[str, Any] | None:
+def refusal(ranks: list[RankEpoch]) -> ConfigOutcome | None:
     """The builder's refusal, when every rank refused alike (one refusing alone is a hang)."""
     return rules.world_refusal([r.refused for r in ranks], "the loader")
 
 
-def refused_failure(refused: dict[str, Any], what: str) -> ImpactFailure:
+def refused_failure(refused: ConfigOutcome, what: str) -> ImpactFailure:
     """A valid configuration the loader refused: MB's up-front check deciding (a finding,
     ``refuses-valid-config``, see :mod:`harness.suite.adapters.refusal`), or a crash anywhere else."""
     if refused.get("up_front"):

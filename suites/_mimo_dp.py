@@ -36,6 +36,7 @@ import torch
 from harness.records.impact import Impact, ImpactFailure, fail, require
 from harness.suite.adapters import config as config_ops
 from harness.suite.adapters import hostsync, mimo, mimoloader, mimostep, rules
+from harness.suite.adapters.rules import ConfigOutcome
 from harness.suite.adapters.world import Layout, run_world
 from suites._explain import multiset_difference
 from suites._mimo import ENCODER, pixels
@@ -47,7 +48,7 @@ LANGUAGE = "language"  # megatron-core's MIMO_LANGUAGE_MODULE_KEY in every era t
 class _Refused:
     """A rank where MB's MIMO path refused the layout (picklable): its attributed outcome."""
 
-    outcome: dict[str, Any]
+    outcome: ConfigOutcome
 
 
 def _on_rank(built: mimo.MimoSamples, step_args: dict[str, Any]) -> Any:

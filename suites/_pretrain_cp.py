@@ -29,12 +29,13 @@ from harness.records.oracle import Invariant, Violation
 from harness.suite.adapters import cpattention, load_module, step, symbol
 from harness.suite.adapters.cp import validate_layout
 from harness.suite.adapters.forward import init_cpu_parallel
+from harness.suite.adapters.rules import ConfigOutcome
 from harness.suite.adapters.world import Layout, run_world
 from harness.suite.standins import thd_partition
 from suites import _forward, _layouts
 
 
-def validate(dataset_config: Any, seq: int, cp: int) -> dict[str, Any]:
+def validate(dataset_config: Any, seq: int, cp: int) -> ConfigOutcome:
     """MB's validation of a pretraining container over ``dataset_config`` at ``cp`` (the layout
     validation every CP case uses: :func:`harness.suite.adapters.cp.validate_layout`); its outcome."""
     cfg = load_module("megatron.bridge.training.config")

@@ -55,7 +55,7 @@ def _processor():
 def test_padded_rows_keep_the_multiple(golden, seed, n, layout):
     """Unpacked: rows right-padded to MB's collate multiple, equal to multiple 1 per real token, padding untrained."""
     needs(chat_collate)  # untestable in an era without the collate, before anything is built
-    multiple = cp_ops.collate_padding_multiple(*layout, in_batch=False, pad_to_multiple_of=1)["multiple"]
+    multiple = cp_ops.packing_multiple(cp_ops.collate_padding_multiple(*layout, in_batch=False, pad_to_multiple_of=1))
     rows, proc = _rows(seed, n), _processor()
     ref = chat_collate(rows, proc)
     got = chat_collate(rows, proc, pad_to_multiple_of=multiple)
@@ -69,7 +69,7 @@ def test_padded_rows_keep_the_multiple(golden, seed, n, layout):
 def test_in_batch_packed_rows(golden, seed, n, layout):
     """In-batch packing in the collate: one THD row, each sequence on MB's multiple, held to the oracle."""
     needs(chat_collate)
-    multiple = cp_ops.collate_padding_multiple(*layout, in_batch=True)["multiple"]
+    multiple = cp_ops.packing_multiple(cp_ops.collate_padding_multiple(*layout, in_batch=True))
     rows, proc = _rows(seed, n), _processor()
     examples = collated_examples(chat_collate(rows, proc))
     packed = chat_collate(rows, proc, enable_in_batch_packing=True, in_batch_packing_pad_to_multiple_of=multiple)

@@ -33,7 +33,7 @@ from harness.suite.adapters.config import TE_CUDA_GRAPHS as _TE_GRAPHS
 from harness.suite.adapters.config import PackingConfigSpec as Spec
 from harness.suite.adapters.config import in_batch_flag, refusal, validate_packing_config
 from harness.suite.adapters.kindrules import kind_validation
-from harness.suite.adapters.rules import Rule
+from harness.suite.adapters.rules import ConfigOutcome, Rule
 
 pytestmark = pytest.mark.import_group("full")
 
@@ -163,7 +163,7 @@ def test_packing_rule(golden, spec, rule, neighbour):
     golden.check({"accepted": False, "error_class": outcome["error_class"], "rule": rule.value})
 
 
-def _refused_by(rule: Rule, outcome: dict, what: str) -> None:
+def _refused_by(rule: Rule, outcome: ConfigOutcome, what: str) -> None:
     """``outcome`` must be ``what`` refused by ``rule``'s own check (its message and MB's raising statement)."""
     if outcome["accepted"]:
         raise fail(Impact.ACCEPTS_INVALID_CONFIG, f"{rule.value} does not hold: {what} was accepted")

@@ -47,7 +47,7 @@ def _required(cp: int, tp: int, sp: bool) -> list[int]:
 def test_in_batch_multiple(golden, cp, tp, sp):
     out = cp_ops.collate_padding_multiple(cp, tp, sp, in_batch=True)
     require(out["accepted"], Impact.REFUSES_VALID_CONFIG, out["message"])
-    m = out["multiple"]
+    m = cp_ops.packing_multiple(out)
     for r in _required(cp, tp, sp):  # TE's THD CP split and SP's scatter refuse unaligned sequences
         require(m % r == 0, Impact.CRASH, f"CP{cp} TP{tp} SP{sp}: multiple {m} is not divisible by {r}")
     lcm = math.lcm(1, *_required(cp, tp, sp))
@@ -81,7 +81,7 @@ def test_in_batch_multiple(golden, cp, tp, sp):
 def test_collate_multiple_without_in_batch(golden, cp, tp, sp, base):
     out = cp_ops.collate_padding_multiple(cp, tp, sp, in_batch=False, pad_to_multiple_of=base)
     require(out["accepted"], Impact.REFUSES_VALID_CONFIG, out["message"])
-    m = out["multiple"]
+    m = cp_ops.packing_multiple(out)
     require(
         m % base == 0, Impact.CRASH, f"the user's pad_to_multiple_of {base} is kept (raised, never lowered), got {m}"
     )

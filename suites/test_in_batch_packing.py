@@ -253,7 +253,7 @@ def test_omni_collate_packs_as_its_unpacked_path(golden, seed, n, layout, seq_le
     from harness.suite.oracle import corpus, differential, tokenizer, vlprocessor
 
     needs(omni_collate)  # an era without the encoder's packing: untestable before anything is built
-    multiple = cp_ops.collate_padding_multiple(*layout, in_batch=True)["multiple"]
+    multiple = cp_ops.packing_multiple(cp_ops.collate_padding_multiple(*layout, in_batch=True))
     spec = corpus.CorpusSpec(seed=seed, n=n, layout="chat", eos_inside_rate=0.0, eos_last_rate=0.0)
     chats = [{"conversation": row["messages"]} for row in corpus.examples(spec)]
     processor = AutoProcessor.from_pretrained(str(vlprocessor.write_processor_dir()))

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
-from typing import Any
 
 from harness.contract import split_case_id
 
@@ -42,7 +41,7 @@ class Scope:
         return what + (f" -k {self.keyword!r}" if self.keyword else "")
 
     def to_json(self) -> str:
-        doc: dict[str, Any] = {}
+        doc: dict[str, object] = {}
         if self.suites is not None:
             doc["suites"] = sorted(self.suites)
         if self.keyword is not None:

@@ -28,7 +28,7 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict
 from pathlib import Path
-from typing import Any, TextIO
+from typing import TextIO
 
 from harness.commands import _args
 from harness.errors import EnvironmentProblem, UsageError
@@ -210,7 +210,7 @@ class Baselines:
                 self.say(f"baseline {'+'.join(key)}: {len(result.cases)} cases ({time.monotonic() - t0:.0f} s)")
             return self._runs[key][1]
 
-    def describe(self) -> list[dict[str, Any]]:
+    def describe(self) -> list[dict[str, object]]:
         return [
             {
                 "suites": list(key),

@@ -25,14 +25,13 @@ from __future__ import annotations
 
 import math
 from pathlib import Path
-from typing import Any
 
 from harness import config
 from harness.errors import UsageError
 from harness.executors.options import SlurmOptions
 
 
-def slurm_options(directory: Path | None = None, **flags: Any) -> SlurmOptions:
+def slurm_options(directory: Path | None = None, **flags: object) -> SlurmOptions:
     """SlurmOptions from the configuration that applies in ``directory`` (default: the current
     one) plus the command-line ``flags`` (None = not given)."""
     return config.load(directory).section("slurm", SlurmOptions, **flags)

@@ -46,7 +46,7 @@ class SharedProbe:
     token: str
     evaluator: Any = None
 
-    def __call__(self, _: Any = None) -> dict[str, Any]:
+    def __call__(self, _: Any = None) -> dict[str, object]:
         unseen = [f for f in self.token_files if not _holds(f, self.token)]
         namespace = None
         if not unseen and hasattr(self.evaluator, "cache_namespace"):

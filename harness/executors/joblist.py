@@ -58,7 +58,7 @@ class JobEntry:
     submitted_at: str  # ISO 8601, UTC
     state: EntryState
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> dict[str, object]:
         return {**asdict(self), "state": self.state.value}
 
     @classmethod

@@ -98,7 +98,7 @@ class SlurmExecutor(SharedCheck):
         o = self.options
         ctor = {f"{o.cluster}_python": o.python} if o.python else {}
         ex = submitit.AutoExecutor(folder=self.run_dir / "%j", cluster=o.cluster, **ctor)
-        params: dict[str, Any] = {
+        params: dict[str, object] = {
             "name": "harness-eval",
             "timeout_min": o.time_min,
             "gpus_per_node": o.gpus,

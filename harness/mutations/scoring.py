@@ -146,7 +146,7 @@ class Outcome:
     error_cases: list[str] = field(default_factory=list)
     fixed_cases: dict[str, list[str]] = field(default_factory=dict)  # baseline failures this mutant removed
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> dict[str, object]:
         return {
             "status": self.status.value,
             "invariant_cases": self.invariant_cases,

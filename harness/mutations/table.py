@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, TextIO
+from typing import TextIO
 
 from harness.mutations import scoring
 from harness.records.atomicio import write_versioned_json
@@ -47,7 +47,7 @@ class Summary:
     scored: int
     fixes_clean: int
     fixes: int
-    baselines: list[dict[str, Any]]
+    baselines: list[dict[str, object]]
     faults: list[Row]
 
     def save(self, path: Path) -> None:

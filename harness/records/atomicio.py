@@ -15,7 +15,7 @@ import json
 import os
 import tempfile
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -60,7 +60,7 @@ def dump_json(obj: Any) -> str:
     return json.dumps(obj, indent=1, sort_keys=True, ensure_ascii=False) + "\n"
 
 
-def write_versioned_json(path: Path, kind: str, version: int, payload: dict[str, Any]) -> None:
+def write_versioned_json(path: Path, kind: str, version: int, payload: Mapping[str, object]) -> None:
     """Write ``payload`` with ``kind`` and ``schema_version`` headers, atomically."""
     doc = {"kind": kind, "schema_version": version, **payload}
     atomic_write_text(path, dump_json(doc))

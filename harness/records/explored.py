@@ -13,7 +13,6 @@ import hashlib
 import json
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from harness.errors import CorruptFile
 
@@ -22,7 +21,7 @@ DIRNAME = "explored"  # under the fixtures root, beside the suites' golden folde
 SCHEMA = 1
 
 
-def parse(text: str) -> dict[str, Any]:
+def parse(text: str) -> dict[str, object]:
     """The spec a printed line names (ValueError: not a JSON object)."""
     try:
         doc = json.loads(text)
@@ -34,7 +33,7 @@ def parse(text: str) -> dict[str, Any]:
 
 
 # the fields that put a case in the layouts space (suites/_explore.ExploredCase), at their defaults
-LAYOUT_DEFAULTS: dict[str, Any] = {
+LAYOUT_DEFAULTS: dict[str, object] = {
     "forward": False,
     "dp": 1,
     "in_batch": False,
@@ -113,12 +112,12 @@ BY_NAME = {s.name: s for s in SPACES}
 MARKED: tuple[Space, ...] = tuple(BY_NAME[n] for n in ("config", "direct", "energon", "mimo", "pretrain"))
 
 
-def marked(spec: dict[str, Any]) -> Space | None:
+def marked(spec: dict[str, object]) -> Space | None:
     """The space whose field ``spec`` sets (another data path or a configuration), None for the data itself."""
     return next((s for s in MARKED if s.field is not None and spec.get(s.field)), None)
 
 
-def space(spec: dict[str, Any]) -> str:
+def space(spec: dict[str, object]) -> str:
     """The exploration space a spec belongs to (:data:`SPACES`): the one its field names, else
     ``layouts`` when it names a layout or packing path, else ``data``."""
     named = marked(spec)
@@ -127,16 +126,16 @@ def space(spec: dict[str, Any]) -> str:
     return "layouts" if any(spec.get(k, v) != v for k, v in LAYOUT_DEFAULTS.items()) else "data"
 
 
-def dumps(spec: dict[str, Any]) -> str:
+def dumps(spec: dict[str, object]) -> str:
     """One line of JSON, the form ``--replay`` takes."""
     return json.dumps(spec, sort_keys=True, separators=(",", ":"))
 
 
-def case_id(spec: dict[str, Any]) -> str:
+def case_id(spec: dict[str, object]) -> str:
     return "explored-" + hashlib.sha256(json.dumps(spec, sort_keys=True).encode()).hexdigest()[:10]
 
 
-def save(directory: Path, spec: dict[str, Any]) -> Path:
+def save(directory: Path, spec: dict[str, object]) -> Path:
     directory.mkdir(parents=True, exist_ok=True)
     path = directory / f"{case_id(spec)}.json"
     doc = {"kind": KIND, "schema": SCHEMA, "id": case_id(spec), "spec": spec}
@@ -144,7 +143,7 @@ def save(directory: Path, spec: dict[str, Any]) -> Path:
     return path
 
 
-def load_all(directory: Path) -> list[dict[str, Any]]:
+def load_all(directory: Path) -> list[dict[str, object]]:
     """Every saved spec under ``directory`` (sorted by file name; a bad file is a one-line error)."""
     out = []
     for path in sorted(directory.glob("*.json")) if directory.is_dir() else []:

@@ -117,8 +117,8 @@ class KnownFailure:
             )
         return entry
 
-    def to_json(self) -> dict[str, Any]:
-        doc: dict[str, Any] = {
+    def to_json(self) -> dict[str, object]:
+        doc: dict[str, object] = {
             "id": self.id,
             "cases": list(self.cases),
             "invariants": list(self.invariants),
@@ -235,5 +235,5 @@ def _upgrade_v1(entry: Any) -> Any:
     return {**entry, "impact": impact, "upgraded": 1}
 
 
-def dump(entries: Iterable[KnownFailure]) -> dict[str, Any]:
+def dump(entries: Iterable[KnownFailure]) -> dict[str, object]:
     return {"kind": KIND, "schema_version": SCHEMA, "entries": [e.to_json() for e in entries]}

@@ -37,7 +37,7 @@ class Machine:
     def gpu_label(self) -> str:
         return self.gpu or "none"
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> dict[str, object]:
         return dataclasses.asdict(self)
 
     @classmethod
@@ -46,7 +46,7 @@ class Machine:
         return cls(**{k: v for k, v in (doc or {}).items() if k in names})
 
 
-def upgrade_v1(doc: dict[str, Any]) -> dict[str, Any]:
+def upgrade_v1(doc: dict[str, object]) -> dict[str, object]:
     """A results.json machine of schema 1 (``cpus``, ``accelerator`` = a GPU name or "CPU only")."""
     accelerator = doc.get("accelerator")
     return {

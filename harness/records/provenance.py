@@ -45,7 +45,7 @@ class Provenance:
     harness_version: str = ""
     harness_repo_url: str = ""
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> dict[str, object]:
         return dataclasses.asdict(self)
 
     @classmethod

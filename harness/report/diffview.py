@@ -80,11 +80,11 @@ def row_window(length: int, diffs: list[int]) -> list[int | None]:
     return out
 
 
-def aligned_row_view(expected: list[Any], obtained: list[Any]) -> dict[str, Any]:
+def aligned_row_view(expected: list[Any], obtained: list[Any]) -> dict[str, object]:
     """Cells for the two-row expected/obtained table, each flagged when it differs."""
     diffs = differing_positions(expected, obtained)
     diff_set = set(diffs)
-    cells: list[dict[str, Any]] = []
+    cells: list[dict[str, object]] = []
     for pos in row_window(max(len(expected), len(obtained)), diffs):
         if pos is None:
             cells.append({"gap": True})
@@ -124,7 +124,7 @@ def _as_numbers(row: Iterable[Any]) -> list[float] | None:
     return out
 
 
-def segments_view(expected: list[Any], obtained: list[Any], width: float = 760.0) -> dict[str, Any] | None:
+def segments_view(expected: list[Any], obtained: list[Any], width: float = 760.0) -> dict[str, object] | None:
     """Geometry of the cu_seqlens picture: one bar per side, one block per packed sequence.
 
     A block is a sequence ``[b[i], b[i+1])``; a boundary present on one side only is drawn
@@ -175,7 +175,7 @@ def segments_view(expected: list[Any], obtained: list[Any], width: float = 760.0
     }
 
 
-def mismatch_view(m: dict[str, Any]) -> dict[str, Any]:
+def mismatch_view(m: dict[str, object]) -> dict[str, object]:
     """One mismatch ready for the template: scalars formatted, rows aligned, segments drawn."""
     path = str(m.get("path", ""))
     exp_row, obt_row = m.get("expected_row"), m.get("obtained_row")
@@ -183,7 +183,7 @@ def mismatch_view(m: dict[str, Any]) -> dict[str, Any]:
     if isinstance(exp_row, list) and isinstance(obt_row, list):
         rows = aligned_row_view(exp_row, obt_row)
         segments = segments_view(exp_row, obt_row) if is_cu_seqlens(path) else None
-    view: dict[str, Any] = {
+    view: dict[str, object] = {
         "path": path,
         "kind": str(m.get("kind", "")),
         "expected": format_value(m.get("expected")),
@@ -199,7 +199,7 @@ def mismatch_view(m: dict[str, Any]) -> dict[str, Any]:
     return view
 
 
-def diff_view(case: CaseResult) -> dict[str, Any]:
+def diff_view(case: CaseResult) -> dict[str, object]:
     """The readable diff of one case: structured mismatches when present, else the text."""
     data = case.diff_data if isinstance(case.diff_data, dict) else {}
     raw = data.get("mismatches") or []

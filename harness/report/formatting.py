@@ -57,7 +57,7 @@ def _environment() -> jinja2.Environment:
     return env
 
 
-def render_template(name: str, context: dict[str, Any], out_path: Path) -> Path:
+def render_template(name: str, context: dict[str, object], out_path: Path) -> Path:
     """Render ``name`` with ``context`` and write it atomically to ``out_path``."""
     html = (
         _environment()

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 from collections import OrderedDict
 from pathlib import Path
-from typing import Any
 
 import harness.report.defects as defect_groups
 from harness.golden import training as training_terms
@@ -29,7 +28,7 @@ def _headline(message: str) -> str:
     return first if len(first) <= FOLD_CHARS else first[: FOLD_CHARS - 1] + "…"
 
 
-def _case_view(case: CaseResult) -> dict[str, Any]:
+def _case_view(case: CaseResult) -> dict[str, object]:
     return {
         "id": case.case_id,
         "name": case_name(case),
@@ -48,12 +47,12 @@ def _case_view(case: CaseResult) -> dict[str, Any]:
     }
 
 
-def _suites(cases: list[CaseResult]) -> list[dict[str, Any]]:
+def _suites(cases: list[CaseResult]) -> list[dict[str, object]]:
     """Cases grouped by suite, suites in first-seen order (the order the run executed)."""
     groups: OrderedDict[str, list[CaseResult]] = OrderedDict()
     for c in cases:
         groups.setdefault(c.suite, []).append(c)
-    out = []
+    out: list[dict[str, object]] = []
     for suite, members in groups.items():
         counts = dict.fromkeys(VERDICT_ORDER, 0)
         for c in members:
@@ -62,7 +61,7 @@ def _suites(cases: list[CaseResult]) -> list[dict[str, Any]]:
     return out
 
 
-def _header_view(run: RunResult) -> dict[str, Any]:
+def _header_view(run: RunResult) -> dict[str, object]:
     """The facts a reader needs to trust or distrust the run, with the usual keys first."""
     target, versions, machine = run.target or {}, run.versions or {}, run.machine
     mb_version = target.get("version") or versions.get("megatron-bridge") or versions.get("megatron_bridge") or ""
@@ -87,7 +86,7 @@ def _header_view(run: RunResult) -> dict[str, Any]:
     }
 
 
-def _untestable_groups(cases: list[CaseResult]) -> list[dict[str, Any]]:
+def _untestable_groups(cases: list[CaseResult]) -> list[dict[str, object]]:
     """Untestable cases grouped by reason, most common reason first."""
     groups: dict[str, list[CaseResult]] = {}
     for c in cases:
@@ -98,7 +97,7 @@ def _untestable_groups(cases: list[CaseResult]) -> list[dict[str, Any]]:
     ]
 
 
-def run_context(run: RunResult, base: RunResult | None = None) -> dict[str, Any]:
+def run_context(run: RunResult, base: RunResult | None = None) -> dict[str, object]:
     """Everything the run template shows, computed once; what needs a person comes first."""
     from harness.report.terminal import accept_command, reproduce_command
 
@@ -110,19 +109,18 @@ def run_context(run: RunResult, base: RunResult | None = None) -> dict[str, Any]
         if c.verdict == Verdict.FAIL
     ]
     hypothetical = [_case_view(c) for c in run.cases if c.hypothetical]
+    found = defect_groups.defects(run, base)
+
+    def training(c: CaseResult) -> list[str]:
+        """What the change does to what trains, and the open defects it goes the way of."""
+        terms = training_terms.from_mismatches(c.diff_data)
+        return terms + [f"the way of open defect {d}" for d in defect_groups.matching(terms, found)]
+
     changed = [
-        {
-            **_case_view(c),
-            "diff": diff_view(c),
-            "accept": accept_command(run, c.case_id),
-            "training": training_terms.from_mismatches(c.diff_data),
-        }
+        {**_case_view(c), "diff": diff_view(c), "accept": accept_command(run, c.case_id), "training": training(c)}
         for c in run.documented
         if c.verdict == Verdict.CHANGED
     ]
-    found = defect_groups.defects(run, base)
-    for c in changed:
-        c["training"] += [f"the way of open defect {d}" for d in defect_groups.matching(c["training"], found)]
     by_id = {c.case_id: c for c in run.cases}
     defect_rows = [
         {

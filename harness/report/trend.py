@@ -169,7 +169,7 @@ def render_trend_report(
         r["report"] = reports.get(r["run_id"], "")
     for d in tr["durations"]:
         d["report"] = reports.get(d["run_id"], "")
-    context = {
+    context: dict[str, object] = {
         "trend": tr,
         "grid": _grid(tr),
         "nights": _nights(tr),

@@ -35,7 +35,7 @@ class Mismatch:
     expected_row: list[Any] | None = None
     obtained_row: list[Any] | None = None
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> dict[str, object]:
         return dict(self.__dict__)
 
     def text(self) -> str:
@@ -74,7 +74,7 @@ class Comparison:
     def text(self) -> str:
         return "\n".join(m.text() for m in self.mismatches)
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> dict[str, object]:
         return {"mismatches": [m.to_json() for m in self.mismatches]}
 
 

@@ -14,6 +14,7 @@ import functools
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+import numpy as np
 import pytest
 
 from harness.contract import Flag
@@ -28,7 +29,13 @@ class GoldenChecker:
     """The ``golden`` fixture: one golden per case, compared with per-field tolerances."""
 
     def __init__(
-        self, fixtures_root: Path, obtained_root: Path, suite: str, case: str, record: bool, provenance: dict[str, Any]
+        self,
+        fixtures_root: Path,
+        obtained_root: Path,
+        suite: str,
+        case: str,
+        record: bool,
+        provenance: dict[str, object],
     ) -> None:
         self.fixtures_root = fixtures_root
         self.obtained_root = obtained_root
@@ -51,7 +58,7 @@ class GoldenChecker:
             raise RuntimeError("one golden check per case: put everything in one dict")
         self.checked = True
         tols = {k: Tolerance(*v) for k, v in (tolerances or {}).items()}
-        sidecar: dict[str, Any] = {}
+        sidecar: dict[str, np.ndarray] = {}
         encoded = encode(value, sidecar)
         obtained = Golden(self.suite, self.case, encoded, sidecar, tols, self.provenance)
         path = golden_path(self.fixtures_root, self.suite, self.case)
@@ -126,7 +133,7 @@ def obtained_root(config: pytest.Config) -> Path:
 
 
 @functools.cache
-def _provenance() -> dict[str, Any]:
+def _provenance() -> dict[str, object]:
     """What produced the values of this process (MB version and commit, torch, ...): one git
     query per process, the same for every golden it writes."""
     from harness.target import describe_running_target

@@ -42,7 +42,7 @@ from harness.suite.ownership import Owner, blame, mb_frame
 class GoldenMismatch(AssertionError):
     """The obtained value differs from the golden (or no golden exists)."""
 
-    def __init__(self, text: str, diff_data: dict[str, Any] | None) -> None:
+    def __init__(self, text: str, diff_data: dict[str, object] | None) -> None:
         super().__init__(text)
         self.diff_data = diff_data
 
@@ -107,7 +107,7 @@ def _harness_object_lacks(exc: BaseException) -> bool:
 MAX_VIOLATIONS = 200  # per case: enough to match known failures and show patterns, bounded on disk
 
 
-def structured_violations(excinfo: pytest.ExceptionInfo | None) -> list[dict[str, Any]]:
+def structured_violations(excinfo: pytest.ExceptionInfo | None) -> list[dict[str, object]]:
     """Structured violations of an :class:`~harness.suite.oracle.differential.InvariantFailure` (else [])."""
     found = getattr(excinfo.value, "violations", None) if excinfo is not None else None
     out = []
@@ -128,7 +128,7 @@ def structured_violations(excinfo: pytest.ExceptionInfo | None) -> list[dict[str
 
 
 def case_impacts(
-    verdict: Verdict, message: str, excinfo: pytest.ExceptionInfo | None, violations: list[dict[str, Any]]
+    verdict: Verdict, message: str, excinfo: pytest.ExceptionInfo | None, violations: list[dict[str, object]]
 ) -> list[str]:
     """The training impacts of a failing case (sorted, distinct; [] for every other verdict).
 

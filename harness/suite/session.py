@@ -30,7 +30,7 @@ class SessionState:
     collection_errors: list[dict[str, str]] = field(default_factory=list)  # suite files that failed to collect
     known: Any = None  # knownscope.Book, once loaded
 
-    def emit(self, **event: Any) -> None:
+    def emit(self, **event: object) -> None:
         if self.events is not None:
             caselog.emit(self.events, **event)
 

@@ -79,7 +79,7 @@ class _EventsPlugin:
         self.path = events
         self.fh = events.open("a", encoding="utf-8")
 
-    def emit(self, **event: Any) -> None:
+    def emit(self, **event: object) -> None:
         self.fh.write(json.dumps(event) + "\n")
         self.fh.flush()
 

@@ -22,7 +22,7 @@ import importlib.util
 import inspect
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Generic, ParamSpec, Protocol, TypeVar
 
 from harness import features
 from harness.errors import Broken, MissingOutput, NotHere, Untestable
@@ -111,7 +111,7 @@ def field_names(cls: Any) -> set[str]:
     return {f.name for f in dataclasses.fields(cls)} if dataclasses.is_dataclass(cls) else set()
 
 
-def accepts(fn: Callable[..., Any], *params: str) -> bool:
+def accepts(fn: Callable[..., object], *params: str) -> bool:
     try:
         sig = inspect.signature(fn)
     except (TypeError, ValueError):
@@ -119,16 +119,29 @@ def accepts(fn: Callable[..., Any], *params: str) -> bool:
     return all(p in sig.parameters for p in params)
 
 
+P = ParamSpec("P")
+R = TypeVar("R")
+
+
 @dataclass(frozen=True)
-class Candidate:
+class Candidate(Generic[P, R]):
+    """One era's implementation of an operation: ``probe`` finds MB's API for that era (raising
+    :class:`NotHere` when the era lacks it) and returns the call, typed as the operation declares."""
+
     era: str  # human label, e.g. "data/packing (v0.6+)"
-    probe: Callable[[], Callable[..., Any]]
+    probe: Callable[[], Callable[P, R]]
 
 
-class Operation:
-    """A named operation with era candidates; resolves once per process."""
+class Operation(Generic[P, R]):
+    """A named operation with era candidates; resolves once per process.
 
-    def __init__(self, name: str, candidates: list[Candidate], before: str = "", feature: str | None = None) -> None:
+    Its signature ``P -> R`` is declared once, by the candidates' type: every era's call takes the
+    same parameters and returns the same canonical form, and mypy holds each candidate to it.
+    """
+
+    def __init__(
+        self, name: str, candidates: list[Candidate[P, R]], before: str = "", feature: str | None = None
+    ) -> None:
         self.name = name
         self.candidates = candidates
         self.before = before  # what MB had before the oldest candidate's era (named in the untestable reason)
@@ -138,7 +151,7 @@ class Operation:
             features.tag(feature)  # a key the ledger lacks fails at import, not in a sweep
 
     @functools.cached_property
-    def resolved(self) -> tuple[str, Callable[..., Any]]:
+    def resolved(self) -> tuple[str, Callable[P, R]]:
         tried = []
         for cand in self.candidates:
             try:
@@ -149,7 +162,7 @@ class Operation:
         reason = f"operation '{self.name}' not found in this Megatron-Bridge ({before}tried {'; '.join(tried)})"
         raise features.missing(self.feature, reason) if self.feature else Untestable(reason)
 
-    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+    def __call__(self, *args: P.args, **kwargs: P.kwargs) -> R:
         try:
             _, fn = self.resolved
         except Untestable:
@@ -167,9 +180,16 @@ class Operation:
         return self.resolved[0]
 
 
-def needs(*ops: Operation) -> None:
+class Needed(Protocol):
+    """What :func:`needs` asks of an operation, whatever its signature: the era it resolves to."""
+
+    @property
+    def era(self) -> str: ...
+
+
+def needs(*ops: Needed) -> None:
     """What a case needs of MB, stated before it builds anything: each operation resolved for the MB
     under test, so that an era without one makes the case untestable with that era's reason (not a
     failure halfway through the case, and not a bare attribute access a linter must be told about)."""
     for op in ops:
-        op.resolved  # noqa: B018 - resolving is the point: it raises Untestable for an era without it
+        op.era  # noqa: B018 - resolving is the point: it raises Untestable for an era without it

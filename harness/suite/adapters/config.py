@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import json
 import tempfile
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -33,6 +34,7 @@ from typing import Any
 from harness import features
 from harness.errors import NotHere, Untestable
 from harness.suite.adapters import field_names, load_module, module_source, rules, symbol
+from harness.suite.adapters.rules import ConfigOutcome
 
 # the model's cuda_graph_impl for Transformer Engine's scoped capture; no modules named: attention included
 TE_CUDA_GRAPHS = "transformer_engine"
@@ -70,7 +72,7 @@ def _first(*candidates: tuple[str, str]) -> Any:
     raise Untestable("; ".join(tried))
 
 
-def _kwargs_for(cls: Any, wanted: dict[str, Any]) -> dict[str, Any]:
+def _kwargs_for(cls: Any, wanted: dict[str, object]) -> dict[str, object]:
     names = field_names(cls)
     return {k: v for k, v in wanted.items() if k in names}
 
@@ -177,7 +179,13 @@ def _apply_packing(spec: PackingConfigSpec, dataset: Any) -> Any:
 
 
 def tiny_gpt_provider(
-    seq_length: int, cp: int, tp: int, sp: bool, per_token_loss: bool, pp: int = 1, extra: dict[str, Any] | None = None
+    seq_length: int,
+    cp: int,
+    tp: int,
+    sp: bool,
+    per_token_loss: bool,
+    pp: int = 1,
+    extra: Mapping[str, object] | None = None,
 ) -> Any:
     """The smallest GPT model provider the validation rules look at (one layer per pipeline stage)."""
     provider_cls = symbol("megatron.bridge.models.gpt_provider", "GPTModelProvider")
@@ -209,12 +217,12 @@ def build_container(
     global_batch_size: int,
     micro_batch_size: int,
     average_in_collective: bool = False,
-    dist_extra: dict[str, Any] | None = None,
+    dist_extra: dict[str, object] | None = None,
 ) -> Any:
     """A minimal ``ConfigContainer`` around ``model`` and ``dataset`` (fields the era lacks are left out)."""
     optimizer_cls = getattr(cfg, "OptimizerConfig", None) or symbol("megatron.core.optimizer", "OptimizerConfig")
     dist_kwargs = {"use_gloo_process_groups": True, "lazy_mpu_init": False, **(dist_extra or {})}
-    parts: dict[str, Any] = {
+    parts: dict[str, object] = {
         "train": cfg.TrainingConfig(
             global_batch_size=global_batch_size, micro_batch_size=micro_batch_size, train_iters=1000
         ),
@@ -238,7 +246,7 @@ def build_container(
     return cfg.ConfigContainer(**_kwargs_for(cfg.ConfigContainer, parts))
 
 
-def run_validate(cfg: Any, container: Any, world_size: int) -> dict[str, Any]:
+def run_validate(cfg: Any, container: Any, world_size: int) -> ConfigOutcome:
     """``container.validate()`` with the world size it reads from torch.distributed pinned.
 
     A rejection is the behaviour under test, so an exception becomes the outcome, attributed to
@@ -257,11 +265,11 @@ def run_validate(cfg: Any, container: Any, world_size: int) -> dict[str, Any]:
     return accepted()
 
 
-def accepted() -> dict[str, Any]:
+def accepted() -> ConfigOutcome:
     return {"accepted": True, "error_class": None, "message": "", "rules": [], "raised_at": None}
 
 
-def rejected(exc: BaseException) -> dict[str, Any]:
+def rejected(exc: BaseException) -> ConfigOutcome:
     """The outcome of a refusal: class, message, the rules it is attributed to, MB's raising check."""
     from harness.suite.adapters.refusal import up_front_check
 
@@ -276,7 +284,7 @@ def rejected(exc: BaseException) -> dict[str, Any]:
     }
 
 
-def refusal(outcome: dict[str, Any]) -> str:
+def refusal(outcome: ConfigOutcome) -> str:
     """An outcome in words: "accepted", or who refused it, where and with what message."""
     if outcome["accepted"]:
         return "accepted"
@@ -285,7 +293,7 @@ def refusal(outcome: dict[str, Any]) -> str:
     return f"refused by {who} ({outcome['error_class']} at {where}: {outcome['message'][:200]})"
 
 
-def _packed_dataset_stage(spec: PackingConfigSpec) -> dict[str, Any]:
+def _packed_dataset_stage(spec: PackingConfigSpec) -> ConfigOutcome:
     """MB's packed dataset built with the spec's ``pad_cu_seqlens`` / ``pad_to_max_length``.
 
     Before e4cb868dc (2026-08-06) ``validate()`` did not look at ``pad_cu_seqlens``: the packed
@@ -316,7 +324,7 @@ def _packed_dataset_stage(spec: PackingConfigSpec) -> dict[str, Any]:
     return accepted()
 
 
-def validate_packing_config(spec: PackingConfigSpec) -> dict[str, Any]:
+def validate_packing_config(spec: PackingConfigSpec) -> ConfigOutcome:
     """Build the container for ``spec``, run MB's ``validate()``, return the outcome.
 
     With ``pad_cu_seqlens`` an accepted container also goes through the packed dataset's

@@ -43,9 +43,11 @@ from harness.suite.adapters.config import (
     _kwargs_for,
     build_container,
     in_batch_flag,
+    refusal,
     run_validate,
     tiny_gpt_provider,
 )
+from harness.suite.adapters.rules import ConfigOutcome
 from harness.suite.standins.cuda import cpu_cuda_calls
 
 FIELD = "in_batch_packing_pad_to_multiple_of"
@@ -68,7 +70,7 @@ def validate_layout(
     in_batch: bool,
     eval_cp: int | None,
     pp: int = 1,
-) -> dict[str, Any]:
+) -> ConfigOutcome:
     """MB's ``ConfigContainer.validate`` of ``dataset`` in a CP x TP (SP) x PP layout (its outcome;
     the dataset config is finalised in place: the collate multiples and widths MB chooses)."""
     model = tiny_gpt_provider(seq_length, cp, tp, sp, per_token_loss=True, pp=pp)
@@ -83,7 +85,7 @@ def validate_layout(
     return run_validate(cfg, container, cp * tp * pp * 4)  # DP 4 keeps the global batch divisible
 
 
-def _declared_source(ds_cls: Any) -> dict[str, Any]:
+def _declared_source(ds_cls: Any) -> dict[str, object]:
     """A placeholder data source where the config declares one.
 
     ``DirectHFSFTDatasetConfig`` (from e577829e1, 2026-07-09) requires a declarative
@@ -96,8 +98,8 @@ def _declared_source(ds_cls: Any) -> dict[str, Any]:
     return {"source": source_cls(path_or_dataset="harness/none")}
 
 
-def _collate_config(module: str, name: str, aligns_collate: bool) -> Callable[[], Callable[..., dict[str, Any]]]:
-    def probe() -> Callable[..., dict[str, Any]]:
+def _collate_config(module: str, name: str, aligns_collate: bool) -> Callable[[], Callable[..., ConfigOutcome]]:
+    def probe() -> Callable[..., ConfigOutcome]:
         ds_cls = symbol(module, name)
         if FIELD not in field_names(ds_cls):
             raise NotHere(f"{name} has no {FIELD}")
@@ -113,7 +115,7 @@ def _collate_config(module: str, name: str, aligns_collate: bool) -> Callable[[]
             seq_length: int = 1680,
             eval_cp: int | None = None,
             pad_to_multiple_of: int = 1,
-        ) -> dict[str, Any]:
+        ) -> ConfigOutcome:
             if not in_batch and not aligns_collate:
                 raise features.missing(
                     "collate-cp-multiple",
@@ -143,7 +145,7 @@ def _collate_config(module: str, name: str, aligns_collate: bool) -> Callable[[]
     return probe
 
 
-def _step_multiple(get_batch: Callable[..., Any], flag: str, cp: int, tp: int, sp: bool) -> int:
+def _step_multiple(get_batch: Callable[..., tuple[torch.Tensor, ...]], flag: str, cp: int, tp: int, sp: bool) -> int:
     """The multiple ``vlm_step.get_batch`` packs with under CP=cp, TP=tp (fake groups, no collectives).
 
     Two rows of one real token each: packing pads each to exactly one multiple, so the packed
@@ -185,7 +187,7 @@ def _step_multiple(get_batch: Callable[..., Any], flag: str, cp: int, tp: int, s
     return total // rows
 
 
-def _vlm_step_probe() -> Callable[..., dict[str, Any]]:
+def _vlm_step_probe() -> Callable[..., ConfigOutcome]:
     module = "megatron.bridge.training.vlm_step"
     source = module_source(module)
     if source is None or "def pack_batch_sequences" not in source:
@@ -204,7 +206,7 @@ def _vlm_step_probe() -> Callable[..., dict[str, Any]]:
         seq_length: int = 1680,
         eval_cp: int | None = None,
         pad_to_multiple_of: int = 1,
-    ) -> dict[str, Any]:
+    ) -> ConfigOutcome:
         if not in_batch:
             raise features.missing(
                 "collate-cp-multiple", "training/vlm_step era: no collate pad_to_multiple_of aligned to CP/SP"
@@ -238,3 +240,14 @@ collate_padding_multiple = Operation(
     before="no CP/SP padding multiple before in-batch packing",
     feature="in-batch-packing",
 )
+
+
+def packing_multiple(outcome: ConfigOutcome) -> int:
+    """The multiple MB chose for a layout it accepted. Every layout a case asks this of is valid, so
+    MB refusing it is a finding (``refuses-valid-config``), with MB's message."""
+    from harness.records.impact import Impact, fail
+
+    multiple = outcome.get("multiple")
+    if not outcome["accepted"] or multiple is None:
+        raise fail(Impact.REFUSES_VALID_CONFIG, f"MB refused a valid layout: {refusal(outcome)}")
+    return multiple

@@ -26,6 +26,7 @@ from typing import Any
 
 from harness.suite.adapters import Candidate, NotHere, Operation, field_names, load_module, symbol
 from harness.suite.adapters.cp import validate_layout
+from harness.suite.adapters.rules import ConfigOutcome
 
 MODULE = "megatron.bridge.data.builders.direct_hf_sft"
 
@@ -48,7 +49,7 @@ class DirectSFTRequest:
 class DirectSFTBuild:
     batch: dict[str, Any]  # every row collated into one micro-batch
     config: Any  # the dataset config after MB's finalisation
-    validation: dict[str, Any] | None  # ConfigContainer.validate's outcome (None: no layout)
+    validation: ConfigOutcome | None  # ConfigContainer.validate's outcome (None: no layout)
 
 
 def preprocessing(kind: str, truncation_method: str | None = None) -> Any:
@@ -81,7 +82,7 @@ def _config(cfg_cls: Any, source_cls: Any, req: DirectSFTRequest) -> Any:
     )
 
 
-def user_config(req: DirectSFTRequest) -> tuple[Any, Callable[..., Any]]:
+def user_config(req: DirectSFTRequest) -> tuple[Any, Callable[..., tuple[object, object, object]]]:
     """``req``'s ``DirectHFSFTDatasetConfig`` and MB's provider for it (what a recipe hands MB's
     loader builder), for cases that run MB's loader over the direct path's datasets."""
     _ = direct_sft.resolved  # the era gap, as the operation names it

@@ -128,7 +128,7 @@ def _recording_skips(out: list[Skipped]) -> Iterator[None]:
         return
     original = context_cls.__init__
 
-    def init(self: Any, name: str, handler: Any, *args: Any, **kwargs: Any) -> None:
+    def init(self: Any, name: str, handler: Any, *args: object, **kwargs: object) -> None:
         def record(exc: Exception, sample: Any, sources: Any) -> None:
             out.append(Skipped(_stage(str(name)), f"{type(exc).__name__}: {exc}", _keys(sample)))
             if handler is not None:

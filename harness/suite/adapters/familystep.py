@@ -146,7 +146,7 @@ class Step37Data:
 def _local_samples(provider_module: Any, samples: list[Any]) -> Iterator[None]:
     original = provider_module.prepare_flickr8k_samples
 
-    def prepare(**_kwargs: Any) -> list[Any]:
+    def prepare(**_kwargs: object) -> list[Any]:
         standins.record(STANDIN_FLICKR8K)
         return list(samples)
 
@@ -165,7 +165,7 @@ def _step37_data_probe(package: str) -> Callable[[], Callable[..., Step37Data]]:
         pack_samples = symbol(f"{package}.pack_transform", "pack_samples")
         context_cls = module.DatasetBuildContext
 
-        def call(pairs: list[tuple[Path, str]], tokenizer_dir: Path, **fields: Any) -> Step37Data:
+        def call(pairs: list[tuple[Path, str]], tokenizer_dir: Path, **fields: object) -> Step37Data:
             """``pairs``: (image file, caption); ``fields``: the provider's own (packing, image tokens)."""
             local = [sample_cls(image_path=str(path), caption=caption) for path, caption in pairs]
             provider = provider_cls(tokenizer_path=str(tokenizer_dir), sample_count=len(local), **fields)
@@ -242,7 +242,7 @@ class ReachingModel(RecordingModel):
         config.mask_token_id = mask_token_id
         self.config = config
 
-    def forward(self, **kwargs: Any) -> Any:
+    def forward(self, **kwargs: object) -> Any:
         raise ModelReached({k: snapshot(v) for k, v in kwargs.items()})
 
 

@@ -84,7 +84,7 @@ def segmented_attention_class() -> type:
             attn_mask_type: Any = None,
             attention_bias: Any = None,
             packed_seq_params: Any = None,
-            **kwargs: Any,
+            **kwargs: object,
         ) -> Any:  # MCore's signature
             if packed_seq_params is None:
                 return super().forward(
@@ -138,7 +138,7 @@ def thd_reference_attention(query: torch.Tensor, key: torch.Tensor, value: torch
     return out.reshape(t, heads * dim)
 
 
-def tiny_config(**overrides: Any) -> Any:
+def tiny_config(**overrides: object) -> Any:
     cfg_cls = symbol("megatron.core.transformer.transformer_config", "TransformerConfig")
     kwargs = {
         "num_layers": LAYERS,
@@ -160,7 +160,7 @@ def tiny_config(**overrides: Any) -> Any:
     return cfg_cls(**kwargs)
 
 
-def tiny_gpt(seed: int = 1234, vocab_size: int = VOCAB, **config: Any) -> Any:
+def tiny_gpt(seed: int = 1234, vocab_size: int = VOCAB, **config: object) -> Any:
     """The tiny GPTModel with :class:`SegmentedSDPAttention` (eval mode, fp32, CPU).
 
     ``vocab_size`` must cover every token id fed in (MB-built SFT batches use the offline
@@ -183,7 +183,7 @@ def _torch_norm_under_sequence_parallel() -> Iterator[None]:
     norm = symbol("megatron.core.transformer.torch_norm", "WrappedTorchNorm")
     original = norm.__new__
 
-    def new(cls: Any, config: Any, *args: Any, **kwargs: Any) -> Any:
+    def new(cls: Any, config: Any, *args: object, **kwargs: object) -> Any:
         plain = copy.copy(config)
         plain.sequence_parallel = False
         return original(cls, plain, *args, **kwargs)

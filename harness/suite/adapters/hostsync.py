@@ -125,7 +125,7 @@ def on_device(value: Any) -> Any:
     return value.as_subclass(DeviceResident) if isinstance(value, torch.Tensor) else value
 
 
-def place(batch: Mapping[str, Any], device_keys: tuple[str, ...]) -> dict[str, Any]:
+def place(batch: Mapping[str, Any], device_keys: tuple[str, ...]) -> dict[str, object]:
     """``batch`` with ``device_keys`` device-resident, as MB's ``get_batch`` leaves it."""
     return {k: on_device(v) if k in device_keys else v for k, v in batch.items()}
 

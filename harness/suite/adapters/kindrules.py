@@ -26,6 +26,7 @@ from harness.errors import Untestable
 from harness.suite.adapters import Candidate, NotHere, Operation, load_module, symbol
 from harness.suite.adapters.config import PackingConfigSpec, _dataset, _kwargs_for, build_container, run_validate
 from harness.suite.adapters.config import tiny_gpt_provider as provider
+from harness.suite.adapters.rules import ConfigOutcome
 
 KINDS = ("gpt_sft", "direct_hf", "mock_vlm", "energon")
 PLACEHOLDER = "harness/none"  # a path no rule reads
@@ -50,14 +51,14 @@ def _dataset_of(kind: str, seq_length: int, micro_batch_size: int, cfg: Any) -> 
     raise ValueError(f"unknown dataset kind {kind!r}; known: {KINDS}")
 
 
-def _probe() -> Callable[..., dict[str, Any]]:
+def _probe() -> Callable[..., ConfigOutcome]:
     cfg = load_module("megatron.bridge.training.config")
     if not hasattr(cfg, "ConfigContainer"):
         raise NotHere("training/config has no ConfigContainer")
 
     def call(
         kind: str, *, cp: int, per_token_loss: bool, average_in_collective: bool, seq_length: int = 512
-    ) -> dict[str, Any]:
+    ) -> ConfigOutcome:
         try:
             dataset = _dataset_of(kind, seq_length, 1, cfg)
         except NotHere as exc:  # the era has no such dataset config: nothing to hold the rule to

@@ -141,7 +141,7 @@ def _sft_config_cls() -> Any:
 WORKERS_OFF = {"num_workers": 0, "persistent_workers": False, "pin_memory": False}
 
 
-def make_dataset_config(*, seq_length: int, seed: int, **knobs: Any) -> Any:
+def make_dataset_config(*, seq_length: int, seed: int, **knobs: object) -> Any:
     """The SFT dataset config a user's finetuning passes (``GPTSFTDatasetConfig``, or the era's
     ``FinetuningDatasetConfig``), built with ``knobs`` (e.g. ``drop_last``) and the loader's workers
     off, finalised as MB's validation finalises it. A knob the era's config lacks is an era gap."""

@@ -16,8 +16,8 @@ from typing import Any
 from harness.suite.adapters import Candidate, Operation, Untestable, accepts, symbol
 
 
-def _tokenizer_probe(config_module: str) -> Callable[[], Callable[..., Any]]:
-    def probe() -> Callable[..., Any]:
+def _tokenizer_probe(config_module: str) -> Callable[[], Callable[..., object]]:
+    def probe() -> Callable[..., object]:
         cfg_cls = symbol(config_module, "TokenizerConfig")
         build = symbol("megatron.bridge.training.tokenizers.tokenizer", "build_tokenizer")
 
@@ -32,7 +32,7 @@ def _tokenizer_probe(config_module: str) -> Callable[[], Callable[..., Any]]:
             """MB's tokenizer over ``directory``; ``chat_template``: the user's own template, set
             where the era's ``TokenizerConfig`` takes one (``chat_template``, else the Hugging Face
             kwargs), instead of the one the directory ships."""
-            kwargs: dict[str, Any] = {"tokenizer_type": "HuggingFaceTokenizer", "tokenizer_model": str(directory)}
+            kwargs: dict[str, object] = {"tokenizer_type": "HuggingFaceTokenizer", "tokenizer_model": str(directory)}
             template = Path(directory) / "chat_template.jinja"
             if chat_template is None and template.is_file():
                 shipped: str | None = template.read_text()

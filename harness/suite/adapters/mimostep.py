@@ -85,7 +85,7 @@ def _recording_model(mimo_cls: type, role: Any, grids: dict[str, Any], language:
             self.mimo_config = types.SimpleNamespace(module_to_grid_map=grids)
             self.calls: list[dict[str, Any]] = []
 
-        def forward(self, **kwargs: Any) -> Any:
+        def forward(self, **kwargs: torch.Tensor) -> Any:
             self.calls.append({k: snapshot(v) for k, v in kwargs.items()})
             labels = kwargs.get("labels")
             if role.has_language_module and role.is_last_stage(language) and labels is not None:

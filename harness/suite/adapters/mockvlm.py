@@ -28,7 +28,7 @@ class MockVLMRequest:
     seq_length: int
     samples: int
     image_size: tuple[int, int] = (56, 56)
-    knobs: dict[str, Any] = field(default_factory=dict)  # further MockVLMSFTDatasetConfig fields
+    knobs: dict[str, object] = field(default_factory=dict)  # further MockVLMSFTDatasetConfig fields
 
 
 def user_config(req: MockVLMRequest) -> Any:

@@ -44,8 +44,8 @@ def write_rows_npy(rows: list[dict[str, list[int]]], path: Path) -> Path:
     return path
 
 
-def _probe(module: str, name: str = "GPTSFTPackedDataset") -> Callable[[], Callable[..., Any]]:
-    def probe() -> Callable[..., Any]:
+def _probe(module: str, name: str = "GPTSFTPackedDataset") -> Callable[[], Callable[..., object]]:
+    def probe() -> Callable[..., object]:
         cls = symbol(module, name)
         if not accepts(cls.__init__, "pad_cu_seqlens"):
             raise NotHere(f"{module}.{name} has no pad_cu_seqlens")
@@ -63,7 +63,7 @@ def _probe(module: str, name: str = "GPTSFTPackedDataset") -> Callable[[], Calla
             return_cu_seqlen: bool | None = None,  # None: MB's default, boundaries in every batch
             max_num_samples: int | None = None,  # None: no samples mapping (max_train_samples)
         ) -> Any:
-            extra: dict[str, Any] = {}
+            extra: dict[str, object] = {}
             if max_num_samples is not None:
                 extra["max_num_samples"] = max_num_samples
             if pad_seq_to_mult is not None and takes_mult:
@@ -128,8 +128,8 @@ def read_rows(path: Path) -> list[dict[str, list[int]]]:
 _ROW_KEYS = ("input_ids", "loss_mask", "seq_start_id")
 
 
-def _writer_probe(module: str) -> Callable[[], Callable[..., Any]]:
-    def probe() -> Callable[..., Any]:
+def _writer_probe(module: str) -> Callable[[], Callable[..., object]]:
+    def probe() -> Callable[..., object]:
         write = symbol(module, "write_packed_parquet")
         if not accepts(write, "row_group_size"):
             raise NotHere(f"{module}.write_packed_parquet takes no row_group_size")

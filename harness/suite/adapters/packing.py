@@ -6,8 +6,10 @@ Eras: ``data/packing/algorithms.py`` (v0.6+) and ``data/datasets/packing_utils.p
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import Any
+from collections.abc import Callable, Iterable, Mapping
+from typing import ParamSpec, SupportsInt, TypeVar
+
+import numpy as np
 
 from harness.errors import MissingOutput
 from harness.suite.adapters import Candidate, Operation, symbol
@@ -15,9 +17,17 @@ from harness.suite.adapters import Candidate, Operation, symbol
 MODULES = ("megatron.bridge.data.packing.algorithms", "megatron.bridge.data.datasets.packing_utils")
 
 
-def _candidates(fn_name: str, wrap: Callable[[Any], Callable[..., Any]] = lambda f: f) -> list[Candidate]:
-    def probe_for(module: str) -> Callable[[], Callable[..., Any]]:
-        def probe() -> Callable[..., Any]:
+F = TypeVar("F")  # MB's function, as far as the wrapper reads its result
+P = ParamSpec("P")
+R = TypeVar("R")
+
+
+def _candidates(fn_name: str, wrap: Callable[[F], Callable[P, R]]) -> list[Candidate[P, R]]:
+    """The operation's candidates, one per era's module: MB's function of that name, wrapped into
+    the canonical form (``wrap``'s parameter type states what the harness reads of MB's result)."""
+
+    def probe_for(module: str) -> Callable[[], Callable[P, R]]:
+        def probe() -> Callable[P, R]:
             return wrap(symbol(module, fn_name))
 
         return probe
@@ -25,7 +35,10 @@ def _candidates(fn_name: str, wrap: Callable[[Any], Callable[..., Any]] = lambda
     return [Candidate(m.replace("megatron.bridge.", ""), probe_for(m)) for m in MODULES]
 
 
-def _bins(fn: Callable[..., Any]) -> Callable[..., list[list[int]]]:
+Rows = Iterable[Iterable[SupportsInt]]
+
+
+def _bins(fn: Callable[[list[int], int], Rows]) -> Callable[[list[int], int], list[list[int]]]:
     def call(seqlens: list[int], pack_size: int) -> list[list[int]]:
         return [[int(x) for x in b] for b in fn(list(seqlens), pack_size)]
 
@@ -37,8 +50,13 @@ first_fit_decreasing = Operation("first_fit_decreasing", _candidates("first_fit_
 first_fit_shuffle = Operation("first_fit_shuffle", _candidates("first_fit_shuffle", _bins))
 
 
-def _hist(fn: Callable[..., Any]) -> Callable[..., tuple[dict[int, list[dict]], list[int]]]:
-    def call(dataset: Any, truncate_seq_len: int) -> tuple[dict[int, list[dict]], list[int]]:
+Sequences = dict[int, list[dict[str, list[int]]]]  # sequences by length: the tokenized examples
+
+
+def _hist(
+    fn: Callable[[np.ndarray, int], tuple[Sequences, Iterable[SupportsInt]]],
+) -> Callable[[np.ndarray, int], tuple[Sequences, list[int]]]:
+    def call(dataset: np.ndarray, truncate_seq_len: int) -> tuple[Sequences, list[int]]:
         sequences, histogram = fn(dataset, truncate_seq_len)
         return sequences, [int(x) for x in histogram]
 
@@ -48,8 +66,10 @@ def _hist(fn: Callable[..., Any]) -> Callable[..., tuple[dict[int, list[dict]], 
 create_hist = Operation("create_hist", _candidates("create_hist", _hist))
 
 
-def _strategy(fn: Callable[..., Any]) -> Callable[..., tuple[list[list[int]], dict[str, Any]]]:
-    def call(histogram: list[int], pack_size: int, algorithm: str) -> tuple[list[list[int]], dict[str, Any]]:
+def _strategy(
+    fn: Callable[[list[int], int, str], tuple[Rows, Mapping[str, object]]],
+) -> Callable[[list[int], int, str], tuple[list[list[int]], dict[str, object]]]:
+    def call(histogram: list[int], pack_size: int, algorithm: str) -> tuple[list[list[int]], dict[str, object]]:
         assignments, meta = fn(histogram, pack_size, algorithm)
         return [[int(x) for x in b] for b in assignments], dict(meta)
 
@@ -59,9 +79,11 @@ def _strategy(fn: Callable[..., Any]) -> Callable[..., tuple[list[list[int]], di
 create_packing_strategy = Operation("create_packing_strategy", _candidates("create_packing_strategy", _strategy))
 
 
-def _fill(fn: Callable[..., Any]) -> Callable[..., list[dict[str, list[int]]]]:
+def _fill(
+    fn: Callable[[list[list[int]], Sequences, int, int], Iterable[Mapping[str, Iterable[SupportsInt]]]],
+) -> Callable[[list[list[int]], Sequences, int, int], list[dict[str, list[int]]]]:
     def call(
-        assignments: list[list[int]], sequences: dict[int, list[dict]], pack_size: int, pad_id: int
+        assignments: list[list[int]], sequences: Sequences, pack_size: int, pad_id: int
     ) -> list[dict[str, list[int]]]:
         rows = fn(assignments, sequences, pack_size, pad_id)
         out = []
@@ -73,7 +95,7 @@ def _fill(fn: Callable[..., Any]) -> Callable[..., list[dict[str, list[int]]]]:
             out.append(
                 {
                     "input_ids": [int(x) for x in row["input_ids"]],
-                    "loss_mask": [int(bool(x)) for x in row["loss_mask"]],
+                    "loss_mask": [int(bool(int(x))) for x in row["loss_mask"]],
                     "seq_start_id": [int(x) for x in row["seq_start_id"]],
                 }
             )

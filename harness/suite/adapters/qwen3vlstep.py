@@ -53,7 +53,7 @@ class Qwen3VLRecordingModel(RecordingModel):
         config.seq_length = seq_length
         self.config = config
 
-    def forward(self, **kwargs: Any) -> torch.Tensor:
+    def forward(self, **kwargs: object) -> torch.Tensor:
         standins.record(STANDIN_QWEN3_VL_MODEL)
         self.calls.append({k: snapshot(v) for k, v in kwargs.items()})
         labels = plain(kwargs["labels"])

@@ -77,7 +77,7 @@ class RecordedLanguageModel(torch.nn.Module):
     def set_input_tensor(self, input_tensor: Any) -> None:
         pass
 
-    def forward(self, **kwargs: Any) -> torch.Tensor:
+    def forward(self, **kwargs: object) -> torch.Tensor:
         standins.record(STANDIN_LANGUAGE_MODEL)
         self.calls.append({k: step.snapshot(step.plain(v)) for k, v in kwargs.items()})
         hidden = step.plain(kwargs["decoder_input"]).float()  # [s, b, h]
@@ -100,7 +100,7 @@ class QwenVLRecordingModel(step.RecordingModel):
         self.module = qwen
         self.language = language
 
-    def forward(self, **kwargs: Any) -> Any:
+    def forward(self, **kwargs: object) -> Any:
         self.calls.append({k: step.snapshot(v) for k, v in kwargs.items()})
         self.language.calls.clear()
         output = self.gpt(**step.plain(kwargs))

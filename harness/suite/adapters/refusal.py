@@ -57,7 +57,7 @@ def describe(exc: BaseException, check: str) -> str:
     return said(type(exc).__name__, str(exc), check)
 
 
-def said(error_class: str, message: str, check: str) -> str:
+def said(error_class: str | None, message: str, check: str | None) -> str:
     """A refusal in words (also for one a rank of a world reported: class, message, check)."""
     return f"{PREFIX}: {error_class}: {message} [by its check at {check}]"
 

@@ -22,7 +22,26 @@ import re
 import traceback
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import NotRequired, TypedDict
+
+
+class ConfigOutcome(TypedDict):
+    """What MB did with a configuration: accepted, or refused by whom, where and with what message.
+
+    ``rules`` and ``raised_at`` say who refused (the documented rules the message names, MB's raising
+    statement), so a case proves its own rule, not any raise. The optional keys are what a stage
+    adds on acceptance (the packing multiple it chose, what finalisation left on the model).
+    """
+
+    accepted: bool
+    error_class: str | None
+    message: str
+    rules: list[str]
+    raised_at: str | None
+    up_front: NotRequired[str | None]  # a gate's check before any batch (harness.suite.adapters.refusal)
+    multiple: NotRequired[int | None]
+    seq_length_rule: NotRequired[bool]
+    variable_seq_lengths: NotRequired[object]
 
 
 class Rule(enum.StrEnum):
@@ -131,7 +150,7 @@ def require_refused_by(exc: BaseException, rule: Rule, what: str) -> None:
         raise failure from exc
 
 
-def world_refusal(outcomes: list[dict[str, Any] | None], what: str) -> dict[str, Any] | None:
+def world_refusal(outcomes: list[ConfigOutcome | None], what: str) -> ConfigOutcome | None:
     """The refusal every rank of a world gave alike (each outcome as ``config.rejected`` makes it, None
     where the rank went on); None when no rank refused. Some ranks refusing and the others going on is
     a crash: the others wait in a collective the refusing ranks never join."""
@@ -147,7 +166,7 @@ def world_refusal(outcomes: list[dict[str, Any] | None], what: str) -> dict[str,
     return outcomes[0]
 
 
-def require_world_refused_by(outcomes: list[dict[str, Any] | None], rule: Rule, what: str, by: str) -> dict[str, Any]:
+def require_world_refused_by(outcomes: list[ConfigOutcome | None], rule: Rule, what: str, by: str) -> dict[str, object]:
     """Every rank refused ``what`` by ``rule``'s own check (message and raising statement); ``by``
     names the MB path that must refuse. Returns the refusal in golden form."""
     from harness.records.impact import Impact, fail

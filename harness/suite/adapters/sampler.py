@@ -21,12 +21,12 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
 
 from harness.suite.adapters import Candidate, NotHere, Operation, accepts, symbol
+from harness.suite.adapters.mbtypes import Loader
 
 
-def _batch_sampler() -> Callable[..., Any]:
+def _batch_sampler() -> Callable[..., list[list[int]]]:
     cls = symbol("megatron.bridge.data.samplers", "MegatronPretrainingBatchSampler")
     if not accepts(cls.__init__, "pad_samples_to_global_batch_size"):
         raise NotHere("MegatronPretrainingBatchSampler lacks pad_samples_to_global_batch_size")
@@ -72,14 +72,14 @@ class LoaderEpoch:
     (built afresh, unread: the batch sampler advances its position as it is read)."""
 
     indices: list[list[int]]
-    loader: Any
+    loader: Loader
 
 
 def _loader_factory() -> Callable[..., LoaderEpoch]:
     build = symbol("megatron.bridge.data.samplers", "build_pretraining_data_loader")
 
     def call(
-        dataset: Any,
+        dataset: object,
         dataloader_type: str,
         micro_batch_size: int,
         data_parallel_rank: int = 0,
@@ -91,7 +91,7 @@ def _loader_factory() -> Callable[..., LoaderEpoch]:
         seed: int = 0,
         consumed_samples: int = 0,
     ) -> LoaderEpoch:
-        wanted: dict[str, Any] = {
+        wanted: dict[str, object] = {
             "dataset": dataset,
             "consumed_samples": consumed_samples,
             "dataloader_type": dataloader_type,
@@ -109,7 +109,7 @@ def _loader_factory() -> Callable[..., LoaderEpoch]:
         if not drop_last and not accepts(build, "drop_last"):
             raise NotHere("build_pretraining_data_loader takes no drop_last")
 
-        def make() -> Any:
+        def make() -> Loader:
             return build(**{k: v for k, v in wanted.items() if accepts(build, k)})
 
         indices = [[int(i) for i in b] for b in make().batch_sampler]

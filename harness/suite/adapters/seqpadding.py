@@ -12,15 +12,15 @@ values ``pad_token_id`` and ``sequence_tensor_pad_values``) or truncated to it. 
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
 
 from harness.suite.adapters import Candidate, Operation, symbol
+from harness.suite.adapters.mbtypes import Batch
 
 
-def _probe() -> Callable[..., dict[str, Any]]:
+def _probe() -> Callable[..., Batch]:
     prepare = symbol("megatron.bridge.data.collators.sequence", "prepare_sequence_batch")
 
-    def call(batch: dict[str, Any], **knobs: Any) -> dict[str, Any]:
+    def call(batch: Batch, **knobs: object) -> Batch:
         prepare(batch, enable_in_batch_packing=False, **knobs)
         return batch
 

@@ -34,7 +34,7 @@ from __future__ import annotations
 import contextlib
 import copy
 import inspect
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, fields, is_dataclass
 from types import SimpleNamespace
 from typing import Any
@@ -43,6 +43,7 @@ import torch
 
 from harness.suite.adapters import Candidate, Operation, Untestable, hostsync, load_module, source_text, symbol
 from harness.suite.adapters.forward import MAX_POS
+from harness.suite.adapters.mbtypes import ForwardStep
 from harness.suite.standins.cuda import pinned_to_cpu
 
 # PackedSeqParams fields MB's builder sets for a non-hybrid model (cp_partition_mode: dev MCore)
@@ -110,6 +111,8 @@ class RecordingModel(torch.nn.Module):
         self.calls: list[dict[str, Any]] = []
         self.logits: list[torch.Tensor] = []
 
+    pg_collection: object  # MB's process groups, set while a case with several ranks runs the step
+
     def __getattr__(self, name: str) -> Any:
         """Transparent for what MB reads off the model (``pre_process``, ``config``...): the wrapped
         ``GPTModel``'s attribute, so MB sees the real model apart from the recording."""
@@ -130,7 +133,7 @@ class RecordingModel(torch.nn.Module):
         """Where the real model's weights are: the step's batch must go there too."""
         return next(self.gpt.parameters()).device
 
-    def forward(self, **kwargs: Any) -> Any:
+    def forward(self, **kwargs: object) -> Any:
         self.calls.append({k: snapshot(v) for k, v in kwargs.items()})
         inner = getattr(self.gpt, "module", self.gpt)  # a bf16 model is wrapped in MCore's Float16Module
         output_layer: Any = inner.output_layer
@@ -182,30 +185,30 @@ def sized_groups(cp: int, tp: int) -> Any:
 class _Timers:
     """``state.timers``: callable returning an object with start/stop (no-ops)."""
 
-    def __call__(self, *args: Any, **kwargs: Any) -> _Timers:
+    def __call__(self, *args: object, **kwargs: object) -> _Timers:
         return self
 
-    def start(self, *args: Any, **kwargs: Any) -> None:
+    def start(self, *args: object, **kwargs: object) -> None:
         pass
 
-    def stop(self, *args: Any, **kwargs: Any) -> None:
+    def stop(self, *args: object, **kwargs: object) -> None:
         pass
 
 
 class _Straggler:
     """``state.straggler_timer``: usable as ``with t:`` and ``with t(bdata=True):``."""
 
-    def __call__(self, *args: Any, **kwargs: Any) -> _Straggler:
+    def __call__(self, *args: object, **kwargs: object) -> _Straggler:
         return self
 
     def __enter__(self) -> _Straggler:
         return self
 
-    def __exit__(self, *exc: Any) -> None:
+    def __exit__(self, *exc: object) -> None:
         return None
 
 
-def minimal_state(*, sequence_parallel: bool = False, **dataset: Any) -> Any:
+def minimal_state(*, sequence_parallel: bool = False, **dataset: object) -> Any:
     """The parts of MB's ``GlobalState`` the step functions read (dataset flags as given)."""
     ds = SimpleNamespace(skip_getting_attention_mask_from_dataset=True, **dataset)
     model = SimpleNamespace(
@@ -249,7 +252,7 @@ def call_model(model: RecordingModel, kwargs: dict[str, Any]) -> tuple[torch.Ten
 
 @torch.no_grad()
 def run_step(
-    step: Callable[..., Any], state: Any, batch: dict[str, Any], model: RecordingModel, groups: Any = None
+    step: ForwardStep, state: object, batch: Mapping[str, object], model: RecordingModel, groups: object = None
 ) -> StepRun:
     """``step(state, iter([batch]), model)`` as the training loop calls it, then MB's loss function.
 

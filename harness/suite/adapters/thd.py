@@ -40,6 +40,7 @@ from typing import Any
 from harness import features
 from harness.errors import MissingOutput, NotHere
 from harness.suite.adapters import Candidate, Operation, accepts, module_source, symbol
+from harness.suite.adapters.mbtypes import Batch
 
 
 def as_list(value: Any) -> Any:
@@ -186,7 +187,7 @@ def strip_sentinel(values: list[int] | None) -> list[int] | None:
     return out
 
 
-def _accepted_extra(fn: Callable[..., Any], extra: dict[str, Any]) -> dict[str, Any]:
+def _accepted_extra(fn: Callable[..., object], extra: dict[str, Any]) -> dict[str, Any]:
     """Further keyword arguments (``sequence_tensor_pad_values``) for a packer that takes them; one
     that does not is an era without them (untestable), not a harness error."""
     missing = [k for k in extra if not accepts(fn, k)]
@@ -195,15 +196,18 @@ def _accepted_extra(fn: Callable[..., Any], extra: dict[str, Any]) -> dict[str, 
     return extra
 
 
-def _collate_flagged(module: str, name: str) -> Callable[[], Callable[..., Any]]:
+Packer = Callable[..., object]  # MB's packing function: fills the batch in place, may return it
+
+
+def _collate_flagged(module: str, name: str) -> Callable[[], Packer]:
     """A collate policy function that packs when ``enable_in_batch_packing=True``."""
 
-    def probe() -> Callable[..., Any]:
+    def probe() -> Packer:
         fn = symbol(module, name)
         if not accepts(fn, "enable_in_batch_packing", "in_batch_packing_pad_to_multiple_of", "pad_token_id"):
             raise NotHere(f"{name} lacks enable_in_batch_packing/in_batch_packing_pad_to_multiple_of")
 
-        def call(batch: dict[str, Any], *, pad_token_id: int, pad_to_multiple_of: int, **extra: Any) -> Any:
+        def call(batch: Batch, *, pad_token_id: int, pad_to_multiple_of: int, **extra: object) -> object:
             return fn(
                 batch,
                 sequence_length=None,
@@ -218,13 +222,13 @@ def _collate_flagged(module: str, name: str) -> Callable[[], Callable[..., Any]]
     return probe
 
 
-def _collate_direct(module: str) -> Callable[[], Callable[..., Any]]:
-    def probe() -> Callable[..., Any]:
+def _collate_direct(module: str) -> Callable[[], Packer]:
+    def probe() -> Packer:
         fn = symbol(module, "pack_right_padded_sequence_batch_to_mcore_thd")
         if not accepts(fn, "pad_to_multiple_of", "pad_token_id"):
             raise NotHere("pack_right_padded_sequence_batch_to_mcore_thd lacks pad_to_multiple_of/pad_token_id")
 
-        def call(batch: dict[str, Any], *, pad_token_id: int, pad_to_multiple_of: int, **extra: Any) -> Any:
+        def call(batch: Batch, *, pad_token_id: int, pad_to_multiple_of: int, **extra: object) -> object:
             return fn(
                 batch, pad_token_id=pad_token_id, pad_to_multiple_of=pad_to_multiple_of, **_accepted_extra(fn, extra)
             )
@@ -234,15 +238,15 @@ def _collate_direct(module: str) -> Callable[[], Callable[..., Any]]:
     return probe
 
 
-def _returned_batch(probe: Callable[[], Callable[..., Any]]) -> Callable[[], Callable[..., Any]]:
+def _returned_batch(probe: Callable[[], Packer]) -> Callable[[], Callable[..., Batch]]:
     """MB's packers fill the batch in place (some also return it): always hand back the batch."""
 
-    def wrapped() -> Callable[..., Any]:
+    def wrapped() -> Callable[..., Batch]:
         fn = probe()
 
-        def call(batch: dict[str, Any], *, pad_token_id: int = 0, pad_to_multiple_of: int = 1, **extra: Any) -> Any:
+        def call(batch: Batch, *, pad_token_id: int = 0, pad_to_multiple_of: int = 1, **extra: object) -> Batch:
             ret = fn(batch, pad_token_id=pad_token_id, pad_to_multiple_of=pad_to_multiple_of, **extra)
-            return ret if isinstance(ret, Mapping) else batch
+            return ret if isinstance(ret, dict) else batch
 
         return call
 
@@ -269,7 +273,7 @@ in_batch_collate = Operation("in_batch_collate", [Candidate(era, _returned_batch
 (MB's tensors and keys, in place); before mid 2026 MB packed at step time instead (no candidate)."""
 
 
-def _in_batch_canonical(probe: Callable[[], Callable[..., Any]]) -> Callable[[], Callable[..., dict[str, Any]]]:
+def _in_batch_canonical(probe: Callable[[], Packer]) -> Callable[[], Callable[..., dict[str, Any]]]:
     def wrapped() -> Callable[..., dict[str, Any]]:
         fn = _returned_batch(probe)()
 

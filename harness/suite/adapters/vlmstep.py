@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from harness.suite.adapters import Candidate, NotHere, Operation, Untestable, source_text, symbol, thd
+from harness.suite.adapters.mbtypes import ForwardStep
 from harness.suite.adapters.step import RecordingModel, StepRun, minimal_state, run_step, sized_groups
 
 
@@ -32,7 +33,7 @@ def mb_in_batch_multiple(cp: int, tp: int = 1, sp: bool = False) -> int:
     out = cp_ops.collate_padding_multiple(cp, tp, sp, in_batch=True)
     if not out["accepted"]:
         raise fail(Impact.REFUSES_VALID_CONFIG, f"MB refused the layout CP{cp} TP{tp} SP{sp}: {out['message']}")
-    return int(out["multiple"])
+    return cp_ops.packing_multiple(out)
 
 
 @dataclass(frozen=True)
@@ -41,7 +42,7 @@ class VLMRun:
     unpacked: StepRun  # the same right-padded batch without it (the reference)
 
 
-def _vlm_forward() -> Callable[..., Any]:
+def _vlm_forward() -> ForwardStep:
     return symbol("megatron.bridge.training.vlm_step", "forward_step")
 
 
@@ -58,7 +59,7 @@ def _collate_time_probe() -> Callable[..., VLMRun]:
 
 
 def collate_time_run(
-    fn: Callable[..., Any],
+    fn: ForwardStep,
     collate: Callable[..., dict[str, Any]],
     model: RecordingModel,
     batch: dict[str, Any],

@@ -232,7 +232,7 @@ class WanRecordingModel(torch.nn.Module):
         self.calls: list[dict[str, Any]] = []
         self.anchor = torch.nn.Parameter(torch.zeros(1))  # a device for the step to read
 
-    def forward(self, **kwargs: Any) -> torch.Tensor:
+    def forward(self, **kwargs: torch.Tensor) -> torch.Tensor:
         standins.record(STANDIN_MODEL)
         self.calls.append({k: snapshot(v) for k, v in kwargs.items()})
         return torch.zeros_like(kwargs["x"], dtype=torch.float32)

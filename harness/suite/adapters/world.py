@@ -97,7 +97,7 @@ def _init_rank(layout: Layout, rank: int, store: str, seed: int) -> None:
     from megatron.core.tensor_parallel import random as mp_random
 
     dist.init_process_group("gloo", init_method=f"file://{store}", rank=rank, world_size=layout.world)
-    sizes: dict[str, Any] = {
+    sizes: dict[str, object] = {
         "tensor_model_parallel_size": layout.tp,
         "pipeline_model_parallel_size": layout.pp,
         "context_parallel_size": layout.cp,

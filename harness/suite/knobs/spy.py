@@ -75,7 +75,7 @@ def _plain(value: Any) -> bool:
     return all(x is None or isinstance(x, (bool, int, float, str)) for x in items)
 
 
-def _record(knobs: list[Knob], arguments: dict[str, Any], passed: set[str]) -> None:
+def _record(knobs: list[Knob], arguments: dict[str, object], passed: set[str]) -> None:
     for knob in knobs:
         if knob.name in arguments:
             _VALUES.add((knob.key, show(arguments[knob.name]), CURRENT["suite"], knob.name in passed))
@@ -127,7 +127,9 @@ def _megatron_portions() -> list[Path]:
     return [Path(p) for p in (spec.submodule_search_locations or [])] if spec is not None else []
 
 
-def _wrap(fn: Callable[..., Any], knobs: list[Knob], defaults: dict[str, Any] | None = None) -> Callable[..., Any]:
+def _wrap(
+    fn: Callable[..., object], knobs: list[Knob], defaults: dict[str, object] | None = None
+) -> Callable[..., object]:
     """``fn`` recording its knob arguments. A constructor that takes fields through ``**kwargs``
     (MB's ``GPTDatasetConfig`` hands them to megatron-core's) has them counted by name, and a
     dataclass field it was not given counts as its ``defaults`` value, not passed."""
@@ -138,7 +140,7 @@ def _wrap(fn: Callable[..., Any], knobs: list[Knob], defaults: dict[str, Any] | 
     var_kw = [p.name for p in sig.parameters.values() if p.kind is inspect.Parameter.VAR_KEYWORD]
 
     @functools.wraps(fn)
-    def spied(*args: Any, **kwargs: Any) -> Any:
+    def spied(*args: object, **kwargs: object) -> Any:
         try:
             bound = sig.bind(*args, **kwargs)
             passed = set(bound.arguments)
@@ -160,7 +162,7 @@ def _wrap(fn: Callable[..., Any], knobs: list[Knob], defaults: dict[str, Any] | 
     return spied
 
 
-def _after_finalize(fn: Callable[..., Any], knobs: list[Knob], defaults: dict[str, Any]) -> Callable[..., Any]:
+def _after_finalize(fn: Callable[..., object], knobs: list[Knob], defaults: dict[str, object]) -> Callable[..., object]:
     """``finalize`` recording the knob fields as MB finalised them: what the run then used. A field
     MB's finalisation derives (``variable_seq_lengths`` turned on for in-batch packing with PP, the
     way recipes assign fields after construction) counts as set when it is not the field's default."""
@@ -168,7 +170,7 @@ def _after_finalize(fn: Callable[..., Any], knobs: list[Knob], defaults: dict[st
         return fn
 
     @functools.wraps(fn)
-    def spied(self: Any, *args: Any, **kwargs: Any) -> Any:
+    def spied(self: Any, *args: object, **kwargs: object) -> Any:
         out = fn(self, *args, **kwargs)
         try:
             # fields with a plain default only: a factory's or a required field's value says nothing here

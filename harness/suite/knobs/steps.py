@@ -147,9 +147,9 @@ def wrap(module: ModuleType, record: Callable[[str], None]) -> None:
             cls.__call__ = wrapped  # type: ignore[method-assign]
 
 
-def _recording(fn: Callable[..., Any], where: str, record: Callable[[str], None]) -> Callable[..., Any]:
+def _recording(fn: Callable[..., object], where: str, record: Callable[[str], None]) -> Callable[..., object]:
     @functools.wraps(fn)
-    def called(*args: Any, **kwargs: Any) -> Any:
+    def called(*args: object, **kwargs: object) -> Any:
         record(where)
         return fn(*args, **kwargs)
 

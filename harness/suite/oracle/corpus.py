@@ -20,7 +20,6 @@ import json
 import random
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from harness.suite.oracle.tokenizer import EOS, MARKERS, PAD, TURN_END, WORDS
 
@@ -81,10 +80,10 @@ def _prompt(rng: random.Random, spec: CorpusSpec, k: int) -> str:
     return " ".join(words)
 
 
-def examples(spec: CorpusSpec) -> list[dict[str, Any]]:
+def examples(spec: CorpusSpec) -> list[dict[str, object]]:
     """The spec's examples (the same list for the same spec, in every process)."""
     rng = random.Random(spec.seed)
-    out: list[dict[str, Any]] = []
+    out: list[dict[str, object]] = []
     for k in range(spec.n):
         if spec.layout == "prompt":
             out.append({spec.prompt_key: _prompt(rng, spec, k), "output": _answer(rng, spec)})

@@ -48,7 +48,7 @@ def cpu_cuda_calls(*, pin: bool = False) -> Iterator[None]:
     orig_cuda = torch.Tensor.cuda
     orig_current = torch.cuda.current_device
 
-    def _cuda(self: Any, *args: Any, **kwargs: Any) -> Any:  # torch's signature
+    def _cuda(self: Any, *args: object, **kwargs: object) -> Any:  # torch's signature
         standins.record("Tensor.cuda() no-op on CPU")
         return _ON_CUDA[-1](self) if _ON_CUDA else self
 
@@ -144,7 +144,7 @@ def _made_on_cpu(names: tuple[str, ...], label: str, pin: bool) -> Iterator[None
     originals = {name: getattr(torch, name) for name in names}
 
     def on_cpu(original: Any) -> Any:
-        def factory(*args: Any, **kwargs: Any) -> Any:
+        def factory(*args: object, **kwargs: object) -> Any:
             if _is_cuda(kwargs.get("device")):
                 standins.record(label)
                 kwargs["device"] = "cpu"

@@ -29,7 +29,7 @@ WATCHED = ("megatron.core.inference.unified_memory",)
 NAME = "cpp_extension.load_inline refuses CUDA builds on CPU"
 
 
-def _refuse(*args: Any, **kwargs: Any) -> Any:
+def _refuse(*args: object, **kwargs: object) -> Any:
     standins.record(NAME)
     raise RuntimeError("harness stand-in: no CUDA on this machine, CUDA extension not built")
 

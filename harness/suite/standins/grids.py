@@ -26,7 +26,7 @@ def gloo_grids() -> Iterator[None]:
     grid_cls = importlib.import_module("megatron.core.hyper_comm_grid").HyperCommGrid
     real = grid_cls.__init__
 
-    def on_gloo(self: Any, *args: Any, **kwargs: Any) -> None:
+    def on_gloo(self: Any, *args: object, **kwargs: object) -> None:
         standins.record(NAME)
         kwargs["backend"] = "gloo"
         real(self, *args, **kwargs)

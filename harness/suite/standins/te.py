@@ -54,7 +54,7 @@ class _StandinMeta(type):
 class _StandinObject(metaclass=_StandinMeta):
     """Anything taken from the TE stand-in: subclassable, never usable."""
 
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
+    def __init__(self, *args: object, **kwargs: object) -> None:
         raise RuntimeError(
             f"{type(self).__name__} is a harness stand-in for transformer_engine (CUDA-only); "
             "this code path is untestable without Transformer Engine"

@@ -17,7 +17,6 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Any
 
 from harness.contract import VERSIONS_FILE, Env
 from harness.procs import kill_group, popen_owned
@@ -136,9 +135,9 @@ def _run_pytest(tgt: Target, tree: Path, runnable: list[Resolved], timeout_s: fl
     return run
 
 
-def read_events(path: Path) -> list[dict[str, Any]]:
+def read_events(path: Path) -> list[dict[str, object]]:
     """Events written so far; a line cut by a kill is ignored."""
-    out: list[dict[str, Any]] = []
+    out: list[dict[str, object]] = []
     try:
         lines = path.read_text(encoding="utf-8", errors="replace").splitlines()
     except OSError:
