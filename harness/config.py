@@ -78,7 +78,7 @@ class HarnessConfig:
         return record(**values)
 
 
-def _coerce(value: Any, hint: Any, where: str) -> Any:
+def _coerce(value: object, hint: object, where: str) -> Any:
     """A TOML value as the record field's type (str, int, float, bool, Path, their lists, optionals)."""
     origin, args = typing.get_origin(hint), typing.get_args(hint)
     if origin in (typing.Union, types.UnionType):
@@ -173,7 +173,7 @@ def _options(parser: argparse.ArgumentParser) -> dict[str, argparse.Action]:
     return out
 
 
-def _value(action: argparse.Action, value: Any, where: str) -> Any:
+def _value(action: argparse.Action, value: object, where: str) -> Any:
     """A TOML value through the option's own conversion and checks, as argparse would apply them."""
     if action.nargs == 0:  # store_true / store_false / store_const
         if not isinstance(value, bool):
@@ -185,7 +185,7 @@ def _value(action: argparse.Action, value: Any, where: str) -> Any:
     return _one(action, value, where)
 
 
-def _one(action: argparse.Action, value: Any, where: str) -> Any:
+def _one(action: argparse.Action, value: object, where: str) -> Any:
     if isinstance(value, (dict, list, bool)):
         raise UsageError(f"{where}: expected a single value, not {value!r}")
     convert = action.type if callable(action.type) else str

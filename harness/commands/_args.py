@@ -15,7 +15,6 @@ import signal
 import tempfile
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
 
 from harness import paths
 from harness.errors import UsageError
@@ -271,7 +270,7 @@ def sigterm_as_interrupt() -> Iterator[None]:
     with nothing; the previous handler is restored after. Off the main thread no handler can
     be set and SIGTERM keeps its default."""
 
-    def interrupt(signum: int, frame: Any) -> None:
+    def interrupt(signum: int, frame: object) -> None:
         raise KeyboardInterrupt
 
     try:

@@ -7,6 +7,7 @@ carries), never the driver-side machinery.
 from __future__ import annotations
 
 import socket
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -24,8 +25,8 @@ class JobFault:
 class JobCall:
     """``fn(arg)`` in the job: the same evaluation entry point as a local evaluation."""
 
-    fn: Any
-    arg: Any
+    fn: Callable[[Any], Any]  # runs in the job: its argument and result cross by pickle
+    arg: object
 
     def __call__(self) -> Any:
         from submitit.core.utils import UncompletedJobError
@@ -44,9 +45,9 @@ class SharedProbe:
 
     token_files: tuple[str, ...]
     token: str
-    evaluator: Any = None
+    evaluator: object = None
 
-    def __call__(self, _: Any = None) -> dict[str, object]:
+    def __call__(self, _: object = None) -> dict[str, object]:
         unseen = [f for f in self.token_files if not _holds(f, self.token)]
         namespace = None
         if not unseen and hasattr(self.evaluator, "cache_namespace"):

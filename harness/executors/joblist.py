@@ -69,7 +69,7 @@ class JobEntry:
             raise CorruptFile(f"job list entry {doc!r}: {exc}") from None
 
 
-def job_key(fn: Any, arg: Any) -> str:
+def job_key(fn: object, arg: object) -> str:
     """The identity of one evaluation, stable across driver processes ("" when it is not)."""
     text = f"{type(fn).__module__}.{type(fn).__qualname__}|{fn!r}|{arg!r}"
     if " at 0x" in text:  # an object address: differs in every process

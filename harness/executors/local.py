@@ -62,7 +62,7 @@ class Executor(Protocol):
 
     slots: int  # evaluations that may run at once (-j)
 
-    def submit(self, fn: Callable[[Any], Any], arg: Any) -> Handle:
+    def submit(self, fn: Callable[[Any], Any], arg: object) -> Handle:
         """Start ``fn(arg)``; return at once."""
         ...
 
@@ -89,7 +89,7 @@ class LocalExecutor:
         self.slots = slots
         self._pool = cf.ThreadPoolExecutor(max_workers=slots, thread_name_prefix="harness-eval")
 
-    def submit(self, fn: Callable[[Any], Any], arg: Any) -> cf.Future:
+    def submit(self, fn: Callable[[Any], Any], arg: object) -> cf.Future:
         return self._pool.submit(fn, arg)
 
     def wait_any(self, handles: Iterable[Handle], timeout: float | None = None) -> list[Handle]:

@@ -57,7 +57,7 @@ class RefRun:
 
 
 def run_jobs(
-    executor: SlurmExecutor, fn: Any, items: Sequence[Any]
+    executor: SlurmExecutor, fn: object, items: Sequence[Any]
 ) -> dict[int, tuple[RunResult | EvalOutcome, list[JobLog]]]:
     """``fn(item)`` for every item, ``executor.slots`` jobs in flight; index -> (result or the
     infrastructure outcome of a lost job, the jobs that ran it)."""

@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 import sys
 import time
+from collections.abc import Callable
 from typing import Any
 
 from harness.errors import EnvironmentProblem
@@ -21,14 +22,14 @@ class SlurmHandle:
 
     _PENDING: Any = object()
 
-    def __init__(self, fn: Any, arg: Any, key: str) -> None:
+    def __init__(self, fn: Callable[[Any], Any], arg: object, key: str) -> None:
         self.fn, self.arg, self.key = fn, arg, key
         self.label = arg[:12] if isinstance(arg, str) else repr(arg)[:40]
         self.job: Any = None  # the current submitit Job
         self.attempt = 0
         self.logs: list[JobLog] = []
         self.faults: list[str] = []
-        self.value: Any = self._PENDING
+        self.value: object = self._PENDING
         self.error: str | None = None
         self.cancelled = False
         self.started = time.monotonic()

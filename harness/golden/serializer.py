@@ -16,7 +16,7 @@ TENSOR_TAG = "__tensor__"
 INLINE_MAX_ELEMENTS = 4096
 
 
-def _to_numpy(value: Any) -> np.ndarray | None:
+def _to_numpy(value: object) -> np.ndarray | None:
     """Return an ndarray for numpy arrays and torch tensors, None for anything else."""
     if isinstance(value, np.ndarray):
         return value
@@ -37,7 +37,7 @@ def _plain_float(x: float) -> Any:
     return x
 
 
-def encode(value: Any, sidecar: dict[str, np.ndarray], path: str = "$") -> Any:
+def encode(value: object, sidecar: dict[str, np.ndarray], path: str = "$") -> Any:
     """Encode ``value`` into JSON-compatible data; large arrays are put into ``sidecar``.
 
     Supported: None, bool, int, float, str, list/tuple, dict (str keys), numpy scalars,
@@ -87,7 +87,7 @@ def _map_floats(data: Any) -> Any:
     return _plain_float(data)
 
 
-def is_tensor(node: Any) -> bool:
+def is_tensor(node: object) -> bool:
     return isinstance(node, dict) and set(node) == {TENSOR_TAG}
 
 
@@ -101,7 +101,7 @@ def tensor_array(node: dict[str, Any], sidecar: dict[str, np.ndarray]) -> np.nda
     return arr
 
 
-def _unmap_floats(data: Any) -> Any:
+def _unmap_floats(data: object) -> Any:
     if isinstance(data, list):
         return [_unmap_floats(x) for x in data]
     if isinstance(data, str) and data in ("nan", "inf", "-inf"):

@@ -42,7 +42,7 @@ class Tolerance:
 class Golden:
     suite: str
     case: str
-    value: Any
+    value: object
     sidecar: dict[str, np.ndarray] = field(default_factory=dict)
     tolerances: dict[str, Tolerance] = field(default_factory=dict)
     provenance: dict[str, Any] = field(default_factory=dict)

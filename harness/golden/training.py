@@ -68,12 +68,12 @@ def from_mismatches(diff_data: dict[str, Any] | None) -> list[str]:
     return consequences(pairs)
 
 
-def between(golden: Any, obtained: Any) -> list[str]:
+def between(golden: object, obtained: object) -> list[str]:
     """Consequences of replacing the golden value ``golden`` with ``obtained`` (whole documents)."""
     return consequences(_leaves(golden, obtained, "$"))
 
 
-def _leaves(a: Any, b: Any, path: str) -> Iterator[tuple[str, Any, Any]]:
+def _leaves(a: object, b: object, path: str) -> Iterator[tuple[str, Any, Any]]:
     a, b = (x.tolist() if hasattr(x, "tolist") else x for x in (a, b))  # numpy values of a golden
     if isinstance(a, dict) and isinstance(b, dict):
         for key in sorted(set(a) | set(b)):
@@ -95,7 +95,7 @@ def _leaf(path: str) -> str:
     return found.group(1) if found else path
 
 
-def _total(value: Any) -> float:
+def _total(value: object) -> float:
     if value is None or isinstance(value, bool):
         return 0.0
     if isinstance(value, (int, float)):

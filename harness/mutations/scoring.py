@@ -94,7 +94,7 @@ def fail_kind(message: str, violations: list[Any]) -> str:
     return "fail: " + _normalise(message)
 
 
-def evidence(case: Any, golden_digest: str | None = None) -> Evidence:
+def evidence(case: object, golden_digest: str | None = None) -> Evidence:
     """Evidence from a :class:`~harness.records.results.CaseResult` or its JSON form."""
     get = case.get if isinstance(case, Mapping) else lambda k, d=None: getattr(case, k, d)
     raw = get("verdict")

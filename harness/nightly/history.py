@@ -199,7 +199,7 @@ def _runs(df: pd.DataFrame) -> pd.DataFrame:
     return runs.reset_index(drop=True)
 
 
-def _clean(value: Any) -> Any:
+def _clean(value: object) -> Any:
     """Plain Python values for the template (no pandas NA or numpy scalars)."""
     if value is None or value is pd.NA:
         return None

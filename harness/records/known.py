@@ -223,7 +223,7 @@ def load(path: Path) -> list[KnownFailure]:
     return entries
 
 
-def _upgrade_v1(entry: Any) -> Any:
+def _upgrade_v1(entry: object) -> Any:
     """A schema-1 entry with the impact of its first invariant (rules: a crash) and no fix."""
     if not isinstance(entry, dict) or "impact" in entry:
         return entry

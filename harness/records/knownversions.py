@@ -9,7 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 
-def versions_field(value: Any) -> str | tuple[str, ...] | None:
+def versions_field(value: object) -> str | tuple[str, ...] | None:
     """``mb_versions`` as JSON holds it: a specifier string, or a non-empty list of them (any)."""
     if value is None or isinstance(value, str):
         return value

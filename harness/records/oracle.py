@@ -11,7 +11,6 @@ from __future__ import annotations
 import enum
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
 
 from harness.records.impact import Impact
 
@@ -140,8 +139,8 @@ class Violation:
     invariant: Invariant
     row: int
     position: int | None
-    expected: Any
-    got: Any
+    expected: object
+    got: object
     detail: str = ""
     tags: tuple[str, ...] = ()  # e.g. "input:eos": what known-failure entries match on
     impact: Impact | None = None  # None: the invariant's default (DEFAULT_IMPACT)
@@ -164,7 +163,7 @@ class Violation:
 
 
 def violation_line(
-    invariant: str, impact: str, row: Any, position: Any, expected: str, got: str, detail: str = ""
+    invariant: str, impact: str, row: object, position: object, expected: str, got: str, detail: str = ""
 ) -> str:
     """One violation as a person reads it, from the record or from its JSON form (results.json):
     ``invariant [impact]: row r, position p: expected X, got Y (detail)``."""

@@ -25,7 +25,7 @@ MAX_ROW_CELLS = 240
 MAX_MISMATCHES = 20
 
 
-def _cell_text(value: Any) -> str:
+def _cell_text(value: object) -> str:
     """One element of an aligned row: ints as is, floats short, anything else as JSON."""
     if isinstance(value, float):
         return format_number(value)
@@ -34,7 +34,7 @@ def _cell_text(value: Any) -> str:
     return format_value(value)
 
 
-def _values_differ(a: Any, b: Any) -> bool:
+def _values_differ(a: object, b: object) -> bool:
     """Element comparison for display; NaN equals NaN so a NaN row is not all red."""
     if isinstance(a, float) and isinstance(b, float) and math.isnan(a) and math.isnan(b):
         return False

@@ -69,7 +69,7 @@ def render_template(name: str, context: dict[str, object], out_path: Path) -> Pa
     return out_path
 
 
-def short_sha(sha: Any) -> str:
+def short_sha(sha: object) -> str:
     """First 10 characters of a commit hash: unique in practice, readable in a table."""
     return str(sha or "")[:10]
 
@@ -93,7 +93,7 @@ def format_seconds(value: Any) -> str:
     return f"{hours} h {minutes:02d} min"
 
 
-def format_number(value: Any) -> str:
+def format_number(value: object) -> str:
     """Errors in a compact, exact-enough form (``3.2e-07``) and ints unchanged."""
     if value is None:
         return ""
@@ -106,7 +106,7 @@ def format_number(value: Any) -> str:
     return str(value)
 
 
-def format_value(value: Any) -> str:
+def format_value(value: object) -> str:
     """Short display text of an expected/obtained value (JSON for structures, cut if long)."""
     if isinstance(value, str):
         text = value

@@ -11,7 +11,6 @@ import re
 import xml.etree.ElementTree as ET
 from collections import OrderedDict
 from pathlib import Path
-from typing import Any
 
 import harness.report.defects as defect_groups
 from harness.records.atomicio import atomic_write_text
@@ -22,7 +21,7 @@ from harness.report.formatting import REPORT_SCHEMA, case_name
 _XML_INVALID = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\ufffe\uffff]")
 
 
-def _xml_text(text: Any) -> str:
+def _xml_text(text: object) -> str:
     """Text safe for XML 1.0: control characters from captured output would make the file
     unparseable for every CI system, so they are dropped rather than escaped."""
     return _XML_INVALID.sub("", str(text or ""))

@@ -20,7 +20,7 @@ from harness.report.formatting import VERDICT_ORDER, anchor, render_template, sh
 from harness.repository.pins import SUBMODULE
 
 
-def _verdict_class(value: Any) -> str:
+def _verdict_class(value: object) -> str:
     value = str(value or "")
     return value if value in VERDICT_ORDER else ("untestable" if value == "skip" else "unknown")
 

@@ -26,8 +26,8 @@ ROW_LIMIT = 512  # longest 1-D row copied into the structured diff for aligned d
 class Mismatch:
     path: str
     kind: str  # tensor | value | shape | dtype | missing | extra | type
-    expected: Any = None
-    obtained: Any = None
+    expected: object = None
+    obtained: object = None
     first_index: list[int] | None = None
     max_abs: float | None = None
     max_rel: float | None = None
@@ -58,7 +58,7 @@ class Mismatch:
         return f"{self.path}: golden {_short(self.expected)} vs obtained {_short(self.obtained)} ({self.kind})"
 
 
-def _short(value: Any, limit: int = 160) -> str:
+def _short(value: object, limit: int = 160) -> str:
     text = repr(value)
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
@@ -95,8 +95,8 @@ class Comparator:
 
     def compare(
         self,
-        expected: Any,
-        obtained: Any,
+        expected: object,
+        obtained: object,
         exp_side: dict[str, np.ndarray] | None = None,
         obt_side: dict[str, np.ndarray] | None = None,
     ) -> Comparison:
@@ -142,7 +142,7 @@ class Comparator:
             return
         self._scalar(path, exp, obt, out)
 
-    def _scalar(self, path: str, exp: Any, obt: Any, out: Comparison) -> None:
+    def _scalar(self, path: str, exp: object, obt: object, out: Comparison) -> None:
         numeric = (int, float)
         if (isinstance(exp, float) or isinstance(obt, float)) and (
             isinstance(exp, numeric)
@@ -213,7 +213,7 @@ def _close(e: float, o: float, tol: Tolerance) -> bool:
     return abs(o - e) <= tol.atol + tol.rtol * abs(e)
 
 
-def _is_num(x: Any) -> bool:
+def _is_num(x: object) -> bool:
     return isinstance(x, (int, float)) and not isinstance(x, bool)
 
 
@@ -221,11 +221,11 @@ def _is_flat_numeric(x: list[Any]) -> bool:
     return bool(x) and all(_is_num(v) for v in x)
 
 
-def _kind(node: Any) -> str:
+def _kind(node: object) -> str:
     return "tensor" if is_tensor(node) else type(node).__name__
 
 
-def _row(x: Any) -> list[Any] | None:
+def _row(x: object) -> list[Any] | None:
     """A 1-D sequence as a list for aligned display; None for anything else (a ragged list of
     lists, such as packing bins, included: a display helper must never turn a mismatch into a
     harness error)."""

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import functools
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import numpy as np
 import pytest
@@ -46,7 +46,7 @@ class GoldenChecker:
         self.regen = False  # --harness-regen: a differing or missing golden is rewritten in place
         self.checked = False
 
-    def check(self, value: Any, tolerances: dict[str, tuple[float, float]] | None = None) -> None:
+    def check(self, value: object, tolerances: dict[str, tuple[float, float]] | None = None) -> None:
         """Compare ``value`` with the golden; raise :class:`GoldenMismatch` with a diff."""
         __tracebackhide__ = True  # pytest shows the case's line and the diff, not this method
         # numpy and the golden modules load here, not with the plugin: it is loaded by every pytest

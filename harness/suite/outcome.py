@@ -47,7 +47,7 @@ class GoldenMismatch(AssertionError):
         self.diff_data = diff_data
 
 
-def verdict_of(excinfo: pytest.ExceptionInfo | None, skipped: bool, longrepr: Any) -> tuple[Verdict, str, Any]:
+def verdict_of(excinfo: pytest.ExceptionInfo | None, skipped: bool, longrepr: object) -> tuple[Verdict, str, Any]:
     """Map an outcome to (verdict, message, structured diff)."""
     if excinfo is None:
         if skipped:

@@ -28,7 +28,7 @@ class SessionState:
     events: Path | None = None
     cases: list[dict[str, Any]] = field(default_factory=list)
     collection_errors: list[dict[str, str]] = field(default_factory=list)  # suite files that failed to collect
-    known: Any = None  # knownscope.Book, once loaded
+    known: object = None  # knownscope.Book, once loaded
 
     def emit(self, **event: object) -> None:
         if self.events is not None:

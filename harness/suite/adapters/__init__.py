@@ -106,7 +106,7 @@ def source_text(obj: Any) -> str:
         return ""
 
 
-def field_names(cls: Any) -> set[str]:
+def field_names(cls: object) -> set[str]:
     """Dataclass field names of an MB config class (empty for anything else)."""
     return {f.name for f in dataclasses.fields(cls)} if dataclasses.is_dataclass(cls) else set()
 

@@ -30,7 +30,7 @@ _BOUNDARY_KEYS = (
 )
 
 
-def plain(value: Any) -> Any:
+def plain(value: object) -> Any:
     """Tensor/array/scalar -> plain Python; None stays None."""
     if value is None:
         return None
@@ -39,12 +39,12 @@ def plain(value: Any) -> Any:
     return value.tolist() if hasattr(value, "tolist") else value
 
 
-def dtype_name(value: Any) -> str | None:
+def dtype_name(value: object) -> str | None:
     dtype = getattr(value, "dtype", None)
     return None if dtype is None else str(dtype).replace("torch.", "")
 
 
-def _row(value: Any, r: int) -> list[Any] | None:
+def _row(value: object, r: int) -> list[Any] | None:
     v = plain(value)
     if v is None:
         return None
@@ -53,7 +53,7 @@ def _row(value: Any, r: int) -> list[Any] | None:
     return list(v) if r == 0 else None
 
 
-def _scalar(value: Any, r: int) -> int | None:
+def _scalar(value: object, r: int) -> int | None:
     v = plain(value)
     if v is None:
         return None
@@ -140,14 +140,14 @@ def unpacked_examples(dataset: Any) -> list[Example]:
 PARAM_FIELDS = ("cu_seqlens_q", "cu_seqlens_kv", "cu_seqlens_q_padded", "cu_seqlens_kv_padded")
 
 
-def _flat(value: Any) -> list[int] | None:
+def _flat(value: object) -> list[int] | None:
     v = plain(value)
     while isinstance(v, list) and len(v) == 1 and isinstance(v[0], list):
         v = v[0]
     return None if v is None else [int(x) for x in v]
 
 
-def with_params(row: PackedRow, params: Any) -> PackedRow:
+def with_params(row: PackedRow, params: object) -> PackedRow:
     """``row`` with its boundaries replaced by what MCore's ``PackedSeqParams`` ``params`` carry.
 
     The oracle then checks what the model receives (values, dtypes, ``max_seqlen``) against the

@@ -30,7 +30,6 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from types import SimpleNamespace
-from typing import Any
 
 import torch
 
@@ -61,8 +60,8 @@ COLLATE_CONFIGS = (
 
 
 def validate_layout(
-    cfg: Any,
-    dataset: Any,
+    cfg: object,
+    dataset: object,
     cp: int,
     tp: int,
     sp: bool,
@@ -85,7 +84,7 @@ def validate_layout(
     return run_validate(cfg, container, cp * tp * pp * 4)  # DP 4 keeps the global batch divisible
 
 
-def _declared_source(ds_cls: Any) -> dict[str, object]:
+def _declared_source(ds_cls: object) -> dict[str, object]:
     """A placeholder data source where the config declares one.
 
     ``DirectHFSFTDatasetConfig`` (from e577829e1, 2026-07-09) requires a declarative

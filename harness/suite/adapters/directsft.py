@@ -48,7 +48,7 @@ class DirectSFTRequest:
 @dataclass
 class DirectSFTBuild:
     batch: dict[str, Any]  # every row collated into one micro-batch
-    config: Any  # the dataset config after MB's finalisation
+    config: Any  # the dataset config after MB's finalisation (its fields per era)
     validation: ConfigOutcome | None  # ConfigContainer.validate's outcome (None: no layout)
 
 

@@ -100,7 +100,7 @@ class Skipped:
 @dataclass
 class EnergonBuild:
     batches: list[dict[str, Any]]
-    config: Any  # the dataset config after MB's finalisation
+    config: Any  # the dataset config after MB's finalisation (its fields per era)
     skipped: list[Skipped] = field(default_factory=list)  # what Energon's error handling dropped on the way
 
 
@@ -109,7 +109,7 @@ def _stage(name: str) -> str:
     return re.sub(r"<bound method (\S+) of <.*>>", r"\1", name)
 
 
-def _keys(sample: Any) -> tuple[str, ...]:
+def _keys(sample: object) -> tuple[str, ...]:
     items = sample if isinstance(sample, (list, tuple)) else [sample]
     return tuple(str(k) for k in (getattr(s, "__key__", None) for s in items) if k is not None)
 
@@ -128,7 +128,7 @@ def _recording_skips(out: list[Skipped]) -> Iterator[None]:
         return
     original = context_cls.__init__
 
-    def init(self: Any, name: str, handler: Any, *args: object, **kwargs: object) -> None:
+    def init(self: object, name: str, handler: Callable[..., object], *args: object, **kwargs: object) -> None:
         def record(exc: Exception, sample: Any, sources: Any) -> None:
             out.append(Skipped(_stage(str(name)), f"{type(exc).__name__}: {exc}", _keys(sample)))
             if handler is not None:

@@ -138,7 +138,7 @@ class Step37Data:
 
     packs: list[dict[str, Any]]
     samples: list[Any]
-    provider: Any
+    provider: object
     single: Callable[[int], dict[str, Any]]
 
 
@@ -146,7 +146,7 @@ class Step37Data:
 def _local_samples(provider_module: Any, samples: list[Any]) -> Iterator[None]:
     original = provider_module.prepare_flickr8k_samples
 
-    def prepare(**_kwargs: object) -> list[Any]:
+    def prepare(**_kwargs: Any) -> list[Any]:
         standins.record(STANDIN_FLICKR8K)
         return list(samples)
 
@@ -201,7 +201,7 @@ step37_data = Operation(
 def _step37_step_probe() -> Callable[[Step37RecordingModel, dict[str, Any], Any], StepRun]:
     fn = symbol(STEP37, "forward_step")
 
-    def call(model: Step37RecordingModel, batch: dict[str, Any], provider: Any) -> StepRun:
+    def call(model: Step37RecordingModel, batch: dict[str, Any], provider: object) -> StepRun:
         state = minimal_state()
         state.cfg.dataset = provider
         with cpu_to_cuda(pin=model.device.type == "cpu"):

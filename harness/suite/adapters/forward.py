@@ -84,7 +84,7 @@ def segmented_attention_class() -> type:
             attn_mask_type: Any = None,
             attention_bias: Any = None,
             packed_seq_params: Any = None,
-            **kwargs: object,
+            **kwargs: Any,
         ) -> Any:  # MCore's signature
             if packed_seq_params is None:
                 return super().forward(
@@ -183,7 +183,7 @@ def _torch_norm_under_sequence_parallel() -> Iterator[None]:
     norm = symbol("megatron.core.transformer.torch_norm", "WrappedTorchNorm")
     original = norm.__new__
 
-    def new(cls: Any, config: Any, *args: object, **kwargs: object) -> Any:
+    def new(cls: Any, config: Any, *args: Any, **kwargs: Any) -> Any:
         plain = copy.copy(config)
         plain.sequence_parallel = False
         return original(cls, plain, *args, **kwargs)
@@ -317,7 +317,7 @@ def _ce(lg: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
 
 
 @torch.no_grad()
-def compare_packed(model: Any, packed: dict[str, Any], sequences: list[dict[str, Any]]) -> Comparison:
+def compare_packed(model: object, packed: dict[str, Any], sequences: list[dict[str, Any]]) -> Comparison:
     """Packed row vs every sequence alone.
 
     ``packed``: ``tokens``, ``position_ids``, ``labels``, ``loss_mask`` (1-D) and ``params``

@@ -85,7 +85,7 @@ def _record(what: str) -> None:
         reads.append(what)
 
 
-def _device_index(index: Any) -> str | None:
+def _device_index(index: object) -> str | None:
     """Why indexing with ``index`` needs device values on the host (None: it does not)."""
     parts = index if isinstance(index, tuple) else (index,)
     for part in parts:
@@ -120,7 +120,7 @@ class DeviceResident(torch.Tensor):
         return out
 
 
-def on_device(value: Any) -> Any:
+def on_device(value: object) -> Any:
     """``value`` as a device-resident tensor (non-tensors unchanged)."""
     return value.as_subclass(DeviceResident) if isinstance(value, torch.Tensor) else value
 

@@ -33,7 +33,7 @@ PLACEHOLDER = "harness/none"  # a path no rule reads
 LEDGER = {"direct_hf": "direct-hf-sft", "mock_vlm": "multimodal-builders", "energon": "multimodal-builders"}
 
 
-def _dataset_of(kind: str, seq_length: int, micro_batch_size: int, cfg: Any) -> Any:
+def _dataset_of(kind: str, seq_length: int, micro_batch_size: int, cfg: object) -> Any:
     if kind == "gpt_sft":
         return _dataset(PackingConfigSpec(seq_length=seq_length), cfg)
     if kind == "direct_hf":

@@ -51,8 +51,8 @@ def _resolve(split_module: str) -> Callable[..., list[dict[str, Any]]]:
     cfg = load_module("megatron.bridge.training.config")
 
     def call(
-        dataset: Any,
-        model: Any,
+        dataset: object,
+        model: object,
         *,
         seq_length: int,
         seed: int,
@@ -60,8 +60,8 @@ def _resolve(split_module: str) -> Callable[..., list[dict[str, Any]]]:
         micro_batch_size: int,
         data_parallel_size: int,
         steps: int | None,
-        dp_group: Any,
-        dataset_config: Any = None,
+        dp_group: object,
+        dataset_config: object = None,
         runtime_update: Callable[[Any, Any], None] | None = None,
     ) -> list[dict[str, Any]]:
         # the loader reads the dataset config's dataloader_type, seed, drop_last and worker
@@ -78,7 +78,7 @@ def _resolve(split_module: str) -> Callable[..., list[dict[str, Any]]]:
         if runtime_update is not None:  # what the path's entry point updates before building loaders
             runtime_update(cfg, container)
 
-        def given(_num_samples: Any, _config: Any) -> tuple[Any, None, None]:
+        def given(_num_samples: object, _config: object) -> tuple[Any, None, None]:
             return dataset, None, None
 
         with cpu_cuda_tensors(pin=True):  # the model and batches of these worlds live on the CPU
@@ -152,7 +152,7 @@ def make_dataset_config(*, seq_length: int, seed: int, **knobs: object) -> Any:
     return finalized(config_cls(seq_length=seq_length, dataset_root="unused", seed=seed, **workers, **knobs))
 
 
-def finalized(dataset_config: Any) -> Any:
+def finalized(dataset_config: object) -> Any:
     """``dataset_config`` as MB's ``ConfigContainer.validate`` leaves it before setup builds the
     loaders: finalised (its ``finalize()``, where the era's config has one)."""
     finalize = getattr(dataset_config, "finalize", None)

@@ -9,7 +9,7 @@ on: mypy then checks the harness's side, and an era whose object lacks one fails
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Sequence
-from typing import Protocol
+from typing import Any, Protocol
 
 import torch
 
@@ -35,3 +35,18 @@ LossFunction = Callable[[ModelOutput], Sequence[torch.Tensor]]
 ForwardStep = Callable[..., tuple[ModelOutput, LossFunction]]
 """MB's ``forward_step(state, data_iterator, model, ...)``: the model's output and the loss function
 the schedule applies to it."""
+
+
+class Dataset(Protocol):
+    """An MB dataset split: rows by index. A row is MB's own record (token lists or tensors by key,
+    their set per dataset class and era), so it stays untyped here; the oracle reads it by key."""
+
+    def __len__(self) -> int: ...
+
+    def __getitem__(self, index: int) -> dict[str, Any]: ...
+
+
+class SFTDataset(Dataset, Protocol):
+    """An MB SFT split, which collates its own rows into a batch (the loader's ``collate_fn``)."""
+
+    def collate_fn(self, rows: list[dict[str, Any]]) -> Batch: ...

@@ -54,7 +54,7 @@ def image_processor_dir() -> Path:
 class MimoSamples:
     samples: list[dict[str, Any]]
     mixed: bool  # the era samples the image's presence (modality_presence_prob); else every sample has it
-    provider: Any = None  # the provider they were built from: what a user's config hands MB's loader
+    provider: object = None  # the provider they were built from: what a user's config hands MB's loader
 
 
 def _encoder_lengths(length: int | None) -> dict[str, Any]:

@@ -50,7 +50,7 @@ def _probe() -> Callable[..., MimoLoad]:
     language = symbol("megatron.core.models.mimo.config.role", "MIMO_LANGUAGE_MODULE_KEY")
 
     def call(
-        provider: Any,
+        provider: object,
         *,
         seq_length: int,
         micro_batch_size: int,
@@ -92,7 +92,7 @@ def _probe() -> Callable[..., MimoLoad]:
     return call
 
 
-def _entry_point_update(cfg: Any, container: Any) -> None:
+def _entry_point_update(cfg: object, container: object) -> None:
     """What MB's MIMO entry point (``pretrain_megatron_mimo``) runs on the config before setup
     builds the loaders: ``megatron_mimo_runtime_config_update`` where the era has it (it fills the
     validation batch sizes the MIMO loader builder divides by). Before it, the loader builder read

@@ -115,7 +115,7 @@ def _probe() -> Callable[..., ModuleRank]:
     language = symbol("megatron.core.models.mimo.config.role", "MIMO_LANGUAGE_MODULE_KEY")
 
     def call(
-        provider: Any,
+        provider: object,
         *,
         modules: dict[str, int],
         seq_length: int,

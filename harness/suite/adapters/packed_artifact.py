@@ -58,7 +58,7 @@ def _probe(module: str, name: str = "GPTSFTPackedDataset") -> Callable[[], Calla
             metadata: Path | None,
             pad_to_max_length: bool,
             pad_cu_seqlens: bool,
-            tokenizer: Any = None,
+            tokenizer: object = None,
             pad_seq_to_mult: int | None = None,  # None: MB's default (and an era without the keyword)
             return_cu_seqlen: bool | None = None,  # None: MB's default, boundaries in every batch
             max_num_samples: int | None = None,  # None: no samples mapping (max_train_samples)

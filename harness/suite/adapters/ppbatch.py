@@ -42,7 +42,7 @@ class StageBatch:
     has_params: bool
 
 
-def _as_list(value: Any) -> list[int] | None:
+def _as_list(value: object) -> list[int] | None:
     return None if value is None else [int(x) for x in torch.as_tensor(value).reshape(-1).tolist()]
 
 

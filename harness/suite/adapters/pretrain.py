@@ -26,6 +26,7 @@ from typing import Any
 
 from harness import features
 from harness.suite.adapters import Candidate, NotHere, Operation, Untestable, accepts, field_names, symbol
+from harness.suite.adapters.mbtypes import Dataset
 
 
 @dataclass(frozen=True)
@@ -33,7 +34,7 @@ class PretrainRequest:
     """A user's pretraining data and its knobs (``GPTDatasetConfig`` fields)."""
 
     texts: tuple[str, ...]  # one document each, tokenized with the request's tokenizer, EOD appended
-    tokenizer: Any
+    tokenizer: Any  # MB's tokenizer (tokenize, eod)
     seq_length: int
     split: str = "8,2,0"
     samples: tuple[int, int, int] = (1, 1, 0)  # the sample counts MB asks for (at least one epoch is built)
@@ -43,10 +44,10 @@ class PretrainRequest:
 
 @dataclass
 class PretrainBuild:
-    train: Any
-    valid: Any
+    train: Dataset
+    valid: Dataset
     documents: list[list[int]]  # every document as written to the indexed file (EOD last)
-    config: Any
+    config: object
 
 
 def _probe() -> Callable[[PretrainRequest], PretrainBuild]:

@@ -42,7 +42,7 @@ class StepAttention:
 def _attention(get: Callable[[Any, Any], Any], build: Callable[[Any], Any]) -> Callable[..., StepAttention]:
     """The operation over one era's ``get_batch`` (``get(iterator, cfg)``) and its ``PackedSeqParams`` builder."""
 
-    def call(samples: list[dict[str, Any]], dataset_config: Any) -> StepAttention:
+    def call(samples: list[dict[str, Any]], dataset_config: object) -> StepAttention:
         from torch.utils.data import default_collate
 
         init_cpu_parallel()

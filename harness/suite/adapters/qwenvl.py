@@ -56,7 +56,7 @@ class _Embedding(torch.nn.Module):
         super().__init__()
         self.word_embeddings = torch.nn.Embedding(vocab_size, HIDDEN)
 
-    def forward(self, input_ids: torch.Tensor, position_ids: Any = None) -> torch.Tensor:
+    def forward(self, input_ids: torch.Tensor, position_ids: object = None) -> torch.Tensor:
         return self.word_embeddings(input_ids).transpose(0, 1).contiguous()
 
 
@@ -74,7 +74,7 @@ class RecordedLanguageModel(torch.nn.Module):
     def shared_embedding_or_output_weight(self) -> torch.Tensor:
         return self.embedding.word_embeddings.weight
 
-    def set_input_tensor(self, input_tensor: Any) -> None:
+    def set_input_tensor(self, input_tensor: object) -> None:
         pass
 
     def forward(self, **kwargs: object) -> torch.Tensor:

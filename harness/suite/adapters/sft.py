@@ -28,6 +28,7 @@ from typing import Any
 
 from harness import features
 from harness.suite.adapters import Candidate, NotHere, Operation, Untestable, accepts, symbol
+from harness.suite.adapters.mbtypes import SFTDataset
 from harness.suite.adapters.sftspies import packing_algorithm, record_unpacked, unpacked_base, watch_global_rng
 
 KINDS = ("prompt", "completion", "chat")
@@ -62,7 +63,7 @@ class OfflinePacking:
 @dataclass(frozen=True)
 class SFTRequest:
     root: Path
-    tokenizer: Any
+    tokenizer: object
     seq_length: int
     kind: str = "prompt"
     full_loss: bool = False  # answer_only_loss=False / loss_mode="full"
@@ -88,15 +89,15 @@ class SFTRequest:
 class SFTBuild:
     """What MB built: the training split plus the unpacked references."""
 
-    train: Any  # the packed dataset when packing is on, else the unpacked one
-    prep_reference: Any | None  # the unpacked dataset MB's packing preparation built (None unpacked)
-    unpacked: Any | None  # the unpacked split a user without packing gets (built on request)
+    train: SFTDataset  # the packed dataset when packing is on, else the unpacked one
+    prep_reference: SFTDataset | None  # the unpacked dataset MB's packing preparation built (None unpacked)
+    unpacked: SFTDataset | None  # the unpacked split a user without packing gets (built on request)
     era: str
     metadata_path: Path | None = None
     notes: list[str] = field(default_factory=list)
     # did MB's packing preparation leave numpy's global RNG state as it found it (None: not seen)
     prep_rng_kept: bool | None = None
-    valid: Any | None = None  # the validation split (SFTRequest.validation)
+    valid: SFTDataset | None = None  # the validation split (SFTRequest.validation)
     packed_files: dict[str, Path] = field(default_factory=dict)  # train / validation / metadata, as MB resolved them
 
 
@@ -149,7 +150,7 @@ def _specs(cls: Any, packing: OfflinePacking) -> Any:
 _PACKED_FILES = {"train": "train_path_packed", "validation": "validation_path_packed", "metadata": "pack_metadata"}
 
 
-def _packed_files(builder: Any) -> dict[str, Path]:
+def _packed_files(builder: object) -> dict[str, Path]:
     """Where MB's builder put (or found) the packed files: its own resolution of the user's paths."""
     out = {}
     for key, attr in _PACKED_FILES.items():

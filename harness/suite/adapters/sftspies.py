@@ -41,7 +41,7 @@ def record_unpacked(base: Any) -> Iterator[list[Any]]:
     seen: list[Any] = []
     original = base.__init__
 
-    def init(self: Any, *args: object, **kwargs: object) -> None:
+    def init(self: Any, *args: Any, **kwargs: Any) -> None:
         original(self, *args, **kwargs)
         if "Packed" not in type(self).__name__ and self not in seen:
             seen.append(self)
@@ -80,7 +80,7 @@ def watch_global_rng(builder: Any) -> Iterator[RngWatch]:
         yield watch
         return
 
-    def prepare(*args: object, **kwargs: object) -> Any:
+    def prepare(*args: Any, **kwargs: Any) -> Any:
         before = np.random.get_state()
         out = original(*args, **kwargs)
         watch.kept = _same_state(before, np.random.get_state())
@@ -126,7 +126,7 @@ def packing_algorithm(name: str | None) -> Iterator[AlgorithmCall]:
             continue
         module = load_module(module_name)
 
-        def call(*args: object, _original: Any = original, **kwargs: object) -> Any:
+        def call(*args: Any, _original: Any = original, **kwargs: Any) -> Any:
             seen.calls += 1
             return _original(*args, **{**kwargs, "packing_algorithm": name})
 

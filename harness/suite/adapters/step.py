@@ -37,7 +37,7 @@ import inspect
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, fields, is_dataclass
 from types import SimpleNamespace
-from typing import Any
+from typing import Any, cast
 
 import torch
 
@@ -76,7 +76,7 @@ class StepRun:
     host_reads: tuple[str, ...] = ()
 
 
-def snapshot(value: Any) -> Any:
+def snapshot(value: object) -> Any:
     """A model argument as it was at the call: tensors cloned (plain, off the device), nested dicts too."""
     if isinstance(value, torch.Tensor):
         return value.detach().clone().as_subclass(torch.Tensor)
@@ -85,7 +85,7 @@ def snapshot(value: Any) -> Any:
     return value
 
 
-def plain(value: Any) -> Any:
+def plain(value: object) -> Any:
     """``value`` with its device-resident tensors as plain ones (nested dicts and dataclasses such as
     ``PackedSeqParams`` too): the step's host reads are counted up to the model call, not in it."""
     if isinstance(value, hostsync.DeviceResident):
@@ -133,10 +133,10 @@ class RecordingModel(torch.nn.Module):
         """Where the real model's weights are: the step's batch must go there too."""
         return next(self.gpt.parameters()).device
 
-    def forward(self, **kwargs: object) -> Any:
+    def forward(self, **kwargs: Any) -> Any:
         self.calls.append({k: snapshot(v) for k, v in kwargs.items()})
         inner = getattr(self.gpt, "module", self.gpt)  # a bf16 model is wrapped in MCore's Float16Module
-        output_layer: Any = inner.output_layer
+        output_layer = cast(torch.nn.Module, inner.output_layer)  # MCore's output layer, a Module
         hook = output_layer.register_forward_hook(self._record_logits)
         try:
             return self.gpt(**plain(self.model_kwargs(kwargs)))
@@ -227,7 +227,7 @@ def minimal_state(*, sequence_parallel: bool = False, **dataset: object) -> Any:
     return SimpleNamespace(cfg=cfg, timers=_Timers(), straggler_timer=_Straggler())
 
 
-def closed_over_mask(loss_fn: Any) -> torch.Tensor | None:
+def closed_over_mask(loss_fn: object) -> torch.Tensor | None:
     """The mask MB's loss function closes over (``partial(masked_next_token_loss, loss_mask, ...)``)."""
     args = getattr(loss_fn, "args", ())
     return args[0].detach().clone() if args and isinstance(args[0], torch.Tensor) else None
@@ -291,7 +291,7 @@ def params_fields(params: Any) -> dict[str, Any]:
     return {f.name: getattr(params, f.name) for f in fields(params)}
 
 
-def extra_fields(params: Any) -> dict[str, str]:
+def extra_fields(params: object) -> dict[str, str]:
     """Fields set (not None) beyond what MB's builder sets for a non-hybrid model."""
     return {k: repr(v)[:80] for k, v in params_fields(params).items() if k not in CONTRACT_FIELDS and v is not None}
 

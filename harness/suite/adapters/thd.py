@@ -37,6 +37,8 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Any
 
+import torch
+
 from harness import features
 from harness.errors import MissingOutput, NotHere
 from harness.suite.adapters import Candidate, Operation, accepts, module_source, symbol
@@ -55,14 +57,14 @@ def as_list(value: Any) -> Any:
     return value
 
 
-def _flat(value: Any) -> Any:
+def _flat(value: object) -> Any:
     v = as_list(value)
     while isinstance(v, list) and len(v) == 1 and isinstance(v[0], list):
         v = v[0]
     return v
 
 
-def _int_or_none(value: Any) -> int | None:
+def _int_or_none(value: object) -> int | None:
     v = _flat(value)
     if v is None:
         return None
@@ -73,7 +75,7 @@ def _int_or_none(value: Any) -> int | None:
     return int(v)
 
 
-def canonical_params(params: Any) -> dict[str, Any]:
+def canonical_params(params: object) -> dict[str, Any]:
     return {
         "qkv_format": getattr(params, "qkv_format", None),
         "cu_seqlens_q": _flat(getattr(params, "cu_seqlens_q", None)),
@@ -134,7 +136,13 @@ packed_seq_params = Operation(
 )
 
 
-def _batch_in(tokens: Any, labels: Any, loss_mask: Any, position_ids: Any, attention_mask: Any) -> dict[str, Any]:
+def _batch_in(
+    tokens: torch.Tensor,
+    labels: torch.Tensor,
+    loss_mask: torch.Tensor,
+    position_ids: torch.Tensor,
+    attention_mask: torch.Tensor | None,
+) -> Batch:
     batch = {
         "tokens": tokens.clone(),
         "labels": labels.clone(),
@@ -278,11 +286,11 @@ def _in_batch_canonical(probe: Callable[[], Packer]) -> Callable[[], Callable[..
         fn = _returned_batch(probe)()
 
         def call(
-            tokens: Any,
-            labels: Any,
-            loss_mask: Any,
-            position_ids: Any,
-            attention_mask: Any = None,
+            tokens: torch.Tensor,
+            labels: torch.Tensor,
+            loss_mask: torch.Tensor,
+            position_ids: torch.Tensor,
+            attention_mask: torch.Tensor | None = None,
             *,
             pad_token_id: int = 0,
             pad_to_multiple_of: int = 1,
@@ -302,11 +310,11 @@ def _in_batch_vlm_step() -> Callable[..., dict[str, Any]]:
         raise NotHere("vlm_step.pack_batch_sequences lacks pad_to_multiple_of")
 
     def call(
-        tokens: Any,
-        labels: Any,
-        loss_mask: Any,
-        position_ids: Any,
-        attention_mask: Any = None,
+        tokens: torch.Tensor,
+        labels: torch.Tensor,
+        loss_mask: torch.Tensor,
+        position_ids: torch.Tensor,
+        attention_mask: torch.Tensor | None = None,
         *,
         pad_token_id: int = 0,
         pad_to_multiple_of: int = 1,

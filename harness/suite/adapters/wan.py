@@ -194,7 +194,7 @@ def _batches_probe() -> Callable[[WanRequest], list[dict[str, Any]]]:
     return call
 
 
-def _require_energon_fields(encoder_module: Any) -> None:
+def _require_energon_fields(encoder_module: object) -> None:
     """Untestable (this environment, not MB) where MB's Wan task encoder builds Energon samples with a
     field the installed Energon no longer has: MB 0.4 passes ``__subflavor__``, which Energon 7 dropped
     for ``__subflavors__``; that MB ran on the older Energon it pinned."""

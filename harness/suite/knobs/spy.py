@@ -51,7 +51,7 @@ _CALLED: set[tuple[str, str]] = set()  # (step function key, suite) of every cal
 _FACTORY_SENTINEL = getattr(dataclasses, "_HAS_DEFAULT_FACTORY", object())
 
 
-def show(value: Any) -> str:
+def show(value: object) -> str:
     """A value as the table shows it (scalars and small containers of scalars as repr, the rest by type)."""
     if value is _FACTORY_SENTINEL:  # a dataclass field left to its default_factory (the signature's marker)
         return FACTORY
@@ -170,7 +170,7 @@ def _after_finalize(fn: Callable[..., object], knobs: list[Knob], defaults: dict
         return fn
 
     @functools.wraps(fn)
-    def spied(self: Any, *args: object, **kwargs: object) -> Any:
+    def spied(self: object, *args: object, **kwargs: object) -> Any:
         out = fn(self, *args, **kwargs)
         try:
             # fields with a plain default only: a factory's or a required field's value says nothing here
@@ -185,7 +185,7 @@ def _after_finalize(fn: Callable[..., object], knobs: list[Knob], defaults: dict
     return spied
 
 
-def _differs(value: Any, default: Any) -> bool:
+def _differs(value: object, default: object) -> bool:
     try:
         return bool(value != default)
     except Exception:  # a value that cannot be compared (a tensor) is not a default

@@ -90,7 +90,7 @@ def write_tokenizer_dir(path: Path | None = None, *, pad_is_eos: bool = False, o
     return out
 
 
-def with_distinct_eod(tok: Any) -> Any:
+def with_distinct_eod(tok: object) -> Any:
     """``tok`` re-classed so that ``eod`` is ``<|endoftext|>`` and everything else is unchanged.
 
     The result is an instance of a subclass of ``tok``'s own class sharing its state, so MB code
@@ -110,7 +110,7 @@ def with_distinct_eod(tok: Any) -> Any:
             },
         )
         _DISTINCT_EOD[cls] = sub
-    new: Any = object.__new__(sub)
+    new: object = object.__new__(sub)
     new.__dict__.update(tok.__dict__)
     return new
 
@@ -119,7 +119,7 @@ STANDIN_DISTINCT_EOD = "tokenizer with eod != eos_id (the real tokenizer re-clas
 _DISTINCT_EOD: dict[type, type] = {}
 
 
-def special_ids(tok: Any) -> dict[str, int | None]:
+def special_ids(tok: object) -> dict[str, int | None]:
     """The ids MB's packing code may read, as this tokenizer reports them."""
     out: dict[str, int | None] = {}
     for name in ("eos_id", "eod", "pad_id", "bos_id"):

@@ -16,7 +16,7 @@ proves it with CUDA simulated as available and every CUDA entry point refusing).
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from harness.suite import standins
@@ -27,7 +27,7 @@ _ON_CUDA: list[Any] = []
 
 
 @contextlib.contextmanager
-def cuda_results(mark: Any) -> Iterator[None]:
+def cuda_results(mark: object) -> Iterator[None]:
     """Inside the block, what MB moves to the device with ``.cuda()`` comes back as ``mark(tensor)``."""
     _ON_CUDA.append(mark)
     try:
@@ -48,7 +48,7 @@ def cpu_cuda_calls(*, pin: bool = False) -> Iterator[None]:
     orig_cuda = torch.Tensor.cuda
     orig_current = torch.cuda.current_device
 
-    def _cuda(self: Any, *args: object, **kwargs: object) -> Any:  # torch's signature
+    def _cuda(self: object, *args: object, **kwargs: object) -> Any:  # torch's signature
         standins.record("Tensor.cuda() no-op on CPU")
         return _ON_CUDA[-1](self) if _ON_CUDA else self
 
@@ -68,7 +68,7 @@ def cpu_cuda_calls(*, pin: bool = False) -> Iterator[None]:
 STANDIN_TO_CUDA = "Tensor.to('cuda') kept on the CPU"
 
 
-def _is_cuda(device: Any) -> bool:
+def _is_cuda(device: object) -> bool:
     import torch
 
     return isinstance(device, (str, torch.device)) and str(device).startswith("cuda")
@@ -143,8 +143,8 @@ def _made_on_cpu(names: tuple[str, ...], label: str, pin: bool) -> Iterator[None
         return
     originals = {name: getattr(torch, name) for name in names}
 
-    def on_cpu(original: Any) -> Any:
-        def factory(*args: object, **kwargs: object) -> Any:
+    def on_cpu(original: Callable[..., Any]) -> Any:
+        def factory(*args: Any, **kwargs: Any) -> Any:
             if _is_cuda(kwargs.get("device")):
                 standins.record(label)
                 kwargs["device"] = "cpu"

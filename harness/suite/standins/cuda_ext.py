@@ -57,7 +57,7 @@ class _Loader(importlib.abc.Loader):
 
 
 class _Finder(importlib.abc.MetaPathFinder):
-    def find_spec(self, fullname: str, path: Sequence[str] | None, target: Any = None) -> Any:
+    def find_spec(self, fullname: str, path: Sequence[str] | None, target: object = None) -> Any:
         if fullname not in WATCHED:
             return None
         spec = importlib.machinery.PathFinder.find_spec(fullname, path)

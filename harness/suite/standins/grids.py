@@ -12,7 +12,6 @@ from __future__ import annotations
 import contextlib
 import importlib
 from collections.abc import Iterator
-from typing import Any
 from unittest import mock
 
 from harness.suite import standins
@@ -26,7 +25,7 @@ def gloo_grids() -> Iterator[None]:
     grid_cls = importlib.import_module("megatron.core.hyper_comm_grid").HyperCommGrid
     real = grid_cls.__init__
 
-    def on_gloo(self: Any, *args: object, **kwargs: object) -> None:
+    def on_gloo(self: object, *args: object, **kwargs: object) -> None:
         standins.record(NAME)
         kwargs["backend"] = "gloo"
         real(self, *args, **kwargs)

@@ -151,7 +151,7 @@ class _SkipInitLoader(importlib.abc.Loader):
 class LightImportFinder(importlib.abc.MetaPathFinder):
     """Serves packages of the ``megatron.bridge`` tree without running their ``__init__``."""
 
-    def find_spec(self, fullname: str, path: Sequence[str] | None, target: Any = None) -> Any:
+    def find_spec(self, fullname: str, path: Sequence[str] | None, target: object = None) -> Any:
         if not _in_tree(fullname):
             return None
         # PathFinder searches the path entries directly (no sys.meta_path): no recursion into us

@@ -70,7 +70,7 @@ class _StandinModule(types.ModuleType):
         return value
 
 
-def is_standin(value: Any) -> bool:
+def is_standin(value: object) -> bool:
     """Whether ``value`` came from this stand-in (a module or anything taken from one)."""
     return isinstance(value, _StandinModule | _StandinMeta)
 
@@ -112,7 +112,7 @@ class _StandinTEFinder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
     def __init__(self) -> None:
         self.active = 0
 
-    def find_spec(self, fullname: str, path: Sequence[str] | None, target: Any = None) -> Any:
+    def find_spec(self, fullname: str, path: Sequence[str] | None, target: object = None) -> Any:
         if self.active and _covered(fullname):
             return importlib.machinery.ModuleSpec(fullname, self, is_package=True)
         return None
@@ -122,7 +122,7 @@ class _StandinTEFinder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
         mod.__path__ = []  # a package, so submodules resolve through this finder too
         return mod
 
-    def exec_module(self, module: Any) -> None:
+    def exec_module(self, module: object) -> None:
         return None
 
 
@@ -156,7 +156,7 @@ class _MBModuleFinder(importlib.abc.MetaPathFinder):
     def __init__(self, te_finder: _StandinTEFinder) -> None:
         self.te_finder = te_finder
 
-    def find_spec(self, fullname: str, path: Sequence[str] | None, target: Any = None) -> Any:
+    def find_spec(self, fullname: str, path: Sequence[str] | None, target: object = None) -> Any:
         if not fullname.startswith(WATCHED_PREFIX):
             return None
         # PathFinder searches the path entries directly (no sys.meta_path): no recursion into us
