@@ -78,7 +78,7 @@ class HarnessConfig:
         return record(**values)
 
 
-def _coerce(value: object, hint: object, where: str) -> Any:
+def _coerce(value: object, hint: object, where: str) -> object:
     """A TOML value as the record field's type (str, int, float, bool, Path, their lists, optionals)."""
     origin, args = typing.get_origin(hint), typing.get_args(hint)
     if origin in (typing.Union, types.UnionType):
@@ -185,7 +185,7 @@ def _value(action: argparse.Action, value: object, where: str) -> Any:
     return _one(action, value, where)
 
 
-def _one(action: argparse.Action, value: object, where: str) -> Any:
+def _one(action: argparse.Action, value: object, where: str) -> object:
     if isinstance(value, (dict, list, bool)):
         raise UsageError(f"{where}: expected a single value, not {value!r}")
     convert = action.type if callable(action.type) else str
@@ -204,7 +204,7 @@ def _one(action: argparse.Action, value: object, where: str) -> Any:
 class Applied:
     """The defaults a configuration set, kept to give command-line flags the last word."""
 
-    appended: dict[str, list[Any]] = field(default_factory=dict)  # dest -> the configured list
+    appended: dict[str, list[object]] = field(default_factory=dict)  # dest -> the configured list
     # a configured option of a mutually exclusive group, its own default, the group's other options
     exclusive: list[tuple[argparse.Action, Any, list[argparse.Action]]] = field(default_factory=list)
 

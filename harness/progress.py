@@ -63,7 +63,7 @@ class Progress:
         self.live = stream is not None and (live if live is not None else _terminal(stream))
         self._bar: Any = None
         self._status_width = 80  # set from the console when the bar starts
-        self._task: Any = None
+        self._task: object = None
         self._lock = threading.RLock()  # steps may finish on several threads (mutate -j)
         self.legend_shown = False  # the verdict letters' legend (CaseFeed), printed once
         self._eta_given: float | None = None  # an estimate from the caller, and when it was given

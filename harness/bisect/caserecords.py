@@ -29,7 +29,7 @@ class CommitMeta:
     date: str = ""  # author date, strict ISO 8601
 
     @classmethod
-    def from_json(cls, doc: dict[str, Any]) -> CommitMeta:
+    def from_json(cls, doc: dict[str, object]) -> CommitMeta:
         return cls(
             str(doc.get("sha") or ""),
             str(doc.get("subject") or ""),
@@ -101,7 +101,7 @@ class CaseDoc:
             return "golden"
         return "rule" if self.impacts else "failure"
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> dict[str, object]:
         return {
             "case_id": self.case_id,
             "status": self.status.value,
@@ -193,7 +193,7 @@ class Confirmation:
     seen: dict[str, str] = field(default_factory=dict)  # case -> verdict with the revert, "same" or "changed"
     detail: str = ""  # what was seen, or why it could not be checked
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> dict[str, object]:
         return {"culprit": self.culprit, "status": self.status.value, "seen": dict(self.seen), "detail": self.detail}
 
     @classmethod

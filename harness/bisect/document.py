@@ -91,7 +91,7 @@ class HeldMB:
         return f"source tree {self.src}" if self.src else f"{self.sha[:12]} {self.subject}".rstrip()
 
     @classmethod
-    def from_json(cls, doc: dict[str, Any]) -> HeldMB:
+    def from_json(cls, doc: dict[str, object]) -> HeldMB:
         return cls(*(str(doc.get(k) or "") for k in ("sha", "repo", "src", "subject")))
 
 
@@ -118,11 +118,11 @@ class PinCheck:
             PinStatus.NOT_CONFIRMED: "not confirmed as the cause",
         }[self.status]
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> dict[str, object]:
         return {"status": self.status.value, "detail": self.detail}
 
     @classmethod
-    def from_json(cls, doc: dict[str, Any]) -> PinCheck:
+    def from_json(cls, doc: dict[str, object]) -> PinCheck:
         return cls(PinStatus(doc.get("status") or PinStatus.NOT_CONFIRMED.value), str(doc.get("detail") or ""))
 
 
@@ -138,7 +138,7 @@ class Descent:
     reason: str = ""  # not descended: why; descended: how the Megatron-LM range was walked
     doc: BisectDoc | None = None  # the second-level record
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> dict[str, object]:
         return {
             "mb_culprit": self.mb_culprit,
             "cases": list(self.cases),
@@ -230,7 +230,7 @@ class BisectDoc:
 
     # ---------------------------------------------------------------- json
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> dict[str, object]:
         return {
             "mode": self.mode,
             "range": vars(self.range).copy(),
@@ -263,7 +263,7 @@ class BisectDoc:
             **self._cluster_json(),
         }
 
-    def _cluster_json(self) -> dict[str, Any]:
+    def _cluster_json(self) -> dict[str, object]:
         """The cluster keys, only when a cluster executor ran (a local record keeps the other keys)."""
         if not (self.infrastructure or self.cancelled or self.cluster_jobs):
             return {}
@@ -336,7 +336,7 @@ class BisectDoc:
         )
 
 
-def _from_schema_1(doc: dict[str, Any]) -> dict[str, Any]:
+def _from_schema_1(doc: dict[str, Any]) -> dict[str, object]:
     """Schema 1 had no late starts and no confirmations: none were looked for."""
     return {**doc, "late_starts": [], "confirmations": []}
 
@@ -356,12 +356,12 @@ def _job_log(doc: dict[str, Any]) -> JobLog:
     )
 
 
-def _from_schema_2(doc: dict[str, Any]) -> dict[str, Any]:
+def _from_schema_2(doc: dict[str, object]) -> dict[str, object]:
     """Schema 2 bisected MB's history only: a first-level record that did not descend."""
     return {**doc, "held": None, "pin_change": None, "descents": []}
 
 
-def _from_schema_3(doc: dict[str, Any]) -> dict[str, Any]:
+def _from_schema_3(doc: dict[str, object]) -> dict[str, object]:
     """Schema 3 was written only by bisections that finished (an interrupted one wrote nothing),
     and did not record what each probe ran."""
     return {**doc, "partial": False, "probe_costs": {}, "hint_flags": []}

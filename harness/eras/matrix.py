@@ -141,7 +141,7 @@ class MatrixRow:
             else:
                 self.gaps.append({**u, "why": verdict.why})
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> dict[str, object]:
         return {
             **asdict(self),
             "untestable_pct": round(self.untestable_pct, 2),
@@ -207,7 +207,7 @@ def reason_key(reason: str) -> str:
     return (text[:300] + (" " + tags if tags else "")).strip() or "(no reason given)"
 
 
-def reason_summary(rows: list[MatrixRow]) -> list[dict[str, Any]]:
+def reason_summary(rows: list[MatrixRow]) -> list[dict[str, object]]:
     """Untestable reasons over all rows: reason, cases, refs (most frequent first)."""
     cases: Counter[str] = Counter()
     refs: dict[str, list[str]] = {}
@@ -235,6 +235,6 @@ def save(path: Path, repo: str, megatron_lm: str | None, rows: list[MatrixRow]) 
     )
 
 
-def load(path: Path) -> tuple[dict[str, Any], list[MatrixRow]]:
+def load(path: Path) -> tuple[dict[str, object], list[MatrixRow]]:
     doc = read_versioned_json(path, MATRIX_KIND, MATRIX_SCHEMA)
     return doc, [MatrixRow.from_json(r) for r in doc["rows"]]

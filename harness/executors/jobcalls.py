@@ -28,7 +28,7 @@ class JobCall:
     fn: Callable[[Any], Any]  # runs in the job: its argument and result cross by pickle
     arg: object
 
-    def __call__(self) -> Any:
+    def __call__(self) -> object:
         from submitit.core.utils import UncompletedJobError
 
         try:
@@ -71,13 +71,13 @@ class RemoteEvaluator:
     inner: Any
     namespace: tuple[str, str]
 
-    def __call__(self, arg: Any) -> Any:
+    def __call__(self, arg: object) -> object:
         return self.inner(arg)
 
     def cache_namespace(self) -> tuple[str, str]:
         return self.namespace
 
-    def __getattr__(self, name: str) -> Any:
+    def __getattr__(self, name: str) -> object:
         if name.startswith("__") or name in ("inner", "namespace"):  # unpickling looks these up first
             raise AttributeError(name)
         return getattr(self.inner, name)

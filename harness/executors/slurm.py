@@ -131,7 +131,7 @@ class SlurmExecutor(SharedCheck):
 
     # ------------------------------------------------------------------ the Executor protocol
 
-    def submit(self, fn: Any, arg: Any) -> SlurmHandle:
+    def submit(self, fn: Any, arg: object) -> SlurmHandle:
         h = SlurmHandle(fn, arg, job_key(fn, arg))
         entry = self._adopted.pop(h.key, None) if h.key else None
         if entry is not None and entry.cluster == self.options.cluster:
@@ -224,7 +224,7 @@ class SlurmExecutor(SharedCheck):
         self.stats["reattached"] += 1
         self.say(f"reattached to job {entry.job_id} ({entry.label}, submitted {entry.submitted_at})")
 
-    def _job_of(self, entry: JobEntry) -> Any:
+    def _job_of(self, entry: JobEntry) -> object:
         return self._ex._executor.job_class(folder=entry.folder, job_id=entry.job_id)
 
     def _paths(self, h: SlurmHandle) -> Any:
@@ -262,7 +262,7 @@ class SlurmExecutor(SharedCheck):
         if now - h._ended_at >= self.options.result_grace_s or self.options.cluster == "local":
             self._fault(h, state, f"job {h.job.job_id} ({h.label}) left no result (scheduler state {state})")
 
-    def _finish(self, h: SlurmHandle, outcome: str, payload: Any) -> None:
+    def _finish(self, h: SlurmHandle, outcome: str, payload: object) -> None:
         if outcome == "success" and isinstance(payload, JobFault):
             self._fault(h, "TIMEOUT", f"job {h.job.job_id} ({h.label}): {payload.reason}")
             return
@@ -283,7 +283,7 @@ class SlurmExecutor(SharedCheck):
             f"job {h.job.job_id} ({h.label}) raised {trace[-1] if trace else 'an error'}; log: {self._paths(h).stderr}"
         )
 
-    def _with_jobs(self, h: SlurmHandle, payload: Any) -> Any:
+    def _with_jobs(self, h: SlurmHandle, payload: object) -> object:
         if not isinstance(payload, EvalOutcome):
             return payload
         self.overheads.append((h.finished or time.monotonic()) - h.started - payload.duration_s)

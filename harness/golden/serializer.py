@@ -29,7 +29,7 @@ def _to_numpy(value: object) -> np.ndarray | None:
     return None
 
 
-def _plain_float(x: float) -> Any:
+def _plain_float(x: float) -> object:
     if math.isnan(x):
         return "nan"
     if math.isinf(x):
@@ -37,7 +37,7 @@ def _plain_float(x: float) -> Any:
     return x
 
 
-def encode(value: object, sidecar: dict[str, np.ndarray], path: str = "$") -> Any:
+def encode(value: object, sidecar: dict[str, np.ndarray], path: str = "$") -> object:
     """Encode ``value`` into JSON-compatible data; large arrays are put into ``sidecar``.
 
     Supported: None, bool, int, float, str, list/tuple, dict (str keys), numpy scalars,
@@ -67,8 +67,8 @@ def encode(value: object, sidecar: dict[str, np.ndarray], path: str = "$") -> An
     raise TypeError(f"cannot store {type(value).__name__} in a golden (at {path})")
 
 
-def _encode_array(arr: np.ndarray, sidecar: dict[str, np.ndarray], path: str) -> dict[str, Any]:
-    meta: dict[str, Any] = {"dtype": str(arr.dtype), "shape": list(arr.shape)}
+def _encode_array(arr: np.ndarray, sidecar: dict[str, np.ndarray], path: str) -> dict[str, object]:
+    meta: dict[str, object] = {"dtype": str(arr.dtype), "shape": list(arr.shape)}
     if arr.size <= INLINE_MAX_ELEMENTS:
         data = arr.tolist()
         if arr.dtype.kind == "f":
@@ -81,7 +81,7 @@ def _encode_array(arr: np.ndarray, sidecar: dict[str, np.ndarray], path: str) ->
     return {TENSOR_TAG: meta}
 
 
-def _map_floats(data: Any) -> Any:
+def _map_floats(data: Any) -> object:
     if isinstance(data, list):
         return [_map_floats(x) for x in data]
     return _plain_float(data)
@@ -101,7 +101,7 @@ def tensor_array(node: dict[str, Any], sidecar: dict[str, np.ndarray]) -> np.nda
     return arr
 
 
-def _unmap_floats(data: object) -> Any:
+def _unmap_floats(data: object) -> object:
     if isinstance(data, list):
         return [_unmap_floats(x) for x in data]
     if isinstance(data, str) and data in ("nan", "inf", "-inf"):

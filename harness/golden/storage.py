@@ -45,7 +45,7 @@ class Golden:
     value: object
     sidecar: dict[str, np.ndarray] = field(default_factory=dict)
     tolerances: dict[str, Tolerance] = field(default_factory=dict)
-    provenance: dict[str, Any] = field(default_factory=dict)
+    provenance: dict[str, object] = field(default_factory=dict)
 
 
 def golden_path(root: Path, suite: str, case: str) -> Path:

@@ -85,7 +85,7 @@ def _leaves(a: object, b: object, path: str) -> Iterator[tuple[str, Any, Any]]:
         yield path, a, b
 
 
-def _numeric(a: list[Any], b: list[Any]) -> bool:
+def _numeric(a: list[Any], b: list[object]) -> bool:
     return all(isinstance(x, (int, float)) and not isinstance(x, bool) for x in [*a, *b])
 
 

@@ -28,7 +28,6 @@ import enum
 import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
 
 SUMMARY_KIND = "harness-mutate"
 SUMMARY_SCHEMA = 1
@@ -81,7 +80,7 @@ def _normalise(text: str) -> str:
     return line[:160]
 
 
-def fail_kind(message: str, violations: list[Any]) -> str:
+def fail_kind(message: str, violations: list[object]) -> str:
     """The kind of a FAIL: the oracle, a golden, an assertion (by its own message), or MB raising."""
     if violations:
         return "oracle"
@@ -209,7 +208,7 @@ class Score:
         return (self.caught + self.golden_only) / self.scored if self.scored else 0.0
 
 
-def overall(rows: Iterable[Mapping[str, Any]]) -> Score:
+def overall(rows: Iterable[Mapping[str, object]]) -> Score:
     """The score of summary rows (``kind``, ``catchable``, ``status``)."""
     scored = [
         r

@@ -66,7 +66,7 @@ def write_versioned_json(path: Path, kind: str, version: int, payload: Mapping[s
     atomic_write_text(path, dump_json(doc))
 
 
-Migration = Callable[[dict[str, Any]], dict[str, Any]]
+Migration = Callable[[dict[str, object]], dict[str, object]]
 
 
 def read_versioned_json(

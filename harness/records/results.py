@@ -31,7 +31,7 @@ class CaseResult:
     diff: str = ""  # human-readable golden diff (terminal and HTML)
     diff_data: dict[str, Any] | None = None  # structured diff (first index, errors, rows)
     source: str = "golden"  # "golden" or "upstream": which source of verdicts
-    violations: list[dict[str, Any]] = field(default_factory=list)  # broken oracle invariants (structured)
+    violations: list[dict[str, object]] = field(default_factory=list)  # broken oracle invariants (structured)
     known: list[str] = field(default_factory=list)  # known MB bug entries that explain (or expected) it
     impacts: list[str] = field(default_factory=list)  # training impacts of a FAIL / KNOWN_FAIL (oracle.impact)
     tier: str = "documented"  # "hypothetical": an input no MB producer emits, never failing a run
@@ -46,7 +46,7 @@ class CaseResult:
     def hypothetical(self) -> bool:
         return self.tier == "hypothetical"
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> dict[str, object]:
         doc = dataclasses.asdict(self)
         doc["verdict"] = self.verdict.value
         return doc
@@ -133,7 +133,7 @@ class RunResult:
             return f"all {len(self.cases)} selected case(s) are untestable here (most often: {common[:300]})"
         return None
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> dict[str, object]:
         doc = dataclasses.asdict(self)
         doc["cases"] = [c.to_json() for c in self.cases]
         doc["machine"] = self.machine.to_json()

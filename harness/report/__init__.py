@@ -9,7 +9,7 @@ must not pay for jinja2, and the trend page's pandas.
 from __future__ import annotations
 
 import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from harness.report.junit import write_junit
@@ -27,7 +27,7 @@ _WHERE = {
 __all__ = ["render_bisect_report", "render_run_report", "render_trend_report", "write_junit"]
 
 
-def __getattr__(name: str) -> Any:
+def __getattr__(name: str) -> object:
     if name not in _WHERE:
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
     return getattr(importlib.import_module(_WHERE[name]), name)

@@ -41,7 +41,7 @@ def _values_differ(a: object, b: object) -> bool:
     return a != b
 
 
-def differing_positions(expected: list[Any], obtained: list[Any]) -> list[int]:
+def differing_positions(expected: list[object], obtained: list[object]) -> list[int]:
     """Indices where two 1-D rows differ, including positions only one of them has."""
     n = max(len(expected), len(obtained))
     out = []
@@ -80,7 +80,7 @@ def row_window(length: int, diffs: list[int]) -> list[int | None]:
     return out
 
 
-def aligned_row_view(expected: list[Any], obtained: list[Any]) -> dict[str, object]:
+def aligned_row_view(expected: list[object], obtained: list[object]) -> dict[str, object]:
     """Cells for the two-row expected/obtained table, each flagged when it differs."""
     diffs = differing_positions(expected, obtained)
     diff_set = set(diffs)
@@ -124,7 +124,7 @@ def _as_numbers(row: Iterable[Any]) -> list[float] | None:
     return out
 
 
-def segments_view(expected: list[Any], obtained: list[Any], width: float = 760.0) -> dict[str, object] | None:
+def segments_view(expected: list[object], obtained: list[object], width: float = 760.0) -> dict[str, object] | None:
     """Geometry of the cu_seqlens picture: one bar per side, one block per packed sequence.
 
     A block is a sequence ``[b[i], b[i+1])``; a boundary present on one side only is drawn

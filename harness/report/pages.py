@@ -57,7 +57,7 @@ def _lane_label(case_id: str) -> str:
     return case_id[:head] + "…" + case_id[-(LANE_LABEL_CHARS - head - 1) :]
 
 
-def timeline_view(bisect: BisectDoc, case_ids: list[str], culprits: dict[str, str]) -> dict[str, Any]:
+def timeline_view(bisect: BisectDoc, case_ids: list[str], culprits: dict[str, str]) -> dict[str, object]:
     """SVG geometry of the range: one column per commit, one lane per case.
 
     Probed commits are coloured by their verdict for that lane's case; a culprit gets a
@@ -150,7 +150,7 @@ def _confirmation_view(found: Confirmation | None) -> dict[str, Any] | None:
     }
 
 
-def _not_bisected_groups(bisect: BisectDoc) -> list[dict[str, Any]]:
+def _not_bisected_groups(bisect: BisectDoc) -> list[dict[str, object]]:
     """Cases failing at the bad end that were not bisected, grouped by why, largest group first
     (before, the page left them out: a reader could not tell a case was looked at)."""
     groups: dict[str, list[str]] = {}
@@ -160,11 +160,11 @@ def _not_bisected_groups(bisect: BisectDoc) -> list[dict[str, Any]]:
     return [{"reason": r, "cases": sorted(ids)} for r, ids in largest_first]
 
 
-def _pin_view(check: PinCheck | None) -> dict[str, Any] | None:
+def _pin_view(check: PinCheck | None) -> dict[str, object] | None:
     return {"status": check.status.value, "label": check.label, "detail": check.detail} if check else None
 
 
-def _level_context(bisect: BisectDoc, prefix: str = "") -> dict[str, Any]:
+def _level_context(bisect: BisectDoc, prefix: str = "") -> dict[str, object]:
     """What one level of a bisection shows: range, timeline, culprits, late starts, cases.
 
     ``prefix`` keeps the element ids of a second level (nested in the first's page) unique.
@@ -243,7 +243,7 @@ def _level_context(bisect: BisectDoc, prefix: str = "") -> dict[str, Any]:
     }
 
 
-def _descent_view(descent: Descent, bisect: BisectDoc, n: int) -> dict[str, Any]:
+def _descent_view(descent: Descent, bisect: BisectDoc, n: int) -> dict[str, object]:
     nested = descent.doc
     return {
         "mb_culprit": descent.mb_culprit,
@@ -259,7 +259,7 @@ def _descent_view(descent: Descent, bisect: BisectDoc, n: int) -> dict[str, Any]
     }
 
 
-def bisect_context(bisect: BisectDoc) -> dict[str, Any]:
+def bisect_context(bisect: BisectDoc) -> dict[str, object]:
     """Everything the bisect template shows, from a bisection record: its own level, then the
     Megatron-LM bisection behind each culprit that moved the pin."""
     level = _level_context(bisect)
@@ -277,7 +277,7 @@ def bisect_context(bisect: BisectDoc) -> dict[str, Any]:
     }
 
 
-def cluster_view(bisect: BisectDoc) -> dict[str, Any]:
+def cluster_view(bisect: BisectDoc) -> dict[str, object]:
     """The cluster jobs of a bisection (``--executor slurm``): every job with links to its logs,
     the commits skipped because the cluster lost their jobs, the evaluations cancelled as moot."""
 

@@ -19,7 +19,7 @@ from harness.records.provenance import commit_url
 from harness.report.formatting import format_seconds, render_template
 
 
-def _durations_chart(durations: list[dict[str, Any]]) -> dict[str, Any]:
+def _durations_chart(durations: list[dict[str, Any]]) -> dict[str, object]:
     """Bar geometry of run durations (seconds) for an inline SVG."""
     values = [float(d["duration_s"] or 0.0) for d in durations]
     top = max(values, default=0.0) or 1.0
@@ -59,7 +59,7 @@ SPARK_W, SPARK_H = 90.0, 18.0
 SPARK_FLOOR_S = 1.0
 
 
-def _sparkline(durations: list[float | None]) -> dict[str, Any]:
+def _sparkline(durations: list[float | None]) -> dict[str, object]:
     """A case's duration over the nights as an inline polyline (each night one point; a night
     without the case leaves a gap), with the latest value, and the largest when it differs."""
     values = [d for d in durations if d is not None]
@@ -89,10 +89,10 @@ def _sparkline(durations: list[float | None]) -> dict[str, Any]:
     }
 
 
-def _grid(tr: dict[str, Any]) -> list[dict[str, Any]]:
+def _grid(tr: dict[str, Any]) -> list[dict[str, object]]:
     """Cases grouped by suite for the verdict grid, each with one cell per run (outlined where
     the verdict differs from the night before) and its durations."""
-    suites: dict[str, list[dict[str, Any]]] = {}
+    suites: dict[str, list[dict[str, object]]] = {}
     for cid, entry in tr["cases"].items():
         cells = []
         previous = None
@@ -119,7 +119,7 @@ def _grid(tr: dict[str, Any]) -> list[dict[str, Any]]:
     return [{"name": name, "cases": members} for name, members in sorted(suites.items())]
 
 
-def _nights(tr: dict[str, Any]) -> list[dict[str, Any]]:
+def _nights(tr: dict[str, Any]) -> list[dict[str, object]]:
     """The nights, newest first, with their report page and commit page."""
     out = []
     for r in reversed(tr["runs"]):

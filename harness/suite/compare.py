@@ -32,8 +32,8 @@ class Mismatch:
     max_abs: float | None = None
     max_rel: float | None = None
     n_mismatch: int | None = None
-    expected_row: list[Any] | None = None
-    obtained_row: list[Any] | None = None
+    expected_row: list[object] | None = None
+    obtained_row: list[object] | None = None
 
     def to_json(self) -> dict[str, object]:
         return dict(self.__dict__)
@@ -217,7 +217,7 @@ def _is_num(x: object) -> bool:
     return isinstance(x, (int, float)) and not isinstance(x, bool)
 
 
-def _is_flat_numeric(x: list[Any]) -> bool:
+def _is_flat_numeric(x: list[object]) -> bool:
     return bool(x) and all(_is_num(v) for v in x)
 
 
@@ -225,7 +225,7 @@ def _kind(node: object) -> str:
     return "tensor" if is_tensor(node) else type(node).__name__
 
 
-def _row(x: object) -> list[Any] | None:
+def _row(x: object) -> list[object] | None:
     """A 1-D sequence as a list for aligned display; None for anything else (a ragged list of
     lists, such as packing bins, included: a display helper must never turn a mismatch into a
     harness error)."""

@@ -74,7 +74,7 @@ def become_server(spec: dict[str, Any]) -> int:
     return 0
 
 
-def _answer(msg: dict[str, Any]) -> None:
+def _answer(msg: dict[str, object]) -> None:
     sys.stdout.write(json.dumps(msg) + "\n")
     sys.stdout.flush()
 

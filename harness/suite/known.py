@@ -10,7 +10,6 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from harness.records.known import KnownFailure
 from harness.records.verdict import Verdict
@@ -27,7 +26,7 @@ class Classified:
 def against_known_bugs(
     case_id: str,
     verdict: Verdict,
-    violations: Sequence[Mapping[str, Any]],
+    violations: Sequence[Mapping[str, object]],
     entries: Sequence[KnownFailure],
     message: str = "",
     *,
@@ -88,7 +87,7 @@ def against_known_bugs(
 def _code_gone(
     gone: Sequence[KnownFailure],
     verdict: Verdict,
-    violations: Sequence[Mapping[str, Any]],
+    violations: Sequence[Mapping[str, object]],
     message: str,
     drawn: bool,
 ) -> Classified | None:

@@ -242,7 +242,7 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo) -> Any:
 
 
 @pytest.fixture
-def known_bug(request: pytest.FixtureRequest) -> Any:
+def known_bug(request: pytest.FixtureRequest) -> object:
     """``explain(exc) -> ids``: the known MB bugs (applying to this MB) that would make ``exc``, raised
     by the requesting case, a KNOWN_FAIL; () when none would.
 

@@ -90,7 +90,7 @@ class _EventsPlugin:
         if report.failed:
             self.emit(ev="collect_error", nodeid=report.nodeid, message=str(report.longreprtext)[-MESSAGE_LIMIT:])
 
-    def pytest_collection_modifyitems(self, session: Any, config: Any, items: list[Any]) -> None:
+    def pytest_collection_modifyitems(self, session: object, config: Any, items: list[Any]) -> None:
         from _pytest.mark import KeywordMatcher
         from _pytest.mark.expression import Expression
 
@@ -115,7 +115,7 @@ class _EventsPlugin:
         self.emit(ev="collected", selected=len(keep), deselected=len(drop))
 
     @pytest.hookimpl(wrapper=True)
-    def pytest_runtest_call(self, item: Any) -> Any:  # a pluggy wrapper (a generator)
+    def pytest_runtest_call(self, item: object) -> object:  # a pluggy wrapper (a generator)
         """``.cuda()`` as a CPU no-op while MB's test body runs (MB moves batches to the GPU)."""
         if "torch" not in sys.modules:  # a test module without torch: nothing to patch, no torch import
             return (yield)
@@ -124,7 +124,7 @@ class _EventsPlugin:
         with cpu_cuda_calls():
             return (yield)
 
-    def pytest_runtest_makereport(self, item: Any, call: Any) -> None:
+    def pytest_runtest_makereport(self, item: object, call: object) -> None:
         self._call = call  # read in logreport: the exception is still at hand here
 
     def pytest_runtest_logreport(self, report: Any) -> None:
@@ -158,6 +158,6 @@ class _EventsPlugin:
             duration=round(report.duration, 4),
         )
 
-    def pytest_sessionfinish(self, session: Any, exitstatus: int) -> None:
+    def pytest_sessionfinish(self, session: object, exitstatus: int) -> None:
         self.emit(ev="finished", exitstatus=int(exitstatus))
         self.fh.close()

@@ -107,7 +107,7 @@ class ForkServer:
             self.close()
             raise ForkServerError("the fork server did not start")
         self._lock = threading.Lock()
-        self._waiters: dict[int, queue.Queue[dict[str, Any]]] = {}
+        self._waiters: dict[int, queue.Queue[dict[str, object]]] = {}
         self._next_id = 0
         threading.Thread(target=self._dispatch, name="harness-forkserver-reader", daemon=True).start()
 
@@ -155,9 +155,9 @@ class ForkServer:
             return False
         return not self._eof
 
-    def _send(self, body: dict[str, Any]) -> tuple[int, queue.Queue[dict[str, Any]]]:
+    def _send(self, body: dict[str, object]) -> tuple[int, queue.Queue[dict[str, object]]]:
         """Send one request; (its id, the queue its answers arrive on). Raises when the server is gone."""
-        answers: queue.Queue[dict[str, Any]] = queue.Queue()
+        answers: queue.Queue[dict[str, object]] = queue.Queue()
         with self._lock:
             self._next_id += 1
             rid = self._next_id
@@ -170,7 +170,7 @@ class ForkServer:
                 raise ForkServerError(f"the fork server is gone ({exc})") from None
         return rid, answers
 
-    def _request(self, body: dict[str, Any], deadline: float) -> dict[str, Any] | None:
+    def _request(self, body: dict[str, object], deadline: float) -> dict[str, Any] | None:
         """Send one request; its first answer (None by ``deadline``)."""
         rid, answers = self._send(body)
         try:
@@ -203,7 +203,7 @@ class ForkServer:
                 self._waiters.pop(rid, None)
 
     @staticmethod
-    def _get(answers: queue.Queue[dict[str, Any]], deadline: float) -> dict[str, Any] | None:
+    def _get(answers: queue.Queue[dict[str, object]], deadline: float) -> dict[str, Any] | None:
         try:
             return answers.get(timeout=max(0.0, deadline - time.monotonic()))
         except queue.Empty:

@@ -72,12 +72,12 @@ def _first(*candidates: tuple[str, str]) -> Any:
     raise Untestable("; ".join(tried))
 
 
-def _kwargs_for(cls: Any, wanted: dict[str, object]) -> dict[str, object]:
+def _kwargs_for(cls: object, wanted: dict[str, object]) -> dict[str, object]:
     names = field_names(cls)
     return {k: v for k, v in wanted.items() if k in names}
 
 
-def _dataset(spec: PackingConfigSpec, cfg: Any) -> Any:
+def _dataset(spec: PackingConfigSpec, cfg: Any) -> object:
     if spec.dataset == "gpt":
         cls = cfg.GPTDatasetConfig
         # MB's own seq_length field came later; before, the class had only MCore's sequence_length
@@ -97,7 +97,7 @@ def _dataset(spec: PackingConfigSpec, cfg: Any) -> Any:
     return cls(**_kwargs_for(cls, {"seq_length": length, "dataset_root": "/nonexistent/harness-dataset"}))
 
 
-def _offline_field(dataset: Any) -> str:
+def _offline_field(dataset: object) -> str:
     """Where the era's dataset config keeps offline packing specs (a field of the class)."""
     names = field_names(type(dataset))
     for name in ("offline_packing_specs", "packed_sequence_specs"):
@@ -127,7 +127,7 @@ def in_batch_flag() -> str:
     raise features.missing("in-batch-packing", "in-batch packing does not exist in this MB era")
 
 
-def _apply_packing(spec: PackingConfigSpec, dataset: Any) -> Any:
+def _apply_packing(spec: PackingConfigSpec, dataset: Any) -> object:
     """Set the spec's packing fields on ``dataset``; returns the offline specs object (or None)."""
     specs = None
     if spec.offline_packing_size is not None or spec.offline_enabled:
@@ -186,7 +186,7 @@ def tiny_gpt_provider(
     per_token_loss: bool,
     pp: int = 1,
     extra: Mapping[str, object] | None = None,
-) -> Any:
+) -> object:
     """The smallest GPT model provider the validation rules look at (one layer per pipeline stage)."""
     provider_cls = symbol("megatron.bridge.models.gpt_provider", "GPTModelProvider")
     return provider_cls(
@@ -211,8 +211,8 @@ def tiny_gpt_provider(
 
 def build_container(
     cfg: Any,
-    model: Any,
-    dataset: Any,
+    model: object,
+    dataset: object,
     *,
     global_batch_size: int,
     micro_batch_size: int,

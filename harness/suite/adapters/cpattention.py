@@ -25,7 +25,7 @@ from harness.suite.standins import thd_partition
 from harness.suite.standins.thd_partition import thd_partitioned_indices
 
 
-def cp_group() -> Any:
+def cp_group() -> object:
     """The context-parallel group when one of more than one rank is active here, else None."""
     import torch.distributed as dist
     from megatron.core import parallel_state

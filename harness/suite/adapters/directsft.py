@@ -35,14 +35,14 @@ MODULE = "megatron.bridge.data.builders.direct_hf_sft"
 class DirectSFTRequest:
     """What a user configures: rows, the processor directory, preprocessing and collate knobs."""
 
-    rows: tuple[dict[str, Any], ...]
+    rows: tuple[dict[str, object], ...]
     processor_dir: Path
     seq_length: int
     kind: str = "chat"  # "chat" (messages) or "completion" (prompt-completion columns input/output)
     layout: tuple[int, int, bool] | None = None  # (CP, TP, SP) finalised by ConfigContainer.validate
     pipeline: int = 1  # PP of the layout (PP > 1 with no layout: CP 1, TP 1)
     truncation_method: str | None = None  # prompt-completion only; None: MB's default
-    knobs: dict[str, Any] = field(default_factory=dict)  # DirectHFSFTDatasetConfig fields
+    knobs: dict[str, object] = field(default_factory=dict)  # DirectHFSFTDatasetConfig fields
 
 
 @dataclass
@@ -52,7 +52,7 @@ class DirectSFTBuild:
     validation: ConfigOutcome | None  # ConfigContainer.validate's outcome (None: no layout)
 
 
-def preprocessing(kind: str, truncation_method: str | None = None) -> Any:
+def preprocessing(kind: str, truncation_method: str | None = None) -> object:
     """MB's preprocessing config for ``kind`` (prompt-completion: the corpus' input/output columns)."""
     sft = load_module("megatron.bridge.data.sft_processing")
     if kind == "chat":
@@ -61,7 +61,7 @@ def preprocessing(kind: str, truncation_method: str | None = None) -> Any:
     return sft.PromptCompletionSFTPreprocessingConfig(prompt_column="input", completion_column="output", **extra)
 
 
-def _config(cfg_cls: Any, source_cls: Any, req: DirectSFTRequest) -> Any:
+def _config(cfg_cls: Any, source_cls: Any, req: DirectSFTRequest) -> object:
     """The config a user declares for ``req``: its rows in a local JSONL file, the request's knobs."""
     where = Path(tempfile.mkdtemp(prefix="harness-direct-sft-"))
     data = where / "train.jsonl"

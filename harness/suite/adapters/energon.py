@@ -60,8 +60,8 @@ class EnergonSample:
     image: tuple[int, int]
     turns: tuple[tuple[str, str], ...]  # (user text, assistant text); the image goes with the first
 
-    def conversation(self) -> list[dict[str, Any]]:
-        out: list[dict[str, Any]] = []
+    def conversation(self) -> list[dict[str, object]]:
+        out: list[dict[str, object]] = []
         for t, (question, answer) in enumerate(self.turns):
             content: list[dict[str, str]] = [{"type": "image"}] if t == 0 else []
             out.append({"role": "user", "content": [*content, {"type": "text", "text": question}]})
@@ -80,7 +80,7 @@ class EnergonRequest:
     batches: int  # how many training micro-batches to read
     shards: int = 1
     pixels: tuple[int | None, int | None] = (None, None)  # the task encoder's min_pixels, max_pixels
-    knobs: dict[str, Any] = field(default_factory=dict)  # further EnergonDatasetConfig fields
+    knobs: dict[str, object] = field(default_factory=dict)  # further EnergonDatasetConfig fields
     encoder: str = "hf"  # "hf": HFEnergonTaskEncoderConfig; "qwen-vl": QwenVLEnergonTaskEncoderConfig
     # the rank's process groups handed to the builder as MB's setup hands them (pg_collection, from
     # megatron-core's initialised groups): in a world, which samples this rank's loader reads
@@ -129,7 +129,7 @@ def _recording_skips(out: list[Skipped]) -> Iterator[None]:
     original = context_cls.__init__
 
     def init(self: object, name: str, handler: Callable[..., object], *args: object, **kwargs: object) -> None:
-        def record(exc: Exception, sample: Any, sources: Any) -> None:
+        def record(exc: Exception, sample: object, sources: object) -> None:
             out.append(Skipped(_stage(str(name)), f"{type(exc).__name__}: {exc}", _keys(sample)))
             if handler is not None:
                 handler(exc, sample, sources)

@@ -67,11 +67,11 @@ from harness.suite.standins.cuda import cpu_to_cuda
 DSV4 = "megatron.bridge.models.deepseek.deepseek_v4_step"
 
 
-def _dsv4_probe() -> Callable[[RecordingModel, dict[str, Any]], StepRun]:
+def _dsv4_probe() -> Callable[[RecordingModel, dict[str, object]], StepRun]:
     fn = symbol(DSV4, "forward_step")
     mcore_call_matches(DSV4, "get_batch_on_this_cp_rank", "megatron.core.utils")
 
-    def call(model: RecordingModel, batch: dict[str, Any]) -> StepRun:
+    def call(model: RecordingModel, batch: dict[str, object]) -> StepRun:
         return run_step(fn, minimal_state(), batch, model)
 
     return call
@@ -99,7 +99,7 @@ class Step37RecordingModel(RecordingModel):
     ``attention_mask`` (recorded), and runs the language model as Step-3.7's does under THD: positions
     restart at every boundary of ``PackedSeqParams`` (its RoPE, given ``position_ids=None``)."""
 
-    def model_kwargs(self, kwargs: dict[str, Any]) -> dict[str, Any]:
+    def model_kwargs(self, kwargs: dict[str, Any]) -> dict[str, object]:
         params = kwargs["packed_seq_params"]
         standins.record(STANDIN_STEP37_POSITIONS)
         tokens = kwargs["input_ids"]
@@ -136,17 +136,17 @@ class Step37Data:
     alone through MB's pack transform and collate: the same pipeline, unpacked.
     """
 
-    packs: list[dict[str, Any]]
+    packs: list[dict[str, object]]
     samples: list[Any]
     provider: object
-    single: Callable[[int], dict[str, Any]]
+    single: Callable[[int], dict[str, object]]
 
 
 @contextlib.contextmanager
-def _local_samples(provider_module: Any, samples: list[Any]) -> Iterator[None]:
+def _local_samples(provider_module: Any, samples: list[object]) -> Iterator[None]:
     original = provider_module.prepare_flickr8k_samples
 
-    def prepare(**_kwargs: Any) -> list[Any]:
+    def prepare(**_kwargs: object) -> list[object]:
         standins.record(STANDIN_FLICKR8K)
         return list(samples)
 
@@ -176,7 +176,7 @@ def _step37_data_probe(package: str) -> Callable[[], Callable[..., Step37Data]]:
             dataset = train.datasets[0]
             samples = [dataset[i] for i in range(len(dataset))]
 
-            def single(i: int) -> dict[str, Any]:
+            def single(i: int) -> dict[str, object]:
                 return train.collate_fn([pack_samples([dataset[i]], seqlen_divisible_by=provider.seqlen_divisible_by)])
 
             return Step37Data(packs, samples, provider, single)
@@ -198,10 +198,10 @@ step37_data = Operation(
 """``step37_data(pairs, tokenizer_dir, **provider_fields)``: MB's Step-3.7 packs of local image-caption pairs."""
 
 
-def _step37_step_probe() -> Callable[[Step37RecordingModel, dict[str, Any], Any], StepRun]:
+def _step37_step_probe() -> Callable[[Step37RecordingModel, dict[str, object], Any], StepRun]:
     fn = symbol(STEP37, "forward_step")
 
-    def call(model: Step37RecordingModel, batch: dict[str, Any], provider: object) -> StepRun:
+    def call(model: Step37RecordingModel, batch: dict[str, object], provider: object) -> StepRun:
         state = minimal_state()
         state.cfg.dataset = provider
         with cpu_to_cuda(pin=model.device.type == "cpu"):
@@ -226,7 +226,7 @@ DGPT = "megatron.bridge.diffusion.models.common.dgpt_step"
 class ModelReached(Exception):
     """Raised by :class:`ReachingModel` at the model call: the step got that far (not an MB error)."""
 
-    def __init__(self, kwargs: dict[str, Any]) -> None:
+    def __init__(self, kwargs: dict[str, object]) -> None:
         super().__init__("the step called the model")
         self.kwargs = kwargs
 
@@ -242,15 +242,15 @@ class ReachingModel(RecordingModel):
         config.mask_token_id = mask_token_id
         self.config = config
 
-    def forward(self, **kwargs: object) -> Any:
+    def forward(self, **kwargs: object) -> object:
         raise ModelReached({k: snapshot(v) for k, v in kwargs.items()})
 
 
-def _dgpt_probe() -> Callable[[torch.nn.Module, dict[str, Any], int], dict[str, Any]]:
+def _dgpt_probe() -> Callable[[torch.nn.Module, dict[str, Any], int], dict[str, object]]:
     cls = symbol(DGPT, "DGPTStep")
     mcore_call_matches(DGPT, "get_batch_on_this_cp_rank", "megatron.core.utils")
 
-    def call(gpt: torch.nn.Module, batch: dict[str, Any], mask_token_id: int) -> dict[str, Any]:
+    def call(gpt: torch.nn.Module, batch: dict[str, object], mask_token_id: int) -> dict[str, object]:
         """What MB's diffusion step hands the model for ``batch`` (MB's exception when it refuses first)."""
         model = ReachingModel(gpt, mask_token_id)
         with on_model_device(model):
@@ -274,12 +274,12 @@ dgpt_step = Operation(
 QWEN3_OMNI = "megatron.bridge.models.qwen_omni.qwen3_omni_step"
 
 
-def _qwen3_omni_probe() -> Callable[[torch.nn.Module, dict[str, Any], bool], dict[str, Any]]:
+def _qwen3_omni_probe() -> Callable[[torch.nn.Module, dict[str, Any], bool], dict[str, object]]:
     fn = symbol(QWEN3_OMNI, "forward_step")
     if "enable_in_batch_packing" not in source_text(fn):
         raise NotHere("qwen3_omni_step.forward_step does not read enable_in_batch_packing (collate-time packing)")
 
-    def call(gpt: torch.nn.Module, batch: dict[str, Any], packing: bool) -> dict[str, Any]:
+    def call(gpt: torch.nn.Module, batch: dict[str, object], packing: bool) -> dict[str, object]:
         """What MB's Qwen3-Omni step hands the model for ``batch`` with in-batch packing ``packing``
         (MB's exception when it refuses first)."""
         model = ReachingModel(gpt, mask_token_id=0)

@@ -63,7 +63,7 @@ def init_cpu_parallel(seed: int = 1234) -> None:
             mp_random.model_parallel_cuda_manual_seed(seed)
 
 
-def _dpa_base() -> Any:
+def _dpa_base() -> object:
     return symbol("megatron.core.transformer.dot_product_attention", "DotProductAttention")
 
 
@@ -80,12 +80,12 @@ def segmented_attention_class() -> type:
             query: Any,
             key: Any,
             value: Any,
-            attention_mask: Any,
-            attn_mask_type: Any = None,
-            attention_bias: Any = None,
-            packed_seq_params: Any = None,
-            **kwargs: Any,
-        ) -> Any:  # MCore's signature
+            attention_mask: object,
+            attn_mask_type: object = None,
+            attention_bias: object = None,
+            packed_seq_params: object = None,
+            **kwargs: object,
+        ) -> object:  # MCore's signature
             if packed_seq_params is None:
                 return super().forward(
                     query,
@@ -138,7 +138,7 @@ def thd_reference_attention(query: torch.Tensor, key: torch.Tensor, value: torch
     return out.reshape(t, heads * dim)
 
 
-def tiny_config(**overrides: object) -> Any:
+def tiny_config(**overrides: object) -> object:
     cfg_cls = symbol("megatron.core.transformer.transformer_config", "TransformerConfig")
     kwargs = {
         "num_layers": LAYERS,
@@ -183,7 +183,7 @@ def _torch_norm_under_sequence_parallel() -> Iterator[None]:
     norm = symbol("megatron.core.transformer.torch_norm", "WrappedTorchNorm")
     original = norm.__new__
 
-    def new(cls: Any, config: Any, *args: Any, **kwargs: Any) -> Any:
+    def new(cls: object, config: Any, *args: object, **kwargs: object) -> Any:
         plain = copy.copy(config)
         plain.sequence_parallel = False
         return original(cls, plain, *args, **kwargs)
@@ -195,7 +195,7 @@ def _torch_norm_under_sequence_parallel() -> Iterator[None]:
         norm.__new__ = original
 
 
-def _tiny_gpt(seed: int, vocab_size: int, config: dict[str, Any]) -> Any:
+def _tiny_gpt(seed: int, vocab_size: int, config: dict[str, object]) -> object:
     spec_fn = symbol("megatron.core.models.gpt.gpt_layer_specs", "get_gpt_layer_local_spec")
     gpt_cls = symbol("megatron.core.models.gpt", "GPTModel")
     spec = spec_fn()
@@ -214,7 +214,7 @@ def _tiny_gpt(seed: int, vocab_size: int, config: dict[str, Any]) -> Any:
 
 
 def _builder_probe(module: str) -> Callable[[], Any]:
-    def probe() -> Any:
+    def probe() -> object:
         return symbol(module, "get_packed_seq_params")
 
     return probe
@@ -233,7 +233,7 @@ def _i32(values: list[int]) -> torch.Tensor:
     return torch.tensor([values], dtype=torch.int32)
 
 
-def params_from_boundaries(cu_seqlens: list[int], cu_seqlens_padded: list[int] | None, max_seqlen: int) -> Any:
+def params_from_boundaries(cu_seqlens: list[int], cu_seqlens_padded: list[int] | None, max_seqlen: int) -> object:
     """PackedSeqParams built by MB's own builder from a batch carrying these boundaries.
 
     The batch speaks the builder's era: current MCore keys (``cu_seqlens_q``...) where the
@@ -245,7 +245,7 @@ def params_from_boundaries(cu_seqlens: list[int], cu_seqlens_padded: list[int] |
     _, builder = mb_packed_seq_params.resolved
     source = source_text(builder)
     if not source or '"cu_seqlens_q" in batch' in source.replace("'", '"'):
-        batch: dict[str, Any] = {
+        batch: dict[str, object] = {
             "cu_seqlens_q": _i32(cu_seqlens),
             "cu_seqlens_kv": _i32(cu_seqlens),
             "max_seqlen_q": _i32([max_seqlen]),
@@ -284,7 +284,7 @@ class Comparison:
             and self.packed_mask_sum == self.unpacked_mask_sum
         )
 
-    def as_dict(self) -> dict[str, Any]:
+    def as_dict(self) -> dict[str, object]:
         return {
             "max_abs_logit_err": self.max_abs_logit_err,
             "packed_loss": self.packed_loss,
@@ -295,7 +295,9 @@ class Comparison:
 
 
 @torch.no_grad()
-def logits(model: Any, tokens: torch.Tensor, position_ids: torch.Tensor, packed_seq_params: Any = None) -> torch.Tensor:
+def logits(
+    model: Any, tokens: torch.Tensor, position_ids: torch.Tensor, packed_seq_params: object = None
+) -> torch.Tensor:
     mask = None
     if packed_seq_params is None:  # MCore's default causal mask is built on "cuda": pass one (True = masked)
         n = tokens.numel()
@@ -317,7 +319,7 @@ def _ce(lg: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
 
 
 @torch.no_grad()
-def compare_packed(model: object, packed: dict[str, Any], sequences: list[dict[str, Any]]) -> Comparison:
+def compare_packed(model: object, packed: dict[str, object], sequences: list[dict[str, Any]]) -> Comparison:
     """Packed row vs every sequence alone.
 
     ``packed``: ``tokens``, ``position_ids``, ``labels``, ``loss_mask`` (1-D) and ``params``

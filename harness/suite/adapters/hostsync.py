@@ -101,7 +101,9 @@ class DeviceResident(torch.Tensor):
     """A CPU tensor standing for one on the GPU: host reads of it are recorded (see module doc)."""
 
     @classmethod
-    def __torch_function__(cls, func: Any, types: Any, args: tuple[Any, ...] = (), kwargs: Any = None) -> Any:
+    def __torch_function__(
+        cls, func: object, types: object, args: tuple[object, ...] = (), kwargs: Any = None
+    ) -> object:
         name = getattr(func, "__name__", "")
         if name in _HOST_READS:
             _record(f"{name}()")
@@ -120,12 +122,12 @@ class DeviceResident(torch.Tensor):
         return out
 
 
-def on_device(value: object) -> Any:
+def on_device(value: object) -> object:
     """``value`` as a device-resident tensor (non-tensors unchanged)."""
     return value.as_subclass(DeviceResident) if isinstance(value, torch.Tensor) else value
 
 
-def place(batch: Mapping[str, Any], device_keys: tuple[str, ...]) -> dict[str, object]:
+def place(batch: Mapping[str, object], device_keys: tuple[str, ...]) -> dict[str, object]:
     """``batch`` with ``device_keys`` device-resident, as MB's ``get_batch`` leaves it."""
     return {k: on_device(v) if k in device_keys else v for k, v in batch.items()}
 

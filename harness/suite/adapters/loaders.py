@@ -38,11 +38,11 @@ from harness.suite.standins.cuda import cpu_cuda_tensors
 SPLIT_MODULES = ("megatron.bridge.data.batch_utils", "megatron.bridge.data.finetuning")
 
 
-def _probe(split_module: str) -> Callable[[], Callable[..., list[dict[str, Any]]]]:
+def _probe(split_module: str) -> Callable[[], Callable[..., list[dict[str, object]]]]:
     return lambda: _resolve(split_module)
 
 
-def _resolve(split_module: str) -> Callable[..., list[dict[str, Any]]]:
+def _resolve(split_module: str) -> Callable[..., list[dict[str, object]]]:
     build = symbol("megatron.bridge.data.loaders", "build_train_valid_test_data_loaders")
     if not accepts(build, "dp_group"):
         raise NotHere("build_train_valid_test_data_loaders takes no dp_group")
@@ -63,7 +63,7 @@ def _resolve(split_module: str) -> Callable[..., list[dict[str, Any]]]:
         dp_group: object,
         dataset_config: object = None,
         runtime_update: Callable[[Any, Any], None] | None = None,
-    ) -> list[dict[str, Any]]:
+    ) -> list[dict[str, object]]:
         # the loader reads the dataset config's dataloader_type, seed, drop_last and worker
         # settings; the dataset itself comes from the provider below
         if dataset_config is None:
@@ -87,7 +87,7 @@ def _resolve(split_module: str) -> Callable[..., list[dict[str, Any]]]:
             return []
         loader = iter(train)
         per_step = global_batch_size // (micro_batch_size * data_parallel_size)
-        out: list[dict[str, Any]] = []
+        out: list[dict[str, object]] = []
         step = 0
         # as train.py consumes it: a "batch" loader yields a rank's whole global batch, which MB
         # splits into micro-batches; any other yields the micro-batches themselves
@@ -141,7 +141,7 @@ def _sft_config_cls() -> Any:
 WORKERS_OFF = {"num_workers": 0, "persistent_workers": False, "pin_memory": False}
 
 
-def make_dataset_config(*, seq_length: int, seed: int, **knobs: object) -> Any:
+def make_dataset_config(*, seq_length: int, seed: int, **knobs: object) -> object:
     """The SFT dataset config a user's finetuning passes (``GPTSFTDatasetConfig``, or the era's
     ``FinetuningDatasetConfig``), built with ``knobs`` (e.g. ``drop_last``) and the loader's workers
     off, finalised as MB's validation finalises it. A knob the era's config lacks is an era gap."""
@@ -152,7 +152,7 @@ def make_dataset_config(*, seq_length: int, seed: int, **knobs: object) -> Any:
     return finalized(config_cls(seq_length=seq_length, dataset_root="unused", seed=seed, **workers, **knobs))
 
 
-def finalized(dataset_config: object) -> Any:
+def finalized(dataset_config: object) -> object:
     """``dataset_config`` as MB's ``ConfigContainer.validate`` leaves it before setup builds the
     loaders: finalised (its ``finalize()``, where the era's config has one)."""
     finalize = getattr(dataset_config, "finalize", None)

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 from harness.suite.adapters import Candidate, Operation, Untestable, accepts, symbol
 
@@ -28,7 +27,7 @@ def _tokenizer_probe(config_module: str) -> Callable[[], Callable[..., object]]:
             if accepts(build, k)
         }
 
-        def call(directory: Path, chat_template: str | None = None) -> Any:
+        def call(directory: Path, chat_template: str | None = None) -> object:
             """MB's tokenizer over ``directory``; ``chat_template``: the user's own template, set
             where the era's ``TokenizerConfig`` takes one (``chat_template``, else the Hugging Face
             kwargs), instead of the one the directory ships."""

@@ -37,7 +37,7 @@ class MimoRequest:
     text_prompt: str
     samples: int = 6
     presence: float = 0.5  # probability that a sample holds an image
-    knobs: dict[str, Any] = field(default_factory=dict)  # further provider fields (drop_last, workers)
+    knobs: dict[str, object] = field(default_factory=dict)  # further provider fields (drop_last, workers)
 
 
 @functools.cache
@@ -57,7 +57,7 @@ class MimoSamples:
     provider: object = None  # the provider they were built from: what a user's config hands MB's loader
 
 
-def _encoder_lengths(length: int | None) -> dict[str, Any]:
+def _encoder_lengths(length: int | None) -> dict[str, object]:
     """The provider's ``encoder_seq_lengths`` keyword: none at all for MB's default (an empty mapping)."""
     return {} if length is None else {"encoder_seq_lengths": {"vision": length}}
 
@@ -125,7 +125,7 @@ class MimoHFRequest:
     placeholder_id: int
     encoder_seq_length: int | None  # None: MB's default (no entry for the modality)
     texts: tuple[str, ...]  # one image and one text per sample
-    knobs: dict[str, Any] = field(default_factory=dict)  # further provider fields (drop_last, workers)
+    knobs: dict[str, object] = field(default_factory=dict)  # further provider fields (drop_last, workers)
 
 
 def _image_folder(texts: tuple[str, ...]) -> Path:

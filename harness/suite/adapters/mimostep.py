@@ -75,7 +75,7 @@ def per_token_loss(shape: Any) -> torch.Tensor:
     return (torch.arange(n, dtype=torch.float32) % 7 + 1).view(*shape)
 
 
-def _recording_model(mimo_cls: type, role: Any, grids: dict[str, Any], language: str) -> Any:
+def _recording_model(mimo_cls: type, role: Any, grids: dict[str, object], language: str) -> Any:
     class RecordingMimo(mimo_cls):
         """A ``MimoModel`` to ``forward_step``'s checks (see the module docstring), recording its inputs."""
 
@@ -83,9 +83,9 @@ def _recording_model(mimo_cls: type, role: Any, grids: dict[str, Any], language:
             torch.nn.Module.__init__(self)  # no submodules: nothing of MimoModel's own __init__ is needed
             self.role = role
             self.mimo_config = types.SimpleNamespace(module_to_grid_map=grids)
-            self.calls: list[dict[str, Any]] = []
+            self.calls: list[dict[str, object]] = []
 
-        def forward(self, **kwargs: torch.Tensor) -> Any:
+        def forward(self, **kwargs: torch.Tensor) -> object:
             self.calls.append({k: snapshot(v) for k, v in kwargs.items()})
             labels = kwargs.get("labels")
             if role.has_language_module and role.is_last_stage(language) and labels is not None:

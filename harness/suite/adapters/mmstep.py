@@ -25,7 +25,6 @@ to the step.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
 
 from harness.suite.adapters import Candidate, NotHere, Operation, source_text, symbol, thd
 from harness.suite.adapters.step import RecordingModel, minimal_state, run_step, sized_groups
@@ -43,7 +42,7 @@ def _probe_for(flag: str) -> Callable[[], Callable[..., VLMRun]]:
         if flag not in source_text(symbol(STEP, "get_batch")):
             raise NotHere(f"audio_lm_step.get_batch does not read the dataset config's {flag}")
 
-        def call(model: RecordingModel, batch: dict[str, Any], *, cp: int, tp: int, sp: bool) -> VLMRun:
+        def call(model: RecordingModel, batch: dict[str, object], *, cp: int, tp: int, sp: bool) -> VLMRun:
             packed = run_step(
                 fn, minimal_state(**{flag: True}, sequence_parallel=sp), batch, model, groups=sized_groups(cp, tp)
             )
@@ -82,7 +81,7 @@ def _collate_time_probe(module: str, marker: str) -> Callable[[], Callable[..., 
         symbol(module, marker)
         collate = thd.in_batch_collate.resolved[1]
 
-        def call(model: RecordingModel, batch: dict[str, Any], *, pad_token_id: int, tp: int, sp: bool) -> VLMRun:
+        def call(model: RecordingModel, batch: dict[str, object], *, pad_token_id: int, tp: int, sp: bool) -> VLMRun:
             return collate_time_run(fn, collate, model, batch, pad_token_id=pad_token_id, cp=1, tp=tp, sp=sp)
 
         return call

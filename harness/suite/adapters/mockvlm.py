@@ -31,7 +31,7 @@ class MockVLMRequest:
     knobs: dict[str, object] = field(default_factory=dict)  # further MockVLMSFTDatasetConfig fields
 
 
-def user_config(req: MockVLMRequest) -> Any:
+def user_config(req: MockVLMRequest) -> object:
     """``req``'s ``MockVLMSFTDatasetConfig``, finalised: what a recipe hands MB's loader builder
     (its ``drop_last``, ``dataloader_type`` and worker settings), for cases that run MB's loader
     over the dataset the operation builds."""
@@ -52,7 +52,7 @@ def _probe() -> Callable[[MockVLMRequest], Any]:
     builder_cls = symbol(MODULE, "MockVLMSFTDatasetBuilder")
     context_cls = symbol("megatron.bridge.data.base", "DatasetBuildContext")
 
-    def call(req: MockVLMRequest) -> Any:
+    def call(req: MockVLMRequest) -> object:
         config = user_config(req)
         train, _valid, _test = builder_cls(config).build(
             context_cls(train_samples=req.samples, valid_samples=0, test_samples=0)

@@ -39,7 +39,9 @@ def _probe() -> Callable[..., dict[str, Any]]:
             "before 179e0160f); the harness hands conversations to collate_fn only"
         )
 
-    def call(examples: list[dict[str, Any]], processor: object, seq_length: int, **knobs: object) -> dict[str, Any]:
+    def call(
+        examples: list[dict[str, object]], processor: object, seq_length: int, **knobs: object
+    ) -> dict[str, object]:
         out = dict(cls(processor, seq_length=seq_length, **knobs).collate_fn(examples))
         out["tokens"] = out["input_ids"]
         return out

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 
@@ -62,7 +61,7 @@ def _probe(module: str, name: str = "GPTSFTPackedDataset") -> Callable[[], Calla
             pad_seq_to_mult: int | None = None,  # None: MB's default (and an era without the keyword)
             return_cu_seqlen: bool | None = None,  # None: MB's default, boundaries in every batch
             max_num_samples: int | None = None,  # None: no samples mapping (max_train_samples)
-        ) -> Any:
+        ) -> object:
             extra: dict[str, object] = {}
             if max_num_samples is not None:
                 extra["max_num_samples"] = max_num_samples

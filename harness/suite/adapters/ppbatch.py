@@ -49,7 +49,7 @@ def _as_list(value: object) -> list[int] | None:
 LEGACY_KEYS = ("cu_seqlens", "cu_seqlens_argmin", "max_seqlen", "cu_seqlens_unpadded", "cu_seqlens_unpadded_argmin")
 
 
-def packed_metadata(out: tuple[Any, ...]) -> Any:
+def packed_metadata(out: tuple[object, ...]) -> object:
     """The packed metadata of a ``get_batch`` answer: the sixth value (a dict), or in the legacy
     shape the boundary tensors that follow the position ids, as the batch keys the builder reads."""
     if len(out) == 6:
@@ -82,14 +82,14 @@ def _packed_state(pack_size: int) -> Any:
     )
 
 
-def _pg_probe() -> Callable[[dict[str, Any], int], StageBatch]:
+def _pg_probe() -> Callable[[dict[str, object], int], StageBatch]:
     fn = symbol("megatron.bridge.training.gpt_step", "get_batch")
     if "pg_collection" not in inspect.signature(fn).parameters:
         raise NotHere("get_batch takes no pg_collection")
     build = symbol("megatron.bridge.training.utils.packed_seq_utils", "get_packed_seq_params")
     groups_cls = symbol("megatron.core.process_groups_config", "ProcessGroupCollection")
 
-    def call(batch: dict[str, Any], pack_size: int) -> StageBatch:
+    def call(batch: dict[str, object], pack_size: int) -> StageBatch:
         groups = groups_cls.use_mpu_process_groups()
         with pinned_to_cpu():
             out = fn(iter([dict(batch)]), _packed_state(pack_size).cfg, False, pg_collection=groups)

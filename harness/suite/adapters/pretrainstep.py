@@ -42,7 +42,7 @@ class StepAttention:
 def _attention(get: Callable[[Any, Any], Any], build: Callable[[Any], Any]) -> Callable[..., StepAttention]:
     """The operation over one era's ``get_batch`` (``get(iterator, cfg)``) and its ``PackedSeqParams`` builder."""
 
-    def call(samples: list[dict[str, Any]], dataset_config: object) -> StepAttention:
+    def call(samples: list[dict[str, object]], dataset_config: object) -> StepAttention:
         from torch.utils.data import default_collate
 
         init_cpu_parallel()
@@ -65,7 +65,7 @@ def _attention(get: Callable[[Any, Any], Any], build: Callable[[Any], Any]) -> C
     return call
 
 
-def _probe() -> Callable[[list[dict[str, Any]], Any], StepAttention]:
+def _probe() -> Callable[[list[dict[str, object]], Any], StepAttention]:
     fn = symbol("megatron.bridge.training.gpt_step", "get_batch")
     if "pg_collection" not in inspect.signature(fn).parameters:
         raise NotHere("get_batch takes no pg_collection")
@@ -75,7 +75,7 @@ def _probe() -> Callable[[list[dict[str, Any]], Any], StepAttention]:
     return _attention(lambda it, cfg: fn(it, cfg, False, pg_collection=groups_cls.use_mpu_process_groups()), build)
 
 
-def _probe_mpu() -> Callable[[list[dict[str, Any]], Any], StepAttention]:
+def _probe_mpu() -> Callable[[list[dict[str, object]], Any], StepAttention]:
     """Before 2025-11-26 (ea7219779): ``get_batch(data_iterator, cfg, use_mtp)``, megatron-core's global
     parallel state deciding the pipeline stage and the CP slice (a world of one here as there)."""
     fn = symbol("megatron.bridge.training.gpt_step", "get_batch")

@@ -72,7 +72,9 @@ def _probe() -> Callable[..., StepRun]:
         raise NotHere("qwen3_vl_step does not pad and pack the rows itself")
     fn = symbol(QWEN3_VL_STEP, "forward_step")
 
-    def call(model: Qwen3VLRecordingModel, batch: dict[str, Any], *, packing: bool, groups: object = None) -> StepRun:
+    def call(
+        model: Qwen3VLRecordingModel, batch: dict[str, object], *, packing: bool, groups: object = None
+    ) -> StepRun:
         state = minimal_state(enable_in_batch_packing=packing, defer_in_batch_packing_to_step=packing)
         return run_step(fn, state, batch, model, groups)
 

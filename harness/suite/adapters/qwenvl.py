@@ -69,7 +69,7 @@ class RecordedLanguageModel(torch.nn.Module):
         torch.manual_seed(seed)
         self.embedding = _Embedding(vocab_size)
         self.probe = torch.nn.Parameter(torch.randn(HIDDEN) / HIDDEN, requires_grad=False)
-        self.calls: list[dict[str, Any]] = []
+        self.calls: list[dict[str, object]] = []
 
     def shared_embedding_or_output_weight(self) -> torch.Tensor:
         return self.embedding.word_embeddings.weight
@@ -100,7 +100,7 @@ class QwenVLRecordingModel(step.RecordingModel):
         self.module = qwen
         self.language = language
 
-    def forward(self, **kwargs: object) -> Any:
+    def forward(self, **kwargs: object) -> object:
         self.calls.append({k: step.snapshot(v) for k, v in kwargs.items()})
         self.language.calls.clear()
         output = self.gpt(**step.plain(kwargs))
@@ -116,7 +116,7 @@ class QwenVLRecordingModel(step.RecordingModel):
         return self.language.calls[0]
 
 
-def _vision_config() -> Any:
+def _vision_config() -> object:
     cfg = symbol("transformers.models.qwen2_5_vl.configuration_qwen2_5_vl", "Qwen2_5_VLVisionConfig")
     # the processor's patches (14 pixels, 2 frames, merged 2 x 2); one full-attention block
     return cfg(

@@ -104,8 +104,8 @@ class SFTBuild:
 # --------------------------------------------------------------------------- builders
 
 
-def _legacy_kwargs(req: SFTRequest) -> dict[str, Any]:
-    kwargs: dict[str, Any] = {"answer_only_loss": not req.full_loss}
+def _legacy_kwargs(req: SFTRequest) -> dict[str, object]:
+    kwargs: dict[str, object] = {"answer_only_loss": not req.full_loss}
     if req.kind == "chat":
         kwargs.update(chat=True, use_hf_tokenizer_chat_template=True)
     if req.packing is not None and req.packing.pad_to_max_length:
@@ -127,7 +127,7 @@ _SPEC_FEATURES = {
 """The ledger feature (:mod:`harness.features`) a PackedSequenceSpecs field is."""
 
 
-def _specs(cls: Any, packing: OfflinePacking) -> Any:
+def _specs(cls: Any, packing: OfflinePacking) -> object:
     names = {f.name for f in dataclasses.fields(cls)}
     paths = packing.paths
     wanted = {
@@ -165,7 +165,7 @@ Made = tuple[list[Any], list[Any], Any, "bool | None"]
 """One builder run: its splits, the unpacked datasets the spy saw, the builder, the RNG watch."""
 
 
-def _run(builder: Any, base: Any, req: SFTRequest) -> Made:
+def _run(builder: Any, base: object, req: SFTRequest) -> Made:
     algorithm = req.packing.algorithm if req.packing is not None else None
     with record_unpacked(base) as seen, watch_global_rng(builder) as rng, packing_algorithm(algorithm) as handed:
         splits = list(builder.build())
@@ -285,7 +285,7 @@ def _finetuning_builder(
             )
 
         packing = req.packing
-        kwargs: dict[str, Any] = {
+        kwargs: dict[str, object] = {
             "dataset_root": req.root,
             "tokenizer": req.tokenizer,
             "seq_length": req.seq_length,

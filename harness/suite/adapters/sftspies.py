@@ -21,7 +21,7 @@ import numpy as np
 from harness.suite.adapters import NotHere, accepts, load_module, symbol
 
 
-def unpacked_base() -> Any:
+def unpacked_base() -> object:
     for module in ("megatron.bridge.data.datasets.gpt_sft", "megatron.bridge.data.datasets.sft"):
         try:
             return symbol(module, "GPTSFTDataset")
@@ -31,17 +31,17 @@ def unpacked_base() -> Any:
 
 
 @contextlib.contextmanager
-def record_unpacked(base: Any) -> Iterator[list[Any]]:
+def record_unpacked(base: Any) -> Iterator[list[object]]:
     """Record every unpacked SFT dataset constructed inside the block (packed ones excluded).
 
     Wraps ``base.__init__`` for the block only; the wrapper calls the original unchanged, so MB
     behaves exactly as without it. Packing preparation builds its unpacked dataset internally
     and drops it; this is how the oracle gets MB's own unpacked view of the same examples.
     """
-    seen: list[Any] = []
+    seen: list[object] = []
     original = base.__init__
 
-    def init(self: Any, *args: Any, **kwargs: Any) -> None:
+    def init(self: object, *args: object, **kwargs: object) -> None:
         original(self, *args, **kwargs)
         if "Packed" not in type(self).__name__ and self not in seen:
             seen.append(self)
@@ -60,7 +60,7 @@ class RngWatch:
     kept: bool | None = None
 
 
-def _same_state(a: tuple[Any, ...], b: tuple[Any, ...]) -> bool:
+def _same_state(a: tuple[object, ...], b: tuple[object, ...]) -> bool:
     return len(a) == len(b) and all(np.array_equal(x, y) if hasattr(x, "shape") else x == y for x, y in zip(a, b))
 
 
@@ -80,7 +80,7 @@ def watch_global_rng(builder: Any) -> Iterator[RngWatch]:
         yield watch
         return
 
-    def prepare(*args: Any, **kwargs: Any) -> Any:
+    def prepare(*args: object, **kwargs: object) -> object:
         before = np.random.get_state()
         out = original(*args, **kwargs)
         watch.kept = _same_state(before, np.random.get_state())
@@ -126,7 +126,7 @@ def packing_algorithm(name: str | None) -> Iterator[AlgorithmCall]:
             continue
         module = load_module(module_name)
 
-        def call(*args: Any, _original: Any = original, **kwargs: Any) -> Any:
+        def call(*args: object, _original: Any = original, **kwargs: object) -> object:
             seen.calls += 1
             return _original(*args, **{**kwargs, "packing_algorithm": name})
 

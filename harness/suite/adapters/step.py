@@ -76,7 +76,7 @@ class StepRun:
     host_reads: tuple[str, ...] = ()
 
 
-def snapshot(value: object) -> Any:
+def snapshot(value: object) -> object:
     """A model argument as it was at the call: tensors cloned (plain, off the device), nested dicts too."""
     if isinstance(value, torch.Tensor):
         return value.detach().clone().as_subclass(torch.Tensor)
@@ -108,7 +108,7 @@ class RecordingModel(torch.nn.Module):
         super().__init__()
         self.gpt = gpt
         self.config = gpt.config  # MB reads the model config (get_model_config)
-        self.calls: list[dict[str, Any]] = []
+        self.calls: list[dict[str, object]] = []
         self.logits: list[torch.Tensor] = []
 
     pg_collection: object  # MB's process groups, set while a case with several ranks runs the step
@@ -121,11 +121,11 @@ class RecordingModel(torch.nn.Module):
         except AttributeError:
             return getattr(super().__getattr__("gpt"), name)
 
-    def _record_logits(self, _module: Any, _inputs: Any, output: Any) -> None:
+    def _record_logits(self, _module: object, _inputs: object, output: Any) -> None:
         logits = output[0] if isinstance(output, tuple) else output
         self.logits.append(logits.detach().transpose(0, 1).float().clone())  # [s, b, v] -> [b, s, v]
 
-    def model_kwargs(self, kwargs: dict[str, Any]) -> dict[str, Any]:
+    def model_kwargs(self, kwargs: dict[str, object]) -> dict[str, object]:
         return kwargs
 
     @property
@@ -133,7 +133,7 @@ class RecordingModel(torch.nn.Module):
         """Where the real model's weights are: the step's batch must go there too."""
         return next(self.gpt.parameters()).device
 
-    def forward(self, **kwargs: Any) -> Any:
+    def forward(self, **kwargs: object) -> object:
         self.calls.append({k: snapshot(v) for k, v in kwargs.items()})
         inner = getattr(self.gpt, "module", self.gpt)  # a bf16 model is wrapped in MCore's Float16Module
         output_layer = cast(torch.nn.Module, inner.output_layer)  # MCore's output layer, a Module
@@ -153,7 +153,7 @@ class VLMRecordingModel(RecordingModel):
 
     TEXT_KWARGS = ("input_ids", "position_ids", "attention_mask", "labels", "packed_seq_params")
 
-    def model_kwargs(self, kwargs: dict[str, Any]) -> dict[str, Any]:
+    def model_kwargs(self, kwargs: dict[str, object]) -> dict[str, object]:
         return {k: v for k, v in kwargs.items() if k in self.TEXT_KWARGS}
 
 
@@ -174,7 +174,7 @@ class SizedGroup:
         return 0
 
 
-def sized_groups(cp: int, tp: int) -> Any:
+def sized_groups(cp: int, tp: int) -> object:
     """MCore's world-of-1 process groups with CP and TP answering ``cp`` and ``tp`` as sizes."""
     pgc = symbol("megatron.core.process_groups_config", "ProcessGroupCollection")
     groups = copy.copy(pgc.use_mpu_process_groups())
@@ -239,7 +239,7 @@ def on_model_device(model: RecordingModel) -> contextlib.AbstractContextManager[
 
 
 @torch.no_grad()
-def call_model(model: RecordingModel, kwargs: dict[str, Any]) -> tuple[torch.Tensor, torch.Tensor]:
+def call_model(model: RecordingModel, kwargs: dict[str, object]) -> tuple[torch.Tensor, torch.Tensor]:
     """The model called directly with ``kwargs`` (a step's recorded arguments, some changed):
     (logits [b, s, vocab], per-token loss [b, s]), both float32."""
     model.calls.clear()
@@ -322,11 +322,11 @@ def mcore_call_matches(module: str, callee: str, core_module: str) -> None:
         )
 
 
-def _gpt_probe() -> Callable[[Any, dict[str, Any]], StepRun]:
+def _gpt_probe() -> Callable[[Any, dict[str, object]], StepRun]:
     fn = symbol("megatron.bridge.training.gpt_step", "forward_step")
     mcore_call_matches("megatron.bridge.training.gpt_step", "get_batch_on_this_cp_rank", "megatron.core.utils")
 
-    def call(model: RecordingModel, batch: dict[str, Any]) -> StepRun:
+    def call(model: RecordingModel, batch: dict[str, object]) -> StepRun:
         return run_step(fn, minimal_state(), batch, model)
 
     return call

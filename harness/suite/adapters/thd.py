@@ -45,7 +45,7 @@ from harness.suite.adapters import Candidate, Operation, accepts, module_source,
 from harness.suite.adapters.mbtypes import Batch
 
 
-def as_list(value: Any) -> Any:
+def as_list(value: Any) -> object:
     """Tensor/array/scalar to plain Python (lists of ints/floats); None stays None."""
     if value is None:
         return None
@@ -75,7 +75,7 @@ def _int_or_none(value: object) -> int | None:
     return int(v)
 
 
-def canonical_params(params: object) -> dict[str, Any]:
+def canonical_params(params: object) -> dict[str, object]:
     return {
         "qkv_format": getattr(params, "qkv_format", None),
         "cu_seqlens_q": _flat(getattr(params, "cu_seqlens_q", None)),
@@ -108,10 +108,10 @@ def aligned_offline_packing() -> bool:
 
 
 def _params_probe(module: str) -> Callable[[], Callable[..., dict[str, Any]]]:
-    def probe() -> Callable[..., dict[str, Any]]:
+    def probe() -> Callable[..., dict[str, object]]:
         fn = symbol(module, "get_packed_seq_params")
 
-        def call(batch: dict[str, Any]) -> dict[str, Any]:
+        def call(batch: dict[str, object]) -> dict[str, object]:
             if "cu_seqlens_unpadded" in batch and not aligned_offline_packing():
                 raise features.missing(
                     "aligned-offline-packing",
@@ -154,7 +154,7 @@ def _batch_in(
     return batch
 
 
-def canonical_thd_batch(batch: Mapping[str, Any]) -> dict[str, Any]:
+def canonical_thd_batch(batch: Mapping[str, object]) -> dict[str, object]:
     """A packed batch in either key family to the canonical in-batch form.
 
     Current MCore keys: ``cu_seqlens_q`` (real-token boundaries) and, when alignment padding was
@@ -195,7 +195,7 @@ def strip_sentinel(values: list[int] | None) -> list[int] | None:
     return out
 
 
-def _accepted_extra(fn: Callable[..., object], extra: dict[str, Any]) -> dict[str, Any]:
+def _accepted_extra(fn: Callable[..., object], extra: dict[str, object]) -> dict[str, object]:
     """Further keyword arguments (``sequence_tensor_pad_values``) for a packer that takes them; one
     that does not is an era without them (untestable), not a harness error."""
     missing = [k for k in extra if not accepts(fn, k)]
@@ -281,8 +281,8 @@ in_batch_collate = Operation("in_batch_collate", [Candidate(era, _returned_batch
 (MB's tensors and keys, in place); before mid 2026 MB packed at step time instead (no candidate)."""
 
 
-def _in_batch_canonical(probe: Callable[[], Packer]) -> Callable[[], Callable[..., dict[str, Any]]]:
-    def wrapped() -> Callable[..., dict[str, Any]]:
+def _in_batch_canonical(probe: Callable[[], Packer]) -> Callable[[], Callable[..., dict[str, object]]]:
+    def wrapped() -> Callable[..., dict[str, object]]:
         fn = _returned_batch(probe)()
 
         def call(
@@ -294,7 +294,7 @@ def _in_batch_canonical(probe: Callable[[], Packer]) -> Callable[[], Callable[..
             *,
             pad_token_id: int = 0,
             pad_to_multiple_of: int = 1,
-        ) -> dict[str, Any]:
+        ) -> dict[str, object]:
             batch = _batch_in(tokens, labels, loss_mask, position_ids, attention_mask)
             raw = fn(batch, pad_token_id=pad_token_id, pad_to_multiple_of=pad_to_multiple_of)
             return {**canonical_thd_batch(raw), "raw": raw}
@@ -318,7 +318,7 @@ def _in_batch_vlm_step() -> Callable[..., dict[str, Any]]:
         *,
         pad_token_id: int = 0,
         pad_to_multiple_of: int = 1,
-    ) -> dict[str, Any]:
+    ) -> dict[str, object]:
         out = fn(
             tokens.clone(),
             labels.clone(),

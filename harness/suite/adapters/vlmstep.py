@@ -52,7 +52,9 @@ def _collate_time_probe() -> Callable[..., VLMRun]:
         raise NotHere("vlm_step.get_batch does not read collate-time THD keys (cu_seqlens_q)")
     collate = thd.in_batch_collate.resolved[1]  # NotHere/Untestable: try the step-time era
 
-    def call(model: RecordingModel, batch: dict[str, Any], *, pad_token_id: int, cp: int, tp: int, sp: bool) -> VLMRun:
+    def call(
+        model: RecordingModel, batch: dict[str, object], *, pad_token_id: int, cp: int, tp: int, sp: bool
+    ) -> VLMRun:
         return collate_time_run(fn, collate, model, batch, pad_token_id=pad_token_id, cp=cp, tp=tp, sp=sp)
 
     return call
@@ -89,7 +91,9 @@ def _step_time_probe() -> Callable[..., VLMRun]:
     if "pack_sequences_in_batch" not in source_text(symbol("megatron.bridge.training.vlm_step", "get_batch")):
         raise NotHere("vlm_step.get_batch has no step-time in-batch packing (pack_sequences_in_batch)")
 
-    def call(model: RecordingModel, batch: dict[str, Any], *, pad_token_id: int, cp: int, tp: int, sp: bool) -> VLMRun:
+    def call(
+        model: RecordingModel, batch: dict[str, object], *, pad_token_id: int, cp: int, tp: int, sp: bool
+    ) -> VLMRun:
         packed = run_step(
             fn,
             minimal_state(pack_sequences_in_batch=True, sequence_parallel=sp),
@@ -107,7 +111,7 @@ def _untestable_collate_lookup(probe: Callable[[], Any]) -> Callable[[], Any]:
     """A collate-time era whose packer cannot be found is not this era: try the next candidate."""
 
     @functools.wraps(probe)
-    def wrapped() -> Any:
+    def wrapped() -> object:
         try:
             return probe()
         except Untestable as exc:

@@ -147,7 +147,7 @@ def _short_virtual_epoch() -> Iterator[None]:
     module = load_module(DATAMODULE)
     original = module.get_train_dataset
 
-    def capped(*args: Any, **kwargs: Any) -> Any:
+    def capped(*args: object, **kwargs: Any) -> object:
         if kwargs.get("virtual_epoch_length"):
             standins.record(STANDIN_EPOCH)
             kwargs["virtual_epoch_length"] = min(int(kwargs["virtual_epoch_length"]), VIRTUAL_EPOCH)
@@ -160,14 +160,14 @@ def _short_virtual_epoch() -> Iterator[None]:
         module.get_train_dataset = original
 
 
-def _batches_probe() -> Callable[[WanRequest], list[dict[str, Any]]]:
+def _batches_probe() -> Callable[[WanRequest], list[dict[str, object]]]:
     module = load_module(DATA)
     cfg_cls = getattr(module, "WanDatasetConfig", None) or symbol(DATA, "WanDataModuleConfig")
     context_cls = symbol(DATA, "DatasetBuildContext")  # wherever this era defines it, as the module imports it
     load_module(DATAMODULE)
     _require_energon_fields(load_module("megatron.bridge.diffusion.data.wan.wan_taskencoder"))
 
-    def call(req: WanRequest) -> list[dict[str, Any]]:
+    def call(req: WanRequest) -> list[dict[str, object]]:
         root = write_dataset(req.samples, req.text_dim)
         config = cfg_cls(
             path=str(root),
@@ -263,11 +263,11 @@ def _wan_tex() -> Iterator[None]:
         yield
 
 
-def _step_probe() -> Callable[[dict[str, Any]], WanStepRun]:
+def _step_probe() -> Callable[[dict[str, object]], WanStepRun]:
     step_cls = symbol(STEP, "WanForwardStep")
 
     @torch.no_grad()
-    def call(batch: dict[str, Any]) -> WanStepRun:
+    def call(batch: dict[str, object]) -> WanStepRun:
         model = WanRecordingModel()
         torch.manual_seed(1234)  # the pipeline's timesteps and noise: one draw per step, like training's
         with (

@@ -50,7 +50,7 @@ from harness.records.impact import Impact, ImpactFailure
 from harness.suite.standins.cuda import cpu_cuda_calls
 
 T = TypeVar("T")
-_KEPT: list[Any] = []  # the parent's groups, in a rank: referenced until os._exit, never destroyed
+_KEPT: list[object] = []  # the parent's groups, in a rank: referenced until os._exit, never destroyed
 DEFAULT_TIMEOUT = 120.0
 # Gloo's TCP full mesh on localhost now and then fails to connect while MCore creates its groups
 # (seen ~1 in 5 runs of a PP 3 world with megatron-core 0.16.1, which builds a gloo copy of every
@@ -80,7 +80,7 @@ class Layout:
         return f"TP{self.tp} CP{self.cp} PP{self.pp} DP{self.dp}"
 
 
-def _forget_inherited_world() -> Any:
+def _forget_inherited_world() -> object:
     """Drop the parent's process groups from this (forked) process without touching them."""
     import torch.distributed.distributed_c10d as c10d
     from megatron.core import parallel_state
@@ -116,7 +116,7 @@ def _rank_main(layout: Layout, rank: int, store: str, seed: int, fn: Callable[[i
     from harness.suite.knobs import spy
     from harness.suite.ownership import Owner, blame, mb_frame
 
-    reply: tuple[Any, ...]
+    reply: tuple[object, ...]
     since = spy.seen()  # what the rank calls MB with is the run's too (harness coverage)
     try:
         _KEPT.append(_forget_inherited_world())
@@ -168,7 +168,7 @@ def _collect(layout: Layout, procs: list[tuple[Any, Connection]], deadline: floa
     """The ranks' replies until all answered, one raised (the others may wait on it forever), or the deadline."""
     from multiprocessing.connection import wait
 
-    replies: dict[int, tuple[Any, ...]] = {}
+    replies: dict[int, tuple[object, ...]] = {}
     open_ = {conn: rank for rank, (_, conn) in enumerate(procs)}
     try:
         while open_ and time.monotonic() < deadline:

@@ -140,7 +140,7 @@ def _wrap(
     var_kw = [p.name for p in sig.parameters.values() if p.kind is inspect.Parameter.VAR_KEYWORD]
 
     @functools.wraps(fn)
-    def spied(*args: object, **kwargs: object) -> Any:
+    def spied(*args: object, **kwargs: object) -> object:
         try:
             bound = sig.bind(*args, **kwargs)
             passed = set(bound.arguments)
@@ -170,7 +170,7 @@ def _after_finalize(fn: Callable[..., object], knobs: list[Knob], defaults: dict
         return fn
 
     @functools.wraps(fn)
-    def spied(self: object, *args: object, **kwargs: object) -> Any:
+    def spied(self: object, *args: object, **kwargs: object) -> object:
         out = fn(self, *args, **kwargs)
         try:
             # fields with a plain default only: a factory's or a required field's value says nothing here

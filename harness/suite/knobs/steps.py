@@ -26,7 +26,6 @@ import functools
 from collections.abc import Callable
 from pathlib import Path
 from types import ModuleType
-from typing import Any
 
 #: The functions of a path's step module that a micro-batch passes through on its way to the loss.
 NAMES = frozenset(
@@ -149,7 +148,7 @@ def wrap(module: ModuleType, record: Callable[[str], None]) -> None:
 
 def _recording(fn: Callable[..., object], where: str, record: Callable[[str], None]) -> Callable[..., object]:
     @functools.wraps(fn)
-    def called(*args: object, **kwargs: object) -> Any:
+    def called(*args: object, **kwargs: object) -> object:
         record(where)
         return fn(*args, **kwargs)
 

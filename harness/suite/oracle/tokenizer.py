@@ -22,7 +22,6 @@ from __future__ import annotations
 import json
 import tempfile
 from pathlib import Path
-from typing import Any
 
 PAD, BOS, EOS, UNK = "<pad>", "<s>", "</s>", "<unk>"
 TURN_START, TURN_END, EOD = "<|im_start|>", "<|im_end|>", "<|endoftext|>"
@@ -90,7 +89,7 @@ def write_tokenizer_dir(path: Path | None = None, *, pad_is_eos: bool = False, o
     return out
 
 
-def with_distinct_eod(tok: object) -> Any:
+def with_distinct_eod(tok: object) -> object:
     """``tok`` re-classed so that ``eod`` is ``<|endoftext|>`` and everything else is unchanged.
 
     The result is an instance of a subclass of ``tok``'s own class sharing its state, so MB code

@@ -143,8 +143,8 @@ def _made_on_cpu(names: tuple[str, ...], label: str, pin: bool) -> Iterator[None
         return
     originals = {name: getattr(torch, name) for name in names}
 
-    def on_cpu(original: Callable[..., Any]) -> Any:
-        def factory(*args: Any, **kwargs: Any) -> Any:
+    def on_cpu(original: Callable[..., Any]) -> object:
+        def factory(*args: object, **kwargs: object) -> object:
             if _is_cuda(kwargs.get("device")):
                 standins.record(label)
                 kwargs["device"] = "cpu"

@@ -29,7 +29,7 @@ WATCHED = ("megatron.core.inference.unified_memory",)
 NAME = "cpp_extension.load_inline refuses CUDA builds on CPU"
 
 
-def _refuse(*args: object, **kwargs: object) -> Any:
+def _refuse(*args: object, **kwargs: object) -> object:
     standins.record(NAME)
     raise RuntimeError("harness stand-in: no CUDA on this machine, CUDA extension not built")
 

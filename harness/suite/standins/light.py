@@ -112,8 +112,8 @@ def _reexport_source(module: types.ModuleType, name: str) -> tuple[str, str] | N
     return None
 
 
-def _lazy_getattr_for(module: types.ModuleType) -> Any:
-    def __getattr__(name: str) -> Any:
+def _lazy_getattr_for(module: types.ModuleType) -> object:
+    def __getattr__(name: str) -> object:
         if name.startswith("__"):
             raise AttributeError(name)
         d = module.__dict__
@@ -207,12 +207,12 @@ def case_group(item: Any) -> str:
     return str(mark.kwargs.get("name", DEFAULT_GROUP))
 
 
-def pytest_collection_modifyitems(config: Any, items: list[Any]) -> None:
+def pytest_collection_modifyitems(config: Any, items: list[object]) -> None:
     group = os.environ.get(ENV_GROUP)
     if not group:
         return
-    keep: list[Any] = []
-    drop: list[Any] = []
+    keep: list[object] = []
+    drop: list[object] = []
     for item in items:
         (keep if case_group(item) == group else drop).append(item)
     if drop:

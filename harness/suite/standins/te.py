@@ -43,7 +43,7 @@ WATCHED_PREFIX = "megatron.bridge."
 class _StandinMeta(type):
     """Attribute chains such as ``te.ops.Sequential`` (used in annotations) resolve too."""
 
-    def __getattr__(cls, name: str) -> Any:
+    def __getattr__(cls, name: str) -> object:
         if name.startswith("__"):
             raise AttributeError(name)
         value = _StandinMeta(name, (_StandinObject,), {"__module__": cls.__module__})
@@ -62,7 +62,7 @@ class _StandinObject(metaclass=_StandinMeta):
 
 
 class _StandinModule(types.ModuleType):
-    def __getattr__(self, name: str) -> Any:
+    def __getattr__(self, name: str) -> object:
         if name.startswith("__"):
             raise AttributeError(name)
         value = _StandinMeta(name, (_StandinObject,), {"__module__": self.__name__})

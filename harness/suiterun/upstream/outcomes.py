@@ -37,7 +37,7 @@ def case_results(resolved: list[Resolved], run: PytestRun, count_rule: str) -> l
     collected = any(event.get("ev") == "collected" for event in run.events)
     selected: dict[str, list[str]] = {}
     collect_errors: dict[str, str] = {}
-    phases: dict[str, list[dict[str, Any]]] = {}
+    phases: dict[str, list[dict[str, object]]] = {}
     for event in run.events:
         if event.get("ev") == "selected":
             selected.setdefault(event["entry"], []).append(event["nodeid"])
