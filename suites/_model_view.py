@@ -44,7 +44,7 @@ def params_view(params: Any) -> stepcheck.ParamsView | None:
             dtypes[name] = batch_ops.dtype_name(v) or "?"
             ndims[name] = v.dim()
     return stepcheck.ParamsView(
-        f.get("qkv_format"),
+        getattr(params, "qkv_format", None),
         bounds,
         dtypes,
         ndims,

@@ -15,7 +15,6 @@ import json
 import os
 import sys
 from pathlib import Path
-from typing import Any
 
 import pytest
 
@@ -23,13 +22,13 @@ from harness.contract import MESSAGE_LIMIT, crash_line
 from harness.records.verdict import Verdict
 
 
-def pytest_addoption(parser: Any) -> None:
+def pytest_addoption(parser: pytest.Parser) -> None:
     group = parser.getgroup("harness-upstream")
     group.addoption("--harness-upstream-spec", default=None, help="JSON: entries (name, file, k) to select")
     group.addoption("--harness-upstream-events", default=None, help="append one JSON line per event here")
 
 
-def pytest_configure(config: Any) -> None:
+def pytest_configure(config: pytest.Config) -> None:
     if not hasattr(config, "workerinput"):  # what MB's own test run imports, for the driver
         from harness import contract
         from harness.versions import versions
@@ -83,14 +82,14 @@ class _EventsPlugin:
         self.fh.write(json.dumps(event) + "\n")
         self.fh.flush()
 
-    def pytest_sessionstart(self, session: Any) -> None:
+    def pytest_sessionstart(self, session: pytest.Session) -> None:
         self.emit(ev="session_start", pid=os.getpid(), rootdir=str(session.config.rootpath))
 
-    def pytest_collectreport(self, report: Any) -> None:
+    def pytest_collectreport(self, report: pytest.CollectReport) -> None:
         if report.failed:
             self.emit(ev="collect_error", nodeid=report.nodeid, message=str(report.longreprtext)[-MESSAGE_LIMIT:])
 
-    def pytest_collection_modifyitems(self, session: object, config: Any, items: list[Any]) -> None:
+    def pytest_collection_modifyitems(self, session: object, config: pytest.Config, items: list[pytest.Item]) -> None:
         from _pytest.mark import KeywordMatcher
         from _pytest.mark.expression import Expression
 
@@ -127,7 +126,7 @@ class _EventsPlugin:
     def pytest_runtest_makereport(self, item: object, call: object) -> None:
         self._call = call  # read in logreport: the exception is still at hand here
 
-    def pytest_runtest_logreport(self, report: Any) -> None:
+    def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
         call = getattr(self, "_call", None)
         exc = call.excinfo.value if call is not None and call.excinfo is not None and call.when == report.when else None
         if report.passed:

@@ -18,8 +18,10 @@ from __future__ import annotations
 import dataclasses
 import functools
 import importlib
+import importlib.machinery
 import importlib.util
 import inspect
+import types
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Generic, ParamSpec, Protocol, TypeVar
@@ -42,7 +44,7 @@ __all__ = [
 ]
 
 
-def _find_spec(name: str) -> Any:
+def _find_spec(name: str) -> importlib.machinery.ModuleSpec:
     """``importlib.util.find_spec`` with the era rules: absent -> NotHere, a parent that does not
     import -> the import failure (Broken or Untestable, see :func:`import_failure`)."""
     try:
@@ -68,6 +70,8 @@ def module_source(name: str) -> str | None:
         spec = _find_spec(name)
     except NotHere:
         return None
+    if spec.origin is None:  # a namespace package: no source file
+        return None
     try:
         with open(spec.origin, encoding="utf-8") as fh:
             return fh.read()
@@ -75,7 +79,7 @@ def module_source(name: str) -> str | None:
         return None
 
 
-def load_module(name: str) -> Any:
+def load_module(name: str) -> types.ModuleType:
     """Import an MB module; absent -> NotHere; present but failing to import -> Broken (the
     commit's own code) or Untestable (a missing dependency, this environment), with the cause."""
     _find_spec(name)

@@ -53,6 +53,7 @@ import torch
 
 from harness.suite import standins
 from harness.suite.adapters import Candidate, NotHere, Operation, load_module, source_text, symbol
+from harness.suite.adapters.mbtypes import PackedSeqParams
 from harness.suite.adapters.step import (
     RecordingModel,
     StepRun,
@@ -112,7 +113,7 @@ class Step37RecordingModel(RecordingModel):
         }
 
 
-def positions_from_boundaries(params: Any, total: int) -> torch.Tensor:
+def positions_from_boundaries(params: PackedSeqParams, total: int) -> torch.Tensor:
     """0..len-1 per sub-sequence of ``params`` (padded boundaries where set), over ``total`` tokens.
 
     Boundaries past the tokens are cut at ``total`` (the oracle judges boundaries that do not match the

@@ -31,6 +31,7 @@ import torch
 
 from harness import features
 from harness.suite.adapters import Candidate, NotHere, Operation, cpattention, source_text, symbol
+from harness.suite.adapters.mbtypes import PackedSeqParams
 from harness.suite.standins.cuda import cpu_cuda_calls, pinned_to_cpu
 
 VOCAB = 128
@@ -77,13 +78,13 @@ def segmented_attention_class() -> type:
 
         def forward(
             self,
-            query: Any,
-            key: Any,
-            value: Any,
+            query: torch.Tensor,
+            key: torch.Tensor,
+            value: torch.Tensor,
             attention_mask: object,
             attn_mask_type: object = None,
             attention_bias: object = None,
-            packed_seq_params: object = None,
+            packed_seq_params: PackedSeqParams | None = None,
             **kwargs: object,
         ) -> object:  # MCore's signature
             if packed_seq_params is None:
@@ -102,7 +103,7 @@ def segmented_attention_class() -> type:
     return SegmentedSDPAttention
 
 
-def _segments(params: Any) -> list[tuple[int, int, int]]:
+def _segments(params: PackedSeqParams) -> list[tuple[int, int, int]]:
     """(start, physical end, real length) per segment from PackedSeqParams."""
     logical = params.cu_seqlens_q.reshape(-1).tolist()
     physical = params.cu_seqlens_q_padded.reshape(-1).tolist() if params.cu_seqlens_q_padded is not None else logical
@@ -115,7 +116,9 @@ def _segments(params: Any) -> list[tuple[int, int, int]]:
     return out
 
 
-def thd_reference_attention(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, params: Any) -> torch.Tensor:
+def thd_reference_attention(
+    query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, params: PackedSeqParams
+) -> torch.Tensor:
     """query/key/value [t, heads, dim] -> [t, heads*dim]; causal within each segment only
     (with CP > 1 over the whole sequence, keys and values gathered from the CP group)."""
     group = cpattention.cp_group()

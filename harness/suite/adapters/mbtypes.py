@@ -8,8 +8,9 @@ on: mypy then checks the harness's side, and an era whose object lacks one fails
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Iterator, Sequence
-from typing import Any, Protocol
+from typing import Any, ClassVar, Protocol
 
 import torch
 
@@ -50,3 +51,15 @@ class SFTDataset(Dataset, Protocol):
     """An MB SFT split, which collates its own rows into a batch (the loader's ``collate_fn``)."""
 
     def collate_fn(self, rows: list[dict[str, object]]) -> Batch: ...
+
+
+class PackedSeqParams(Protocol):
+    """MCore's ``PackedSeqParams`` as the harness reads it (a dataclass in every MCore era): the THD
+    boundaries of the packed stream, real-token (``cu_seqlens_q``) and physical (``..._padded``)."""
+
+    __dataclass_fields__: ClassVar[dict[str, dataclasses.Field[object]]]  # a dataclass in every era
+    qkv_format: str | None
+    cu_seqlens_q: torch.Tensor
+    cu_seqlens_kv: torch.Tensor | None
+    cu_seqlens_q_padded: torch.Tensor | None
+    cu_seqlens_kv_padded: torch.Tensor | None

@@ -43,7 +43,7 @@ import torch
 
 from harness.suite.adapters import Candidate, Operation, Untestable, hostsync, load_module, source_text, symbol
 from harness.suite.adapters.forward import MAX_POS
-from harness.suite.adapters.mbtypes import ForwardStep
+from harness.suite.adapters.mbtypes import ForwardStep, PackedSeqParams
 from harness.suite.standins.cuda import pinned_to_cpu
 
 # PackedSeqParams fields MB's builder sets for a non-hybrid model (cp_partition_mode: dev MCore)
@@ -286,12 +286,12 @@ def run_step(
     )
 
 
-def params_fields(params: Any) -> dict[str, Any]:
+def params_fields(params: PackedSeqParams) -> dict[str, object]:
     """Every field of a ``PackedSeqParams`` (a dataclass in every MCore era) by name."""
     return {f.name: getattr(params, f.name) for f in fields(params)}
 
 
-def extra_fields(params: object) -> dict[str, str]:
+def extra_fields(params: PackedSeqParams) -> dict[str, str]:
     """Fields set (not None) beyond what MB's builder sets for a non-hybrid model."""
     return {k: repr(v)[:80] for k, v in params_fields(params).items() if k not in CONTRACT_FIELDS and v is not None}
 

@@ -24,11 +24,12 @@ import dataclasses
 import enum
 import functools
 import importlib.abc
+import importlib.machinery
 import importlib.util
 import inspect
 import os
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path, PurePath
 from types import ModuleType
 from typing import Any
@@ -228,7 +229,9 @@ def _patch(module: ModuleType) -> None:
 class _AfterImport(importlib.abc.MetaPathFinder):
     """Wraps the knob owners of a watched module as soon as its body has run."""
 
-    def find_spec(self, fullname: str, path: Any, target: Any = None) -> Any:
+    def find_spec(
+        self, fullname: str, path: Sequence[str] | None, target: ModuleType | None = None
+    ) -> importlib.machinery.ModuleSpec | None:
         if fullname not in _BY_MODULE and fullname not in _STEPS:
             return None
         for finder in sys.meta_path:

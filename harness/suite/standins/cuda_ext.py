@@ -19,8 +19,8 @@ from __future__ import annotations
 import importlib.abc
 import importlib.machinery
 import sys
+import types
 from collections.abc import Sequence
-from typing import Any
 
 from harness.suite import standins
 
@@ -38,10 +38,10 @@ class _Loader(importlib.abc.Loader):
     def __init__(self, inner: importlib.abc.Loader) -> None:
         self.inner = inner
 
-    def create_module(self, spec: Any) -> Any:  # importlib's signature
+    def create_module(self, spec: importlib.machinery.ModuleSpec) -> types.ModuleType | None:  # importlib's signature
         return self.inner.create_module(spec)
 
-    def exec_module(self, module: Any) -> None:  # importlib's signature
+    def exec_module(self, module: types.ModuleType) -> None:  # importlib's signature
         import torch
         import torch.utils.cpp_extension as ext
 
@@ -57,7 +57,9 @@ class _Loader(importlib.abc.Loader):
 
 
 class _Finder(importlib.abc.MetaPathFinder):
-    def find_spec(self, fullname: str, path: Sequence[str] | None, target: object = None) -> Any:
+    def find_spec(
+        self, fullname: str, path: Sequence[str] | None, target: object = None
+    ) -> importlib.machinery.ModuleSpec | None:
         if fullname not in WATCHED:
             return None
         spec = importlib.machinery.PathFinder.find_spec(fullname, path)

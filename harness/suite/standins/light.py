@@ -30,10 +30,13 @@ import os
 import sys
 import types
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING
 
 from harness.contract import Env
 from harness.suite import standins
+
+if TYPE_CHECKING:
+    import pytest
 
 # megatron.training is served light too: MB's utils import it, and its package __init__ pulls in
 # training.py, checkpointing and modelopt (~5 s). Its re-exported names resolve through the
@@ -151,7 +154,9 @@ class _SkipInitLoader(importlib.abc.Loader):
 class LightImportFinder(importlib.abc.MetaPathFinder):
     """Serves packages of the ``megatron.bridge`` tree without running their ``__init__``."""
 
-    def find_spec(self, fullname: str, path: Sequence[str] | None, target: object = None) -> Any:
+    def find_spec(
+        self, fullname: str, path: Sequence[str] | None, target: object = None
+    ) -> importlib.machinery.ModuleSpec | None:
         if not _in_tree(fullname):
             return None
         # PathFinder searches the path entries directly (no sys.meta_path): no recursion into us
@@ -198,7 +203,7 @@ def skipped_init(module: types.ModuleType) -> bool:
 # ---- pytest plugin: select the cases of one import group -------------------------------------
 
 
-def case_group(item: Any) -> str:
+def case_group(item: pytest.Item) -> str:
     mark = item.get_closest_marker("import_group")
     if mark is None:
         return DEFAULT_GROUP
@@ -207,11 +212,11 @@ def case_group(item: Any) -> str:
     return str(mark.kwargs.get("name", DEFAULT_GROUP))
 
 
-def pytest_collection_modifyitems(config: Any, items: list[object]) -> None:
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     group = os.environ.get(ENV_GROUP)
     if not group:
         return
-    keep: list[object] = []
+    keep: list[pytest.Item] = []
     drop: list[object] = []
     for item in items:
         (keep if case_group(item) == group else drop).append(item)

@@ -20,7 +20,6 @@ import importlib.util
 import sys
 import types
 from collections.abc import Sequence
-from typing import Any
 
 from harness.suite import standins
 
@@ -112,17 +111,19 @@ class _StandinTEFinder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
     def __init__(self) -> None:
         self.active = 0
 
-    def find_spec(self, fullname: str, path: Sequence[str] | None, target: object = None) -> Any:
+    def find_spec(
+        self, fullname: str, path: Sequence[str] | None, target: object = None
+    ) -> importlib.machinery.ModuleSpec | None:
         if self.active and _covered(fullname):
             return importlib.machinery.ModuleSpec(fullname, self, is_package=True)
         return None
 
-    def create_module(self, spec: Any) -> Any:
+    def create_module(self, spec: importlib.machinery.ModuleSpec) -> types.ModuleType | None:
         mod = _StandinModule(spec.name)
         mod.__path__ = []  # a package, so submodules resolve through this finder too
         return mod
 
-    def exec_module(self, module: object) -> None:
+    def exec_module(self, module: types.ModuleType) -> None:
         return None
 
 
@@ -132,10 +133,10 @@ class _WrappingLoader(importlib.abc.Loader):
         self.others = others
         self.te_finder = te_finder
 
-    def create_module(self, spec: Any) -> Any:
+    def create_module(self, spec: importlib.machinery.ModuleSpec) -> types.ModuleType | None:
         return self.inner.create_module(spec)
 
-    def exec_module(self, module: Any) -> None:
+    def exec_module(self, module: types.ModuleType) -> None:
         for name in self.others:  # real imports first, so they never see the stand-in
             with contextlib.suppress(Exception):
                 importlib.import_module(name)
@@ -156,7 +157,9 @@ class _MBModuleFinder(importlib.abc.MetaPathFinder):
     def __init__(self, te_finder: _StandinTEFinder) -> None:
         self.te_finder = te_finder
 
-    def find_spec(self, fullname: str, path: Sequence[str] | None, target: object = None) -> Any:
+    def find_spec(
+        self, fullname: str, path: Sequence[str] | None, target: object = None
+    ) -> importlib.machinery.ModuleSpec | None:
         if not fullname.startswith(WATCHED_PREFIX):
             return None
         # PathFinder searches the path entries directly (no sys.meta_path): no recursion into us
