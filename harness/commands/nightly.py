@@ -46,7 +46,7 @@ import argparse
 import os
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TextIO
+from typing import TYPE_CHECKING, TextIO
 
 from harness import gpucheck, paths
 from harness.commands import _args, _jobargs
@@ -55,6 +55,7 @@ from harness.nightly import refine
 from harness.nightly.autobisect import BISECT_DIR, BisectEnv, execute, plan_bisect
 from harness.records import provenance
 from harness.records.results import RunResult
+from harness.records.trend import Trend
 from harness.suiterun import runner
 from harness.target import Target, require_mb
 
@@ -246,7 +247,7 @@ def run_commit(explicit: str | None, tgt: Target, result: RunResult) -> str:
 # --------------------------------------------------------------------------------------------
 
 
-def _print_changes(tr: dict[str, Any], out: TextIO) -> None:
+def _print_changes(tr: Trend, out: TextIO) -> None:
     failing, untestable, fixed = tr["newly_failing"], tr["newly_untestable"], tr["newly_fixed"]
     if len(tr["runs"]) < 2:
         print("first run in this history: nothing to compare with", file=out)

@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any, TextIO
 
 from harness.errors import HarnessError
 from harness.records.commit import Commit
+from harness.records.trend import Trend, TrendChange
 from harness.records.verdict import Verdict
 
 if TYPE_CHECKING:
@@ -35,7 +36,7 @@ BISECT_LINK = f"{BISECT_DIR}/report.html"
 class BisectPlan:
     """What the nightly decided about bisecting: a command, or the one-line reason not to."""
 
-    cases: list[dict[str, Any]]
+    cases: list[TrendChange]
     command: list[str] | None = None
     reason: str = ""
     # defect id -> its regressed cases, the first the one the bisection probes (its quickest)
@@ -48,7 +49,7 @@ class BisectPlan:
 GOOD_BEFORE = frozenset({Verdict.PASS.value, Verdict.CHANGED.value, Verdict.FIXED.value})
 
 
-def regressions(tr: dict[str, Any]) -> list[dict[str, Any]]:
+def regressions(tr: Trend) -> list[TrendChange]:
     """Newly failing or newly untestable cases that were green in the previous nightly: passed,
     changed or fixed, as ``harness bisect`` defines good (only those have a good end; a case that
     was changed last night and fails tonight is a regression like any other). A case gone from
@@ -107,9 +108,7 @@ def bisect_command(
     return cmd + (["--bisect-untestable"] if untestable else []) + (["--confirm"] if confirm else [])
 
 
-def by_defect(
-    cases: list[dict[str, Any]], defect_of: dict[str, str], seconds: dict[str, float]
-) -> dict[str, list[str]]:
+def by_defect(cases: list[TrendChange], defect_of: dict[str, str], seconds: dict[str, float]) -> dict[str, list[str]]:
     """The regressed cases grouped by tonight's defects (:mod:`harness.report.defects`; a case in
     none is its own), each group led by its quickest case: the one its bisection probes."""
     groups: dict[str, list[str]] = {}
@@ -124,7 +123,7 @@ def _clean_commit(commit: str) -> tuple[str, bool]:
 
 
 def plan_bisect(
-    tr: dict[str, Any],
+    tr: Trend,
     repo: gitrepo.GitRepo | None,
     out_dir: Path,
     env: BisectEnv = BisectEnv(),

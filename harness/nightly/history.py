@@ -30,6 +30,7 @@ import pyarrow.parquet as pq
 from harness.errors import CorruptFile
 from harness.records.atomicio import atomic_write_bytes
 from harness.records.results import RunResult
+from harness.records.trend import Trend, TrendCase, TrendChange, TrendRun
 from harness.records.verdict import Verdict
 
 HISTORY_KIND = "harness-history"
@@ -211,7 +212,7 @@ def _clean(value: object) -> Any:
 GONE = "gone"  # the ``current`` of a case the latest run no longer has
 
 
-def trend(df: pd.DataFrame) -> dict[str, Any]:
+def trend(df: pd.DataFrame) -> Trend:
     """Per case the verdict series over runs (oldest first) and its durations, what changed
     since the previous run, and the run durations.
 
@@ -224,7 +225,7 @@ def trend(df: pd.DataFrame) -> dict[str, Any]:
     """
     runs = _runs(df)
     run_ids = list(runs["run_id"])
-    run_list = [
+    run_list: list[TrendRun] = [
         {
             "run_id": str(r.run_id),
             "commit": str(r.commit),
@@ -237,7 +238,7 @@ def trend(df: pd.DataFrame) -> dict[str, Any]:
         for r in runs.itertuples()
     ]
     position = {rid: i for i, rid in enumerate(run_ids)}
-    cases: dict[str, dict[str, Any]] = {}
+    cases: dict[str, TrendCase] = {}
     for row in df.sort_values(["suite", "case_id"]).itertuples():
         entry = cases.setdefault(
             str(row.case_id),
@@ -255,13 +256,16 @@ def trend(df: pd.DataFrame) -> dict[str, Any]:
         entry["durations"][i] = _clean(row.duration_s)
         if str(row.verdict) in run_list[i]["counts"]:
             run_list[i]["counts"][str(row.verdict)] += 1
-    newly_failing, newly_untestable, newly_fixed, newly_changed = [], [], [], []
+    newly_failing: list[TrendChange] = []
+    newly_untestable: list[TrendChange] = []
+    newly_fixed: list[TrendChange] = []
+    newly_changed: list[TrendChange] = []
     if len(run_ids) >= 1:
         latest = run_list[-1]
         for cid, entry in cases.items():
             now = entry["series"][-1]
             before = entry["series"][-2] if len(run_ids) >= 2 else None
-            change = {
+            change: TrendChange = {
                 "case_id": cid,
                 "suite": entry["suite"],
                 "previous": before,

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from harness.records.results import CaseResult, RunResult
+from harness.records.trend import Trend
 from harness.records.verdict import Verdict
 from harness.report.defects import Defect, defects
 
@@ -77,18 +78,17 @@ def run_summary(result: RunResult, report_url: str | None = None, base: RunResul
     return "\n".join(lines) + "\n"
 
 
-def nightly_section(tr: dict) -> str:
+def nightly_section(tr: Trend) -> str:
     """What changed since the previous nightly (from the history's trend), for its summary."""
-    if len(tr.get("runs", [])) < 2:
+    if len(tr["runs"]) < 2:
         return "\nFirst run in this history: nothing to compare with.\n"
     lines = ["", "**Since the previous nightly**", ""]
-    for key, title in (
-        ("newly_failing", "newly failing"),
-        ("newly_untestable", "newly untestable"),
-        ("newly_fixed", "newly fixed"),
-        ("newly_changed", "newly changed"),
+    for items, title in (
+        (tr["newly_failing"], "newly failing"),
+        (tr["newly_untestable"], "newly untestable"),
+        (tr["newly_fixed"], "newly fixed"),
+        (tr["newly_changed"], "newly changed"),
     ):
-        items = tr.get(key) or []
         shown = ", ".join(f"`{c['case_id']}` ({c['previous'] or 'not run'} → {c['current']})" for c in items[:20])
         lines.append(f"- {title}: {shown or 'none'}")
     return "\n".join(lines) + "\n"

@@ -16,10 +16,11 @@ from typing import Any
 
 from harness.errors import UsageError
 from harness.records.provenance import commit_url
+from harness.records.trend import Trend, TrendDuration
 from harness.report.formatting import format_seconds, render_template
 
 
-def _durations_chart(durations: list[dict[str, Any]]) -> dict[str, object]:
+def _durations_chart(durations: list[TrendDuration]) -> dict[str, object]:
     """Bar geometry of run durations (seconds) for an inline SVG."""
     values = [float(d["duration_s"] or 0.0) for d in durations]
     top = max(values, default=0.0) or 1.0
@@ -89,7 +90,7 @@ def _sparkline(durations: list[float | None]) -> dict[str, object]:
     }
 
 
-def _grid(tr: dict[str, Any]) -> list[dict[str, object]]:
+def _grid(tr: Trend) -> list[dict[str, object]]:
     """Cases grouped by suite for the verdict grid, each with one cell per run (outlined where
     the verdict differs from the night before) and its durations."""
     suites: dict[str, list[dict[str, object]]] = {}
@@ -119,7 +120,7 @@ def _grid(tr: dict[str, Any]) -> list[dict[str, object]]:
     return [{"name": name, "cases": members} for name, members in sorted(suites.items())]
 
 
-def _nights(tr: dict[str, Any]) -> list[dict[str, object]]:
+def _nights(tr: Trend) -> list[dict[str, object]]:
     """The nights, newest first, with their report page and commit page."""
     out = []
     for r in reversed(tr["runs"]):
@@ -151,7 +152,7 @@ def _from_page(link: str, store: Path, page: Path) -> str:
 
 
 def render_trend_report(
-    tr: dict[str, Any],
+    tr: Trend,
     store: Path,
     out_path: Path,
     bisect_links: dict[str, str] | None = None,
