@@ -16,9 +16,13 @@ tokens are ``input_ids[:-1]``, labels ``input_ids[1:]``).
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
 
 from harness.suite.oracle.differential import Example, PackedRow
+
+if TYPE_CHECKING:
+    import torch
 
 _BOUNDARY_KEYS = (
     "cu_seqlens_q",
@@ -75,7 +79,7 @@ def _strip_sentinel(values: list[int] | None) -> list[int] | None:
     return out
 
 
-def packed_rows(batch: dict[str, Any], padding_rows: set[int] | None = None) -> list[PackedRow]:
+def packed_rows(batch: Mapping[str, torch.Tensor], padding_rows: set[int] | None = None) -> list[PackedRow]:
     """Every row of a collated packed batch as a :class:`PackedRow` (current or legacy keys)."""
     dtypes = {k: d for k in _BOUNDARY_KEYS if k in batch and (d := dtype_name(batch[k])) is not None}
     tokens = plain(batch["tokens"])

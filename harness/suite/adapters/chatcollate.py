@@ -11,10 +11,14 @@ real tokens (the collate's ``token_count``).
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
 
 from harness.records.oracle import Example
 from harness.suite.adapters import Candidate, Operation, symbol
+
+if TYPE_CHECKING:
+    import torch
 
 
 def _probe() -> Any:
@@ -39,7 +43,7 @@ prompt_completion_collate = Operation(
 )
 
 
-def collated_examples(batch: dict[str, Any]) -> list[Example]:
+def collated_examples(batch: Mapping[str, torch.Tensor]) -> list[Example]:
     """An unpacked chat-collate batch as the oracle's examples (their real tokens only)."""
     out = []
     for r, n in enumerate(batch["token_count"]):

@@ -15,7 +15,10 @@ comparison with the CP = 1 run turns red.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from torch.distributed import ProcessGroup
 
 import torch
 
@@ -25,7 +28,7 @@ from harness.suite.standins import thd_partition
 from harness.suite.standins.thd_partition import thd_partitioned_indices
 
 
-def cp_group() -> object:
+def cp_group() -> ProcessGroup | None:
     """The context-parallel group when one of more than one rank is active here, else None."""
     import torch.distributed as dist
     from megatron.core import parallel_state
@@ -36,7 +39,7 @@ def cp_group() -> object:
     return group if group is not None and dist.get_world_size(group) > 1 else None
 
 
-def _gather(t: torch.Tensor, group: Any) -> list[torch.Tensor]:
+def _gather(t: torch.Tensor, group: ProcessGroup) -> list[torch.Tensor]:
     import torch.distributed as dist
 
     out = [torch.empty_like(t) for _ in range(dist.get_world_size(group))]
@@ -49,8 +52,8 @@ def cp_thd_attention(
     key: torch.Tensor,
     value: torch.Tensor,
     segments: list[tuple[int, int, int]],
-    physical: Any,
-    group: Any,
+    physical: torch.Tensor,
+    group: ProcessGroup,
 ) -> torch.Tensor:
     """query/key/value [t_local, heads, dim] -> [t_local, heads*dim]; ``segments`` are global
     (start, physical end, real length) and ``physical`` the boundaries the layout is read from."""

@@ -44,7 +44,7 @@ from __future__ import annotations
 import contextlib
 import copy
 import itertools
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -72,7 +72,7 @@ def _dsv4_probe() -> Callable[[RecordingModel, dict[str, object]], StepRun]:
     fn = symbol(DSV4, "forward_step")
     mcore_call_matches(DSV4, "get_batch_on_this_cp_rank", "megatron.core.utils")
 
-    def call(model: RecordingModel, batch: dict[str, object]) -> StepRun:
+    def call(model: RecordingModel, batch: Mapping[str, object]) -> StepRun:
         return run_step(fn, minimal_state(), batch, model)
 
     return call
@@ -202,7 +202,7 @@ step37_data = Operation(
 def _step37_step_probe() -> Callable[[Step37RecordingModel, dict[str, object], Any], StepRun]:
     fn = symbol(STEP37, "forward_step")
 
-    def call(model: Step37RecordingModel, batch: dict[str, object], provider: object) -> StepRun:
+    def call(model: Step37RecordingModel, batch: Mapping[str, object], provider: object) -> StepRun:
         state = minimal_state()
         state.cfg.dataset = provider
         with cpu_to_cuda(pin=model.device.type == "cpu"):
@@ -251,7 +251,7 @@ def _dgpt_probe() -> Callable[[torch.nn.Module, dict[str, Any], int], dict[str, 
     cls = symbol(DGPT, "DGPTStep")
     mcore_call_matches(DGPT, "get_batch_on_this_cp_rank", "megatron.core.utils")
 
-    def call(gpt: torch.nn.Module, batch: dict[str, object], mask_token_id: int) -> dict[str, object]:
+    def call(gpt: torch.nn.Module, batch: Mapping[str, object], mask_token_id: int) -> dict[str, object]:
         """What MB's diffusion step hands the model for ``batch`` (MB's exception when it refuses first)."""
         model = ReachingModel(gpt, mask_token_id)
         with on_model_device(model):
@@ -280,7 +280,7 @@ def _qwen3_omni_probe() -> Callable[[torch.nn.Module, dict[str, Any], bool], dic
     if "enable_in_batch_packing" not in source_text(fn):
         raise NotHere("qwen3_omni_step.forward_step does not read enable_in_batch_packing (collate-time packing)")
 
-    def call(gpt: torch.nn.Module, batch: dict[str, object], packing: bool) -> dict[str, object]:
+    def call(gpt: torch.nn.Module, batch: Mapping[str, object], packing: bool) -> dict[str, object]:
         """What MB's Qwen3-Omni step hands the model for ``batch`` with in-batch packing ``packing``
         (MB's exception when it refuses first)."""
         model = ReachingModel(gpt, mask_token_id=0)

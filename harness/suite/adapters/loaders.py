@@ -25,8 +25,8 @@ the loader yields before it is exhausted.
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import Any
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING, Any
 
 from harness import features
 from harness.records.impact import Impact, fail
@@ -34,15 +34,20 @@ from harness.suite.adapters import Candidate, NotHere, Operation, accepts, field
 from harness.suite.adapters import config as config_ops
 from harness.suite.standins.cuda import cpu_cuda_tensors
 
+if TYPE_CHECKING:
+    import torch
+
+    from harness.suite.adapters.mbtypes import Batch
+
 # where the era's prepare_finetuning_batch lives, newest first
 SPLIT_MODULES = ("megatron.bridge.data.batch_utils", "megatron.bridge.data.finetuning")
 
 
-def _probe(split_module: str) -> Callable[[], Callable[..., list[dict[str, object]]]]:
+def _probe(split_module: str) -> Callable[[], Callable[..., list[Batch]]]:
     return lambda: _resolve(split_module)
 
 
-def _resolve(split_module: str) -> Callable[..., list[dict[str, object]]]:
+def _resolve(split_module: str) -> Callable[..., list[Batch]]:
     build = symbol("megatron.bridge.data.loaders", "build_train_valid_test_data_loaders")
     if not accepts(build, "dp_group"):
         raise NotHere("build_train_valid_test_data_loaders takes no dp_group")
@@ -63,7 +68,7 @@ def _resolve(split_module: str) -> Callable[..., list[dict[str, object]]]:
         dp_group: object,
         dataset_config: object = None,
         runtime_update: Callable[[Any, Any], None] | None = None,
-    ) -> list[dict[str, object]]:
+    ) -> list[Batch]:
         # the loader reads the dataset config's dataloader_type, seed, drop_last and worker
         # settings; the dataset itself comes from the provider below
         if dataset_config is None:
@@ -87,7 +92,7 @@ def _resolve(split_module: str) -> Callable[..., list[dict[str, object]]]:
             return []
         loader = iter(train)
         per_step = global_batch_size // (micro_batch_size * data_parallel_size)
-        out: list[dict[str, object]] = []
+        out: list[Batch] = []
         step = 0
         # as train.py consumes it: a "batch" loader yields a rank's whole global batch, which MB
         # splits into micro-batches; any other yields the micro-batches themselves
@@ -113,7 +118,7 @@ def _resolve(split_module: str) -> Callable[..., list[dict[str, object]]]:
     return call
 
 
-def split_global_batch(batch: dict[str, Any], num_microbatches: int) -> list[dict[str, Any]]:
+def split_global_batch(batch: Mapping[str, torch.Tensor], num_microbatches: int) -> list[Batch]:
     """A rank's collated global batch split into its micro-batches by MB's own split, as ``train.py``
     does for a "batch" loader (rows collated together share the batch's width)."""
     for module in SPLIT_MODULES:

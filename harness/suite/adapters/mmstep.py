@@ -27,6 +27,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from harness.suite.adapters import Candidate, NotHere, Operation, source_text, symbol, thd
+from harness.suite.adapters.mbtypes import Batch
 from harness.suite.adapters.step import RecordingModel, minimal_state, run_step, sized_groups
 from harness.suite.adapters.vlmstep import VLMRun, collate_time_run
 
@@ -42,7 +43,7 @@ def _probe_for(flag: str) -> Callable[[], Callable[..., VLMRun]]:
         if flag not in source_text(symbol(STEP, "get_batch")):
             raise NotHere(f"audio_lm_step.get_batch does not read the dataset config's {flag}")
 
-        def call(model: RecordingModel, batch: dict[str, object], *, cp: int, tp: int, sp: bool) -> VLMRun:
+        def call(model: RecordingModel, batch: Batch, *, cp: int, tp: int, sp: bool) -> VLMRun:
             packed = run_step(
                 fn, minimal_state(**{flag: True}, sequence_parallel=sp), batch, model, groups=sized_groups(cp, tp)
             )
@@ -81,7 +82,7 @@ def _collate_time_probe(module: str, marker: str) -> Callable[[], Callable[..., 
         symbol(module, marker)
         collate = thd.in_batch_collate.resolved[1]
 
-        def call(model: RecordingModel, batch: dict[str, object], *, pad_token_id: int, tp: int, sp: bool) -> VLMRun:
+        def call(model: RecordingModel, batch: Batch, *, pad_token_id: int, tp: int, sp: bool) -> VLMRun:
             return collate_time_run(fn, collate, model, batch, pad_token_id=pad_token_id, cp=1, tp=tp, sp=sp)
 
         return call

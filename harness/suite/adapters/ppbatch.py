@@ -18,7 +18,7 @@ yet: untestable there, with that reason.
 from __future__ import annotations
 
 import inspect
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from types import SimpleNamespace
 from typing import Any
@@ -89,7 +89,7 @@ def _pg_probe() -> Callable[[dict[str, object], int], StageBatch]:
     build = symbol("megatron.bridge.training.utils.packed_seq_utils", "get_packed_seq_params")
     groups_cls = symbol("megatron.core.process_groups_config", "ProcessGroupCollection")
 
-    def call(batch: dict[str, object], pack_size: int) -> StageBatch:
+    def call(batch: Mapping[str, object], pack_size: int) -> StageBatch:
         groups = groups_cls.use_mpu_process_groups()
         with pinned_to_cpu():
             out = fn(iter([dict(batch)]), _packed_state(pack_size).cfg, False, pg_collection=groups)

@@ -25,7 +25,7 @@ Era: the step-owned padding and packing (ebd55d7bc, 2026-06-25, feature ``qwen3-
 from __future__ import annotations
 
 import copy
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import torch
@@ -73,7 +73,7 @@ def _probe() -> Callable[..., StepRun]:
     fn = symbol(QWEN3_VL_STEP, "forward_step")
 
     def call(
-        model: Qwen3VLRecordingModel, batch: dict[str, object], *, packing: bool, groups: object = None
+        model: Qwen3VLRecordingModel, batch: Mapping[str, object], *, packing: bool, groups: object = None
     ) -> StepRun:
         state = minimal_state(enable_in_batch_packing=packing, defer_in_batch_packing_to_step=packing)
         return run_step(fn, state, batch, model, groups)

@@ -322,11 +322,11 @@ def mcore_call_matches(module: str, callee: str, core_module: str) -> None:
         )
 
 
-def _gpt_probe() -> Callable[[Any, dict[str, object]], StepRun]:
+def _gpt_probe() -> Callable[[RecordingModel, Mapping[str, object]], StepRun]:
     fn = symbol("megatron.bridge.training.gpt_step", "forward_step")
     mcore_call_matches("megatron.bridge.training.gpt_step", "get_batch_on_this_cp_rank", "megatron.core.utils")
 
-    def call(model: RecordingModel, batch: dict[str, object]) -> StepRun:
+    def call(model: RecordingModel, batch: Mapping[str, object]) -> StepRun:
         return run_step(fn, minimal_state(), batch, model)
 
     return call

@@ -111,7 +111,7 @@ def _params_probe(module: str) -> Callable[[], Callable[..., dict[str, Any]]]:
     def probe() -> Callable[..., dict[str, object]]:
         fn = symbol(module, "get_packed_seq_params")
 
-        def call(batch: dict[str, object]) -> dict[str, object]:
+        def call(batch: Mapping[str, object]) -> dict[str, object]:
             if "cu_seqlens_unpadded" in batch and not aligned_offline_packing():
                 raise features.missing(
                     "aligned-offline-packing",

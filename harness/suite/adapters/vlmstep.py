@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from harness.suite.adapters import Candidate, NotHere, Operation, Untestable, source_text, symbol, thd
-from harness.suite.adapters.mbtypes import ForwardStep
+from harness.suite.adapters.mbtypes import Batch, ForwardStep
 from harness.suite.adapters.step import RecordingModel, StepRun, minimal_state, run_step, sized_groups
 
 
@@ -52,9 +52,7 @@ def _collate_time_probe() -> Callable[..., VLMRun]:
         raise NotHere("vlm_step.get_batch does not read collate-time THD keys (cu_seqlens_q)")
     collate = thd.in_batch_collate.resolved[1]  # NotHere/Untestable: try the step-time era
 
-    def call(
-        model: RecordingModel, batch: dict[str, object], *, pad_token_id: int, cp: int, tp: int, sp: bool
-    ) -> VLMRun:
+    def call(model: RecordingModel, batch: Batch, *, pad_token_id: int, cp: int, tp: int, sp: bool) -> VLMRun:
         return collate_time_run(fn, collate, model, batch, pad_token_id=pad_token_id, cp=cp, tp=tp, sp=sp)
 
     return call
@@ -62,9 +60,9 @@ def _collate_time_probe() -> Callable[..., VLMRun]:
 
 def collate_time_run(
     fn: ForwardStep,
-    collate: Callable[..., dict[str, Any]],
+    collate: Callable[..., Batch],
     model: RecordingModel,
-    batch: dict[str, Any],
+    batch: Batch,
     *,
     pad_token_id: int,
     cp: int,
@@ -91,9 +89,7 @@ def _step_time_probe() -> Callable[..., VLMRun]:
     if "pack_sequences_in_batch" not in source_text(symbol("megatron.bridge.training.vlm_step", "get_batch")):
         raise NotHere("vlm_step.get_batch has no step-time in-batch packing (pack_sequences_in_batch)")
 
-    def call(
-        model: RecordingModel, batch: dict[str, object], *, pad_token_id: int, cp: int, tp: int, sp: bool
-    ) -> VLMRun:
+    def call(model: RecordingModel, batch: Batch, *, pad_token_id: int, cp: int, tp: int, sp: bool) -> VLMRun:
         packed = run_step(
             fn,
             minimal_state(pack_sequences_in_batch=True, sequence_parallel=sp),

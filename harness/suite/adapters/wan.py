@@ -39,7 +39,7 @@ import json
 import pickle
 import tarfile
 import tempfile
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -267,7 +267,7 @@ def _step_probe() -> Callable[[dict[str, object]], WanStepRun]:
     step_cls = symbol(STEP, "WanForwardStep")
 
     @torch.no_grad()
-    def call(batch: dict[str, object]) -> WanStepRun:
+    def call(batch: Mapping[str, object]) -> WanStepRun:
         model = WanRecordingModel()
         torch.manual_seed(1234)  # the pipeline's timesteps and noise: one draw per step, like training's
         with (

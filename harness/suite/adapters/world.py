@@ -38,9 +38,10 @@ import tempfile
 import time
 import traceback
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from multiprocessing.connection import Connection
+from multiprocessing.process import BaseProcess
 from typing import Any, TypeVar
 
 import torch
@@ -112,7 +113,7 @@ def _init_rank(layout: Layout, rank: int, store: str, seed: int) -> None:
             mp_random.model_parallel_cuda_manual_seed(seed)
 
 
-def _rank_main(layout: Layout, rank: int, store: str, seed: int, fn: Callable[[int], Any], conn: Connection) -> None:
+def _rank_main(layout: Layout, rank: int, store: str, seed: int, fn: Callable[[int], object], conn: Connection) -> None:
     from harness.suite.knobs import spy
     from harness.suite.ownership import Owner, blame, mb_frame
 
@@ -164,7 +165,9 @@ def _raise_for(layout: Layout, rank: int, reply: tuple[Any, ...]) -> None:
     raise RuntimeError(f"rank {rank} of {layout}: {name}: {message}\n{text}")
 
 
-def _collect(layout: Layout, procs: list[tuple[Any, Connection]], deadline: float) -> dict[int, tuple[Any, ...]]:
+def _collect(
+    layout: Layout, procs: Sequence[tuple[BaseProcess, Connection]], deadline: float
+) -> dict[int, tuple[Any, ...]]:
     """The ranks' replies until all answered, one raised (the others may wait on it forever), or the deadline."""
     from multiprocessing.connection import wait
 

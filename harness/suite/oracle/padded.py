@@ -8,15 +8,21 @@ index). Used by the suites of MB's text collates (chat, prompt-completion, direc
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Mapping
+from typing import TYPE_CHECKING
 
 from harness.records.impact import Impact, require
 from harness.records.oracle import Example
 
+if TYPE_CHECKING:
+    import torch
+
 _IMPACT = {"tokens": Impact.WRONG_TARGETS, "labels": Impact.WRONG_TARGETS, "position_ids": Impact.WRONG_LOGITS}
 
 
-def require_same_real_tokens(got: dict[str, Any], ref: dict[str, Any], ignore_index: int) -> None:
+def require_same_real_tokens(
+    got: Mapping[str, torch.Tensor], ref: Mapping[str, torch.Tensor], ignore_index: int
+) -> None:
     """``got`` equals ``ref`` on every row's real tokens and trains none of its padding."""
     for r, n_real in enumerate(ref["token_count"]):
         for key in ("tokens", "labels", "loss_mask", "position_ids"):
@@ -32,7 +38,9 @@ def require_same_real_tokens(got: dict[str, Any], ref: dict[str, Any], ignore_in
         )
 
 
-def require_row_equals_example(where: str, got: dict[str, Any], r: int, ex: Example, ignore_index: int) -> None:
+def require_row_equals_example(
+    where: str, got: Mapping[str, torch.Tensor], r: int, ex: Example, ignore_index: int
+) -> None:
     """Row ``r`` of an unpacked batch (``input_ids`` or ``tokens`` keyed) equals ``ex``, MB's unpadded
     path of the same example, on its real tokens (the loss mask as trained or not), and trains none
     of its padding. For references that are rows of their own, not one padded batch."""

@@ -30,7 +30,6 @@ import functools
 import importlib
 from collections.abc import Iterator
 from types import SimpleNamespace
-from typing import Any
 
 import torch
 
@@ -92,7 +91,7 @@ def installed(module: str = "megatron.core.utils") -> Iterator[None]:
         yield
         return
 
-    def _partition(cu_seqlens: Any, total_tokens: int, world_size: int, rank: int) -> torch.Tensor:
+    def _partition(cu_seqlens: torch.Tensor, total_tokens: int, world_size: int, rank: int) -> torch.Tensor:
         standins.record(NAME)
         return thd_partitioned_indices(cu_seqlens, int(total_tokens), int(world_size), int(rank))
 
