@@ -15,9 +15,15 @@ import time
 from collections.abc import Iterable
 from pathlib import Path
 from types import TracebackType
-from typing import Any, TextIO
+from typing import TYPE_CHECKING, TextIO, cast
 
 from harness.caselog import CaseLog, read_log
+
+if TYPE_CHECKING:
+    from rich.progress import Progress as RichProgress
+    from rich.progress import ProgressColumn, TaskID
+
+    from harness.records.results import CaseResult
 
 
 def _terminal(stream: TextIO) -> bool:
@@ -61,9 +67,9 @@ class Progress:
         self.status = ""
         self.t0 = time.monotonic()
         self.live = stream is not None and (live if live is not None else _terminal(stream))
-        self._bar: Any = None
+        self._bar: RichProgress | None = None
         self._status_width = 80  # set from the console when the bar starts
-        self._task: object = None
+        self._task = cast("TaskID", 0)  # the bar's one task, set when the bar starts
         self._lock = threading.RLock()  # steps may finish on several threads (mutate -j)
         self.legend_shown = False  # the verdict letters' legend (CaseFeed), printed once
         self._eta_given: float | None = None  # an estimate from the caller, and when it was given
@@ -96,7 +102,7 @@ class Progress:
 
         console = Console(file=self.stream, force_terminal=force_terminal, highlight=False)
         narrow = console.width < 100  # an 80-column terminal: a short bar, the status cut, never wrapped
-        columns: list[Any] = [SpinnerColumn(), TextColumn("[bold]{task.description}")]
+        columns: list[ProgressColumn] = [SpinnerColumn(), TextColumn("[bold]{task.description}")]
         if self.counted:
             columns += [BarColumn(bar_width=10 if narrow else 24), MofNCompleteColumn()]
         columns += [TimeElapsedColumn()]
@@ -234,9 +240,9 @@ class CaseFeed:
             self.progress.__enter__()
         return self
 
-    def __exit__(self, *exc: Any) -> None:
+    def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None) -> None:
         if self.outer is None:
-            self.progress.__exit__(*exc)
+            self.progress.__exit__(kind, exc, tb)
 
     @property
     def sink(self) -> TextIO | CaseFeed | None:
@@ -245,7 +251,7 @@ class CaseFeed:
             return None
         return self if self.progress.live else self.stream
 
-    def group_result(self, cases: Iterable[Any]) -> None:
+    def group_result(self, cases: Iterable[CaseResult]) -> None:
         """Not on a terminal: one line per suite of a finished suite process, in verdict letters."""
         if self.progress.live or self.stream is None:
             return

@@ -24,15 +24,15 @@ from __future__ import annotations
 
 import re
 from collections import Counter
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
 
 from harness import features
 from harness.eras.eragaps import EraJudge
 from harness.errors import UsageError
 from harness.paths import suites_dir as _suites_dir
-from harness.records.atomicio import read_versioned_json, write_versioned_json
+from harness.records.atomicio import read_versioned_json, record_from, write_versioned_json
 from harness.records.results import RunResult
 from harness.records.verdict import Verdict
 from harness.repository.gitrepo import GitRepo
@@ -150,9 +150,8 @@ class MatrixRow:
         }
 
     @classmethod
-    def from_json(cls, doc: dict[str, Any]) -> MatrixRow:
-        names = set(cls.__dataclass_fields__)
-        return cls(**{k: v for k, v in doc.items() if k in names})
+    def from_json(cls, doc: Mapping[str, object]) -> MatrixRow:
+        return record_from(cls, doc)
 
 
 def row_from_run(

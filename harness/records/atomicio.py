@@ -11,15 +11,19 @@ CI artifact uploaders and web servers.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import os
 import tempfile
 import threading
 from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from harness.errors import CorruptFile
+
+if TYPE_CHECKING:
+    from _typeshed import DataclassInstance
 
 
 def atomic_write_bytes(path: Path, data: bytes) -> None:
@@ -54,6 +58,20 @@ def _umask() -> int:
 
 def atomic_write_text(path: Path, text: str) -> None:
     atomic_write_bytes(path, text.encode("utf-8"))
+
+
+R = TypeVar("R", bound="DataclassInstance")
+
+
+def record_from(cls: type[R], doc: Mapping[str, object] | None, **decoded: object) -> R:
+    """The dataclass record ``cls`` from its JSON document: the fields the class has (a newer
+    writer's extra keys are dropped, absent ones take their defaults), with ``decoded`` in place of
+    the fields that need decoding (enums, nested records). Lenient by design: records gain fields
+    across schema versions without a migration each."""
+    names = {f.name for f in dataclasses.fields(cls)}
+    kwargs = {k: v for k, v in (doc or {}).items() if k in names}
+    kwargs.update(decoded)
+    return cls(**kwargs)
 
 
 def dump_json(obj: object) -> str:

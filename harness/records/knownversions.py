@@ -6,7 +6,10 @@ specifier sets, a list meaning any of them, and "in / before / after" for a targ
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from packaging.specifiers import SpecifierSet
 
 
 def versions_field(value: object) -> str | tuple[str, ...] | None:
@@ -24,7 +27,7 @@ def as_tuple(value: str | tuple[str, ...] | None) -> tuple[str, ...]:
     return (value,) if isinstance(value, str) else value
 
 
-def specifier(text: str, entry_id: str) -> Any:
+def specifier(text: str, entry_id: str) -> SpecifierSet:
     """One specifier set (pre-releases included); a one-line ``ValueError`` naming the entry otherwise."""
     from packaging.specifiers import InvalidSpecifier, SpecifierSet
 

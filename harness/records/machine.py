@@ -12,9 +12,11 @@ import dataclasses
 import os
 import platform
 import subprocess
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+
+from harness.records.atomicio import record_from
 
 
 @dataclass(frozen=True)
@@ -41,9 +43,8 @@ class Machine:
         return dataclasses.asdict(self)
 
     @classmethod
-    def from_json(cls, doc: dict[str, Any] | None) -> Machine:
-        names = {f.name for f in dataclasses.fields(cls)}
-        return cls(**{k: v for k, v in (doc or {}).items() if k in names})
+    def from_json(cls, doc: Mapping[str, object] | None) -> Machine:
+        return record_from(cls, doc)
 
 
 def upgrade_v1(doc: dict[str, object]) -> dict[str, object]:

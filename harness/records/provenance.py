@@ -23,10 +23,11 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
 
 from harness.errors import UsageError
+from harness.records.atomicio import record_from
 from harness.records.commit import clean_sha
 
 _SCP_LIKE = re.compile(r"^(?:[\w.-]+@)?([\w.-]+\.[a-z]{2,}):(?!//)(.+)$", re.I)  # git@github.com:owner/repo.git
@@ -49,10 +50,9 @@ class Provenance:
         return dataclasses.asdict(self)
 
     @classmethod
-    def from_json(cls, doc: dict[str, Any] | None) -> Provenance:
+    def from_json(cls, doc: Mapping[str, object] | None) -> Provenance:
         """Lenient: a results.json written before provenance was recorded has none."""
-        names = {f.name for f in dataclasses.fields(cls)}
-        return cls(**{k: v for k, v in (doc or {}).items() if k in names})
+        return record_from(cls, doc)
 
 
 # ------------------------------------------------------------------------------ web links

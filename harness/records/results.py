@@ -6,11 +6,12 @@ One ``results.json`` per run (kind ``harness-run``), versioned and written atomi
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from harness.records.atomicio import read_versioned_json, write_versioned_json
+from harness.records.atomicio import read_versioned_json, record_from, write_versioned_json
 from harness.records.machine import Machine, upgrade_v1
 from harness.records.provenance import Provenance
 from harness.records.verdict import FAILING, Verdict
@@ -52,11 +53,8 @@ class CaseResult:
         return doc
 
     @classmethod
-    def from_json(cls, doc: dict[str, Any]) -> CaseResult:
-        names = {f.name for f in dataclasses.fields(cls)}
-        kwargs = {k: v for k, v in doc.items() if k in names}
-        kwargs["verdict"] = Verdict(doc["verdict"])
-        return cls(**kwargs)
+    def from_json(cls, doc: Mapping[str, object]) -> CaseResult:
+        return record_from(cls, doc, verdict=Verdict(doc["verdict"]))
 
 
 class HoldsCases:
@@ -140,13 +138,14 @@ class RunResult:
         return doc
 
     @classmethod
-    def from_json(cls, doc: dict[str, Any]) -> RunResult:
-        names = {f.name for f in dataclasses.fields(cls)}
-        kwargs = {k: v for k, v in doc.items() if k in names}
-        kwargs["cases"] = [CaseResult.from_json(c) for c in doc.get("cases", [])]
-        kwargs["machine"] = Machine.from_json(doc.get("machine"))
-        kwargs["provenance"] = Provenance.from_json(doc.get("provenance"))
-        return cls(**kwargs)
+    def from_json(cls, doc: Mapping[str, Any]) -> RunResult:
+        return record_from(
+            cls,
+            doc,
+            cases=[CaseResult.from_json(c) for c in doc.get("cases", [])],
+            machine=Machine.from_json(doc.get("machine")),
+            provenance=Provenance.from_json(doc.get("provenance")),
+        )
 
     def save(self, path: Path) -> None:
         write_versioned_json(path, RUN_KIND, RUN_SCHEMA, self.to_json())

@@ -8,14 +8,25 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import TypedDict
 
 from harness.errors import CorruptFile
 from harness.records.known import FILENAME, load
+from harness.records.results import CaseResult
 from harness.records.verdict import Verdict
 
 
-def groups(cases: Sequence[Any], path: Path | None = None) -> list[dict[str, Any]]:
+class KnownGroup(TypedDict):
+    """One known MB bug of a run, with the cases it explains."""
+
+    id: str
+    impact: str
+    reason: str
+    upstream: str
+    cases: list[str]
+
+
+def groups(cases: Sequence[CaseResult], path: Path | None = None) -> list[KnownGroup]:
     """Known-fail ``cases`` (CaseResult) grouped by bug, most cases first: each group's entry id,
     impact, reason and MB file:line (from ``path``, default the run's fixtures), and its case ids.
     A report never fails for want of the entries' prose: unreadable entries give bare groups."""
@@ -25,7 +36,7 @@ def groups(cases: Sequence[Any], path: Path | None = None) -> list[dict[str, Any
         entries = {e.id: e for e in load(path or paths.fixtures_dir() / FILENAME)}
     except CorruptFile:
         entries = {}
-    found: dict[str, dict[str, Any]] = {}
+    found: dict[str, KnownGroup] = {}
     for c in cases:
         if c.verdict is not Verdict.KNOWN_FAIL:
             continue
