@@ -22,7 +22,10 @@ import subprocess
 import threading
 from collections.abc import Iterator, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    import submitit
 
 # States in which a SLURM job may still produce its result; anything else has ended.
 ACTIVE = frozenset(
@@ -97,7 +100,7 @@ def _ask(cmd: list[str], nothing_known: str | None = None) -> dict[str, str] | N
     return out
 
 
-def local_state(job: Any) -> str:
+def local_state(job: submitit.Job[object]) -> str:
     """State of a submitit LocalJob: RUNNING, or how its controller process ended."""
     proc = getattr(job, "_process", None)
     if proc is not None:

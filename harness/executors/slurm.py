@@ -46,7 +46,8 @@ import sys
 import time
 from collections.abc import Iterable
 from pathlib import Path
-from typing import Any, TextIO
+from types import ModuleType
+from typing import TYPE_CHECKING, Any, TextIO
 
 from harness.errors import EnvironmentProblem, UsageError
 from harness.executors import jobstate
@@ -57,6 +58,11 @@ from harness.executors.options import SlurmOptions
 from harness.executors.outcome import EvalOutcome
 from harness.executors.sharedcheck import SharedCheck
 from harness.executors.slurmjob import SlurmHandle, import_submitit, indent, own
+
+if TYPE_CHECKING:
+    import submitit
+    from submitit import AutoExecutor
+    from submitit.core.utils import JobPaths
 
 
 class SlurmExecutor(SharedCheck):
@@ -94,7 +100,7 @@ class SlurmExecutor(SharedCheck):
         if self.progress is not None:
             print(text, file=self.progress, flush=True)
 
-    def _make_executor(self, submitit: Any) -> Any:
+    def _make_executor(self, submitit: ModuleType) -> AutoExecutor:
         o = self.options
         ctor = {f"{o.cluster}_python": o.python} if o.python else {}
         ex = submitit.AutoExecutor(folder=self.run_dir / "%j", cluster=o.cluster, **ctor)
@@ -224,13 +230,13 @@ class SlurmExecutor(SharedCheck):
         self.stats["reattached"] += 1
         self.say(f"reattached to job {entry.job_id} ({entry.label}, submitted {entry.submitted_at})")
 
-    def _job_of(self, entry: JobEntry) -> object:
+    def _job_of(self, entry: JobEntry) -> submitit.Job[object]:
         return self._ex._executor.job_class(folder=entry.folder, job_id=entry.job_id)
 
-    def _paths(self, h: SlurmHandle) -> Any:
+    def _paths(self, h: SlurmHandle) -> JobPaths:
         return h.job.paths
 
-    def _kill(self, job: Any) -> None:
+    def _kill(self, job: submitit.Job[object]) -> None:
         if self.options.cluster == "local" and getattr(job, "_process", None) is None:
             jobstate.cancel_local(str(job.job_id))  # reattached: submitit has no process to signal
             return

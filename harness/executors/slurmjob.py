@@ -10,6 +10,7 @@ import os
 import sys
 import time
 from collections.abc import Callable
+from types import ModuleType
 from typing import Any
 
 from harness.errors import EnvironmentProblem
@@ -53,7 +54,7 @@ def own(handle: Handle) -> SlurmHandle:
     return handle
 
 
-def import_submitit() -> Any:
+def import_submitit() -> ModuleType:
     """submitit, imported without its ``logging.config.dictConfig``: that call closes every
     logging handler the process already has (an application's own, pytest's log capture). Jobs
     still configure it: the variable is not left in the environment they inherit."""

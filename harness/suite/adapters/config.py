@@ -29,6 +29,7 @@ import tempfile
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from types import ModuleType
 from typing import Any
 
 from harness import features
@@ -77,7 +78,7 @@ def _kwargs_for(cls: object, wanted: dict[str, object]) -> dict[str, object]:
     return {k: v for k, v in wanted.items() if k in names}
 
 
-def _dataset(spec: PackingConfigSpec, cfg: Any) -> object:
+def _dataset(spec: PackingConfigSpec, cfg: ModuleType) -> object:
     if spec.dataset == "gpt":
         cls = cfg.GPTDatasetConfig
         # MB's own seq_length field came later; before, the class had only MCore's sequence_length
@@ -210,7 +211,7 @@ def tiny_gpt_provider(
 
 
 def build_container(
-    cfg: Any,
+    cfg: ModuleType,
     model: object,
     dataset: object,
     *,
@@ -246,7 +247,7 @@ def build_container(
     return cfg.ConfigContainer(**_kwargs_for(cfg.ConfigContainer, parts))
 
 
-def run_validate(cfg: Any, container: Any, world_size: int) -> ConfigOutcome:
+def run_validate(cfg: ModuleType, container: Any, world_size: int) -> ConfigOutcome:
     """``container.validate()`` with the world size it reads from torch.distributed pinned.
 
     A rejection is the behaviour under test, so an exception becomes the outcome, attributed to
@@ -254,14 +255,14 @@ def run_validate(cfg: Any, container: Any, world_size: int) -> ConfigOutcome:
     ``rules`` and ``raised_at`` say who refused, so a case proves its own rule, not any raise.
     """
     original = getattr(cfg, "get_world_size_safe", None)
-    cfg.get_world_size_safe = lambda: world_size
+    cfg.__dict__["get_world_size_safe"] = lambda: world_size  # the module global validate() calls
     try:
         container.validate()
     except Exception as exc:
         return rejected(exc)
     finally:
         if original is not None:
-            cfg.get_world_size_safe = original
+            cfg.__dict__["get_world_size_safe"] = original
     return accepted()
 
 

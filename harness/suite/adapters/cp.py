@@ -29,7 +29,7 @@ Eras (``git log -S`` on MB's ``src``, first-parent main), newest first:
 from __future__ import annotations
 
 from collections.abc import Callable
-from types import SimpleNamespace
+from types import ModuleType, SimpleNamespace
 
 import torch
 
@@ -60,7 +60,7 @@ COLLATE_CONFIGS = (
 
 
 def validate_layout(
-    cfg: object,
+    cfg: ModuleType,
     dataset: object,
     cp: int,
     tp: int,

@@ -47,6 +47,7 @@ import itertools
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from types import ModuleType
 from typing import Any
 
 import torch
@@ -144,18 +145,18 @@ class Step37Data:
 
 
 @contextlib.contextmanager
-def _local_samples(provider_module: Any, samples: list[object]) -> Iterator[None]:
+def _local_samples(provider_module: ModuleType, samples: list[object]) -> Iterator[None]:
     original = provider_module.prepare_flickr8k_samples
 
     def prepare(**_kwargs: object) -> list[object]:
         standins.record(STANDIN_FLICKR8K)
         return list(samples)
 
-    provider_module.prepare_flickr8k_samples = prepare
+    provider_module.__dict__["prepare_flickr8k_samples"] = prepare  # the module global the provider calls
     try:
         yield
     finally:
-        provider_module.prepare_flickr8k_samples = original
+        provider_module.__dict__["prepare_flickr8k_samples"] = original
 
 
 def _step37_data_probe(package: str) -> Callable[[], Callable[..., Step37Data]]:

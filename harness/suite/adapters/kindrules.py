@@ -19,6 +19,7 @@ config class the era lacks is untestable there.
 from __future__ import annotations
 
 from collections.abc import Callable
+from types import ModuleType
 
 from harness import features
 from harness.errors import Untestable
@@ -32,7 +33,7 @@ PLACEHOLDER = "harness/none"  # a path no rule reads
 LEDGER = {"direct_hf": "direct-hf-sft", "mock_vlm": "multimodal-builders", "energon": "multimodal-builders"}
 
 
-def _dataset_of(kind: str, seq_length: int, micro_batch_size: int, cfg: object) -> object:
+def _dataset_of(kind: str, seq_length: int, micro_batch_size: int, cfg: ModuleType) -> object:
     if kind == "gpt_sft":
         return _dataset(PackingConfigSpec(seq_length=seq_length), cfg)
     if kind == "direct_hf":
