@@ -19,7 +19,7 @@ over megatron-core's global parallel state; older signatures: untestable, with t
 from __future__ import annotations
 
 import inspect
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -27,6 +27,7 @@ import torch
 
 from harness.suite.adapters import Candidate, NotHere, Operation, symbol
 from harness.suite.adapters.forward import init_cpu_parallel, mb_packed_seq_params
+from harness.suite.adapters.mbtypes import PackedSeqParams
 from harness.suite.adapters.ppbatch import packed_metadata
 from harness.suite.adapters.step import mcore_call_matches, minimal_state, params_fields
 from harness.suite.standins.cuda import pinned_to_cpu
@@ -39,7 +40,9 @@ class StepAttention:
     position_ids: torch.Tensor | None
 
 
-def _attention(get: Callable[[Any, Any], Any], build: Callable[[Any], Any]) -> Callable[..., StepAttention]:
+def _attention(
+    get: Callable[[Iterator[object], object], Any], build: Callable[[object], PackedSeqParams]
+) -> Callable[[list[dict[str, object]], object], StepAttention]:
     """The operation over one era's ``get_batch`` (``get(iterator, cfg)``) and its ``PackedSeqParams`` builder."""
 
     def call(samples: list[dict[str, object]], dataset_config: object) -> StepAttention:
@@ -65,7 +68,7 @@ def _attention(get: Callable[[Any, Any], Any], build: Callable[[Any], Any]) -> C
     return call
 
 
-def _probe() -> Callable[[list[dict[str, object]], Any], StepAttention]:
+def _probe() -> Callable[[list[dict[str, object]], object], StepAttention]:
     fn = symbol("megatron.bridge.training.gpt_step", "get_batch")
     if "pg_collection" not in inspect.signature(fn).parameters:
         raise NotHere("get_batch takes no pg_collection")
@@ -75,7 +78,7 @@ def _probe() -> Callable[[list[dict[str, object]], Any], StepAttention]:
     return _attention(lambda it, cfg: fn(it, cfg, False, pg_collection=groups_cls.use_mpu_process_groups()), build)
 
 
-def _probe_mpu() -> Callable[[list[dict[str, object]], Any], StepAttention]:
+def _probe_mpu() -> Callable[[list[dict[str, object]], object], StepAttention]:
     """Before 2025-11-26 (ea7219779): ``get_batch(data_iterator, cfg, use_mtp)``, megatron-core's global
     parallel state deciding the pipeline stage and the CP slice (a world of one here as there)."""
     fn = symbol("megatron.bridge.training.gpt_step", "get_batch")

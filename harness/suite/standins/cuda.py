@@ -17,17 +17,20 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Callable, Iterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from harness.suite import standins
 
+if TYPE_CHECKING:
+    import torch
+
 #: What ``Tensor.cuda()`` hands back on the CPU: the tensor itself, or, while a step's host reads
 #: are counted (:func:`harness.suite.adapters.hostsync.count_step_reads`), a device-resident view of it.
-_ON_CUDA: list[Any] = []
+_ON_CUDA: list[Callable[[object], object]] = []
 
 
 @contextlib.contextmanager
-def cuda_results(mark: object) -> Iterator[None]:
+def cuda_results(mark: Callable[[object], object]) -> Iterator[None]:
     """Inside the block, what MB moves to the device with ``.cuda()`` comes back as ``mark(tensor)``."""
     _ON_CUDA.append(mark)
     try:
