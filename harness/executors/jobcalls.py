@@ -10,7 +10,7 @@ import socket
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypedDict
 
 
 @dataclass(frozen=True)
@@ -37,6 +37,14 @@ class JobCall:
             return JobFault(f"time limit reached ({' '.join(str(exc).split())})")
 
 
+class ProbeAnswer(TypedDict):
+    """What the start-up job saw where the jobs run."""
+
+    unseen: list[str]  # token files it could not read
+    host: str
+    namespace: list[str] | None  # the evaluator's cache namespace there (None: not measured)
+
+
 @dataclass(frozen=True)
 class SharedProbe:
     """The start-up job: can it read the tokens the driver wrote into the cache directory (and
@@ -47,7 +55,7 @@ class SharedProbe:
     token: str
     evaluator: object = None
 
-    def __call__(self, _: object = None) -> dict[str, object]:
+    def __call__(self, _: object = None) -> ProbeAnswer:
         unseen = [f for f in self.token_files if not _holds(f, self.token)]
         namespace = None
         if not unseen and hasattr(self.evaluator, "cache_namespace"):

@@ -12,9 +12,10 @@ from __future__ import annotations
 import secrets
 from collections.abc import Iterable, Sequence
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, Protocol, cast
 
-from harness.executors.jobcalls import RemoteEvaluator, SharedProbe
+from harness.executors.jobcalls import ProbeAnswer, RemoteEvaluator, SharedProbe
+from harness.executors.local import Handle
 from harness.executors.options import JobFailed, SharedFilesystemError, SlurmOptions
 from harness.executors.slurmjob import SlurmHandle
 from harness.records.atomicio import atomic_write_text
@@ -29,13 +30,13 @@ class _Executor(Protocol):
 
     def _start(self, h: SlurmHandle, count: bool = True) -> None: ...
 
-    def wait_any(self, handles: Iterable[Any], timeout: float | None = None) -> list[SlurmHandle]: ...
+    def wait_any(self, handles: Iterable[Handle], timeout: float | None = None) -> list[SlurmHandle]: ...
 
-    def cancel(self, any_handle: Any) -> bool: ...
+    def cancel(self, any_handle: Handle) -> bool: ...
 
     def check_shared(self, evaluator: Any = None, also: Sequence[Path] = ()) -> tuple[str, str] | None: ...
 
-    def _probe(self, probe: SharedProbe) -> dict[str, Any]: ...
+    def _probe(self, probe: SharedProbe) -> ProbeAnswer: ...
 
 
 class SharedCheck:
@@ -72,7 +73,7 @@ class SharedCheck:
         namespace = answer["namespace"]
         return None if namespace is None else (namespace[0], namespace[1])
 
-    def _probe(self: _Executor, probe: SharedProbe) -> dict[str, Any]:
+    def _probe(self: _Executor, probe: SharedProbe) -> ProbeAnswer:
         h = SlurmHandle(probe, None, "")
         h.label = "start-up job"
         self._start(h, count=False)
@@ -91,4 +92,4 @@ class SharedCheck:
                 f"({'; '.join(h.faults)}): --cache-dir {self.cache_dir} must be on a "
                 "file system the compute nodes share (NFS, Lustre, GPFS)"
             )
-        return h.value
+        return cast(ProbeAnswer, h.value)  # what SharedProbe returned, through the job's pickle
