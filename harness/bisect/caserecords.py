@@ -9,10 +9,11 @@ build and read these pieces without the whole record; :class:`~harness.bisect.do
 from __future__ import annotations
 
 import enum
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
 
 from harness.bisect.algorithm import CaseStatus
+from harness.records import fields
 
 FIND_REGRESSION = "find-regression"
 FIND_FIX = "find-fix"
@@ -52,19 +53,16 @@ class Culprit:
     diff_scope: str = ""  # which files the diff covers
 
     @classmethod
-    def from_json(cls, doc: dict[str, Any]) -> Culprit:
-        def text(key: str) -> str:
-            return str(doc.get(key) or "")
-
+    def from_json(cls, doc: Mapping[str, object]) -> Culprit:
         return cls(
-            text("sha"),
-            text("subject"),
-            text("author"),
-            text("email"),
-            text("date"),
-            [str(f) for f in doc.get("files") or []],
-            text("diff"),
-            text("diff_scope"),
+            fields.text(doc, "sha"),
+            fields.text(doc, "subject"),
+            fields.text(doc, "author"),
+            fields.text(doc, "email"),
+            fields.text(doc, "date"),
+            fields.texts(doc, "files"),
+            fields.text(doc, "diff"),
+            fields.text(doc, "diff_scope"),
         )
 
 
@@ -120,23 +118,22 @@ class CaseDoc:
         }
 
     @classmethod
-    def from_json(cls, doc: dict[str, Any]) -> CaseDoc:
+    def from_json(cls, doc: Mapping[str, object]) -> CaseDoc:
         culprit = doc.get("culprit")
-        evaluations = doc.get("evaluations")
         return cls(
-            case_id=str(doc.get("case_id") or ""),
+            case_id=fields.text(doc, "case_id"),
             status=CaseStatus(doc.get("status") or CaseStatus.OPEN.value),
             culprit=Culprit.from_json(culprit) if isinstance(culprit, dict) else None,
-            last_good=doc.get("last_good"),
-            candidates=[str(s) for s in doc.get("candidates") or []],
-            flaky_commits=[str(s) for s in doc.get("flaky_commits") or []],
-            evaluations=int(evaluations) if evaluations is not None else None,
-            notes=[str(n) for n in doc.get("notes") or []],
-            golden_diff=str(doc.get("golden_diff") or ""),
-            source=str(doc.get("source") or "golden"),
-            broken=str(doc.get("broken") or ""),
-            impacts=[str(i) for i in doc.get("impacts") or []],
-            violation=str(doc.get("violation") or ""),
+            last_good=fields.optional_text(doc, "last_good"),
+            candidates=fields.texts(doc, "candidates"),
+            flaky_commits=fields.texts(doc, "flaky_commits"),
+            evaluations=fields.whole(doc, "evaluations") if doc.get("evaluations") is not None else None,
+            notes=fields.texts(doc, "notes"),
+            golden_diff=fields.text(doc, "golden_diff"),
+            source=fields.text(doc, "source", "golden"),
+            broken=fields.text(doc, "broken"),
+            impacts=fields.texts(doc, "impacts"),
+            violation=fields.text(doc, "violation"),
         )
 
 
@@ -165,14 +162,14 @@ class LateStart:
     reason: str = ""  # the sentence the terminal and the report show
 
     @classmethod
-    def from_json(cls, doc: dict[str, Any]) -> LateStart:
+    def from_json(cls, doc: Mapping[str, object]) -> LateStart:
         return cls(
-            str(doc.get("case_id") or ""),
-            str(doc.get("at_good") or ""),
-            doc.get("runs_from"),
-            str(doc.get("verdict_there") or ""),
-            bool(doc.get("bisected", False)),
-            str(doc.get("reason") or ""),
+            fields.text(doc, "case_id"),
+            fields.text(doc, "at_good"),
+            fields.optional_text(doc, "runs_from"),
+            fields.text(doc, "verdict_there"),
+            fields.flag(doc, "bisected"),
+            fields.text(doc, "reason"),
         )
 
 
@@ -197,12 +194,12 @@ class Confirmation:
         return {"culprit": self.culprit, "status": self.status.value, "seen": dict(self.seen), "detail": self.detail}
 
     @classmethod
-    def from_json(cls, doc: dict[str, Any]) -> Confirmation:
+    def from_json(cls, doc: Mapping[str, object]) -> Confirmation:
         return cls(
-            str(doc.get("culprit") or ""),
+            fields.text(doc, "culprit"),
             ConfirmStatus(doc.get("status") or ConfirmStatus.NOT_CHECKABLE.value),
-            {str(k): str(v) for k, v in (doc.get("seen") or {}).items()},
-            str(doc.get("detail") or ""),
+            fields.text_map(doc, "seen"),
+            fields.text(doc, "detail"),
         )
 
 
@@ -264,11 +261,11 @@ class ProbeCost:
     core_pin: str = ""  # the Megatron-LM commit whose megatron-core ran ("": the installed one)
 
     @classmethod
-    def from_json(cls, doc: dict[str, Any]) -> ProbeCost:
+    def from_json(cls, doc: Mapping[str, object]) -> ProbeCost:
         return cls(
-            str(doc.get("scope") or ""),
-            int(doc.get("cases") or 0),
-            float(doc.get("seconds") or 0.0),
-            bool(doc.get("endpoint", False)),
-            str(doc.get("core_pin") or ""),
+            fields.text(doc, "scope"),
+            fields.whole(doc, "cases"),
+            fields.number(doc, "seconds"),
+            fields.flag(doc, "endpoint"),
+            fields.text(doc, "core_pin"),
         )

@@ -21,6 +21,7 @@ record is one module, or an import circle); the leaf records are in :mod:`.caser
 from __future__ import annotations
 
 import enum
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -44,6 +45,7 @@ from harness.bisect.caserecords import (
     SelectionDoc,
 )
 from harness.executors.local import JobLog
+from harness.records import fields
 from harness.records.atomicio import read_versioned_json, write_versioned_json
 
 __all__ = [
@@ -150,15 +152,15 @@ class Descent:
         }
 
     @classmethod
-    def from_json(cls, doc: dict[str, Any]) -> Descent:
+    def from_json(cls, doc: Mapping[str, object]) -> Descent:
         nested = doc.get("doc")
         return cls(
-            str(doc.get("mb_culprit") or ""),
-            [str(c) for c in doc.get("cases") or []],
-            doc.get("old_pin"),
-            doc.get("new_pin"),
-            bool(doc.get("descended", False)),
-            str(doc.get("reason") or ""),
+            fields.text(doc, "mb_culprit"),
+            fields.texts(doc, "cases"),
+            fields.optional_text(doc, "old_pin"),
+            fields.optional_text(doc, "new_pin"),
+            fields.flag(doc, "descended"),
+            fields.text(doc, "reason"),
             BisectDoc.from_json(nested) if isinstance(nested, dict) else None,
         )
 
@@ -341,18 +343,14 @@ def _from_schema_1(doc: dict[str, Any]) -> dict[str, object]:
     return {**doc, "late_starts": [], "confirmations": []}
 
 
-def _job_log(doc: dict[str, Any]) -> JobLog:
-    def text(key: str) -> str:
-        return str(doc.get(key) or "")
-
-    attempt = doc.get("attempt")
+def _job_log(doc: Mapping[str, object]) -> JobLog:
     return JobLog(
-        job_id=text("job_id"),
-        cluster=text("cluster"),
-        stdout=text("stdout"),
-        stderr=text("stderr"),
-        attempt=int(attempt) if attempt is not None else 1,
-        state=text("state"),
+        job_id=fields.text(doc, "job_id"),
+        cluster=fields.text(doc, "cluster"),
+        stdout=fields.text(doc, "stdout"),
+        stderr=fields.text(doc, "stderr"),
+        attempt=fields.whole(doc, "attempt", 1),
+        state=fields.text(doc, "state"),
     )
 
 
