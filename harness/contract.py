@@ -28,7 +28,7 @@ import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypedDict
 
 from harness.records.commit import Commit, clean_sha
 
@@ -42,6 +42,9 @@ __all__ = [
     "Commit",
     "Env",
     "Flag",
+    "ForkAnswer",
+    "ForkRequest",
+    "ForkSpawn",
     "case_id",
     "clean_sha",
     "crash_line",
@@ -213,3 +216,39 @@ def crash_line(text: str) -> str:
     lines = [ln.strip() for ln in text.strip().splitlines() if ln.strip()]
     errs = [ln for ln in lines if ln.startswith("E ")]
     return (errs[-1][1:].strip() if errs else (lines[-1] if lines else "unknown error"))[:500]
+
+
+# --------------------------------------------------------------------------- the fork server
+# One JSON object per line each way between the driver's client (harness.suiterun.forkserver)
+# and the server loop in the suite process (harness.suite.forkloop).
+
+
+class ForkSpawn(TypedDict):
+    """Become a full-import server, talking over two named pipes (``become_server``)."""
+
+    env: dict[str, str]
+    requests: str
+    answers: str
+
+
+class ForkRequest(TypedDict, total=False):
+    """Run ``pytest argv`` in a fork (the suite process of one group, its output to ``log``), or
+    ``spawn`` a full-import server; ``id`` is the client's, echoed in the answers."""
+
+    id: int
+    argv: list[str]
+    env: dict[str, str]
+    cwd: str
+    log: str
+    spawn: ForkSpawn
+
+
+class ForkAnswer(TypedDict, total=False):
+    """``ready`` once (the server loaded), then per request its ``pid``, and for a run its ``rc``;
+    ``gone``: the client saw the server's pipe close."""
+
+    id: int
+    ready: bool
+    pid: int
+    rc: int
+    gone: bool

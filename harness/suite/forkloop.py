@@ -17,12 +17,12 @@ import json
 import os
 import select
 import sys
-from typing import Any
 
+from harness.contract import ForkAnswer, ForkRequest, ForkSpawn
 from harness.suite.preload import preload
 
 
-def _child(req: dict[str, Any]) -> int:
+def _child(req: ForkRequest) -> int:
     """In the forked child: become the suite process of ``req`` and run pytest."""
     from harness.procs import detach_and_die_with_parent
 
@@ -47,7 +47,7 @@ def _child(req: dict[str, Any]) -> int:
     return int(pytest.main(req["argv"]))
 
 
-def become_server(spec: dict[str, Any]) -> int:
+def become_server(spec: ForkSpawn) -> int:
     """In a child forked by a light-import server: become the full-import server of the same
     megatron-core, talking over the two named pipes the client made (``spec``).
 
@@ -74,7 +74,7 @@ def become_server(spec: dict[str, Any]) -> int:
     return 0
 
 
-def _answer(msg: dict[str, object]) -> None:
+def _answer(msg: ForkAnswer) -> None:
     sys.stdout.write(json.dumps(msg) + "\n")
     sys.stdout.flush()
 
@@ -90,7 +90,7 @@ def serve() -> None:
     _answer({"ready": True})
     fd = sys.stdin.fileno()
     buf = b""
-    children: dict[int, Any] = {}  # pid -> request id
+    children: dict[int, int] = {}  # pid -> request id
     spawned: set[int] = set()  # servers forked from this one (reaped here, never reported)
     while True:
         readable, _, _ = select.select([fd], [], [], 0.05)
@@ -103,7 +103,7 @@ def serve() -> None:
                 line, buf = buf.split(b"\n", 1)
                 if not line.strip():
                     continue
-                req = json.loads(line)
+                req: ForkRequest = json.loads(line)
                 pid = os.fork()
                 if pid == 0:
                     code = 1

@@ -43,7 +43,8 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+
+from harness.contract import ForkAnswer, ForkRequest, ForkSpawn
 
 START_TIMEOUT_S = 300.0
 DEFAULT_CAPACITY = 2  # servers alive at once (harness bisect --fork-servers)
@@ -107,13 +108,13 @@ class ForkServer:
             self.close()
             raise ForkServerError("the fork server did not start")
         self._lock = threading.Lock()
-        self._waiters: dict[int, queue.Queue[dict[str, object]]] = {}
+        self._waiters: dict[int, queue.Queue[ForkAnswer]] = {}
         self._next_id = 0
         threading.Thread(target=self._dispatch, name="harness-forkserver-reader", daemon=True).start()
 
     def spawn(self, env: dict[str, str], requests: Path, answers: Path, deadline: float) -> int:
         """Fork a full-import server from this one (see :func:`harness.suite.forkloop.become_server`); its pid."""
-        spec = {"env": env, "requests": str(requests), "answers": str(answers)}
+        spec: ForkSpawn = {"env": env, "requests": str(requests), "answers": str(answers)}
         started = self._request({"spawn": spec}, deadline)
         if started is None or "pid" not in started:
             raise ForkServerError("the light fork server did not fork a full one")
@@ -155,9 +156,9 @@ class ForkServer:
             return False
         return not self._eof
 
-    def _send(self, body: dict[str, object]) -> tuple[int, queue.Queue[dict[str, object]]]:
+    def _send(self, body: ForkRequest) -> tuple[int, queue.Queue[ForkAnswer]]:
         """Send one request; (its id, the queue its answers arrive on). Raises when the server is gone."""
-        answers: queue.Queue[dict[str, object]] = queue.Queue()
+        answers: queue.Queue[ForkAnswer] = queue.Queue()
         with self._lock:
             self._next_id += 1
             rid = self._next_id
@@ -170,7 +171,7 @@ class ForkServer:
                 raise ForkServerError(f"the fork server is gone ({exc})") from None
         return rid, answers
 
-    def _request(self, body: dict[str, object], deadline: float) -> dict[str, Any] | None:
+    def _request(self, body: ForkRequest, deadline: float) -> ForkAnswer | None:
         """Send one request; its first answer (None by ``deadline``)."""
         rid, answers = self._send(body)
         try:
@@ -203,7 +204,7 @@ class ForkServer:
                 self._waiters.pop(rid, None)
 
     @staticmethod
-    def _get(answers: queue.Queue[dict[str, object]], deadline: float) -> dict[str, Any] | None:
+    def _get(answers: queue.Queue[ForkAnswer], deadline: float) -> ForkAnswer | None:
         try:
             return answers.get(timeout=max(0.0, deadline - time.monotonic()))
         except queue.Empty:
