@@ -26,8 +26,6 @@ tolerance, say); it is kept as the message of a passing case and appended to any
 
 from __future__ import annotations
 
-from typing import Any
-
 import pytest
 
 from harness.errors import Broken, EnvironmentProblem, Untestable
@@ -47,7 +45,9 @@ class GoldenMismatch(AssertionError):
         self.diff_data = diff_data
 
 
-def verdict_of(excinfo: pytest.ExceptionInfo | None, skipped: bool, longrepr: object) -> tuple[Verdict, str, Any]:
+def verdict_of(
+    excinfo: pytest.ExceptionInfo | None, skipped: bool, longrepr: object
+) -> tuple[Verdict, str, dict[str, object] | None]:
     """Map an outcome to (verdict, message, structured diff)."""
     if excinfo is None:
         if skipped:

@@ -36,8 +36,9 @@ from __future__ import annotations
 
 import os
 import time
+from collections.abc import Generator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 import pytest
 
@@ -51,6 +52,11 @@ from harness.suite.items import DOCUMENTED, HYPOTHETICAL, case_of, item_case_id,
 from harness.suite.outcome import GoldenMismatch, case_impacts, structured_violations, verdict_of
 from harness.suite.ownership import add_harness_root
 from harness.suite.session import PROP, SessionState
+
+if TYPE_CHECKING:
+    from pluggy import Result
+
+    from harness.suite.knownscope import Book
 
 NOTE = "harness_note"
 
@@ -176,7 +182,9 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
 
 
 @pytest.hookimpl(hookwrapper=True)
-def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo) -> Any:
+def pytest_runtest_makereport(
+    item: pytest.Item, call: pytest.CallInfo[None]
+) -> Generator[None, Result[pytest.TestReport], None]:
     outcome = yield
     if not active(item.config):
         return
@@ -275,7 +283,7 @@ def known_bug(request: pytest.FixtureRequest) -> object:
     return explain
 
 
-def _known_book(config: pytest.Config) -> Any:
+def _known_book(config: pytest.Config) -> Book:
     """The known-bug file split for the MB this process imports (loaded once per process): the
     entries that apply (their code is here, else their versions or commits say so), the others,
     and the MB package their code was looked for in."""

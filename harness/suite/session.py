@@ -8,11 +8,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
 from harness import caselog
+
+if TYPE_CHECKING:
+    from harness.suite.knownscope import Book
 
 PROP = "harness_case"  # the report user property that carries a case's record (plain data: crosses xdist)
 
@@ -28,7 +31,7 @@ class SessionState:
     events: Path | None = None
     cases: list[dict[str, Any]] = field(default_factory=list)
     collection_errors: list[dict[str, str]] = field(default_factory=list)  # suite files that failed to collect
-    known: object = None  # knownscope.Book, once loaded
+    known: Book | None = None  # once loaded
 
     def emit(self, **event: object) -> None:
         if self.events is not None:
