@@ -30,7 +30,7 @@ LOSS = frozenset({"loss_sum"})
 _KEY = re.compile(r"\.?([A-Za-z_][\w]*)(?:\[\d+\])*$")
 
 
-def consequences(pairs: Iterable[tuple[str, Any, Any]]) -> list[str]:
+def consequences(pairs: Iterable[tuple[str, object, object]]) -> list[str]:
     """The training consequences of leaf changes ``(path, golden, obtained)`` (empty: none)."""
     more = 0.0
     moved, padding, loss = set(), set(), set()
@@ -60,7 +60,7 @@ def consequences(pairs: Iterable[tuple[str, Any, Any]]) -> list[str]:
 
 def from_mismatches(diff_data: dict[str, Any] | None) -> list[str]:
     """Consequences of a run's structured golden diff (``CaseResult.diff_data``)."""
-    pairs = []
+    pairs: list[tuple[str, object, object]] = []
     for m in (diff_data or {}).get("mismatches", []):
         golden = m.get("expected_row", m.get("expected"))
         obtained = m.get("obtained_row", m.get("obtained"))
@@ -73,7 +73,7 @@ def between(golden: object, obtained: object) -> list[str]:
     return consequences(_leaves(golden, obtained, "$"))
 
 
-def _leaves(a: object, b: object, path: str) -> Iterator[tuple[str, Any, Any]]:
+def _leaves(a: object, b: object, path: str) -> Iterator[tuple[str, object, object]]:
     a, b = (x.tolist() if hasattr(x, "tolist") else x for x in (a, b))  # numpy values of a golden
     if isinstance(a, dict) and isinstance(b, dict):
         for key in sorted(set(a) | set(b)):
@@ -85,7 +85,7 @@ def _leaves(a: object, b: object, path: str) -> Iterator[tuple[str, Any, Any]]:
         yield path, a, b
 
 
-def _numeric(a: list[Any], b: list[object]) -> bool:
+def _numeric(a: list[object], b: list[object]) -> bool:
     return all(isinstance(x, (int, float)) and not isinstance(x, bool) for x in [*a, *b])
 
 
