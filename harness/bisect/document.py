@@ -338,7 +338,7 @@ class BisectDoc:
         )
 
 
-def _from_schema_1(doc: dict[str, Any]) -> dict[str, object]:
+def _from_schema_1(doc: dict[str, object]) -> dict[str, object]:
     """Schema 1 had no late starts and no confirmations: none were looked for."""
     return {**doc, "late_starts": [], "confirmations": []}
 

@@ -302,7 +302,7 @@ def write_trend_page(
     out_path: Path,
     bisect_links: dict[str, str] | None = None,
     bisect_note: str = "",
-    defect_culprits: list[dict[str, Any]] | None = None,
+    defect_culprits: list[dict[str, object]] | None = None,
 ) -> Path:
     """The trend page of the history in ``store`` written to ``out_path`` (the links, note and defect
     culprits as :func:`harness.report.trend.render_trend_report` shows them). Here and not in the

@@ -155,5 +155,5 @@ class RunResult:
         return cls.from_json(read_versioned_json(path, RUN_KIND, RUN_SCHEMA, {1: _upgrade_v1}))
 
 
-def _upgrade_v1(doc: dict[str, Any]) -> dict[str, Any]:
+def _upgrade_v1(doc: dict[str, Any]) -> dict[str, object]:
     return {**doc, "machine": upgrade_v1(doc.get("machine") or {})}

@@ -12,7 +12,6 @@ from __future__ import annotations
 import math
 import os
 from pathlib import Path
-from typing import Any
 
 from harness.errors import UsageError
 from harness.records.provenance import commit_url
@@ -157,7 +156,7 @@ def render_trend_report(
     out_path: Path,
     bisect_links: dict[str, str] | None = None,
     bisect_note: str = "",
-    defect_culprits: list[dict[str, Any]] | None = None,
+    defect_culprits: list[dict[str, object]] | None = None,
 ) -> Path:
     """Write the trend page of ``tr`` (:func:`harness.nightly.history.trend` of the history in ``store``,
     which the nightly computes: the page only lays it out); ``bisect_links`` maps a case id to

@@ -186,7 +186,7 @@ def _torch_norm_under_sequence_parallel() -> Iterator[None]:
     norm = symbol("megatron.core.transformer.torch_norm", "WrappedTorchNorm")
     original = norm.__new__
 
-    def new(cls: object, config: Any, *args: object, **kwargs: object) -> Any:
+    def new(cls: object, config: Any, *args: object, **kwargs: object) -> object:
         plain = copy.copy(config)
         plain.sequence_parallel = False
         return original(cls, plain, *args, **kwargs)

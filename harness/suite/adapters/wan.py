@@ -229,7 +229,7 @@ class WanRecordingModel(torch.nn.Module):
     def __init__(self) -> None:
         super().__init__()
         self.config = _WanConfig()
-        self.calls: list[dict[str, Any]] = []
+        self.calls: list[dict[str, object]] = []
         self.anchor = torch.nn.Parameter(torch.zeros(1))  # a device for the step to read
 
     def forward(self, **kwargs: torch.Tensor) -> torch.Tensor:
