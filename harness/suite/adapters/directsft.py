@@ -61,7 +61,7 @@ def preprocessing(kind: str, truncation_method: str | None = None) -> object:
     return sft.PromptCompletionSFTPreprocessingConfig(prompt_column="input", completion_column="output", **extra)
 
 
-def _config(cfg_cls: Any, source_cls: Any, req: DirectSFTRequest) -> object:
+def _config(cfg_cls: type, source_cls: type, req: DirectSFTRequest) -> object:
     """The config a user declares for ``req``: its rows in a local JSONL file, the request's knobs."""
     where = Path(tempfile.mkdtemp(prefix="harness-direct-sft-"))
     data = where / "train.jsonl"

@@ -200,7 +200,7 @@ step37_data = Operation(
 """``step37_data(pairs, tokenizer_dir, **provider_fields)``: MB's Step-3.7 packs of local image-caption pairs."""
 
 
-def _step37_step_probe() -> Callable[[Step37RecordingModel, dict[str, object], Any], StepRun]:
+def _step37_step_probe() -> Callable[[Step37RecordingModel, Mapping[str, object], object], StepRun]:
     fn = symbol(STEP37, "forward_step")
 
     def call(model: Step37RecordingModel, batch: Mapping[str, object], provider: object) -> StepRun:
@@ -248,7 +248,7 @@ class ReachingModel(RecordingModel):
         raise ModelReached({k: snapshot(v) for k, v in kwargs.items()})
 
 
-def _dgpt_probe() -> Callable[[torch.nn.Module, dict[str, Any], int], dict[str, object]]:
+def _dgpt_probe() -> Callable[[torch.nn.Module, Mapping[str, object], int], dict[str, object]]:
     cls = symbol(DGPT, "DGPTStep")
     mcore_call_matches(DGPT, "get_batch_on_this_cp_rank", "megatron.core.utils")
 
@@ -276,7 +276,7 @@ dgpt_step = Operation(
 QWEN3_OMNI = "megatron.bridge.models.qwen_omni.qwen3_omni_step"
 
 
-def _qwen3_omni_probe() -> Callable[[torch.nn.Module, dict[str, Any], bool], dict[str, object]]:
+def _qwen3_omni_probe() -> Callable[[torch.nn.Module, Mapping[str, object], bool], dict[str, object]]:
     fn = symbol(QWEN3_OMNI, "forward_step")
     if "enable_in_batch_packing" not in source_text(fn):
         raise NotHere("qwen3_omni_step.forward_step does not read enable_in_batch_packing (collate-time packing)")

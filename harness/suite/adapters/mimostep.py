@@ -31,7 +31,7 @@ from __future__ import annotations
 
 import dataclasses
 import types
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -66,7 +66,7 @@ class ModuleRank:
     cp_size: int = 1
 
 
-def per_token_loss(shape: Any) -> torch.Tensor:
+def per_token_loss(shape: Sequence[int]) -> torch.Tensor:
     """The recording model's per-token loss: deterministic, non-zero and different per position, so
     a loss function that sums the wrong positions or counts the wrong tokens shows in its totals."""
     n = 1
@@ -95,7 +95,7 @@ def _recording_model(mimo_cls: type, role: Any, grids: dict[str, object], langua
     return RecordingMimo()
 
 
-def step_packing(pack: bool) -> dict[str, Any]:
+def step_packing(pack: bool) -> dict[str, bool]:
     """The dataset flags of ``minimal_state`` that ask MB's MIMO step to pack (``pack``), as a user's dataset
     config does: in-batch packing deferred to the step (``resolve_step_packing`` refuses it otherwise)."""
     if not pack:

@@ -127,7 +127,7 @@ _SPEC_FEATURES = {
 """The ledger feature (:mod:`harness.features`) a PackedSequenceSpecs field is."""
 
 
-def _specs(cls: Any, packing: OfflinePacking) -> object:
+def _specs(cls: type, packing: OfflinePacking) -> object:
     names = {f.name for f in dataclasses.fields(cls)}
     paths = packing.paths
     wanted = {
