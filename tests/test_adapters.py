@@ -490,3 +490,18 @@ def test_global_rng_watch_without_preparation_says_nothing():
     with watch_global_rng(object()) as watch:
         pass
     assert watch.kept is None
+
+
+def test_a_valid_layout_mb_refuses_has_no_multiple_and_is_a_finding():
+    """``packing_multiple``: an accepted layout's multiple; a refused one is ``refuses-valid-config``
+    with MB's message (before, a refused outcome's ``None`` reached the arithmetic as a crash)."""
+    from harness.records.impact import Impact, ImpactFailure
+    from harness.suite.adapters.cp import packing_multiple
+    from harness.suite.adapters.rules import ConfigOutcome
+
+    accepted: ConfigOutcome = {"accepted": True, "error_class": None, "message": "", "rules": [], "raised_at": None}
+    assert packing_multiple({**accepted, "multiple": 8}) == 8
+    refused: ConfigOutcome = {**accepted, "accepted": False, "error_class": "ValueError", "message": "CP needs 2x"}
+    with pytest.raises(ImpactFailure, match="CP needs 2x") as caught:
+        packing_multiple(refused)
+    assert caught.value.impact is Impact.REFUSES_VALID_CONFIG

@@ -61,3 +61,36 @@ def test_written_files_honour_the_umask(tmp_path, umask, mode):
         os.umask(old)
     for name in ("report.html", "results.json", "plain.txt"):
         assert stat.S_IMODE((tmp_path / name).stat().st_mode) == mode, name
+
+
+def test_a_record_reads_the_fields_its_class_has_and_decodes_the_others() -> None:
+    import dataclasses
+
+    from harness.records.atomicio import record_from
+
+    @dataclasses.dataclass
+    class Rec:
+        name: str
+        size: int = 0
+        kind: str = "plain"
+
+    # a newer writer's extra key is dropped, an absent field takes its default, decoded wins
+    got = record_from(Rec, {"name": "a", "extra": 1, "kind": "raw"}, kind="decoded")
+    assert got == Rec("a", 0, "decoded")
+    assert record_from(Rec, None, name="b") == Rec("b")
+
+
+def test_a_field_of_the_wrong_shape_is_a_type_error_never_a_misread() -> None:
+    from harness.records import fields
+
+    doc = {"files": "a.py", "n": [1], "seen": ["x"], "ok": ["a", 2], "count": "3", "none": None}
+    with pytest.raises(TypeError, match="'files': expected a list"):
+        fields.texts(doc, "files")  # a string would read as its characters
+    with pytest.raises(TypeError, match="'n': expected a number"):
+        fields.whole(doc, "n")
+    with pytest.raises(TypeError, match="'seen': expected an object"):
+        fields.text_map(doc, "seen")
+    assert fields.texts(doc, "ok") == ["a", "2"]
+    assert fields.whole(doc, "count") == 3 and fields.whole(doc, "none", 7) == 7
+    assert fields.number(doc, "absent", 1.5) == 1.5
+    assert fields.optional_text(doc, "none") is None and fields.text(doc, "none", "d") == "d"

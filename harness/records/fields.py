@@ -39,22 +39,21 @@ def text_map(doc: Mapping[str, object], key: str) -> dict[str, str]:
 
 def whole(doc: Mapping[str, object], key: str, default: int = 0) -> int:
     """An integer field; absent or null: ``default``."""
-    value = doc.get(key)
-    if value is None:
-        return default
-    if not isinstance(value, (int, float, str)):
-        raise TypeError(f"field {key!r}: expected a number, got {type(value).__name__}")
-    return int(value)
+    value = _scalar(doc, key)
+    return default if value is None else int(value)
 
 
 def number(doc: Mapping[str, object], key: str, default: float = 0.0) -> float:
     """A float field; absent or null: ``default``."""
+    value = _scalar(doc, key)
+    return default if value is None else float(value)
+
+
+def _scalar(doc: Mapping[str, object], key: str) -> int | float | str | None:
     value = doc.get(key)
-    if value is None:
-        return default
-    if not isinstance(value, (int, float, str)):
+    if value is not None and not isinstance(value, (int, float, str)):
         raise TypeError(f"field {key!r}: expected a number, got {type(value).__name__}")
-    return float(value)
+    return value
 
 
 def flag(doc: Mapping[str, object], key: str, default: bool = False) -> bool:
