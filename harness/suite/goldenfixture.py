@@ -14,7 +14,6 @@ import functools
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-import numpy as np
 import pytest
 
 from harness.contract import Flag
@@ -22,6 +21,8 @@ from harness.suite.items import case_of, suite_of
 from harness.suite.outcome import GoldenMismatch
 
 if TYPE_CHECKING:
+    import numpy as np
+
     from harness.golden.storage import Golden, Review
 
 
