@@ -241,12 +241,12 @@ collate_padding_multiple = Operation(
 )
 
 
-def packing_multiple(outcome: ConfigOutcome) -> int:
-    """The multiple MB chose for a layout it accepted. Every layout a case asks this of is valid, so
-    MB refusing it is a finding (``refuses-valid-config``), with MB's message."""
+def packing_multiple(outcome: ConfigOutcome, layout: str = "a valid layout") -> int:
+    """The multiple MB chose for ``layout``, which it accepted. Every layout a case asks this of is
+    valid, so MB refusing it is a finding (``refuses-valid-config``), with MB's message."""
     from harness.records.impact import Impact, fail
 
     multiple = outcome.get("multiple")
     if not outcome["accepted"] or multiple is None:
-        raise fail(Impact.REFUSES_VALID_CONFIG, f"MB refused a valid layout: {refusal(outcome)}")
+        raise fail(Impact.REFUSES_VALID_CONFIG, f"MB refused {layout}: {refusal(outcome)}")
     return multiple

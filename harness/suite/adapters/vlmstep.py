@@ -27,13 +27,10 @@ def in_batch_multiple(cp: int, tp: int = 1, sp: bool = False) -> int:
 def mb_in_batch_multiple(cp: int, tp: int = 1, sp: bool = False) -> int:
     """The multiple MB's config finalisation writes for in-batch packing under this layout (what a
     user's collate gets); the oracle checks the packed segments against :func:`in_batch_multiple`."""
-    from harness.records.impact import Impact, fail
     from harness.suite.adapters import cp as cp_ops
 
     out = cp_ops.collate_padding_multiple(cp, tp, sp, in_batch=True)
-    if not out["accepted"]:
-        raise fail(Impact.REFUSES_VALID_CONFIG, f"MB refused the layout CP{cp} TP{tp} SP{sp}: {out['message']}")
-    return cp_ops.packing_multiple(out)
+    return cp_ops.packing_multiple(out, f"the layout CP{cp} TP{tp} SP{sp}")
 
 
 @dataclass(frozen=True)
